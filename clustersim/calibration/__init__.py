@@ -1,0 +1,1 @@
+"""Calibration: measured costs (a versioned profile) that replace catalog defaults."""

@@ -1,0 +1,145 @@
+"""The calibration profile: a versioned, validated JSON file of measured costs.
+
+A profile holds what was measured on one device type (GEMM TFLOP/s per precision, streaming
+bandwidth, named kernels' bandwidth, per-micro-step compute phases of a model, collective fits) and
+where it came from (provenance). The simulator prefers measured values over catalog defaults and
+reports which ones it used.
+
+Scaling to another GPU type (documented in the README): a compute-bound measurement keeps its
+*efficiency* (measured / the measuring GPU's peak) and is applied to the target's peak FLOP/s; a
+memory-bound one keeps its fraction of HBM bandwidth and is applied to the target's HBM bandwidth.
+Compute phases and collective fits apply only to the device and cluster they were measured on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clustersim.errors import InputError
+
+FORMAT = "clustersim-profile"
+FORMAT_VERSION = 1
+BUILTIN_PREFIX = "builtin:"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Provenance(_Strict):
+    source: str = Field(description="what produced it: a command line, or a publication")
+    date: str | None = None
+    device_name: str | None = None
+    device_count: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    nccl: str | None = None
+    gloo: str | None = None
+    cpu: str | None = None
+    host: str | None = None
+
+
+class ComputePhases(_Strict):
+    """Measured per-micro-step times of one model configuration on ``Profile.device``."""
+
+    model: str
+    micro_batch: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    precision: str
+    forward_s: float = Field(gt=0)
+    backward_s: float = Field(gt=0)
+    other_s: float = Field(0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included")
+    source: str = ""
+
+
+class CollectiveFit(_Strict):
+    """α-β fit of one collective on one group shape: time = alpha + bytes * beta (segmented)."""
+
+    op: str
+    nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    segments: list[tuple[float, float, float]] = Field(
+        description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes")
+    source: str = ""
+
+
+class Profile(_Strict):
+    format: Literal["clustersim-profile"]
+    format_version: int
+    device: str = Field(description="GPU catalog name, or 'cpu'")
+    provenance: Provenance
+    matmul_tflops: dict[str, float] = Field(default_factory=dict)
+    memory_gbs: float | None = Field(None, gt=0)
+    kernels_gbs: dict[str, float] = Field(default_factory=dict)
+    compute_phases: list[ComputePhases] = Field(default_factory=list)
+    collectives: list[CollectiveFit] = Field(default_factory=list)
+
+
+def builtin_profiles() -> list[str]:
+    folder = resources.files("clustersim.calibration").joinpath("profiles")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _read(ref: str) -> tuple[str, str]:
+    if ref.startswith(BUILTIN_PREFIX):
+        name = ref[len(BUILTIN_PREFIX):]
+        if name not in builtin_profiles():
+            raise InputError(f"unknown built-in profile {name!r} (known: {', '.join(builtin_profiles())})", source=ref)
+        return ref, resources.files("clustersim.calibration").joinpath("profiles").joinpath(f"{name}.json").read_text()
+    path = Path(ref)
+    try:
+        return str(path), path.read_text()
+    except FileNotFoundError:
+        raise InputError("profile file not found", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read profile ({exc.__class__.__name__})", source=str(path)) from None
+
+
+def parse_profile(data: object, source: str) -> Profile:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"not a clustersim profile (expected \"format\": \"{FORMAT}\")", source=source, key="format")
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise InputError(f"profile format_version {version!r} is not supported by this clustersim "
+                         f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
+                         source=source, key="format_version")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise InputError(msg, source=source, key=key) from None
+
+
+def load_profile(ref: str) -> Profile:
+    source, text = _read(ref)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source) from None
+    return parse_profile(data, source)
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    """Write to a temporary file beside ``path`` and rename: a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,1 @@
+"""Catalog data files (GPUs, models, presets); loaded by clustersim.catalog."""

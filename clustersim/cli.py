@@ -1,0 +1,243 @@
+"""The clustersim command line: a thin shell over functions that return plain result objects.
+
+Every command that prints results takes --json; every input error is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from clustersim import catalog
+from clustersim.cli_support import console, emit_json, table, user_errors
+from clustersim.errors import InputError
+from clustersim.units import format_bytes, format_seconds, parse_bytes
+
+app = typer.Typer(
+    name="clustersim", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    help="Simulate distributed deep-learning training on a cluster: iteration time, where it goes, "
+         "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
+         "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
+)
+hardware_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
+models_app = typer.Typer(help="The model catalog (parameters, FLOPs computed from the architecture).", no_args_is_help=True)
+topology_app = typer.Typer(help="Inspect a scenario's cluster topology.", no_args_is_help=True)
+presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_args_is_help=True)
+app.add_typer(hardware_app, name="hardware")
+app.add_typer(models_app, name="models")
+app.add_typer(topology_app, name="topology")
+app.add_typer(presets_app, name="presets")
+
+ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+ProfileOpt = typer.Option(None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults.")
+
+
+def _load(ref: str):
+    from clustersim.scenario import load_scenario
+
+    return load_scenario(ref)
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:,.2f}"
+
+
+def _print_result(r) -> None:
+    console.print(f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}")
+    console.print(f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
+                  f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)")
+    rows = [[k.replace("_", " "), _ms(v), f"{100 * v / r.iteration_time:.1f}%"]
+            for k, v in r.breakdown.items() if v > 0]
+    console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
+    if r.buckets:
+        shown = r.buckets if len(r.buckets) <= 12 else r.buckets[:6] + r.buckets[-6:]
+        console.print(table(f"Gradient all-reduce per bucket ({len(r.buckets)} buckets"
+                            f"{', first and last 6 shown' if len(r.buckets) > 12 else ''})",
+                            ["bucket", "size", "start ms", "end ms"],
+                            [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown]))
+    bl = r.bytes_per_link_kind
+    console.print(table("Bytes moved per node per iteration", ["link kind", "bytes"], [
+        [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
+        ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])]]))
+    mem = r.memory
+    console.print(f"GPU memory per rank: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])}")
+    for k, v in r.sources.items():
+        console.print(f"[dim]source of {k}: {v}[/]")
+    for n in r.notes:
+        console.print(f"[dim]note: {n}[/]")
+
+
+@app.command()
+@user_errors
+def run(scenario: str = ScenarioArg, json_out: bool = JsonOpt,
+        trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."),
+        profile: Optional[str] = ProfileOpt):
+    """Simulate one training iteration: time, samples/s, breakdown, per-bucket all-reduce, bytes per link."""
+    from clustersim.simulator import simulate
+
+    result = simulate(_load(scenario), profile)
+    if trace is not None:
+        result.write_trace(trace)
+    if json_out:
+        emit_json(result.to_dict())
+    else:
+        _print_result(result)
+        if trace is not None:
+            console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+
+
+@app.command()
+@user_errors
+def collective(scenario: str = ScenarioArg,
+               op: str = typer.Option("all_reduce", "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast"),
+               size: str = typer.Option("32MiB", "--bytes", help="Message size: 512, 64KiB, 32MiB, 1GB ..."),
+               algo: str = typer.Option("auto", "--algo", help="auto (NCCL-like choice) | ring | tree | hd | hier"),
+               group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
+               json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+    """Predicted time of one collective on the scenario's cluster, the algorithm chosen and its busbw."""
+    from clustersim.simulator.context import build_context
+    from clustersim.topologies import GroupShape
+
+    s = _load(scenario)
+    ctx = build_context(s, profile)
+    c = s.cluster
+    shapes = {"world": GroupShape(c.nodes, c.gpus_per_node), "intra": GroupShape(1, c.gpus_per_node),
+              "inter": GroupShape(c.nodes, 1)}
+    if group not in shapes:
+        raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
+    try:
+        nbytes = parse_bytes(size)
+    except InputError as exc:
+        raise exc.located(key_prefix="--bytes") from None
+    cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
+    data = {"op": op, "bytes": nbytes, "ranks": cost.ranks, "group": group, "algorithm": cost.algorithm,
+            "protocol": cost.protocol, "time_s": cost.time, "algbw_gbs": cost.algbw / 1e9,
+            "busbw_gbs": cost.busbw / 1e9, "bottleneck": cost.bottleneck,
+            "intra_node_bytes_per_node": cost.intra_node_bytes, "inter_node_bytes_per_node": cost.inter_node_bytes}
+    if json_out:
+        emit_json(data)
+        return
+    console.print(f"{op} of {format_bytes(nbytes)} over {cost.ranks} ranks ({group}): "
+                  f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}")
+    console.print(f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}")
+
+
+@hardware_app.command("list")
+@user_errors
+def hardware_list(json_out: bool = JsonOpt):
+    """List the GPUs in the catalog."""
+    gpus = catalog.gpus()
+    if json_out:
+        emit_json({n: g.model_dump() for n, g in gpus.items()})
+        return
+    rows = [[n, g.peak_tflops.get("fp16", g.peak_tflops["fp32"]), g.peak_tflops.get("bf16", "-"), g.hbm_gbs,
+             g.memory_gib, f"{g.nvlink.links} x {g.nvlink.gbs_per_link}", g.pcie_gen] for n, g in gpus.items()]
+    console.print(table("GPUs", ["name", "fp16 TFLOP/s", "bf16 TFLOP/s", "HBM GB/s", "GiB", "NVLink (GB/s)", "PCIe gen"], rows))
+
+
+@hardware_app.command("show")
+@user_errors
+def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"), json_out: bool = JsonOpt):
+    """Show one GPU's properties."""
+    g = catalog.gpu(name)
+    if json_out:
+        emit_json(g.model_dump())
+        return
+    console.print(f"[bold]{g.name}[/]: {g.description}")
+    for k, v in g.model_dump(exclude={"name", "description"}).items():
+        console.print(f"  {k}: {v}")
+
+
+@models_app.command("list")
+@user_errors
+def models_list(json_out: bool = JsonOpt):
+    """List catalog models with parameter counts computed from their architectures."""
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    rows = []
+    for name, arch in catalog.models().items():
+        w = build_workload(WorkloadSpec(model=name, micro_batch=1))
+        rows.append({"name": name, "family": arch.family, "params": w.params,
+                     "forward_gflops_per_sample": w.forward_flops / 1e9, "default_seq_len": w.seq_len})
+    if json_out:
+        emit_json(rows)
+        return
+    console.print(table("Models", ["name", "family", "parameters (M)", "fwd GFLOP/sample", "seq"],
+                        [[r["name"], r["family"], f"{r['params'] / 1e6:,.1f}", f"{r['forward_gflops_per_sample']:,.1f}",
+                          r["default_seq_len"]] for r in rows]))
+
+
+@models_app.command("show")
+@user_errors
+def models_show(name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
+                micro_batch: int = typer.Option(1, "--micro-batch", min=1), seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1),
+                json_out: bool = JsonOpt):
+    """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    arch = catalog.model(name)
+    w = build_workload(WorkloadSpec(model=name, micro_batch=micro_batch, seq_len=seq_len))
+    layers = [{"layer": l.name, "params": l.params, "forward_gflops": l.forward_flops / 1e9,
+               "activation_bytes": l.activation_bytes} for l in w.layers]
+    if json_out:
+        emit_json({"name": name, "architecture": arch.model_dump(), "params": w.params, "layers": layers})
+        return
+    console.print(f"[bold]{name}[/]: {arch.description}; {w.params:,} parameters; micro-batch {micro_batch}, seq {w.seq_len}")
+    console.print(table("Layers", ["layer", "params", "fwd GFLOP", "activations"],
+                        [[l["layer"], f"{l['params']:,}", f"{l['forward_gflops']:,.2f}", format_bytes(l["activation_bytes"])]
+                         for l in layers]))
+
+
+@topology_app.command("show")
+@user_errors
+def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
+    """Nodes, link kinds and bandwidths, and the bottleneck link of each collective group."""
+    from clustersim.topologies import GroupShape, build_cluster
+
+    s = _load(scenario)
+    cl = build_cluster(s.cluster)
+    c = s.cluster
+    groups = {"intra-node (one node's GPUs)": GroupShape(1, c.gpus_per_node)}
+    if c.nodes > 1:
+        groups["inter-node rail (one GPU per node)"] = GroupShape(c.nodes, 1)
+        groups["world (all GPUs)"] = GroupShape(c.nodes, c.gpus_per_node)
+    info = cl.describe()
+    info["groups"] = {name: {"ranks": g.ranks, "ring_busbw_gbs": cl.ring(g).bytes_per_s / 1e9,
+                             "bottleneck": cl.ring(g).bottleneck} for name, g in groups.items()}
+    if json_out:
+        emit_json(info)
+        return
+    console.print(f"[bold]{s.name}[/]: {c.nodes} nodes x {c.gpus_per_node} {cl.gpu.name} = {c.world_size} GPUs, "
+                  f"intra-node {c.intra_node.fabric}, {c.nic.count} x {c.nic.kind} NIC, fabric {c.fabric.kind}")
+    console.print(table("Links inside one node", ["kind", "directed edges", "GB/s per direction"],
+                        [[k, v["directed_edges_per_node"], ", ".join(map(str, v["gbs_per_direction"]))]
+                         for k, v in info["link_kinds"].items()]))
+    console.print(f"NIC: {info['nic']['gbs_each']:.3f} GB/s each ({'measured' if info['nic']['measured'] else 'line rate x efficiency'})")
+    console.print(table("Collective groups", ["group", "ranks", "ring busbw GB/s", "bottleneck"],
+                        [[n, g["ranks"], f"{g['ring_busbw_gbs']:.2f}", g["bottleneck"]] for n, g in info["groups"].items()]))
+
+
+@presets_app.command("list")
+@user_errors
+def presets_list(json_out: bool = JsonOpt):
+    """List shipped scenarios (use as preset:NAME)."""
+    from clustersim.scenario import load_scenario, preset_names
+
+    rows = [(n, load_scenario(f"preset:{n}").description) for n in preset_names()]
+    if json_out:
+        emit_json([{"name": n, "description": d} for n, d in rows])
+        return
+    console.print(table("Presets (use as preset:NAME)", ["name", "description"], [list(r) for r in rows], justify_numbers=False))
+
+
+def main() -> None:  # console-script entry point
+    app()
+
+
+if __name__ == "__main__":
+    main()

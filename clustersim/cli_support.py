@@ -1,0 +1,47 @@
+"""Small helpers the CLI commands share: error handling, JSON output, rich tables."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clustersim.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def user_errors(fn):
+    """Turn InputError into one line on stderr and exit code 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+def emit_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if (justify_numbers and i > 0) else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t

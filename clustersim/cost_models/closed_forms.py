@@ -1,0 +1,75 @@
+"""Closed-form α-β-γ costs of collective algorithms (Thakur, Rabenseifner & Gropp 2005).
+
+p ranks, S bytes, α seconds per message, β seconds per byte, γ seconds per byte reduced.
+S is the whole array for all-reduce, all-gather, reduce-scatter and broadcast, and the total bytes
+each rank sends for all-to-all. These are the formulas the tests hold the topology-aware model to.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _lg(p: int) -> int:
+    return math.ceil(math.log2(p)) if p > 1 else 0
+
+
+def ring_allreduce(p: int, S: float, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * S * beta + (p - 1) / p * S * gamma
+
+
+def halving_doubling_allreduce(p: int, S: float, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * _lg(p) * alpha + 2 * (p - 1) / p * S * beta + (p - 1) / p * S * gamma
+
+
+def double_binary_tree_allreduce(p: int, S: float, alpha: float, beta: float) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * _lg(p) * alpha + 2 * S * beta
+
+
+def ring_allgather(p: int, S: float, alpha: float, beta: float) -> float:
+    if p <= 1:
+        return 0.0
+    return (p - 1) * alpha + (p - 1) / p * S * beta
+
+
+ring_reduce_scatter = ring_allgather
+
+
+def pairwise_alltoall(p: int, S: float, alpha: float, beta: float) -> float:
+    if p <= 1:
+        return 0.0
+    return (p - 1) * alpha + (p - 1) / p * S * beta
+
+
+def binomial_broadcast(p: int, S: float, alpha: float, beta: float) -> float:
+    if p <= 1:
+        return 0.0
+    return _lg(p) * (alpha + S * beta)
+
+
+def pipelined_ring_broadcast(p: int, S: float, alpha: float, beta: float) -> float:
+    if p <= 1:
+        return 0.0
+    return (p - 1) * alpha + S * beta
+
+
+def hierarchical_allreduce(g: int, N: int, S: float, alpha_l: float, beta_l: float,
+                           alpha_n: float, beta_n: float) -> float:
+    """Reduce-scatter in the node, all-reduce of S/g shards across N nodes on g rails, all-gather."""
+    intra = 2 * (g - 1) * alpha_l + 2 * (g - 1) / g * S * beta_l if g > 1 else 0.0
+    inter = 2 * (N - 1) * alpha_n + 2 * (N - 1) / N * (S / g) * beta_n if N > 1 else 0.0
+    return intra + inter
+
+
+# nccl-tests' bus-bandwidth factors: busbw = algbw * factor (algbw = S / t).
+def busbw_factor(op: str, p: int) -> float:
+    if p <= 1:
+        return 1.0
+    return {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p, "reduce_scatter": (p - 1) / p,
+            "all_to_all": (p - 1) / p, "broadcast": 1.0}[op]

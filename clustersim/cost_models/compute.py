@@ -1,0 +1,69 @@
+"""Compute costs on one GPU: a roofline per kernel, with measured rates where a profile has them.
+
+time(kernel) = max(FLOPs / (peak x matmul efficiency), bytes / (HBM bandwidth x memory efficiency))
+
+Efficiencies default to the catalog's documented constants. A profile measured on the same GPU
+replaces them with the measured rates; one measured on another GPU is scaled by peak FLOP/s
+(compute-bound) or HBM bandwidth (memory-bound), see calibration/profile.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from clustersim import catalog
+from clustersim.calibration.profile import Profile
+from clustersim.catalog import GpuSpec, hardware_defaults
+from clustersim.workloads.layers import Kernel
+
+
+class DeviceCosts:
+    def __init__(self, gpu: GpuSpec, profile: Profile | None = None):
+        self.gpu = gpu
+        self.profile = profile
+        eff = hardware_defaults()["efficiency"]
+        self.matmul_eff = {p: eff["matmul"] for p in gpu.peak_tflops}
+        self.memory_eff = eff["memory"]
+        self.kernel_bw: dict[str, float] = {}
+        self.sources: dict[str, str] = {"matmul": "default efficiency", "memory": "default efficiency"}
+        if profile is not None:
+            self._apply(profile)
+
+    def _apply(self, profile: Profile) -> None:
+        same = profile.device == self.gpu.name
+        ref = catalog.gpus().get(profile.device)
+        how = "measured" if same else f"scaled from {profile.device}"
+        if profile.matmul_tflops and (same or ref is not None):
+            ref = ref or self.gpu
+            for precision, tflops in profile.matmul_tflops.items():
+                if precision in ref.peak_tflops:
+                    self.matmul_eff[precision] = min(1.0, tflops / ref.peak_tflops[precision])
+            self.sources["matmul"] = how
+        if profile.memory_gbs and (same or ref is not None):
+            self.memory_eff = min(1.0, profile.memory_gbs / (ref or self.gpu).hbm_gbs)
+            self.sources["memory"] = how
+        if ref is not None or same:
+            scale = self.gpu.hbm_gbs / (ref or self.gpu).hbm_gbs
+            for name, gbs in profile.kernels_gbs.items():
+                self.kernel_bw[name] = gbs * 1e9 * scale
+                self.sources[f"kernel:{name}"] = how
+
+    def flops_rate(self, precision: str) -> float:
+        key = precision if precision in self.gpu.peak_tflops else "fp32"
+        return self.gpu.peak_flops(precision) * self.matmul_eff.get(key, hardware_defaults()["efficiency"]["matmul"])
+
+    @property
+    def memory_rate(self) -> float:
+        return self.gpu.hbm_bytes_per_s * self.memory_eff
+
+    def kernel_time(self, kernel: Kernel, precision: str) -> float:
+        if kernel.name in self.kernel_bw:
+            return kernel.bytes / self.kernel_bw[kernel.name]
+        return max(kernel.flops / self.flops_rate(precision), kernel.bytes / self.memory_rate)
+
+    def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
+        return sum(self.kernel_time(k, precision) for k in kernels)
+
+    def stream_time(self, nbytes: float, name: str = "stream") -> float:
+        """A memory-bound pass (copy, scale, elementwise update) over ``nbytes`` of HBM traffic."""
+        return self.kernel_time(Kernel(name, 0.0, nbytes), "fp32")

@@ -1,0 +1,101 @@
+"""Everything a strategy needs to build a program, resolved once per simulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clustersim import catalog
+from clustersim.calibration.fits import MeasuredCollectives
+from clustersim.calibration.profile import ComputePhases, Profile, load_profile
+from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
+from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
+from clustersim.cost_models.compute import DeviceCosts
+from clustersim.scenario import Scenario
+from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
+from clustersim.workloads import Workload, build_workload
+from clustersim.workloads.layers import Layer
+
+
+@dataclass
+class SimulationContext:
+    scenario: Scenario
+    cluster: Cluster
+    gpu: GpuSpec
+    workload: Workload
+    device: DeviceCosts
+    collectives: CollectiveModel
+    profile: Profile | None
+    phases: ComputePhases | None
+    notes: list[str] = field(default_factory=list)
+    _fwd_scale: float = 1.0
+    _bwd_scale: float = 1.0
+
+    @property
+    def world(self) -> GroupShape:
+        c = self.scenario.cluster
+        return GroupShape(c.nodes, c.gpus_per_node)
+
+    @property
+    def intra_node(self) -> GroupShape:
+        return GroupShape(1, self.scenario.cluster.gpus_per_node)
+
+    @property
+    def world_size(self) -> int:
+        return self.scenario.cluster.world_size
+
+    @property
+    def precision(self) -> str:
+        return self.scenario.workload.precision
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per communicated gradient element."""
+        return BYTES_PER_ELEMENT[self.scenario.training.gradient_dtype or self.precision]
+
+    @property
+    def params(self) -> int:
+        return self.workload.params
+
+    def forward_time(self, layer: Layer) -> float:
+        return self.device.kernels_time(layer.forward, self.precision) * self._fwd_scale
+
+    def backward_time(self, layer: Layer) -> float:
+        return self.device.kernels_time(layer.backward, self.precision) * self._bwd_scale
+
+    def collective(self, op: str, nbytes: float, shape: GroupShape | None = None,
+                   algorithm: str | None = None) -> CollectiveCost:
+        algo = algorithm or self.scenario.training.collective_algorithm
+        return self.collectives.cost(op, nbytes, shape or self.world, algo)
+
+    def measured_other(self) -> float | None:
+        return self.phases.other_s if self.phases else None
+
+
+def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Workload) -> ComputePhases | None:
+    if profile is None or profile.device != scenario.cluster.gpu:
+        return None
+    for p in profile.compute_phases:
+        if (p.model == workload.name and p.micro_batch == workload.micro_batch
+                and p.seq_len == workload.seq_len and p.precision == workload.precision):
+            return p
+    return None
+
+
+def build_context(scenario: Scenario, profile: Profile | str | None = None) -> SimulationContext:
+    ref = profile if profile is not None else scenario.profile
+    prof = load_profile(ref) if isinstance(ref, str) else ref
+    gpu = catalog.gpu(scenario.cluster.gpu)
+    cluster = build_cluster(scenario.cluster)
+    workload = build_workload(scenario.workload)
+    device = DeviceCosts(gpu, prof)
+    measured = MeasuredCollectives.from_profile(prof, scenario.cluster) if prof else None
+    ctx = SimulationContext(scenario, cluster, gpu, workload, device,
+                            CollectiveModel(cluster, measured), prof, _matching_phases(prof, scenario, workload))
+    if ctx.phases is not None:
+        fwd = sum(device.kernels_time(layer.forward, ctx.precision) for layer in workload.layers)
+        bwd = sum(device.kernels_time(layer.backward, ctx.precision) for layer in workload.layers)
+        ctx._fwd_scale = ctx.phases.forward_s / fwd
+        ctx._bwd_scale = ctx.phases.backward_s / bwd
+        ctx.notes.append(f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
+                         "spread over layers in proportion to the roofline")
+    return ctx

@@ -1,0 +1,52 @@
+"""A Program: the ops one representative rank runs in one training iteration.
+
+Strategies (optimizers, offload schemes) build programs; the engine runs them and knows nothing of
+optimizers. An op runs on one stream (CUDA-stream semantics: in the order it was added to that
+stream, after all its dependencies finished). Its ``duration`` is the time it takes alone; while
+other ops run it can take longer: an op with ``compute_slowdown`` > 0 (a NCCL kernel holding SMs)
+slows the compute stream by that fraction, and ops naming the same ``link`` share its bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Breakdown categories, in the order they are attributed when several streams are busy at once.
+COMPUTE_CATEGORIES = ("forward", "backward", "compression", "optimizer", "other")
+CATEGORIES = COMPUTE_CATEGORIES + ("communication", "host", "transfer")
+
+
+@dataclass
+class Op:
+    id: int
+    name: str
+    stream: str
+    duration: float
+    category: str
+    deps: tuple[int, ...] = ()
+    intra_node_bytes: float = 0.0
+    inter_node_bytes: float = 0.0
+    compute_slowdown: float = 0.0
+    link: str | None = None
+    meta: dict = field(default_factory=dict)
+
+
+class Program:
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown op category {category!r}")
+        if duration < 0:
+            raise ValueError(f"op {name} has negative duration {duration}")
+        op = Op(len(self.ops), name, stream, float(duration), category,
+                tuple(d for d in deps if d is not None), **kw)
+        self.ops.append(op)
+        return op.id
+
+    def last_on(self, stream: str) -> int | None:
+        for op in reversed(self.ops):
+            if op.stream == stream:
+                return op.id
+        return None

@@ -1,0 +1,116 @@
+"""What a simulation returns: a timeline and the numbers derived from it.
+
+The breakdown attributes every instant of the iteration to exactly one category, so its parts add
+up to the iteration time: the compute stream's op when it is busy (forward, backward, compression,
+optimizer, other), else "exposed communication" when a collective is running, else exposed host work
+or transfers, else idle.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clustersim.simulator.program import COMPUTE_CATEGORIES, Program
+
+BREAKDOWN_KEYS = ("forward", "backward", "compression", "optimizer", "other",
+                  "exposed_communication", "exposed_host", "exposed_transfer", "idle")
+_EXPOSED = {"communication": "exposed_communication", "host": "exposed_host", "transfer": "exposed_transfer"}
+
+
+@dataclass
+class OpRecord:
+    name: str
+    stream: str
+    category: str
+    start: float
+    end: float
+    meta: dict
+
+
+@dataclass
+class SimulationResult:
+    scenario: str
+    optimizer: str
+    world_size: int
+    nodes: int
+    gpus_per_node: int
+    samples_per_iteration: int
+    iteration_time: float
+    breakdown: dict[str, float]
+    bytes_per_link_kind: dict[str, float]
+    buckets: list[dict]
+    ops: list[OpRecord] = field(repr=False, default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_iteration / self.iteration_time if self.iteration_time > 0 else float("inf")
+
+    def to_dict(self, include_ops: bool = False) -> dict:
+        out = {
+            "scenario": self.scenario, "optimizer": self.optimizer, "world_size": self.world_size,
+            "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+            "iteration_time_s": self.iteration_time, "samples_per_s": self.samples_per_s,
+            "samples_per_iteration": self.samples_per_iteration,
+            "breakdown_s": self.breakdown, "bytes_per_link_kind": self.bytes_per_link_kind,
+            "buckets": self.buckets, "memory_bytes": self.memory, "sources": self.sources,
+            "notes": self.notes, **self.extra,
+        }
+        if include_ops:
+            out["ops"] = [vars(o) for o in self.ops]
+        return out
+
+    def chrome_trace(self) -> dict:
+        """Chrome / Perfetto trace: one track (thread) per stream, times in microseconds."""
+        tids: dict[str, int] = {}
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"rank 0 ({self.scenario})"}}]
+        for op in self.ops:
+            if op.stream not in tids:
+                tids[op.stream] = len(tids)
+                events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tids[op.stream],
+                               "args": {"name": op.stream}})
+            events.append({"name": op.name, "cat": op.category, "ph": "X", "pid": 0, "tid": tids[op.stream],
+                           "ts": op.start * 1e6, "dur": max(op.end - op.start, 0.0) * 1e6,
+                           "args": {k: v for k, v in op.meta.items() if isinstance(v, (int, float, str))}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def write_trace(self, path: Path) -> None:
+        from clustersim.calibration.profile import write_json_atomically
+
+        write_json_atomically(Path(path), self.chrome_trace())
+
+
+def attribute_timeline(program: Program, start: dict[int, float], end: dict[int, float]) -> tuple[float, dict[str, float]]:
+    """Sweep the timeline and attribute each interval to one breakdown category."""
+    points = sorted({0.0, *start.values(), *end.values()})
+    total = max(end.values(), default=0.0)
+    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    spans = [(start[o.id], end[o.id], o) for o in program.ops if end[o.id] > start[o.id]]
+    spans.sort(key=lambda s: s[0])
+    active: list = []
+    idx = 0
+    for a, b in zip(points, points[1:]):
+        while idx < len(spans) and spans[idx][0] <= a:
+            active.append(spans[idx])
+            idx += 1
+        active = [s for s in active if s[1] > a]
+        mid_active = [s[2] for s in active if s[0] <= a < s[1]]
+        label = "idle"
+        compute = [o for o in mid_active if o.category in COMPUTE_CATEGORIES and o.stream == "compute"]
+        if compute:
+            label = compute[0].category
+        else:
+            for cat in ("communication", "host", "transfer"):
+                if any(o.category == cat for o in mid_active):
+                    label = _EXPOSED[cat]
+                    break
+            else:
+                if any(o.category in COMPUTE_CATEGORIES for o in mid_active):
+                    label = next(o.category for o in mid_active if o.category in COMPUTE_CATEGORIES)
+        breakdown[label] += b - a
+    return total, breakdown

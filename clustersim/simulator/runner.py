@@ -1,0 +1,63 @@
+"""simulate(): scenario in, SimulationResult out. The one function the CLI, sweeps and reports call."""
+
+from __future__ import annotations
+
+from clustersim.calibration.profile import Profile
+from clustersim.scenario import Scenario
+from clustersim.simulator.context import build_context
+from clustersim.simulator.engine import Engine
+from clustersim.simulator.memory import gpu_memory
+from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
+from clustersim.simulator.strategies import registry
+
+
+def simulate(scenario: Scenario, profile: Profile | str | None = None) -> SimulationResult:
+    ctx = build_context(scenario, profile)
+    strategy = registry.create(ctx)
+    steps = strategy.steps()
+    total_weight = sum(s.weight for s in steps)
+    iteration = 0.0
+    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    intra = inter = 0.0
+    per_step = []
+    main = max(steps, key=lambda s: s.weight)
+    main_records: list[OpRecord] = []
+    main_times = ({}, {})
+    for step in steps:
+        start, end = Engine(step.program).run()
+        t, parts = attribute_timeline(step.program, start, end)
+        w = step.weight / total_weight
+        iteration += w * t
+        for k, v in parts.items():
+            breakdown[k] += w * v
+        s_intra = sum(op.intra_node_bytes for op in step.program.ops)
+        s_inter = sum(op.inter_node_bytes for op in step.program.ops)
+        intra += w * s_intra
+        inter += w * s_inter
+        per_step.append({"label": step.label, "weight": w, "iteration_time_s": t, "breakdown_s": parts,
+                         "intra_node_bytes": s_intra, "inter_node_bytes": s_inter})
+        if step is main:
+            main_times = (start, end)
+            main_records = [OpRecord(op.name, op.stream, op.category, start[op.id], end[op.id], op.meta)
+                            for op in step.program.ops]
+    buckets = []
+    for b in getattr(strategy, "buckets", []):
+        buckets.append({"bucket": b["bucket"], "bytes": b["bytes"],
+                        "start_s": main_times[0][b["op"]], "end_s": main_times[1][b["op"]]})
+    sources = dict(ctx.device.sources)
+    sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
+    if scenario.cluster.nodes > 1:
+        sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+    if ctx.profile is not None:
+        sources["profile"] = ctx.profile.provenance.source
+    samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
+    return SimulationResult(
+        scenario=scenario.name, optimizer=strategy.name, world_size=scenario.cluster.world_size,
+        nodes=scenario.cluster.nodes, gpus_per_node=scenario.cluster.gpus_per_node,
+        samples_per_iteration=samples, iteration_time=iteration, breakdown=breakdown,
+        bytes_per_link_kind={"intra_node_per_node": intra, "inter_node_per_node": inter,
+                             "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class},
+        buckets=buckets, ops=main_records, notes=list(ctx.notes), sources=sources,
+        memory=gpu_memory(ctx, strategy),
+        extra={"steps": per_step} if len(steps) > 1 else {},
+    )

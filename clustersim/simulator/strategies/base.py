@@ -1,0 +1,45 @@
+"""The interface every strategy implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.program import Program
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class StepProgram:
+    """One kind of training step and the fraction of steps that are of this kind."""
+
+    label: str
+    weight: float
+    program: Program
+
+
+class Strategy:
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    #: bytes of HBM traffic per parameter for the optimizer's update kernel(s)
+    update_bytes_per_param: ClassVar[float] = 28.0
+    #: bytes of optimizer state per parameter kept on the GPU (beyond params and grads)
+    state_bytes_per_param: ClassVar[float] = 8.0
+
+    def __init__(self, ctx: SimulationContext, options: BaseModel):
+        self.ctx = ctx
+        self.options = options
+
+    def steps(self) -> list[StepProgram]:
+        raise NotImplementedError
+
+    def extra_gpu_memory(self) -> dict[str, float]:
+        """Strategy-specific GPU memory (error-feedback buffers, ...), bytes per rank."""
+        return {}

@@ -1,0 +1,98 @@
+"""Building blocks shared by strategies: micro-steps, DDP bucket all-reduce, update kernels."""
+
+from __future__ import annotations
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.buckets import assign_buckets
+
+
+def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nbytes: float, shape=None,
+                   deps=(), stream: str = "comm", algorithm: str | None = None, **meta) -> int:
+    """One collective on the communication stream, with its traffic and its SM slowdown."""
+    shape = shape or ctx.world
+    cost = ctx.collective(op, nbytes, shape, algorithm)
+    return prog.add(name, stream, cost.time, "communication", deps,
+                    intra_node_bytes=cost.intra_node_bytes, inter_node_bytes=cost.inter_node_bytes,
+                    compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+                    meta={"op": op, "bytes": nbytes, "algorithm": cost.algorithm, "protocol": cost.protocol,
+                          "ranks": shape.ranks, **meta})
+
+
+def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> int | None:
+    """Forward and backward of every micro-step on the compute stream.
+
+    ``on_backward(layer_index, op_id)`` is called for each layer's backward in the last micro-step,
+    where gradient communication may hook in. Returns the id of the last backward op.
+    """
+    layers = ctx.workload.layers
+    steps = ctx.scenario.workload.gradient_accumulation
+    last = None
+    for micro in range(steps):
+        for layer in layers:
+            prog.add(f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro})
+        for li in reversed(range(len(layers))):
+            last = prog.add(f"bwd {layers[li].name}", "compute", ctx.backward_time(layers[li]), "backward",
+                            meta={"micro": micro})
+            if on_backward is not None and micro == steps - 1:
+                on_backward(li, last)
+    return last
+
+
+def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool) -> tuple[list[int], list[dict]]:
+    """Forward/backward plus DDP bucketed all-reduce of the gradients.
+
+    With overlap, a bucket's all-reduce is launched when it and all earlier buckets are ready
+    (launch_i = max(ready_i, launch_{i-1}), enforced by the FIFO comm stream). Without it (DeepSpeed's
+    engine), all buckets are reduced after backward. Returns the collective op ids and bucket info.
+    """
+    t = ctx.scenario.training
+    buckets = assign_buckets(ctx.workload.layers, bytes_per_element, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb)
+    by_layer: dict[int, list] = {}
+    for b in buckets:
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    comm_ops: list[int] = []
+    info: list[dict] = []
+    measured = ctx.phases is not None  # measured backward already includes the bucket copies
+
+    def launch(bucket, dep):
+        nbytes = bucket.nbytes(bytes_per_element)
+        if not measured:
+            dep = prog.add(f"bucket{bucket.index} copy+scale", "compute",
+                           ctx.device.stream_time(4 * nbytes, "bucket_copy"), "other", (dep,))
+        op = add_collective(prog, ctx, f"all_reduce bucket{bucket.index}", "all_reduce", nbytes, deps=(dep,),
+                            bucket=bucket.index)
+        comm_ops.append(op)
+        info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
+
+    if overlap:
+        add_micro_steps(prog, ctx, lambda li, op: [launch(b, op) for b in by_layer.get(li, [])])
+    else:
+        last = add_micro_steps(prog, ctx)
+        for b in buckets:
+            launch(b, last)
+    return comm_ops, info
+
+
+def add_update_and_other(prog: Program, ctx: SimulationContext, deps, update_bytes_per_param: float,
+                         label: str = "optimizer step") -> int:
+    """The optimizer update kernel(s) and the per-step work outside forward/backward/communication.
+
+    With measured phases, "other" is the measured remainder after removing a modelled Adam step
+    (so each optimizer adds its own update cost on top of the same measured overhead).
+    """
+    P = ctx.params
+    update = prog.add(label, "compute", ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
+                      "optimizer", tuple(deps))
+    measured = ctx.measured_other()
+    if measured is not None:
+        adam = ctx.device.stream_time(28.0 * P, "optimizer")
+        return prog.add("other (measured: loss scaling, data, bookkeeping)", "compute",
+                        max(0.0, measured - adam), "other", (update,))
+    gb = ctx.grad_bytes
+    other_bytes = P * gb  # zero_grad
+    if BYTES_PER_ELEMENT[ctx.precision] < 4:
+        other_bytes += 3 * P * gb  # loss-scale unscale (read+write) and overflow check (read)
+    return prog.add("zero_grad + loss scaling", "compute", ctx.device.stream_time(other_bytes, "other"), "other",
+                    (update,))

@@ -1,0 +1,214 @@
+"""A cluster: N identical nodes (one detailed graph) joined by a switch fabric.
+
+Collective cost models ask it two questions about a group of ranks: how fast can a ring (or any
+bandwidth-optimal pattern) move bytes through the group's slowest link, and what is the latency of
+one step. Bandwidths are derived from the graph:
+
+* inside a node, a ring over the group's GPUs is routed hop by hop; the bottleneck is the directed
+  edge with the least capacity per ring flow crossing it. On NVLink meshes NCCL runs several rings
+  over disjoint links, so the bound is each GPU's total NVLink capacity to the other members.
+* between nodes, a node's injection bandwidth is the max-flow from its GPUs to the fabric through
+  the NICs: GPUDirect RDMA flows GPU->switch->NIC; without it data is staged in host memory, so the
+  flow must pass a CPU. A leaf-spine fabric divides it by the oversubscription once a group spans
+  more than one leaf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from clustersim import catalog
+from clustersim.catalog import GpuSpec, hardware_defaults
+from clustersim.scenario import ClusterSpec
+from clustersim.topologies.links import LinkKind
+from clustersim.topologies.node import build_node_graph, nic_bandwidth
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """A communicator: ``nodes`` nodes with ``gpus_per_node`` members each; ``sharing`` such groups
+    run at once on every node and split its NICs (e.g. the g rails of a hierarchical all-reduce)."""
+
+    nodes: int
+    gpus_per_node: int
+    sharing: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    bytes_per_s: float
+    bottleneck: str
+    latency_class: str  # nvlink | pcie | network
+    measured: bool = False
+
+
+class Cluster:
+    def __init__(self, spec: ClusterSpec, gpu: GpuSpec):
+        self.spec = spec
+        self.gpu = gpu
+        self.graph = build_node_graph(spec, gpu)
+        self._intra_cache: dict[int, Bandwidth] = {}
+        self._injection: Bandwidth | None = None
+
+    # ---- inside one node -------------------------------------------------------------------
+    def intra_ring(self, members: int) -> Bandwidth:
+        """Ring bus bandwidth among the first ``members`` GPUs of a node."""
+        if members not in self._intra_cache:
+            self._intra_cache[members] = self._compute_intra_ring(members)
+        return self._intra_cache[members]
+
+    def _compute_intra_ring(self, members: int) -> Bandwidth:
+        measured = self.spec.intra_node.measured_allreduce_busbw_gbs
+        if members <= 1:
+            return Bandwidth(float("inf"), "none (single GPU)", "nvlink")
+        fabric = self.spec.intra_node.fabric
+        if measured is not None and members == self.spec.gpus_per_node:
+            cls = "pcie" if fabric == "pcie" else "nvlink"
+            return Bandwidth(measured * 1e9, "measured intra-node all-reduce busbw", cls, measured=True)
+        gpus = [f"gpu{i}" for i in range(members)]
+        if fabric == "nvlink_mesh":
+            best = None
+            for gname in gpus:
+                cap = sum(d["capacity"] for _, peer, d in self.graph.out_edges(gname, data=True)
+                          if d["kind"] == LinkKind.NVLINK and peer in gpus)
+                if best is None or cap < best[0]:
+                    best = (cap, gname)
+            if best and best[0] > 0:
+                return Bandwidth(best[0], f"{best[1]} NVLinks to group peers", "nvlink")
+        return self._routed_ring(gpus)
+
+    def _routed_ring(self, gpus: list[str]) -> Bandwidth:
+        """Route each ring hop; bottleneck = min over directed edges of capacity / flows on it."""
+        graph = self.graph
+        if self.spec.intra_node.fabric == "pcie" and not self.spec.intra_node.p2p:
+            # No peer-to-peer: every hop is a device->host->device copy through a CPU.
+            def route(a, b):
+                cpu = nx.shortest_path(graph, a, "cpu0")[-1]
+                return nx.shortest_path(graph, a, cpu) + nx.shortest_path(graph, cpu, b)[1:]
+        else:
+            def route(a, b):
+                return nx.shortest_path(graph, a, b, weight=lambda u, v, d: 1.0 / d["capacity"])
+        load: dict[tuple[str, str], int] = {}
+        for i, a in enumerate(gpus):
+            path = route(a, gpus[(i + 1) % len(gpus)])
+            for edge in zip(path, path[1:]):
+                load[edge] = load.get(edge, 0) + 1
+        (u, v), flows = min(load.items(), key=lambda kv: graph.edges[kv[0]]["capacity"] / kv[1])
+        kind = graph.edges[u, v]["kind"]
+        return Bandwidth(graph.edges[u, v]["capacity"] / flows, f"{u}->{v} ({kind.value}, {flows} ring flow(s))",
+                         kind.latency_class)
+
+    # ---- between nodes ---------------------------------------------------------------------
+    def injection(self) -> Bandwidth:
+        """Bytes/s one node can push into the fabric (all NICs, through the PCIe tree)."""
+        if self._injection is None:
+            self._injection = self._compute_injection()
+        return self._injection
+
+    def _compute_injection(self) -> Bandwidth:
+        nic_bw = nic_bandwidth(self.spec)
+        count = self.spec.nic.count
+        if count == 0:
+            return Bandwidth(0.0, "no NIC", "network")
+        flow = self.graph.copy()
+        nics = [f"nic{m}" for m in range(count)]
+        gpus = [f"gpu{i}" for i in range(self.spec.gpus_per_node)]
+        cpus = [n for n, d in flow.nodes(data=True) if d.get("role") == "cpu"]
+        for gname in gpus:
+            flow.add_edge("SRC", gname)  # no capacity attribute = infinite
+        for nic in nics:
+            flow.add_edge(nic, "SINK", capacity=nic_bw)
+        rdma = self.spec.nic.gpudirect_rdma
+        if rdma is None:
+            rdma = self.spec.nic.kind == "infiniband"
+        if rdma:
+            value = nx.maximum_flow_value(flow, "SRC", "SINK")
+        else:
+            # Staged through host memory: GPU -> CPU, then CPU -> NIC; the two legs run on opposite
+            # directions of the PCIe links, so the node moves the smaller of the two flows.
+            up = flow.copy()
+            for cpu in cpus:
+                up.add_edge(cpu, "MEM")
+            up.remove_node("SINK")
+            down = flow.copy()
+            down.remove_node("SRC")
+            for cpu in cpus:
+                down.add_edge("MEM", cpu)
+            value = min(nx.maximum_flow_value(up, "SRC", "MEM"), nx.maximum_flow_value(down, "MEM", "SINK"))
+        nic_total = nic_bw * count
+        if value >= nic_total * (1 - 1e-9):
+            what = f"{count} x NIC ({self.spec.nic.kind}, {nic_bw * 8 / 1e9:.3g} Gb/s each"
+            what += ", measured)" if self.spec.nic.effective_gbps else ")"
+            return Bandwidth(nic_total, what, "network", measured=self.spec.nic.effective_gbps is not None)
+        return Bandwidth(value, "PCIe path from GPUs to NICs", "pcie")
+
+    def inter_node(self, shape: GroupShape) -> Bandwidth:
+        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes."""
+        inj = self.injection()
+        bw = inj.bytes_per_s / shape.sharing
+        note = inj.bottleneck
+        fabric = self.spec.fabric
+        if fabric.kind == "leaf_spine" and shape.nodes > fabric.nodes_per_leaf and fabric.oversubscription > 1:
+            bw /= fabric.oversubscription
+            note += f", leaf uplinks oversubscribed {fabric.oversubscription:g}:1"
+        return Bandwidth(bw, note, "network", inj.measured)
+
+    # ---- a group as a whole ------------------------------------------------------------------
+    def ring(self, shape: GroupShape) -> Bandwidth:
+        """Bus bandwidth of a ring over the group: the slower of its intra- and inter-node parts."""
+        intra = self.intra_ring(shape.gpus_per_node)
+        if shape.nodes == 1:
+            return intra
+        inter = self.inter_node(shape)
+        return inter if inter.bytes_per_s <= intra.bytes_per_s else intra
+
+    def hop_latency(self, latency_class: str, protocol: str) -> float:
+        nccl = hardware_defaults()["nccl"]["hop_latency_us"]
+        lat = nccl[latency_class][protocol] * 1e-6
+        if latency_class == "network":
+            nic = self.spec.nic
+            wire = nic.latency_us * 1e-6 if nic.latency_us else hardware_defaults()["nic"]["latency_s"][nic.kind]
+            lat = max(lat, wire)
+        return lat
+
+    def step_latency(self, shape: GroupShape, protocol: str) -> float:
+        """Latency of one ring step: the slowest hop class the group crosses."""
+        if shape.nodes > 1:
+            return self.hop_latency("network", protocol)
+        return self.hop_latency(self.intra_ring(shape.gpus_per_node).latency_class, protocol)
+
+    def compute_slowdown(self, shape: GroupShape) -> float:
+        """Fraction of compute throughput lost while this group's NCCL kernel runs."""
+        table = hardware_defaults()["nccl"]["compute_slowdown_while_communicating"]
+        if shape.nodes > 1:
+            return table["network"]
+        return table[self.intra_ring(shape.gpus_per_node).latency_class] if shape.gpus_per_node > 1 else 0.0
+
+    def describe(self) -> dict:
+        s = self.spec
+        kinds: dict[str, dict] = {}
+        for u, v, d in self.graph.edges(data=True):
+            entry = kinds.setdefault(d["kind"].value, {"links": 0, "gbs_per_direction": set()})
+            entry["links"] += 1
+            entry["gbs_per_direction"].add(round(d["capacity"] / 1e9, 2))
+        return {
+            "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "world_size": s.world_size,
+            "gpu": self.gpu.name, "intra_node_fabric": s.intra_node.fabric,
+            "link_kinds": {k: {"directed_edges_per_node": v["links"], "gbs_per_direction": sorted(v["gbs_per_direction"])}
+                           for k, v in sorted(kinds.items())},
+            "nic": {"kind": s.nic.kind, "count": s.nic.count,
+                    "gbs_each": nic_bandwidth(s) / 1e9, "measured": s.nic.effective_gbps is not None},
+            "fabric": s.fabric.model_dump(),
+        }
+
+
+@lru_cache(maxsize=256)
+def build_cluster(spec: ClusterSpec) -> Cluster:
+    return Cluster(spec, catalog.gpu(spec.gpu))

@@ -1,0 +1,28 @@
+"""Link kinds and the attributes every edge of a topology graph carries."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class LinkKind(str, Enum):
+    NVLINK = "nvlink"          # GPU-GPU direct NVLink (DGX-1 hybrid cube-mesh)
+    NVSWITCH = "nvswitch"      # GPU to NVSwitch plane (all of a GPU's NVLinks)
+    PCIE = "pcie"              # GPU/NIC to PCIe switch, switch to CPU root complex
+    SOCKET = "socket"          # CPU to CPU (UPI/QPI)
+    NETWORK = "network"        # NIC to the fabric (InfiniBand or Ethernet)
+
+    @property
+    def latency_class(self) -> str:
+        """Which of NCCL's per-hop latency rows applies to a hop over this link."""
+        return {"nvlink": "nvlink", "nvswitch": "nvlink", "pcie": "pcie", "socket": "pcie",
+                "network": "network"}[self.value]
+
+
+def add_link(graph, a: str, b: str, kind: LinkKind, bandwidth: float, latency: float = 0.0) -> None:
+    """A full-duplex link: two directed edges, each with the per-direction bandwidth (bytes/s)."""
+    for u, v in ((a, b), (b, a)):
+        if graph.has_edge(u, v):  # parallel NVLinks between one GPU pair add up
+            graph[u][v]["capacity"] += bandwidth
+        else:
+            graph.add_edge(u, v, kind=kind, capacity=bandwidth, latency=latency)

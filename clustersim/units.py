@@ -1,0 +1,52 @@
+"""Parsing and formatting of sizes, bandwidths and times.
+
+Internally everything is SI base units: bytes, bytes per second, seconds. Network line rates are
+quoted in bits per second by vendors (40 GbE, 200 Gb/s HDR), memory and bus bandwidths in bytes per
+second, so both spellings are accepted and the unit decides.
+"""
+
+from __future__ import annotations
+
+import re
+
+from clustersim.errors import InputError
+
+_BYTE_UNITS = {
+    "": 1, "b": 1, "byte": 1, "bytes": 1,
+    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+GBIT = 1e9 / 8  # bytes per second in one Gb/s
+GB = 1e9
+MIB = 2**20
+
+
+def parse_bytes(text: str | int | float) -> float:
+    """``"32MiB"`` -> 33554432.0; plain numbers are bytes."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match or match.group(2).lower() not in _BYTE_UNITS:
+            raise InputError(f"cannot read size {text!r} (use e.g. 512, 64KiB, 32MiB, 1.5GB)")
+        value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    if value <= 0:
+        raise InputError(f"size must be positive, got {text!r}")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t * 1e6:.1f} µs"

@@ -1,0 +1,41 @@
+"""Instantiate a workload from a scenario's ``workload`` section."""
+
+from __future__ import annotations
+
+from clustersim import catalog
+from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
+from clustersim.scenario import WorkloadSpec
+from clustersim.workloads.layers import Kernel, Layer, Workload
+from clustersim.workloads.resnet import resnet_layers
+from clustersim.workloads.transformer import transformer_layers
+
+
+def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
+    layers: list[Layer] = []
+    for entry in spec.layers or []:
+        for i in range(entry.repeat):
+            name = entry.name if entry.repeat == 1 else f"{entry.name}{i}"
+            b = spec.micro_batch
+            layers.append(Layer(
+                name=name,
+                param_tensors=(entry.params,) if entry.params else (),
+                forward=(Kernel("compute", b * entry.forward_flops, b * entry.forward_bytes),),
+                backward=(Kernel("compute", 2 * b * entry.forward_flops, 2 * b * entry.forward_bytes),),
+                activation_bytes=b * entry.activation_bytes,
+            ))
+    return layers
+
+
+def build_workload(spec: WorkloadSpec) -> Workload:
+    d = BYTES_PER_ELEMENT[spec.precision]
+    if spec.model is None:
+        return Workload("custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1,
+                        spec.precision, spec.micro_batch)
+    arch = catalog.model(spec.model)
+    seq = spec.seq_len or arch.default_seq_len
+    if isinstance(arch, ResNetArch):
+        layers = resnet_layers(arch, spec.micro_batch, d)
+        seq = 1
+    else:
+        layers = transformer_layers(arch, spec.micro_batch, seq, d)
+    return Workload(spec.model, tuple(layers), spec.micro_batch, seq, spec.precision, spec.micro_batch)

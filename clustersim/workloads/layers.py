@@ -1,0 +1,67 @@
+"""The unit the simulator schedules: a layer with its parameter tensors and its kernels.
+
+Costs are per micro-batch. A layer's work is a short list of :class:`Kernel` groups, each with FLOPs
+and HBM bytes, because a roofline must be applied per kernel (a GEMM is compute-bound, the LayerNorm
+after it memory-bound): summing ``max(flops/F, bytes/B)`` over kernels is right, one max over the
+whole layer would hide the memory-bound part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    param_tensors: tuple[int, ...]
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...]
+    activation_bytes: float = 0.0
+
+    @property
+    def params(self) -> int:
+        return sum(self.param_tensors)
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(k.flops for k in self.forward)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(k.flops for k in self.backward)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model instantiated at one micro-batch, sequence length and precision."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    micro_batch: int
+    seq_len: int
+    precision: str
+    samples_per_micro_batch: int = field(default=0)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(layer.forward_flops for layer in self.layers)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(layer.backward_flops for layer in self.layers)
+
+    @property
+    def activation_bytes(self) -> float:
+        return sum(layer.activation_bytes for layer in self.layers)

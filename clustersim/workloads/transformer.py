@@ -1,0 +1,103 @@
+"""Transformer layers (BERT, GPT, LLaMA styles) from hyper-parameters.
+
+FLOP counts follow the usual convention (Kaplan et al. 2020; Narayanan et al. 2021): a GEMM of
+(m x k) by (k x n) costs 2mkn FLOPs, backward costs twice forward. With T = b*s tokens:
+  GEMMs per block:   2T(4h^2 + 2hf)   (SwiGLU: 2T(4h^2 + 3hf))
+  attention scores:  4Ths             (QK^T and PV)
+Saved activations per block follow Korthikanti et al. 2022, eq. 1 (no recomputation, 16-bit):
+  s*b*h*(34 + 5*a*s/h) bytes, scaled by the element size for other precisions.
+Memory-bound kernels (LayerNorm, residual adds, dropout, GeLU, softmax) are counted as bytes read
+and written: d*(14*T*h + 2*T*f + 4*b*a*s^2) forward, twice that backward.
+"""
+
+from __future__ import annotations
+
+from clustersim.catalog import TransformerArch
+from clustersim.workloads.layers import Kernel, Layer
+
+
+def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
+    h, tokens = arch.hidden, b * s
+    tensors = [arch.vocab * h]
+    if arch.max_positions:
+        tensors.append(arch.max_positions * h)
+    if arch.token_types:
+        tensors.append(arch.token_types * h)
+    if arch.style == "bert":
+        tensors += [h, h]  # embedding LayerNorm weight and bias
+    tables = len(tensors) if arch.style != "bert" else len(tensors) - 2
+    fwd_bytes = d * tokens * h * (tables + 1 + (2 if arch.style == "bert" else 0))
+    # Backward scatters token gradients into a dense table gradient that DDP reduces whole.
+    bwd_bytes = d * (tokens * h * (tables + 2) + arch.vocab * h)
+    return Layer(
+        name="embedding",
+        param_tensors=tuple(tensors),
+        forward=(Kernel("gather", 0.0, fwd_bytes),),
+        backward=(Kernel("scatter_add", 0.0, bwd_bytes),),
+        activation_bytes=d * tokens * h,
+    )
+
+
+def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
+    h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
+    if arch.style == "llama":
+        tensors = (h, 3 * h * h, h * h, h, h * f, h * f, f * h)
+        mlp_gemm = 3 * h * f
+        mlp_io = tokens * (h + 2 * f) + tokens * (f + h)
+        extra_elementwise = 3 * tokens * f  # SiLU and gating multiply
+    else:
+        tensors = (3 * h * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h, h, h)
+        mlp_gemm = 2 * h * f
+        mlp_io = tokens * (h + f) * 2
+        extra_elementwise = 0
+    gemm_flops = 2 * tokens * (4 * h * h + mlp_gemm)
+    attn_flops = 4 * tokens * s * h
+    weight_bytes = d * sum(tensors)
+    gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
+    attn_bytes = d * (2 * b * a * s * s + 3 * tokens * h)
+    elementwise = d * (14 * tokens * h + 2 * tokens * f + 4 * b * a * s * s + extra_elementwise)
+    forward = (
+        Kernel("gemm", gemm_flops, weight_bytes + gemm_io),
+        Kernel("attention", attn_flops, attn_bytes),
+        Kernel("elementwise", 0.0, elementwise),
+    )
+    backward = (
+        Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes),
+        Kernel("attention", 2 * attn_flops, 2 * attn_bytes),
+        Kernel("elementwise", 0.0, 2 * elementwise),
+    )
+    activations = s * b * h * (34 + 5 * a * s / h) * d / 2
+    return Layer(f"block{index}", tensors, forward, backward, activations)
+
+
+def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
+    h, v, tokens = arch.hidden, arch.vocab, b * s
+    if arch.style == "bert":
+        # pooler (dense h*h + bias), MLM transform (dense + bias + LayerNorm), decoder bias
+        # (decoder weight tied to the word embedding), NSP classifier (2*h + 2).
+        tensors = (h * h, h, h * h, h, h, h, v, 2 * h, 2)
+        gemm_flops = 2 * tokens * h * h + 2 * tokens * h * v + 2 * b * h * h
+    elif arch.style == "gpt":
+        tensors = (h, h)  # final LayerNorm; LM head tied to the word embedding
+        gemm_flops = 2 * tokens * h * v
+    else:
+        tensors = (h, v * h)  # final RMSNorm, untied LM head
+        gemm_flops = 2 * tokens * h * v
+    logits_bytes = d * tokens * v
+    forward = (
+        Kernel("gemm", gemm_flops, d * (h * v + tokens * h) + logits_bytes),
+        Kernel("loss", 0.0, 4 * logits_bytes),
+    )
+    backward = (
+        Kernel("gemm", 2 * gemm_flops, 2 * d * (h * v + tokens * h) + 2 * logits_bytes),
+        Kernel("loss", 0.0, 2 * logits_bytes),
+    )
+    return Layer("head", tensors, forward, backward, logits_bytes + d * tokens * h)
+
+
+def transformer_layers(arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int) -> list[Layer]:
+    b, s, d = micro_batch, seq_len, dtype_bytes
+    layers = [_embedding(arch, b, s, d)]
+    layers += [_block(arch, i, b, s, d) for i in range(arch.layers)]
+    layers.append(_head(arch, b, s, d))
+    return layers

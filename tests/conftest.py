@@ -1,0 +1,32 @@
+import pytest
+from typer.testing import CliRunner
+
+from clustersim.scenario import load_scenario, validate_scenario
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def default_scenario():
+    return load_scenario("preset:default")
+
+
+def make_scenario(**overrides):
+    """A small valid scenario with dotted-key overrides."""
+    base = {
+        "name": "t",
+        "cluster": {"nodes": 2, "gpus_per_node": 4, "gpu": "A100-80GB", "intra_node": {"fabric": "nvswitch"},
+                    "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200}},
+        "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128, "precision": "fp16"},
+        "training": {"optimizer": "adam"},
+    }
+    for key, value in overrides.items():
+        node = base
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return validate_scenario(base, source="test")

@@ -1,0 +1,58 @@
+import pytest
+
+from clustersim import catalog
+from clustersim.errors import InputError
+from clustersim.scenario import WorkloadSpec
+from clustersim.workloads import build_workload
+
+
+@pytest.mark.parametrize("name,expected,tol", [
+    ("BERT-Base", 110e6, 0.02),      # Devlin et al. 2019
+    ("BERT-Large", 340e6, 0.02),     # Devlin et al. 2019 ("340M")
+    ("ResNet-50", 25.557032e6, 1e-9),  # torchvision resnet50: 25,557,032 exactly
+    ("GPT-2-1.5B", 1.5576e9, 0.01),  # Radford et al. 2019 (1542M reported; 1557.6M with the tied head counted once)
+    ("LLaMA-7B", 6.738e9, 0.005),    # Touvron et al. 2023: 6.7B (HF count 6,738,415,616)
+    ("GPT-3-175B", 175e9, 0.01),     # Brown et al. 2020
+    ("GPT-3-13B", 13e9, 0.01),
+    ("GPT-3-1.3B", 1.3e9, 0.03),
+])
+def test_parameter_counts_match_published(name, expected, tol):
+    w = build_workload(WorkloadSpec(model=name, micro_batch=1))
+    assert abs(w.params - expected) / expected <= tol
+
+
+def test_resnet50_forward_flops_match_published():
+    # ResNet-50 at 224x224: 4.1 GMACs = 8.2 GFLOPs per image (He et al. 2016; fvcore counts 4.09 GMACs)
+    w = build_workload(WorkloadSpec(model="ResNet-50", micro_batch=1))
+    assert abs(w.forward_flops - 8.2e9) / 8.2e9 < 0.02
+
+
+def test_transformer_flops_follow_6nd_rule():
+    # Training FLOPs ~ 6 * params * tokens (Kaplan et al. 2020) plus attention; within 15% for GPT-3 1.3B
+    w = build_workload(WorkloadSpec(model="GPT-3-1.3B", micro_batch=1, seq_len=2048))
+    train = w.forward_flops + w.backward_flops
+    assert 1.0 <= train / (6 * w.params * 2048) < 1.3
+
+
+def test_flops_scale_linearly_with_micro_batch():
+    a = build_workload(WorkloadSpec(model="BERT-Base", micro_batch=1, seq_len=128))
+    b = build_workload(WorkloadSpec(model="BERT-Base", micro_batch=8, seq_len=128))
+    assert b.forward_flops == pytest.approx(8 * a.forward_flops)
+    assert b.params == a.params
+
+
+def test_unknown_gpu_and_model_are_input_errors():
+    with pytest.raises(InputError, match="unknown GPU"):
+        catalog.gpu("Z100")
+    with pytest.raises(InputError, match="unknown model"):
+        catalog.model("BERT-Huge")
+
+
+def test_lookup_is_case_insensitive():
+    assert catalog.gpu("h100-sxm").name == "H100-SXM"
+
+
+def test_every_gpu_has_consistent_properties():
+    for g in catalog.gpus().values():
+        assert g.peak_flops("fp32") > 0 and g.hbm_bytes_per_s > 0
+        assert g.nvlink.links == 0 or g.nvlink.gbs_per_link > 0

@@ -1,0 +1,136 @@
+"""The topology-aware cost model against the closed forms of ../shared/reference/algorithms.md."""
+
+import math
+
+import pytest
+
+from clustersim.catalog import hardware_defaults
+from clustersim.cost_models import closed_forms as cf
+from clustersim.cost_models.collectives import CollectiveModel
+from clustersim.topologies import GroupShape, build_cluster
+from tests.conftest import make_scenario
+
+
+def model_for(**kw):
+    s = make_scenario(**kw)
+    cl = build_cluster(s.cluster)
+    return cl, CollectiveModel(cl)
+
+
+def simple_alpha_beta(cl, shape, proto="Simple"):
+    base = hardware_defaults()["nccl"]["base_latency_us"][proto] * 1e-6
+    return base, cl.step_latency(shape, proto), 1.0 / cl.ring(shape).bytes_per_s
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_single_node_ring_allreduce_is_the_closed_form(p):
+    cl, m = model_for(**{"cluster.nodes": 1, "cluster.gpus_per_node": p})
+    shape = GroupShape(1, p)
+    S = 1 << 30
+    c = m.cost("all_reduce", S, shape, "ring")
+    base, alpha, beta = simple_alpha_beta(cl, shape)
+    assert c.protocol == "Simple"  # large messages pick Simple
+    assert c.time == pytest.approx(base + 2 * (p - 1) * alpha + 2 * (p - 1) / p * S * beta)
+
+
+def test_closed_forms_by_hand():
+    # p=4, S=1e6 bytes, alpha=1e-5, beta=1e-9, gamma=0
+    assert cf.ring_allreduce(4, 1e6, 1e-5, 1e-9) == pytest.approx(6e-5 + 1.5e-3)
+    assert cf.halving_doubling_allreduce(4, 1e6, 1e-5, 1e-9) == pytest.approx(4e-5 + 1.5e-3)
+    assert cf.ring_allgather(4, 1e6, 1e-5, 1e-9) == pytest.approx(3e-5 + 0.75e-3)
+    assert cf.pairwise_alltoall(4, 1e6, 1e-5, 1e-9) == pytest.approx(3e-5 + 0.75e-3)
+    assert cf.binomial_broadcast(4, 1e6, 1e-5, 1e-9) == pytest.approx(2 * (1e-5 + 1e-3))
+    assert cf.double_binary_tree_allreduce(4, 1e6, 1e-5, 1e-9) == pytest.approx(4e-5 + 2e-3)
+    assert cf.ring_allreduce(4, 1e6, 0, 0, gamma=1e-9) == pytest.approx(0.75e-3)
+    # hierarchical: g=4, N=2
+    t = cf.hierarchical_allreduce(4, 2, 1e6, 1e-6, 1e-10, 1e-5, 1e-9)
+    assert t == pytest.approx(6e-6 + 1.5e-4 + 2e-5 + 2 * 0.5 * 0.25e6 * 1e-9)
+
+
+def test_hierarchical_matches_formula_on_cluster():
+    cl, m = model_for(**{"cluster.nodes": 4, "cluster.gpus_per_node": 8})
+    S = 256 * 2**20
+    c = m.cost("all_reduce", S, GroupShape(4, 8), "hier")
+    lat_l = cl.step_latency(GroupShape(1, 8), c.protocol)
+    lat_n = cl.step_latency(GroupShape(4, 8), c.protocol)
+    beta_l = 1 / cl.intra_ring(8).bytes_per_s
+    beta_n = 1 / cl.inter_node(GroupShape(4, 1, sharing=8)).bytes_per_s
+    base = hardware_defaults()["nccl"]["base_latency_us"][c.protocol] * 1e-6
+    assert c.time == pytest.approx(base + cf.hierarchical_allreduce(8, 4, S, lat_l, beta_l, lat_n, beta_n))
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"])
+def test_busbw_never_exceeds_the_bottleneck(op):
+    cl, m = model_for(**{"cluster.nodes": 4})
+    shape = GroupShape(4, 4)
+    c = m.cost(op, 1 << 30, shape)
+    assert c.busbw <= cl.ring(shape).bytes_per_s * (1 + 1e-9) or op == "all_to_all"
+
+
+def test_auto_picks_the_cheapest_nccl_choice():
+    cl, m = model_for(**{"cluster.nodes": 4})
+    shape = GroupShape(4, 4)
+    for size in (1e3, 1e6, 1e9):
+        auto = m.cost("all_reduce", size, shape, "auto")
+        assert auto.time <= min(m.cost("all_reduce", size, shape, a).time for a in ("ring", "tree")) + 1e-15
+        assert auto.algorithm in ("ring", "tree")
+
+
+def test_small_messages_are_latency_bound_and_large_bandwidth_bound():
+    cl, m = model_for(**{"cluster.nodes": 1, "cluster.gpus_per_node": 8})
+    shape = GroupShape(1, 8)
+    small = m.cost("all_reduce", 8, shape)
+    large = m.cost("all_reduce", 4 << 30, shape)
+    assert small.protocol == "LL" and small.time < 50e-6
+    assert large.busbw / cl.ring(shape).bytes_per_s > 0.97
+
+
+def test_alltoall_inter_node_bytes_follow_g_p_minus_g():
+    cl, m = model_for(**{"cluster.nodes": 8, "cluster.gpus_per_node": 4})
+    S = 1e8
+    c = m.cost("all_to_all", S, GroupShape(8, 4))
+    p, g = 32, 4
+    assert c.inter_node_bytes == pytest.approx(g * (p - g) / p * S)
+    # bytes sent = bytes received: a node sends to others exactly what the others send to it
+    assert c.intra_node_bytes + c.inter_node_bytes == pytest.approx(g * (p - 1) / p * S)
+
+
+def test_ring_allreduce_traffic_per_node():
+    cl, m = model_for(**{"cluster.nodes": 4, "cluster.gpus_per_node": 4})
+    S, p, g = 1e9, 16, 4
+    c = m.cost("all_reduce", S, GroupShape(4, 4), "ring")
+    assert c.inter_node_bytes == pytest.approx(2 * (p - 1) / p * S)
+    assert c.intra_node_bytes + c.inter_node_bytes == pytest.approx(g * 2 * (p - 1) / p * S)
+
+
+def test_single_rank_collective_is_free():
+    cl, m = model_for(**{"cluster.nodes": 1, "cluster.gpus_per_node": 1})
+    assert m.cost("all_reduce", 1e9, GroupShape(1, 1)).time == 0.0
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_to_all"])
+def test_more_nic_bandwidth_is_never_slower(op):
+    times = []
+    for rate in (10, 25, 100, 200, 400, 800):
+        cl, m = model_for(**{"cluster.nodes": 8, "cluster.nic.line_rate_gbps": rate})
+        times.append(m.cost(op, 256 * 2**20, GroupShape(8, 4)).time)
+    assert all(a >= b for a, b in zip(times, times[1:]))
+    assert times[0] > times[-1]
+
+
+def test_hd_is_worse_than_ring_across_nodes_with_one_nic():
+    # Halving-doubling sends g times the ring's bytes through the NIC when ranks are node-contiguous.
+    cl, m = model_for(**{"cluster.nodes": 8, "cluster.gpus_per_node": 8})
+    shape = GroupShape(8, 8)
+    assert m.cost("all_reduce", 1e9, shape, "hd").time > m.cost("all_reduce", 1e9, shape, "ring").time
+
+
+def test_hier_beats_flat_ring_when_intra_is_fast_and_nic_slow():
+    cl, m = model_for(**{"cluster.nodes": 8, "cluster.gpus_per_node": 8, "cluster.nic.kind": "ethernet_tcp",
+                         "cluster.nic.line_rate_gbps": 10})
+    shape = GroupShape(8, 8)
+    hier = m.cost("all_reduce", 1e9, shape, "hier").time
+    ring = m.cost("all_reduce", 1e9, shape, "ring").time
+    # Same NIC bytes, fewer network latency steps: never worse than ring.
+    assert hier <= ring * 1.001
+    assert math.isfinite(hier)

@@ -1,0 +1,70 @@
+"""The simpy engine's semantics on programs whose answer is known by hand."""
+
+import pytest
+
+from clustersim.simulator.engine import Engine
+from clustersim.simulator.program import Program
+from clustersim.simulator.result import attribute_timeline
+
+
+def run(prog):
+    start, end = Engine(prog).run()
+    return start, end, attribute_timeline(prog, start, end)
+
+
+def test_stream_runs_in_order_and_serially():
+    p = Program()
+    a = p.add("a", "compute", 1.0, "forward")
+    b = p.add("b", "compute", 2.0, "backward")
+    start, end, (total, parts) = run(p)
+    assert (start[a], end[a], start[b], end[b]) == (0, 1, 1, 3)
+    assert total == 3 and parts["forward"] == 1 and parts["backward"] == 2
+
+
+def test_streams_overlap_and_dependencies_hold():
+    p = Program()
+    a = p.add("bwd", "compute", 3.0, "backward")
+    c = p.add("comm", "comm", 2.0, "communication")  # no deps: overlaps with bwd
+    d = p.add("comm2", "comm", 2.0, "communication", deps=(a,))
+    start, end, (total, parts) = run(p)
+    assert end[c] == pytest.approx(2.0)
+    assert start[d] == pytest.approx(3.0) and total == pytest.approx(5.0)
+    assert parts["exposed_communication"] == pytest.approx(2.0)
+    assert sum(parts.values()) == pytest.approx(total)
+
+
+def test_nccl_kernel_slows_concurrent_compute():
+    p = Program()
+    a = p.add("compute", "compute", 1.0, "backward")
+    p.add("comm", "comm", 0.5, "communication", compute_slowdown=0.5)
+    start, end, _ = run(p)
+    # During the first 0.5 s compute runs at half speed (0.25 s of work), then 0.75 s alone.
+    assert end[a] == pytest.approx(1.25)
+
+
+def test_flows_on_a_link_share_it_fairly():
+    p = Program()
+    x = p.add("x", "d2h", 1.0, "transfer", link="pcie0")
+    y = p.add("y", "h2d", 3.0, "transfer", link="pcie0")
+    start, end, _ = run(p)
+    assert end[x] == pytest.approx(2.0)  # both at half rate for 2 s
+    assert end[y] == pytest.approx(4.0)  # then y alone: 3 - 1 = 2 s of work left... at full rate 2 s
+    assert end[x] + 0 <= end[y]
+
+
+def test_zero_duration_ops_and_long_chains():
+    p = Program()
+    prev = None
+    for i in range(500):
+        prev = p.add(f"op{i}", "compute" if i % 2 else "comm", 0.0 if i % 7 == 0 else 0.001,
+                     "forward" if i % 2 else "communication", deps=(prev,) if prev is not None else ())
+    start, end, (total, _) = run(p)
+    assert total == pytest.approx(sum(0.001 for i in range(500) if i % 7))
+
+
+def test_deadlock_is_reported():
+    p = Program()
+    p.add("a", "s1", 1.0, "forward", deps=(1,))
+    p.add("b", "s2", 1.0, "forward", deps=(0,))
+    with pytest.raises(RuntimeError, match="deadlock"):
+        Engine(p).run()

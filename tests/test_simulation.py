@@ -1,0 +1,107 @@
+"""Invariants of a simulated iteration."""
+
+import pytest
+
+from clustersim.simulator import simulate
+from clustersim.simulator.strategies.buckets import MIB, assign_buckets
+from clustersim.workloads import build_workload
+from clustersim.scenario import WorkloadSpec
+from tests.conftest import make_scenario
+
+
+def compute_only(r):
+    return r.breakdown["forward"] + r.breakdown["backward"]
+
+
+def test_breakdown_adds_up_to_iteration_time(default_scenario):
+    r = simulate(default_scenario)
+    assert sum(r.breakdown.values()) == pytest.approx(r.iteration_time)
+    assert r.samples_per_s == pytest.approx(512 / r.iteration_time)
+
+
+def test_overlap_never_beats_the_compute_only_bound():
+    for nodes in (1, 2, 8):
+        r = simulate(make_scenario(**{"cluster.nodes": nodes}))
+        assert r.iteration_time >= compute_only(r) + r.breakdown["optimizer"] - 1e-12
+
+
+def test_overlap_helps_and_never_hurts():
+    on = simulate(make_scenario(**{"cluster.nodes": 4, "training.overlap": True}))
+    off = simulate(make_scenario(**{"cluster.nodes": 4, "training.overlap": False}))
+    assert on.iteration_time < off.iteration_time
+    assert off.breakdown["exposed_communication"] > on.breakdown["exposed_communication"]
+
+
+@pytest.mark.parametrize("key,values", [
+    ("cluster.nic.line_rate_gbps", [10, 25, 100, 200, 400]),
+    ("cluster.nic.count", [1, 2, 4]),
+])
+def test_more_bandwidth_is_never_slower(key, values):
+    times = [simulate(make_scenario(**{"cluster.nodes": 8, key: v})).iteration_time for v in values]
+    assert all(a >= b - 1e-12 for a, b in zip(times, times[1:]))
+
+
+def test_bucket_launch_rule_and_fifo_stream(default_scenario):
+    r = simulate(default_scenario)
+    b = r.buckets
+    assert b[0]["bytes"] <= 1 * MIB + 1024 * 1024 * 2 * 2  # 1 MiB cap, may overshoot by one tensor
+    for prev, cur in zip(b, b[1:]):
+        assert cur["start_s"] >= prev["end_s"] - 1e-12
+    # exposed communication = end of the last all-reduce - end of backward (and its bucket copies)
+    bwd_end = max(o.end for o in r.ops if o.stream == "compute" and o.end <= b[-1]["end_s"])
+    assert r.breakdown["exposed_communication"] == pytest.approx(b[-1]["end_s"] - bwd_end, rel=1e-6)
+
+
+def test_buckets_cover_every_parameter_once():
+    w = build_workload(WorkloadSpec(model="BERT-Large", micro_batch=1))
+    buckets = assign_buckets(w.layers, 2, 25, 1)
+    assert sum(b.elements for b in buckets) == w.params
+    assert all(b.elements * 2 >= 25 * MIB for b in buckets[1:-1])
+
+
+def test_gradient_accumulation_reduces_once():
+    one = simulate(make_scenario(**{"cluster.nodes": 2}))
+    four = simulate(make_scenario(**{"cluster.nodes": 2, "workload.gradient_accumulation": 4}))
+    assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"])
+    assert four.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(one.bytes_per_link_kind["inter_node_per_node"])
+    assert four.samples_per_iteration == 4 * one.samples_per_iteration
+
+
+def test_single_gpu_has_no_communication():
+    r = simulate(make_scenario(**{"cluster.nodes": 1, "cluster.gpus_per_node": 1}))
+    assert r.breakdown["exposed_communication"] == 0
+    assert r.bytes_per_link_kind["inter_node_per_node"] == 0
+
+
+def test_run_cost_does_not_grow_with_gpu_count():
+    small = simulate(make_scenario(**{"cluster.nodes": 1}))
+    huge = simulate(make_scenario(**{"cluster.nodes": 16384}))
+    assert len(huge.ops) == len(small.ops)
+    assert huge.world_size == 65536
+
+
+def test_fp32_gradients_double_the_bytes():
+    a = simulate(make_scenario(**{"cluster.nodes": 2}))
+    b = simulate(make_scenario(**{"cluster.nodes": 2, "training.gradient_dtype": "fp32"}))
+    assert b.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(2 * a.bytes_per_link_kind["inter_node_per_node"], rel=0.01)
+
+
+def test_measured_phases_are_used_when_the_profile_matches():
+    from clustersim.scenario import load_scenario
+
+    r = simulate(load_scenario("preset:onebit-adam-ethernet"))
+    assert r.breakdown["forward"] == pytest.approx(0.0355)
+    assert r.breakdown["backward"] == pytest.approx(0.060)
+    assert any("measured phases" in n for n in r.notes)
+
+
+def test_trace_has_one_track_per_stream(default_scenario, tmp_path):
+    import json
+
+    r = simulate(default_scenario)
+    path = tmp_path / "t.json"
+    r.write_trace(path)
+    data = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"compute", "comm"} <= names
+    assert sum(1 for e in data["traceEvents"] if e.get("ph") == "X") == len(r.ops)
