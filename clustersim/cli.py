@@ -125,6 +125,82 @@ def collective(scenario: str = ScenarioArg,
     console.print(f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}")
 
 
+def _int_list(text: str, key: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"expected comma-separated integers, got {text!r}", key=key) from None
+    if not values:
+        raise InputError("empty list", key=key)
+    return values
+
+
+@app.command()
+@user_errors
+def compare(scenario: str = ScenarioArg,
+            optimizers: str = typer.Option("adam,onebit-adam,zero-one-adam,binsgdm", "--optimizers",
+                                           help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm."),
+            gpus: str = typer.Option("8,16,32,64,128,256,512,1024", "--gpus", help="Comma-separated total GPU counts."),
+            steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
+            warmup: Optional[float] = typer.Option(None, "--warmup", help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps)."),
+            json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+    """Optimizers side by side per GPU count: time split, samples/s, speedup, bytes on the wire, time-to-train."""
+    from rich.progress import Progress
+
+    from clustersim.compare import compare as run_compare
+
+    s = _load(scenario)
+    opts = [o.strip() for o in optimizers.split(",") if o.strip()]
+    counts = _int_list(gpus, "--gpus")
+    if json_out:
+        rows = run_compare(s, opts, counts, steps, warmup, profile)
+        emit_json([r.as_dict() for r in rows])
+        return
+    with Progress(transient=True, console=console) as bar:
+        task = bar.add_task("simulating", total=len(opts) * len(counts))
+        rows = run_compare(s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task))
+    base = "adam" if "adam" in opts else opts[0]
+    console.print(table(f"{s.name}: iteration time split, ms (speedup over {base})",
+                        ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
+                        [[r.gpus, r.optimizer, f"{r.iteration_time_s * 1e3:,.0f}", f"{r.compute_s * 1e3:,.0f}",
+                          f"{r.exposed_communication_s * 1e3:,.0f}", f"{r.compression_s * 1e3:,.0f}",
+                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"] for r in rows]))
+    console.print("[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
+                  "optim = optimizer step and other per-step work[/]")
+    cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (["time to train", "speedup"] if steps else [])
+    console.print(table("Bytes per node per step" + (f" and time to train ({steps:,} steps)" if steps else ""), cols,
+                        [[r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
+                         + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
+                         for r in rows]))
+    if steps:
+        from clustersim.compare import _warmup_fraction
+
+        console.print(f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
+                      f"{_warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]")
+
+
+@app.command()
+@user_errors
+def validate(dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", help="Shipped published measurements."),
+             json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+    """Compare predictions with published measurements shipped as data; print per-row and median error."""
+    from clustersim.validation.published import validate as run_validate
+
+    report = run_validate(dataset, profile)
+    d = report.dataset
+    if json_out:
+        emit_json({"dataset": d.name, "source": d.source, "metric": d.metric,
+                   "rows": [r.as_dict() for r in report.rows],
+                   "median_abs_error": report.median_abs_error, "max_abs_error": report.max_abs_error})
+        return
+    console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
+    console.print(table(f"{d.metric}: predicted vs published", ["optimizer", "GPUs", "published", "predicted", "error"],
+                        [[r.optimizer, r.gpus, f"{r.published:,.1f}", f"{r.predicted:,.1f}", f"{100 * r.error:+.1f}%"]
+                         for r in report.rows]))
+    console.print(f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
+                  f"largest {100 * report.max_abs_error:.1f}%")
+
+
 @hardware_app.command("list")
 @user_errors
 def hardware_list(json_out: bool = JsonOpt):

@@ -38,10 +38,11 @@ def emit_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True) -> Table:
+def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 2) -> Table:
+    """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned."""
     t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if (justify_numbers and i > 0) else "left")
+        t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t

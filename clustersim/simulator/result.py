@@ -27,6 +27,8 @@ class OpRecord:
     start: float
     end: float
     meta: dict
+    intra_node_bytes: float = 0.0
+    inter_node_bytes: float = 0.0
 
 
 @dataclass

@@ -38,10 +38,10 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
                          "intra_node_bytes": s_intra, "inter_node_bytes": s_inter})
         if step is main:
             main_times = (start, end)
-            main_records = [OpRecord(op.name, op.stream, op.category, start[op.id], end[op.id], op.meta)
-                            for op in step.program.ops]
+            main_records = [OpRecord(op.name, op.stream, op.category, start[op.id], end[op.id], op.meta,
+                                     op.intra_node_bytes, op.inter_node_bytes) for op in step.program.ops]
     buckets = []
-    for b in getattr(strategy, "buckets", []):
+    for b in main.buckets:
         buckets.append({"bucket": b["bucket"], "bytes": b["bytes"],
                         "start_s": main_times[0][b["op"]], "end_s": main_times[1][b["op"]]})
     sources = dict(ctx.device.sources)

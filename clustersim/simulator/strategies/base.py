@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +22,7 @@ class StepProgram:
     label: str
     weight: float
     program: Program
+    buckets: list[dict] = field(default_factory=list)  # DDP buckets: {"bucket", "bytes", "op"}
 
 
 class Strategy:

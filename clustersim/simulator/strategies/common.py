@@ -6,6 +6,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.buckets import assign_buckets
+from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
 
 
 def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nbytes: float, shape=None,
@@ -13,8 +14,11 @@ def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nb
     """One collective on the communication stream, with its traffic and its SM slowdown."""
     shape = shape or ctx.world
     cost = ctx.collective(op, nbytes, shape, algorithm)
+    # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
+    # links carry ``sharing`` copies of its traffic.
     return prog.add(name, stream, cost.time, "communication", deps,
-                    intra_node_bytes=cost.intra_node_bytes, inter_node_bytes=cost.inter_node_bytes,
+                    intra_node_bytes=cost.intra_node_bytes * shape.sharing,
+                    inter_node_bytes=cost.inter_node_bytes * shape.sharing,
                     compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
                     meta={"op": op, "bytes": nbytes, "algorithm": cost.algorithm, "protocol": cost.protocol,
                           "ranks": shape.ranks, **meta})
@@ -87,7 +91,7 @@ def add_update_and_other(prog: Program, ctx: SimulationContext, deps, update_byt
                       "optimizer", tuple(deps))
     measured = ctx.measured_other()
     if measured is not None:
-        adam = ctx.device.stream_time(28.0 * P, "optimizer")
+        adam = ctx.device.stream_time(FUSED_ADAM * P, "optimizer")
         return prog.add("other (measured: loss scaling, data, bookkeeping)", "compute",
                         max(0.0, measured - adam), "other", (update,))
     gb = ctx.grad_bytes

@@ -9,6 +9,7 @@ fp16 variant: master 8 + m,v 16 + fp16 grad 2 + fp16 param write 2), SGDM's 20.
 from __future__ import annotations
 
 from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_update_and_other
 
@@ -16,7 +17,7 @@ from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_up
 class AdamDDP(Strategy):
     name = "adam"
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
-    update_bytes_per_param = 28.0
+    update_bytes_per_param = FUSED_ADAM
     state_bytes_per_param = 8.0
 
     def build_program(self) -> tuple[Program, list[dict]]:
@@ -28,8 +29,7 @@ class AdamDDP(Strategy):
 
     def steps(self) -> list[StepProgram]:
         prog, buckets = self.build_program()
-        self.buckets = buckets
-        return [StepProgram("step", 1.0, prog)]
+        return [StepProgram("step", 1.0, prog, buckets)]
 
 
 class SgdmDDP(AdamDDP):

@@ -8,9 +8,12 @@ from clustersim.errors import InputError
 
 
 def _strategies() -> dict:
+    from clustersim.simulator.strategies.binsgdm import BinSGDM
     from clustersim.simulator.strategies.ddp import AdamDDP, SgdmDDP
+    from clustersim.simulator.strategies.onebit_adam import OneBitAdam
+    from clustersim.simulator.strategies.zero_one_adam import ZeroOneAdam
 
-    return {cls.name: cls for cls in (AdamDDP, SgdmDDP)}
+    return {cls.name: cls for cls in (AdamDDP, SgdmDDP, OneBitAdam, ZeroOneAdam, BinSGDM)}
 
 
 def names() -> list[str]:

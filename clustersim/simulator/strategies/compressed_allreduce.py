@@ -1,0 +1,136 @@
+"""DeepSpeed's ``compressed_allreduce`` (runtime/comm/nccl.py), pass by pass.
+
+Used by 1-bit Adam (on the momentum) and 0/1 Adam (on gradients or accumulated updates). n is the
+padded element count of one parameter group (padded to a multiple of p*lcm(p, 8) so every rank's
+chunk packs into whole bytes). The GPU work is a sequence of elementwise passes; each pass below
+lists the bytes it reads and writes per element of n (``per_n``) or of the server chunk n/p
+(``per_chunk``), mirroring the torch/cupy expressions of the DeepSpeed code:
+
+  worker side   buffer_m.add_(worker_error); norm; sign().add_(1).bool().float().add_(-.5).mul_(2);
+                worker_error.set_(buffer_m - scale*sign); sign_().add_(1).bool(); cupy.packbits
+  phase 1       all_to_all_single(packed signs, n/8 bytes in all) + all_gather(p scales)
+  server side   cupy.unpackbits -> (p, n/p) uint8 -> float().add_(-.5).mul_(2).mul_(scales/p).sum(0);
+                add_(server_error); norm; sign/error update; packbits of one chunk
+  phase 2       all_gather(packed server chunk, n/8 bytes in all) + all_gather(p scales)
+  finish        unpackbits -> float().add_(-.5).mul_(2).mul_(scale) -> copy back into the buffer
+
+Kernel time comes from the calibration profile's measured bandwidth for the kernel name when
+present, else the roofline at the GPU's HBM bandwidth. The MPI backend variants send the same bytes
+(phase 1 as p rounds of Isend/Irecv); without CUDA-aware MPI every phase also stages the packed
+buffers device->host->device over PCIe with pageable copies and a host synchronisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clustersim.catalog import hardware_defaults
+from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.common import add_collective
+from clustersim.topologies.node import pcie_bandwidth
+
+# (kernel name, bytes per element of n, bytes per element of n/p); reads + writes, fp32 = 4 B,
+# bool/uint8 = 1 B. Counted expression by expression from DeepSpeed's runtime/comm/nccl.py:
+WORKER_PASSES = (
+    ("onebit_error_compensate", 12.0, 0.0),   # buffer_m.add_(worker_error): r8 w4
+    ("onebit_norm", 4.0, 0.0),                # torch.norm(buffer_m): r4
+    # sign() 8, add_(1) 8, bool() 5, float() 5, add_(-.5) 8, mul_(2) 8, scale* 8, buffer_m - ... 12
+    ("onebit_sign_error", 62.0, 0.0),
+    # sign_() 8, add_(1) 8, bool() 5, to(uint8) 2, packbits 1.125, torch.stack 0.25, recv zeros 0.125
+    ("onebit_pack", 24.5, 0.0),
+)
+SERVER_PASSES = (
+    # unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, sum(0) reads 4 (writes 4 per n/p)
+    ("onebit_unpack_sum", 34.125, 4.0),
+    # on the n/p server chunk: add_(server_error) 12, norm 4, sign/error update 62, pack 24.25
+    ("onebit_server_compress", 0.0, 102.25),
+)
+FINISH_PASSES = (
+    # torch.stack 0.25, unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, copy_ 8
+    ("onebit_unpack_copy", 38.375, 0.0),
+)
+PADDING_PASS = ("onebit_pad", 8.0, 0.0)       # torch.cat([buffer_m, zeros]) on every call when padded
+BACKENDS = ("nccl", "mpi_cuda_aware", "mpi_host_staged")
+HOST_SYNC_S = 50e-6  # torch.cuda.synchronize + cupy/torch DLPack hand-offs per phase (order of a launch round trip)
+
+
+def padded_elements(n: int, p: int) -> int:
+    """n padded to a multiple of p * lcm(p, 8) (DeepSpeed's corrected_tensor_size)."""
+    unit = p * math.lcm(p, 8)
+    return -(-n // unit) * unit
+
+
+def compressed_allreduce_bytes(n: int, p: int, g: int) -> dict[str, float]:
+    """Closed-form bytes per call (padded n): what each rank sends, what each node's NIC sends."""
+    n = padded_elements(n, p)
+    nodes = p // g
+    phase1_rank = (p - 1) / p * n / 8
+    phase2_rank = (p - 1) / p * n / 8
+    phase1_nic = g * (p - g) * n / (8 * p) if nodes > 1 else 0.0
+    phase2_nic = (p - 1) / p * n / 8 if nodes > 1 else 0.0
+    return {"per_rank": phase1_rank + phase2_rank, "per_node_nic": phase1_nic + phase2_nic,
+            "phase1_nic": phase1_nic, "phase2_nic": phase2_nic}
+
+
+def _kernels(prog: Program, ctx: SimulationContext, passes, n: int, p: int, dep, label: str) -> int:
+    for name, per_n, per_chunk in passes:
+        nbytes = per_n * n + per_chunk * n / p
+        dep = prog.add(f"{label} {name}", "compute", ctx.device.stream_time(nbytes, name), "compression", (dep,),
+                       meta={"bytes": nbytes})
+    return dep
+
+
+def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str) -> int:
+    """Device->host (before) or host->device (after) copy of packed data, pageable, plus a host sync."""
+    defaults = hardware_defaults()
+    gen = ctx.scenario.cluster.intra_node.pcie_gen or ctx.gpu.pcie_gen
+    bw = pcie_bandwidth(gen) * defaults["pageable_copy_fraction"]
+    return prog.add(label, "copy", nbytes / bw + HOST_SYNC_S, "transfer", (dep,), meta={"bytes": nbytes})
+
+
+def add_compressed_allreduce(prog: Program, ctx: SimulationContext, n_elements: int, dep, backend: str,
+                             label: str = "compressed_allreduce") -> int:
+    """Append one compressed_allreduce of ``n_elements`` after ``dep``; returns the last op id."""
+    p = ctx.world_size
+    n = padded_elements(n_elements, p)
+    if n != n_elements:
+        dep = _kernels(prog, ctx, (PADDING_PASS,), n, p, dep, label)
+    dep = _kernels(prog, ctx, WORKER_PASSES, n, p, dep, label)
+    staged = backend == "mpi_host_staged"
+    packed = n / 8
+    if staged:
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 D2H")
+    # Phase 1: each rank sends n/(8p) bytes to every rank: all_to_all with S = n/8 per rank.
+    dep = add_collective(prog, ctx, f"{label} phase1 all_to_all", "all_to_all", packed, deps=(dep,), phase=1)
+    dep = add_collective(prog, ctx, f"{label} phase1 scales", "all_gather", 4.0 * p, deps=(dep,), phase=1)
+    if staged:
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 H2D")
+    dep = prog.add(f"{label} host sync", "host", HOST_SYNC_S, "host", (dep,))
+    dep = _kernels(prog, ctx, SERVER_PASSES, n, p, dep, label)
+    if staged:
+        dep = _staging(prog, ctx, packed / p, dep, f"{label} phase2 D2H")
+    # Phase 2: all-gather of every rank's packed server chunk (n/(8p) bytes each, n/8 in all).
+    dep = add_collective(prog, ctx, f"{label} phase2 all_gather", "all_gather", packed, deps=(dep,), phase=2)
+    dep = add_collective(prog, ctx, f"{label} phase2 scales", "all_gather", 4.0 * p, deps=(dep,), phase=2)
+    if staged:
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase2 H2D")
+    dep = prog.add(f"{label} host sync 2", "host", HOST_SYNC_S, "host", (dep,))
+    return _kernels(prog, ctx, FINISH_PASSES, n, p, dep, label)
+
+
+def error_buffer_bytes(n_elements: int, p: int) -> dict[str, float]:
+    """Worker error (n fp32) and server error (n/p fp32) kept in GPU memory."""
+    n = padded_elements(n_elements, p)
+    return {"onebit_worker_error": 4.0 * n, "onebit_server_error": 4.0 * n / p}
+
+
+def error_buffers_for_groups(group_elements: list[int], p: int) -> dict[str, float]:
+    """Error-feedback buffers of all parameter groups (none with a single rank)."""
+    out: dict[str, float] = {}
+    if p <= 1:
+        return out
+    for n in group_elements:
+        for k, v in error_buffer_bytes(n, p).items():
+            out[k] = out.get(k, 0.0) + v
+    return out

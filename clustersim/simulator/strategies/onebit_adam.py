@@ -1,0 +1,77 @@
+"""1-bit Adam as DeepSpeed runs it (Tang et al. 2021; deepspeed/runtime/fp16/onebit/adam.py).
+
+Warmup stage (the first ``freeze_step`` steps): plain Adam, gradients all-reduced by the engine as
+in the baseline, then the optimizer's unfused Adam passes.
+Compression stage: no gradient all-reduce in backward. After backward each rank updates its local
+momentum, runs one ``compressed_allreduce`` per parameter group on the flat fp32 momentum, then
+applies ``m / (sqrt(v_frozen) + eps)``. Nothing overlaps backward. With one rank DeepSpeed skips the
+compression entirely (``if self.size > 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies import optimizer_kernels as ok
+from clustersim.simulator.strategies.base import StepProgram, Strategy
+from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
+from clustersim.simulator.strategies.compressed_allreduce import add_compressed_allreduce, error_buffers_for_groups
+
+
+class OneBitAdamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
+    backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
+    param_groups: int = Field(1, ge=1, description="one compressed_allreduce per parameter group")
+    freeze_step: int | None = Field(None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps")
+
+
+def group_sizes(params: int, groups: int) -> list[int]:
+    base = params // groups
+    return [base + (1 if i < params % groups else 0) for i in range(groups)]
+
+
+def add_compressed_momentum_sync(prog: Program, ctx, options, dep, name: str = "onebit") -> int:
+    """Momentum (or gradient) compressed all-reduce of every parameter group, in sequence."""
+    if ctx.world_size <= 1:
+        return dep
+    for i, n in enumerate(group_sizes(ctx.params, options.param_groups)):
+        dep = add_compressed_allreduce(prog, ctx, n, dep, options.backend, f"{name} group{i}")
+    return dep
+
+
+class OneBitAdam(Strategy):
+    name = "onebit-adam"
+    summary = "1-bit Adam (DeepSpeed): Adam warmup, then 1-bit compressed momentum all-reduce with error feedback"
+    Options = OneBitAdamOptions
+    state_bytes_per_param = 8.0
+
+    def compression_program(self) -> Program:
+        ctx, P = self.ctx, self.ctx.params
+        prog = Program()
+        last = add_micro_steps(prog, ctx)
+        dep = prog.add("local momentum update", "compute", ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
+                       "optimizer", (last,))
+        dep = add_compressed_momentum_sync(prog, ctx, self.options, dep)
+        add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
+                             "1-bit Adam update (frozen variance)")
+        return prog
+
+    def warmup_program(self) -> tuple[Program, list[dict]]:
+        ctx = self.ctx
+        prog = Program()
+        comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
+        update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+        add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], update, "Adam update (warmup)")
+        return prog, buckets
+
+    def steps(self) -> list[StepProgram]:
+        if self.options.stage == "warmup":
+            return [StepProgram("warmup", 1.0, *self.warmup_program())]
+        return [StepProgram("compression", 1.0, self.compression_program())]
+
+    def extra_gpu_memory(self) -> dict[str, float]:
+        return error_buffers_for_groups(group_sizes(self.ctx.params, self.options.param_groups), self.ctx.world_size)

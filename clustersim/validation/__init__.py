@@ -1,0 +1,1 @@
+"""Published measurements shipped as data, and the comparison of predictions against them."""

@@ -1,0 +1,88 @@
+"""Compare predictions with published measurements (data files in this folder)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, asdict
+from importlib import resources
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clustersim.errors import InputError
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    optimizer: str
+    gpus: int = Field(gt=0)
+    published: float = Field(gt=0)
+
+
+class Dataset(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str
+    source: str
+    scenario: str
+    metric: str = "samples_per_s"
+    optimizer_options: dict[str, dict] = Field(default_factory=dict)
+    rows: list[Row]
+
+
+@dataclass
+class RowResult:
+    optimizer: str
+    gpus: int
+    published: float
+    predicted: float
+    error: float  # (predicted - published) / published
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ValidationReport:
+    dataset: Dataset
+    rows: list[RowResult]
+
+    @property
+    def median_abs_error(self) -> float:
+        return statistics.median(abs(r.error) for r in self.rows)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(abs(r.error) for r in self.rows)
+
+
+def datasets() -> list[str]:
+    folder = resources.files("clustersim.validation")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_dataset(name: str) -> Dataset:
+    if name not in datasets():
+        raise InputError(f"unknown validation dataset {name!r} (known: {', '.join(datasets())})", key="--dataset")
+    text = resources.files("clustersim.validation").joinpath(f"{name}.yaml").read_text()
+    try:
+        return Dataset.model_validate(yaml.safe_load(text))
+    except ValidationError as exc:  # pragma: no cover - a broken shipped file
+        raise InputError(f"dataset is invalid: {exc.errors()[0]['msg']}", source=name) from None
+
+
+def validate(name: str, profile=None) -> ValidationReport:
+    data = load_dataset(name)
+    base = load_scenario(data.scenario)
+    results = []
+    for row in data.rows:
+        scenario = base.with_world_size(row.gpus).with_changes(**{
+            "training.optimizer": row.optimizer,
+            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+        })
+        r = simulate(scenario, profile)
+        predicted = getattr(r, data.metric)
+        results.append(RowResult(row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1))
+    return ValidationReport(data, results)
