@@ -52,6 +52,11 @@ def _print_result(r) -> None:
     rows = [[k.replace("_", " "), _ms(v), f"{100 * v / r.iteration_time:.1f}%"]
             for k, v in r.breakdown.items() if v > 0]
     console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
+    if r.extra.get("steps"):
+        console.print(table("Kinds of step (the iteration time above is their weighted average)",
+                            ["step kind", "share of steps", "ms", "inter-node bytes"],
+                            [[st["label"], f"{100 * st['weight']:.1f}%", _ms(st["iteration_time_s"]),
+                              format_bytes(st["inter_node_bytes"])] for st in r.extra["steps"]]))
     if r.buckets:
         shown = r.buckets if len(r.buckets) <= 12 else r.buckets[:6] + r.buckets[-6:]
         console.print(table(f"Gradient all-reduce per bucket ({len(r.buckets)} buckets"
@@ -164,14 +169,15 @@ def compare(scenario: str = ScenarioArg,
                         ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
                         [[r.gpus, r.optimizer, f"{r.iteration_time_s * 1e3:,.0f}", f"{r.compute_s * 1e3:,.0f}",
                           f"{r.exposed_communication_s * 1e3:,.0f}", f"{r.compression_s * 1e3:,.0f}",
-                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"] for r in rows]))
+                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"] for r in rows],
+                        left=2))
     console.print("[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
                   "optim = optimizer step and other per-step work[/]")
     cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (["time to train", "speedup"] if steps else [])
     console.print(table("Bytes per node per step" + (f" and time to train ({steps:,} steps)" if steps else ""), cols,
                         [[r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
                          + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
-                         for r in rows]))
+                         for r in rows], left=2))
     if steps:
         from clustersim.compare import _warmup_fraction
 
@@ -196,7 +202,7 @@ def validate(dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", he
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
     console.print(table(f"{d.metric}: predicted vs published", ["optimizer", "GPUs", "published", "predicted", "error"],
                         [[r.optimizer, r.gpus, f"{r.published:,.1f}", f"{r.predicted:,.1f}", f"{100 * r.error:+.1f}%"]
-                         for r in report.rows]))
+                         for r in report.rows], left=2))
     console.print(f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
                   f"largest {100 * report.max_abs_error:.1f}%")
 

@@ -38,7 +38,7 @@ def emit_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 2) -> Table:
+def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1) -> Table:
     """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned."""
     t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
