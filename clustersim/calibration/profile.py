@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clustersim.errors import InputError
 
 FORMAT = "clustersim-profile"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -60,6 +60,18 @@ class ComputePhases(_Strict):
     source: str = ""
 
 
+class FitQuality(_Strict):
+    """How well a fit describes its measurements (stored so `calibrate show` can report it)."""
+
+    points: int
+    residual_rms_rel: float = Field(description="RMS of (fit - measured) / measured over all points")
+    holdout_max_rel_error: float | None = Field(
+        None, description="max |error| on sizes held out of a fit to the other sizes (every other size)")
+    holdout_points: int = 0
+    alpha_ci95_s: list[float] = Field(default_factory=list, description="per segment, +- 95% interval")
+    beta_ci95_s_per_byte: list[float] = Field(default_factory=list)
+
+
 class CollectiveFit(_Strict):
     """α-β fit of one collective on one group shape: time = alpha + bytes * beta (segmented)."""
 
@@ -69,6 +81,14 @@ class CollectiveFit(_Strict):
     segments: list[tuple[float, float, float]] = Field(
         description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes")
     source: str = ""
+    quality: FitQuality | None = None
+
+
+class HostMeasurements(_Strict):
+    """Host-side rates (CPU optimizer offload, staging copies)."""
+
+    cpu_adam_params_per_s: dict[int, float] = Field(default_factory=dict, description="by thread count")
+    copy_gbs: dict[str, float] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
 class Profile(_Strict):
@@ -81,6 +101,19 @@ class Profile(_Strict):
     kernels_gbs: dict[str, float] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
+    gemm_tflops_by_size: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
+    host: HostMeasurements = HostMeasurements()
+    launch_latency_s: float | None = Field(None, ge=0)
+    raw: dict = Field(default_factory=dict, description="the medians the fits were made from")
+
+
+def migrate(data: dict) -> dict:
+    """Bring an older profile up to FORMAT_VERSION. v1 -> v2: v1 had no fit quality, host section,
+    GEMM-by-size table or raw medians; its fields carry over unchanged."""
+    data = dict(data)
+    if data.get("format_version") == 1:
+        data["format_version"] = 2
+    return data
 
 
 def builtin_profiles() -> list[str]:
@@ -112,7 +145,7 @@ def parse_profile(data: object, source: str) -> Profile:
                          f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
                          source=source, key="format_version")
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(migrate(data))
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
@@ -135,6 +168,9 @@ def write_json_atomically(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any other file
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2)
             fh.write("\n")

@@ -48,6 +48,13 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
     if scenario.cluster.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+    measured = sorted({r.meta.get("op") for r in main_records if r.meta.get("algorithm") == "measured"})
+    modelled = sorted({r.meta.get("op") for r in main_records
+                       if r.category == "communication" and r.meta.get("algorithm") not in ("measured", "none", None)})
+    if measured:
+        sources["collectives (measured fits)"] = ", ".join(measured)
+    if modelled:
+        sources["collectives (topology model, default constants)"] = ", ".join(modelled)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
     samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size

@@ -1,0 +1,159 @@
+"""Collective sweep through torch.distributed; run it under torchrun, rank 0 writes the result.
+
+    torchrun --nnodes N --nproc_per_node G [--rdzv...] -m clustersim.calibration.collectives --out raw.json
+
+NCCL on GPUs, gloo on CPUs. Each size is timed as the slowest rank's duration per repetition
+(barrier, op, device sync), median over repetitions after warm-up. Ops a backend lacks (gloo has no
+reduce_scatter) are recorded as skipped. With one GPU it measures NCCL's launch latency instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+from clustersim.calibration.timing import summarize
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+def sizes(quick: bool, device: str) -> list[int]:
+    top = 28 if device == "cuda" else 24
+    lo, step = (12, 2) if quick else (10, 1)
+    if quick:
+        top = min(top, 22 if device == "cpu" else 26)
+    return [1 << k for k in range(lo, top + 1, step)]
+
+
+def _op_fn(dist, torch, op: str, nbytes: int, world: int, device: str):
+    n = max(world, nbytes // 4)
+    n -= n % world
+    x = torch.ones(n, device=device)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(x)
+    if op == "broadcast":
+        return lambda: dist.broadcast(x, src=0)
+    if op == "all_gather":
+        shard = x[: n // world].clone()
+        out = [torch.empty_like(shard) for _ in range(world)]
+        return lambda: dist.all_gather(out, shard)
+    if op == "reduce_scatter":
+        out = torch.empty(n // world, device=device)
+        return lambda: dist.reduce_scatter_tensor(out, x)
+    if op == "all_to_all":
+        out = torch.empty_like(x)
+        return lambda: dist.all_to_all_single(out, x)
+    raise ValueError(op)
+
+
+def sweep(dist, torch, device: str, quick: bool, ops=OPS, progress=None) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hosts: list = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    nodes = len(set(hosts))
+    per_node = world // nodes
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    repeat, warmup = (5, 2) if quick else (15, 5)
+    batch_s = 0.004 if quick else 0.01
+    records, skipped = [], {}
+    for op in ops:
+        for nbytes in sizes(quick, device):
+            try:
+                fn = _op_fn(dist, torch, op, nbytes, world, device)
+                for _ in range(warmup):
+                    fn()
+            except (RuntimeError, ValueError, NotImplementedError) as exc:
+                skipped[op] = str(exc).splitlines()[0][:200]
+                break
+            sync()
+            # Time a batch of k back-to-back ops per sample so the skew with which ranks leave the
+            # barrier (tens to hundreds of microseconds on loaded hosts) is amortised; k is agreed
+            # across ranks from the slowest rank's single-op time.
+            probe = torch.tensor([_timed(fn, sync)], dtype=torch.float64)
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+            k = max(1, min(200, int(batch_s / max(probe.item(), 1e-7))))
+            durations = []
+            for _ in range(repeat):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    fn()
+                sync()
+                durations.append((time.perf_counter() - t0) / k)
+            t = torch.tensor(durations, dtype=torch.float64)
+            slowest = [torch.zeros_like(t) for _ in range(world)]
+            dist.all_gather(slowest, t)
+            per_rep = torch.stack(slowest).max(dim=0).values.tolist()
+            timing = summarize(per_rep)
+            n = max(world, nbytes // 4)
+            n -= n % world
+            records.append({"op": op, "nodes": nodes, "gpus_per_node": per_node, "ranks": world,
+                            "bytes": 4.0 * n, **timing.as_dict()})
+            if progress and rank == 0:
+                progress(f"{op} {nbytes} B: {timing.median_s * 1e6:.1f} us")
+    return {"collectives": records, "collectives_skipped": skipped,
+            "topology": {"ranks": world, "nodes": nodes, "gpus_per_node": per_node, "hosts": sorted(set(hosts))}}
+
+
+def launch_latency(torch, dist) -> float | None:
+    """NCCL's launch latency at world size 1: a 4-byte all_reduce on one GPU."""
+    x = torch.ones(1, device="cuda")
+    timing = summarize([_timed(lambda: dist.all_reduce(x), torch.cuda.synchronize) for _ in range(50)])
+    return timing.median_s
+
+
+def _timed(fn, sync) -> float:
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="raw JSON written by rank 0")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ops", default=",".join(OPS))
+    args = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    from clustersim.calibration.profile import write_json_atomically
+    from clustersim.calibration.provenance import provenance
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        # One thread per rank: several ranks share the host's cores, and oversubscribed intra-op
+        # thread pools turn gloo timings into scheduler noise.
+        torch.set_num_threads(1)
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend=backend)
+    try:
+        ops = [o for o in args.ops.split(",") if o]
+        unknown = set(ops) - set(OPS)
+        if unknown:
+            print(f"error: unknown ops {sorted(unknown)}", file=sys.stderr)
+            return 2
+        result = sweep(dist, torch, device, args.quick, ops,
+                       progress=lambda m: print(m, flush=True))
+        if dist.get_world_size() == 1 and device == "cuda":
+            result["launch_latency_s"] = launch_latency(torch, dist)
+        if dist.get_rank() == 0:
+            result["backend"] = backend
+            result["provenance"] = provenance(torch, device, " ".join(sys.argv), backend=backend,
+                                              ranks=dist.get_world_size())
+            write_json_atomically(args.out, {"format": "clustersim-raw", "format_version": 1, "device": device, **result})
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

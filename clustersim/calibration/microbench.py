@@ -1,0 +1,186 @@
+"""Local microbenchmarks with torch: GEMMs, HBM copies, compression kernels, Adam, host copies.
+
+Each compression kernel is timed as torch code that mirrors the pass it stands for in the cost
+model (strategies/compressed_allreduce.py, binsgdm.py) and is recorded with the *modelled* bytes of
+that pass, so ``bytes / time`` is exactly the bandwidth the simulator must use to reproduce the
+measured time. Packing uses torch bit operations, or cupy.packbits when cupy is installed (GPU).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from clustersim.calibration.timing import measure
+from clustersim.simulator.strategies import binsgdm as bsg
+from clustersim.simulator.strategies.compressed_allreduce import FINISH_PASSES, SERVER_PASSES, WORKER_PASSES
+from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
+
+_PASS_BYTES = {name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES}
+SERVER_P = 8  # the (p, n/p) shape used for the server-side kernels
+
+
+def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
+    if device == "cuda":
+        return {"gemm": [1024, 2048, 4096, 8192] if not quick else [2048, 8192],
+                "elements": [1 << 22, 1 << 24, 1 << 26] if not quick else [1 << 22, 1 << 25]}
+    return {"gemm": [256, 512, 1024] if not quick else [128, 384],
+            "elements": [1 << 18, 1 << 20, 1 << 22] if not quick else [1 << 16, 1 << 18]}
+
+
+class Bench:
+    def __init__(self, torch, device: str, quick: bool, progress: Callable[[str], None] | None = None):
+        self.torch = torch
+        self.device = device
+        self.quick = quick
+        self.progress = progress or (lambda _msg: None)
+        self.repeat = 5 if quick else 15
+        self.sizes = _sizes(device, quick)
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def time(self, fn) -> dict:
+        return measure(fn, self.sync, warmup=2 if self.quick else 5, repeat=self.repeat, min_time_s=0.02).as_dict()
+
+    # ---- compute ---------------------------------------------------------------------------------
+    def gemms(self) -> list[dict]:
+        t = self.torch
+        precisions = ["fp32", "fp16", "bf16"] if self.device == "cuda" else ["fp32", "bf16"]
+        dtypes = {"fp32": t.float32, "fp16": t.float16, "bf16": t.bfloat16}
+        out = []
+        for prec in precisions:
+            for m in self.sizes["gemm"]:
+                self.progress(f"GEMM {prec} {m}x{m}")
+                a = t.randn(m, m, device=self.device, dtype=dtypes[prec])
+                b = t.randn(m, m, device=self.device, dtype=dtypes[prec])
+                out.append({"precision": prec, "m": m, "n": m, "k": m, "flops": 2.0 * m**3, **self.time(lambda: a @ b)})
+        return out
+
+    def copies(self) -> list[dict]:
+        t = self.torch
+        out = []
+        for n in self.sizes["elements"]:
+            self.progress(f"memory copy {n * 4 >> 20} MiB")
+            src = t.randn(n, device=self.device)
+            dst = t.empty_like(src)
+            out.append({"bytes": 4.0 * n, "traffic_bytes": 8.0 * n, **self.time(lambda: dst.copy_(src))})
+        return out
+
+    # ---- compression kernels -------------------------------------------------------------------------
+    def _pack(self, bits):
+        t = self.torch
+        try:
+            import cupy  # noqa: F401 - only on GPUs with cupy installed
+
+            if self.device == "cuda":
+                return t.as_tensor(cupy.packbits(cupy.asarray(bits)), device=self.device)
+        except ImportError:
+            pass
+        weights = t.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=t.uint8, device=self.device)
+        return (bits.view(-1, 8) * weights).sum(dim=1).to(t.uint8)
+
+    def _unpack(self, packed):
+        t = self.torch
+        shifts = t.arange(7, -1, -1, device=self.device, dtype=t.uint8)
+        return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
+
+    def compression_kernels(self) -> list[dict]:
+        t, dev = self.torch, self.device
+        out = []
+        for n in self.sizes["elements"]:
+            p = SERVER_P
+            buf = t.randn(n, device=dev)
+            err = t.zeros(n, device=dev)
+            scale = t.norm(buf) / n**0.5
+            bits = buf.sign().add_(1).bool().to(t.uint8)
+            packed = self._pack(bits)
+            scales = t.rand(p, 1, device=dev)
+            chunk = t.randn(n // p, device=dev)
+            chunk_err = t.zeros(n // p, device=dev)
+            m, b_state, grad = t.randn(n, device=dev), t.rand(n, device=dev) + 0.1, t.randn(n, device=dev)
+            kernels = {
+                "onebit_error_compensate": lambda: buf.add_(err),
+                "onebit_norm": lambda: t.norm(buf),
+                "onebit_sign_error": lambda: err.copy_(buf - scale * buf.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)),
+                "onebit_pack": lambda: self._pack(buf.sign().add_(1).bool().to(t.uint8)),
+                "onebit_unpack_sum": lambda: self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).sum(0),
+                "onebit_server_compress": lambda: (
+                    chunk.add_(chunk_err),
+                    chunk_err.copy_(chunk - (t.norm(chunk) / (n // p) ** 0.5)
+                                    * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)),
+                    self._pack(chunk.sign().add_(1).bool().to(t.uint8))),
+                "onebit_unpack_copy": lambda: buf.copy_(self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0)
+                                                        .mul_(scales).view(-1)),
+                "binsgdm_update": lambda: (m.mul_(0.9).add_(grad, alpha=0.1), b_state.mul_(0.9).add_(grad.abs(), alpha=0.1)),
+                "binsgdm_quantize": lambda: t.where(t.rand_like(m) < (1 + m / b_state) / 2, 1, -1).to(t.int8),
+            }
+            modelled = {
+                **{k: v[0] * n + v[1] * n / p for k, v in _PASS_BYTES.items()},
+                "binsgdm_update": (bsg.UPDATE_STATE_BYTES + 4.0) * n,
+                "binsgdm_quantize": bsg.QUANTIZE_BYTES * n,
+            }
+            for name, fn in kernels.items():
+                self.progress(f"{name} n={n:,}")
+                out.append({"name": name, "elements": n, "bytes": modelled[name], **self.time(fn)})
+        return out
+
+    def adam(self) -> list[dict]:
+        """Adam on the device (fused on CUDA, foreach on the CPU), recorded as the 'optimizer' kernel."""
+        t = self.torch
+        out = []
+        for n in self.sizes["elements"][-1:]:
+            self.progress(f"Adam step on {self.device}, {n:,} parameters")
+            param = t.nn.Parameter(t.randn(n, device=self.device))
+            param.grad = t.randn(n, device=self.device)
+            kwargs = {"fused": True} if self.device == "cuda" else {"foreach": True}
+            opt = t.optim.Adam([param], lr=1e-3, **kwargs)
+            out.append({"name": "optimizer", "elements": n, "bytes": FUSED_ADAM * n, **self.time(opt.step)})
+        return out
+
+    def host_adam(self) -> list[dict]:
+        """CPU Adam on host cores by thread count: parameters per second (for CPU offload)."""
+        t = self.torch
+        n = 1 << (20 if self.quick else 24)
+        threads = sorted({1, max(1, (os.cpu_count() or 1) // 2), os.cpu_count() or 1})
+        old = t.get_num_threads()
+        out = []
+        try:
+            for k in threads:
+                self.progress(f"CPU Adam, {k} thread(s)")
+                t.set_num_threads(k)
+                param = t.nn.Parameter(t.randn(n))
+                param.grad = t.randn(n)
+                opt = t.optim.Adam([param], lr=1e-3, foreach=True)
+                timing = measure(opt.step, lambda: None, warmup=1, repeat=3 if self.quick else 7)
+                out.append({"threads": k, "params": n, "params_per_s": n / timing.median_s, **timing.as_dict()})
+        finally:
+            t.set_num_threads(old)
+        return out
+
+    def host_copies(self) -> list[dict]:
+        if self.device != "cuda":
+            return []
+        t = self.torch
+        out = []
+        for n in self.sizes["elements"]:
+            dev = t.empty(n, device="cuda")
+            for pinned in (True, False):
+                host = t.empty(n, pin_memory=pinned)
+                for direction, fn in (("h2d", lambda: dev.copy_(host, non_blocking=pinned)),
+                                      ("d2h", lambda: host.copy_(dev, non_blocking=pinned))):
+                    self.progress(f"{direction} {'pinned' if pinned else 'pageable'} {n * 4 >> 20} MiB")
+                    out.append({"direction": direction, "pinned": pinned, "bytes": 4.0 * n, **self.time(fn)})
+        return out
+
+
+def run_local(torch, device: str, quick: bool, progress=None) -> dict:
+    bench = Bench(torch, device, quick, progress)
+    return {
+        "gemm": bench.gemms(),
+        "memory": bench.copies(),
+        "kernels": bench.compression_kernels() + bench.adam(),
+        "host_adam": bench.host_adam(),
+        "host_copies": bench.host_copies(),
+    }

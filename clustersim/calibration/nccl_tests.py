@@ -1,0 +1,137 @@
+"""Parse nccl-tests output (text, keyed on the header line; or the ``-J`` JSON) into measurements.
+
+Text: ``#`` preamble lines, a header ``size count type redop root time algbw busbw #wrong`` (then the
+in-place columns), numeric rows, and a ``# Avg bus bandwidth`` footer. Old versions have fewer
+columns, so the header is read for the positions of ``size`` and the first (out-of-place) ``time``.
+Times are microseconds. The ranks and nodes come from the ``#  Rank N ... on HOST device`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from clustersim.calibration.torch_support import catalog_name_from_string
+from clustersim.errors import InputError
+
+_OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather", "allgather": "all_gather",
+        "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
+        "all_to_all": "all_to_all", "broadcast": "broadcast", "bcast": "broadcast"}
+_RANK_RE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+
+
+def _op_from(text_hint: str) -> str | None:
+    low = text_hint.lower()
+    for key in sorted(_OPS, key=len, reverse=True):
+        if key in low:
+            return _OPS[key]
+    return None
+
+
+def parse_text(text: str, source: str, op: str | None = None) -> dict:
+    lines = text.splitlines()
+    header_idx = None
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            cols = line.lstrip("#").split()
+            if "size" in cols and "time" in cols and ("busbw" in cols or "algbw" in cols):
+                header_idx = i
+                break
+    if header_idx is None:
+        raise InputError("not nccl-tests output: no header line with 'size ... time algbw busbw'", source=source)
+    cols = lines[header_idx].lstrip("#").split()
+    i_size, i_time = cols.index("size"), cols.index("time")
+    ranks: dict[int, str] = {}
+    device_name = ""
+    for line in lines[:header_idx]:
+        m = _RANK_RE.match(line)
+        if m:
+            ranks[int(m.group(1))] = m.group(2)
+            device_name = device_name or m.group(3).strip()
+        if op is None and "collective test starting" in line.lower():
+            op = _op_from(line)
+    rows = []
+    footer = False
+    for n, line in enumerate(lines[header_idx + 1:], start=header_idx + 2):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if "avg bus bandwidth" in stripped.lower():
+                footer = True
+            continue
+        parts = stripped.split()
+        try:
+            size = float(parts[i_size])
+            t_us = float(parts[i_time])
+        except (IndexError, ValueError):
+            raise InputError(f"line {n}: cannot read size/time from {stripped[:60]!r}", source=source) from None
+        if size <= 0 or t_us <= 0:
+            continue
+        rows.append((size, t_us * 1e-6))
+    if not rows:
+        raise InputError("no result rows after the header (truncated file?)", source=source)
+    if not footer:
+        raise InputError("no '# Avg bus bandwidth' footer: the run was cut short (truncated file?)", source=source)
+    nodes = len(set(ranks.values())) or 1
+    world = len(ranks) or 1
+    return {"op": op, "ranks": world, "nodes": nodes, "rows": rows, "device": catalog_name_from_string(device_name)}
+
+
+def parse_json(data: dict, source: str, op: str | None = None) -> dict:
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or not results:
+        raise InputError("not nccl-tests JSON: no non-empty 'results' list", source=source, key="results")
+    rows = []
+    for i, r in enumerate(results):
+        try:
+            rows.append((float(r["size"]), float(r["out_of_place"]["time"]) * 1e-6))
+        except (KeyError, TypeError, ValueError):
+            raise InputError("needs size and out_of_place.time", source=source, key=f"results.{i}") from None
+    op = op or _op_from(str(data.get("collective") or data.get("name") or ""))
+    ranks = int(data.get("nranks") or data.get("nRanks") or 0) or None
+    return {"op": op, "ranks": ranks, "nodes": int(data.get("nnodes") or 1), "rows": rows,
+            "device": catalog_name_from_string(str(data.get("device") or ""))}
+
+
+def parse_file(path: Path, op: str | None = None, ranks: int | None = None, nodes: int | None = None) -> dict:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError("file not found", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
+        parsed = parse_json(data, str(path), op)
+    else:
+        parsed = parse_text(text, str(path), op)
+    parsed["op"] = op or parsed["op"] or _op_from(Path(path).name)
+    if parsed["op"] is None:
+        raise InputError("cannot tell which collective this is; pass --op", source=str(path))
+    if ranks:
+        parsed["ranks"] = ranks
+    if nodes:
+        parsed["nodes"] = nodes
+    if not parsed["ranks"]:
+        raise InputError("the file does not say how many ranks ran; pass --ranks", source=str(path))
+    if parsed["ranks"] % parsed["nodes"]:
+        raise InputError(f"{parsed['ranks']} ranks do not split over {parsed['nodes']} nodes", source=str(path))
+    return parsed
+
+
+def to_raw(parsed_files: list[dict], command: str) -> dict:
+    records = []
+    for f in parsed_files:
+        for size, t in f["rows"]:
+            records.append({"op": f["op"], "nodes": f["nodes"], "gpus_per_node": f["ranks"] // f["nodes"],
+                            "ranks": f["ranks"], "bytes": size, "median_s": t, "p10_s": t, "p90_s": t, "repeats": 1})
+    devices = {f["device"] for f in parsed_files}
+    device = devices.pop() if len(devices) == 1 else "cpu"
+    return {"format": "clustersim-raw", "format_version": 1, "backend": "nccl-tests",
+            "provenance": {"source": command, "catalog_device": device}, "collectives": records}

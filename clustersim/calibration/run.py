@@ -1,0 +1,106 @@
+"""`clustersim calibrate run`: local microbenchmarks, the collective sweep under torchrun, the fit.
+
+The collective sweep always runs in separate processes (torch.distributed needs one per rank); on
+one machine they are started here with torchrun on 127.0.0.1. For several nodes, run
+``torchrun --nnodes ... -m clustersim.calibration.collectives --out raw.json`` yourself and
+``clustersim calibrate fit raw.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from clustersim.calibration.fit import build_profile
+from clustersim.calibration.microbench import run_local
+from clustersim.calibration.profile import Profile, parse_profile, write_json_atomically
+from clustersim.calibration.provenance import provenance
+from clustersim.calibration.torch_support import require_torch, resolve_device
+from clustersim.errors import InputError
+
+RAW_FORMAT = "clustersim-raw"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, ops: str | None = None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "collectives.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               "-m", "clustersim.calibration.collectives", "--out", str(out), "--device", device]
+        if quick:
+            cmd.append("--quick")
+        if ops:
+            cmd += ["--ops", ops]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-8:]
+            if progress:
+                progress(f"collectives: {line.strip()[:70]}")
+        if proc.wait() != 0 or not out.exists():
+            raise InputError(f"the collective sweep failed (torchrun exit {proc.returncode}): "
+                             + " | ".join(t for t in tail if t)[-400:], key="collectives")
+        return json.loads(out.read_text())
+
+
+def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: Path | None, progress=None,
+              command: str = "clustersim calibrate run") -> Profile:
+    torch = require_torch()
+    device = resolve_device(torch, device)
+    raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
+    raw.update(run_local(torch, device, quick, progress))
+    n = ranks if ranks is not None else (torch.cuda.device_count() if device == "cuda" else 2)
+    if n >= 1 and (n > 1 or device == "cuda"):
+        sweep = run_collective_sweep(n, device, quick, progress)
+        for key in ("collectives", "collectives_skipped", "topology", "launch_latency_s", "backend"):
+            if key in sweep:
+                raw[key] = sweep[key]
+    raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=n)
+    if raw_out is not None:
+        write_json_atomically(raw_out, raw)
+    data = build_profile(raw)
+    profile = parse_profile(data, str(out))
+    write_json_atomically(out, data)
+    return profile
+
+
+def read_raw(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError("file not found", source=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
+        raise InputError(f"not a clustersim raw measurement file (expected \"format\": \"{RAW_FORMAT}\")",
+                         source=str(path), key="format")
+    if data.get("format_version") != 1:
+        raise InputError(f"raw format_version {data.get('format_version')!r} is not supported (reads 1)",
+                         source=str(path), key="format_version")
+    for i, r in enumerate(data.get("collectives") or []):
+        missing = {"op", "nodes", "gpus_per_node", "bytes", "median_s"} - set(r)
+        if missing:
+            raise InputError(f"missing {sorted(missing)}", source=str(path), key=f"collectives.{i}")
+    return data
+
+
+def fit_file(raw_path: Path, out: Path) -> Profile:
+    data = build_profile(read_raw(raw_path))
+    profile = parse_profile(data, str(out))
+    write_json_atomically(out, data)
+    return profile

@@ -1,0 +1,97 @@
+"""Calibration for real: torch kernels on this CPU and gloo collectives under torchrun on 127.0.0.1."""
+
+import json
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from clustersim.calibration.fit import build_profile, predict  # noqa: E402
+from clustersim.calibration.microbench import run_local  # noqa: E402
+from clustersim.calibration.profile import load_profile, parse_profile  # noqa: E402
+from clustersim.calibration.run import run_collective_sweep  # noqa: E402
+from clustersim.cli import app  # noqa: E402
+from clustersim.simulator.strategies.compressed_allreduce import FINISH_PASSES, SERVER_PASSES, WORKER_PASSES  # noqa: E402
+
+
+def test_local_microbenchmarks_measure_every_modelled_kernel():
+    raw = run_local(torch, "cpu", quick=True)
+    assert {r["precision"] for r in raw["gemm"]} == {"fp32", "bf16"}
+    names = {r["name"] for r in raw["kernels"]}
+    assert {n for n, _, _ in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES} <= names
+    assert {"binsgdm_update", "binsgdm_quantize", "optimizer"} <= names
+    assert all(r["median_s"] > 0 and r["p10_s"] <= r["median_s"] <= r["p90_s"] for r in raw["kernels"])
+    assert raw["host_adam"][0]["params_per_s"] > 0
+    profile = parse_profile(build_profile({"format": "clustersim-raw", "format_version": 1,
+                                           "provenance": {"source": "test", "catalog_device": "cpu"}, **raw}), "t")
+    assert profile.memory_gbs > 0 and profile.matmul_tflops["fp32"] > 0
+    assert set(profile.kernels_gbs) == names
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_gloo_sweep_under_torchrun(ranks):
+    raw = run_collective_sweep(ranks, "cpu", quick=True, ops="all_reduce,all_gather")
+    assert raw["topology"]["ranks"] == ranks and raw["backend"] == "gloo"
+    ops = {r["op"] for r in raw["collectives"]}
+    assert ops == {"all_reduce", "all_gather"}
+    assert all(r["ranks"] == ranks and r["median_s"] > 0 for r in raw["collectives"])
+    assert raw["provenance"]["gloo"]
+
+
+def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
+    out, raw = tmp_path / "cpu.json", tmp_path / "raw.json"
+    r = runner.invoke(app, ["calibrate", "run", "--device", "cpu", "--quick", "--out", str(out), "--raw-out", str(raw)])
+    assert r.exit_code == 0, r.output
+    profile = load_profile(str(out))
+    assert profile.device == "cpu" and profile.collectives and profile.host.cpu_adam_params_per_s
+    assert runner.invoke(app, ["calibrate", "show", str(out)]).exit_code == 0
+    refit = tmp_path / "refit.json"
+    assert runner.invoke(app, ["calibrate", "fit", str(raw), "--out", str(refit)]).exit_code == 0
+    assert json.loads(refit.read_text())["collectives"] == json.loads(out.read_text())["collectives"]
+
+    # The calibrated "cluster": one node of 2 ranks. The simulator must use the measured fit.
+    scenario = tmp_path / "two_ranks.yaml"
+    scenario.write_text("cluster: {nodes: 1, gpus_per_node: 2, gpu: A100-80GB}\n"
+                        "workload: {model: BERT-Base, micro_batch: 1}\n")
+    measured = max((m for m in json.loads(raw.read_text())["collectives"] if m["op"] == "all_reduce"),
+                   key=lambda m: m["bytes"])
+    r = runner.invoke(app, ["collective", str(scenario), "--op", "all_reduce", "--bytes", str(int(measured["bytes"])),
+                            "--profile", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.stdout)
+    assert sim["algorithm"] == "measured"
+    fit = next(f for f in profile.collectives if f.op == "all_reduce")
+    assert sim["time_s"] == pytest.approx(predict(fit.segments, measured["bytes"]))
+    # Within 10% of the measured median, or within the measurement's own p10-p90 spread where this
+    # host's loopback timings are noisier than that (see README: Calibration on a noisy host).
+    spread = (measured["p90_s"] - measured["p10_s"]) / measured["median_s"]
+    assert abs(sim["time_s"] / measured["median_s"] - 1) <= max(0.10, spread)
+
+
+def test_no_cuda_is_a_clear_error(runner, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "run", "--device", "cuda", "--out", str(out)])
+    assert r.exit_code == 2 and "no CUDA" in r.output and not out.exists()
+
+
+def test_missing_torch_says_how_to_install(runner, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    r = runner.invoke(app, ["calibrate", "run", "--device", "cpu", "--out", str(tmp_path / "p.json")])
+    assert r.exit_code == 2 and "pip install" in r.output and "torch" in r.output
+
+
+def test_bad_files_leave_nothing_behind(runner, tmp_path):
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"hello": 1}))
+    out = tmp_path / "out.json"
+    r = runner.invoke(app, ["calibrate", "fit", str(foreign), "--out", str(out)])
+    assert r.exit_code == 2 and "not a clustersim raw" in r.output and not out.exists()
+    truncated = tmp_path / "all_reduce_perf.txt"
+    truncated.write_text("#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+                         "        1024           256     float     sum      -1     5.0    0.2    0.3      0\n")
+    r = runner.invoke(app, ["calibrate", "import-nccl-tests", str(truncated), "--ranks", "2", "--out", str(out)])
+    assert r.exit_code == 2 and "truncated" in r.output and not out.exists()
+    assert not list(tmp_path.glob(".out.json.*"))  # no temporary left over
