@@ -25,6 +25,8 @@ hardware_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
 models_app = typer.Typer(help="The model catalog (parameters, FLOPs computed from the architecture).", no_args_is_help=True)
 topology_app = typer.Typer(help="Inspect a scenario's cluster topology.", no_args_is_help=True)
 presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_args_is_help=True)
+offload_app = typer.Typer(help="CPU optimizer offload: ZeRO-Offload and interleaved (Deep Optimizer States).",
+                          no_args_is_help=True)
 calibrate_app = typer.Typer(help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
                                  "and fit a versioned profile that --profile feeds to every simulating command.",
                             no_args_is_help=True)
@@ -33,6 +35,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(topology_app, name="topology")
 app.add_typer(presets_app, name="presets")
 app.add_typer(calibrate_app, name="calibrate")
+app.add_typer(offload_app, name="offload")
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
@@ -72,7 +75,11 @@ def _print_result(r) -> None:
         [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
         ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])]]))
     mem = r.memory
-    console.print(f"GPU memory per rank: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])}")
+    console.print(f"GPU memory per rank: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])} "
+                  f"(forward/backward peak {format_bytes(mem['peak_forward_backward'])}, "
+                  f"update peak {format_bytes(mem['peak_update'])})")
+    if "offload" in r.extra:
+        _print_placement(r.extra["offload"])
     for k, v in r.sources.items():
         console.print(f"[dim]source of {k}: {v}[/]")
     for n in r.notes:
@@ -319,6 +326,64 @@ def presets_list(json_out: bool = JsonOpt):
         emit_json([{"name": n, "description": d} for n, d in rows])
         return
     console.print(table("Presets (use as preset:NAME)", ["name", "description"], [list(r) for r in rows], justify_numbers=False))
+
+
+def _print_placement(off: dict) -> None:
+    pl = off["placement"]
+    console.print(f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M parameters: "
+                  f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} resident on the GPU "
+                  f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
+                  f"PCIe {off['pcie_gbs']:.0f} GB/s, host DRAM {off['host_dram_gbs_per_gpu']:.0f} GB/s per GPU")
+
+
+@offload_app.command("plan")
+@user_errors
+def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+    """Per-subgroup placement of the optimizer update and the iteration time with no offload,
+    ZeRO-Offload and interleaved offload."""
+    from clustersim.simulator import simulate
+
+    s = _load(scenario)
+    results: dict[str, dict] = {}
+    interleaved = None
+    for mode in ("none", "zero", "interleaved"):
+        try:
+            r = simulate(s.with_changes(**{"training.offload.mode": mode}), profile)
+        except InputError as exc:
+            if mode == "interleaved" or "does not fit" not in exc.message:
+                raise
+            results[mode] = {"fits": False, "why": exc.message}
+            continue
+        results[mode] = {"fits": True, "iteration_time_s": r.iteration_time, "samples_per_s": r.samples_per_s,
+                         "breakdown_s": r.breakdown, "gpu_memory_bytes": r.memory["total"]}
+        if mode == "interleaved":
+            interleaved = r
+    off = interleaved.extra["offload"]
+    if json_out:
+        emit_json({"scenario": s.name, "modes": results, "placement": off})
+        return
+    console.print(f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x {s.cluster.gpu}, "
+                  f"optimizer {s.training.optimizer}")
+    _print_placement(off)
+    console.print(table("Placement of the optimizer update by subgroup", ["subgroups", "count", "where"],
+                        [[f"{a}-{b}" if a != b else str(a), b - a + 1, k.replace("_", " ")] for a, b, k in off["ranges"]]))
+    if off.get("candidates"):
+        console.print(table("Plans simulated (the fastest is kept)", ["plan", "iteration ms"],
+                            [[k, _ms(v)] for k, v in off["candidates"].items()]))
+    rows = []
+    base = results.get("zero", {}).get("iteration_time_s")
+    for mode, label in (("none", "no offload"), ("zero", "ZeRO-Offload (all updates on the CPU)"),
+                        ("interleaved", "interleaved offload")):
+        m = results[mode]
+        if not m["fits"]:
+            rows.append([label, "does not fit", "-", "-", m["why"].split(":")[0]])
+            continue
+        b = m["breakdown_s"]
+        rows.append([label, _ms(m["iteration_time_s"]), _ms(b["backward"]),
+                     _ms(b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]), format_bytes(m["gpu_memory_bytes"])])
+    console.print(table("Offload modes compared", ["mode", "iteration ms", "backward ms", "update (exposed) ms", "GPU memory"], rows))
+    if base:
+        console.print(f"interleaved is {base / results['interleaved']['iteration_time_s']:.2f}x faster than ZeRO-Offload")
 
 
 @calibrate_app.command("run")

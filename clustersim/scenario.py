@@ -107,6 +107,17 @@ class WorkloadSpec(_Strict):
         return self
 
 
+class OffloadSpec(_Strict):
+    """CPU optimizer offload: none, ZeRO-Offload (every update on the CPU) or interleaved
+    (Deep Optimizer States: per subgroup, the update runs on the CPU or moves to the GPU)."""
+
+    mode: Literal["none", "zero", "interleaved"] = "none"
+    subgroup_size: float = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
+    placement: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup")
+    cpu_threads: int | None = Field(None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs")
+
+
 class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
@@ -115,6 +126,7 @@ class TrainingSpec(_Strict):
     first_bucket_cap_mb: float = Field(1.0, gt=0)
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
     collective_algorithm: Literal["auto", "ring", "tree", "hd", "hier"] = "auto"
+    offload: OffloadSpec = OffloadSpec()
 
 
 class Scenario(_Strict):

@@ -27,6 +27,9 @@ class SimulationContext:
     profile: Profile | None
     phases: ComputePhases | None
     notes: list[str] = field(default_factory=list)
+    offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
+    offload_spec: object = None
+    _host: object = None
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
 
@@ -66,6 +69,18 @@ class SimulationContext:
                    algorithm: str | None = None) -> CollectiveCost:
         algo = algorithm or self.scenario.training.collective_algorithm
         return self.collectives.cost(op, nbytes, shape or self.world, algo)
+
+    @property
+    def host(self):
+        """The representative rank's share of host resources (simulator/host.py), built once."""
+        if self._host is None:
+            from clustersim.simulator.host import HostModel
+
+            self._host = HostModel.of(self)
+        return self._host
+
+    def link_capacities(self) -> dict[str, float]:
+        return self.host.links()
 
     def measured_other(self) -> float | None:
         return self.phases.other_s if self.phases else None

@@ -6,7 +6,10 @@ or ends, so between events they are constant and one central process advances al
 together (a fluid, flow-level model):
 
 * compute ops run at ``1 - max(compute_slowdown of running ops)``: NCCL kernels hold SMs;
-* ops on the same ``link`` share it max-min fairly (equal shares, each op a single flow).
+* ops that push bytes through the same links share them max-min fairly (progressive filling: all
+  rates rise together until a link saturates or an op reaches full speed; those freeze, the rest
+  continue). Two copies that each alone would fill a PCIe link run at half speed; a NIC-bound
+  collective that uses a tenth of that link barely notices a copy beside it.
 
 The cost per event is proportional to the number of running ops (a handful: one per stream), so a
 run costs O(ops), independent of how many GPUs the cluster has.
@@ -83,17 +86,48 @@ class Engine:
 
     def _rerate(self) -> None:
         slowdown = max((r.op.compute_slowdown for r in self._running), default=0.0)
-        links: dict[str, int] = {}
+        caps = {}
         for r in self._running:
-            if r.op.link:
-                links[r.op.link] = links.get(r.op.link, 0) + 1
+            caps[r] = 1.0 - slowdown if (r.op.stream == "compute" and r.op.compute_slowdown == 0.0) else 1.0
+        sharing = [r for r in self._running if r.op.demands]
         for r in self._running:
-            rate = 1.0
-            if r.op.stream == "compute" and r.op.compute_slowdown == 0.0:
-                rate = 1.0 - slowdown
-            if r.op.link:
-                rate = min(rate, 1.0 / links[r.op.link])
-            r.rate = rate
+            r.rate = caps[r]
+        if sharing:
+            self._fill(sharing, caps)
+
+    def _fill(self, flows: list[_Running], caps: dict) -> None:
+        """Max-min fair bandwidth by progressive filling.
+
+        A level t (bytes/s) rises for all unfrozen flows together; each flow's bandwidth on its
+        heaviest link follows t, so its rate (fraction of full speed) is t / its peak demand. A flow
+        freezes when it reaches full speed or when one of its links saturates.
+        """
+        capacity = self.program.links
+        left = {link: capacity.get(link, float("inf")) for r in flows for link in r.op.demands}
+        weight = {r: 1.0 / max(r.op.demands.values()) if max(r.op.demands.values()) > 0 else 0.0 for r in flows}
+        rate = {r: 0.0 for r in flows}
+        active = {r for r in flows if weight[r] > 0}
+        for r in flows:
+            if weight[r] == 0:
+                rate[r] = caps[r]
+        while active:
+            step = min((caps[r] - rate[r]) / weight[r] for r in active)
+            for link, cap in left.items():
+                load = sum(weight[r] * r.op.demands.get(link, 0.0) for r in active)
+                if load > 0:
+                    step = min(step, cap / load)
+            for r in active:
+                rate[r] += step * weight[r]
+                for link, d in r.op.demands.items():
+                    left[link] -= step * weight[r] * d
+            saturated = {link for link, cap in left.items() if cap <= 1e-9 * max(1.0, capacity.get(link, 1.0))}
+            done = {r for r in active if rate[r] >= caps[r] - 1e-12
+                    or any(link in saturated and d > 0 for link, d in r.op.demands.items())}
+            if not done:  # numerical safety: nothing froze, stop here
+                break
+            active -= done
+        for r in flows:
+            r.rate = max(rate[r], 1e-12)
 
     def _fluid(self):
         while True:

@@ -2,25 +2,53 @@
 
 Mixed precision (fp16/bf16) keeps an fp32 master copy of the parameters (4 B) beside the 16-bit
 weights (2 B); optimizer state is fp32. Activations are those kept for backward of one micro-batch
-(Korthikanti et al. 2022 for transformers). DDP buckets hold a second copy of the gradients.
+(Korthikanti et al. 2022 for transformers). DDP buckets hold a second copy of the gradients. With
+CPU offload the master copy and the offloaded state live on the host; only what the strategy must
+keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups and staging buffers remain.
 """
 
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.errors import InputError
+from clustersim.units import format_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
     P = ctx.params
     d = BYTES_PER_ELEMENT[ctx.precision]
+    offloaded = ctx.scenario.training.offload.mode != "none"
     mem = {
-        "parameters": P * d + (4 * P if d < 4 else 0),
+        "parameters": P * d + (4 * P if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
-        "ddp_buckets": P * ctx.grad_bytes,
-        "optimizer_state": P * strategy.state_bytes_per_param,
+        "ddp_buckets": 0.0 if offloaded else P * ctx.grad_bytes,
+        "optimizer_state": P * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.workload.activation_bytes,
     }
+    if offloaded and ctx.offload_placement is not None:
+        from clustersim.simulator.offload import offload_memory
+
+        partition = ctx.params / ctx.world_size if strategy.name in ("adam", "sgdm") else ctx.params
+        extra = offload_memory(ctx, ctx.offload_spec, ctx.offload_placement, partition)
+        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
+        mem["offload_staging"] = extra["offload_staging_buffers"]
     mem.update(strategy.extra_gpu_memory())
-    mem["total"] = sum(mem.values())
+    # Two peaks: forward/backward holds the activations; the update phase has freed them but holds
+    # the offload staging buffers.
+    everything = sum(mem.values())
+    mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
+    mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"]
+    mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
+
+
+def check_fits(ctx, mem: dict[str, float]) -> None:
+    if mem["total"] <= mem["capacity"]:
+        return
+    parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in mem.items()
+                      if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0)
+    hint = "; try training.offload, more GPUs per model copy is out of scope (data parallel only)" \
+        if ctx.scenario.training.offload.mode == "none" else ""
+    raise InputError(f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed "
+                     f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{hint}", key="cluster.gpu")

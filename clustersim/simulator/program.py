@@ -4,7 +4,9 @@ Strategies (optimizers, offload schemes) build programs; the engine runs them an
 optimizers. An op runs on one stream (CUDA-stream semantics: in the order it was added to that
 stream, after all its dependencies finished). Its ``duration`` is the time it takes alone; while
 other ops run it can take longer: an op with ``compute_slowdown`` > 0 (a NCCL kernel holding SMs)
-slows the compute stream by that fraction, and ops naming the same ``link`` share its bandwidth.
+slows the compute stream by that fraction, and ops that push bytes through the same link share its
+capacity max-min fairly. ``demands`` says how many bytes/s an op pushes through each link when it
+runs alone at full speed; the program's ``links`` give each link's capacity in bytes/s.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ class Op:
     intra_node_bytes: float = 0.0
     inter_node_bytes: float = 0.0
     compute_slowdown: float = 0.0
-    link: str | None = None
+    demands: dict[str, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
 
 class Program:
-    def __init__(self) -> None:
+    def __init__(self, links: dict[str, float] | None = None) -> None:
         self.ops: list[Op] = []
+        self.links: dict[str, float] = dict(links or {})
 
     def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
         if category not in CATEGORIES:

@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
-from clustersim.calibration.profile import Profile
+from clustersim.calibration.profile import Profile, load_profile
 from clustersim.scenario import Scenario
-from clustersim.simulator.context import build_context
+from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine
-from clustersim.simulator.memory import gpu_memory
+from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
 from clustersim.simulator.strategies import registry
 
 
 def simulate(scenario: Scenario, profile: Profile | str | None = None) -> SimulationResult:
+    if isinstance(profile, str):
+        profile = load_profile(profile)
     ctx = build_context(scenario, profile)
+    result = _run(ctx)
+    off = scenario.training.offload
+    if off.mode == "interleaved" and off.placement == "auto":
+        result = _best_placement(scenario, profile, ctx, result)
+    return result
+
+
+def _best_placement(scenario, profile, ctx: SimulationContext, planned: SimulationResult) -> SimulationResult:
+    """Check the performance model's plan against all-CPU and all-GPU placements; keep the fastest."""
+    from clustersim.simulator.offload import Placement
+
+    plan = ctx.offload_placement
+    n = len(plan.kinds)
+    resident = plan.count("gpu_resident")
+    alternatives = {"all on the CPU": ["cpu"] * n}
+    if plan.count("gpu_streamed") or resident < n:
+        alternatives["all on the GPU (streamed)"] = ["gpu_resident"] * resident + ["gpu_streamed"] * (n - resident)
+    candidates = {"performance model": planned}
+    for name, kinds in alternatives.items():
+        alt_ctx = build_context(scenario, profile)
+        alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, name)
+        candidates[name] = _run(alt_ctx)
+    best_name = min(candidates, key=lambda k: candidates[k].iteration_time)
+    best = candidates[best_name]
+    best.extra.setdefault("offload", {})["candidates"] = {k: v.iteration_time for k, v in candidates.items()}
+    best.extra["offload"]["chosen_by"] = best_name
+    return best
+
+
+def _run(ctx: SimulationContext) -> SimulationResult:
+    scenario = ctx.scenario
     strategy = registry.create(ctx)
     steps = strategy.steps()
+    memory = gpu_memory(ctx, strategy)
+    check_fits(ctx, memory)
+    links = ctx.link_capacities()
     total_weight = sum(s.weight for s in steps)
     iteration = 0.0
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
@@ -24,6 +60,7 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
     main_records: list[OpRecord] = []
     main_times = ({}, {})
     for step in steps:
+        step.program.links = {**links, **step.program.links}
         start, end = Engine(step.program).run()
         t, parts = attribute_timeline(step.program, start, end)
         w = step.weight / total_weight
@@ -40,10 +77,8 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
             main_times = (start, end)
             main_records = [OpRecord(op.name, op.stream, op.category, start[op.id], end[op.id], op.meta,
                                      op.intra_node_bytes, op.inter_node_bytes) for op in step.program.ops]
-    buckets = []
-    for b in main.buckets:
-        buckets.append({"bucket": b["bucket"], "bytes": b["bytes"],
-                        "start_s": main_times[0][b["op"]], "end_s": main_times[1][b["op"]]})
+    buckets = [{"bucket": b["bucket"], "bytes": b["bytes"], "start_s": main_times[0][b["op"]],
+                "end_s": main_times[1][b["op"]]} for b in main.buckets]
     sources = dict(ctx.device.sources)
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
     if scenario.cluster.nodes > 1:
@@ -55,6 +90,18 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
         sources["collectives (measured fits)"] = ", ".join(measured)
     if modelled:
         sources["collectives (topology model, default constants)"] = ", ".join(modelled)
+    extra: dict = {"steps": per_step} if len(steps) > 1 else {}
+    if ctx.offload_placement is not None:
+        p = ctx.offload_placement
+        host = ctx.host
+        sources["CPU optimizer rate"] = ("measured CPU Adam, scaled to threads, capped by DRAM" if host.measured_params_per_s
+                                         else "DRAM roofline (host DRAM per GPU / bytes per parameter)")
+        extra["offload"] = {"mode": scenario.training.offload.mode, "subgroups": len(p.kinds),
+                            "subgroup_params": p.subgroup_params,
+                            "placement": {k: p.count(k) for k in ("cpu", "gpu_streamed", "gpu_resident")},
+                            "ranges": p.ranges(), "chosen_by": p.chosen_by,
+                            "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
+                            "pcie_gbs": host.pcie / 1e9, "host_dram_gbs_per_gpu": host.dram_share / 1e9}
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
     samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
@@ -64,7 +111,5 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None) -> Simula
         samples_per_iteration=samples, iteration_time=iteration, breakdown=breakdown,
         bytes_per_link_kind={"intra_node_per_node": intra, "inter_node_per_node": inter,
                              "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class},
-        buckets=buckets, ops=main_records, notes=list(ctx.notes), sources=sources,
-        memory=gpu_memory(ctx, strategy),
-        extra={"steps": per_step} if len(steps) > 1 else {},
+        buckets=buckets, ops=main_records, notes=list(ctx.notes), sources=sources, memory=memory, extra=extra,
     )

@@ -33,6 +33,8 @@ class Strategy:
     update_bytes_per_param: ClassVar[float] = 28.0
     #: bytes of optimizer state per parameter kept on the GPU (beyond params and grads)
     state_bytes_per_param: ClassVar[float] = 8.0
+    #: the part of it that must stay on the GPU when the optimizer is offloaded
+    gpu_state_with_offload: ClassVar[float] = 0.0
 
     def __init__(self, ctx: SimulationContext, options: BaseModel):
         self.ctx = ctx

@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_micro_steps, add_update_and_other
@@ -72,6 +74,13 @@ class BinSGDM(Strategy):
     summary = "BinSGDM: elementwise m/b, stochastic 1-bit updates, hierarchical 1-bit all-reduce, no warmup"
     Options = BinSGDMOptions
     state_bytes_per_param = 8.0
+    gpu_state_with_offload = 8.0  # m and b stay on the GPU: the quantizer reads them every step
+
+    def offload_spec(self) -> offload.UpdateSpec:
+        """The averaged 1-bit update goes to the host, which applies it to the fp32 master weights."""
+        return offload.UpdateSpec(to_host=1 / 8, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+                                  cpu_dram=12.125, gpu_update=APPLY_BYTES, state=4.0,
+                                  gpu_keep=self.gpu_state_with_offload)
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -126,7 +135,7 @@ class BinSGDM(Strategy):
 
     def steps(self) -> list[StepProgram]:
         ctx, P = self.ctx, self.ctx.params
-        prog = Program()
+        prog = Program(ctx.link_capacities())
         last = add_micro_steps(prog, ctx)
         dep = prog.add("m, b update", "compute", ctx.device.stream_time((UPDATE_STATE_BYTES + ctx.grad_bytes) * P, "binsgdm_update"),
                        "optimizer", (last,))
@@ -134,5 +143,5 @@ class BinSGDM(Strategy):
                        "compression", (dep,))
         if ctx.world_size > 1:
             dep = self.add_phases(prog, dep)
-        add_update_and_other(prog, ctx, [dep], APPLY_BYTES, "unpack + apply ±1 update")
+        add_update_and_other(prog, ctx, [dep], APPLY_BYTES, "unpack + apply ±1 update", offload=self.offload_spec())
         return [StepProgram("step", 1.0, prog)]

@@ -16,9 +16,11 @@ def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nb
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
     # links carry ``sharing`` copies of its traffic.
+    per_gpu = cost.inter_node_bytes * shape.sharing / ctx.scenario.cluster.gpus_per_node
     return prog.add(name, stream, cost.time, "communication", deps,
                     intra_node_bytes=cost.intra_node_bytes * shape.sharing,
                     inter_node_bytes=cost.inter_node_bytes * shape.sharing,
+                    demands=ctx.host.nic_traffic(per_gpu, cost.time),
                     compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
                     meta={"op": op, "bytes": nbytes, "algorithm": cost.algorithm, "protocol": cost.protocol,
                           "ranks": shape.ranks, **meta})
@@ -80,23 +82,35 @@ def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_eleme
 
 
 def add_update_and_other(prog: Program, ctx: SimulationContext, deps, update_bytes_per_param: float,
-                         label: str = "optimizer step") -> int:
-    """The optimizer update kernel(s) and the per-step work outside forward/backward/communication.
+                         label: str = "optimizer step", offload=None, partition_params: float | None = None,
+                         inputs_on_host: bool = False) -> int:
+    """The optimizer update (on the GPU, or offloaded per ``offload``, an UpdateSpec) and the per-step
+    work outside forward/backward/communication.
 
     With measured phases, "other" is the measured remainder after removing a modelled Adam step
     (so each optimizer adds its own update cost on top of the same measured overhead).
     """
+    from clustersim.simulator.offload import add_update
+
     P = ctx.params
-    update = prog.add(label, "compute", ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
-                      "optimizer", tuple(deps))
+    if offload is not None:
+        ends = add_update(prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host)
+    else:
+        ends = [prog.add(label, "compute", ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
+                         "optimizer", tuple(d for d in deps if d is not None))]
+    return add_other(prog, ctx, ends)
+
+
+def add_other(prog: Program, ctx: SimulationContext, deps) -> int:
+    P = ctx.params
     measured = ctx.measured_other()
     if measured is not None:
         adam = ctx.device.stream_time(FUSED_ADAM * P, "optimizer")
         return prog.add("other (measured: loss scaling, data, bookkeeping)", "compute",
-                        max(0.0, measured - adam), "other", (update,))
+                        max(0.0, measured - adam), "other", tuple(deps))
     gb = ctx.grad_bytes
     other_bytes = P * gb  # zero_grad
     if BYTES_PER_ELEMENT[ctx.precision] < 4:
         other_bytes += 3 * P * gb  # loss-scale unscale (read+write) and overflow check (read)
     return prog.add("zero_grad + loss scaling", "compute", ctx.device.stream_time(other_bytes, "other"), "other",
-                    (update,))
+                    tuple(deps))

@@ -4,14 +4,64 @@ Gradients (``training.gradient_dtype``, default the training precision) are all-
 buckets overlapped with backward; then every rank runs the same update. Adam's fused update moves
 about 28 bytes per parameter (fp32 param r/w 8, m r/w 8, v r/w 8, gradient 4; DeepSpeed's
 fp16 variant: master 8 + m,v 16 + fp16 grad 2 + fp16 param write 2), SGDM's 20.
+
+With CPU offload this becomes ZeRO-Offload (ZeRO stage 2): each bucket is reduce-scattered and the
+rank's shard of it leaves the GPU as soon as backward produced it; the CPU (or, interleaved, the GPU
+for some subgroups) updates the rank's 1/p of the parameters; the updated 16-bit shards return and
+are all-gathered before the next forward.
 """
 
 from __future__ import annotations
 
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
 from clustersim.simulator.strategies.base import StepProgram, Strategy
-from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_update_and_other
+from clustersim.simulator.strategies.buckets import assign_buckets
+from clustersim.simulator.strategies.common import (add_collective, add_ddp_gradient_sync, add_micro_steps,
+                                                    add_other, add_update_and_other)
+from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
+
+
+def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str) -> tuple[Program, list[dict]]:
+    """ZeRO-Offload: reduce-scatter per bucket, shard D2H during backward, offloaded update, all-gather."""
+    prog = Program(ctx.link_capacities())
+    p = ctx.world_size
+    partition = ctx.params / p
+    host = ctx.host
+    placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
+    ctx.offload_placement, ctx.offload_spec = placement, spec
+    on_cpu = 1.0 - offload.gpu_fraction(placement)
+    t = ctx.scenario.training
+    buckets = assign_buckets(ctx.workload.layers, ctx.grad_bytes, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb)
+    by_layer: dict[int, list] = {}
+    for b in buckets:
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    moved: list[int] = []
+    info: list[dict] = []
+
+    def on_backward(li, op):
+        for b in by_layer.get(li, []):
+            dep = op
+            if p > 1:
+                dep = add_collective(prog, ctx, f"reduce_scatter bucket{b.index}", "reduce_scatter",
+                                     b.nbytes(ctx.grad_bytes), deps=(op,), bucket=b.index)
+                info.append({"bucket": b.index, "bytes": b.nbytes(ctx.grad_bytes), "op": dep})
+            secs, dem = host.copy(b.nbytes(ctx.grad_bytes) / p * on_cpu, to_host=True)
+            moved.append(prog.add(f"D2H gradients bucket{b.index}", "d2h", secs, "transfer", (dep,), demands=dem))
+
+    last = add_micro_steps(prog, ctx, on_backward)
+    ends = offload.add_offloaded_update(prog, ctx, [last, *moved], spec, placement, host, partition, True, label)
+    if p > 1:
+        ends = [add_collective(prog, ctx, "all_gather parameters", "all_gather",
+                               ctx.params * BYTES_PER_ELEMENT[ctx.precision], deps=tuple(ends))]
+    add_other(prog, ctx, ends)
+    return prog, info
+
+
+def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
+    return offload.UpdateSpec(to_host=ctx.grad_bytes, to_device=BYTES_PER_ELEMENT[ctx.precision],
+                              cpu_dram=cpu_bytes, gpu_update=cpu_bytes, state=state)
 
 
 class AdamDDP(Strategy):
@@ -19,9 +69,17 @@ class AdamDDP(Strategy):
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
     update_bytes_per_param = FUSED_ADAM
     state_bytes_per_param = 8.0
+    offload_state_bytes = 12.0  # fp32 master + m + v on the host
+    gpu_state_with_offload = 0.0
+
+    def offload_spec(self) -> offload.UpdateSpec:
+        return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)
 
     def build_program(self) -> tuple[Program, list[dict]]:
-        prog = Program()
+        if offload.mode(self.ctx) != "none":
+            return zero_offload_program(self.ctx, self.offload_spec(), self.update_bytes_per_param,
+                                        f"{self.name} update")
+        prog = Program(self.ctx.link_capacities())
         comm, buckets = add_ddp_gradient_sync(prog, self.ctx, self.ctx.grad_bytes, self.ctx.scenario.training.overlap)
         last_bwd = prog.last_on("compute")
         add_update_and_other(prog, self.ctx, [*comm, last_bwd], self.update_bytes_per_param)
@@ -37,3 +95,4 @@ class SgdmDDP(AdamDDP):
     summary = "SGD with momentum, full-precision gradient all-reduce in DDP buckets"
     update_bytes_per_param = 20.0
     state_bytes_per_param = 4.0
+    offload_state_bytes = 8.0  # fp32 master + momentum

@@ -14,10 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies import optimizer_kernels as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
+from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 from clustersim.simulator.strategies.compressed_allreduce import add_compressed_allreduce, error_buffers_for_groups
 
 
@@ -48,23 +51,35 @@ class OneBitAdam(Strategy):
     summary = "1-bit Adam (DeepSpeed): Adam warmup, then 1-bit compressed momentum all-reduce with error feedback"
     Options = OneBitAdamOptions
     state_bytes_per_param = 8.0
+    # Offloaded: fp32 master and the frozen variance live on the host; the momentum must stay on the
+    # GPU because it is what gets compressed every step.
+    gpu_state_with_offload = 4.0
+
+    def offload_spec(self) -> offload.UpdateSpec:
+        """Compression stage: the synced momentum goes to the host, which applies m / (sqrt(v) + eps)."""
+        per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+        return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+                                  cpu_dram=per, gpu_update=per, state=8.0,
+                                  gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size)
 
     def compression_program(self) -> Program:
         ctx, P = self.ctx, self.ctx.params
-        prog = Program()
+        prog = Program(ctx.link_capacities())
         last = add_micro_steps(prog, ctx)
         dep = prog.add("local momentum update", "compute", ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
                        "optimizer", (last,))
         dep = add_compressed_momentum_sync(prog, ctx, self.options, dep)
         add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
-                             "1-bit Adam update (frozen variance)")
+                             "1-bit Adam update (frozen variance)", offload=self.offload_spec())
         return prog
 
     def warmup_program(self) -> tuple[Program, list[dict]]:
         ctx = self.ctx
-        prog = Program()
-        comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
         update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+        if offload.mode(ctx) != "none":  # the warmup stage is Adam: ZeRO-Offload
+            return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "Adam update (warmup)")
+        prog = Program(ctx.link_capacities())
+        comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
         add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], update, "Adam update (warmup)")
         return prog, buckets
 

@@ -19,10 +19,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies import optimizer_kernels as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
+from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 from clustersim.simulator.strategies.onebit_adam import add_compressed_momentum_sync, group_sizes
 from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 
@@ -73,13 +76,24 @@ class ZeroOneAdam(Strategy):
     summary = "0/1 Adam (DeepSpeed): adaptive variance freezing and 1-bit sync with local steps"
     Options = ZeroOneAdamOptions
     state_bytes_per_param = 12.0  # m, v and the momentum accumulator
+    gpu_state_with_offload = 8.0  # momentum and accumulator stay on the GPU (they are compressed)
+
+    def offload_spec(self) -> offload.UpdateSpec:
+        per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+        return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+                                  cpu_dram=per, gpu_update=per, state=8.0,
+                                  gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size)
 
     def _local_update(self, prog: Program, dep, label: str):
         ctx = self.ctx
-        return add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE, label)
+        return add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE, label,
+                                    offload=self.offload_spec())
 
     def program(self, kind: str) -> tuple[Program, list[dict]]:
-        ctx, P, prog = self.ctx, self.ctx.params, Program()
+        ctx, P, prog = self.ctx, self.ctx.params, Program(self.ctx.link_capacities())
+        if kind == "variance_update" and offload.mode(ctx) != "none":
+            update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+            return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "0/1 Adam update (variance)")
         if kind == "variance_update":
             comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
             update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE

@@ -1,0 +1,77 @@
+"""The host side of one representative rank: PCIe links, the switch uplink, DRAM and CPU cores.
+
+Every rank of a node is symmetric, so shared host resources are split evenly: a PCIe switch uplink
+carrying k GPUs gives each 1/k of it, the node's DRAM bandwidth and cores are divided by the GPUs per
+node. The links go into the program so that the engine shares them between concurrent transfers,
+NCCL traffic and CPU optimizer work (flow-level, max-min fair).
+
+CPU Adam's rate: the profile's measured parameters/s (highest thread count measured, scaled by
+threads) when present, capped by the DRAM roofline, else the roofline itself: DRAM bandwidth per rank /
+bytes of DRAM traffic per parameter (~28 for Adam; ../shared/reference/algorithms.md sec. 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog import hardware_defaults
+from clustersim.topologies.node import pcie_bandwidth
+
+GPU_UP, GPU_DOWN = "gpu_pcie_d2h", "gpu_pcie_h2d"
+SWITCH_UP, SWITCH_DOWN = "switch_uplink_d2h", "switch_uplink_h2d"
+DRAM = "host_dram"
+
+
+@dataclass(frozen=True)
+class HostModel:
+    pcie: float
+    switch_share: float
+    dram_share: float
+    threads: int
+    measured_params_per_s: float | None  # at ``threads``, from a profile
+    rdma: bool
+
+    @classmethod
+    def of(cls, ctx) -> "HostModel":
+        c = ctx.scenario.cluster
+        gen = c.intra_node.pcie_gen or ctx.gpu.pcie_gen
+        pcie = pcie_bandwidth(gen)
+        per_switch = min(c.intra_node.gpus_per_pcie_switch, c.gpus_per_node)
+        dram_node = (c.host.dram_gbs or hardware_defaults()["host"]["dram_gbs"] * c.host.sockets) * 1e9
+        threads = ctx.scenario.training.offload.cpu_threads or max(1, c.host.cores // c.gpus_per_node)
+        measured = None
+        if ctx.profile is not None and ctx.profile.host.cpu_adam_params_per_s:
+            t_max, rate = max(ctx.profile.host.cpu_adam_params_per_s.items())
+            measured = rate * threads / t_max
+        rdma = c.nic.gpudirect_rdma if c.nic.gpudirect_rdma is not None else c.nic.kind == "infiniband"
+        return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma)
+
+    def links(self) -> dict[str, float]:
+        return {GPU_UP: self.pcie, GPU_DOWN: self.pcie, SWITCH_UP: self.switch_share, SWITCH_DOWN: self.switch_share,
+                DRAM: self.dram_share}
+
+    def copy(self, nbytes: float, to_host: bool) -> tuple[float, dict[str, float]]:
+        """Standalone duration of a pinned copy and the bytes/s it pushes through each link."""
+        path = (GPU_UP, SWITCH_UP) if to_host else (GPU_DOWN, SWITCH_DOWN)
+        bw = min(self.pcie, self.switch_share, self.dram_share)
+        t = nbytes / bw if nbytes > 0 else 0.0
+        return t, ({path[0]: bw, path[1]: bw, DRAM: bw} if t > 0 else {})
+
+    def cpu_rate(self, dram_bytes_per_param: float) -> float:
+        roofline = self.dram_share / dram_bytes_per_param
+        return min(roofline, self.measured_params_per_s) if self.measured_params_per_s else roofline
+
+    def cpu_update(self, params: float, dram_bytes_per_param: float) -> tuple[float, dict[str, float]]:
+        rate = self.cpu_rate(dram_bytes_per_param)
+        t = params / rate if params > 0 else 0.0
+        return t, ({DRAM: rate * dram_bytes_per_param} if t > 0 else {})
+
+    def nic_traffic(self, inter_bytes_per_gpu: float, duration: float) -> dict[str, float]:
+        """Links a collective's inter-node bytes cross on the way to the NIC (both directions)."""
+        if duration <= 0 or inter_bytes_per_gpu <= 0:
+            return {}
+        bw = inter_bytes_per_gpu / duration
+        demands = {GPU_UP: bw, GPU_DOWN: bw}
+        if not self.rdma:  # staged through host memory
+            demands.update({SWITCH_UP: bw, SWITCH_DOWN: bw, DRAM: 2 * bw})
+        return demands

@@ -1,0 +1,214 @@
+"""CPU optimizer offload: ZeRO-Offload and interleaved offload (Deep Optimizer States).
+
+ZeRO-Offload (Ren et al. 2021): fp32 master parameters and optimizer state live in host memory;
+gradients leave the GPU as backward produces them; the CPU updates; updated 16-bit parameters return
+before the next forward. Interleaved offload (Maurya et al. 2024): the parameters are split into
+subgroups and, per subgroup, the update either runs on the CPU or the subgroup's state moves to the
+GPU, is updated there and moves back, so CPU and PCIe/GPU work in parallel. Subgroups whose state
+fits in the GPU memory left free at the forward/backward peak can stay resident and need no copies.
+
+The planner is a performance model: per subgroup it compares the finish time of the CPU path
+(device->host input copy, CPU update, host->device parameter copy) and the GPU path (host->device
+state, GPU update, device->host state) on separate clocks for the CPU, the GPU and each PCIe
+direction (the link is full duplex), and takes the earlier. The simulation then runs the chosen plan
+with flow-level sharing of the PCIe links, the switch uplink and DRAM, and the plan is checked
+against all-CPU and all-GPU placements, so interleaving never loses to the better of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.errors import InputError
+from clustersim.simulator.host import HostModel
+from clustersim.simulator.program import Program
+from clustersim.units import format_bytes
+
+MAX_CHUNKS = 48  # subgroups of the same placement are merged into at most this many program steps
+
+
+@dataclass(frozen=True)
+class UpdateSpec:
+    """What an optimizer's update needs, in bytes per parameter."""
+
+    to_host: float        # device -> host before a CPU update (gradients, or the synced tensor)
+    to_device: float      # host -> device after it (updated 16-bit parameters)
+    cpu_dram: float       # DRAM traffic of the CPU update
+    gpu_update: float     # HBM traffic of the same update on the GPU
+    state: float          # optimizer state kept on the host (fp32 master, moments), moved for GPU updates
+    gpu_keep: float = 0.0  # what the strategy must keep on the GPU anyway (momentum, error buffers)
+
+
+@dataclass
+class Placement:
+    subgroup_params: float
+    kinds: list[str]  # per subgroup: cpu | gpu_streamed | gpu_resident
+    chosen_by: str = "performance model"
+    candidates: dict[str, float] = field(default_factory=dict)  # plan -> simulated iteration time
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k in self.kinds if k == kind)
+
+    def ranges(self) -> list[tuple[int, int, str]]:
+        out: list[tuple[int, int, str]] = []
+        for i, k in enumerate(self.kinds):
+            if out and out[-1][2] == k and out[-1][1] == i - 1:
+                out[-1] = (out[-1][0], i, k)
+            else:
+                out.append((i, i, k))
+        return out
+
+
+def mode(ctx) -> str:
+    return ctx.scenario.training.offload.mode
+
+
+def subgroup_count(params: float, size: float) -> int:
+    return max(1, math.ceil(params / size))
+
+
+def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[str, float]:
+    """GPU bytes without offloaded optimizer state, at the forward/backward peak and during the update."""
+    P = ctx.params
+    d = BYTES_PER_ELEMENT[ctx.precision]
+    base = P * d + P * ctx.grad_bytes + P * gpu_keep
+    return {"peak_without_state": base + ctx.workload.activation_bytes, "update_without_state": base,
+            "capacity": ctx.gpu.memory_bytes, "partition_params": partition_params}
+
+
+def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs_on_host: bool) -> Placement:
+    off = ctx.scenario.training.offload
+    size = min(off.subgroup_size, partition_params)
+    n = subgroup_count(partition_params, size)
+    budget = memory_budget(ctx, partition_params, spec.gpu_keep)
+    free_peak = budget["capacity"] - budget["peak_without_state"]
+    free_update = budget["capacity"] - budget["update_without_state"]
+    if free_peak < 0:
+        raise InputError(f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
+                         f"activations need {format_bytes(budget['peak_without_state'])} of {format_bytes(budget['capacity'])}",
+                         key="cluster.gpu")
+    if off.mode == "zero" or off.placement == "cpu":
+        return Placement(size, ["cpu"] * n, "all on the CPU" if off.mode == "zero" else "placement: cpu")
+    state_bytes = size * spec.state
+    if off.placement == "gpu":
+        if n * state_bytes > free_peak:
+            raise InputError(f"placement gpu keeps all optimizer state on the GPU: {format_bytes(n * state_bytes)} "
+                             f"needed, {format_bytes(free_peak)} free at the forward/backward peak",
+                             key="training.offload.placement")
+        return Placement(size, ["gpu_resident"] * n, "placement: gpu")
+    resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
+    can_stream = free_update - resident * state_bytes >= 2 * state_bytes
+    bw = min(host.pcie, host.switch_share)
+    hbm = ctx.device.memory_rate
+    t_in = 0.0 if inputs_on_host else size * spec.to_host / bw
+    t_cpu = size / host.cpu_rate(spec.cpu_dram)
+    t_back = size * spec.to_device / bw
+    t_state = size * spec.state / bw
+    t_gpu = size * spec.gpu_update / hbm
+    # Host DRAM is shared by the CPU update and every copy (they all read or write host memory).
+    dram_cpu = size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
+    dram_gpu = 2 * size * spec.state / host.dram_share
+    kinds = ["gpu_resident"] * resident
+    cpu = h2d = d2h = dram = 0.0
+    gpu = resident * t_gpu  # resident subgroups update first, on the GPU, without copies
+    for _ in range(n - resident):
+        # CPU path: input copy, CPU update, parameters back
+        c_d2h = d2h + t_in
+        c_cpu = max(cpu, c_d2h) + t_cpu
+        c_h2d = max(h2d, c_cpu) + t_back
+        c_dram = dram + dram_cpu
+        cpu_finish = max(c_h2d, c_cpu, gpu, d2h, h2d, c_dram)
+        # GPU path: state in, GPU update, state out
+        g_finish = float("inf")
+        if can_stream:
+            g_h2d = h2d + t_state
+            g_gpu = max(gpu, g_h2d) + t_gpu
+            g_d2h = max(d2h, g_gpu) + t_state
+            g_dram = dram + dram_gpu
+            g_finish = max(g_d2h, g_gpu, cpu, h2d, d2h, g_h2d, g_dram)
+        if g_finish < cpu_finish:
+            kinds.append("gpu_streamed")
+            h2d, gpu, d2h, dram = g_h2d, g_gpu, g_d2h, g_dram
+        else:
+            kinds.append("cpu")
+            d2h, cpu, h2d, dram = c_d2h, c_cpu, c_h2d, c_dram
+    return Placement(size, kinds)
+
+
+def _chunks(placement: Placement, total_params: float) -> list[tuple[str, float]]:
+    """Merge consecutive subgroups of one kind into at most MAX_CHUNKS steps of (kind, params)."""
+    per = max(1, math.ceil(len(placement.kinds) / MAX_CHUNKS))
+    out: list[tuple[str, float]] = []
+    sizes = [placement.subgroup_params] * len(placement.kinds)
+    sizes[-1] = total_params - placement.subgroup_params * (len(placement.kinds) - 1)
+    run_kind, run_params, run_len = None, 0.0, 0
+    for kind, s in zip(placement.kinds, sizes):
+        if kind != run_kind or run_len >= per:
+            if run_kind is not None:
+                out.append((run_kind, run_params))
+            run_kind, run_params, run_len = kind, 0.0, 0
+        run_params += s
+        run_len += 1
+    out.append((run_kind, run_params))
+    return out
+
+
+def add_offloaded_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: Placement, host: HostModel,
+                         partition_params: float, inputs_on_host: bool, label: str) -> list[int]:
+    """The update phase of one iteration under offload; returns the ops the next step waits for."""
+    ends: list[int] = []
+    deps = tuple(d for d in deps if d is not None)
+    for i, (kind, params) in enumerate(_chunks(placement, partition_params)):
+        tag = f"{label} chunk{i} ({kind}, {params / 1e6:,.1f}M params)"
+        if kind == "cpu":
+            dep = deps
+            if not inputs_on_host:
+                t, dem = host.copy(params * spec.to_host, to_host=True)
+                dep = (prog.add(f"D2H input {tag}", "d2h", t, "transfer", deps, demands=dem),)
+            t, dem = host.cpu_update(params, spec.cpu_dram)
+            cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", dep, demands=dem, meta={"params": params})
+            t, dem = host.copy(params * spec.to_device, to_host=False)
+            ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
+        elif kind == "gpu_streamed":
+            t, dem = host.copy(params * spec.state, to_host=False)
+            load = prog.add(f"H2D state {tag}", "h2d_state", t, "transfer", deps, demands=dem)
+            upd = prog.add(f"GPU update {tag}", "compute", ctx.device.stream_time(params * spec.gpu_update, "optimizer"),
+                           "optimizer", (load,))
+            t, dem = host.copy(params * spec.state, to_host=True)
+            ends.append(prog.add(f"D2H state {tag}", "d2h_state", t, "transfer", (upd,), demands=dem))
+        else:
+            ends.append(prog.add(f"GPU update {tag}", "compute",
+                                 ctx.device.stream_time(params * spec.gpu_update, "optimizer"), "optimizer", deps))
+    return ends
+
+
+def gpu_fraction(placement: Placement) -> float:
+    return sum(1 for k in placement.kinds if k != "cpu") / len(placement.kinds)
+
+
+def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params: float) -> dict[str, float]:
+    resident = placement.count("gpu_resident") * placement.subgroup_params * spec.state
+    streamed = (2 * placement.subgroup_params * spec.state) if placement.count("gpu_streamed") else 0.0
+    c = ctx.scenario.cluster
+    host_bytes = partition_params * (spec.state + spec.to_host) * c.gpus_per_node
+    if host_bytes > c.host.memory_gib * 2**30:
+        raise InputError(f"the offloaded optimizer state needs {format_bytes(host_bytes)} of host memory per node, "
+                         f"the host has {c.host.memory_gib:g} GiB", key="cluster.host.memory_gib")
+    return {"optimizer_state_resident_on_gpu": resident, "offload_staging_buffers": streamed,
+            "host_optimizer_state_per_node": host_bytes}
+
+
+def add_update(prog: Program, ctx, deps, spec: UpdateSpec, gpu_bytes_per_param: float, label: str,
+               partition_params: float | None = None, inputs_on_host: bool = False) -> list[int]:
+    """The optimizer update: on the GPU, or offloaded as the scenario says. Returns its final ops."""
+    if mode(ctx) == "none":
+        return [prog.add(label, "compute", ctx.device.stream_time(gpu_bytes_per_param * ctx.params, "optimizer"),
+                         "optimizer", tuple(d for d in deps if d is not None))]
+    host = ctx.host
+    partition = partition_params or ctx.params
+    placement = ctx.offload_placement or plan(ctx, spec, partition, host, inputs_on_host)
+    ctx.offload_placement = placement
+    ctx.offload_spec = spec
+    return add_offloaded_update(prog, ctx, deps, spec, placement, host, partition, inputs_on_host, label)

@@ -1,0 +1,132 @@
+"""CPU optimizer offload: contention, placement, memory accounting, bad input."""
+
+import pytest
+
+from clustersim.errors import InputError
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+from clustersim.simulator.context import build_context
+from clustersim.simulator.engine import Engine
+from clustersim.simulator.host import DRAM, GPU_UP
+from clustersim.simulator.program import Program
+from tests.conftest import make_scenario
+
+
+def llama(mode="interleaved", **kw):
+    return load_scenario("preset:offload-llama7b-h100").with_changes(**{"training.offload.mode": mode, **kw})
+
+
+def test_pcie_contention_slows_both_flows():
+    """An offload copy and NCCL's traffic to a host-staged NIC share the GPU's PCIe link."""
+    s = make_scenario(**{"cluster.nodes": 2, "cluster.nic.kind": "ethernet_tcp", "cluster.nic.line_rate_gbps": 400,
+                         "cluster.nic.count": 4})
+    ctx = build_context(s)
+    host = ctx.host
+    t_copy, copy_demands = host.copy(4e9, to_host=True)
+    t_comm = 0.2
+    comm_demands = host.nic_traffic(inter_bytes_per_gpu=0.9 * host.pcie * t_comm, duration=t_comm)
+    assert GPU_UP in copy_demands and GPU_UP in comm_demands and DRAM in comm_demands
+
+    def run(*ops):
+        prog = Program(ctx.link_capacities())
+        ids = [prog.add(name, stream, t, cat, demands=d) for name, stream, t, cat, d in ops]
+        return Engine(prog).run()[1], ids
+
+    alone_copy, (c,) = run(("copy", "d2h", t_copy, "transfer", copy_demands))
+    alone_comm, (n,) = run(("comm", "comm", t_comm, "communication", comm_demands))
+    both, (c2, n2) = run(("copy", "d2h", t_copy, "transfer", copy_demands),
+                         ("comm", "comm", t_comm, "communication", comm_demands))
+    assert both[c2] > alone_copy[c] * 1.01
+    assert both[n2] > alone_comm[n] * 1.01
+
+
+@pytest.mark.parametrize("dram", [49, 100, 400, 1600])
+def test_interleaving_never_loses_to_all_cpu_or_all_gpu(dram):
+    r = simulate(llama(**{"cluster.host.dram_gbs": dram}))
+    cands = r.extra["offload"]["candidates"]
+    assert r.iteration_time <= min(cands["all on the CPU"], cands["all on the GPU (streamed)"]) + 1e-12
+    zero = simulate(llama("zero", **{"cluster.host.dram_gbs": dram}))
+    assert r.iteration_time <= zero.iteration_time + 1e-12
+    # the performance model alone is close to the best plan it is checked against
+    assert cands["performance model"] <= 1.05 * min(cands.values())
+
+
+def test_published_reference_point_shape():
+    """7B on one GPU: no offload does not fit; interleaving beats ZeRO-Offload (paper: 9.5 s -> 6.8 s)."""
+    with pytest.raises(InputError, match="does not fit in GPU memory"):
+        simulate(llama("none"))
+    zero, inter = simulate(llama("zero")), simulate(llama("interleaved"))
+    assert inter.iteration_time < zero.iteration_time
+    assert inter.extra["offload"]["placement"]["gpu_resident"] > 0
+    assert inter.memory["total"] <= inter.memory["capacity"]
+
+
+def test_memory_accounting_matches_hand_computation():
+    s = make_scenario(**{"cluster.nodes": 1, "cluster.gpus_per_node": 1, "workload.model": None,
+                         "workload.micro_batch": 2, "workload.precision": "bf16",
+                         "workload.layers": [{"name": "l", "params": 1_000_000, "forward_flops": 1e9,
+                                              "activation_bytes": 5_000_000, "repeat": 3}]})
+    r = simulate(s)
+    P, acts = 3_000_000, 3 * 2 * 5_000_000
+    m = r.memory
+    assert m["parameters"] == 2 * P + 4 * P      # bf16 weights + fp32 master
+    assert m["gradients"] == 2 * P and m["ddp_buckets"] == 2 * P
+    assert m["optimizer_state"] == 8 * P         # Adam m and v in fp32
+    assert m["activations"] == acts
+    assert m["total"] == 2 * P + 4 * P + 2 * P + 2 * P + 8 * P + acts
+    off = simulate(s.with_changes(**{"training.offload.mode": "zero"}))
+    assert off.memory["parameters"] == 2 * P and off.memory["optimizer_state"] == 0
+    assert off.memory["total"] == 2 * P + 2 * P + acts
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgdm", "onebit-adam", "zero-one-adam", "binsgdm"])
+@pytest.mark.parametrize("mode", ["zero", "interleaved"])
+def test_offload_combines_with_every_optimizer(optimizer, mode):
+    s = make_scenario(**{"cluster.nodes": 2, "training.optimizer": optimizer, "training.offload.mode": mode})
+    r = simulate(s)
+    base = simulate(s.with_changes(**{"training.offload.mode": "none"}))
+    assert r.iteration_time > 0 and "offload" in r.extra
+    assert r.memory["total"] < base.memory["total"]  # offloading frees GPU memory
+    kept_on_gpu = {"adam": 0, "sgdm": 0, "onebit-adam": 4, "zero-one-adam": 8, "binsgdm": 8}[optimizer]
+    assert r.memory["optimizer_state"] == kept_on_gpu * 336_226_108  # BERT-Large: momentum etc. stay on the GPU
+
+
+def test_zero_offload_reduce_scatters_and_gathers():
+    r = simulate(make_scenario(**{"cluster.nodes": 2, "training.offload.mode": "zero"}))
+    ops = {o.meta.get("op") for o in r.ops if o.category == "communication"}
+    assert ops == {"reduce_scatter", "all_gather"}
+    assert any(o.name.startswith("D2H gradients") for o in r.ops)
+
+
+@pytest.mark.parametrize("override,match", [
+    ({"training.offload.subgroup_size": 0}, "training.offload.subgroup_size"),
+    ({"training.offload.subgroup_size": -5}, "training.offload.subgroup_size"),
+    ({"cluster.host.cores": 0}, "cluster.host.cores"),
+    ({"cluster.host.memory_gib": 0}, "cluster.host.memory_gib"),
+])
+def test_bad_offload_settings_are_input_errors(override, match):
+    with pytest.raises(InputError, match=match):
+        llama(**override)
+
+
+def test_gpu_placement_that_overflows_memory_is_an_error():
+    with pytest.raises(InputError, match="training.offload.placement"):
+        simulate(llama("interleaved", **{"training.offload.placement": "gpu"}))
+
+
+def test_host_memory_too_small_for_the_offloaded_state():
+    with pytest.raises(InputError, match="cluster.host.memory_gib"):
+        simulate(llama("zero", **{"cluster.host.memory_gib": 16}))
+
+
+def test_offload_plan_cli(runner):
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100"])
+    assert r.exit_code == 0, r.output
+    assert "does not fit" in r.output and "ZeRO-Offload" in r.output and "faster than ZeRO-Offload" in r.output
+    r = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100", "--json"])
+    import json
+
+    d = json.loads(r.stdout)
+    assert d["modes"]["none"]["fits"] is False and d["placement"]["subgroups"] == 674
