@@ -1,6 +1,9 @@
 # `make run`  : create .venv, install clustersim, simulate the built-in default scenario.
 # `make test` : create .venv, install clustersim with test extras and the CPU build of torch
-#               (calibration tests time real torch kernels and gloo collectives), run the tests.
+#               (calibration tests time real torch kernels and gloo collectives), Chromium from
+#               Debian when missing and running as root (the report is tested in a real headless
+#               browser through Playwright, which drives /usr/bin/chromium: no browser download),
+#               then run the tests.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -17,6 +20,11 @@ $(BIN)/.installed: pyproject.toml
 
 $(BIN)/.installed-test: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test]' '$(TORCH)'
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Chromium (Debian package) for the report's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: no Chromium and no root apt-get: the report's browser test will be skipped"; fi; }
 	touch $@
 
 setup: $(BIN)/.installed

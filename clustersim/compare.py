@@ -44,7 +44,7 @@ def end_to_end_speedup(warmup_fraction: float, stage_speedup: float) -> float:
     return 1.0 / (warmup_fraction + (1.0 - warmup_fraction) / stage_speedup)
 
 
-def _warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None) -> float:
+def warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None) -> float:
     if warmup is not None:
         if not 0.0 <= warmup < 1.0:
             raise InputError(f"warmup fraction must be in [0, 1), got {warmup}", key="--warmup")
@@ -59,7 +59,8 @@ def _warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None
     return DEFAULT_WARMUP
 
 
-def _with_optimizer(scenario: Scenario, optimizer: str, steps: int | None, **extra) -> Scenario:
+def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None, **extra) -> Scenario:
+    """The scenario with another optimizer (its options reset, 0/1 Adam's schedule fitted to ``steps``)."""
     opts = dict(scenario.training.optimizer_options) if scenario.training.optimizer == optimizer else {}
     if optimizer == "zero-one-adam" and steps:
         opts["total_steps"] = steps
@@ -82,7 +83,7 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
             raise InputError(exc.message, key="--optimizers") from None
     if steps is not None and steps <= 0:
         raise InputError(f"steps must be positive, got {steps}", key="--steps")
-    w = _warmup_fraction(scenario, steps, warmup)
+    w = warmup_fraction(scenario, steps, warmup)
     baseline = "adam" if "adam" in optimizers else optimizers[0]
     rows: list[CompareRow] = []
     for gpus in gpu_counts:
@@ -91,7 +92,7 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
         sized = scenario.with_world_size(gpus)
         per_opt: dict[str, CompareRow] = {}
         for name in optimizers:
-            s = _with_optimizer(sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {}))
+            s = scenario_for_optimizer(sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {}))
             r = simulate(s, profile)
             b = r.breakdown
             row = CompareRow(
@@ -102,7 +103,7 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
                 intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
                 inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"])
             if name == "onebit-adam":
-                warm = simulate(_with_optimizer(sized, name, steps, stage="warmup"), profile)
+                warm = simulate(scenario_for_optimizer(sized, name, steps, stage="warmup"), profile)
                 row.warmup_iteration_time_s = warm.iteration_time
             if steps:
                 if name == "onebit-adam":

@@ -1,0 +1,71 @@
+"""`clustersim plan`: the cheapest cluster and optimizer that trains a model within a deadline.
+
+Every candidate (a sweep file, or the built-in grid in catalogs/plan_candidates.yaml) is simulated
+for the model with a fixed global batch, so every row trains the same recipe (global batch x steps);
+time-to-train and cost follow, and the cheapest row meeting the deadline (and budget) wins.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from clustersim import catalog
+from clustersim.errors import InputError
+from clustersim.report import analysis
+from clustersim.sweeps.run import simulate_row
+from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep
+from clustersim.scenario import validate_scenario
+
+
+def candidate_sweep(path: Path | None) -> Sweep:
+    if path is not None:
+        return load_sweep(path)
+    raw = yaml.safe_load(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
+    spec = SweepFile.model_validate(raw)
+    return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
+
+
+def plan(model: str, steps: int, deadline_h: float, budget: float | None, candidates: Path | None,
+         global_batch: int, price: float | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    catalog.model(model)  # a clear error for an unknown model before any work
+    if steps <= 0:
+        raise InputError("steps must be positive", key="--steps")
+    if budget is not None and budget <= 0:
+        raise InputError("budget must be positive", key="--budget")
+    sweep = candidate_sweep(candidates)
+    base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
+    base_json = base.model_dump(mode="json")
+    rows = sweep.rows()
+    records = []
+    for i, values in enumerate(rows):
+        records.append(simulate_row(base_json, values, steps, None, global_batch))
+        if progress:
+            progress(i + 1, len(rows))
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        memory = [r for r in records if "does not fit in GPU memory" in r["error"]]
+        if len(memory) == len(records):
+            smallest = min(memory, key=lambda r: len(r["error"]))
+            need = smallest["error"].split("does not fit in GPU memory: ")[-1].split(" per rank")[0]
+            raise InputError(f"none of the {len(records)} candidates can train {model}: with plain data parallelism "
+                             f"each GPU needs {need} or more, beyond every candidate GPU's memory; give --candidates "
+                             "a sweep whose base sets training.offload (mode: zero or interleaved)")
+        raise InputError(f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}")
+    enriched = analysis.enrich(ok, steps, price)
+    rec = analysis.recommendation(enriched, deadline_h, budget)
+    feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
+    return {"model": model, "steps": steps, "global_batch": global_batch, "deadline_h": deadline_h, "budget": budget,
+            "candidates": len(records), "simulated": len(ok), "invalid": len(records) - len(ok),
+            "chosen": rec["chosen"], "runners_up": feasible[1:5], "fastest": rec["fastest"], "text": rec["text"],
+            "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h)}
+
+
+def why_not(row: dict[str, Any], chosen: dict[str, Any]) -> str:
+    dc = row["cost"] - chosen["cost"]
+    dt = row["ttt_h"] - chosen["ttt_h"]
+    speed = f"{abs(dt):,.1f} h {'slower' if dt > 0 else 'faster'}"
+    return f"${dc:,.0f} ({100 * dc / chosen['cost']:.0f}%) more, {speed}"

@@ -1,0 +1,1 @@
+"""Capacity-planning reports: self-contained HTML with plotly figures and a written recommendation."""

@@ -1,0 +1,130 @@
+"""Numbers behind the report and `plan`: cost, time-to-train, speedups, Pareto frontier, advice.
+
+All functions take the typed rows of a results folder (sweeps/store.py:read_results).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from clustersim.errors import InputError
+
+BASELINES = ("adam", "sgdm")
+DEFAULT_STEPS = 100_000
+
+
+@lru_cache(maxsize=1)
+def default_prices() -> dict[str, float]:
+    return yaml.safe_load(resources.files("clustersim.catalogs").joinpath("prices.yaml").read_text())
+
+
+def price_of(gpu: str, price: float | None) -> float:
+    if price is not None:
+        if price <= 0:
+            raise InputError(f"price per GPU-hour must be positive, got {price}", key="--price")
+        return price
+    table = default_prices()
+    if gpu not in table:
+        raise InputError(f"no default price for {gpu}; pass --price", key="--price")
+    return table[gpu]
+
+
+def network_label(row: dict[str, Any]) -> str:
+    rate = row.get("nic_effective_gbps") or row.get("nic_gbps")
+    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(row.get("nic_kind"), row.get("nic_kind"))
+    return f"{kind} {rate:g} Gb/s" if rate else str(kind)
+
+
+def cluster_label(row: dict[str, Any]) -> str:
+    return f"{row['world_size']} x {row['gpu']}, {network_label(row)}"
+
+
+def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None) -> list[dict[str, Any]]:
+    """Keep simulated rows; add time-to-train (h), cost ($) and speedup over the baseline optimizer."""
+    ok = [dict(r) for r in rows if r.get("status") == "ok"]
+    if not ok:
+        raise InputError("no successfully simulated rows to report on")
+    for r in ok:
+        n = steps or r.get("steps") or DEFAULT_STEPS
+        per_step = r["iteration_time_s"]
+        if r["optimizer"] == "onebit-adam" and r.get("warmup_iteration_time_s"):
+            if r.get("time_to_train_s") and r.get("steps") and not steps:
+                per_step = r["time_to_train_s"] / r["steps"]
+            else:
+                per_step = 0.15 * r["warmup_iteration_time_s"] + 0.85 * r["iteration_time_s"]
+        r["steps"] = n
+        r["ttt_h"] = n * per_step / 3600
+        r["cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
+        r["network"] = network_label(r)
+        r["cluster"] = cluster_label(r)
+    key = lambda r: (r["world_size"], r["gpu"], r["network"], r.get("model"), r.get("micro_batch"), r.get("gpus_per_node"))
+    base = {key(r): r for r in ok if r["optimizer"] in BASELINES}
+    for r in ok:
+        b = base.get(key(r))
+        r["speedup"] = b["ttt_h"] / r["ttt_h"] if b else None
+        r["baseline"] = b
+    return ok
+
+
+def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows no other row beats on both time-to-train and cost, by increasing time."""
+    front, best_cost = [], float("inf")
+    for r in sorted(rows, key=lambda r: (r["ttt_h"], r["cost"])):
+        if r["cost"] < best_cost:
+            front.append(r)
+            best_cost = r["cost"]
+    return front
+
+
+def recommendation(rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None) -> dict:
+    """The cheapest row meeting the constraints, the fastest row, and where compression stops paying."""
+    feasible = [r for r in rows if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)]
+    chosen = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
+    fastest = min(rows, key=lambda r: r["ttt_h"])
+    lines: list[str] = []
+    if chosen is None:
+        why = []
+        if deadline_h is not None:
+            why.append(f"the fastest option needs {fastest['ttt_h']:,.1f} h against a {deadline_h:,.1f} h deadline")
+        if budget is not None:
+            cheapest = min(rows, key=lambda r: r["cost"])
+            why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
+        lines.append("No configuration meets the constraints: " + "; ".join(why) + ".")
+    else:
+        lines.append(f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train, "
+                     f"${chosen['cost']:,.0f}.")
+        b = chosen.get("baseline")
+        if b is not None and b is not chosen:
+            lines.append(f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
+                         f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) cheaper than "
+                         f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f}).")
+    if fastest is not chosen:
+        lines.append(f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({fastest['ttt_h']:,.1f} h, "
+                     f"${fastest['cost']:,.0f}).")
+    lines += advantage_limits(rows)
+    return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines}
+
+
+def advantage_limits(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:
+    """Where each compressed optimizer's speedup over the baseline falls below ``threshold``."""
+    out = []
+    for opt in sorted({r["optimizer"] for r in rows} - set(BASELINES)):
+        mine = [r for r in rows if r["optimizer"] == opt and r.get("speedup") is not None]
+        if not mine:
+            continue
+        lost = [r for r in mine if r["speedup"] < threshold]
+        best = max(mine, key=lambda r: r["speedup"])
+        if not lost:
+            out.append(f"{opt} is at least {threshold:.2f}x faster than the baseline everywhere in this sweep "
+                       f"(up to {best['speedup']:.1f}x on {best['cluster']}).")
+            continue
+        nets = sorted({r["network"] for r in lost})
+        sizes = sorted({r["world_size"] for r in lost})
+        out.append(f"{opt}'s advantage disappears (< {threshold:.2f}x) on {len(lost)} of {len(mine)} clusters: "
+                   f"networks {', '.join(nets)}; GPU counts {', '.join(map(str, sizes))} "
+                   f"(best: {best['speedup']:.1f}x on {best['cluster']}).")
+    return out

@@ -1,0 +1,150 @@
+"""Run a sweep on Dask: in-process by default, or on an existing cluster with --scheduler.
+
+Rows are batched into tasks (simulations take milliseconds, a task's overhead about as much). The
+client writes each batch's rows to disk as soon as its task finishes, so a worker that dies loses
+only its own batch, which Dask reschedules; an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from clustersim.errors import InputError
+from clustersim.sweeps.spec import Sweep, resolve_row, row_id
+from clustersim.sweeps.store import ResultsFolder
+
+CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"  # tests: path of a marker file; the first task to see it dies
+
+
+def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, warmup: float | None,
+                 global_batch: int | None = None) -> dict[str, Any]:
+    """One row: resolve, simulate, summarize. Never raises for bad combinations; records them."""
+    from clustersim.compare import DEFAULT_WARMUP
+    from clustersim.scenario import validate_scenario
+    from clustersim.simulator import simulate
+
+    rec: dict[str, Any] = {"row_id": row_id(values), **values}
+    try:
+        base = validate_scenario(base_json, source="base")
+        scenario = resolve_row(base, values, steps, global_batch)
+        r, scenario = _simulate_fitting(scenario, adapt=global_batch is not None)
+        rec["scenario"] = scenario.model_dump(mode="json")
+        b = r.breakdown
+        c = scenario.cluster
+        rec.update({
+            "status": "ok", "error": "", "world_size": r.world_size, "nodes": r.nodes, "gpus_per_node": r.gpus_per_node,
+            "gpu": c.gpu, "model": scenario.workload.model or "custom", "optimizer": r.optimizer,
+            "nic_kind": c.nic.kind, "nic_gbps": c.nic.line_rate_gbps, "nic_effective_gbps": c.nic.effective_gbps,
+            "iteration_time_s": r.iteration_time, "samples_per_s": r.samples_per_s,
+            "forward_s": b["forward"], "backward_s": b["backward"], "compression_s": b["compression"],
+            "optimizer_s": b["optimizer"], "other_s": b["other"],
+            "exposed_communication_s": b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
+            "intra_node_bytes": r.bytes_per_link_kind["intra_node_per_node"],
+            "inter_node_bytes": r.bytes_per_link_kind["inter_node_per_node"],
+            "gpu_memory_bytes": r.memory["total"], "micro_batch_used": scenario.workload.micro_batch,
+            "global_batch": r.samples_per_iteration,
+        })
+        per_step = r.iteration_time
+        if r.optimizer == "onebit-adam":
+            warm = simulate(scenario.with_changes(**{"training.optimizer_options": {
+                **scenario.training.optimizer_options, "stage": "warmup"}}))
+            rec["warmup_iteration_time_s"] = warm.iteration_time
+            w = DEFAULT_WARMUP if warmup is None else warmup
+            per_step = w * warm.iteration_time + (1 - w) * r.iteration_time
+        if steps:
+            rec["steps"] = steps
+            rec["time_to_train_s"] = steps * per_step
+            rec["gpu_hours"] = rec["time_to_train_s"] / 3600 * r.world_size
+    except InputError as exc:
+        rec.update({"status": "invalid", "error": str(exc)})
+    return rec
+
+
+def _simulate_fitting(scenario, adapt: bool):
+    """Simulate; with a fixed global batch, halve the micro-batch (accumulating more) until it fits."""
+    from clustersim.simulator import simulate
+
+    while True:
+        try:
+            return simulate(scenario), scenario
+        except InputError as exc:
+            w = scenario.workload
+            if not adapt or "does not fit in GPU memory" not in exc.message or w.micro_batch == 1:
+                raise
+            mb = w.micro_batch // 2
+            share = w.micro_batch * w.gradient_accumulation
+            while share % mb:
+                mb -= 1
+            scenario = scenario.with_changes(**{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb})
+
+
+def simulate_batch(base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None) -> list[dict[str, Any]]:
+    marker = os.environ.get(CRASH_ENV)
+    if marker and os.path.exists(marker):
+        os.unlink(marker)
+        os._exit(1)  # a worker process dying mid-sweep (tests only)
+    return [simulate_row(base_json, values, steps, warmup, global_batch) for values in batch]
+
+
+def open_client(scheduler: str | None, workers: int):
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=os.environ.get("CLUSTERSIM_SCHEDULER_TIMEOUT", "10s")), None
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0][:120]}",
+                             key="--scheduler") from None
+    cluster = LocalCluster(n_workers=1, threads_per_worker=max(1, workers), processes=False, dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
+              progress: Callable[[int, int], None] | None = None, batch_size: int | None = None,
+              stop_after: int | None = None) -> dict[str, int]:
+    """Run the rows not yet in ``out``. ``stop_after`` (tests) stops after that many rows are written."""
+    folder = ResultsFolder(out, sweep)
+    done = folder.open()
+    rows = [r for r in sweep.rows() if row_id(r) not in done]
+    total = len(sweep.rows())
+    counts = {"total": total, "skipped": total - len(rows), "written": 0}
+    if progress:
+        progress(counts["skipped"], total)
+    if not rows:
+        return counts
+    from dask.distributed import as_completed
+
+    client, cluster = open_client(scheduler, workers)
+    try:
+        n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+        size = batch_size or max(1, min(25, len(rows) // (4 * n_workers) or 1))
+        base_json = sweep.base.model_dump(mode="json")
+        batches = [rows[i:i + size] for i in range(0, len(rows), size)]
+        futures = [client.submit(simulate_batch, base_json, b, sweep.spec.steps, sweep.spec.warmup,
+                                 sweep.spec.global_batch, pure=False) for b in batches]
+        for fut in as_completed(futures):
+            records = fut.result()
+            folder.append(records)
+            counts["written"] += len(records)
+            if progress:
+                progress(counts["skipped"] + counts["written"], total)
+            if stop_after is not None and counts["written"] >= stop_after:
+                for f in futures:
+                    f.cancel()
+                break
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return counts
+
+
+def wait_for(predicate, timeout: float) -> bool:  # small helper for tests and scripts
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

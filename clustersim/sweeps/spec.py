@@ -1,0 +1,169 @@
+"""The sweep file: a base scenario plus lists of values to vary, expanded into rows.
+
+```yaml
+name: bert-large-networks
+base: preset:default            # preset, a path (relative to this file) or an inline scenario
+vary:
+  gpus: [8, 32, 128]            # total GPUs (the base's GPUs per node, fewer below one node)
+  nic_gbps: [10, 40, 100]
+  optimizer: [adam, onebit-adam, binsgdm]
+  cluster.fabric.nodes_per_leaf: [16, 32]   # any dotted scenario key works too
+steps: 100000                   # optional: time-to-train per row
+global_batch: 4096              # optional: samples per step, fixed across GPU counts (strong scaling)
+warmup: 0.15                    # optional: 1-bit Adam warmup fraction
+```
+
+With ``global_batch`` every row trains the same recipe (global batch x steps): each GPU's share
+B/p is run as micro-batches of at most the configured size with gradient accumulation. Without it,
+each GPU keeps the configured micro-batch, so the global batch grows with the GPU count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clustersim.errors import InputError
+from clustersim.scenario import PRESET_PREFIX, Scenario, load_scenario, read_structured_file, validate_scenario
+
+# Named axes and the scenario keys they set. "gpus" is special: the total GPU count.
+AXES: dict[str, str | None] = {
+    "gpus": None,
+    "nodes": "cluster.nodes",
+    "gpus_per_node": "cluster.gpus_per_node",
+    "gpu": "cluster.gpu",
+    "fabric": "cluster.intra_node.fabric",
+    "nic_kind": "cluster.nic.kind",
+    "nic_gbps": "cluster.nic.line_rate_gbps",  # clears the base's measured effective rate
+    "nic_effective_gbps": "cluster.nic.effective_gbps",
+    "nic_count": "cluster.nic.count",
+    "oversubscription": "cluster.fabric.oversubscription",
+    "optimizer": "training.optimizer",
+    "offload": "training.offload.mode",
+    "model": "workload.model",
+    "micro_batch": "workload.micro_batch",
+    "seq_len": "workload.seq_len",
+    "precision": "workload.precision",
+}
+# Applied first, so that "gpus" is split over the row's GPUs per node.
+_ORDER = ["gpu", "gpus_per_node", "nodes"]
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = "sweep"
+    base: str | dict[str, Any]
+    vary: dict[str, list[Any]]
+    steps: int | None = Field(None, gt=0)
+    global_batch: int | None = Field(None, gt=0)
+    warmup: float | None = Field(None, ge=0, lt=1)
+
+
+def _is_schema_key(dotted: str) -> bool:
+    model: Any = Scenario
+    for part in dotted.split("."):
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return False
+        ann = fields[part].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return True
+
+
+class Sweep:
+    def __init__(self, spec: SweepFile, base: Scenario, source: str):
+        self.spec = spec
+        self.base = base
+        self.source = source
+        for axis, values in spec.vary.items():
+            if axis not in AXES and not _is_schema_key(axis):
+                raise InputError(f"unknown axis {axis!r} (named axes: {', '.join(AXES)}; or a dotted scenario key "
+                                 "such as cluster.nic.count)", source=source, key=f"vary.{axis}")
+            if not values:
+                raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
+        if not spec.vary:
+            raise InputError("nothing to vary", source=source, key="vary")
+
+    @property
+    def axes(self) -> list[str]:
+        return list(self.spec.vary)
+
+    def rows(self) -> list[dict[str, Any]]:
+        names = self.axes
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.spec.vary[n] for n in names))]
+
+    def fingerprint(self) -> str:
+        payload = {"base": self.base.model_dump(mode="json"), "vary": self.spec.vary, "steps": self.spec.steps,
+                   "warmup": self.spec.warmup, "global_batch": self.spec.global_batch}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def row_id(values: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
+    """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples."""
+    p = scenario.cluster.world_size
+    if global_batch % p:
+        raise InputError(f"global batch {global_batch} does not split evenly over {p} GPUs", key="global_batch")
+    share = global_batch // p
+    mb = min(scenario.workload.micro_batch, share)
+    while share % mb:
+        mb -= 1
+    return scenario.with_changes(**{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb})
+
+
+def resolve_row(base: Scenario, values: dict[str, Any], steps: int | None, global_batch: int | None = None) -> Scenario:
+    """The scenario of one row. Raises InputError when the combination is not a valid cluster."""
+    from clustersim.compare import scenario_for_optimizer
+
+    data = base.model_dump(mode="json")
+    ordered = sorted(values, key=lambda a: (_ORDER.index(a) if a in _ORDER else len(_ORDER), a))
+    for axis in ordered:
+        if axis in ("gpus", "optimizer"):
+            continue
+        key = AXES.get(axis) or axis
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = values[axis]
+    if "model" in values:
+        data["workload"]["seq_len"] = values.get("seq_len")  # each model's default unless varied
+    if ("nic_gbps" in values or "nic_kind" in values) and "nic_effective_gbps" not in values:
+        # A measured rate belongs to the base's NIC; another NIC gets line rate x efficiency.
+        data["cluster"]["nic"]["effective_gbps"] = None
+    scenario = validate_scenario(data, source="row")
+    if "gpus" in values:
+        scenario = scenario.with_world_size(int(values["gpus"]))
+    if global_batch:
+        scenario = split_global_batch(scenario, global_batch)
+    optimizer = values.get("optimizer", scenario.training.optimizer)
+    return scenario_for_optimizer(scenario, optimizer, steps)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    raw = read_structured_file(path)
+    if not isinstance(raw, dict):
+        raise InputError("a sweep file must be a mapping with keys base and vary", source=str(path))
+    try:
+        spec = SweepFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise InputError("unknown key" if err["type"] == "extra_forbidden" else err["msg"], source=str(path), key=key) from None
+    if isinstance(spec.base, dict):
+        base = validate_scenario(spec.base, source=f"{path}: base")
+    elif spec.base.startswith(PRESET_PREFIX):
+        base = load_scenario(spec.base)
+    else:
+        base_path = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
+        base = load_scenario(base_path)
+    return Sweep(spec, base, str(path))

@@ -1,0 +1,136 @@
+"""Reports and plans: the HTML, the recommendation, a real headless Chromium, and `plan`."""
+
+import json
+import os
+import shutil
+
+import pytest
+import yaml
+
+from clustersim.cli import app
+from clustersim.report import analysis
+from clustersim.report.build import parse_duration
+from clustersim.sweeps.run import run_sweep
+from clustersim.sweeps.spec import load_sweep
+
+SWEEP = {"name": "report-test", "base": "preset:default",
+         "vary": {"gpus": [8, 32, 128], "nic_gbps": [10, 100], "optimizer": ["adam", "onebit-adam", "binsgdm"]},
+         "steps": 20000, "global_batch": 1024}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rep")
+    (tmp / "s.yaml").write_text(yaml.safe_dump(SWEEP))
+    run_sweep(load_sweep(tmp / "s.yaml"), tmp / "out")
+    return tmp / "out"
+
+
+def test_report_is_self_contained(results, tmp_path, runner):
+    out = tmp_path / "report.html"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out), "--price", "3"])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "<script src=" not in text  # opens offline: plotly.js is inline
+    assert text.count("plotly.js v") <= 2  # embedded once (its banner)
+    for fig in ("speedup", "breakdown", "timeline", "bytes", "cost"):
+        assert f'id="fig-{fig}"' in text
+    assert "Recommendation" in text and "Pareto frontier" in text
+
+
+def test_recommendation_is_drawn_from_the_numbers(results):
+    from clustersim.sweeps.store import read_results
+
+    meta, rows = read_results(results)
+    enriched = analysis.enrich(rows, None, 3.0)
+    rec = analysis.recommendation(enriched)
+    chosen = rec["chosen"]
+    assert chosen["cost"] == min(r["cost"] for r in enriched)
+    front = analysis.pareto(enriched)
+    for p in front:  # nothing dominates a Pareto point
+        assert not any(r["ttt_h"] < p["ttt_h"] and r["cost"] < p["cost"] for r in enriched)
+    assert any("advantage" in line or "faster than the baseline" in line for line in rec["text"])
+    late = analysis.recommendation(enriched, deadline_h=1e-6)
+    assert late["chosen"] is None and "No configuration meets" in late["text"][0]
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_report_renders_in_headless_chromium(results, tmp_path):
+    chromium = _chromium()
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed; `make test` installs it (apt-get install chromium)")
+        pytest.skip("no Chromium on this machine")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / "report.html"
+    from clustersim.report.build import write_report
+
+    write_report(results, out)
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5", timeout=30000)
+        plots = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+        drawn = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.querySelectorAll('.trace, .bars, .scatterlayer .points path').length)")
+        browser.close()
+    assert plots == 5
+    assert all(n > 0 for n in drawn), drawn
+    assert errors == []
+
+
+def test_png_export_says_what_it_needs(results, tmp_path):
+    from clustersim.report.build import export_png
+    from clustersim.report.figures import speedup_vs_gpus
+    from clustersim.sweeps.store import read_results
+
+    _, rows = read_results(results)
+    fig = speedup_vs_gpus(analysis.enrich(rows, None, 3.0))
+    info = export_png({"speedup": fig}, tmp_path / "png")
+    assert info["written"] or "Chromium" in info["message"] or "kaleido" in info["message"]
+
+
+@pytest.mark.parametrize("text,hours", [("3d", 72), ("72h", 72), ("90m", 1.5), ("1w", 168), ("12", 12)])
+def test_durations(text, hours):
+    assert parse_duration(text) == pytest.approx(hours)
+
+
+def test_report_errors(tmp_path, runner):
+    r = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 2 and "no sweep.json" in r.output
+
+
+def test_plan_finds_the_cheapest_in_time(runner, tmp_path):
+    cand = tmp_path / "cand.yaml"
+    cand.write_text(yaml.safe_dump({"base": "preset:default", "vary": {"gpus": [8, 32, 128], "optimizer": ["adam", "binsgdm"]}}))
+    r = runner.invoke(app, ["plan", "--model", "BERT-Large", "--steps", "20000", "--deadline", "3d",
+                            "--candidates", str(cand), "--global-batch", "1024", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["chosen"]["ttt_h"] <= 72 and d["candidates"] == 6
+    assert all(x["cost"] >= d["chosen"]["cost"] for x in d["runners_up"])
+    r = runner.invoke(app, ["plan", "--model", "BERT-Large", "--steps", "20000", "--deadline", "1m",
+                            "--candidates", str(cand), "--global-batch", "1024"])
+    assert r.exit_code == 1 and "No configuration meets" in r.output
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--model", "BERT-Huge", "--steps", "10", "--deadline", "1d"], "unknown model"),
+    (["--model", "BERT-Large", "--steps", "10", "--deadline", "soon"], "cannot read duration"),
+    (["--model", "BERT-Large", "--steps", "10", "--deadline", "1d", "--budget", "-5"], "budget must be positive"),
+])
+def test_plan_bad_input(runner, args, match):
+    r = runner.invoke(app, ["plan", *args])
+    assert r.exit_code == 2 and match in r.output

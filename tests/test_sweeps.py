@@ -1,0 +1,137 @@
+"""Sweeps on Dask: results equal a serial run, resume, a dying worker, bad input."""
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from clustersim.cli import app
+from clustersim.errors import InputError
+from clustersim.sweeps.run import CRASH_ENV, run_sweep, simulate_row
+from clustersim.sweeps.spec import load_sweep, row_id
+
+SWEEP = {"name": "t", "base": "preset:default",
+         "vary": {"gpus": [8, 16, 32], "nic_gbps": [10, 40], "optimizer": ["adam", "onebit-adam"]},
+         "steps": 1000, "global_batch": 512}
+
+
+def write(tmp_path, data=SWEEP, name="sweep.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def rows_of(out):
+    with (out / "results.csv").open() as fh:
+        return {r["row_id"]: r for r in csv.DictReader(fh)}
+
+
+def test_serial_rows_and_columns(tmp_path):
+    sweep = load_sweep(write(tmp_path))
+    counts = run_sweep(sweep, tmp_path / "out")
+    assert counts == {"total": 12, "skipped": 0, "written": 12}
+    rows = rows_of(tmp_path / "out")
+    assert all(r["status"] == "ok" for r in rows.values())
+    r = next(iter(rows.values()))
+    assert int(r["global_batch"]) == 512 and float(r["time_to_train_s"]) > 0
+    scen = [json.loads(line) for line in (tmp_path / "out" / "scenarios.jsonl").read_text().splitlines()]
+    assert {s["row_id"] for s in scen} == set(rows)
+
+
+def test_local_cluster_with_two_workers_equals_serial(tmp_path):
+    from dask.distributed import LocalCluster
+
+    sweep = load_sweep(write(tmp_path))
+    run_sweep(sweep, tmp_path / "serial")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        run_sweep(sweep, tmp_path / "dask", scheduler=cluster.scheduler_address, batch_size=2)
+    a, b = rows_of(tmp_path / "serial"), rows_of(tmp_path / "dask")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k] == b[k]
+
+
+def test_a_worker_dying_mid_sweep_loses_no_rows(tmp_path, monkeypatch):
+    from dask.distributed import LocalCluster
+
+    marker = tmp_path / "crash-once"
+    marker.write_text("x")
+    monkeypatch.setenv(CRASH_ENV, str(marker))
+    sweep = load_sweep(write(tmp_path))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        counts = run_sweep(sweep, tmp_path / "out", scheduler=cluster.scheduler_address, batch_size=1)
+    assert not marker.exists()  # a worker process did exit
+    assert counts["written"] == 12 and len(rows_of(tmp_path / "out")) == 12
+
+
+def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
+    sweep = load_sweep(write(tmp_path))
+    first = run_sweep(sweep, tmp_path / "out", batch_size=1, stop_after=5)
+    kept = rows_of(tmp_path / "out")
+    assert 5 <= first["written"] < 12 and len(kept) == first["written"]
+    second = run_sweep(sweep, tmp_path / "out")
+    assert second["skipped"] == len(kept) and second["skipped"] + second["written"] == 12
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        ids = [r["row_id"] for r in csv.DictReader(fh)]
+    assert len(ids) == len(set(ids)) == 12
+    assert all(rows_of(tmp_path / "out")[k] == v for k, v in kept.items())  # finished rows untouched
+
+
+def test_invalid_combinations_are_recorded_not_fatal(tmp_path):
+    data = dict(SWEEP, vary={"gpus": [8, 6], "optimizer": ["adam"]})
+    sweep = load_sweep(write(tmp_path, data))
+    run_sweep(sweep, tmp_path / "out")
+    rows = rows_of(tmp_path / "out")
+    assert sorted(r["status"] for r in rows.values()) == ["invalid", "ok"]
+
+
+@pytest.mark.parametrize("data,match", [
+    ({**SWEEP, "vary": {"colour": [1]}}, "unknown axis 'colour'"),
+    ({**SWEEP, "vary": {"gpus": []}}, "empty axis"),
+    ({**SWEEP, "vary": {}}, "nothing to vary"),
+    ({**SWEEP, "frobnicate": 1}, "frobnicate: unknown key"),
+    ({**SWEEP, "base": "preset:nope"}, "unknown preset"),
+])
+def test_bad_sweep_files(tmp_path, data, match):
+    with pytest.raises(InputError, match=match):
+        load_sweep(write(tmp_path, data))
+
+
+def test_dotted_axes_are_accepted(tmp_path):
+    data = dict(SWEEP, vary={"cluster.nic.count": [1, 2], "gpus": [16]})
+    assert len(load_sweep(write(tmp_path, data)).rows()) == 2
+
+
+def test_results_folder_of_another_sweep_is_refused(tmp_path, runner):
+    run_sweep(load_sweep(write(tmp_path)), tmp_path / "out")
+    before = (tmp_path / "out" / "results.csv").read_text()
+    other = write(tmp_path, dict(SWEEP, vary={"gpus": [8]}), "other.yaml")
+    r = runner.invoke(app, ["sweep", str(other), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "another sweep" in r.output
+    assert (tmp_path / "out" / "results.csv").read_text() == before  # finished rows kept
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file.txt").write_text("x")
+    r = runner.invoke(app, ["sweep", str(other), "--out", str(tmp_path / "junk")])
+    assert r.exit_code == 2 and "not empty" in r.output
+
+
+def test_unreachable_scheduler(tmp_path, runner, monkeypatch):
+    monkeypatch.setenv("CLUSTERSIM_SCHEDULER_TIMEOUT", "2s")
+    r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out"),
+                            "--scheduler", "tcp://127.0.0.1:9"])
+    assert r.exit_code == 2 and "cannot reach the Dask scheduler" in r.output and "Traceback" not in r.output
+
+
+def test_sweep_cli_progress_and_json(tmp_path, runner):
+    r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert "12 rows simulated" in r.output
+    r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out"), "--json"])
+    assert json.loads(r.stdout)["skipped"] == 12
+
+
+def test_global_batch_must_split(tmp_path):
+    rec = simulate_row(load_sweep(write(tmp_path)).base.model_dump(mode="json"), {"gpus": 16}, 10, None, 100)
+    assert rec["status"] == "invalid" and "does not split" in rec["error"]
+    assert rec["row_id"] == row_id({"gpus": 16})
