@@ -46,3 +46,18 @@ def table(title: str, columns: list[str], rows: list[list], justify_numbers: boo
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
+
+
+ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+ProfileOpt = typer.Option(None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults.")
+
+
+def load_scenario_ref(ref: str):
+    from clustersim.scenario import load_scenario
+
+    return load_scenario(ref)
+
+
+def ms(t: float) -> str:
+    return f"{t * 1e3:,.2f}"

@@ -1,7 +1,6 @@
 """Fits, profiles and the nccl-tests importer: deterministic tests (no timing of this machine)."""
 
 import json
-import math
 
 import numpy as np
 import pytest

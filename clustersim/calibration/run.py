@@ -71,6 +71,11 @@ def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: P
     raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=n)
     if raw_out is not None:
         write_json_atomically(raw_out, raw)
+    return save_profile(raw, out)
+
+
+def save_profile(raw: dict, out: Path) -> Profile:
+    """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file)."""
     data = build_profile(raw)
     profile = parse_profile(data, str(out))
     write_json_atomically(out, data)
@@ -100,7 +105,4 @@ def read_raw(path: Path) -> dict:
 
 
 def fit_file(raw_path: Path, out: Path) -> Profile:
-    data = build_profile(read_raw(raw_path))
-    profile = parse_profile(data, str(out))
-    write_json_atomically(out, data)
-    return profile
+    return save_profile(read_raw(raw_path), out)

@@ -96,9 +96,9 @@ def write_report(results: Path, out: Path, steps: int | None = None, price: floa
 
 def export_png(figs: dict, folder: Path) -> dict:
     """Static PNGs through kaleido, which drives an installed Chrome/Chromium. Never fatal."""
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("kaleido") is None:
         return {"written": [], "message": "PNG export skipped: kaleido is not installed (pip install kaleido; "
                                           "it also needs Chrome or Chromium, e.g. apt-get install chromium)"}
     folder = Path(folder)

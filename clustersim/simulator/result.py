@@ -8,7 +8,6 @@ or transfers, else idle.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 

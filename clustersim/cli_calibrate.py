@@ -1,0 +1,140 @@
+"""`clustersim calibrate ...`: measure hardware, fit and inspect profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from clustersim.cli_support import JsonOpt, console, emit_json, ms as _ms, table, user_errors
+from clustersim.units import format_bytes
+
+calibrate_app = typer.Typer(help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
+                                 "and fit a versioned profile that --profile feeds to every simulating command.",
+                            no_args_is_help=True)
+
+
+@calibrate_app.command("run")
+@user_errors
+def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
+                  out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
+                  quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repetitions (a minute or less)."),
+                  ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Processes for the collective sweep (default: GPUs, or 2 on the CPU)."),
+                  raw_out: Optional[Path] = typer.Option(None, "--raw-out", help="Also keep the raw medians."),
+                  json_out: bool = JsonOpt):
+    """Microbenchmark this machine with torch and write a fitted profile.
+
+    GEMMs, HBM copies, 1-bit Adam and BinSGDM kernels, Adam on the device and on host cores,
+    host<->device copies, and collectives through torch.distributed (NCCL on GPUs, gloo on CPUs)
+    started with torchrun on 127.0.0.1.
+    """
+    import sys
+
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from clustersim.calibration.run import calibrate
+
+    command = "clustersim " + " ".join(sys.argv[1:])
+    if json_out:
+        _written_profile(calibrate(device, out, quick, ranks, raw_out, command=command), out, True)
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+        profile = calibrate(device, out, quick, ranks, raw_out,
+                            progress=lambda msg: bar.update(task, description=msg), command=command)
+    _written_profile(profile, out, False, f" (device {profile.device})")
+
+
+@calibrate_app.command("fit")
+@user_errors
+def calibrate_fit(raw: Path = typer.Argument(..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."),
+                  out: Path = typer.Option(Path("profile.json"), "--out"), json_out: bool = JsonOpt):
+    """Fit segmented α-β models (robust, non-negative) and efficiency tables from raw measurements."""
+    from clustersim.calibration.run import fit_file
+
+    _written_profile(fit_file(raw, out), out, json_out)
+
+
+@calibrate_app.command("import-nccl-tests")
+@user_errors
+def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests outputs (text, or -J JSON)."),
+                     out: Path = typer.Option(Path("profile.json"), "--out"),
+                     op: Optional[str] = typer.Option(None, "--op", help="Collective, if the files do not say."),
+                     ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Ranks, if the files do not say."),
+                     nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="Nodes, if the files do not say."),
+                     json_out: bool = JsonOpt):
+    """Fit a profile from nccl-tests results (all_reduce_perf, all_gather_perf, ...)."""
+    import sys
+
+    from clustersim.calibration.nccl_tests import parse_file, to_raw
+    from clustersim.calibration.run import save_profile
+
+    parsed = [parse_file(f, op, ranks, nodes) for f in files]
+    profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out)
+    _written_profile(profile, out, json_out, f" from {len(files)} file(s)")
+
+
+@calibrate_app.command("show")
+@user_errors
+def calibrate_show(profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt):
+    """Show a profile: provenance, measured rates, collective fits and their held-out accuracy."""
+    from clustersim.calibration.profile import load_profile
+
+    p = load_profile(profile)
+    if json_out:
+        emit_json(p.model_dump(exclude={"raw"}))
+        return
+    _print_profile(p)
+
+
+def _written_profile(profile, out: Path, json_out: bool, note: str = "") -> None:
+    if json_out:
+        emit_json(profile.model_dump(exclude={"raw"}))
+        return
+    console.print(f"profile written to [bold]{out}[/]{note}")
+    _print_profile(profile)
+
+
+def _print_profile(p) -> None:
+    prov = p.provenance.model_dump(exclude_none=True)
+    console.print(f"[bold]profile[/] format v{p.format_version}, device [bold]{p.device}[/]")
+    for k, v in prov.items():
+        console.print(f"  {k}: {v}")
+    if p.matmul_tflops:
+        console.print(table("GEMM (largest size measured)", ["precision", "TFLOP/s"],
+                            [[k, f"{v:,.2f}"] for k, v in p.matmul_tflops.items()]))
+    if p.memory_gbs:
+        console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s")
+    if p.kernels_gbs:
+        console.print(table("Kernels (bytes as the cost model counts them / measured time)", ["kernel", "GB/s"],
+                            [[k, f"{v:,.1f}"] for k, v in p.kernels_gbs.items()]))
+    if p.host.cpu_adam_params_per_s:
+        console.print(table("CPU Adam on host cores", ["threads", "Mparams/s"],
+                            [[k, f"{v / 1e6:,.1f}"] for k, v in sorted(p.host.cpu_adam_params_per_s.items())]))
+    if p.host.copy_gbs:
+        console.print(table("Host<->device copies", ["kind", "GB/s"], [[k, f"{v:,.2f}"] for k, v in p.host.copy_gbs.items()]))
+    if p.compute_phases:
+        console.print(table("Measured compute phases per micro-step", ["model", "mb", "seq", "fwd ms", "bwd ms", "other ms"],
+                            [[c.model, c.micro_batch, c.seq_len, _ms(c.forward_s), _ms(c.backward_s), _ms(c.other_s)]
+                             for c in p.compute_phases]))
+    if p.collectives:
+        rows = []
+        for f in p.collectives:
+            q = f.quality
+            seg = "; ".join(f"≥{format_bytes(s[0]) if s[0] else '0 B'}: α {s[1] * 1e6:,.1f} µs, "
+                            + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
+                            for s in f.segments)
+            held = "-" if q is None or q.holdout_max_rel_error is None else f"{100 * q.holdout_max_rel_error:.1f}%"
+            ok = "" if q is None or q.holdout_max_rel_error is None else (" ✓" if q.holdout_max_rel_error <= 0.10 else " ✗")
+            rows.append([f.op, f"{f.nodes}x{f.gpus_per_node}", seg, "-" if q is None else f"{100 * q.residual_rms_rel:.1f}%", held + ok])
+        console.print(table("Collective fits (time = α + bytes/bandwidth per segment)",
+                            ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"], rows))
+        console.print("[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]")
+        spread = p.raw.get("collectives") if p.raw else None
+        if spread:
+            import statistics
+
+            rel = statistics.median((r["p90_s"] - r["p10_s"]) / r["median_s"] for r in spread if r["median_s"] > 0)
+            console.print(f"[dim]measurement spread (p10-p90 / median, median over sizes): {100 * rel:.0f}%[/]")

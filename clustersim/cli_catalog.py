@@ -1,0 +1,135 @@
+"""`clustersim hardware|models|topology|presets`: look at the catalogs and a scenario's cluster."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from clustersim import catalog
+from clustersim.cli_support import (JsonOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load, table,
+                                    user_errors)
+from clustersim.units import format_bytes
+
+hardware_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
+models_app = typer.Typer(help="The model catalog (parameters, FLOPs computed from the architecture).", no_args_is_help=True)
+topology_app = typer.Typer(help="Inspect a scenario's cluster topology.", no_args_is_help=True)
+presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_args_is_help=True)
+
+
+@hardware_app.command("list")
+@user_errors
+def hardware_list(json_out: bool = JsonOpt):
+    """List the GPUs in the catalog."""
+    gpus = catalog.gpus()
+    if json_out:
+        emit_json({n: g.model_dump() for n, g in gpus.items()})
+        return
+    rows = [[n, g.peak_tflops.get("fp16", g.peak_tflops["fp32"]), g.peak_tflops.get("bf16", "-"), g.hbm_gbs,
+             g.memory_gib, f"{g.nvlink.links} x {g.nvlink.gbs_per_link}", g.pcie_gen] for n, g in gpus.items()]
+    console.print(table("GPUs", ["name", "fp16 TFLOP/s", "bf16 TFLOP/s", "HBM GB/s", "GiB", "NVLink (GB/s)", "PCIe gen"], rows))
+
+
+@hardware_app.command("show")
+@user_errors
+def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"), json_out: bool = JsonOpt):
+    """Show one GPU's properties."""
+    g = catalog.gpu(name)
+    if json_out:
+        emit_json(g.model_dump())
+        return
+    console.print(f"[bold]{g.name}[/]: {g.description}")
+    for k, v in g.model_dump(exclude={"name", "description"}).items():
+        console.print(f"  {k}: {v}")
+
+
+@models_app.command("list")
+@user_errors
+def models_list(json_out: bool = JsonOpt):
+    """List catalog models with parameter counts computed from their architectures."""
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    rows = []
+    for name, arch in catalog.models().items():
+        w = build_workload(WorkloadSpec(model=name, micro_batch=1))
+        rows.append({"name": name, "family": arch.family, "params": w.params,
+                     "forward_gflops_per_sample": w.forward_flops / 1e9, "default_seq_len": w.seq_len})
+    if json_out:
+        emit_json(rows)
+        return
+    console.print(table("Models", ["name", "family", "parameters (M)", "fwd GFLOP/sample", "seq"],
+                        [[r["name"], r["family"], f"{r['params'] / 1e6:,.1f}", f"{r['forward_gflops_per_sample']:,.1f}",
+                          r["default_seq_len"]] for r in rows]))
+
+
+@models_app.command("show")
+@user_errors
+def models_show(name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
+                micro_batch: int = typer.Option(1, "--micro-batch", min=1), seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1),
+                json_out: bool = JsonOpt):
+    """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    arch = catalog.model(name)
+    w = build_workload(WorkloadSpec(model=name, micro_batch=micro_batch, seq_len=seq_len))
+    layers = [{"layer": l.name, "params": l.params, "forward_gflops": l.forward_flops / 1e9,
+               "activation_bytes": l.activation_bytes} for l in w.layers]
+    if json_out:
+        emit_json({"name": name, "architecture": arch.model_dump(), "params": w.params, "layers": layers})
+        return
+    console.print(f"[bold]{name}[/]: {arch.description}; {w.params:,} parameters; micro-batch {micro_batch}, seq {w.seq_len}")
+    console.print(table("Layers", ["layer", "params", "fwd GFLOP", "activations"],
+                        [[l["layer"], f"{l['params']:,}", f"{l['forward_gflops']:,.2f}", format_bytes(l["activation_bytes"])]
+                         for l in layers]))
+
+
+@topology_app.command("show")
+@user_errors
+def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
+    """Nodes, link kinds and bandwidths, and the bottleneck link of each collective group."""
+    from clustersim.topologies import GroupShape, build_cluster
+
+    s = _load(scenario)
+    cl = build_cluster(s.cluster)
+    c = s.cluster
+    groups = {"intra-node (one node's GPUs)": GroupShape(1, c.gpus_per_node)}
+    if c.nodes > 1:
+        groups["inter-node rail (one GPU per node)"] = GroupShape(c.nodes, 1)
+        groups["world (all GPUs)"] = GroupShape(c.nodes, c.gpus_per_node)
+    info = cl.describe()
+    info["groups"] = {name: {"ranks": g.ranks, "ring_busbw_gbs": cl.ring(g).bytes_per_s / 1e9,
+                             "bottleneck": cl.ring(g).bottleneck} for name, g in groups.items()}
+    if json_out:
+        emit_json(info)
+        return
+    console.print(f"[bold]{s.name}[/]: {c.nodes} nodes x {c.gpus_per_node} {cl.gpu.name} = {c.world_size} GPUs, "
+                  f"intra-node {c.intra_node.fabric}, {c.nic.count} x {c.nic.kind} NIC, fabric {c.fabric.kind}")
+    console.print(table("Links inside one node", ["kind", "directed edges", "GB/s per direction"],
+                        [[k, v["directed_edges_per_node"], ", ".join(map(str, v["gbs_per_direction"]))]
+                         for k, v in info["link_kinds"].items()]))
+    console.print(f"NIC: {info['nic']['gbs_each']:.3f} GB/s each ({'measured' if info['nic']['measured'] else 'line rate x efficiency'})")
+    console.print(table("Collective groups", ["group", "ranks", "ring busbw GB/s", "bottleneck"],
+                        [[n, g["ranks"], f"{g['ring_busbw_gbs']:.2f}", g["bottleneck"]] for n, g in info["groups"].items()]))
+
+
+@presets_app.command("list")
+@user_errors
+def presets_list(json_out: bool = JsonOpt):
+    """List shipped scenarios (use as preset:NAME)."""
+    from clustersim.scenario import load_scenario, preset_names
+
+    rows = [(n, load_scenario(f"preset:{n}").description) for n in preset_names()]
+    if json_out:
+        emit_json([{"name": n, "description": d} for n, d in rows])
+        return
+    console.print(table("Presets (use as preset:NAME)", ["name", "description"], [list(r) for r in rows], justify_numbers=False))
+
+
+def _print_placement(off: dict) -> None:
+    pl = off["placement"]
+    console.print(f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M parameters: "
+                  f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} resident on the GPU "
+                  f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
+                  f"PCIe {off['pcie_gbs']:.0f} GB/s, host DRAM {off['host_dram_gbs_per_gpu']:.0f} GB/s per GPU")

@@ -1,0 +1,99 @@
+"""`clustersim sweep|report|plan`: what-if sweeps and capacity planning (registered in cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from clustersim.cli_support import JsonOpt, console, emit_json, table
+
+
+def sweep(sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
+          out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
+          scheduler: Optional[str] = typer.Option(None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: an in-process one."),
+          workers: int = typer.Option(1, "--workers", min=1, help="Threads of the in-process Dask cluster."),
+          json_out: bool = JsonOpt):
+    """Run a what-if sweep on Dask; rows are written to OUT/results.csv as they finish."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    sw = load_sweep(sweep_file)
+    if json_out:
+        counts = run_sweep(sw, out, scheduler, workers)
+        emit_json({"out": str(out), **counts})
+        return
+    console.print(f"sweep [bold]{sw.spec.name}[/]: {len(sw.rows())} rows over {', '.join(sw.axes)} -> {out}/")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=len(sw.rows()))
+        counts = run_sweep(sw, out, scheduler, workers, progress=lambda done, total: bar.update(task, completed=done))
+    console.print(f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv")
+
+
+def report(results: Path = typer.Argument(..., help="A sweep's results folder."),
+           out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file (self-contained, opens offline)."),
+           price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices per GPU type."),
+           steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps for time-to-train; default: the sweep's, else 100,000."),
+           png: Optional[Path] = typer.Option(None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."),
+           json_out: bool = JsonOpt):
+    """Capacity-planning report: speedups, breakdowns, a timeline, bytes, cost vs time with the Pareto
+    frontier, and a written recommendation."""
+    from clustersim.report.build import write_report
+
+    info = write_report(results, out, steps, price, png)
+    if json_out:
+        emit_json(info)
+        return
+    console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
+    for line in info["recommendation"]:
+        console.print(f"  • {line}")
+    if info["png"]:
+        console.print(info["png"]["message"])
+
+
+def plan_cmd(model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
+             steps: int = typer.Option(..., "--steps", help="Training steps."),
+             deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
+             budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
+             candidates: Optional[Path] = typer.Option(None, "--candidates", help="Sweep file of candidate clusters (default: built-in grid)."),
+             global_batch: int = typer.Option(1024, "--global-batch", min=1, help="Samples per step, the same on every candidate."),
+             price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."),
+             json_out: bool = JsonOpt):
+    """The cheapest cluster and optimizer that meets the deadline (and budget), with runners-up and why."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from clustersim.planning import plan, why_not
+    from clustersim.report.build import parse_duration
+
+    hours = parse_duration(deadline)
+    if json_out:
+        result = plan(model, steps, hours, budget, candidates, global_batch, price)
+        keep = ("optimizer", "cluster", "world_size", "gpu", "network", "ttt_h", "cost", "samples_per_s", "speedup")
+        emit_json({**{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
+                   "chosen": result["chosen"] and {k: result["chosen"].get(k) for k in keep},
+                   "runners_up": [{k: r.get(k) for k in keep} for r in result["runners_up"]],
+                   "fastest": {k: result["fastest"].get(k) for k in keep}})
+        return
+    with Progress(TextColumn("simulating candidates"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("plan", total=None)
+        result = plan(model, steps, hours, budget, candidates, global_batch, price,
+                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+    console.print(f"[bold]{model}[/], {steps:,} steps of {global_batch:,} samples, deadline {hours:,.1f} h"
+                  + (f", budget ${budget:,.0f}" if budget else "") + f": {result['simulated']} candidates simulated"
+                  + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else ""))
+    for line in result["text"]:
+        console.print(f"  • {line}")
+    chosen = result["chosen"]
+    if chosen is not None and result["runners_up"]:
+        console.print(table("Runners-up (also meet the constraints)", ["optimizer", "cluster", "hours", "cost", "vs the choice"],
+                            [[r["optimizer"], r["cluster"], f"{r['ttt_h']:,.1f}", f"${r['cost']:,.0f}", why_not(r, chosen)]
+                             for r in result["runners_up"]], left=2))
+    if result["missed_deadline"]:
+        console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+    if chosen is None:
+        raise typer.Exit(1)
