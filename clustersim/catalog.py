@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from clustersim.errors import InputError
 
@@ -125,10 +125,3 @@ def gpu(name: str) -> GpuSpec:
 def model(name: str) -> ModelArch:
     return _lookup("model", name, models())
 
-
-def validate_catalogs() -> None:
-    """Load every catalog once; used by tests so a broken data file fails loudly."""
-    try:
-        gpus(), models(), hardware_defaults()
-    except ValidationError as exc:  # pragma: no cover - only on a broken package
-        raise InputError(f"catalog is invalid: {exc}") from exc

@@ -150,9 +150,18 @@ def compare(scenario: str = ScenarioArg,
 
     from clustersim.compare import compare as run_compare
 
+    from clustersim.compare import warmup_fraction
+    from clustersim.simulator.strategies import registry
+
     s = _load(scenario)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus")
+    for name in opts:  # check the arguments before any work starts
+        try:
+            registry.get(name)
+        except InputError as exc:
+            raise InputError(exc.message, key="--optimizers") from None
+    warmup_fraction(s, steps, warmup)
     if json_out:
         rows = run_compare(s, opts, counts, steps, warmup, profile)
         emit_json([r.as_dict() for r in rows])
@@ -175,8 +184,6 @@ def compare(scenario: str = ScenarioArg,
                          + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
                          for r in rows], left=2))
     if steps:
-        from clustersim.compare import warmup_fraction
-
         console.print(f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
                       f"{warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]")
 

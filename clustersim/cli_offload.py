@@ -26,8 +26,7 @@ def _print_placement(off: dict) -> None:
 @offload_app.command("plan")
 @user_errors
 def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
-    """Per-subgroup placement of the optimizer update and the iteration time with no offload,
-    ZeRO-Offload and interleaved offload."""
+    """Per-subgroup placement of the optimizer update; iteration time without offload, ZeRO-Offload, interleaved."""
     from clustersim.simulator import simulate
 
     s = _load(scenario)

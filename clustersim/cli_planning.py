@@ -40,8 +40,11 @@ def report(results: Path = typer.Argument(..., help="A sweep's results folder.")
            steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps for time-to-train; default: the sweep's, else 100,000."),
            png: Optional[Path] = typer.Option(None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."),
            json_out: bool = JsonOpt):
-    """Capacity-planning report: speedups, breakdowns, a timeline, bytes, cost vs time with the Pareto
-    frontier, and a written recommendation."""
+    """Capacity-planning report (self-contained HTML): speedups, breakdowns, timeline, bytes, cost vs time, advice.
+
+    Figures: speedup vs GPU count per optimizer and network; the iteration breakdown as stacked bars; a
+    timeline of one iteration; bytes on the wire; cost against time-to-train with the Pareto frontier.
+    """
     from clustersim.report.build import write_report
 
     info = write_report(results, out, steps, price, png)

@@ -20,7 +20,7 @@ def resolve_device(torch, device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise InputError(f"unknown device {device!r} (cpu or cuda)", key="--device")
     if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but torch sees no CUDA GPU "
+        raise InputError("cuda was asked for but torch sees no CUDA GPU "
                          f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use --device cpu",
                          key="--device")
     return device

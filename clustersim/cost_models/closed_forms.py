@@ -38,8 +38,6 @@ def ring_allgather(p: int, S: float, alpha: float, beta: float) -> float:
     return (p - 1) * alpha + (p - 1) / p * S * beta
 
 
-ring_reduce_scatter = ring_allgather
-
 
 def pairwise_alltoall(p: int, S: float, alpha: float, beta: float) -> float:
     if p <= 1:

@@ -8,7 +8,6 @@ only its own batch, which Dask reschedules; an interrupted sweep resumes where i
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Callable
 
 from clustersim.errors import InputError
@@ -97,7 +96,7 @@ def open_client(scheduler: str | None, workers: int):
         except (OSError, TimeoutError, ValueError) as exc:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0][:120]}",
                              key="--scheduler") from None
-    cluster = LocalCluster(n_workers=1, threads_per_worker=max(1, workers), processes=False, dashboard_address=None)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=max(1, workers), processes=False, dashboard_address=":0")
     return Client(cluster), cluster
 
 
@@ -140,11 +139,3 @@ def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
             cluster.close()
     return counts
 
-
-def wait_for(predicate, timeout: float) -> bool:  # small helper for tests and scripts
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False

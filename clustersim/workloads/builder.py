@@ -29,8 +29,7 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
 def build_workload(spec: WorkloadSpec) -> Workload:
     d = BYTES_PER_ELEMENT[spec.precision]
     if spec.model is None:
-        return Workload("custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1,
-                        spec.precision, spec.micro_batch)
+        return Workload("custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision)
     arch = catalog.model(spec.model)
     seq = spec.seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):
@@ -38,4 +37,4 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         seq = 1
     else:
         layers = transformer_layers(arch, spec.micro_batch, seq, d)
-    return Workload(spec.model, tuple(layers), spec.micro_batch, seq, spec.precision, spec.micro_batch)
+    return Workload(spec.model, tuple(layers), spec.micro_batch, seq, spec.precision)

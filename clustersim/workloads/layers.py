@@ -8,7 +8,7 @@ whole layer would hide the memory-bound part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,6 @@ class Workload:
     micro_batch: int
     seq_len: int
     precision: str
-    samples_per_micro_batch: int = field(default=0)
 
     @property
     def params(self) -> int:
