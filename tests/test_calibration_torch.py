@@ -39,6 +39,22 @@ def test_gloo_sweep_under_torchrun(ranks):
     assert raw["provenance"]["gloo"]
 
 
+def test_torchrun_module_writes_a_profile(tmp_path):
+    """The multi-node entry point: torchrun -m clustersim.calibration.collectives, rank 0 writes a profile."""
+    import os
+    import subprocess
+
+    out = tmp_path / "cluster.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", "29655", "-m", "clustersim.calibration.collectives", "--out", str(out), "--quick",
+           "--device", "cpu", "--ops", "all_reduce,broadcast"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    profile = load_profile(str(out))
+    assert {f.op for f in profile.collectives} == {"all_reduce", "broadcast"}
+    assert all(f.gpus_per_node == 2 and f.quality is not None for f in profile.collectives)
+
+
 def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
     out, raw = tmp_path / "cpu.json", tmp_path / "raw.json"
     r = runner.invoke(app, ["calibrate", "run", "--device", "cpu", "--quick", "--out", str(out), "--raw-out", str(raw)])

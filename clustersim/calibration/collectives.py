@@ -1,6 +1,6 @@
 """Collective sweep through torch.distributed; run it under torchrun, rank 0 writes the result.
 
-    torchrun --nnodes N --nproc_per_node G [--rdzv...] -m clustersim.calibration.collectives --out raw.json
+    torchrun --nnodes N --nproc_per_node G [--rdzv...] -m clustersim.calibration.collectives --out profile.json
 
 NCCL on GPUs, gloo on CPUs. Each size is timed as the slowest rank's duration per repetition
 (barrier, op, device sync), median over repetitions after warm-up. Ops a backend lacks (gloo has no
@@ -114,7 +114,8 @@ def _timed(fn, sync) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="raw JSON written by rank 0")
+    ap.add_argument("--out", required=True, help="the fitted profile rank 0 writes (with --raw: the raw medians)")
+    ap.add_argument("--raw", action="store_true", help="write the raw medians instead of a fitted profile")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ops", default=",".join(OPS))
@@ -148,7 +149,14 @@ def main(argv=None) -> int:
             result["backend"] = backend
             result["provenance"] = provenance(torch, device, " ".join(sys.argv), backend=backend,
                                               ranks=dist.get_world_size())
-            write_json_atomically(args.out, {"format": "clustersim-raw", "format_version": 1, "device": device, **result})
+            raw = {"format": "clustersim-raw", "format_version": 1, "device": device, **result}
+            if args.raw:
+                write_json_atomically(args.out, raw)
+            else:
+                from clustersim.calibration.run import save_profile
+
+                save_profile(raw, args.out)
+                print(f"profile written to {args.out}", flush=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()

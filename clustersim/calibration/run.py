@@ -2,8 +2,8 @@
 
 The collective sweep always runs in separate processes (torch.distributed needs one per rank); on
 one machine they are started here with torchrun on 127.0.0.1. For several nodes, run
-``torchrun --nnodes ... -m clustersim.calibration.collectives --out raw.json`` yourself and
-``clustersim calibrate fit raw.json``.
+``torchrun --nnodes ... -m clustersim.calibration.collectives --out profile.json`` yourself: rank 0
+writes the fitted profile (``--raw`` keeps the medians instead, for ``clustersim calibrate fit``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, op
         out = Path(tmp) / "collectives.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               "-m", "clustersim.calibration.collectives", "--out", str(out), "--device", device]
+               "-m", "clustersim.calibration.collectives", "--out", str(out), "--device", device, "--raw"]
         if quick:
             cmd.append("--quick")
         if ops:
