@@ -47,7 +47,12 @@ def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label:
                 dep = add_collective(prog, ctx, f"reduce_scatter bucket{b.index}", "reduce_scatter",
                                      b.nbytes(ctx.grad_bytes), deps=(op,), bucket=b.index)
                 info.append({"bucket": b.index, "bytes": b.nbytes(ctx.grad_bytes), "op": dep})
-            secs, dem = host.copy(b.nbytes(ctx.grad_bytes) / p * on_cpu, to_host=True)
+            shard = b.elements / p
+            # DeepSpeed (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu): the gradient
+            # norm and src.float() run on the GPU, then copy_ moves fp32 (4 B) into the pinned host buffer.
+            dep = prog.add(f"grad norm + fp32 cast bucket{b.index}", "compute",
+                           ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"), "other", (dep,))
+            secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
             moved.append(prog.add(f"D2H gradients bucket{b.index}", "d2h", secs, "transfer", (dep,), demands=dem))
 
     last = add_micro_steps(prog, ctx, on_backward)
@@ -60,7 +65,8 @@ def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label:
 
 
 def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
-    return offload.UpdateSpec(to_host=ctx.grad_bytes, to_device=BYTES_PER_ELEMENT[ctx.precision],
+    """Gradients reach the host as fp32 (cast on the GPU first, see zero_offload_program)."""
+    return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[ctx.precision],
                               cpu_dram=cpu_bytes, gpu_update=cpu_bytes, state=state)
 
 
