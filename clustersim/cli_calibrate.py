@@ -132,6 +132,13 @@ def _print_profile(p) -> None:
         console.print(table("Collective fits (time = α + bytes/bandwidth per segment)",
                             ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"], rows))
         console.print("[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]")
+        sizes = sorted({s for f in p.collectives for s, _ in f.busbw_by_size})
+        if sizes:
+            shown = sizes if len(sizes) <= 8 else sizes[:: max(1, len(sizes) // 8)]
+            console.print(table("Measured bus bandwidth by size, GB/s (per-size efficiency table)",
+                                ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
+                                [[f.op, *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown]]
+                                 for f in p.collectives]))
         spread = p.raw.get("collectives") if p.raw else None
         if spread:
             import statistics

@@ -16,6 +16,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
+from clustersim.cost_models.closed_forms import busbw_factor
 
 MAX_SEGMENTS = 3
 MIN_POINTS_PER_SEGMENT = 4
@@ -104,8 +105,12 @@ def fit_collective(op: str, nodes: int, gpus_per_node: int, points: list[tuple[f
     quality = FitQuality(points=len(points), residual_rms_rel=float(np.sqrt((all_rel ** 2).mean())),
                          holdout_max_rel_error=holdout, holdout_points=held,
                          alpha_ci95_s=[c[0] for c in cis], beta_ci95_s_per_byte=[c[1] for c in cis])
+    p = nodes * gpus_per_node
+    table = [(float(S), S / t * busbw_factor(op, p) / 1e9 if op in ("all_reduce", "all_gather", "reduce_scatter",
+                                                                     "all_to_all", "broadcast") else S / t / 1e9)
+             for S, t in sorted(points)]
     return CollectiveFit(op=op, nodes=nodes, gpus_per_node=gpus_per_node, segments=segments, source=source,
-                         quality=quality)
+                         quality=quality, busbw_by_size=table)
 
 
 def fit_collectives(records: list[dict], source: str) -> list[CollectiveFit]:

@@ -82,6 +82,8 @@ class CollectiveFit(_Strict):
         description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes")
     source: str = ""
     quality: FitQuality | None = None
+    busbw_by_size: list[tuple[float, float]] = Field(
+        default_factory=list, description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table")
 
 
 class HostMeasurements(_Strict):

@@ -136,13 +136,13 @@ class CollectiveModel:
         elif op in ("all_gather", "reduce_scatter"):
             per_rank = (p - 1) / p * S
             inter = per_rank if N > 1 else 0.0
-            if algo == "hd" and N > 1:
+            if algo == "ring":
+                t = cf.ring_allgather(p, S, alpha, beta)
+            elif N > 1:  # recursive doubling/halving, node-contiguous ranks: the first lg N steps cross nodes
                 inter = (N - 1) / N * S * g
                 t = _lg(p) * alpha + inter / inter_bw + (g - 1) / g * (S / N) / intra_bw
             else:
-                t = cf.ring_allgather(p, S, alpha if algo == "ring" else alpha, beta)
-                if algo == "hd":
-                    t = _lg(p) * alpha + (p - 1) / p * S * beta
+                t = _lg(p) * alpha + (p - 1) / p * S * beta
             intra = g * per_rank - inter
         elif op == "all_to_all":
             # Each rank sends S/p to every other rank; intra- and inter-node parts run concurrently.
