@@ -134,7 +134,7 @@ def _print_profile(p) -> None:
         console.print("[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]")
         sizes = sorted({s for f in p.collectives for s, _ in f.busbw_by_size})
         if sizes:
-            shown = sizes if len(sizes) <= 8 else sizes[:: max(1, len(sizes) // 8)]
+            shown = sizes[:: -(-len(sizes) // 7)]  # at most 7 columns
             console.print(table("Measured bus bandwidth by size, GB/s (per-size efficiency table)",
                                 ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
                                 [[f.op, *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown]]
