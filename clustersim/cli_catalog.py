@@ -106,8 +106,8 @@ def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
         return
     console.print(f"[bold]{s.name}[/]: {c.nodes} nodes x {c.gpus_per_node} {cl.gpu.name} = {c.world_size} GPUs, "
                   f"intra-node {c.intra_node.fabric}, {c.nic.count} x {c.nic.kind} NIC, fabric {c.fabric.kind}")
-    console.print(table("Links inside one node", ["kind", "directed edges", "GB/s per direction"],
-                        [[k, v["directed_edges_per_node"], ", ".join(map(str, v["gbs_per_direction"]))]
+    console.print(table("Links inside one node (full duplex)", ["kind", "directed edges", "GB/s per direction", "hop µs"],
+                        [[k, v["directed_edges_per_node"], ", ".join(map(str, v["gbs_per_direction"])), f"{v['hop_latency_us']:.1f}"]
                          for k, v in info["link_kinds"].items()]))
     console.print(f"NIC: {info['nic']['gbs_each']:.3f} GB/s each ({'measured' if info['nic']['measured'] else 'line rate x efficiency'})")
     console.print(table("Collective groups", ["group", "ranks", "ring busbw GB/s", "bottleneck"],

@@ -195,13 +195,14 @@ class Cluster:
         s = self.spec
         kinds: dict[str, dict] = {}
         for u, v, d in self.graph.edges(data=True):
-            entry = kinds.setdefault(d["kind"].value, {"links": 0, "gbs_per_direction": set()})
+            entry = kinds.setdefault(d["kind"].value, {"links": 0, "gbs_per_direction": set(), "latency_us": d["latency"] * 1e6})
             entry["links"] += 1
             entry["gbs_per_direction"].add(round(d["capacity"] / 1e9, 2))
         return {
             "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "world_size": s.world_size,
             "gpu": self.gpu.name, "intra_node_fabric": s.intra_node.fabric,
-            "link_kinds": {k: {"directed_edges_per_node": v["links"], "gbs_per_direction": sorted(v["gbs_per_direction"])}
+            "link_kinds": {k: {"directed_edges_per_node": v["links"], "gbs_per_direction": sorted(v["gbs_per_direction"]),
+                               "hop_latency_us": v["latency_us"], "full_duplex": True}
                            for k, v in sorted(kinds.items())},
             "nic": {"kind": s.nic.kind, "count": s.nic.count,
                     "gbs_each": nic_bandwidth(s) / 1e9, "measured": s.nic.effective_gbps is not None},

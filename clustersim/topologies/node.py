@@ -11,7 +11,12 @@ import networkx as nx
 
 from clustersim.catalog import GpuSpec, hardware_defaults
 from clustersim.scenario import ClusterSpec
-from clustersim.topologies.links import LinkKind, add_link
+from clustersim.topologies.links import LinkKind
+from clustersim.topologies.links import add_link as _add_link
+
+
+def add_link(graph, a: str, b: str, kind: LinkKind, bandwidth: float) -> None:
+    _add_link(graph, a, b, kind, bandwidth, hop_latency(kind))
 
 # DGX-1 with V100: NVLink pairs and link multiplicity (nvidia-smi topo -m on a DGX-1V; NVIDIA
 # "DGX-1 With Tesla V100 System Architecture" whitepaper, fig. 3). Six links per GPU.
@@ -36,6 +41,11 @@ def nic_bandwidth(spec: ClusterSpec) -> float:
     if nic.effective_gbps is not None:
         return nic.effective_gbps * 1e9 / 8
     return nic.line_rate_gbps * 1e9 / 8 * hardware_defaults()["nic"][nic.kind]
+
+
+def hop_latency(kind: LinkKind) -> float:
+    """Per-hop latency of a link kind: NCCL's Simple-protocol constant for its class (tuning.cc)."""
+    return hardware_defaults()["nccl"]["hop_latency_us"][kind.latency_class]["Simple"] * 1e-6
 
 
 def build_node_graph(spec: ClusterSpec, gpu: GpuSpec) -> nx.DiGraph:
