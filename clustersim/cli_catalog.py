@@ -125,11 +125,3 @@ def presets_list(json_out: bool = JsonOpt):
         emit_json([{"name": n, "description": d} for n, d in rows])
         return
     console.print(table("Presets (use as preset:NAME)", ["name", "description"], [list(r) for r in rows], justify_numbers=False))
-
-
-def _print_placement(off: dict) -> None:
-    pl = off["placement"]
-    console.print(f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M parameters: "
-                  f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} resident on the GPU "
-                  f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
-                  f"PCIe {off['pcie_gbs']:.0f} GB/s, host DRAM {off['host_dram_gbs_per_gpu']:.0f} GB/s per GPU")

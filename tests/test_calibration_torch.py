@@ -44,9 +44,11 @@ def test_torchrun_module_writes_a_profile(tmp_path):
     import os
     import subprocess
 
+    from clustersim.calibration.run import free_port
+
     out = tmp_path / "cluster.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", "29655", "-m", "clustersim.calibration.collectives", "--out", str(out), "--quick",
+           "--master_port", str(free_port()), "-m", "clustersim.calibration.collectives", "--out", str(out), "--quick",
            "--device", "cpu", "--ops", "all_reduce,broadcast"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -26,7 +26,8 @@ from clustersim.errors import InputError
 RAW_FORMAT = "clustersim-raw"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (for torchrun's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -36,7 +37,7 @@ def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, op
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "collectives.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                "-m", "clustersim.calibration.collectives", "--out", str(out), "--device", device, "--raw"]
         if quick:
             cmd.append("--quick")
