@@ -39,6 +39,15 @@ class CompareRow:
         return asdict(self)
 
 
+def mean_step_time(optimizer: str, iteration: float, warmup_iteration: float | None, warmup: float | None) -> float:
+    """Average seconds per step over a run: 1-bit Adam spends the fraction ``warmup`` (default
+    DEFAULT_WARMUP) of its steps in the full-precision warmup stage; other optimizers run alike."""
+    if optimizer != "onebit-adam" or warmup_iteration is None:
+        return iteration
+    w = DEFAULT_WARMUP if warmup is None else warmup
+    return w * warmup_iteration + (1 - w) * iteration
+
+
 def end_to_end_speedup(warmup_fraction: float, stage_speedup: float) -> float:
     """Amdahl's form for a warmup run at baseline speed: 1 / (w + (1 - w)/s)."""
     return 1.0 / (warmup_fraction + (1.0 - warmup_fraction) / stage_speedup)
@@ -106,10 +115,7 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
                 warm = simulate(scenario_for_optimizer(sized, name, steps, stage="warmup"), profile)
                 row.warmup_iteration_time_s = warm.iteration_time
             if steps:
-                if name == "onebit-adam":
-                    row.time_to_train_s = steps * (w * row.warmup_iteration_time_s + (1 - w) * row.iteration_time_s)
-                else:
-                    row.time_to_train_s = steps * row.iteration_time_s
+                row.time_to_train_s = steps * mean_step_time(name, row.iteration_time_s, row.warmup_iteration_time_s, w)
             per_opt[name] = row
             if progress:
                 progress()

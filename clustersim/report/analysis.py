@@ -43,19 +43,18 @@ def cluster_label(row: dict[str, Any]) -> str:
     return f"{row['world_size']} x {row['gpu']}, {network_label(row)}"
 
 
-def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None) -> list[dict[str, Any]]:
-    """Keep simulated rows; add time-to-train (h), cost ($) and speedup over the baseline optimizer."""
+def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
+           warmup: float | None = None) -> list[dict[str, Any]]:
+    """Keep simulated rows; add time-to-train (h), cost ($) and speedup over the baseline optimizer.
+    ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default)."""
+    from clustersim.compare import mean_step_time
+
     ok = [dict(r) for r in rows if r.get("status") == "ok"]
     if not ok:
         raise InputError("no successfully simulated rows to report on")
     for r in ok:
         n = steps or r.get("steps") or DEFAULT_STEPS
-        per_step = r["iteration_time_s"]
-        if r["optimizer"] == "onebit-adam" and r.get("warmup_iteration_time_s"):
-            if r.get("time_to_train_s") and r.get("steps") and not steps:
-                per_step = r["time_to_train_s"] / r["steps"]
-            else:
-                per_step = 0.15 * r["warmup_iteration_time_s"] + 0.85 * r["iteration_time_s"]
+        per_step = mean_step_time(r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), warmup)
         r["steps"] = n
         r["ttt_h"] = n * per_step / 3600
         r["cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)

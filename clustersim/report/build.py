@@ -20,7 +20,7 @@ from clustersim.sweeps.store import read_results
 def build_report(results: Path, steps: int | None = None, price: float | None = None,
                  deadline_h: float | None = None, budget: float | None = None):
     meta, rows = read_results(results)
-    rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price)
+    rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price, meta.get("warmup"))
     rec = analysis.recommendation(rows_ok, deadline_h, budget)
     focus = rec["chosen"] or rec["fastest"]
     from clustersim.simulator import simulate

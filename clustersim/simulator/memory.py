@@ -28,8 +28,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     if offloaded and ctx.offload_placement is not None:
         from clustersim.simulator.offload import offload_memory
 
-        partition = ctx.params / ctx.world_size if strategy.name in ("adam", "sgdm") else ctx.params
-        extra = offload_memory(ctx, ctx.offload_spec, ctx.offload_placement, partition)
+        plan = ctx.offload_placement
+        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
         mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
         mem["offload_staging"] = extra["offload_staging_buffers"]
     mem.update(strategy.extra_gpu_memory())

@@ -45,6 +45,7 @@ class UpdateSpec:
 class Placement:
     subgroup_params: float
     kinds: list[str]  # per subgroup: cpu | gpu_streamed | gpu_resident
+    partition_params: float = 0.0  # the parameters this rank updates (P, or P/p under ZeRO)
     chosen_by: str = "performance model"
     candidates: dict[str, float] = field(default_factory=dict)  # plan -> simulated iteration time
 
@@ -90,14 +91,14 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
                          f"activations need {format_bytes(budget['peak_without_state'])} of {format_bytes(budget['capacity'])}",
                          key="cluster.gpu")
     if off.mode == "zero" or off.placement == "cpu":
-        return Placement(size, ["cpu"] * n, "all on the CPU" if off.mode == "zero" else "placement: cpu")
+        return Placement(size, ["cpu"] * n, partition_params, "all on the CPU" if off.mode == "zero" else "placement: cpu")
     state_bytes = size * spec.state
     if off.placement == "gpu":
         if n * state_bytes > free_peak:
             raise InputError(f"placement gpu keeps all optimizer state on the GPU: {format_bytes(n * state_bytes)} "
                              f"needed, {format_bytes(free_peak)} free at the forward/backward peak",
                              key="training.offload.placement")
-        return Placement(size, ["gpu_resident"] * n, "placement: gpu")
+        return Placement(size, ["gpu_resident"] * n, partition_params, "placement: gpu")
     resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
     can_stream = free_update - resident * state_bytes >= 2 * state_bytes
     bw = min(host.pcie, host.switch_share)
@@ -134,7 +135,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         else:
             kinds.append("cpu")
             d2h, cpu, h2d, dram = c_d2h, c_cpu, c_h2d, c_dram
-    return Placement(size, kinds)
+    return Placement(size, kinds, partition_params)
 
 
 def _chunks(placement: Placement, total_params: float) -> list[tuple[str, float]]:

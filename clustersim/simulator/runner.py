@@ -35,7 +35,7 @@ def _best_placement(scenario, profile, ctx: SimulationContext, planned: Simulati
     candidates = {"performance model": planned}
     for name, kinds in alternatives.items():
         alt_ctx = build_context(scenario, profile)
-        alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, name)
+        alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, plan.partition_params, name)
         candidates[name] = _run(alt_ctx)
     best_name = min(candidates, key=lambda k: candidates[k].iteration_time)
     best = candidates[best_name]
@@ -60,6 +60,7 @@ def _run(ctx: SimulationContext) -> SimulationResult:
     main_records: list[OpRecord] = []
     main_times = ({}, {})
     for step in steps:
+        # Every program shares the rank's host links (PCIe, switch uplink, DRAM); strategies need not know.
         step.program.links = {**links, **step.program.links}
         start, end = Engine(step.program).run()
         t, parts = attribute_timeline(step.program, start, end)

@@ -20,7 +20,7 @@ CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"  # tests: path of a marker file; the fi
 def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, warmup: float | None,
                  global_batch: int | None = None) -> dict[str, Any]:
     """One row: resolve, simulate, summarize. Never raises for bad combinations; records them."""
-    from clustersim.compare import DEFAULT_WARMUP
+    from clustersim.compare import mean_step_time
     from clustersim.scenario import validate_scenario
     from clustersim.simulator import simulate
 
@@ -45,13 +45,11 @@ def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, war
             "gpu_memory_bytes": r.memory["total"], "micro_batch_used": scenario.workload.micro_batch,
             "global_batch": r.samples_per_iteration,
         })
-        per_step = r.iteration_time
         if r.optimizer == "onebit-adam":
             warm = simulate(scenario.with_changes(**{"training.optimizer_options": {
                 **scenario.training.optimizer_options, "stage": "warmup"}}))
             rec["warmup_iteration_time_s"] = warm.iteration_time
-            w = DEFAULT_WARMUP if warmup is None else warmup
-            per_step = w * warm.iteration_time + (1 - w) * r.iteration_time
+        per_step = mean_step_time(r.optimizer, r.iteration_time, rec.get("warmup_iteration_time_s"), warmup)
         if steps:
             rec["steps"] = steps
             rec["time_to_train_s"] = steps * per_step

@@ -135,7 +135,7 @@ class BinSGDM(Strategy):
 
     def steps(self) -> list[StepProgram]:
         ctx, P = self.ctx, self.ctx.params
-        prog = Program(ctx.link_capacities())
+        prog = Program()
         last = add_micro_steps(prog, ctx)
         dep = prog.add("m, b update", "compute", ctx.device.stream_time((UPDATE_STATE_BYTES + ctx.grad_bytes) * P, "binsgdm_update"),
                        "optimizer", (last,))

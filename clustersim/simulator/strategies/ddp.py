@@ -25,7 +25,7 @@ from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
 
 def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str) -> tuple[Program, list[dict]]:
     """ZeRO-Offload: reduce-scatter per bucket, shard D2H during backward, offloaded update, all-gather."""
-    prog = Program(ctx.link_capacities())
+    prog = Program()
     p = ctx.world_size
     partition = ctx.params / p
     host = ctx.host
@@ -85,7 +85,7 @@ class AdamDDP(Strategy):
         if offload.mode(self.ctx) != "none":
             return zero_offload_program(self.ctx, self.offload_spec(), self.update_bytes_per_param,
                                         f"{self.name} update")
-        prog = Program(self.ctx.link_capacities())
+        prog = Program()
         comm, buckets = add_ddp_gradient_sync(prog, self.ctx, self.ctx.grad_bytes, self.ctx.scenario.training.overlap)
         last_bwd = prog.last_on("compute")
         add_update_and_other(prog, self.ctx, [*comm, last_bwd], self.update_bytes_per_param)

@@ -64,7 +64,7 @@ class OneBitAdam(Strategy):
 
     def compression_program(self) -> Program:
         ctx, P = self.ctx, self.ctx.params
-        prog = Program(ctx.link_capacities())
+        prog = Program()
         last = add_micro_steps(prog, ctx)
         dep = prog.add("local momentum update", "compute", ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
                        "optimizer", (last,))
@@ -78,7 +78,7 @@ class OneBitAdam(Strategy):
         update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
         if offload.mode(ctx) != "none":  # the warmup stage is Adam: ZeRO-Offload
             return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "Adam update (warmup)")
-        prog = Program(ctx.link_capacities())
+        prog = Program()
         comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
         add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], update, "Adam update (warmup)")
         return prog, buckets

@@ -90,7 +90,7 @@ class ZeroOneAdam(Strategy):
                                     offload=self.offload_spec())
 
     def program(self, kind: str) -> tuple[Program, list[dict]]:
-        ctx, P, prog = self.ctx, self.ctx.params, Program(self.ctx.link_capacities())
+        ctx, P, prog = self.ctx, self.ctx.params, Program()
         if kind == "variance_update" and offload.mode(ctx) != "none":
             update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
             return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "0/1 Adam update (variance)")
