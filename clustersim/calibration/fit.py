@@ -17,6 +17,7 @@ from scipy.optimize import least_squares
 
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
 from clustersim.cost_models.closed_forms import busbw_factor
+from clustersim.cost_models.measured_collectives import segmented_time
 
 MAX_SEGMENTS = 3
 MIN_POINTS_PER_SEGMENT = 4
@@ -81,11 +82,7 @@ def fit_segments(sizes, times) -> tuple[list[tuple[float, float, float]], list[n
 
 
 def predict(segments, nbytes: float) -> float:
-    chosen = segments[0]
-    for seg in segments:
-        if nbytes >= seg[0]:
-            chosen = seg
-    return chosen[1] + nbytes * chosen[2]
+    return segmented_time(segments, nbytes)
 
 
 def fit_collective(op: str, nodes: int, gpus_per_node: int, points: list[tuple[float, float]], source: str) -> CollectiveFit:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 
-def _lg(p: int) -> int:
+def lg(p: int) -> int:
     return math.ceil(math.log2(p)) if p > 1 else 0
 
 
@@ -23,13 +23,13 @@ def ring_allreduce(p: int, S: float, alpha: float, beta: float, gamma: float = 0
 def halving_doubling_allreduce(p: int, S: float, alpha: float, beta: float, gamma: float = 0.0) -> float:
     if p <= 1:
         return 0.0
-    return 2 * _lg(p) * alpha + 2 * (p - 1) / p * S * beta + (p - 1) / p * S * gamma
+    return 2 * lg(p) * alpha + 2 * (p - 1) / p * S * beta + (p - 1) / p * S * gamma
 
 
 def double_binary_tree_allreduce(p: int, S: float, alpha: float, beta: float) -> float:
     if p <= 1:
         return 0.0
-    return 2 * _lg(p) * alpha + 2 * S * beta
+    return 2 * lg(p) * alpha + 2 * S * beta
 
 
 def ring_allgather(p: int, S: float, alpha: float, beta: float) -> float:
@@ -48,7 +48,7 @@ def pairwise_alltoall(p: int, S: float, alpha: float, beta: float) -> float:
 def binomial_broadcast(p: int, S: float, alpha: float, beta: float) -> float:
     if p <= 1:
         return 0.0
-    return _lg(p) * (alpha + S * beta)
+    return lg(p) * (alpha + S * beta)
 
 
 def pipelined_ring_broadcast(p: int, S: float, alpha: float, beta: float) -> float:

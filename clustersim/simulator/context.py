@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clustersim import catalog
-from clustersim.calibration.fits import MeasuredCollectives
 from clustersim.calibration.profile import ComputePhases, Profile, load_profile
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
+from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
@@ -103,7 +103,8 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None) -> S
     cluster = build_cluster(scenario.cluster)
     workload = build_workload(scenario.workload)
     device = DeviceCosts(gpu, prof)
-    measured = MeasuredCollectives.from_profile(prof, scenario.cluster) if prof else None
+    c = scenario.cluster
+    measured = MeasuredCollectives.for_cluster(prof.collectives, c.nodes, c.gpus_per_node) if prof else None
     ctx = SimulationContext(scenario, cluster, gpu, workload, device,
                             CollectiveModel(cluster, measured), prof, _matching_phases(prof, scenario, workload))
     if ctx.phases is not None:

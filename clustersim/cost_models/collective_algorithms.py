@@ -1,0 +1,207 @@
+"""Collective algorithms as data: one small function per (op, algorithm), registered by name.
+
+Each function describes *what* an algorithm does on a group of the cluster, not how long it takes:
+its latency steps (how many, over which link class) and its bandwidth legs (bytes over which
+modelled link, run one after another or concurrently), plus the bytes it puts on intra-node links
+and NICs. The collective model (collectives.py) prices a decomposition with the default or the
+calibrated network parameters, so a fit made on a few nodes extrapolates with the right step counts
+and bottlenecks (algorithms.md sec. 7: "keep latency-step counts and bandwidth bottlenecks separate").
+
+Formulas: Thakur, Rabenseifner & Gropp 2005 (closed_forms.py), for p ranks, g per node, N nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clustersim.cost_models.closed_forms import lg
+from clustersim.topologies.cluster import Bandwidth, Cluster, GroupShape
+
+
+@dataclass(frozen=True)
+class Leg:
+    """Bytes that cross one modelled link (per rank on the critical path)."""
+
+    nbytes: float
+    link: Bandwidth
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    latency_steps: tuple[tuple[float, str], ...]  # (steps, latency class: nvlink | pcie | network)
+    legs: tuple[Leg, ...]
+    concurrent: bool  # legs overlap (max) instead of following each other (sum)
+    intra_node_bytes: float  # per node
+    inter_node_bytes: float  # per node, out of its NICs
+    bottleneck: str
+
+
+@dataclass(frozen=True)
+class Inputs:
+    cluster: Cluster
+    shape: GroupShape
+    nbytes: float
+
+    @property
+    def p(self) -> int:
+        return self.shape.ranks
+
+    @property
+    def g(self) -> int:
+        return self.shape.gpus_per_node
+
+    @property
+    def n(self) -> int:
+        return self.shape.nodes
+
+    def step_class(self) -> str:
+        return "network" if self.n > 1 else self.cluster.intra_ring(self.g).latency_class
+
+    def ring(self) -> Bandwidth:
+        return self.cluster.ring(self.shape)
+
+    def intra(self) -> Bandwidth:
+        return self.cluster.intra_ring(self.g)
+
+    def inter(self) -> Bandwidth:
+        return self.cluster.inter_node(self.shape)
+
+
+Algorithm = Callable[[Inputs], Decomposition]
+REGISTRY: dict[str, dict[str, Algorithm]] = {}
+# What NCCL itself chooses among for each op (the others can be forced with --algo).
+NCCL_AUTO = {"all_reduce": ("ring", "tree"), "all_gather": ("ring",), "reduce_scatter": ("ring",),
+             "all_to_all": ("ring",), "broadcast": ("ring", "tree")}
+
+
+def register(op: str, name: str, *, multi_node_only: bool = False):
+    def wrap(fn: Algorithm) -> Algorithm:
+        fn.multi_node_only = multi_node_only  # type: ignore[attr-defined]
+        REGISTRY.setdefault(op, {})[name] = fn
+        return fn
+    return wrap
+
+
+def ops() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def algorithm_names() -> tuple[str, ...]:
+    """Every algorithm name, for the schema's literal and --algo's help (plus ``auto``)."""
+    names: list[str] = []
+    for algos in REGISTRY.values():
+        names += [a for a in algos if a not in names]
+    return ("auto", *names)
+
+
+def applicable(op: str, shape: GroupShape) -> dict[str, Algorithm]:
+    flat = shape.nodes == 1 or shape.gpus_per_node == 1
+    return {k: f for k, f in REGISTRY[op].items() if not (flat and f.multi_node_only)}  # type: ignore[attr-defined]
+
+
+def _ring_like(x: Inputs, steps: float, per_rank: float, inter: float) -> Decomposition:
+    ring = x.ring()
+    return Decomposition(((steps, x.step_class()),), (Leg(per_rank, ring),), False,
+                         max(x.g * per_rank - inter, 0.0), inter, ring.bottleneck)
+
+
+# ---- all_reduce ----------------------------------------------------------------------------------
+@register("all_reduce", "ring")
+def _allreduce_ring(x: Inputs) -> Decomposition:
+    per_rank = 2 * (x.p - 1) / x.p * x.nbytes
+    return _ring_like(x, 2 * (x.p - 1), per_rank, per_rank if x.n > 1 else 0.0)
+
+
+@register("all_reduce", "tree")
+def _allreduce_tree(x: Inputs) -> Decomposition:
+    """NCCL's double binary tree: 2·lg p steps, each rank sends and receives the whole array twice."""
+    return _ring_like(x, 2 * lg(x.p), 2 * x.nbytes, 2 * x.nbytes if x.n > 1 else 0.0)
+
+
+@register("all_reduce", "hd")
+def _allreduce_hd(x: Inputs) -> Decomposition:
+    """Rabenseifner halving-doubling; node-contiguous ranks, so the first lg N rounds cross nodes."""
+    S, p, g, N = x.nbytes, x.p, x.g, x.n
+    if N == 1:
+        return _ring_like(x, 2 * lg(p), 2 * (p - 1) / p * S, 0.0)
+    inter = 2 * (N - 1) / N * S * g
+    legs = (Leg(inter, x.inter()), Leg(2 * (g - 1) / g * (S / N), x.intra()))
+    per_rank = 2 * (p - 1) / p * S
+    return Decomposition(((2 * lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter,
+                         x.ring().bottleneck)
+
+
+@register("all_reduce", "hier", multi_node_only=True)
+def _allreduce_hier(x: Inputs) -> Decomposition:
+    """Reduce-scatter in the node, all-reduce of S/g shards across nodes on g rails, all-gather."""
+    S, g, N = x.nbytes, x.g, x.n
+    rail = x.cluster.inter_node(GroupShape(N, 1, sharing=g))
+    intra_cls = x.cluster.intra_ring(g).latency_class
+    legs = (Leg(2 * (g - 1) / g * S, x.intra()), Leg(2 * (N - 1) / N * S / g, rail))
+    inter = 2 * (N - 1) / N * S
+    per_rank = 2 * (g - 1) / g * S + 2 * (N - 1) / N * S / g
+    return Decomposition(((2 * (g - 1), intra_cls), (2 * (N - 1), "network")), legs, False,
+                         max(g * per_rank - inter, 0.0), inter, rail.bottleneck)
+
+
+# ---- all_gather / reduce_scatter (S = the whole array) ---------------------------------------------
+def _gather_ring(x: Inputs) -> Decomposition:
+    per_rank = (x.p - 1) / x.p * x.nbytes
+    return _ring_like(x, x.p - 1, per_rank, per_rank if x.n > 1 else 0.0)
+
+
+def _gather_hd(x: Inputs) -> Decomposition:
+    """Recursive doubling (all-gather) / halving (reduce-scatter)."""
+    S, p, g, N = x.nbytes, x.p, x.g, x.n
+    per_rank = (p - 1) / p * S
+    if N == 1:
+        return _ring_like(x, lg(p), per_rank, 0.0)
+    inter = (N - 1) / N * S * g
+    legs = (Leg(inter, x.inter()), Leg((g - 1) / g * (S / N), x.intra()))
+    return Decomposition(((lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter,
+                         x.ring().bottleneck)
+
+
+for _op in ("all_gather", "reduce_scatter"):
+    register(_op, "ring")(_gather_ring)
+    register(_op, "hd")(_gather_hd)
+
+
+# ---- all_to_all (S = bytes each rank sends in total) -----------------------------------------------
+@register("all_to_all", "ring")
+def _alltoall_pairwise(x: Inputs) -> Decomposition:
+    """Pairwise exchange, p-1 steps; across nodes the intra- and inter-node parts run concurrently."""
+    S, p, g, N = x.nbytes, x.p, x.g, x.n
+    inter = g * (p - g) / p * S
+    intra = g * (g - 1) / p * S
+    if N == 1:
+        return Decomposition(((p - 1, x.step_class()),), (Leg((p - 1) / p * S, x.ring()),), False,
+                             intra, inter, x.ring().bottleneck)
+    inter_link, intra_link = x.inter(), x.intra()
+    legs = (Leg(inter, inter_link),) + ((Leg((g - 1) / p * S, intra_link),) if g > 1 else ())
+    intra_bound = g > 1 and inter / inter_link.bytes_per_s < (g - 1) / p * S / intra_link.bytes_per_s
+    return Decomposition(((p - 1, "network"),), legs, True, intra, inter,
+                         intra_link.bottleneck if intra_bound else inter_link.bottleneck)
+
+
+# ---- broadcast ---------------------------------------------------------------------------------------
+def _broadcast_bytes(x: Inputs) -> tuple[float, float]:
+    inter = x.nbytes if x.n > 1 else 0.0
+    return x.g * x.nbytes - inter, inter
+
+
+@register("broadcast", "ring")
+def _broadcast_ring(x: Inputs) -> Decomposition:
+    """Pipelined ring (NCCL): p-1 steps of latency, the array once through the bottleneck."""
+    intra, inter = _broadcast_bytes(x)
+    return Decomposition(((x.p - 1, x.step_class()),), (Leg(x.nbytes, x.ring()),), False, max(intra, 0.0), inter,
+                         x.ring().bottleneck)
+
+
+@register("broadcast", "tree")
+def _broadcast_tree(x: Inputs) -> Decomposition:
+    """Binomial tree: lg p rounds, each sending the whole array."""
+    intra, inter = _broadcast_bytes(x)
+    return Decomposition(((lg(x.p), x.step_class()),), (Leg(lg(x.p) * x.nbytes, x.ring()),), False,
+                         max(intra, 0.0), inter, x.ring().bottleneck)
