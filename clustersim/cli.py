@@ -14,7 +14,7 @@ from clustersim.cli_calibrate import calibrate_app
 from clustersim.cli_catalog import hardware_app, models_app, presets_app, topology_app
 from clustersim.cli_offload import _print_placement, offload_app
 from clustersim.cli_planning import plan_cmd, report, sweep
-from clustersim.cli_support import (JsonOpt, ProfileOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load,
+from clustersim.cli_support import (JsonOpt, ProfileOpt, SamplesOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load,
                                     ms as _ms, table, user_errors)
 from clustersim.errors import InputError
 from clustersim.units import format_bytes, format_seconds, parse_bytes
@@ -41,6 +41,11 @@ def _print_result(r) -> None:
     console.print(f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}")
     console.print(f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
                   f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)")
+    if r.interval is not None:
+        iv = r.interval
+        console.print(f"  P10–P90 {format_seconds(iv.p10)} – {format_seconds(iv.p90)} "
+                      f"({r.samples_per_iteration / iv.p90:,.1f} – {r.samples_per_iteration / iv.p10:,.1f} samples/s; "
+                      f"{iv.samples} draws of the calibrated or default parameter uncertainty)")
     rows = [[k.replace("_", " "), _ms(v), f"{100 * v / r.iteration_time:.1f}%"]
             for k, v in r.breakdown.items() if v > 0]
     console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
@@ -75,11 +80,12 @@ def _print_result(r) -> None:
 @user_errors
 def run(scenario: str = ScenarioArg, json_out: bool = JsonOpt,
         trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."),
-        profile: Optional[str] = ProfileOpt):
-    """Simulate one training iteration: time, samples/s, breakdown, per-bucket all-reduce, bytes per link."""
+        profile: Optional[str] = ProfileOpt, samples: int = SamplesOpt):
+    """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
+    all-reduce, bytes per link."""
     from clustersim.simulator import simulate
 
-    result = simulate(_load(scenario), profile)
+    result = simulate(_load(scenario), profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
     if json_out:
@@ -113,17 +119,27 @@ def collective(scenario: str = ScenarioArg,
         nbytes = parse_bytes(size)
     except InputError as exc:
         raise exc.located(key_prefix="--bytes") from None
+    if s.cluster.nodes == 1 and group == "inter":
+        raise InputError("--group inter needs more than one node (this cluster has 1)", key="--group")
     cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
     data = {"op": op, "bytes": nbytes, "ranks": cost.ranks, "group": group, "algorithm": cost.algorithm,
             "protocol": cost.protocol, "time_s": cost.time, "algbw_gbs": cost.algbw / 1e9,
-            "busbw_gbs": cost.busbw / 1e9, "bottleneck": cost.bottleneck,
+            "busbw_gbs": cost.busbw / 1e9, "bottleneck": cost.bottleneck, "source": cost.source,
             "intra_node_bytes_per_node": cost.intra_node_bytes, "inter_node_bytes_per_node": cost.inter_node_bytes}
+    band = None
+    if cost.ranks > 1 and cost.algorithm != "measured":
+        from clustersim.simulator.uncertainty import collective_interval
+
+        band = collective_interval(ctx, op, nbytes, shapes[group], algo)
+        data["time_interval_s"] = band.as_dict()
     if json_out:
         emit_json(data)
         return
     console.print(f"{op} of {format_bytes(nbytes)} over {cost.ranks} ranks ({group}): "
-                  f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}")
+                  f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}"
+                  + (f"  (P10–P90 {format_seconds(band.p10)} – {format_seconds(band.p90)})" if band else ""))
     console.print(f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}")
+    console.print(f"[dim]source: {cost.source}[/]")
 
 
 def _int_list(text: str, key: str) -> list[int]:

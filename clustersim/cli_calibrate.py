@@ -15,6 +15,20 @@ calibrate_app = typer.Typer(help="Measure your own hardware (torch microbenchmar
                             no_args_is_help=True)
 
 
+ClusterOpt = typer.Option(
+    None, "--cluster", help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
+                            "(nodes and GPUs per node are taken from each measurement). With it the collective "
+                            "model's parameters are fitted, so predictions at any scale use them.")
+
+
+def _cluster(ref: Optional[str]):
+    if ref is None:
+        return None
+    from clustersim.scenario import load_scenario
+
+    return load_scenario(ref).cluster
+
+
 @calibrate_app.command("run")
 @user_errors
 def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
@@ -50,11 +64,13 @@ def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cp
 @calibrate_app.command("fit")
 @user_errors
 def calibrate_fit(raw: Path = typer.Argument(..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."),
-                  out: Path = typer.Option(Path("profile.json"), "--out"), json_out: bool = JsonOpt):
-    """Fit segmented α-β models (robust, non-negative) and efficiency tables from raw measurements."""
+                  out: Path = typer.Option(Path("profile.json"), "--out"),
+                  cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
+    """Fit the collective model's parameters (per link class bandwidth and latency, per-op efficiency,
+    with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
     from clustersim.calibration.run import fit_file
 
-    _written_profile(fit_file(raw, out), out, json_out)
+    _written_profile(fit_file(raw, out, _cluster(cluster)), out, json_out)
 
 
 @calibrate_app.command("import-nccl-tests")
@@ -64,7 +80,7 @@ def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests ou
                      op: Optional[str] = typer.Option(None, "--op", help="Collective, if the files do not say."),
                      ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Ranks, if the files do not say."),
                      nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="Nodes, if the files do not say."),
-                     json_out: bool = JsonOpt):
+                     cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
     """Fit a profile from nccl-tests results (all_reduce_perf, all_gather_perf, ...)."""
     import sys
 
@@ -72,7 +88,7 @@ def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests ou
     from clustersim.calibration.run import save_profile
 
     parsed = [parse_file(f, op, ranks, nodes) for f in files]
-    profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out)
+    profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out, _cluster(cluster))
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")
 
 
@@ -95,6 +111,33 @@ def _written_profile(profile, out: Path, json_out: bool, note: str = "") -> None
         return
     console.print(f"profile written to [bold]{out}[/]{note}")
     _print_profile(profile)
+
+
+def _print_network(net) -> None:
+    """The fitted collective model: what it found per link class and op, and how well it extrapolates."""
+    import math
+
+    sd = {name: math.sqrt(max(net.log_covariance[i][i], 0.0)) for i, name in enumerate(net.parameters)}
+
+    def band(name: str, value: float, unit: float, fmt: str) -> str:
+        lo, hi = value * math.exp(-1.2816 * sd[name]), value * math.exp(1.2816 * sd[name])
+        return f"{fmt.format(value * unit)} [{fmt.format(lo * unit)}–{fmt.format(hi * unit)}]"
+
+    rows = []
+    for name, value in net.parameters.items():
+        kind = name.partition(".")[0]
+        unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, "{:.3f}")
+        rows.append([name, band(name, value, unit, fmt)])
+    console.print(table(f"Fitted collective model ({net.backend}, {net.points} points, shapes "
+                        f"{', '.join(f'{n}x{g}' for n, g in net.shapes)}): value [P10–P90]", ["parameter", "value"], rows))
+    algos = ", ".join(f"{k}: {v}" for k, v in net.algorithms.items()) or "NCCL's own choice (ring/tree)"
+    console.print(f"algorithms: {algos}; scatter of medians about the model: {100 * net.residual_sigma:.1f}% (1σ)")
+    x = net.extrapolation
+    if x is not None:
+        ok = "✓" if x.median_abs_rel_error <= 0.05 and x.max_abs_rel_error <= 0.15 else "✗"
+        console.print(f"extrapolation check: fitted on {x.fitted_on_ranks} ranks, predicted {x.predicted_ranks}: "
+                      f"median |error| {100 * x.median_abs_rel_error:.1f}%, max {100 * x.max_abs_rel_error:.1f}%, "
+                      f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90 {ok}")
 
 
 def _print_profile(p) -> None:
@@ -132,6 +175,8 @@ def _print_profile(p) -> None:
         console.print(table("Collective fits (time = α + bytes/bandwidth per segment)",
                             ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"], rows))
         console.print("[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]")
+        if p.network is not None:
+            _print_network(p.network)
         sizes = sorted({s for f in p.collectives for s, _ in f.busbw_by_size})
         if sizes:
             shown = sizes[:: -(-len(sizes) // 7)]  # at most 7 columns

@@ -50,6 +50,10 @@ def table(title: str, columns: list[str], rows: list[list], justify_numbers: boo
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+SamplesOpt = typer.Option(
+    16, "--samples", min=0, max=1000,
+    help="Draws of the uncertain parameters (calibration covariance or documented default widths) for the "
+         "P10–P90 band; each re-runs the simulation. 0 turns the band off.")
 ProfileOpt = typer.Option(None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults.")
 
 

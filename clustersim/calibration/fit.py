@@ -15,6 +15,7 @@ import math
 import numpy as np
 from scipy.optimize import least_squares
 
+from clustersim.calibration.network_fit import fit_network, measured_cluster
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
 from clustersim.cost_models.closed_forms import busbw_factor
 from clustersim.cost_models.measured_collectives import segmented_time
@@ -121,8 +122,11 @@ def _largest(records: list[dict], key: str) -> dict:
     return max(records, key=lambda r: r[key])
 
 
-def build_profile(raw: dict) -> dict:
-    """A profile (as a dict, validated by the caller) from a raw measurement file."""
+def build_profile(raw: dict, cluster=None) -> dict:
+    """A profile (as a dict, validated by the caller) from a raw measurement file.
+
+    ``cluster`` (a ClusterSpec) names the hardware the collectives ran on; with it, or when the raw
+    file records its network, the collective model's parameters are fitted too (network_fit.py)."""
     prov = dict(raw.get("provenance") or {"source": "unknown"})
     device = prov.pop("catalog_device", None) or raw.get("device_name") or "cpu"
     profile: dict = {"format": FORMAT, "format_version": FORMAT_VERSION, "device": device,
@@ -158,6 +162,12 @@ def build_profile(raw: dict) -> dict:
     if raw.get("collectives"):
         src = f"{raw.get('backend', 'torch.distributed')} sweep, {prov.get('source', '')}".strip(", ")
         profile["collectives"] = [f.model_dump() for f in fit_collectives(raw["collectives"], src)]
+        spec = measured_cluster(raw, cluster)
+        if spec is not None:
+            backend = "nccl" if str(raw.get("backend", "nccl")).startswith("nccl") else str(raw["backend"])
+            network = fit_network(raw["collectives"], spec, backend, src)
+            if network is not None:
+                profile["network"] = network
     if raw.get("launch_latency_s") is not None:
         profile["launch_latency_s"] = raw["launch_latency_s"]
     profile["raw"] = {k: raw[k] for k in ("gemm", "memory", "kernels", "host_adam", "host_copies", "collectives",

@@ -14,18 +14,19 @@ Compute phases and collective fits apply only to the device and cluster they wer
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustersim.errors import InputError
 
 FORMAT = "clustersim-profile"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -86,6 +87,59 @@ class CollectiveFit(_Strict):
         default_factory=list, description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table")
 
 
+def _finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number")
+    return value
+
+
+class ExtrapolationCheck(_Strict):
+    """The network fit redone without the largest measured group, then used to predict it."""
+
+    fitted_on_ranks: list[int]
+    predicted_ranks: int
+    points: int
+    median_abs_rel_error: float = Field(ge=0)
+    max_abs_rel_error: float = Field(ge=0)
+    p10_p90_coverage: float = Field(ge=0, le=1)
+    by_op: dict[str, float] = Field(default_factory=dict)
+
+
+class NetworkCalibration(_Strict):
+    """Fitted parameters of the topology collective model (calibration/network_fit.py), usable at any
+    scale: per link class effective bandwidth factor and hop latency, launch latency, per-op
+    efficiency and latency factor, with the covariance of their logarithms."""
+
+    backend: str = Field(description="nccl | gloo | ...: whose algorithms and protocols were measured")
+    cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
+    source: str = ""
+    parameters: dict[str, float] = Field(description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, "
+                                                     "op_latency_scale.<op>")
+    log_covariance: list[list[float]] = Field(description="covariance of log(parameters), in their order")
+    residual_sigma: float = Field(ge=0, description="log-sigma of measured medians about the fitted model")
+    calibrated_classes: list[str] = Field(default_factory=list)
+    algorithms: dict[str, str] = Field(default_factory=dict)
+    protocols: list[str] | None = None
+    points: int = Field(ge=0)
+    shapes: list[tuple[int, int]] = Field(default_factory=list)
+    extrapolation: ExtrapolationCheck | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "NetworkCalibration":
+        for name, value in self.parameters.items():
+            _finite(value, name)
+            if value <= 0:
+                raise ValueError(f"parameter {name} must be positive (got {value:g})")
+        k = len(self.parameters)
+        if len(self.log_covariance) != k or any(len(row) != k for row in self.log_covariance):
+            raise ValueError(f"log_covariance must be {k} x {k}, one row and column per parameter")
+        for row in self.log_covariance:
+            for v in row:
+                _finite(v, "log_covariance entry")
+        _finite(self.residual_sigma, "residual_sigma")
+        return self
+
+
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
@@ -106,15 +160,18 @@ class Profile(_Strict):
     gemm_tflops_by_size: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
     launch_latency_s: float | None = Field(None, ge=0)
+    network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
     raw: dict = Field(default_factory=dict, description="the medians the fits were made from")
 
 
 def migrate(data: dict) -> dict:
     """Bring an older profile up to FORMAT_VERSION. v1 -> v2: v1 had no fit quality, host section,
-    GEMM-by-size table or raw medians; its fields carry over unchanged."""
+    GEMM-by-size table or raw medians; v2 -> v3: v2 had no fitted network model. Fields carry over."""
     data = dict(data)
     if data.get("format_version") == 1:
         data["format_version"] = 2
+    if data.get("format_version") == 2:  # v2 -> v3 adds the optional fitted network model
+        data["format_version"] = 3
     return data
 
 

@@ -75,9 +75,9 @@ def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: P
     return save_profile(raw, out)
 
 
-def save_profile(raw: dict, out: Path) -> Profile:
+def save_profile(raw: dict, out: Path, cluster=None) -> Profile:
     """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file)."""
-    data = build_profile(raw)
+    data = build_profile(raw, cluster)
     profile = parse_profile(data, str(out))
     write_json_atomically(out, data)
     return profile
@@ -105,5 +105,5 @@ def read_raw(path: Path) -> dict:
     return data
 
 
-def fit_file(raw_path: Path, out: Path) -> Profile:
-    return save_profile(read_raw(raw_path), out)
+def fit_file(raw_path: Path, out: Path, cluster=None) -> Profile:
+    return save_profile(read_raw(raw_path), out, cluster)

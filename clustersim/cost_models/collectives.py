@@ -138,4 +138,25 @@ class CollectiveModel:
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
         time = (self.base_latency(protocol) + latency + t) * prm.time_scale
         return CollectiveCost(op, inputs.nbytes, inputs.p, algorithm, protocol, time, plan.intra_node_bytes,
-                              plan.inter_node_bytes, plan.bottleneck, prm.source)
+                              plan.inter_node_bytes, plan.bottleneck, self._source(plan))
+
+    def _source(self, plan: algos.Decomposition) -> str:
+        """Calibrated only where every link class the algorithm uses was calibrated."""
+        if not self.params.calibrated:
+            return self.params.source
+        nic = self.cluster.spec.nic.kind
+        used = {class_key(c, nic) for _, c in plan.latency_steps} | {
+            class_key(leg.link.latency_class, nic) for leg in plan.legs}
+        missing = sorted(used - set(self.params.calibrated_classes))
+        if not missing:
+            return self.params.source
+        return f"{self.params.source}; defaults for {', '.join(missing)}"
+
+    def classes(self, shape: GroupShape) -> tuple[str, ...]:
+        """The link classes a group's collectives can use (for sampling their uncertainty)."""
+        nic = self.cluster.spec.nic.kind
+        out = [class_key(self.cluster.intra_ring(shape.gpus_per_node).latency_class, nic)] \
+            if shape.gpus_per_node > 1 else []
+        if shape.nodes > 1:
+            out += [class_key("network", nic), class_key(self.cluster.inter_node(shape).latency_class, nic)]
+        return tuple(dict.fromkeys(out))

@@ -66,6 +66,18 @@ class NetworkParams:
     log_mean: tuple[float, ...] = ()
     log_cov: tuple[tuple[float, ...], ...] = ()
     residual_sigma: float = 0.0
+    calibrated_classes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_calibration(cls, cal, label: str) -> "NetworkParams":
+        """Parameters from a profile's ``network`` section (calibration/profile.py NetworkCalibration)."""
+        names = tuple(cal.parameters)
+        base = cls(algorithms=dict(cal.algorithms), protocols=tuple(cal.protocols) if cal.protocols else None,
+                   source=f"topology model, calibrated ({label})", calibrated=True, names=names,
+                   log_mean=tuple(math.log(v) for v in cal.parameters.values()),
+                   log_cov=tuple(tuple(row) for row in cal.log_covariance), residual_sigma=cal.residual_sigma,
+                   calibrated_classes=tuple(cal.calibrated_classes))
+        return base.with_values(names, cal.parameters.values())
 
     def bandwidth_factor(self, cls: str, op: str) -> float:
         return self.bw_eff.get(cls, 1.0) * self.op_bw_eff.get(op, 1.0)
@@ -85,9 +97,10 @@ class NetworkParams:
     def sample(self, rng: np.random.Generator, n: int, classes: tuple[str, ...] = ()) -> list["NetworkParams"]:
         """``n`` parameter sets drawn from this set's uncertainty.
 
-        Calibrated: multivariate normal in log space (the fit's covariance) times a lognormal
-        ``time_scale`` of the residual scatter. Default: independent lognormal factors of the
-        documented widths (DEFAULT_SIGMA) on each class's bandwidth and hop latency in ``classes``.
+        Calibrated parameters: multivariate normal in log space (the fit's covariance) times a
+        lognormal ``time_scale`` of the residual scatter. Every class in ``classes`` that the
+        calibration did not measure gets independent lognormal factors of the documented default
+        widths (DEFAULT_SIGMA) on its bandwidth and hop latency.
         """
         out = []
         if self.names:
@@ -95,16 +108,19 @@ class NetworkParams:
             cov = np.asarray(self.log_cov)
             draws = rng.multivariate_normal(mean, cov, size=n, method="eigh")
             scales = np.exp(rng.normal(0.0, self.residual_sigma, size=n))
-            for row, s in zip(draws, scales):
-                out.append(replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s)))
-            return out
-        for _ in range(n):
-            bw, hop = dict(self.bw_eff), dict(self.hop_scale)
+            calibrated = [replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
+                          for row, s in zip(draws, scales)]
+        else:
+            calibrated = [self] * n
+        for params in calibrated:
+            bw, hop = dict(params.bw_eff), dict(params.hop_scale)
             for cls in classes:
+                if cls in self.calibrated_classes:
+                    continue
                 sigma = DEFAULT_SIGMA["bw_eff.net" if cls.startswith("net_") else "bw_eff.intra"]
                 bw[cls] = bw.get(cls, 1.0) * math.exp(rng.normal(0.0, sigma))
                 hop[cls] = hop.get(cls, 1.0) * math.exp(rng.normal(0.0, DEFAULT_SIGMA["hop_s"]))
-            out.append(replace(self, bw_eff=bw, hop_scale=hop))
+            out.append(replace(params, bw_eff=bw, hop_scale=hop))
         return out
 
 

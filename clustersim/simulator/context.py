@@ -10,6 +10,8 @@ from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
+from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
+from clustersim.cost_models.network_params import NetworkParams
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
@@ -96,7 +98,24 @@ def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Work
     return None
 
 
-def build_context(scenario: Scenario, profile: Profile | str | None = None) -> SimulationContext:
+@dataclass(frozen=True)
+class Perturbation:
+    """One draw of the uncertain model parameters (simulator/uncertainty.py): the collective model's
+    parameters and a factor on forward/backward compute time."""
+
+    network: NetworkParams
+    compute_scale: float = 1.0
+
+
+def network_params(profile: Profile | None, label: str = "profile") -> NetworkParams:
+    """The collective model's parameters: the profile's fitted network model, else the defaults."""
+    if profile is not None and profile.network is not None:
+        return NetworkParams.from_calibration(profile.network, label)
+    return DEFAULT_NETWORK
+
+
+def build_context(scenario: Scenario, profile: Profile | str | None = None,
+                  perturbation: Perturbation | None = None) -> SimulationContext:
     ref = profile if profile is not None else scenario.profile
     prof = load_profile(ref) if isinstance(ref, str) else ref
     gpu = catalog.gpu(scenario.cluster.gpu)
@@ -105,8 +124,9 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None) -> S
     device = DeviceCosts(gpu, prof)
     c = scenario.cluster
     measured = MeasuredCollectives.for_cluster(prof.collectives, c.nodes, c.gpus_per_node) if prof else None
+    params = perturbation.network if perturbation else network_params(prof, _profile_label(ref, prof))
     ctx = SimulationContext(scenario, cluster, gpu, workload, device,
-                            CollectiveModel(cluster, measured), prof, _matching_phases(prof, scenario, workload))
+                            CollectiveModel(cluster, measured, params), prof, _matching_phases(prof, scenario, workload))
     if ctx.phases is not None:
         fwd = sum(device.kernels_time(layer.forward, ctx.precision) for layer in workload.layers)
         bwd = sum(device.kernels_time(layer.backward, ctx.precision) for layer in workload.layers)
@@ -114,4 +134,13 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None) -> S
         ctx._bwd_scale = ctx.phases.backward_s / bwd
         ctx.notes.append(f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
                          "spread over layers in proportion to the roofline")
+    if perturbation is not None:
+        ctx._fwd_scale *= perturbation.compute_scale
+        ctx._bwd_scale *= perturbation.compute_scale
     return ctx
+
+
+def _profile_label(ref, prof: Profile | None) -> str:
+    if isinstance(ref, str):
+        return ref
+    return prof.provenance.source if prof is not None else "profile"

@@ -47,6 +47,7 @@ class SimulationResult:
     sources: dict[str, str] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    interval: object = None  # uncertainty.Interval of iteration_time, when asked for
 
     @property
     def samples_per_s(self) -> float:
@@ -62,6 +63,12 @@ class SimulationResult:
             "buckets": self.buckets, "memory_bytes": self.memory, "sources": self.sources,
             "notes": self.notes, **self.extra,
         }
+        if self.interval is not None:
+            iv = self.interval
+            out["iteration_time_interval_s"] = iv.as_dict()
+            out["samples_per_s_interval"] = {"p10": self.samples_per_iteration / iv.p90,
+                                             "p50": self.samples_per_iteration / iv.p50,
+                                             "p90": self.samples_per_iteration / iv.p10, "samples": iv.samples}
         if include_ops:
             out["ops"] = [vars(o) for o in self.ops]
         return out

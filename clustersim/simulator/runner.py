@@ -11,18 +11,27 @@ from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResu
 from clustersim.simulator.strategies import registry
 
 
-def simulate(scenario: Scenario, profile: Profile | str | None = None) -> SimulationResult:
+def simulate(scenario: Scenario, profile: Profile | str | None = None, *, perturbation=None,
+             uncertainty_samples: int = 0) -> SimulationResult:
+    """One iteration of ``scenario``. ``perturbation`` runs it with one draw of the uncertain parameters;
+    ``uncertainty_samples`` > 0 adds the P10/P50/P90 of the iteration time over that many draws
+    (simulator/uncertainty.py) as ``result.interval``."""
     if isinstance(profile, str):
         profile = load_profile(profile)
-    ctx = build_context(scenario, profile)
+    ctx = build_context(scenario, profile, perturbation)
     result = _run(ctx)
     off = scenario.training.offload
     if off.mode == "interleaved" and off.placement == "auto":
-        result = _best_placement(scenario, profile, ctx, result)
+        result = _best_placement(scenario, profile, ctx, result, perturbation)
+    if uncertainty_samples > 0:
+        from clustersim.simulator.uncertainty import iteration_interval
+
+        result.interval = iteration_interval(scenario, profile, ctx, uncertainty_samples)
     return result
 
 
-def _best_placement(scenario, profile, ctx: SimulationContext, planned: SimulationResult) -> SimulationResult:
+def _best_placement(scenario, profile, ctx: SimulationContext, planned: SimulationResult,
+                    perturbation=None) -> SimulationResult:
     """Check the performance model's plan against all-CPU and all-GPU placements; keep the fastest."""
     from clustersim.simulator.offload import Placement
 
@@ -34,7 +43,7 @@ def _best_placement(scenario, profile, ctx: SimulationContext, planned: Simulati
         alternatives["all on the GPU (streamed)"] = ["gpu_resident"] * resident + ["gpu_streamed"] * (n - resident)
     candidates = {"performance model": planned}
     for name, kinds in alternatives.items():
-        alt_ctx = build_context(scenario, profile)
+        alt_ctx = build_context(scenario, profile, perturbation)
         alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, plan.partition_params, name)
         candidates[name] = _run(alt_ctx)
     best_name = min(candidates, key=lambda k: candidates[k].iteration_time)
@@ -84,13 +93,13 @@ def _run(ctx: SimulationContext) -> SimulationResult:
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
     if scenario.cluster.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
-    measured = sorted({r.meta.get("op") for r in main_records if r.meta.get("algorithm") == "measured"})
-    modelled = sorted({r.meta.get("op") for r in main_records
-                       if r.category == "communication" and r.meta.get("algorithm") not in ("measured", "none", None)})
-    if measured:
-        sources["collectives (measured fits)"] = ", ".join(measured)
-    if modelled:
-        sources["collectives (topology model, default constants)"] = ", ".join(modelled)
+    by_source: dict[str, set] = {}
+    for r in main_records:
+        if r.category == "communication" and r.meta.get("source") not in (None, "none"):
+            by_source.setdefault(r.meta["source"], set()).add(r.meta.get("op"))
+    for src, ops in sorted(by_source.items()):
+        label = "collectives (measured fits)" if src.startswith("measured fit") else f"collectives ({src})"
+        sources[label] = ", ".join(sorted(o for o in ops if o))
     extra: dict = {"steps": per_step} if len(steps) > 1 else {}
     if ctx.offload_placement is not None:
         p = ctx.offload_placement

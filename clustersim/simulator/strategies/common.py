@@ -23,7 +23,7 @@ def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nb
                     demands=ctx.host.nic_traffic(per_gpu, cost.time),
                     compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
                     meta={"op": op, "bytes": nbytes, "algorithm": cost.algorithm, "protocol": cost.protocol,
-                          "ranks": shape.ranks, **meta})
+                          "ranks": shape.ranks, "source": cost.source, **meta})
 
 
 def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> int | None:

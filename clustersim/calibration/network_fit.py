@@ -1,0 +1,282 @@
+"""Fit the collective model's physical parameters to measured collectives, with their uncertainty.
+
+Measurements at a few group shapes (1-4 nodes, one node, one rank per node) are explained by the
+same topology model that predicts any scale: for each measured (op, shape, size) the registered
+algorithm gives its latency steps and bandwidth legs (cost_models/collective_algorithms.py), and
+the fit finds, per link class, the effective bandwidth (as a factor on the modelled link) and the
+per-hop latency, a per-collective launch latency, and per op a bandwidth efficiency and a latency
+factor relative to the reference op (all-reduce). Fitting those numbers rather than replaying the
+measured table is what lets a 2- and 4-node calibration predict 8 or 64 nodes.
+
+Method: weighted least squares on log(time) (relative error), parameters in log space so they stay
+positive, weak log-normal priors centred on the documented defaults so a parameter the data cannot
+see (e.g. NVLink latency from a CPU cluster) stays at its default with a wide interval instead of
+wandering. The covariance is the inverse Gauss-Newton Hessian, inflated by the reduced chi-square
+when the model misfits; ``residual_sigma`` is the scatter of measured medians about the fitted model
+(run-to-run spread plus misfit), added to every prediction's interval. Which algorithm a backend
+runs (gloo: ring or halving-doubling? binomial or ring broadcast?) is chosen per op by the fit
+residual; NCCL keeps its own choice between ring and tree.
+
+The fit is checked by extrapolation: refit on every shape but the largest, predict the largest,
+and record the error and whether the measurements fell inside the predicted P10-P90 band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from clustersim.cost_models import collective_algorithms as algos
+from clustersim.cost_models.collectives import CollectiveModel
+from clustersim.cost_models.network_params import DEFAULT, NetworkParams, class_key
+from clustersim.errors import InputError
+from clustersim.scenario import ClusterSpec
+from clustersim.topologies.cluster import GroupShape, build_cluster
+
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+REFERENCE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+# Prior widths (log-sigma) around the defaults: latencies of software stacks differ from NCCL's
+# table by orders of magnitude (gloo over TCP: tens of microseconds per message), so they are left
+# nearly free; efficiencies are factors near 1.
+PRIOR_SIGMA = {"base_s": 3.0, "hop_s": 3.0, "bw_eff": 1.0, "op_bw_eff": 1.0, "op_latency_scale": 1.0}
+MIN_POINT_SIGMA = 0.03  # relative noise floor per measured median (timer, scheduler)
+
+
+@dataclass
+class Point:
+    op: str
+    shape: GroupShape
+    nbytes: float
+    time: float
+    sigma: float  # log-sigma of this median
+    plans: dict  # algorithm -> Decomposition
+    model: CollectiveModel
+
+
+def _point_sigma(r: dict) -> float:
+    p10, p90, med = r.get("p10_s"), r.get("p90_s"), r["median_s"]
+    spread = 0.0
+    if p10 and p90 and p10 > 0 and p90 >= p10:
+        # sigma of one sample from its P10-P90, then of the median of `repeats` samples
+        spread = (math.log(p90) - math.log(p10)) / (2 * Z90) / math.sqrt(max(int(r.get("repeats") or 1), 1))
+    return math.hypot(spread, MIN_POINT_SIGMA) if med > 0 else MIN_POINT_SIGMA
+
+
+def _points(records: list[dict], spec: ClusterSpec, source: str) -> list[Point]:
+    models: dict[tuple[int, int], CollectiveModel] = {}
+    points = []
+    for i, r in enumerate(records):
+        op = r.get("op")
+        if op not in algos.REGISTRY:
+            continue
+        t, nbytes = r.get("median_s"), r.get("bytes")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (t, nbytes)):
+            raise InputError(f"collective record {i} ({op}) has a non-positive or non-finite time or size",
+                             source=source, key=f"collectives[{i}]")
+        shape = GroupShape(int(r["nodes"]), int(r["gpus_per_node"]))
+        if shape.ranks < 2:
+            continue
+        key = (shape.nodes, shape.gpus_per_node)
+        if key not in models:
+            cluster = build_cluster(spec.model_copy(update={"nodes": max(shape.nodes, 1),
+                                                            "gpus_per_node": shape.gpus_per_node}))
+            models[key] = CollectiveModel(cluster)
+        inputs = algos.Inputs(models[key].cluster, shape, float(nbytes))
+        plans = {name: fn(inputs) for name, fn in algos.applicable(op, shape).items()}
+        points.append(Point(op, shape, float(nbytes), float(t), _point_sigma(r), plans, models[key]))
+    return points
+
+
+def _classes(points: list[Point], nic_kind: str) -> list[str]:
+    seen: list[str] = []
+    for pt in points:
+        for plan in pt.plans.values():
+            names = [c for steps, c in plan.latency_steps if steps > 0] + [
+                leg.link.latency_class for leg in plan.legs if leg.nbytes > 0 and math.isfinite(leg.link.bytes_per_s)]
+            for c in names:
+                key = class_key(c, nic_kind)
+                if key not in seen:
+                    seen.append(key)
+    return seen
+
+
+def _defaults(name: str, points: list[Point]) -> float:
+    kind, _, key = name.partition(".")
+    model = points[0].model
+    if kind == "base_s":
+        return model.base_latency("Simple")
+    if kind == "hop_s":
+        latency_class = "network" if key.startswith("net_") else key
+        return model.cluster.hop_latency(latency_class, "Simple")
+    return 1.0
+
+
+class _Problem:
+    """The parameter vector, the priors and the residual function of one fit."""
+
+    def __init__(self, points: list[Point], names: list[str], algorithms: dict[str, str],
+                 protocols: tuple[str, ...] | None):
+        self.points, self.names, self.algorithms, self.protocols = points, names, algorithms, protocols
+        self.x0 = np.log([_defaults(n, points) for n in names])
+        self.prior_sigma = np.array([PRIOR_SIGMA[n.partition(".")[0]] for n in names])
+        self.log_t = np.log([p.time for p in points])
+        self.sigma = np.array([p.sigma for p in points])
+
+    def params(self, x) -> NetworkParams:
+        base = NetworkParams(algorithms=dict(self.algorithms), protocols=self.protocols)
+        return base.with_values(self.names, np.exp(x))
+
+    def predict(self, params: NetworkParams) -> np.ndarray:
+        out = np.empty(len(self.points))
+        for i, pt in enumerate(self.points):
+            pt.model.params = params
+            algo = self.algorithms.get(pt.op)
+            plans = {algo: pt.plans[algo]} if algo in pt.plans else {
+                k: v for k, v in pt.plans.items() if k in algos.NCCL_AUTO[pt.op]}
+            protocols = params.protocols or pt.model._protocols(pt.shape)
+            out[i] = min(pt.model.price(pt.op, a, proto, plan, algos.Inputs(pt.model.cluster, pt.shape, pt.nbytes)).time
+                         for a, plan in plans.items() for proto in protocols)
+        return out
+
+    def residuals(self, x) -> np.ndarray:
+        data = (np.log(self.predict(self.params(x))) - self.log_t) / self.sigma
+        prior = (x - self.x0) / self.prior_sigma
+        return np.concatenate([data, prior])
+
+    def solve(self):
+        res = least_squares(self.residuals, self.x0, method="trf", x_scale=1.0, diff_step=1e-4, max_nfev=400)
+        n, k = len(self.points), len(self.names)
+        data_r = res.fun[:n]
+        chi2_red = float(data_r @ data_r) / max(n - k, 1)
+        try:
+            cov = np.linalg.inv(res.jac.T @ res.jac) * max(1.0, chi2_red)
+        except np.linalg.LinAlgError:
+            cov = np.diag(self.prior_sigma ** 2)
+        log_resid = data_r * self.sigma
+        resid_sigma = math.sqrt(float(log_resid @ log_resid) / max(n - k, 1))
+        return res.x, cov, resid_sigma, float(res.cost)
+
+
+def _free_names(points: list[Point], classes: list[str]) -> list[str]:
+    names = ["base_s"]
+    for c in classes:
+        names += [f"hop_s.{c}", f"bw_eff.{c}"]
+    ops = sorted({p.op for p in points}, key=REFERENCE_OPS.index)
+    for op in ops[1:]:
+        names.append(f"op_bw_eff.{op}")
+        if len({p.shape.ranks for p in points if p.op == op}) > 1:
+            names.append(f"op_latency_scale.{op}")
+    return names
+
+
+def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParams, dict]:
+    classes = _classes(points, nic_kind)
+    names = _free_names(points, classes)
+    protocols = ("Simple",) if backend != "nccl" else None
+    algorithms: dict[str, str] = {}
+    if backend != "nccl":
+        # One algorithm per op, chosen by the fit: start from ring, try the others op by op.
+        for op in sorted({p.op for p in points}):
+            common = set.intersection(*(set(p.plans) for p in points if p.op == op))
+            algorithms[op] = "ring" if "ring" in common else sorted(common)[0]
+    problem = _Problem(points, names, algorithms, protocols)
+    best = problem.solve()
+    for op in list(algorithms):
+        common = set.intersection(*(set(p.plans) for p in points if p.op == op))
+        for alt in sorted(common - {algorithms[op]}):
+            trial = _Problem(points, names, {**algorithms, op: alt}, protocols)
+            result = trial.solve()
+            if result[3] < best[3] * 0.98:
+                problem, best, algorithms = trial, result, {**algorithms, op: alt}
+    x, cov, resid_sigma, _ = best
+    params = problem.params(x)
+    stats = {"names": names, "x": x, "cov": cov, "residual_sigma": resid_sigma, "classes": classes,
+             "algorithms": algorithms, "protocols": protocols}
+    return params, stats
+
+
+def predict_interval(params: NetworkParams, point: Point, samples: list[NetworkParams]) -> tuple[float, float, float]:
+    """P10, P50, P90 of one point's time under sampled parameters."""
+    pr = _Problem([point], [], params.algorithms, params.protocols)
+    times = np.array([pr.predict(s)[0] for s in samples])
+    return tuple(float(v) for v in np.quantile(times, [0.1, 0.5, 0.9]))  # type: ignore[return-value]
+
+
+def _extrapolation(points: list[Point], backend: str, nic_kind: str) -> dict | None:
+    ranks = sorted({p.shape.ranks for p in points})
+    if len(ranks) < 3:  # the held-out fit needs two rank counts of its own to separate latency from launch
+        return None
+    largest = ranks[-1]
+    train = [p for p in points if p.shape.ranks < largest]
+    test = [p for p in points if p.shape.ranks == largest]
+    params, stats = _fit(train, backend, nic_kind)
+    calibrated = _as_params(stats, "extrapolation check")
+    rng = np.random.default_rng(0)
+    samples = calibrated.sample(rng, 200)
+    errors, inside = [], 0
+    for pt in test:
+        p10, _, p90 = predict_interval(calibrated, pt, samples)
+        pred = _Problem([pt], [], params.algorithms, params.protocols).predict(calibrated)[0]
+        errors.append(pred / pt.time - 1)
+        inside += p10 <= pt.time <= p90
+    abs_err = np.abs(errors)
+    return {"fitted_on_ranks": sorted({p.shape.ranks for p in train}), "predicted_ranks": largest,
+            "points": len(test), "median_abs_rel_error": float(np.median(abs_err)),
+            "max_abs_rel_error": float(abs_err.max()), "p10_p90_coverage": inside / len(test),
+            "by_op": {op: float(np.median([abs(e) for e, p in zip(errors, test) if p.op == op]))
+                      for op in sorted({p.op for p in test})}}
+
+
+def _as_params(stats: dict, source: str) -> NetworkParams:
+    base = NetworkParams(algorithms=stats["algorithms"], protocols=stats["protocols"], source=source,
+                         calibrated=True, names=tuple(stats["names"]), log_mean=tuple(float(v) for v in stats["x"]),
+                         log_cov=tuple(tuple(float(v) for v in row) for row in stats["cov"]),
+                         residual_sigma=stats["residual_sigma"],
+                         calibrated_classes=tuple(stats["classes"]))
+    return base.with_values(stats["names"], np.exp(stats["x"]))
+
+
+# The catalog device that stands for "the CPU" of a CPU-only calibration (gloo between hosts).
+CPU_DEVICE = "CPU-2vCPU"
+
+
+def measured_cluster(raw: dict, override: ClusterSpec | None = None) -> ClusterSpec | None:
+    """The cluster a raw file was measured on: ``override`` (``--cluster``), else what the sweep
+    recorded about its network (the emulated testbed records its NIC kind and shaped rate). None when
+    unknown: then only exact-shape fits are made, since efficiencies need the modelled links."""
+    if override is not None:
+        return override
+    topo = raw.get("topology") or {}
+    net = topo.get("network")
+    if not isinstance(net, dict) or not net.get("kind") or not net.get("line_rate_gbps"):
+        return None
+    device = (raw.get("provenance") or {}).get("catalog_device") or raw.get("device_name")
+    if raw.get("device") == "cpu" or not device:
+        device = CPU_DEVICE
+    return ClusterSpec(nodes=int(topo.get("nodes") or 1), gpus_per_node=int(topo.get("gpus_per_node") or 1),
+                       gpu=device, intra_node={"fabric": "pcie"},
+                       nic={"kind": net["kind"], "count": 1, "line_rate_gbps": float(net["line_rate_gbps"]),
+                            "gpudirect_rdma": False})
+
+
+def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: str) -> dict | None:
+    """The profile's ``network`` section (a dict) from raw collective records, or None when the
+    records hold fewer than two usable points."""
+    points = _points(records, spec, source)
+    if len(points) < 2:
+        return None
+    nic_kind = spec.nic.kind
+    _, stats = _fit(points, backend, nic_kind)
+    check = _extrapolation(points, backend, nic_kind)
+    return {
+        "backend": backend, "cluster": spec.model_dump(mode="json"), "source": source,
+        "parameters": {n: float(math.exp(v)) for n, v in zip(stats["names"], stats["x"])},
+        "log_covariance": [[float(v) for v in row] for row in stats["cov"]],
+        "residual_sigma": stats["residual_sigma"], "calibrated_classes": stats["classes"],
+        "algorithms": stats["algorithms"], "protocols": list(stats["protocols"]) if stats["protocols"] else None,
+        "points": len(points), "shapes": sorted({(p.shape.nodes, p.shape.gpus_per_node) for p in points}),
+        "extrapolation": check,
+    }
