@@ -207,23 +207,29 @@ def compare(scenario: str = ScenarioArg,
 @app.command()
 @user_errors
 def validate(dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", help="Shipped published measurements."),
-             json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
-    """Compare predictions with published measurements shipped as data; print per-row and median error."""
+             json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt, samples: int = SamplesOpt):
+    """Compare predictions with published measurements shipped as data: per-row error, median error, and
+    how often the published value falls inside the predicted P10–P90 band."""
     from clustersim.validation.published import validate as run_validate
 
-    report = run_validate(dataset, profile)
+    report = run_validate(dataset, profile, samples)
     d = report.dataset
     if json_out:
         emit_json({"dataset": d.name, "source": d.source, "metric": d.metric,
                    "rows": [r.as_dict() for r in report.rows],
-                   "median_abs_error": report.median_abs_error, "max_abs_error": report.max_abs_error})
+                   "median_abs_error": report.median_abs_error, "max_abs_error": report.max_abs_error,
+                   "p10_p90_coverage": report.coverage})
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
-    console.print(table(f"{d.metric}: predicted vs published", ["optimizer", "GPUs", "published", "predicted", "error"],
-                        [[r.optimizer, r.gpus, f"{r.published:,.1f}", f"{r.predicted:,.1f}", f"{100 * r.error:+.1f}%"]
-                         for r in report.rows], left=2))
+    console.print(table(f"{d.metric}: predicted vs published",
+                        ["optimizer", "GPUs", "published", "predicted", "P10–P90", "error"],
+                        [[r.optimizer, r.gpus, f"{r.published:,.1f}", f"{r.predicted:,.1f}",
+                          "-" if r.p10 is None else f"{r.p10:,.1f}–{r.p90:,.1f}" + (" ✓" if r.inside else " ✗"),
+                          f"{100 * r.error:+.1f}%"] for r in report.rows], left=2))
+    cov = report.coverage
     console.print(f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
-                  f"largest {100 * report.max_abs_error:.1f}%")
+                  f"largest {100 * report.max_abs_error:.1f}%"
+                  + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows"))
 
 
 def main() -> None:  # console-script entry point

@@ -39,6 +39,12 @@ class RowResult:
     published: float
     predicted: float
     error: float  # (predicted - published) / published
+    p10: float | None = None  # the prediction's P10-P90 band, in the metric's units
+    p90: float | None = None
+
+    @property
+    def inside(self) -> bool | None:
+        return None if self.p10 is None else self.p10 <= self.published <= self.p90
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +63,12 @@ class ValidationReport:
     def max_abs_error(self) -> float:
         return max(abs(r.error) for r in self.rows)
 
+    @property
+    def coverage(self) -> float | None:
+        """Share of published values inside the predicted P10-P90 band."""
+        flags = [r.inside for r in self.rows if r.inside is not None]
+        return sum(flags) / len(flags) if flags else None
+
 
 def datasets() -> list[str]:
     folder = resources.files("clustersim.validation")
@@ -73,7 +85,19 @@ def load_dataset(name: str) -> Dataset:
         raise InputError(f"dataset is invalid: {exc.errors()[0]['msg']}", source=name) from None
 
 
-def validate(name: str, profile=None) -> ValidationReport:
+def _band(result, metric: str) -> tuple[float | None, float | None]:
+    iv = result.interval
+    if iv is None:
+        return None, None
+    if metric == "samples_per_s":  # faster iteration, more samples: the time band inverts
+        n = result.samples_per_iteration
+        return n / iv.p90, n / iv.p10
+    if metric == "iteration_time":
+        return iv.p10, iv.p90
+    return None, None
+
+
+def validate(name: str, profile=None, samples: int = 16) -> ValidationReport:
     data = load_dataset(name)
     base = load_scenario(data.scenario)
     results = []
@@ -82,7 +106,9 @@ def validate(name: str, profile=None) -> ValidationReport:
             "training.optimizer": row.optimizer,
             "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
         })
-        r = simulate(scenario, profile)
+        r = simulate(scenario, profile, uncertainty_samples=samples)
         predicted = getattr(r, data.metric)
-        results.append(RowResult(row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1))
+        lo, hi = _band(r, data.metric)
+        results.append(RowResult(row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1,
+                                 lo, hi))
     return ValidationReport(data, results)

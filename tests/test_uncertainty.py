@@ -1,0 +1,89 @@
+"""Intervals and break-even bandwidth: every prediction carries its P10-P90, computed honestly."""
+
+import json
+
+import pytest
+
+from clustersim.breakeven import _at, break_even
+from clustersim.cli import app
+from clustersim.compare import scenario_for_optimizer
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+from clustersim.simulator.uncertainty import DEFAULT_COMPUTE_SIGMA, Interval
+
+
+def test_run_json_has_an_interval_around_the_prediction(runner):
+    res = runner.invoke(app, ["run", "preset:dgx-h100-gpt3-1.3b", "--json", "--samples", "24"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    iv = data["iteration_time_interval_s"]
+    assert iv["samples"] == 24
+    assert iv["p10"] < data["iteration_time_s"] < iv["p90"]
+    sps = data["samples_per_s_interval"]
+    assert sps["p10"] < data["samples_per_s"] < sps["p90"]
+
+
+def test_band_width_follows_the_documented_default_compute_width():
+    """A compute-bound single GPU: only compute is uncertain, so the band is the lognormal's
+    P10-P90 of DEFAULT_COMPUTE_SIGMA applied to forward+backward (not wider, not narrower)."""
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(1)
+    r = simulate(s, None, uncertainty_samples=200)
+    fb = r.breakdown["forward"] + r.breakdown["backward"]
+    rest = r.iteration_time - fb
+    import math
+    lo = rest + fb * math.exp(-1.2816 * DEFAULT_COMPUTE_SIGMA)
+    hi = rest + fb * math.exp(1.2816 * DEFAULT_COMPUTE_SIGMA)
+    assert r.interval.p10 == pytest.approx(lo, rel=0.03)
+    assert r.interval.p90 == pytest.approx(hi, rel=0.03)
+
+
+def test_samples_zero_turns_the_band_off(runner):
+    res = runner.invoke(app, ["run", "preset:default", "--json", "--samples", "0"])
+    assert "iteration_time_interval_s" not in json.loads(res.output)
+
+
+def test_collective_reports_interval_and_source(runner):
+    res = runner.invoke(app, ["collective", "preset:default", "--op", "all_to_all", "--bytes", "8MiB", "--json"])
+    data = json.loads(res.output)
+    assert data["time_interval_s"]["p10"] < data["time_s"] < data["time_interval_s"]["p90"]
+    assert data["source"] == "topology model, default constants"
+
+
+def test_group_inter_on_one_node_is_an_error(runner):
+    res = runner.invoke(app, ["collective", "preset:offload-llama7b-h100", "--group", "inter"])
+    assert res.exit_code == 2 and "--group" in res.output
+
+
+def test_validate_reports_coverage(runner):
+    res = runner.invoke(app, ["validate", "--json", "--samples", "8"])
+    data = json.loads(res.output)
+    assert 0.0 <= data["p10_p90_coverage"] <= 1.0
+    assert all(r["p10"] <= r["predicted"] <= r["p90"] for r in data["rows"])
+
+
+def _pair(preset, optimizer, baseline="adam"):
+    s = load_scenario(preset)
+    extra = {"stage": "compression"} if optimizer == "onebit-adam" else {}
+    return scenario_for_optimizer(s, optimizer, None, **extra), scenario_for_optimizer(s, baseline, None)
+
+
+def test_break_even_is_where_the_two_step_times_cross():
+    comp, base = _pair("preset:onebit-adam-infiniband", "onebit-adam")
+    be = break_even(comp, base, samples=4)
+    assert be.verdict == "crossing"
+    below, above = be.gbps / 1.5, be.gbps * 1.5
+    assert simulate(_at(comp, below)).iteration_time < simulate(_at(base, below)).iteration_time
+    assert simulate(_at(comp, above)).iteration_time > simulate(_at(base, above)).iteration_time
+    assert be.interval.p10 <= be.gbps <= be.interval.p90
+
+
+def test_break_even_verdicts_without_a_crossing():
+    comp, base = _pair("preset:default", "onebit-adam")  # PCIe V100 nodes: compression wins at any NIC speed
+    assert break_even(comp, base, samples=0).verdict == "always faster"
+    comp1, base1 = comp.with_world_size(4), base.with_world_size(4)
+    assert break_even(comp1, base1, samples=0).verdict == "single node"
+
+
+def test_interval_of_quantiles():
+    iv = Interval.of(list(range(1, 102)))
+    assert (iv.p10, iv.p50, iv.p90) == (11.0, 51.0, 91.0) and iv.contains(50) and not iv.contains(95)
