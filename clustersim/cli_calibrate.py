@@ -92,6 +92,40 @@ def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests ou
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")
 
 
+@calibrate_app.command("check")
+@user_errors
+def calibrate_check(raw: list[Path] = typer.Argument(..., help="Raw measurements to fit (calibrate run --raw-out, "
+                                                                 "the torchrun sweep's --raw, a testbed sweep)."),
+                    predict: list[Path] = typer.Option([], "--predict", help="Raw files to predict (default: the "
+                                                                             "same files); e.g. another link rate."),
+                    train_ranks: Optional[str] = typer.Option(None, "--train-ranks", help="Group sizes to fit on, "
+                                                              "e.g. 2,4 (default: all but the largest)."),
+                    test_ranks: Optional[str] = typer.Option(None, "--test-ranks", help="Group sizes to predict, "
+                                                             "e.g. 8 (default: the largest)."),
+                    cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
+    """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
+    groups (or another link rate) that were measured too, and report error and P10–P90 coverage."""
+    from clustersim.calibration.check import run_check
+
+    result = run_check(raw, predict, train_ranks, test_ranks, _cluster(cluster))
+    if json_out:
+        emit_json(result)
+        return
+    rows = [[r["op"], f"{r['nodes']}x{r['gpus_per_node']}", format_bytes(r["bytes"]), _ms(r["measured_s"]),
+             _ms(r["predicted_s"]), f"{_ms(r['p10_s'])}–{_ms(r['p90_s'])}" + (" ✓" if r["inside"] else " ✗"),
+             f"{100 * r['error']:+.1f}%"] for r in result["rows"]]
+    console.print(table(f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} "
+                        "(times in ms)", ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
+                        rows))
+    summary = result["summary"]
+    for op, v in summary["by_op"].items():
+        console.print(f"  {op}: median |error| {100 * v['median_abs_rel_error']:.1f}%, "
+                      f"max {100 * v['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * v['p10_p90_coverage']:.0f}%")
+    console.print(f"[bold]all: median |error| {100 * summary['median_abs_rel_error']:.1f}%, max "
+                  f"{100 * summary['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * summary['p10_p90_coverage']:.0f}% "
+                  f"of {summary['points']}[/]")
+
+
 @calibrate_app.command("show")
 @user_errors
 def calibrate_show(profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt):

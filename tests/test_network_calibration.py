@@ -6,6 +6,7 @@ recover the parameters and predict 64 nodes inside its own P10-P90 band (most of
 that always contained the truth would be too wide to be useful, one that never did would be wrong).
 """
 
+import json
 import math
 
 import numpy as np
@@ -182,3 +183,23 @@ def test_v2_profile_still_loads_and_migrates():
 
     prof = load_profile("builtin:v100-bert-large-published")
     assert prof.format_version == 3 and prof.network is None
+
+
+def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, runner):
+    from clustersim.calibration.profile import write_json_atomically
+    from clustersim.cli import app
+
+    rng = np.random.default_rng(6)
+    recs = _records(TCP, TRUE_TCP, [GroupShape(n, 1) for n in (2, 4, 8)], OPS, rng, sizes=range(20, 26))
+    raw = _raw(recs)
+    raw["topology"]["nodes"] = 8
+    write_json_atomically(tmp_path / "raw.json", raw)
+    res = runner.invoke(app, ["calibrate", "check", str(tmp_path / "raw.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["train_ranks"] == [2, 4] and data["test_ranks"] == [8]
+    assert len(data["rows"]) == len(OPS) * 6
+    assert data["summary"]["median_abs_rel_error"] < 0.05 and data["summary"]["max_abs_rel_error"] < 0.15
+    assert data["summary"]["p10_p90_coverage"] >= 0.7
+    bad = runner.invoke(app, ["calibrate", "check", str(tmp_path / "raw.json"), "--train-ranks", "2"])
+    assert bad.exit_code == 2 and "two or more group sizes" in bad.output

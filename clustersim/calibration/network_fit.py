@@ -65,7 +65,8 @@ def _point_sigma(r: dict) -> float:
     return math.hypot(spread, MIN_POINT_SIGMA) if med > 0 else MIN_POINT_SIGMA
 
 
-def _points(records: list[dict], spec: ClusterSpec, source: str) -> list[Point]:
+def points_from(records: list[dict], spec: ClusterSpec, source: str) -> list[Point]:
+    """Usable measurements (two or more ranks, a known op) with their algorithm decompositions."""
     models: dict[tuple[int, int], CollectiveModel] = {}
     points = []
     for i, r in enumerate(records):
@@ -205,6 +206,34 @@ def predict_interval(params: NetworkParams, point: Point, samples: list[NetworkP
     return tuple(float(v) for v in np.quantile(times, [0.1, 0.5, 0.9]))  # type: ignore[return-value]
 
 
+def check_holdout(train: list[Point], test: list[Point], backend: str, nic_kind: str,
+                  samples: int = 200) -> list[dict]:
+    """Fit on ``train``, predict every point of ``test``: one row per test point with the measured and
+    predicted time, the predicted P10-P90 and the relative error."""
+    _, stats = _fit(train, backend, nic_kind)
+    calibrated = _as_params(stats, "holdout check")
+    draws = calibrated.sample(np.random.default_rng(0), samples)
+    rows = []
+    for pt in test:
+        p10, _, p90 = predict_interval(calibrated, pt, draws)
+        pred = _Problem([pt], [], calibrated.algorithms, calibrated.protocols).predict(calibrated)[0]
+        rows.append({"op": pt.op, "nodes": pt.shape.nodes, "gpus_per_node": pt.shape.gpus_per_node,
+                     "bytes": pt.nbytes, "measured_s": pt.time, "predicted_s": float(pred), "p10_s": p10,
+                     "p90_s": p90, "error": float(pred / pt.time - 1), "inside": bool(p10 <= pt.time <= p90)})
+    return rows
+
+
+def summarize_check(rows: list[dict]) -> dict:
+    """Median and largest |error| and P10-P90 coverage, overall and per op."""
+    def stats(sel: list[dict]) -> dict:
+        err = np.abs([r["error"] for r in sel])
+        return {"points": len(sel), "median_abs_rel_error": float(np.median(err)),
+                "max_abs_rel_error": float(err.max()), "p10_p90_coverage": sum(r["inside"] for r in sel) / len(sel)}
+    out = stats(rows)
+    out["by_op"] = {op: stats([r for r in rows if r["op"] == op]) for op in sorted({r["op"] for r in rows})}
+    return out
+
+
 def _extrapolation(points: list[Point], backend: str, nic_kind: str) -> dict | None:
     ranks = sorted({p.shape.ranks for p in points})
     if len(ranks) < 3:  # the held-out fit needs two rank counts of its own to separate latency from launch
@@ -212,22 +241,11 @@ def _extrapolation(points: list[Point], backend: str, nic_kind: str) -> dict | N
     largest = ranks[-1]
     train = [p for p in points if p.shape.ranks < largest]
     test = [p for p in points if p.shape.ranks == largest]
-    params, stats = _fit(train, backend, nic_kind)
-    calibrated = _as_params(stats, "extrapolation check")
-    rng = np.random.default_rng(0)
-    samples = calibrated.sample(rng, 200)
-    errors, inside = [], 0
-    for pt in test:
-        p10, _, p90 = predict_interval(calibrated, pt, samples)
-        pred = _Problem([pt], [], params.algorithms, params.protocols).predict(calibrated)[0]
-        errors.append(pred / pt.time - 1)
-        inside += p10 <= pt.time <= p90
-    abs_err = np.abs(errors)
+    summary = summarize_check(check_holdout(train, test, backend, nic_kind))
     return {"fitted_on_ranks": sorted({p.shape.ranks for p in train}), "predicted_ranks": largest,
-            "points": len(test), "median_abs_rel_error": float(np.median(abs_err)),
-            "max_abs_rel_error": float(abs_err.max()), "p10_p90_coverage": inside / len(test),
-            "by_op": {op: float(np.median([abs(e) for e, p in zip(errors, test) if p.op == op]))
-                      for op in sorted({p.op for p in test})}}
+            "points": summary["points"], "median_abs_rel_error": summary["median_abs_rel_error"],
+            "max_abs_rel_error": summary["max_abs_rel_error"], "p10_p90_coverage": summary["p10_p90_coverage"],
+            "by_op": {op: v["median_abs_rel_error"] for op, v in summary["by_op"].items()}}
 
 
 def _as_params(stats: dict, source: str) -> NetworkParams:
@@ -265,7 +283,7 @@ def measured_cluster(raw: dict, override: ClusterSpec | None = None) -> ClusterS
 def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: str) -> dict | None:
     """The profile's ``network`` section (a dict) from raw collective records, or None when the
     records hold fewer than two usable points."""
-    points = _points(records, spec, source)
+    points = points_from(records, spec, source)
     if len(points) < 2:
         return None
     nic_kind = spec.nic.kind
