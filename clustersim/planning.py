@@ -17,7 +17,7 @@ from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.report import analysis
 from clustersim.sweeps.run import simulate_row
-from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep
+from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref
 from clustersim.scenario import validate_scenario
 
 
@@ -30,7 +30,10 @@ def candidate_sweep(path: Path | None) -> Sweep:
 
 
 def plan(model: str, steps: int, deadline_h: float, budget: float | None, candidates: Path | None,
-         global_batch: int, price: float | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+         global_batch: int, price: float | None, progress: Callable[[int, int], None] | None = None,
+         profile: str | None = None, samples: int = 8) -> dict[str, Any]:
+    """Simulate every candidate once, choose, then give the chosen one and the runners-up their P10-P90
+    time-to-train (``samples`` draws each; simulating every candidate's band would cost 9x more)."""
     catalog.model(model)  # a clear error for an unknown model before any work
     if steps <= 0:
         raise InputError("steps must be positive", key="--steps")
@@ -38,6 +41,8 @@ def plan(model: str, steps: int, deadline_h: float, budget: float | None, candid
         raise InputError("budget must be positive", key="--budget")
     sweep = candidate_sweep(candidates)
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
+    if profile is not None:
+        base = base.with_changes(profile=resolve_profile_ref(profile))
     base_json = base.model_dump(mode="json")
     rows = sweep.rows()
     records = []
@@ -58,10 +63,29 @@ def plan(model: str, steps: int, deadline_h: float, budget: float | None, candid
     enriched = analysis.enrich(ok, steps, price)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
+    if samples > 0:
+        for row in [r for r in (rec["chosen"], *feasible[1:5]) if r is not None]:
+            _add_band(row, base_json, rows, steps, global_batch, samples)
     return {"model": model, "steps": steps, "global_batch": global_batch, "deadline_h": deadline_h, "budget": budget,
             "candidates": len(records), "simulated": len(ok), "invalid": len(records) - len(ok),
             "chosen": rec["chosen"], "runners_up": feasible[1:5], "fastest": rec["fastest"], "text": rec["text"],
             "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h)}
+
+
+def _add_band(row: dict[str, Any], base_json: dict, rows: list[dict[str, Any]], steps: int, global_batch: int,
+              samples: int) -> None:
+    """Re-simulate one candidate with parameter draws; its time-to-train band in hours."""
+    values = next(v for v in rows if _same_row(v, row))
+    banded = simulate_row(base_json, values, steps, None, global_batch, samples)
+    if banded.get("time_to_train_p10_s") is not None:
+        row["ttt_p10_h"] = banded["time_to_train_p10_s"] / 3600
+        row["ttt_p90_h"] = banded["time_to_train_p90_s"] / 3600
+
+
+def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
+    from clustersim.sweeps.spec import row_id
+
+    return row_id(values) == row.get("row_id")
 
 
 def why_not(row: dict[str, Any], chosen: dict[str, Any]) -> str:

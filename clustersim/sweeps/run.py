@@ -18,8 +18,9 @@ CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"  # tests: path of a marker file; the fi
 
 
 def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, warmup: float | None,
-                 global_batch: int | None = None) -> dict[str, Any]:
-    """One row: resolve, simulate, summarize. Never raises for bad combinations; records them."""
+                 global_batch: int | None = None, samples: int = 0) -> dict[str, Any]:
+    """One row: resolve, simulate, summarize. Never raises for bad combinations; records them.
+    ``samples`` > 0 adds the P10/P90 of the iteration time and time-to-train (simulator/uncertainty.py)."""
     from clustersim.compare import mean_step_time
     from clustersim.scenario import validate_scenario
     from clustersim.simulator import simulate
@@ -28,7 +29,7 @@ def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, war
     try:
         base = validate_scenario(base_json, source="base")
         scenario = resolve_row(base, values, steps, global_batch)
-        r, scenario = _simulate_fitting(scenario, adapt=global_batch is not None)
+        r, scenario = _simulate_fitting(scenario, adapt=global_batch is not None, samples=samples)
         rec["scenario"] = scenario.model_dump(mode="json")
         b = r.breakdown
         c = scenario.cluster
@@ -50,22 +51,27 @@ def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, war
                 **scenario.training.optimizer_options, "stage": "warmup"}}))
             rec["warmup_iteration_time_s"] = warm.iteration_time
         per_step = mean_step_time(r.optimizer, r.iteration_time, rec.get("warmup_iteration_time_s"), warmup)
+        if r.interval is not None:
+            rec["iteration_time_p10_s"], rec["iteration_time_p90_s"] = r.interval.p10, r.interval.p90
         if steps:
             rec["steps"] = steps
             rec["time_to_train_s"] = steps * per_step
             rec["gpu_hours"] = rec["time_to_train_s"] / 3600 * r.world_size
+            if r.interval is not None:  # the band scales the mean step as it scales the iteration
+                rec["time_to_train_p10_s"] = rec["time_to_train_s"] * r.interval.p10 / r.iteration_time
+                rec["time_to_train_p90_s"] = rec["time_to_train_s"] * r.interval.p90 / r.iteration_time
     except InputError as exc:
         rec.update({"status": "invalid", "error": str(exc)})
     return rec
 
 
-def _simulate_fitting(scenario, adapt: bool):
+def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
     """Simulate; with a fixed global batch, halve the micro-batch (accumulating more) until it fits."""
     from clustersim.simulator import simulate
 
     while True:
         try:
-            return simulate(scenario), scenario
+            return simulate(scenario, uncertainty_samples=samples), scenario
         except InputError as exc:
             w = scenario.workload
             if not adapt or "does not fit in GPU memory" not in exc.message or w.micro_batch == 1:
@@ -77,12 +83,13 @@ def _simulate_fitting(scenario, adapt: bool):
             scenario = scenario.with_changes(**{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb})
 
 
-def simulate_batch(base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None) -> list[dict[str, Any]]:
+def simulate_batch(base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None,
+                   samples: int = 0) -> list[dict[str, Any]]:
     marker = os.environ.get(CRASH_ENV)
     if marker and os.path.exists(marker):
         os.unlink(marker)
         os._exit(1)  # a worker process dying mid-sweep (tests only)
-    return [simulate_row(base_json, values, steps, warmup, global_batch) for values in batch]
+    return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
 
 
 def open_client(scheduler: str | None, workers: int):
@@ -120,7 +127,7 @@ def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
         base_json = sweep.base.model_dump(mode="json")
         batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         futures = [client.submit(simulate_batch, base_json, b, sweep.spec.steps, sweep.spec.warmup,
-                                 sweep.spec.global_batch, pure=False) for b in batches]
+                                 sweep.spec.global_batch, sweep.spec.samples, pure=False) for b in batches]
         for fut in as_completed(futures):
             records = fut.result()
             folder.append(records)

@@ -62,6 +62,8 @@ class SweepFile(BaseModel):
     steps: int | None = Field(None, gt=0)
     global_batch: int | None = Field(None, gt=0)
     warmup: float | None = Field(None, ge=0, lt=1)
+    samples: int = Field(8, ge=0, le=1000, description="draws of the uncertain parameters per row for the "
+                                                         "P10-P90 band (simulator/uncertainty.py); 0: none")
 
 
 def _is_schema_key(dotted: str) -> bool:
@@ -99,7 +101,7 @@ class Sweep:
 
     def fingerprint(self) -> str:
         payload = {"base": self.base.model_dump(mode="json"), "vary": self.spec.vary, "steps": self.spec.steps,
-                   "warmup": self.spec.warmup, "global_batch": self.spec.global_batch}
+                   "warmup": self.spec.warmup, "global_batch": self.spec.global_batch, "samples": self.spec.samples}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -148,7 +150,17 @@ def resolve_row(base: Scenario, values: dict[str, Any], steps: int | None, globa
     return scenario_for_optimizer(scenario, optimizer, steps)
 
 
-def load_sweep(path: str | Path) -> Sweep:
+def resolve_profile_ref(ref: str) -> str:
+    """Check a profile loads (a clear error before any work) and name it so every Dask worker finds
+    it: builtin names as they are, files by absolute path."""
+    from clustersim.calibration.profile import BUILTIN_PREFIX, load_profile
+
+    load_profile(ref)
+    return ref if ref.startswith(BUILTIN_PREFIX) else str(Path(ref).resolve())
+
+
+def load_sweep(path: str | Path, profile: str | None = None, samples: int | None = None) -> Sweep:
+    """Read a sweep file; ``profile`` (every row simulated with it) and ``samples`` override the file's."""
     path = Path(path)
     raw = read_structured_file(path)
     if not isinstance(raw, dict):
@@ -166,4 +178,8 @@ def load_sweep(path: str | Path) -> Sweep:
     else:
         base_path = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
         base = load_scenario(base_path)
+    if profile is not None:
+        base = base.with_changes(profile=resolve_profile_ref(profile))
+    if samples is not None:
+        spec = spec.model_copy(update={"samples": samples})
     return Sweep(spec, base, str(path))

@@ -22,6 +22,7 @@ METRICS = ["status", "error", "world_size", "nodes", "gpus_per_node", "gpu", "mo
            "nic_gbps", "nic_effective_gbps", "iteration_time_s", "warmup_iteration_time_s", "samples_per_s", "forward_s", "backward_s",
            "compression_s", "optimizer_s", "other_s", "exposed_communication_s", "intra_node_bytes",
            "inter_node_bytes", "gpu_memory_bytes", "micro_batch_used", "global_batch", "steps", "time_to_train_s",
+           "iteration_time_p10_s", "iteration_time_p90_s", "time_to_train_p10_s", "time_to_train_p90_s",
            "gpu_hours"]
 
 
