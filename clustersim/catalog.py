@@ -32,6 +32,7 @@ class GpuSpec(_Strict):
 
     name: str = ""
     description: str
+    chip: str = Field(description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of one chip")
     peak_tflops: dict[str, float]
     hbm_gbs: float = Field(gt=0)
     memory_gib: float = Field(gt=0)

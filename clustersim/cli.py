@@ -14,6 +14,7 @@ from clustersim.cli_calibrate import calibrate_app
 from clustersim.cli_catalog import hardware_app, models_app, presets_app, topology_app
 from clustersim.cli_offload import _print_placement, offload_app
 from clustersim.cli_planning import plan_cmd, report, sweep
+from clustersim.cli_testbed import testbed_app
 from clustersim.cli_support import (JsonOpt, ProfileOpt, SamplesOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load,
                                     ms as _ms, table, user_errors)
 from clustersim.errors import InputError
@@ -31,6 +32,7 @@ app.add_typer(topology_app, name="topology")
 app.add_typer(presets_app, name="presets")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(offload_app, name="offload")
+app.add_typer(testbed_app, name="testbed")
 app.command()(user_errors(sweep))
 app.command()(user_errors(report))
 app.command("plan")(user_errors(plan_cmd))
@@ -160,10 +162,18 @@ def compare(scenario: str = ScenarioArg,
             gpus: str = typer.Option("8,16,32,64,128,256,512,1024", "--gpus", help="Comma-separated total GPU counts."),
             steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
             warmup: Optional[float] = typer.Option(None, "--warmup", help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps)."),
+            samples: int = typer.Option(8, "--samples", min=0, max=1000, help=(
+                "Parameter draws per GPU count for the P10–P90 of each step and speedup (paired: every optimizer "
+                "under the same draws); 0 turns the bands off.")),
+            break_even_at: Optional[int] = typer.Option(None, "--break-even-at", help=(
+                "GPU count at which to find each compressed optimizer's break-even NIC bandwidth "
+                "(default: the largest of --gpus; 0: skip).")),
             json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
-    """Optimizers side by side per GPU count: time split, samples/s, speedup, bytes on the wire, time-to-train."""
+    """Optimizers side by side per GPU count: time split, samples/s, speedup with its P10–P90, bytes on the
+    wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
     from rich.progress import Progress
 
+    from clustersim.compare import break_evens
     from clustersim.compare import compare as run_compare
 
     from clustersim.compare import warmup_fraction
@@ -178,20 +188,34 @@ def compare(scenario: str = ScenarioArg,
         except InputError as exc:
             raise InputError(exc.message, key="--optimizers") from None
     warmup_fraction(s, steps, warmup)
+    at = max(counts) if break_even_at is None else break_even_at
+    if at:
+        s.with_world_size(at)  # a clear error before any work
     if json_out:
-        rows = run_compare(s, opts, counts, steps, warmup, profile)
-        emit_json([r.as_dict() for r in rows])
+        rows = run_compare(s, opts, counts, steps, warmup, profile, samples=samples)
+        evens = break_evens(s, opts, at, profile, samples) if at else []
+        emit_json({"rows": [r.as_dict() for r in rows], "break_even": [b.as_dict() | {"gpus": at} for b in evens]})
         return
     with Progress(transient=True, console=console) as bar:
         task = bar.add_task("simulating", total=len(opts) * len(counts))
-        rows = run_compare(s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task))
+        rows = run_compare(s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task),
+                           samples=samples)
+        bar.update(task, description="break-even bandwidth")
+        evens = break_evens(s, opts, at, profile, samples) if at else []
     base = "adam" if "adam" in opts else opts[0]
     console.print(table(f"{s.name}: iteration time split, ms (speedup over {base})",
                         ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
                         [[r.gpus, r.optimizer, f"{r.iteration_time_s * 1e3:,.0f}", f"{r.compute_s * 1e3:,.0f}",
                           f"{r.exposed_communication_s * 1e3:,.0f}", f"{r.compression_s * 1e3:,.0f}",
-                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"] for r in rows],
+                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"
+                          + (f" ({r.speedup_p10:.2f}–{r.speedup_p90:.2f})" if r.speedup_p10 is not None else "")]
+                         for r in rows],
                         left=2))
+    if samples:
+        console.print(f"[dim]speedup (P10–P90): every optimizer simulated under the same {samples} draws of the "
+                      "uncertain hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]")
+    for b in evens:
+        console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
     console.print("[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
                   "optim = optimizer step and other per-step work[/]")
     cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (["time to train", "speedup"] if steps else [])

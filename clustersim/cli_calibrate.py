@@ -36,6 +36,16 @@ def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cp
                   quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repetitions (a minute or less)."),
                   ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Processes for the collective sweep (default: GPUs, or 2 on the CPU)."),
                   raw_out: Optional[Path] = typer.Option(None, "--raw-out", help="Also keep the raw medians."),
+                  testbed: Optional[int] = typer.Option(None, "--testbed", min=2, help=(
+                      "Measure collectives over gloo across N emulated hosts (clustersim testbed) instead of "
+                      "on this machine's devices; brings the testbed up and down if it is not up.")),
+                  rate: str = typer.Option("200mbit", "--rate", help="--testbed: link rate per host (tc units)."),
+                  min_bytes: str = typer.Option("1MiB", "--min-bytes", help="--testbed: smallest message."),
+                  max_bytes: str = typer.Option("32MiB", "--max-bytes", help="--testbed: largest message."),
+                  ops: str = typer.Option("all_reduce,all_gather,all_to_all,broadcast", "--ops",
+                                          help="--testbed: collectives to measure."),
+                  repeat: int = typer.Option(5, "--repeat", min=1, help="--testbed: timed repetitions per size."),
+                  cluster: Optional[str] = ClusterOpt,
                   json_out: bool = JsonOpt):
     """Microbenchmark this machine with torch and write a fitted profile.
 
@@ -50,14 +60,28 @@ def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cp
     from clustersim.calibration.run import calibrate
 
     command = "clustersim " + " ".join(sys.argv[1:])
+    if testbed is not None:
+        from clustersim.testbed.calibrate import calibrate_on_testbed
+
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=json_out) as bar:
+            task = bar.add_task(f"collectives over {testbed} emulated hosts at {rate}", total=None)
+            profile = calibrate_on_testbed(testbed, rate, out, raw_out, min_bytes, max_bytes, ops, repeat,
+                                           progress=lambda msg: bar.update(task, description=msg))
+        _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
+        return
     if json_out:
-        _written_profile(calibrate(device, out, quick, ranks, raw_out, command=command), out, True)
+        _written_profile(calibrate(device, out, quick, ranks, raw_out, command=command,
+                                   cluster=_cluster(cluster)), out, True)
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("starting", total=None)
         profile = calibrate(device, out, quick, ranks, raw_out,
-                            progress=lambda msg: bar.update(task, description=msg), command=command)
+                            progress=lambda msg: bar.update(task, description=msg), command=command,
+                            cluster=_cluster(cluster))
     _written_profile(profile, out, False, f" (device {profile.device})")
 
 

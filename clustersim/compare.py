@@ -15,6 +15,7 @@ from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies import registry
 
+BASELINE_OF = {"onebit-adam": "adam", "zero-one-adam": "adam", "binsgdm": "sgdm"}  # what each compresses
 DEFAULT_WARMUP = 0.15  # the 1-bit Adam paper's BERT-Large setting (15-25% recommended)
 
 
@@ -34,6 +35,10 @@ class CompareRow:
     warmup_iteration_time_s: float | None = None
     time_to_train_s: float | None = None
     time_to_train_speedup: float | None = None
+    iteration_time_p10_s: float | None = None  # P10-P90 under parameter draws (simulator/uncertainty.py)
+    iteration_time_p90_s: float | None = None
+    speedup_p10: float | None = None  # draw by draw against the baseline (paired)
+    speedup_p90: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,7 +87,7 @@ def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None
 
 
 def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], steps: int | None = None,
-            warmup: float | None = None, profile=None, progress=None) -> list[CompareRow]:
+            warmup: float | None = None, profile=None, progress=None, samples: int = 0) -> list[CompareRow]:
     if not optimizers:
         raise InputError("no optimizers given", key="--optimizers")
     for name in optimizers:
@@ -100,8 +105,10 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
             raise InputError(f"GPU counts must be positive, got {gpus}", key="--gpus")
         sized = scenario.with_world_size(gpus)
         per_opt: dict[str, CompareRow] = {}
+        scenarios: dict[str, Scenario] = {}
         for name in optimizers:
             s = scenario_for_optimizer(sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {}))
+            scenarios[name] = s
             r = simulate(s, profile)
             b = r.breakdown
             row = CompareRow(
@@ -120,9 +127,46 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
             if progress:
                 progress()
         base = per_opt[baseline]
+        if samples > 0:
+            _add_bands(per_opt, scenarios, baseline, profile, samples)
         for row in per_opt.values():
             row.speedup = base.iteration_time_s / row.iteration_time_s
             if steps:
                 row.time_to_train_speedup = base.time_to_train_s / row.time_to_train_s
             rows.append(row)
     return rows
+
+
+def _add_bands(per_opt: dict[str, CompareRow], scenarios: dict[str, Scenario], baseline: str, profile,
+               samples: int) -> None:
+    """P10-P90 of each optimizer's step and of its speedup, all under the same parameter draws."""
+    import numpy as np
+
+    from clustersim.simulator.runner import paired_times
+    from clustersim.simulator.uncertainty import QUANTILES
+
+    names = list(scenarios)
+    times = paired_times([scenarios[n] for n in names], profile, samples)
+    base = times[names.index(baseline)]
+    for i, name in enumerate(names):
+        row = per_opt[name]
+        lo, _, hi = np.quantile(times[i], QUANTILES)
+        row.iteration_time_p10_s, row.iteration_time_p90_s = float(lo), float(hi)
+        slo, _, shi = np.quantile(base / times[i], QUANTILES)
+        row.speedup_p10, row.speedup_p90 = float(slo), float(shi)
+
+
+def break_evens(scenario: Scenario, optimizers: list[str], gpus: int, profile=None, samples: int = 8) -> list:
+    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against its baseline, at
+    ``gpus`` GPUs: Adam for the Adam family, SGD with momentum for BinSGDM."""
+    from clustersim.breakeven import break_even
+
+    sized = scenario.with_world_size(gpus)
+    out = []
+    for name in optimizers:
+        base = BASELINE_OF.get(name)
+        if base is None:
+            continue
+        comp = scenario_for_optimizer(sized, name, None, **({"stage": "compression"} if name == "onebit-adam" else {}))
+        out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
+    return out

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from clustersim import catalog
 from clustersim.catalog import Precision
 from clustersim.errors import InputError
+from clustersim.optimizer_options import parse_options
 
 PRESET_PREFIX = "preset:"
 
@@ -202,10 +203,8 @@ def _check_semantics(s: Scenario) -> None:
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:
         raise InputError(f"effective rate {c.nic.effective_gbps} Gb/s exceeds the line rate "
                          f"{c.nic.line_rate_gbps} Gb/s", key="cluster.nic.effective_gbps")
-    # The optimizer is a registry entry with its own options schema.
-    from clustersim.simulator.strategies import registry  # local: strategies import the scenario
-
-    registry.validate_training(s)
+    # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
+    parse_options(s.training.optimizer, s.training.optimizer_options)
 
 
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:

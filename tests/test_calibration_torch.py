@@ -68,9 +68,10 @@ def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
     assert runner.invoke(app, ["calibrate", "fit", str(raw), "--out", str(refit)]).exit_code == 0
     assert json.loads(refit.read_text())["collectives"] == json.loads(out.read_text())["collectives"]
 
-    # The calibrated "cluster": one node of 2 ranks. The simulator must use the measured fit.
+    # The calibrated "cluster": one CPU host with 2 ranks. The simulator must use the measured fit (and a
+    # CPU profile is only accepted for a CPU device: tests/test_uncertainty.py checks the refusal).
     scenario = tmp_path / "two_ranks.yaml"
-    scenario.write_text("cluster: {nodes: 1, gpus_per_node: 2, gpu: A100-80GB}\n"
+    scenario.write_text("cluster: {nodes: 1, gpus_per_node: 2, gpu: CPU-2vCPU, intra_node: {fabric: pcie}}\n"
                         "workload: {model: BERT-Base, micro_batch: 1}\n")
     measured = max((m for m in json.loads(raw.read_text())["collectives"] if m["op"] == "all_reduce"),
                    key=lambda m: m["bytes"])

@@ -87,3 +87,21 @@ def test_break_even_verdicts_without_a_crossing():
 def test_interval_of_quantiles():
     iv = Interval.of(list(range(1, 102)))
     assert (iv.p10, iv.p50, iv.p90) == (11.0, 51.0, 91.0) and iv.contains(50) and not iv.contains(95)
+
+
+def test_a_profile_for_another_chip_is_refused_and_a_form_factor_noted(runner):
+    res = runner.invoke(app, ["run", "preset:default", "--profile", "builtin:cpu-2core-gloo"])
+    assert res.exit_code == 2
+    assert "builtin:cpu-2core-gloo" in res.output and "device" in res.output and "Traceback" not in res.output
+    s = load_scenario("preset:default").with_changes(**{"cluster.gpu": "V100-SXM2",
+                                                        "cluster.intra_node.fabric": "nvlink_mesh"})
+    r = simulate(s, "builtin:v100-bert-large-published")
+    assert any("same V100 chip" in n for n in r.notes)
+
+
+def test_gloo_broadcast_tree_critical_path():
+    from clustersim.cost_models.collective_algorithms import concurrent_binomial_depth
+
+    # 2^d ranks: d(d+1)/2 transfers on the critical path (gloo/broadcast.cc posts all sends at once)
+    assert [concurrent_binomial_depth(2 ** d) for d in range(1, 7)] == [d * (d + 1) // 2 for d in range(1, 7)]
+    assert concurrent_binomial_depth(3) == 2 and concurrent_binomial_depth(5) == 4

@@ -12,9 +12,9 @@ import os
 from typing import Callable
 
 from clustersim.calibration.timing import measure
-from clustersim.simulator.strategies import binsgdm as bsg
-from clustersim.simulator.strategies.compressed_allreduce import FINISH_PASSES, SERVER_PASSES, WORKER_PASSES
-from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
+from clustersim.cost_models import kernel_bytes as bsg
+from clustersim.cost_models.kernel_bytes import FINISH_PASSES, SERVER_PASSES, WORKER_PASSES
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 
 _PASS_BYTES = {name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES}
 SERVER_P = 8  # the (p, n/p) shape used for the server-side kernels

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from clustersim.errors import InputError
 
@@ -162,6 +162,11 @@ class Profile(_Strict):
     launch_latency_s: float | None = Field(None, ge=0)
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
     raw: dict = Field(default_factory=dict, description="the medians the fits were made from")
+    _source: str = PrivateAttr("")  # the file or builtin name it was read from, for messages
+
+    @property
+    def label(self) -> str:
+        return self._source or self.provenance.source
 
 
 def migrate(data: dict) -> dict:
@@ -218,7 +223,9 @@ def load_profile(ref: str) -> Profile:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source) from None
-    return parse_profile(data, source)
+    profile = parse_profile(data, source)
+    profile._source = source
+    return profile
 
 
 def write_json_atomically(path: Path, data: dict) -> None:

@@ -58,7 +58,7 @@ def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, op
 
 
 def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: Path | None, progress=None,
-              command: str = "clustersim calibrate run") -> Profile:
+              command: str = "clustersim calibrate run", cluster=None) -> Profile:
     torch = require_torch()
     device = resolve_device(torch, device)
     raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
@@ -72,7 +72,7 @@ def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: P
     raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=n)
     if raw_out is not None:
         write_json_atomically(raw_out, raw)
-    return save_profile(raw, out)
+    return save_profile(raw, out, cluster)
 
 
 def save_profile(raw: dict, out: Path, cluster=None) -> Profile:

@@ -205,3 +205,27 @@ def _broadcast_tree(x: Inputs) -> Decomposition:
     intra, inter = _broadcast_bytes(x)
     return Decomposition(((lg(x.p), x.step_class()),), (Leg(lg(x.p) * x.nbytes, x.ring()),), False,
                          max(intra, 0.0), inter, x.ring().bottleneck)
+
+
+def concurrent_binomial_depth(p: int) -> int:
+    """Whole-message transfers on the critical path of gloo's broadcast (gloo/broadcast.cc): a binomial
+    tree in which every sender posts all its sends at once, so they share its uplink. A rank that
+    received in round i sends to its children of rounds i+1..lg p-1 together; each child finishes
+    ``children`` transfer times after its parent did. For p = 2^d this is d(d+1)/2."""
+    dim = lg(p)
+    done = {0: 0}
+    for v in range(p):  # parents before children: a child's rank is its parent's plus a higher bit
+        first = 0 if v == 0 else v.bit_length()
+        children = [v + (1 << j) for j in range(first, dim) if v + (1 << j) < p]
+        for c in children:
+            done[c] = done[v] + len(children)
+    return max(done.values())
+
+
+@register("broadcast", "binomial_concurrent")
+def _broadcast_gloo_tree(x: Inputs) -> Decomposition:
+    """gloo's binomial tree with concurrent sends: lg p rounds of latency; the critical path moves the
+    array concurrent_binomial_depth(p) times through a rank's link."""
+    intra, inter = _broadcast_bytes(x)
+    return Decomposition(((lg(x.p), x.step_class()),), (Leg(concurrent_binomial_depth(x.p) * x.nbytes, x.ring()),),
+                         False, max(intra, 0.0), inter, x.ring().bottleneck)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from clustersim import catalog
 from clustersim.calibration.profile import ComputePhases, Profile, load_profile
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
+from clustersim.errors import InputError
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
@@ -119,6 +120,7 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None,
     ref = profile if profile is not None else scenario.profile
     prof = load_profile(ref) if isinstance(ref, str) else ref
     gpu = catalog.gpu(scenario.cluster.gpu)
+    device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
     workload = build_workload(scenario.workload)
     device = DeviceCosts(gpu, prof)
@@ -134,13 +136,30 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None,
         ctx._bwd_scale = ctx.phases.backward_s / bwd
         ctx.notes.append(f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
                          "spread over layers in proportion to the roofline")
+    if device_note:
+        ctx.notes.append(device_note)
     if perturbation is not None:
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
     return ctx
 
 
+def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | None:
+    """A profile describes the hardware it was measured on. Another form factor of the same chip
+    (V100-PCIe for V100-SXM2) is allowed with a note; another chip is refused: CPU/gloo fits applied
+    to H100s, or an A100's GEMM rates to an H100, would silently change every number."""
+    if profile.device == gpu.name:
+        return None
+    known = catalog.gpus()
+    measured = known[profile.device].chip if profile.device in known else profile.device.lower()
+    if measured == gpu.chip:
+        return (f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip): "
+                "compute rates keep their efficiency, interconnect fits their link classes")
+    raise InputError(f"profile measured on {profile.device!r} does not apply to {gpu.name} (another chip); "
+                     "calibrate on this hardware, or run without --profile", source=label, key="device")
+
+
 def _profile_label(ref, prof: Profile | None) -> str:
     if isinstance(ref, str):
         return ref
-    return prof.provenance.source if prof is not None else "profile"
+    return prof.label if prof is not None else "profile"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from clustersim.calibration.profile import Profile, load_profile
+import numpy as np
+
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
 from clustersim.simulator.strategies import registry
+from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
 
 def simulate(scenario: Scenario, profile: Profile | str | None = None, *, perturbation=None,
@@ -24,10 +27,25 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None, *, pertur
     if off.mode == "interleaved" and off.placement == "auto":
         result = _best_placement(scenario, profile, ctx, result, perturbation)
     if uncertainty_samples > 0:
-        from clustersim.simulator.uncertainty import iteration_interval
-
         result.interval = iteration_interval(scenario, profile, ctx, uncertainty_samples)
     return result
+
+
+def iteration_interval(scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES,
+                       seed: int = 0) -> Interval:
+    """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps)."""
+    times = [simulate(scenario, profile, perturbation=p).iteration_time
+             for p in perturbations(ctx, samples, seed)]
+    return Interval.of(times)
+
+
+def paired_times(scenarios: list[Scenario], profile, samples: int, seed: int = 0) -> np.ndarray:
+    """Iteration times of several scenarios on one cluster under the *same* parameter draws:
+    ``out[i, k]`` is scenario i under draw k. Ratios taken draw by draw (speedups) keep only the
+    uncertainty of what differs between the scenarios, as two runs on one real cluster would."""
+    from clustersim.simulator.context import build_context
+    draws = perturbations(build_context(scenarios[0], profile), samples, seed)
+    return np.array([[simulate(s, profile, perturbation=p).iteration_time for p in draws] for s in scenarios])
 
 
 def _best_placement(scenario, profile, ctx: SimulationContext, planned: SimulationResult,

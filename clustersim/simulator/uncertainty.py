@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clustersim.scenario import Scenario
 from clustersim.simulator.context import Perturbation, SimulationContext
+from clustersim.topologies.cluster import GroupShape
 
 # Default log-sigma of forward/backward time without a measured compute model: the roofline with
 # the catalog's 0.7 / 0.8 efficiencies vs measured steps scatters by about 10-15% (README: the
@@ -71,20 +71,13 @@ def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturb
     """``n`` draws of the uncertain parameters of this context's models."""
     rng = np.random.default_rng(seed)
     model = ctx.collectives
-    classes = tuple(dict.fromkeys(model.classes(ctx.world) + model.classes(ctx.intra_node)))
+    # Every class the cluster has, whatever this run's size, so that the same seed gives the same
+    # draws to every size and optimizer on this cluster (paired comparisons, break-even).
+    g = ctx.scenario.cluster.gpus_per_node
+    classes = model.classes(GroupShape(max(2, ctx.scenario.cluster.nodes), g))
     nets = model.params.sample(rng, n, classes)
     scales = np.exp(rng.normal(0.0, compute_sigma(ctx), size=n))
     return [Perturbation(net, float(s)) for net, s in zip(nets, scales)]
-
-
-def iteration_interval(scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES,
-                       seed: int = 0) -> Interval:
-    """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps)."""
-    from clustersim.simulator.runner import simulate
-
-    times = [simulate(scenario, profile, perturbation=p).iteration_time
-             for p in perturbations(ctx, samples, seed)]
-    return Interval.of(times)
 
 
 def collective_interval(ctx: SimulationContext, op: str, nbytes: float, shape, algorithm: str,

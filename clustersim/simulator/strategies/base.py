@@ -7,12 +7,9 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from clustersim.optimizer_options import NoOptions
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
-
-
-class NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass

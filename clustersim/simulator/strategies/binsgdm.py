@@ -22,25 +22,14 @@ Default ``hierarchical`` scheme (../shared/reference/algorithms.md sec. 4):
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.cost_models.kernel_bytes import APPLY_BYTES, QUANTIZE_BYTES, UPDATE_STATE_BYTES
+from clustersim.optimizer_options import BinSGDMOptions, Phase
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_micro_steps, add_update_and_other
 from clustersim.topologies.cluster import GroupShape
-
-
-class Phase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    primitive: Literal["reduce_scatter", "all_gather", "all_reduce", "all_to_all"]
-    group: Literal["intra", "inter", "world"]
-    bits: int = Field(ge=1, le=32, description="bits per element on the wire")
-    via: Literal["native", "all_to_all"] = "native"
-    requantize_bits: int | None = Field(None, ge=1, le=32, description="re-quantize the phase's result to this many bits")
 
 
 SCHEMES: dict[str, tuple[Phase, ...]] = {
@@ -56,17 +45,6 @@ SCHEMES: dict[str, tuple[Phase, ...]] = {
     ),
 }
 
-# Fused elementwise kernels, bytes per parameter: m and b updates (r g, r/w m, r/w b in fp32 + grad),
-# stochastic quantize of m/b to int8 (r m, b; w 1), and unpack + apply to the fp32 master and the
-# 16-bit model copy (r 1/8, r/w 8, w 2).
-UPDATE_STATE_BYTES = 16.0
-QUANTIZE_BYTES = 9.0
-APPLY_BYTES = 10.125
-
-
-class BinSGDMOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    scheme: Literal["hierarchical", "flat"] | list[Phase] = "hierarchical"
 
 
 class BinSGDM(Strategy):

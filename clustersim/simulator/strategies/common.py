@@ -6,7 +6,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.buckets import assign_buckets
-from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 
 
 def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nbytes: float, shape=None,

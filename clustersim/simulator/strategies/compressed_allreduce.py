@@ -30,28 +30,9 @@ from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective
 from clustersim.topologies.node import pcie_bandwidth
 
-# (kernel name, bytes per element of n, bytes per element of n/p); reads + writes, fp32 = 4 B,
-# bool/uint8 = 1 B. Counted expression by expression from DeepSpeed's runtime/comm/nccl.py:
-WORKER_PASSES = (
-    ("onebit_error_compensate", 12.0, 0.0),   # buffer_m.add_(worker_error): r8 w4
-    ("onebit_norm", 4.0, 0.0),                # torch.norm(buffer_m): r4
-    # sign() 8, add_(1) 8, bool() 5, float() 5, add_(-.5) 8, mul_(2) 8, scale* 8, buffer_m - ... 12
-    ("onebit_sign_error", 62.0, 0.0),
-    # sign_() 8, add_(1) 8, bool() 5, to(uint8) 2, packbits 1.125, torch.stack 0.25, recv zeros 0.125
-    ("onebit_pack", 24.5, 0.0),
-)
-SERVER_PASSES = (
-    # unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, sum(0) reads 4 (writes 4 per n/p)
-    ("onebit_unpack_sum", 34.125, 4.0),
-    # on the n/p server chunk: add_(server_error) 12, norm 4, sign/error update 62, pack 24.25
-    ("onebit_server_compress", 0.0, 102.25),
-)
-FINISH_PASSES = (
-    # torch.stack 0.25, unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, copy_ 8
-    ("onebit_unpack_copy", 38.375, 0.0),
-)
-PADDING_PASS = ("onebit_pad", 8.0, 0.0)       # torch.cat([buffer_m, zeros]) on every call when padded
-BACKENDS = ("nccl", "mpi_cuda_aware", "mpi_host_staged")
+from clustersim.cost_models.kernel_bytes import (FINISH_PASSES, PADDING_PASS, SERVER_PASSES,  # noqa: F401
+                                                   WORKER_PASSES)
+
 HOST_SYNC_S = 50e-6  # torch.cuda.synchronize + cupy/torch DLPack hand-offs per phase (order of a launch round trip)
 
 

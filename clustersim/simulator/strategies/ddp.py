@@ -20,7 +20,7 @@ from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import assign_buckets
 from clustersim.simulator.strategies.common import (add_collective, add_ddp_gradient_sync, add_micro_steps,
                                                     add_other, add_update_and_other)
-from clustersim.simulator.strategies.optimizer_kernels import FUSED_ADAM
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 
 
 def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str) -> tuple[Program, list[dict]]:

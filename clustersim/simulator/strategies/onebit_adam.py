@@ -17,19 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies import optimizer_kernels as ok
+from clustersim.optimizer_options import OneBitAdamOptions
+from clustersim.cost_models import kernel_bytes as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 from clustersim.simulator.strategies.compressed_allreduce import add_compressed_allreduce, error_buffers_for_groups
-
-
-class OneBitAdamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
-    backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
-    param_groups: int = Field(1, ge=1, description="one compressed_allreduce per parameter group")
-    freeze_step: int | None = Field(None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps")
 
 
 def group_sizes(params: int, groups: int) -> list[int]:

@@ -1,10 +1,10 @@
-"""Name -> strategy class. Adding an optimizer = adding a module and one line here."""
+"""Name -> strategy class. Adding an optimizer = a strategy module, one line here, and its options
+schema in optimizer_options.py (the scenario layer)."""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 from clustersim.errors import InputError
+from clustersim.optimizer_options import parse_options
 
 
 def _strategies() -> dict:
@@ -27,21 +27,6 @@ def get(name: str):
     return table[name]
 
 
-def parse_options(cls, options: dict):
-    try:
-        return cls.Options.model_validate(options)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(["training.optimizer_options", *(str(p) for p in err["loc"])])
-        msg = "unknown key for optimizer " + cls.name if err["type"] == "extra_forbidden" else err["msg"]
-        raise InputError(msg, key=key) from None
-
-
-def validate_training(scenario) -> None:
-    cls = get(scenario.training.optimizer)
-    parse_options(cls, scenario.training.optimizer_options)
-
-
 def create(ctx):
     cls = get(ctx.scenario.training.optimizer)
-    return cls(ctx, parse_options(cls, ctx.scenario.training.optimizer_options))
+    return cls(ctx, parse_options(cls.name, ctx.scenario.training.optimizer_options))

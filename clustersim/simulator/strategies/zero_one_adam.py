@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies import optimizer_kernels as ok
+from clustersim.optimizer_options import ZeroOneAdamOptions
+from clustersim.cost_models import kernel_bytes as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
@@ -30,23 +31,6 @@ from clustersim.simulator.strategies.onebit_adam import add_compressed_momentum_
 from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 
 STEP_KINDS = ("variance_update", "compressed_gradient", "local", "local_sync")
-
-
-class ZeroOneAdamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    total_steps: int = Field(100_000, gt=0)
-    var_freeze_step: int = Field(23_000, ge=0)
-    var_update_scaler: int = Field(16, gt=0)
-    local_step_scaler: int = Field(32_678, gt=0)
-    local_step_clipper: int = Field(16, gt=0)
-    backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
-    param_groups: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _freeze_within_run(self):
-        if self.var_freeze_step > self.total_steps:
-            raise ValueError(f"var_freeze_step {self.var_freeze_step} is beyond total_steps {self.total_steps}")
-        return self
 
 
 @lru_cache(maxsize=64)

@@ -1,0 +1,53 @@
+"""Bytes each optimizer and compression kernel moves through memory: the cost model's kernel tables.
+
+Strategies (which build programs with these kernels) and the calibration microbenchmarks (which
+time the same kernels and record the bytes counted here, so measured bytes/s is exactly the rate the
+simulator needs) both read them from here.
+
+Optimizer update passes, per parameter (reads + writes). DeepSpeed's 1-bit and 0/1 Adam optimizers
+are written as torch ops over the flat fp32 master parameters (not fused like FusedAdam's single
+28-byte pass), so each constant counts the torch expressions of
+deepspeed/runtime/fp16/onebit/{adam,zoadam}.py. Work common to every optimizer under the FP16
+wrapper (fp16 -> fp32 gradient copy, unscale, overflow check, fp32 -> fp16 parameter copy) is not
+here: it belongs to "other" (measured, or modelled as loss scaling).
+"""
+
+
+# FusedAdam (multi_tensor_apply): r p, g, m, v (16), w p, m, v (12).
+FUSED_ADAM = 28.0
+# exp_avg.mul_(beta1) (r4 w4) then .add_(1 - beta1, grad) (r8 w4).
+MOMENTUM_UPDATE = 20.0
+# exp_avg_sq.mul_(beta2) (r4 w4) then .addcmul_(1 - beta2, grad, grad) (r12 w4).
+VARIANCE_UPDATE = 24.0
+# update = exp_avg / (exp_avg_sq.sqrt() + eps): sqrt r4 w4, add r4 w4, div r8 w4.
+ADAM_DIRECTION = 28.0
+# update += weight_decay * p (mul r4 w4, add r8 w4); p.add_(-lr * update) (mul r4 w4, add r8 w4).
+APPLY_UPDATE = 40.0
+
+# (kernel name, bytes per element of n, bytes per element of n/p); reads + writes, fp32 = 4 B,
+# bool/uint8 = 1 B. Counted expression by expression from DeepSpeed's runtime/comm/nccl.py:
+WORKER_PASSES = (
+    ("onebit_error_compensate", 12.0, 0.0),   # buffer_m.add_(worker_error): r8 w4
+    ("onebit_norm", 4.0, 0.0),                # torch.norm(buffer_m): r4
+    # sign() 8, add_(1) 8, bool() 5, float() 5, add_(-.5) 8, mul_(2) 8, scale* 8, buffer_m - ... 12
+    ("onebit_sign_error", 62.0, 0.0),
+    # sign_() 8, add_(1) 8, bool() 5, to(uint8) 2, packbits 1.125, torch.stack 0.25, recv zeros 0.125
+    ("onebit_pack", 24.5, 0.0),
+)
+SERVER_PASSES = (
+    # unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, sum(0) reads 4 (writes 4 per n/p)
+    ("onebit_unpack_sum", 34.125, 4.0),
+    # on the n/p server chunk: add_(server_error) 12, norm 4, sign/error update 62, pack 24.25
+    ("onebit_server_compress", 0.0, 102.25),
+)
+FINISH_PASSES = (
+    # torch.stack 0.25, unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, copy_ 8
+    ("onebit_unpack_copy", 38.375, 0.0),
+)
+PADDING_PASS = ("onebit_pad", 8.0, 0.0)       # torch.cat([buffer_m, zeros]) on every call when padded
+# Fused elementwise kernels, bytes per parameter: m and b updates (r g, r/w m, r/w b in fp32 + grad),
+# stochastic quantize of m/b to int8 (r m, b; w 1), and unpack + apply to the fp32 master and the
+# 16-bit model copy (r 1/8, r/w 8, w 2).
+UPDATE_STATE_BYTES = 16.0
+QUANTIZE_BYTES = 9.0
+APPLY_BYTES = 10.125

@@ -1,0 +1,76 @@
+"""Each optimizer's options schema: part of the scenario schema, so it depends on nothing above it.
+
+``training.optimizer`` names the optimizer and ``training.optimizer_options`` is validated against
+its model here (OPTIONS); the strategy registry (simulator/strategies/registry.py) only maps the
+same names to the classes that build programs, and a test keeps the two tables in step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clustersim.errors import InputError
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OneBitAdamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
+    backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
+    param_groups: int = Field(1, ge=1, description="one compressed_allreduce per parameter group")
+    freeze_step: int | None = Field(None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps")
+
+
+class ZeroOneAdamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    total_steps: int = Field(100_000, gt=0)
+    var_freeze_step: int = Field(23_000, ge=0)
+    var_update_scaler: int = Field(16, gt=0)
+    local_step_scaler: int = Field(32_678, gt=0)
+    local_step_clipper: int = Field(16, gt=0)
+    backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
+    param_groups: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _freeze_within_run(self):
+        if self.var_freeze_step > self.total_steps:
+            raise ValueError(f"var_freeze_step {self.var_freeze_step} is beyond total_steps {self.total_steps}")
+        return self
+
+
+class Phase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    primitive: Literal["reduce_scatter", "all_gather", "all_reduce", "all_to_all"]
+    group: Literal["intra", "inter", "world"]
+    bits: int = Field(ge=1, le=32, description="bits per element on the wire")
+    via: Literal["native", "all_to_all"] = "native"
+    requantize_bits: int | None = Field(None, ge=1, le=32, description="re-quantize the phase's result to this many bits")
+
+
+class BinSGDMOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    scheme: Literal["hierarchical", "flat"] | list[Phase] = "hierarchical"
+
+
+OPTIONS: dict[str, type[BaseModel]] = {
+    "adam": NoOptions, "sgdm": NoOptions, "onebit-adam": OneBitAdamOptions,
+    "zero-one-adam": ZeroOneAdamOptions, "binsgdm": BinSGDMOptions,
+}
+
+
+def parse_options(optimizer: str, options: dict) -> BaseModel:
+    """The validated options of ``optimizer``; errors name ``training.optimizer(_options)...``."""
+    if optimizer not in OPTIONS:
+        raise InputError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIONS)})", key="training.optimizer")
+    try:
+        return OPTIONS[optimizer].model_validate(options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(["training.optimizer_options", *(str(p) for p in err["loc"])])
+        msg = "unknown key for optimizer " + optimizer if err["type"] == "extra_forbidden" else err["msg"]
+        raise InputError(msg, key=key) from None

@@ -1,0 +1,91 @@
+"""Run the collective sweep (calibration/collectives.py) across the emulated hosts over gloo/TCP.
+
+One process per host, each inside its namespace, joined by torch.distributed's env:// rendezvous on
+host 0's address; gloo binds to the host's own interface. Each process is told its host name (the
+namespaces share the machine's hostname) and the network it runs on, which the raw file records so
+that the fit knows the modelled links (calibration/network_fit.py measured_cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from clustersim.calibration.collectives import HOST_ENV, NETWORK_ENV
+from clustersim.errors import InputError
+from clustersim.testbed import hosts as tb_hosts
+from clustersim.testbed.hosts import HOST_IFACE, Testbed
+
+PORT = 29517
+
+
+def _package_root() -> str:
+    """So that the processes import this clustersim, also from a source checkout."""
+    import clustersim
+
+    return str(Path(clustersim.__file__).resolve().parent.parent)
+
+
+def run(tb: Testbed, out_raw: Path, ops: str, min_bytes: int, max_bytes: int, repeat: int, warmup: int,
+        subgroups: bool = True, progress=None, timeout_s: float = 3600) -> dict:
+    """Run the sweep on every host of ``tb``; returns the raw measurement dict rank 0 wrote."""
+    network = {"kind": "ethernet_tcp", "line_rate_gbps": tb.rate_bits / 1e9, "shaper": tb.shaper,
+               "hosts": tb.hosts, "emulated": "network namespaces + veth + bridge on one machine"}
+    root = _package_root()
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="cst-sweep-") as tmp:
+        raw_tmp = Path(tmp) / "raw.json"
+        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(tb.hosts)]
+        try:
+            for i in range(tb.hosts):
+                env = {"RANK": str(i), "WORLD_SIZE": str(tb.hosts), "MASTER_ADDR": tb.address(0),
+                       "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": HOST_IFACE, HOST_ENV: f"h{i}",
+                       NETWORK_ENV: json.dumps(network), "OMP_NUM_THREADS": "1",
+                       "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+                cmd = [sys.executable, "-m", "clustersim.calibration.collectives", "--device", "cpu", "--raw",
+                       "--out", str(raw_tmp), "--ops", ops, "--min-bytes", str(min_bytes), "--max-bytes",
+                       str(max_bytes), "--repeat", str(repeat), "--warmup", str(warmup)]
+                if subgroups:
+                    cmd.append("--subgroups")
+                procs.append(tb_hosts.exec_in(tb.host(i), cmd, env=env, stdout=logs[i], stderr=logs[i], text=True))
+            _wait(procs, logs[0], progress, timeout_s)
+            failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+            if failed:
+                logs[failed[0]].seek(0)
+                tail = [ln.strip() for ln in logs[failed[0]].read().splitlines() if ln.strip()][-3:]
+                raise InputError(f"the sweep failed on host h{failed[0]}: " + " | ".join(tail)[-400:], key="testbed")
+            raw = json.loads(raw_tmp.read_text())
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for fh in logs:
+                fh.close()
+    raw["provenance"]["testbed"] = network | {"kernel": os.uname().release, "machine": socket.gethostname()}
+    from clustersim.calibration.profile import write_json_atomically
+
+    write_json_atomically(out_raw, raw)
+    return raw
+
+
+def _wait(procs, log0, progress, timeout_s: float) -> None:
+    start, seen = time.monotonic(), 0
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs):
+            time.sleep(1.0)  # let the others notice and exit, then stop them
+            return
+        if time.monotonic() - start > timeout_s:
+            raise InputError(f"the sweep did not finish in {timeout_s:.0f} s", key="testbed")
+        if progress:
+            log0.seek(seen)
+            chunk = log0.read()
+            seen = log0.tell()
+            lines = [ln for ln in chunk.splitlines() if ln.strip()]
+            if lines:
+                progress(lines[-1])
+        time.sleep(0.5)

@@ -1,0 +1,123 @@
+"""The emulated multi-host testbed: rate parsing, shaping that really shapes, clean teardown."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from clustersim.cli import app
+from clustersim.errors import InputError
+from clustersim.testbed import hosts
+from clustersim.testbed.shaping import parse_rate, tbf_burst_bytes
+
+
+def test_rates_read_as_tc_reads_them():
+    assert parse_rate("100mbit") == 1e8
+    assert parse_rate("1gbit") == 1e9
+    assert parse_rate("1.5Gbit") == 1.5e9
+    assert parse_rate("10mbps") == 8e7  # tc: "bps" units are bytes per second
+    for bad in ("fast", "100", "-5mbit", "1e300gbit", "1kbit"):
+        with pytest.raises(InputError):
+            parse_rate(bad)
+
+
+def test_burst_holds_4ms_of_tokens_and_at_least_two_frames():
+    assert tbf_burst_bytes(1e9) == 500_000
+    assert tbf_burst_bytes(1e6) == 2 * 1514
+
+
+def test_without_root_one_line_and_exit_2(runner, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    res = runner.invoke(app, ["testbed", "up", "--hosts", "2", "--rate", "100mbit"])
+    assert res.exit_code == 2
+    assert "needs root" in res.output and "Traceback" not in res.output
+
+
+def test_missing_tools_are_named(runner, monkeypatch):
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda t: None if t == "tc" else real(t))
+    res = runner.invoke(app, ["testbed", "up", "--hosts", "2", "--rate", "100mbit"])
+    assert res.exit_code == 2 and "tc" in res.output and "iproute2" in res.output
+
+
+def test_bad_rate_and_hosts(runner):
+    assert runner.invoke(app, ["testbed", "up", "--hosts", "2", "--rate", "quick"]).exit_code == 2
+    assert runner.invoke(app, ["testbed", "up", "--hosts", "1", "--rate", "1gbit"]).exit_code == 2
+
+
+def _can_make_namespaces() -> bool:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "cst-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "cst-probe"], capture_output=True)
+    return probe.returncode == 0
+
+
+namespaces = pytest.mark.skipif(not _can_make_namespaces(), reason="needs root with network namespaces, ip and tc")
+
+THROUGHPUT = r"""
+import socket, sys, time
+if sys.argv[1] == "server":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("10.77.0.1", 5599)); s.listen(1); c, _ = s.accept(); got, t0 = 0, None
+    while True:
+        b = c.recv(1 << 20)
+        if not b: break
+        t0 = t0 or time.perf_counter(); got += len(b)
+    print(got * 8 / (time.perf_counter() - t0))
+else:
+    for _ in range(50):
+        try:
+            c = socket.create_connection(("10.77.0.1", 5599)); break
+        except OSError:
+            time.sleep(0.1)
+    buf = b"x" * (1 << 20)
+    for _ in range(int(sys.argv[2])): c.sendall(buf)
+    c.close()
+"""
+
+
+@pytest.fixture
+def testbed(tmp_path, monkeypatch):
+    monkeypatch.setattr(hosts, "STATE_FILE", tmp_path / "state.json")
+    yield
+    hosts.down()
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "cst-h" not in left
+
+
+@namespaces
+def test_shaped_link_delivers_its_rate_and_down_leaves_nothing(testbed, tmp_path):
+    tb, created = hosts.up(2, parse_rate("80mbit"))
+    assert created and hosts.up(2, parse_rate("80mbit"))[1] is False  # idempotent
+    script = tmp_path / "tput.py"
+    script.write_text(THROUGHPUT)
+    server = hosts.exec_in("h0", [sys.executable, str(script), "server"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    client = hosts.exec_in("h1", [sys.executable, str(script), "client", "12"])
+    assert client.wait(timeout=30) == 0
+    out, _ = server.communicate(timeout=30)
+    rate = float(out.strip())
+    assert 0.75 * 80e6 < rate < 1.05 * 80e6, rate  # TCP goodput just under the shaped rate
+    removed = hosts.down()
+    assert any(r.startswith("netns:cst-h") for r in removed) and hosts.load_state() is None
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert "cstbr0" not in links
+
+
+@namespaces
+def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
+    from clustersim.testbed import sweep
+
+    tb, _ = hosts.up(2, parse_rate("400mbit"))
+    raw = sweep.run(tb, tmp_path / "raw.json", "all_reduce", 1 << 18, 1 << 19, repeat=3, warmup=1,
+                    subgroups=False, timeout_s=120)
+    recs = raw["collectives"]
+    assert {r["bytes"] for r in recs} == {float(1 << 18), float(1 << 19)}
+    assert raw["topology"]["nodes"] == 2 and raw["topology"]["network"]["line_rate_gbps"] == 0.4
+    big = max(recs, key=lambda r: r["bytes"])
+    # ring all-reduce of S over 2 hosts sends S/2 each way: at 400 Mbit/s no faster than the wire allows
+    assert big["median_s"] > (big["bytes"] / 2) / (0.4e9 / 8)
