@@ -105,3 +105,25 @@ def test_gloo_broadcast_tree_critical_path():
     # 2^d ranks: d(d+1)/2 transfers on the critical path (gloo/broadcast.cc posts all sends at once)
     assert [concurrent_binomial_depth(2 ** d) for d in range(1, 7)] == [d * (d + 1) // 2 for d in range(1, 7)]
     assert concurrent_binomial_depth(3) == 2 and concurrent_binomial_depth(5) == 4
+
+
+def test_report_bands_indistinguishable_and_break_even_from_rows():
+    from clustersim.report.analysis import break_even_lines, enrich, indistinguishable, recommendation
+
+    def row(opt, gbps, t, lo, hi):
+        return {"status": "ok", "optimizer": opt, "world_size": 64, "nodes": 8, "gpus_per_node": 8, "gpu": "A100-80GB",
+                "nic_kind": "infiniband", "nic_gbps": gbps, "nic_effective_gbps": None, "iteration_time_s": t,
+                "iteration_time_p10_s": lo, "iteration_time_p90_s": hi}
+    rows = [row("adam", 10.0, 2.0, 1.8, 2.2), row("onebit-adam", 10.0, 1.0, 0.9, 1.1),
+            row("adam", 100.0, 1.0, 0.9, 1.1), row("onebit-adam", 100.0, 1.05, 0.95, 1.15)]
+    ok = enrich(rows, 1000, 1.0, warmup=0.0)
+    by = {(r["optimizer"], r["nic_gbps"]): r for r in ok}
+    assert by[("onebit-adam", 10.0)]["speedup_p10"] == pytest.approx((1.8 / 1.1))
+    assert not indistinguishable(by[("onebit-adam", 10.0)], by[("adam", 10.0)])
+    assert indistinguishable(by[("onebit-adam", 100.0)], by[("adam", 100.0)])
+    (line,) = break_even_lines(ok)
+    assert "onebit-adam" in line and "between the swept 10 and 100 Gb/s" in line
+    cross = float(line.split("below about ")[1].split(" Gb/s")[0])
+    assert 10 < cross < 100
+    text = " ".join(recommendation(ok)["text"])
+    assert "P10–P90" in text

@@ -58,6 +58,11 @@ def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
         r["steps"] = n
         r["ttt_h"] = n * per_step / 3600
         r["cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
+        lo, hi = r.get("iteration_time_p10_s"), r.get("iteration_time_p90_s")
+        if isinstance(lo, float) and isinstance(hi, float) and r["iteration_time_s"] > 0:
+            # The band scales the run's mean step as it scales the iteration (sweeps/run.py).
+            r["ttt_p10_h"] = r["ttt_h"] * lo / r["iteration_time_s"]
+            r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
         r["network"] = network_label(r)
         r["cluster"] = cluster_label(r)
     key = lambda r: (r["world_size"], r["gpu"], r["network"], r.get("model"), r.get("micro_batch"), r.get("gpus_per_node"))
@@ -66,7 +71,17 @@ def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
         b = base.get(key(r))
         r["speedup"] = b["ttt_h"] / r["ttt_h"] if b else None
         r["baseline"] = b
+        if b and "ttt_p10_h" in r and "ttt_p10_h" in b:
+            # Unpaired: the ratio of the two bands' ends, so wider than compare's paired band.
+            r["speedup_p10"], r["speedup_p90"] = b["ttt_p10_h"] / r["ttt_p90_h"], b["ttt_p90_h"] / r["ttt_p10_h"]
     return ok
+
+
+def indistinguishable(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two rows' time-to-train P10-P90 bands overlap (False when either has no band)."""
+    if "ttt_p10_h" not in a or "ttt_p10_h" not in b:
+        return False
+    return a["ttt_p10_h"] <= b["ttt_p90_h"] and b["ttt_p10_h"] <= a["ttt_p90_h"]
 
 
 def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -94,18 +109,47 @@ def recommendation(rows: list[dict[str, Any]], deadline_h: float | None = None, 
             why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
         lines.append("No configuration meets the constraints: " + "; ".join(why) + ".")
     else:
-        lines.append(f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train, "
-                     f"${chosen['cost']:,.0f}.")
+        band = (f" (P10–P90 {chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h)"
+                if "ttt_p10_h" in chosen else "")
+        lines.append(f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
+                     f"{band}, ${chosen['cost']:,.0f}.")
         b = chosen.get("baseline")
         if b is not None and b is not chosen:
             lines.append(f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
                          f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) cheaper than "
-                         f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f}).")
+                         f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f})"
+                         + ("; within the model's uncertainty the two are indistinguishable (their P10–P90 bands "
+                            "overlap)." if indistinguishable(chosen, b) else "."))
     if fastest is not chosen:
         lines.append(f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({fastest['ttt_h']:,.1f} h, "
                      f"${fastest['cost']:,.0f}).")
     lines += advantage_limits(rows)
+    lines += break_even_lines(rows)
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines}
+
+
+def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Where a sweep over NIC rates crosses speedup 1: the bandwidth below which each compressed optimizer
+    beats its baseline on that cluster, interpolated in log(bandwidth) between the two swept rates
+    around the crossing (`clustersim compare` bisects it with full simulations instead)."""
+    import math
+
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        rate = r.get("nic_effective_gbps") or r.get("nic_gbps")
+        if r.get("speedup") is not None and rate and r["optimizer"] not in BASELINES and r.get("nodes", 2) > 1:
+            groups.setdefault((r["optimizer"], r["world_size"], r["gpu"], r.get("nic_kind")), []).append((rate, r))
+    lines = []
+    for (opt, n, gpu, kind), pts in sorted(groups.items()):
+        pts.sort(key=lambda x: x[0])
+        for (r1, a), (r2, b) in zip(pts, pts[1:]):
+            if a["speedup"] >= 1.0 > b["speedup"]:
+                f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
+                cross = math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1)))
+                lines.append(f"Break-even: {opt} beats its baseline on {n} x {gpu} below about {cross:,.3g} Gb/s "
+                             f"per NIC (between the swept {r1:g} and {r2:g} Gb/s).")
+                break
+    return lines
 
 
 def advantage_limits(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:

@@ -29,8 +29,11 @@ def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
     for (opt, net, gpu), pts in sorted(groups.items()):
         pts.sort(key=lambda r: r["world_size"])
+        band = all("speedup_p10" in p for p in pts)
+        err = {"type": "data", "symmetric": False, "array": [p["speedup_p90"] - p["speedup"] for p in pts],
+               "arrayminus": [p["speedup"] - p["speedup_p10"] for p in pts]} if band else None
         fig.add_trace(go.Scatter(x=[p["world_size"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
-                                 name=f"{opt} · {net} · {gpu}"))
+                                 name=f"{opt} · {net} · {gpu}", error_y=err))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     return _layout(fig, "Time-to-train speedup over the baseline optimizer on the same cluster", "GPUs",
                    "speedup (x)", log_x=True)
@@ -83,8 +86,12 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
     fig = go.Figure()
     for opt in sorted({r["optimizer"] for r in rows}):
         pts = [r for r in rows if r["optimizer"] == opt]
+        band = all("ttt_p10_h" in p for p in pts)
+        err = {"type": "data", "symmetric": False, "array": [p["ttt_p90_h"] - p["ttt_h"] for p in pts],
+               "arrayminus": [p["ttt_h"] - p["ttt_p10_h"] for p in pts]} if band else None
         fig.add_trace(go.Scatter(x=[p["ttt_h"] for p in pts], y=[p["cost"] for p in pts], mode="markers", name=opt,
-                                 text=[p["cluster"] for p in pts], hovertemplate="%{text}<br>%{x:.1f} h, $%{y:,.0f}"))
+                                 text=[p["cluster"] for p in pts], hovertemplate="%{text}<br>%{x:.1f} h, $%{y:,.0f}",
+                                 error_x=err))
     front = pareto(rows)
     fig.add_trace(go.Scatter(x=[p["ttt_h"] for p in front], y=[p["cost"] for p in front], mode="lines",
                              name="Pareto frontier", line={"color": "black", "dash": "dash"}))
