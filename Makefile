@@ -3,14 +3,15 @@
 #               (calibration tests time real torch kernels and gloo collectives), Chromium from
 #               Debian when missing and running as root (the report is tested in a real headless
 #               browser through Playwright, which drives /usr/bin/chromium: no browser download),
-#               then run the tests.
+#               then lint (ruff: pyflakes, bugbear, simplify, isort, complexity, line length 110;
+#               a violation fails the run) and run the tests.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup setup-test run test bench clean
+.PHONY: setup setup-test run lint test bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +19,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(BIN)/.installed-test: $(BIN)/.installed
+$(BIN)/.installed-test: $(BIN)/.installed pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]' '$(TORCH)'
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -33,7 +34,11 @@ setup-test: $(BIN)/.installed-test
 run: setup
 	$(BIN)/clustersim run preset:default
 
-test: setup-test
+lint: setup-test
+	$(BIN)/ruff check clustersim tests benchmarks
+	$(BIN)/ruff format --check clustersim tests benchmarks
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup

@@ -21,7 +21,11 @@ SIZES = (8, 64, 1024, 16384, 65536)
 def time_one(gpus: int, optimizer: str) -> tuple[float, float]:
     build_cluster.cache_clear()
     t0 = time.perf_counter()
-    scenario = load_scenario("preset:default").with_world_size(gpus).with_changes(**{"training.optimizer": optimizer})
+    scenario = (
+        load_scenario("preset:default")
+        .with_world_size(gpus)
+        .with_changes(**{"training.optimizer": optimizer})
+    )
     result = simulate(scenario)
     return time.perf_counter() - t0, result.iteration_time
 
@@ -36,7 +40,9 @@ def main() -> None:
     for optimizer in args.optimizers.split(","):
         for gpus in SIZES:
             runs = [time_one(gpus, optimizer) for _ in range(args.repeat)]
-            print(f"{optimizer:<14}{gpus:>8}{statistics.median(r[0] for r in runs):>18.4f}{runs[0][1]:>24.4f}")
+            print(
+                f"{optimizer:<14}{gpus:>8}{statistics.median(r[0] for r in runs):>18.4f}{runs[0][1]:>24.4f}"
+            )
 
 
 if __name__ == "__main__":

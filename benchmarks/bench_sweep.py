@@ -1,6 +1,6 @@
 """Time a 1,000-row sweep of BERT-Large scenarios up to 1,024 GPUs on the in-process Dask cluster.
 
-    taskset -c 0,1 .venv/bin/python benchmarks/bench_sweep.py
+taskset -c 0,1 .venv/bin/python benchmarks/bench_sweep.py
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ SWEEP = {
     "name": "bench-1000",
     "base": "preset:default",
     "vary": {
-        "gpus": [8, 16, 32, 64, 128, 256, 512, 1024],          # 8
-        "nic_gbps": [10, 25, 40, 100, 200],                   # 5
+        "gpus": [8, 16, 32, 64, 128, 256, 512, 1024],  # 8
+        "nic_gbps": [10, 25, 40, 100, 200],  # 5
         "optimizer": ["adam", "onebit-adam", "zero-one-adam", "binsgdm", "sgdm"],  # 5
-        "micro_batch": [8, 16, 32, 64, 128],                  # 5 -> 1,000 rows
+        "micro_batch": [8, 16, 32, 64, 128],  # 5 -> 1,000 rows
     },
     "steps": 100000,
 }
@@ -36,7 +36,10 @@ def main() -> None:
         t0 = time.perf_counter()
         counts = run_sweep(sweep, tmp / "out")
         wall = time.perf_counter() - t0
-        print(f"{counts['written']} rows in {wall:.1f} s ({1000 * wall / max(counts['written'], 1):.1f} ms per row)")
+        print(
+            f"{counts['written']} rows in {wall:.1f} s ({1000 * wall / max(counts['written'], 1):.1f} "
+            "ms per row)"
+        )
     finally:
         shutil.rmtree(tmp)
 

@@ -39,8 +39,13 @@ class BreakEven:
     interval: Interval | None = None
 
     def as_dict(self) -> dict:
-        return {"optimizer": self.optimizer, "baseline": self.baseline, "gbps": self.gbps, "verdict": self.verdict,
-                "interval_gbps": self.interval.as_dict() if self.interval else None}
+        return {
+            "optimizer": self.optimizer,
+            "baseline": self.baseline,
+            "gbps": self.gbps,
+            "verdict": self.verdict,
+            "interval_gbps": self.interval.as_dict() if self.interval else None,
+        }
 
     def describe(self) -> str:
         if self.verdict == "single node":
@@ -76,7 +81,9 @@ def _bisect(compressed, baseline, profile, perturbation, lo: float, hi: float, s
     return math.exp(0.5 * (a + b))
 
 
-def break_even(compressed: Scenario, baseline: Scenario, profile=None, samples: int = 8, seed: int = 0) -> BreakEven:
+def break_even(
+    compressed: Scenario, baseline: Scenario, profile=None, samples: int = 8, seed: int = 0
+) -> BreakEven:
     """The effective per-NIC bandwidth where ``compressed`` and ``baseline`` take equally long per step."""
     opt, base = compressed.training.optimizer, baseline.training.optimizer
     if compressed.cluster.nodes <= 1:

@@ -32,7 +32,9 @@ class GpuSpec(_Strict):
 
     name: str = ""
     description: str
-    chip: str = Field(description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of one chip")
+    chip: str = Field(
+        description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of a chip"
+    )
     peak_tflops: dict[str, float]
     hbm_gbs: float = Field(gt=0)
     memory_gib: float = Field(gt=0)
@@ -44,8 +46,10 @@ class GpuSpec(_Strict):
         if precision in self.peak_tflops:
             return self.peak_tflops[precision] * 1e12
         if precision == "bf16" and "fp16" in self.peak_tflops:
-            raise InputError(f"{self.name} has no bf16 tensor cores (it supports {sorted(self.peak_tflops)})",
-                             key="workload.precision")
+            raise InputError(
+                f"{self.name} has no bf16 tensor cores (it supports {sorted(self.peak_tflops)})",
+                key="workload.precision",
+            )
         return self.peak_tflops["fp32"] * 1e12
 
     @property
@@ -125,4 +129,3 @@ def gpu(name: str) -> GpuSpec:
 
 def model(name: str) -> ModelArch:
     return _lookup("model", name, models())
-

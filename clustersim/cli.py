@@ -14,17 +14,30 @@ from clustersim.cli_calibrate import calibrate_app
 from clustersim.cli_catalog import hardware_app, models_app, presets_app, topology_app
 from clustersim.cli_offload import _print_placement, offload_app
 from clustersim.cli_planning import plan_cmd, report, sweep
+from clustersim.cli_support import (
+    JsonOpt,
+    ProfileOpt,
+    SamplesOpt,
+    ScenarioArg,
+    console,
+    emit_json,
+    table,
+    user_errors,
+)
+from clustersim.cli_support import load_scenario_ref as _load
+from clustersim.cli_support import ms as _ms
 from clustersim.cli_testbed import testbed_app
-from clustersim.cli_support import (JsonOpt, ProfileOpt, SamplesOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load,
-                                    ms as _ms, table, user_errors)
 from clustersim.errors import InputError
 from clustersim.units import format_bytes, format_seconds, parse_bytes
 
 app = typer.Typer(
-    name="clustersim", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    name="clustersim",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
     help="Simulate distributed deep-learning training on a cluster: iteration time, where it goes, "
-         "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
-         "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
+    "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
+    "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
 )
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
@@ -38,38 +51,70 @@ app.command()(user_errors(report))
 app.command("plan")(user_errors(plan_cmd))
 
 
-
 def _print_result(r) -> None:
-    console.print(f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}")
-    console.print(f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
-                  f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)")
+    console.print(
+        f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}"
+    )
+    console.print(
+        f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
+        f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)"
+    )
     if r.interval is not None:
         iv = r.interval
-        console.print(f"  P10–P90 {format_seconds(iv.p10)} – {format_seconds(iv.p90)} "
-                      f"({r.samples_per_iteration / iv.p90:,.1f} – {r.samples_per_iteration / iv.p10:,.1f} samples/s; "
-                      f"{iv.samples} draws of the calibrated or default parameter uncertainty)")
-    rows = [[k.replace("_", " "), _ms(v), f"{100 * v / r.iteration_time:.1f}%"]
-            for k, v in r.breakdown.items() if v > 0]
+        console.print(
+            f"  P10–P90 {format_seconds(iv.p10)} – {format_seconds(iv.p90)} "
+            f"({r.samples_per_iteration / iv.p90:,.1f} – {r.samples_per_iteration / iv.p10:,.1f} samples/s; "
+            f"{iv.samples} draws of the calibrated or default parameter uncertainty)"
+        )
+    rows = [
+        [k.replace("_", " "), _ms(v), f"{100 * v / r.iteration_time:.1f}%"]
+        for k, v in r.breakdown.items()
+        if v > 0
+    ]
     console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
     if r.extra.get("steps"):
-        console.print(table("Kinds of step (the iteration time above is their weighted average)",
-                            ["step kind", "share of steps", "ms", "inter-node bytes"],
-                            [[st["label"], f"{100 * st['weight']:.1f}%", _ms(st["iteration_time_s"]),
-                              format_bytes(st["inter_node_bytes"])] for st in r.extra["steps"]]))
+        console.print(
+            table(
+                "Kinds of step (the iteration time above is their weighted average)",
+                ["step kind", "share of steps", "ms", "inter-node bytes"],
+                [
+                    [
+                        st["label"],
+                        f"{100 * st['weight']:.1f}%",
+                        _ms(st["iteration_time_s"]),
+                        format_bytes(st["inter_node_bytes"]),
+                    ]
+                    for st in r.extra["steps"]
+                ],
+            )
+        )
     if r.buckets:
         shown = r.buckets if len(r.buckets) <= 12 else r.buckets[:6] + r.buckets[-6:]
-        console.print(table(f"Gradient all-reduce per bucket ({len(r.buckets)} buckets"
-                            f"{', first and last 6 shown' if len(r.buckets) > 12 else ''})",
-                            ["bucket", "size", "start ms", "end ms"],
-                            [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown]))
+        console.print(
+            table(
+                f"Gradient all-reduce per bucket ({len(r.buckets)} buckets"
+                f"{', first and last 6 shown' if len(r.buckets) > 12 else ''})",
+                ["bucket", "size", "start ms", "end ms"],
+                [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown],
+            )
+        )
     bl = r.bytes_per_link_kind
-    console.print(table("Bytes moved per node per iteration", ["link kind", "bytes"], [
-        [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
-        ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])]]))
+    console.print(
+        table(
+            "Bytes moved per node per iteration",
+            ["link kind", "bytes"],
+            [
+                [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
+                ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])],
+            ],
+        )
+    )
     mem = r.memory
-    console.print(f"GPU memory per rank: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])} "
-                  f"(forward/backward peak {format_bytes(mem['peak_forward_backward'])}, "
-                  f"update peak {format_bytes(mem['peak_update'])})")
+    console.print(
+        f"GPU memory per rank: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])} "
+        f"(forward/backward peak {format_bytes(mem['peak_forward_backward'])}, "
+        f"update peak {format_bytes(mem['peak_update'])})"
+    )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
     for k, v in r.sources.items():
@@ -80,9 +125,15 @@ def _print_result(r) -> None:
 
 @app.command()
 @user_errors
-def run(scenario: str = ScenarioArg, json_out: bool = JsonOpt,
-        trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."),
-        profile: Optional[str] = ProfileOpt, samples: int = SamplesOpt):
+def run(
+    scenario: str = ScenarioArg,
+    json_out: bool = JsonOpt,
+    trace: Optional[Path] = typer.Option(
+        None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."
+    ),
+    profile: Optional[str] = ProfileOpt,
+    samples: int = SamplesOpt,
+):
     """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
     all-reduce, bytes per link."""
     from clustersim.simulator import simulate
@@ -100,12 +151,17 @@ def run(scenario: str = ScenarioArg, json_out: bool = JsonOpt,
 
 @app.command()
 @user_errors
-def collective(scenario: str = ScenarioArg,
-               op: str = typer.Option("all_reduce", "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast"),
-               size: str = typer.Option("32MiB", "--bytes", help="Message size: 512, 64KiB, 32MiB, 1GB ..."),
-               algo: str = typer.Option("auto", "--algo", help="auto (NCCL-like choice) | ring | tree | hd | hier"),
-               group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
-               json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+def collective(
+    scenario: str = ScenarioArg,
+    op: str = typer.Option(
+        "all_reduce", "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast"
+    ),
+    size: str = typer.Option("32MiB", "--bytes", help="Message size: 512, 64KiB, 32MiB, 1GB ..."),
+    algo: str = typer.Option("auto", "--algo", help="auto (NCCL-like choice) | ring | tree | hd | hier"),
+    group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
+    json_out: bool = JsonOpt,
+    profile: Optional[str] = ProfileOpt,
+):
     """Predicted time of one collective on the scenario's cluster, the algorithm chosen and its busbw."""
     from clustersim.simulator.context import build_context
     from clustersim.topologies import GroupShape
@@ -113,8 +169,11 @@ def collective(scenario: str = ScenarioArg,
     s = _load(scenario)
     ctx = build_context(s, profile)
     c = s.cluster
-    shapes = {"world": GroupShape(c.nodes, c.gpus_per_node), "intra": GroupShape(1, c.gpus_per_node),
-              "inter": GroupShape(c.nodes, 1)}
+    shapes = {
+        "world": GroupShape(c.nodes, c.gpus_per_node),
+        "intra": GroupShape(1, c.gpus_per_node),
+        "inter": GroupShape(c.nodes, 1),
+    }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
     try:
@@ -124,10 +183,21 @@ def collective(scenario: str = ScenarioArg,
     if s.cluster.nodes == 1 and group == "inter":
         raise InputError("--group inter needs more than one node (this cluster has 1)", key="--group")
     cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
-    data = {"op": op, "bytes": nbytes, "ranks": cost.ranks, "group": group, "algorithm": cost.algorithm,
-            "protocol": cost.protocol, "time_s": cost.time, "algbw_gbs": cost.algbw / 1e9,
-            "busbw_gbs": cost.busbw / 1e9, "bottleneck": cost.bottleneck, "source": cost.source,
-            "intra_node_bytes_per_node": cost.intra_node_bytes, "inter_node_bytes_per_node": cost.inter_node_bytes}
+    data = {
+        "op": op,
+        "bytes": nbytes,
+        "ranks": cost.ranks,
+        "group": group,
+        "algorithm": cost.algorithm,
+        "protocol": cost.protocol,
+        "time_s": cost.time,
+        "algbw_gbs": cost.algbw / 1e9,
+        "busbw_gbs": cost.busbw / 1e9,
+        "bottleneck": cost.bottleneck,
+        "source": cost.source,
+        "intra_node_bytes_per_node": cost.intra_node_bytes,
+        "inter_node_bytes_per_node": cost.inter_node_bytes,
+    }
     band = None
     if cost.ranks > 1 and cost.algorithm != "measured":
         from clustersim.simulator.uncertainty import collective_interval
@@ -137,10 +207,14 @@ def collective(scenario: str = ScenarioArg,
     if json_out:
         emit_json(data)
         return
-    console.print(f"{op} of {format_bytes(nbytes)} over {cost.ranks} ranks ({group}): "
-                  f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}"
-                  + (f"  (P10–P90 {format_seconds(band.p10)} – {format_seconds(band.p90)})" if band else ""))
-    console.print(f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}")
+    console.print(
+        f"{op} of {format_bytes(nbytes)} over {cost.ranks} ranks ({group}): "
+        f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}"
+        + (f"  (P10–P90 {format_seconds(band.p10)} – {format_seconds(band.p90)})" if band else "")
+    )
+    console.print(
+        f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}"
+    )
     console.print(f"[dim]source: {cost.source}[/]")
 
 
@@ -156,27 +230,49 @@ def _int_list(text: str, key: str) -> list[int]:
 
 @app.command()
 @user_errors
-def compare(scenario: str = ScenarioArg,
-            optimizers: str = typer.Option("adam,onebit-adam,zero-one-adam,binsgdm", "--optimizers",
-                                           help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm."),
-            gpus: str = typer.Option("8,16,32,64,128,256,512,1024", "--gpus", help="Comma-separated total GPU counts."),
-            steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
-            warmup: Optional[float] = typer.Option(None, "--warmup", help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps)."),
-            samples: int = typer.Option(8, "--samples", min=0, max=1000, help=(
-                "Parameter draws per GPU count for the P10–P90 of each step and speedup (paired: every optimizer "
-                "under the same draws); 0 turns the bands off.")),
-            break_even_at: Optional[int] = typer.Option(None, "--break-even-at", help=(
-                "GPU count at which to find each compressed optimizer's break-even NIC bandwidth "
-                "(default: the largest of --gpus; 0: skip).")),
-            json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
+def compare(
+    scenario: str = ScenarioArg,
+    optimizers: str = typer.Option(
+        "adam,onebit-adam,zero-one-adam,binsgdm",
+        "--optimizers",
+        help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm.",
+    ),
+    gpus: str = typer.Option(
+        "8,16,32,64,128,256,512,1024", "--gpus", help="Comma-separated total GPU counts."
+    ),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
+    warmup: Optional[float] = typer.Option(
+        None,
+        "--warmup",
+        help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps).",
+    ),
+    samples: int = typer.Option(
+        8,
+        "--samples",
+        min=0,
+        max=1000,
+        help=(
+            "Parameter draws per GPU count for the P10–P90 of each step and speedup (paired: every optimizer "
+            "under the same draws); 0 turns the bands off."
+        ),
+    ),
+    break_even_at: Optional[int] = typer.Option(
+        None,
+        "--break-even-at",
+        help=(
+            "GPU count at which to find each compressed optimizer's break-even NIC bandwidth "
+            "(default: the largest of --gpus; 0: skip)."
+        ),
+    ),
+    json_out: bool = JsonOpt,
+    profile: Optional[str] = ProfileOpt,
+):
     """Optimizers side by side per GPU count: time split, samples/s, speedup with its P10–P90, bytes on the
     wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
     from rich.progress import Progress
 
-    from clustersim.compare import break_evens
+    from clustersim.compare import break_evens, warmup_fraction
     from clustersim.compare import compare as run_compare
-
-    from clustersim.compare import warmup_fraction
     from clustersim.simulator.strategies import registry
 
     s = _load(scenario)
@@ -194,44 +290,81 @@ def compare(scenario: str = ScenarioArg,
     if json_out:
         rows = run_compare(s, opts, counts, steps, warmup, profile, samples=samples)
         evens = break_evens(s, opts, at, profile, samples) if at else []
-        emit_json({"rows": [r.as_dict() for r in rows], "break_even": [b.as_dict() | {"gpus": at} for b in evens]})
+        emit_json(
+            {"rows": [r.as_dict() for r in rows], "break_even": [b.as_dict() | {"gpus": at} for b in evens]}
+        )
         return
     with Progress(transient=True, console=console) as bar:
         task = bar.add_task("simulating", total=len(opts) * len(counts))
-        rows = run_compare(s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task),
-                           samples=samples)
+        rows = run_compare(
+            s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task), samples=samples
+        )
         bar.update(task, description="break-even bandwidth")
         evens = break_evens(s, opts, at, profile, samples) if at else []
     base = "adam" if "adam" in opts else opts[0]
-    console.print(table(f"{s.name}: iteration time split, ms (speedup over {base})",
-                        ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
-                        [[r.gpus, r.optimizer, f"{r.iteration_time_s * 1e3:,.0f}", f"{r.compute_s * 1e3:,.0f}",
-                          f"{r.exposed_communication_s * 1e3:,.0f}", f"{r.compression_s * 1e3:,.0f}",
-                          f"{r.optimizer_s * 1e3:,.0f}", f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}x"
-                          + (f" ({r.speedup_p10:.2f}–{r.speedup_p90:.2f})" if r.speedup_p10 is not None else "")]
-                         for r in rows],
-                        left=2))
+    console.print(
+        table(
+            f"{s.name}: iteration time split, ms (speedup over {base})",
+            ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
+            [
+                [
+                    r.gpus,
+                    r.optimizer,
+                    f"{r.iteration_time_s * 1e3:,.0f}",
+                    f"{r.compute_s * 1e3:,.0f}",
+                    f"{r.exposed_communication_s * 1e3:,.0f}",
+                    f"{r.compression_s * 1e3:,.0f}",
+                    f"{r.optimizer_s * 1e3:,.0f}",
+                    f"{r.samples_per_s:,.0f}",
+                    f"{r.speedup:.2f}x"
+                    + (f" ({r.speedup_p10:.2f}–{r.speedup_p90:.2f})" if r.speedup_p10 is not None else ""),
+                ]
+                for r in rows
+            ],
+            left=2,
+        )
+    )
     if samples:
-        console.print(f"[dim]speedup (P10–P90): every optimizer simulated under the same {samples} draws of the "
-                      "uncertain hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]")
+        console.print(
+            f"[dim]speedup (P10–P90): every optimizer simulated under the same {samples} draws of the "
+            "uncertain hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]"
+        )
     for b in evens:
         console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
-    console.print("[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
-                  "optim = optimizer step and other per-step work[/]")
-    cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (["time to train", "speedup"] if steps else [])
-    console.print(table("Bytes per node per step" + (f" and time to train ({steps:,} steps)" if steps else ""), cols,
-                        [[r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
-                         + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
-                         for r in rows], left=2))
+    console.print(
+        "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
+        "optim = optimizer step and other per-step work[/]"
+    )
+    cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (
+        ["time to train", "speedup"] if steps else []
+    )
+    console.print(
+        table(
+            "Bytes per node per step" + (f" and time to train ({steps:,} steps)" if steps else ""),
+            cols,
+            [
+                [r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
+                + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
+                for r in rows
+            ],
+            left=2,
+        )
+    )
     if steps:
-        console.print(f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
-                      f"{warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]")
+        console.print(
+            f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
+            f"{warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]"
+        )
 
 
 @app.command()
 @user_errors
-def validate(dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", help="Shipped published measurements."),
-             json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt, samples: int = SamplesOpt):
+def validate(
+    dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", help="Shipped published measurements."),
+    json_out: bool = JsonOpt,
+    profile: Optional[str] = ProfileOpt,
+    samples: int = SamplesOpt,
+):
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
     how often the published value falls inside the predicted P10–P90 band."""
     from clustersim.validation.published import validate as run_validate
@@ -239,21 +372,43 @@ def validate(dataset: str = typer.Option("onebit_adam_ethernet", "--dataset", he
     report = run_validate(dataset, profile, samples)
     d = report.dataset
     if json_out:
-        emit_json({"dataset": d.name, "source": d.source, "metric": d.metric,
-                   "rows": [r.as_dict() for r in report.rows],
-                   "median_abs_error": report.median_abs_error, "max_abs_error": report.max_abs_error,
-                   "p10_p90_coverage": report.coverage})
+        emit_json(
+            {
+                "dataset": d.name,
+                "source": d.source,
+                "metric": d.metric,
+                "rows": [r.as_dict() for r in report.rows],
+                "median_abs_error": report.median_abs_error,
+                "max_abs_error": report.max_abs_error,
+                "p10_p90_coverage": report.coverage,
+            }
+        )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
-    console.print(table(f"{d.metric}: predicted vs published",
-                        ["optimizer", "GPUs", "published", "predicted", "P10–P90", "error"],
-                        [[r.optimizer, r.gpus, f"{r.published:,.1f}", f"{r.predicted:,.1f}",
-                          "-" if r.p10 is None else f"{r.p10:,.1f}–{r.p90:,.1f}" + (" ✓" if r.inside else " ✗"),
-                          f"{100 * r.error:+.1f}%"] for r in report.rows], left=2))
+    console.print(
+        table(
+            f"{d.metric}: predicted vs published",
+            ["optimizer", "GPUs", "published", "predicted", "P10–P90", "error"],
+            [
+                [
+                    r.optimizer,
+                    r.gpus,
+                    f"{r.published:,.1f}",
+                    f"{r.predicted:,.1f}",
+                    "-" if r.p10 is None else f"{r.p10:,.1f}–{r.p90:,.1f}" + (" ✓" if r.inside else " ✗"),
+                    f"{100 * r.error:+.1f}%",
+                ]
+                for r in report.rows
+            ],
+            left=2,
+        )
+    )
     cov = report.coverage
-    console.print(f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
-                  f"largest {100 * report.max_abs_error:.1f}%"
-                  + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows"))
+    console.print(
+        f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
+        f"largest {100 * report.max_abs_error:.1f}%"
+        + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
+    )
 
 
 def main() -> None:  # console-script entry point

@@ -7,18 +7,24 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, ms as _ms, table, user_errors
+from clustersim.cli_support import JsonOpt, console, emit_json, table, user_errors
+from clustersim.cli_support import ms as _ms
 from clustersim.units import format_bytes
 
-calibrate_app = typer.Typer(help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
-                                 "and fit a versioned profile that --profile feeds to every simulating command.",
-                            no_args_is_help=True)
+calibrate_app = typer.Typer(
+    help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
+    "and fit a versioned profile that --profile feeds to every simulating command.",
+    no_args_is_help=True,
+)
 
 
 ClusterOpt = typer.Option(
-    None, "--cluster", help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
-                            "(nodes and GPUs per node are taken from each measurement). With it the collective "
-                            "model's parameters are fitted, so predictions at any scale use them.")
+    None,
+    "--cluster",
+    help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
+    "(nodes and GPUs per node are taken from each measurement). With it the collective "
+    "model's parameters are fitted, so predictions at any scale use them.",
+)
 
 
 def _cluster(ref: Optional[str]):
@@ -31,22 +37,33 @@ def _cluster(ref: Optional[str]):
 
 @calibrate_app.command("run")
 @user_errors
-def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
-                  out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
-                  quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repetitions (a minute or less)."),
-                  ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Processes for the collective sweep (default: GPUs, or 2 on the CPU)."),
-                  raw_out: Optional[Path] = typer.Option(None, "--raw-out", help="Also keep the raw medians."),
-                  testbed: Optional[int] = typer.Option(None, "--testbed", min=2, help=(
-                      "Measure collectives over gloo across N emulated hosts (clustersim testbed) instead of "
-                      "on this machine's devices; brings the testbed up and down if it is not up.")),
-                  rate: str = typer.Option("200mbit", "--rate", help="--testbed: link rate per host (tc units)."),
-                  min_bytes: str = typer.Option("1MiB", "--min-bytes", help="--testbed: smallest message."),
-                  max_bytes: str = typer.Option("32MiB", "--max-bytes", help="--testbed: largest message."),
-                  ops: str = typer.Option("all_reduce,all_gather,all_to_all,broadcast", "--ops",
-                                          help="--testbed: collectives to measure."),
-                  repeat: int = typer.Option(5, "--repeat", min=1, help="--testbed: timed repetitions per size."),
-                  cluster: Optional[str] = ClusterOpt,
-                  json_out: bool = JsonOpt):
+def calibrate_run(
+    device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repetitions (a minute or less)."),
+    ranks: Optional[int] = typer.Option(
+        None, "--ranks", min=1, help="Processes for the collective sweep (default: GPUs, or 2 on the CPU)."
+    ),
+    raw_out: Optional[Path] = typer.Option(None, "--raw-out", help="Also keep the raw medians."),
+    testbed: Optional[int] = typer.Option(
+        None,
+        "--testbed",
+        min=2,
+        help=(
+            "Measure collectives over gloo across N emulated hosts (clustersim testbed) instead of "
+            "on this machine's devices; brings the testbed up and down if it is not up."
+        ),
+    ),
+    rate: str = typer.Option("200mbit", "--rate", help="--testbed: link rate per host (tc units)."),
+    min_bytes: str = typer.Option("1MiB", "--min-bytes", help="--testbed: smallest message."),
+    max_bytes: str = typer.Option("32MiB", "--max-bytes", help="--testbed: largest message."),
+    ops: str = typer.Option(
+        "all_reduce,all_gather,all_to_all,broadcast", "--ops", help="--testbed: collectives to measure."
+    ),
+    repeat: int = typer.Option(5, "--repeat", min=1, help="--testbed: timed repetitions per size."),
+    cluster: Optional[str] = ClusterOpt,
+    json_out: bool = JsonOpt,
+):
     """Microbenchmark this machine with torch and write a fitted profile.
 
     GEMMs, HBM copies, 1-bit Adam and BinSGDM kernels, Adam on the device and on host cores,
@@ -61,35 +78,71 @@ def calibrate_run(device: str = typer.Option("cuda", "--device", help="cuda | cp
 
     command = "clustersim " + " ".join(sys.argv[1:])
     if testbed is not None:
-        from clustersim.testbed.calibrate import calibrate_on_testbed
-
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                      transient=True, disable=json_out) as bar:
+        from clustersim.testbed.calibrate import calibrate_on_testbed
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=json_out,
+        ) as bar:
             task = bar.add_task(f"collectives over {testbed} emulated hosts at {rate}", total=None)
-            profile = calibrate_on_testbed(testbed, rate, out, raw_out, min_bytes, max_bytes, ops, repeat,
-                                           progress=lambda msg: bar.update(task, description=msg))
+            profile = calibrate_on_testbed(
+                testbed,
+                rate,
+                out,
+                raw_out,
+                min_bytes,
+                max_bytes,
+                ops,
+                repeat,
+                progress=lambda msg: bar.update(task, description=msg),
+            )
         _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
         return
     if json_out:
-        _written_profile(calibrate(device, out, quick, ranks, raw_out, command=command,
-                                   cluster=_cluster(cluster)), out, True)
+        _written_profile(
+            calibrate(device, out, quick, ranks, raw_out, command=command, cluster=_cluster(cluster)),
+            out,
+            True,
+        )
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("starting", total=None)
-        profile = calibrate(device, out, quick, ranks, raw_out,
-                            progress=lambda msg: bar.update(task, description=msg), command=command,
-                            cluster=_cluster(cluster))
+        profile = calibrate(
+            device,
+            out,
+            quick,
+            ranks,
+            raw_out,
+            progress=lambda msg: bar.update(task, description=msg),
+            command=command,
+            cluster=_cluster(cluster),
+        )
     _written_profile(profile, out, False, f" (device {profile.device})")
 
 
 @calibrate_app.command("fit")
 @user_errors
-def calibrate_fit(raw: Path = typer.Argument(..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."),
-                  out: Path = typer.Option(Path("profile.json"), "--out"),
-                  cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
+def calibrate_fit(
+    raw: Path = typer.Argument(
+        ..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."
+    ),
+    out: Path = typer.Option(Path("profile.json"), "--out"),
+    cluster: Optional[str] = ClusterOpt,
+    json_out: bool = JsonOpt,
+):
     """Fit the collective model's parameters (per link class bandwidth and latency, per-op efficiency,
     with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
     from clustersim.calibration.run import fit_file
@@ -99,12 +152,15 @@ def calibrate_fit(raw: Path = typer.Argument(..., help="Raw measurements (calibr
 
 @calibrate_app.command("import-nccl-tests")
 @user_errors
-def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests outputs (text, or -J JSON)."),
-                     out: Path = typer.Option(Path("profile.json"), "--out"),
-                     op: Optional[str] = typer.Option(None, "--op", help="Collective, if the files do not say."),
-                     ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Ranks, if the files do not say."),
-                     nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="Nodes, if the files do not say."),
-                     cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
+def calibrate_import(
+    files: list[Path] = typer.Argument(..., help="nccl-tests outputs (text, or -J JSON)."),
+    out: Path = typer.Option(Path("profile.json"), "--out"),
+    op: Optional[str] = typer.Option(None, "--op", help="Collective, if the files do not say."),
+    ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Ranks, if the files do not say."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="Nodes, if the files do not say."),
+    cluster: Optional[str] = ClusterOpt,
+    json_out: bool = JsonOpt,
+):
     """Fit a profile from nccl-tests results (all_reduce_perf, all_gather_perf, ...)."""
     import sys
 
@@ -118,15 +174,24 @@ def calibrate_import(files: list[Path] = typer.Argument(..., help="nccl-tests ou
 
 @calibrate_app.command("check")
 @user_errors
-def calibrate_check(raw: list[Path] = typer.Argument(..., help="Raw measurements to fit (calibrate run --raw-out, "
-                                                                 "the torchrun sweep's --raw, a testbed sweep)."),
-                    predict: list[Path] = typer.Option([], "--predict", help="Raw files to predict (default: the "
-                                                                             "same files); e.g. another link rate."),
-                    train_ranks: Optional[str] = typer.Option(None, "--train-ranks", help="Group sizes to fit on, "
-                                                              "e.g. 2,4 (default: all but the largest)."),
-                    test_ranks: Optional[str] = typer.Option(None, "--test-ranks", help="Group sizes to predict, "
-                                                             "e.g. 8 (default: the largest)."),
-                    cluster: Optional[str] = ClusterOpt, json_out: bool = JsonOpt):
+def calibrate_check(
+    raw: list[Path] = typer.Argument(
+        ...,
+        help="Raw measurements to fit (calibrate run --raw-out, "
+        "the torchrun sweep's --raw, a testbed sweep).",
+    ),
+    predict: list[Path] = typer.Option(
+        [], "--predict", help="Raw files to predict (default: the same files); e.g. another link rate."
+    ),
+    train_ranks: Optional[str] = typer.Option(
+        None, "--train-ranks", help="Group sizes to fit on, e.g. 2,4 (default: all but the largest)."
+    ),
+    test_ranks: Optional[str] = typer.Option(
+        None, "--test-ranks", help="Group sizes to predict, e.g. 8 (default: the largest)."
+    ),
+    cluster: Optional[str] = ClusterOpt,
+    json_out: bool = JsonOpt,
+):
     """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
     groups (or another link rate) that were measured too, and report error and P10–P90 coverage."""
     from clustersim.calibration.check import run_check
@@ -135,24 +200,43 @@ def calibrate_check(raw: list[Path] = typer.Argument(..., help="Raw measurements
     if json_out:
         emit_json(result)
         return
-    rows = [[r["op"], f"{r['nodes']}x{r['gpus_per_node']}", format_bytes(r["bytes"]), _ms(r["measured_s"]),
-             _ms(r["predicted_s"]), f"{_ms(r['p10_s'])}–{_ms(r['p90_s'])}" + (" ✓" if r["inside"] else " ✗"),
-             f"{100 * r['error']:+.1f}%"] for r in result["rows"]]
-    console.print(table(f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} "
-                        "(times in ms)", ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
-                        rows))
+    rows = [
+        [
+            r["op"],
+            f"{r['nodes']}x{r['gpus_per_node']}",
+            format_bytes(r["bytes"]),
+            _ms(r["measured_s"]),
+            _ms(r["predicted_s"]),
+            f"{_ms(r['p10_s'])}–{_ms(r['p90_s'])}" + (" ✓" if r["inside"] else " ✗"),
+            f"{100 * r['error']:+.1f}%",
+        ]
+        for r in result["rows"]
+    ]
+    console.print(
+        table(
+            f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)",
+            ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
+            rows,
+        )
+    )
     summary = result["summary"]
     for op, v in summary["by_op"].items():
-        console.print(f"  {op}: median |error| {100 * v['median_abs_rel_error']:.1f}%, "
-                      f"max {100 * v['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * v['p10_p90_coverage']:.0f}%")
-    console.print(f"[bold]all: median |error| {100 * summary['median_abs_rel_error']:.1f}%, max "
-                  f"{100 * summary['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * summary['p10_p90_coverage']:.0f}% "
-                  f"of {summary['points']}[/]")
+        console.print(
+            f"  {op}: median |error| {100 * v['median_abs_rel_error']:.1f}%, "
+            f"max {100 * v['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * v['p10_p90_coverage']:.0f}%"
+        )
+    console.print(
+        f"[bold]all: median |error| {100 * summary['median_abs_rel_error']:.1f}%, max "
+        f"{100 * summary['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * summary['p10_p90_coverage']:.0f}% "
+        f"of {summary['points']}[/]"
+    )
 
 
 @calibrate_app.command("show")
 @user_errors
-def calibrate_show(profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt):
+def calibrate_show(
+    profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt
+):
     """Show a profile: provenance, measured rates, collective fits and their held-out accuracy."""
     from clustersim.calibration.profile import load_profile
 
@@ -186,16 +270,26 @@ def _print_network(net) -> None:
         kind = name.partition(".")[0]
         unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, "{:.3f}")
         rows.append([name, band(name, value, unit, fmt)])
-    console.print(table(f"Fitted collective model ({net.backend}, {net.points} points, shapes "
-                        f"{', '.join(f'{n}x{g}' for n, g in net.shapes)}): value [P10–P90]", ["parameter", "value"], rows))
+    console.print(
+        table(
+            f"Fitted collective model ({net.backend}, {net.points} points, shapes "
+            f"{', '.join(f'{n}x{g}' for n, g in net.shapes)}): value [P10–P90]",
+            ["parameter", "value"],
+            rows,
+        )
+    )
     algos = ", ".join(f"{k}: {v}" for k, v in net.algorithms.items()) or "NCCL's own choice (ring/tree)"
-    console.print(f"algorithms: {algos}; scatter of medians about the model: {100 * net.residual_sigma:.1f}% (1σ)")
+    console.print(
+        f"algorithms: {algos}; scatter of medians about the model: {100 * net.residual_sigma:.1f}% (1σ)"
+    )
     x = net.extrapolation
     if x is not None:
         ok = "✓" if x.median_abs_rel_error <= 0.05 and x.max_abs_rel_error <= 0.15 else "✗"
-        console.print(f"extrapolation check: fitted on {x.fitted_on_ranks} ranks, predicted {x.predicted_ranks}: "
-                      f"median |error| {100 * x.median_abs_rel_error:.1f}%, max {100 * x.max_abs_rel_error:.1f}%, "
-                      f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90 {ok}")
+        console.print(
+            f"extrapolation check: fitted on {x.fitted_on_ranks} ranks, predicted {x.predicted_ranks}: "
+            f"median |error| {100 * x.median_abs_rel_error:.1f}%, max {100 * x.max_abs_rel_error:.1f}%, "
+            f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90 {ok}"
+        )
 
 
 def _print_profile(p) -> None:
@@ -204,47 +298,113 @@ def _print_profile(p) -> None:
     for k, v in prov.items():
         console.print(f"  {k}: {v}")
     if p.matmul_tflops:
-        console.print(table("GEMM (largest size measured)", ["precision", "TFLOP/s"],
-                            [[k, f"{v:,.2f}"] for k, v in p.matmul_tflops.items()]))
+        console.print(
+            table(
+                "GEMM (largest size measured)",
+                ["precision", "TFLOP/s"],
+                [[k, f"{v:,.2f}"] for k, v in p.matmul_tflops.items()],
+            )
+        )
     if p.memory_gbs:
         console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s")
     if p.kernels_gbs:
-        console.print(table("Kernels (bytes as the cost model counts them / measured time)", ["kernel", "GB/s"],
-                            [[k, f"{v:,.1f}"] for k, v in p.kernels_gbs.items()]))
+        console.print(
+            table(
+                "Kernels (bytes as the cost model counts them / measured time)",
+                ["kernel", "GB/s"],
+                [[k, f"{v:,.1f}"] for k, v in p.kernels_gbs.items()],
+            )
+        )
     if p.host.cpu_adam_params_per_s:
-        console.print(table("CPU Adam on host cores", ["threads", "Mparams/s"],
-                            [[k, f"{v / 1e6:,.1f}"] for k, v in sorted(p.host.cpu_adam_params_per_s.items())]))
+        console.print(
+            table(
+                "CPU Adam on host cores",
+                ["threads", "Mparams/s"],
+                [[k, f"{v / 1e6:,.1f}"] for k, v in sorted(p.host.cpu_adam_params_per_s.items())],
+            )
+        )
     if p.host.copy_gbs:
-        console.print(table("Host<->device copies", ["kind", "GB/s"], [[k, f"{v:,.2f}"] for k, v in p.host.copy_gbs.items()]))
+        console.print(
+            table(
+                "Host<->device copies",
+                ["kind", "GB/s"],
+                [[k, f"{v:,.2f}"] for k, v in p.host.copy_gbs.items()],
+            )
+        )
     if p.compute_phases:
-        console.print(table("Measured compute phases per micro-step", ["model", "mb", "seq", "fwd ms", "bwd ms", "other ms"],
-                            [[c.model, c.micro_batch, c.seq_len, _ms(c.forward_s), _ms(c.backward_s), _ms(c.other_s)]
-                             for c in p.compute_phases]))
+        console.print(
+            table(
+                "Measured compute phases per micro-step",
+                ["model", "mb", "seq", "fwd ms", "bwd ms", "other ms"],
+                [
+                    [c.model, c.micro_batch, c.seq_len, _ms(c.forward_s), _ms(c.backward_s), _ms(c.other_s)]
+                    for c in p.compute_phases
+                ],
+            )
+        )
     if p.collectives:
         rows = []
         for f in p.collectives:
             q = f.quality
-            seg = "; ".join(f"≥{format_bytes(s[0]) if s[0] else '0 B'}: α {s[1] * 1e6:,.1f} µs, "
-                            + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
-                            for s in f.segments)
-            held = "-" if q is None or q.holdout_max_rel_error is None else f"{100 * q.holdout_max_rel_error:.1f}%"
-            ok = "" if q is None or q.holdout_max_rel_error is None else (" ✓" if q.holdout_max_rel_error <= 0.10 else " ✗")
-            rows.append([f.op, f"{f.nodes}x{f.gpus_per_node}", seg, "-" if q is None else f"{100 * q.residual_rms_rel:.1f}%", held + ok])
-        console.print(table("Collective fits (time = α + bytes/bandwidth per segment)",
-                            ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"], rows))
-        console.print("[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]")
+            seg = "; ".join(
+                f"≥{format_bytes(s[0]) if s[0] else '0 B'}: α {s[1] * 1e6:,.1f} µs, "
+                + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
+                for s in f.segments
+            )
+            held = (
+                "-"
+                if q is None or q.holdout_max_rel_error is None
+                else f"{100 * q.holdout_max_rel_error:.1f}%"
+            )
+            ok = (
+                ""
+                if q is None or q.holdout_max_rel_error is None
+                else (" ✓" if q.holdout_max_rel_error <= 0.10 else " ✗")
+            )
+            rows.append(
+                [
+                    f.op,
+                    f"{f.nodes}x{f.gpus_per_node}",
+                    seg,
+                    "-" if q is None else f"{100 * q.residual_rms_rel:.1f}%",
+                    held + ok,
+                ]
+            )
+        console.print(
+            table(
+                "Collective fits (time = α + bytes/bandwidth per segment)",
+                ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"],
+                rows,
+            )
+        )
+        console.print(
+            "[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]"
+        )
         if p.network is not None:
             _print_network(p.network)
         sizes = sorted({s for f in p.collectives for s, _ in f.busbw_by_size})
         if sizes:
             shown = sizes[:: -(-len(sizes) // 7)]  # at most 7 columns
-            console.print(table("Measured bus bandwidth by size, GB/s (per-size efficiency table)",
-                                ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
-                                [[f.op, *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown]]
-                                 for f in p.collectives]))
+            console.print(
+                table(
+                    "Measured bus bandwidth by size, GB/s (per-size efficiency table)",
+                    ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
+                    [
+                        [
+                            f.op,
+                            *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown],
+                        ]
+                        for f in p.collectives
+                    ],
+                )
+            )
         spread = p.raw.get("collectives") if p.raw else None
         if spread:
             import statistics
 
-            rel = statistics.median((r["p90_s"] - r["p10_s"]) / r["median_s"] for r in spread if r["median_s"] > 0)
-            console.print(f"[dim]measurement spread (p10-p90 / median, median over sizes): {100 * rel:.0f}%[/]")
+            rel = statistics.median(
+                (r["p90_s"] - r["p10_s"]) / r["median_s"] for r in spread if r["median_s"] > 0
+            )
+            console.print(
+                f"[dim]measurement spread (p10-p90 / median, median over sizes): {100 * rel:.0f}%[/]"
+            )

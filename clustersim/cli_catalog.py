@@ -7,12 +7,14 @@ from typing import Optional
 import typer
 
 from clustersim import catalog
-from clustersim.cli_support import (JsonOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load, table,
-                                    user_errors)
+from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors
+from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.units import format_bytes
 
 hardware_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
-models_app = typer.Typer(help="The model catalog (parameters, FLOPs computed from the architecture).", no_args_is_help=True)
+models_app = typer.Typer(
+    help="The model catalog (parameters, FLOPs computed from the architecture).", no_args_is_help=True
+)
 topology_app = typer.Typer(help="Inspect a scenario's cluster topology.", no_args_is_help=True)
 presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_args_is_help=True)
 
@@ -25,9 +27,25 @@ def hardware_list(json_out: bool = JsonOpt):
     if json_out:
         emit_json({n: g.model_dump() for n, g in gpus.items()})
         return
-    rows = [[n, g.peak_tflops.get("fp16", g.peak_tflops["fp32"]), g.peak_tflops.get("bf16", "-"), g.hbm_gbs,
-             g.memory_gib, f"{g.nvlink.links} x {g.nvlink.gbs_per_link}", g.pcie_gen] for n, g in gpus.items()]
-    console.print(table("GPUs", ["name", "fp16 TFLOP/s", "bf16 TFLOP/s", "HBM GB/s", "GiB", "NVLink (GB/s)", "PCIe gen"], rows))
+    rows = [
+        [
+            n,
+            g.peak_tflops.get("fp16", g.peak_tflops["fp32"]),
+            g.peak_tflops.get("bf16", "-"),
+            g.hbm_gbs,
+            g.memory_gib,
+            f"{g.nvlink.links} x {g.nvlink.gbs_per_link}",
+            g.pcie_gen,
+        ]
+        for n, g in gpus.items()
+    ]
+    console.print(
+        table(
+            "GPUs",
+            ["name", "fp16 TFLOP/s", "bf16 TFLOP/s", "HBM GB/s", "GiB", "NVLink (GB/s)", "PCIe gen"],
+            rows,
+        )
+    )
 
 
 @hardware_app.command("show")
@@ -53,36 +71,81 @@ def models_list(json_out: bool = JsonOpt):
     rows = []
     for name, arch in catalog.models().items():
         w = build_workload(WorkloadSpec(model=name, micro_batch=1))
-        rows.append({"name": name, "family": arch.family, "params": w.params,
-                     "forward_gflops_per_sample": w.forward_flops / 1e9, "default_seq_len": w.seq_len})
+        rows.append(
+            {
+                "name": name,
+                "family": arch.family,
+                "params": w.params,
+                "forward_gflops_per_sample": w.forward_flops / 1e9,
+                "default_seq_len": w.seq_len,
+            }
+        )
     if json_out:
         emit_json(rows)
         return
-    console.print(table("Models", ["name", "family", "parameters (M)", "fwd GFLOP/sample", "seq"],
-                        [[r["name"], r["family"], f"{r['params'] / 1e6:,.1f}", f"{r['forward_gflops_per_sample']:,.1f}",
-                          r["default_seq_len"]] for r in rows]))
+    console.print(
+        table(
+            "Models",
+            ["name", "family", "parameters (M)", "fwd GFLOP/sample", "seq"],
+            [
+                [
+                    r["name"],
+                    r["family"],
+                    f"{r['params'] / 1e6:,.1f}",
+                    f"{r['forward_gflops_per_sample']:,.1f}",
+                    r["default_seq_len"],
+                ]
+                for r in rows
+            ],
+        )
+    )
 
 
 @models_app.command("show")
 @user_errors
-def models_show(name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
-                micro_batch: int = typer.Option(1, "--micro-batch", min=1), seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1),
-                json_out: bool = JsonOpt):
+def models_show(
+    name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
+    micro_batch: int = typer.Option(1, "--micro-batch", min=1),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1),
+    json_out: bool = JsonOpt,
+):
     """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
     from clustersim.scenario import WorkloadSpec
     from clustersim.workloads import build_workload
 
     arch = catalog.model(name)
     w = build_workload(WorkloadSpec(model=name, micro_batch=micro_batch, seq_len=seq_len))
-    layers = [{"layer": l.name, "params": l.params, "forward_gflops": l.forward_flops / 1e9,
-               "activation_bytes": l.activation_bytes} for l in w.layers]
+    layers = [
+        {
+            "layer": layer.name,
+            "params": layer.params,
+            "forward_gflops": layer.forward_flops / 1e9,
+            "activation_bytes": layer.activation_bytes,
+        }
+        for layer in w.layers
+    ]
     if json_out:
         emit_json({"name": name, "architecture": arch.model_dump(), "params": w.params, "layers": layers})
         return
-    console.print(f"[bold]{name}[/]: {arch.description}; {w.params:,} parameters; micro-batch {micro_batch}, seq {w.seq_len}")
-    console.print(table("Layers", ["layer", "params", "fwd GFLOP", "activations"],
-                        [[l["layer"], f"{l['params']:,}", f"{l['forward_gflops']:,.2f}", format_bytes(l["activation_bytes"])]
-                         for l in layers]))
+    console.print(
+        f"[bold]{name}[/]: {arch.description}; {w.params:,} parameters; micro-batch {micro_batch}, seq "
+        f"{w.seq_len}"
+    )
+    console.print(
+        table(
+            "Layers",
+            ["layer", "params", "fwd GFLOP", "activations"],
+            [
+                [
+                    row["layer"],
+                    f"{row['params']:,}",
+                    f"{row['forward_gflops']:,.2f}",
+                    format_bytes(row["activation_bytes"]),
+                ]
+                for row in layers
+            ],
+        )
+    )
 
 
 @topology_app.command("show")
@@ -99,19 +162,50 @@ def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
         groups["inter-node rail (one GPU per node)"] = GroupShape(c.nodes, 1)
         groups["world (all GPUs)"] = GroupShape(c.nodes, c.gpus_per_node)
     info = cl.describe()
-    info["groups"] = {name: {"ranks": g.ranks, "ring_busbw_gbs": cl.ring(g).bytes_per_s / 1e9,
-                             "bottleneck": cl.ring(g).bottleneck} for name, g in groups.items()}
+    info["groups"] = {
+        name: {
+            "ranks": g.ranks,
+            "ring_busbw_gbs": cl.ring(g).bytes_per_s / 1e9,
+            "bottleneck": cl.ring(g).bottleneck,
+        }
+        for name, g in groups.items()
+    }
     if json_out:
         emit_json(info)
         return
-    console.print(f"[bold]{s.name}[/]: {c.nodes} nodes x {c.gpus_per_node} {cl.gpu.name} = {c.world_size} GPUs, "
-                  f"intra-node {c.intra_node.fabric}, {c.nic.count} x {c.nic.kind} NIC, fabric {c.fabric.kind}")
-    console.print(table("Links inside one node (full duplex)", ["kind", "directed edges", "GB/s per direction", "hop µs"],
-                        [[k, v["directed_edges_per_node"], ", ".join(map(str, v["gbs_per_direction"])), f"{v['hop_latency_us']:.1f}"]
-                         for k, v in info["link_kinds"].items()]))
-    console.print(f"NIC: {info['nic']['gbs_each']:.3f} GB/s each ({'measured' if info['nic']['measured'] else 'line rate x efficiency'})")
-    console.print(table("Collective groups", ["group", "ranks", "ring busbw GB/s", "bottleneck"],
-                        [[n, g["ranks"], f"{g['ring_busbw_gbs']:.2f}", g["bottleneck"]] for n, g in info["groups"].items()]))
+    console.print(
+        f"[bold]{s.name}[/]: {c.nodes} nodes x {c.gpus_per_node} {cl.gpu.name} = {c.world_size} GPUs, "
+        f"intra-node {c.intra_node.fabric}, {c.nic.count} x {c.nic.kind} NIC, fabric {c.fabric.kind}"
+    )
+    console.print(
+        table(
+            "Links inside one node (full duplex)",
+            ["kind", "directed edges", "GB/s per direction", "hop µs"],
+            [
+                [
+                    k,
+                    v["directed_edges_per_node"],
+                    ", ".join(map(str, v["gbs_per_direction"])),
+                    f"{v['hop_latency_us']:.1f}",
+                ]
+                for k, v in info["link_kinds"].items()
+            ],
+        )
+    )
+    console.print(
+        f"NIC: {info['nic']['gbs_each']:.3f} GB/s each "
+        f"({'measured' if info['nic']['measured'] else 'line rate x efficiency'})"
+    )
+    console.print(
+        table(
+            "Collective groups",
+            ["group", "ranks", "ring busbw GB/s", "bottleneck"],
+            [
+                [n, g["ranks"], f"{g['ring_busbw_gbs']:.2f}", g["bottleneck"]]
+                for n, g in info["groups"].items()
+            ],
+        )
+    )
 
 
 @presets_app.command("list")
@@ -124,4 +218,11 @@ def presets_list(json_out: bool = JsonOpt):
     if json_out:
         emit_json([{"name": n, "description": d} for n, d in rows])
         return
-    console.print(table("Presets (use as preset:NAME)", ["name", "description"], [list(r) for r in rows], justify_numbers=False))
+    console.print(
+        table(
+            "Presets (use as preset:NAME)",
+            ["name", "description"],
+            [list(r) for r in rows],
+            justify_numbers=False,
+        )
+    )

@@ -6,27 +6,34 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import (JsonOpt, ProfileOpt, ScenarioArg, console, emit_json, load_scenario_ref as _load,
-                                    ms as _ms, table, user_errors)
+from clustersim.cli_support import JsonOpt, ProfileOpt, ScenarioArg, console, emit_json, table, user_errors
+from clustersim.cli_support import load_scenario_ref as _load
+from clustersim.cli_support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.units import format_bytes
 
-offload_app = typer.Typer(help="CPU optimizer offload: ZeRO-Offload and interleaved (Deep Optimizer States).",
-                          no_args_is_help=True)
+offload_app = typer.Typer(
+    help="CPU optimizer offload: ZeRO-Offload and interleaved (Deep Optimizer States).", no_args_is_help=True
+)
 
 
 def _print_placement(off: dict) -> None:
     pl = off["placement"]
-    console.print(f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M parameters: "
-                  f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} resident on the GPU "
-                  f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
-                  f"PCIe {off['pcie_gbs']:.0f} GB/s, host DRAM {off['host_dram_gbs_per_gpu']:.0f} GB/s per GPU")
+    console.print(
+        f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M "
+        "parameters: "
+        f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} "
+        "resident on the GPU "
+        f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
+        f"PCIe {off['pcie_gbs']:.0f} GB/s, host DRAM {off['host_dram_gbs_per_gpu']:.0f} GB/s per GPU"
+    )
 
 
 @offload_app.command("plan")
 @user_errors
 def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
-    """Per-subgroup placement of the optimizer update; iteration time without offload, ZeRO-Offload, interleaved."""
+    """Per-subgroup placement of the optimizer update; iteration time without offload, ZeRO-Offload,
+    interleaved."""
     from clustersim.simulator import simulate
 
     s = _load(scenario)
@@ -40,33 +47,69 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
                 raise
             results[mode] = {"fits": False, "why": exc.message}
             continue
-        results[mode] = {"fits": True, "iteration_time_s": r.iteration_time, "samples_per_s": r.samples_per_s,
-                         "breakdown_s": r.breakdown, "gpu_memory_bytes": r.memory["total"]}
+        results[mode] = {
+            "fits": True,
+            "iteration_time_s": r.iteration_time,
+            "samples_per_s": r.samples_per_s,
+            "breakdown_s": r.breakdown,
+            "gpu_memory_bytes": r.memory["total"],
+        }
         if mode == "interleaved":
             interleaved = r
     off = interleaved.extra["offload"]
     if json_out:
         emit_json({"scenario": s.name, "modes": results, "placement": off})
         return
-    console.print(f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x {s.cluster.gpu}, "
-                  f"optimizer {s.training.optimizer}")
+    console.print(
+        f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x {s.cluster.gpu}, "
+        f"optimizer {s.training.optimizer}"
+    )
     _print_placement(off)
-    console.print(table("Placement of the optimizer update by subgroup", ["subgroups", "count", "where"],
-                        [[f"{a}-{b}" if a != b else str(a), b - a + 1, k.replace("_", " ")] for a, b, k in off["ranges"]]))
+    console.print(
+        table(
+            "Placement of the optimizer update by subgroup",
+            ["subgroups", "count", "where"],
+            [[f"{a}-{b}" if a != b else str(a), b - a + 1, k.replace("_", " ")] for a, b, k in off["ranges"]],
+        )
+    )
     if off.get("candidates"):
-        console.print(table("Plans simulated (the fastest is kept)", ["plan", "iteration ms"],
-                            [[k, _ms(v)] for k, v in off["candidates"].items()]))
+        console.print(
+            table(
+                "Plans simulated (the fastest is kept)",
+                ["plan", "iteration ms"],
+                [[k, _ms(v)] for k, v in off["candidates"].items()],
+            )
+        )
     rows = []
     base = results.get("zero", {}).get("iteration_time_s")
-    for mode, label in (("none", "no offload"), ("zero", "ZeRO-Offload (all updates on the CPU)"),
-                        ("interleaved", "interleaved offload")):
+    for mode, label in (
+        ("none", "no offload"),
+        ("zero", "ZeRO-Offload (all updates on the CPU)"),
+        ("interleaved", "interleaved offload"),
+    ):
         m = results[mode]
         if not m["fits"]:
             rows.append([label, "does not fit", "-", "-", m["why"].split(":")[0]])
             continue
         b = m["breakdown_s"]
-        rows.append([label, _ms(m["iteration_time_s"]), _ms(b["backward"]),
-                     _ms(b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]), format_bytes(m["gpu_memory_bytes"])])
-    console.print(table("Offload modes compared", ["mode", "iteration ms", "backward ms", "update (exposed) ms", "GPU memory"], rows))
+        rows.append(
+            [
+                label,
+                _ms(m["iteration_time_s"]),
+                _ms(b["backward"]),
+                _ms(b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]),
+                format_bytes(m["gpu_memory_bytes"]),
+            ]
+        )
+    console.print(
+        table(
+            "Offload modes compared",
+            ["mode", "iteration ms", "backward ms", "update (exposed) ms", "GPU memory"],
+            rows,
+        )
+    )
     if base:
-        console.print(f"interleaved is {base / results['interleaved']['iteration_time_s']:.2f}x faster than ZeRO-Offload")
+        console.print(
+            f"interleaved is {base / results['interleaved']['iteration_time_s']:.2f}x faster than "
+            "ZeRO-Offload"
+        )

@@ -10,17 +10,36 @@ import typer
 from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, table
 
 
-def sweep(sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
-          out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
-          scheduler: Optional[str] = typer.Option(None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: an in-process one."),
-          workers: int = typer.Option(1, "--workers", min=1, help="Threads of the in-process Dask cluster."),
-          profile: Optional[str] = ProfileOpt,
-          samples: Optional[int] = typer.Option(None, "--samples", min=0, max=1000, help=(
-              "Draws of the uncertain parameters per row for the P10–P90 columns (default: the sweep file's "
-              "`samples`, 8); 0 turns them off and runs about 9x faster.")),
-          json_out: bool = JsonOpt):
-    """Run a what-if sweep on Dask; rows are written to OUT/results.csv as they finish, each with its P10–P90."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+def sweep(
+    sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
+    out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: an in-process one."
+    ),
+    workers: int = typer.Option(1, "--workers", min=1, help="Threads of the in-process Dask cluster."),
+    profile: Optional[str] = ProfileOpt,
+    samples: Optional[int] = typer.Option(
+        None,
+        "--samples",
+        min=0,
+        max=1000,
+        help=(
+            "Draws of the uncertain parameters per row for the P10–P90 columns (default: the sweep file's "
+            "`samples`, 8); 0 turns them off and runs about 9x faster."
+        ),
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Run a what-if sweep on Dask; rows are written to OUT/results.csv as they finish, each with its
+    P10–P90."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from clustersim.sweeps.run import run_sweep
     from clustersim.sweeps.spec import load_sweep
@@ -31,20 +50,43 @@ def sweep(sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario
         emit_json({"out": str(out), **counts})
         return
     console.print(f"sweep [bold]{sw.spec.name}[/]: {len(sw.rows())} rows over {', '.join(sw.axes)} -> {out}/")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("simulating", total=len(sw.rows()))
-        counts = run_sweep(sw, out, scheduler, workers, progress=lambda done, total: bar.update(task, completed=done))
-    console.print(f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv")
+        counts = run_sweep(
+            sw, out, scheduler, workers, progress=lambda done, total: bar.update(task, completed=done)
+        )
+    console.print(
+        f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
+    )
 
 
-def report(results: Path = typer.Argument(..., help="A sweep's results folder."),
-           out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file (self-contained, opens offline)."),
-           price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices per GPU type."),
-           steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps for time-to-train; default: the sweep's, else 100,000."),
-           png: Optional[Path] = typer.Option(None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."),
-           json_out: bool = JsonOpt):
-    """Capacity-planning report (self-contained HTML): speedups, breakdowns, timeline, bytes, cost vs time, advice.
+def report(
+    results: Path = typer.Argument(..., help="A sweep's results folder."),
+    out: Path = typer.Option(
+        Path("report.html"), "--out", help="The HTML file (self-contained, opens offline)."
+    ),
+    price: Optional[float] = typer.Option(
+        None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices per GPU type."
+    ),
+    steps: Optional[int] = typer.Option(
+        None, "--steps", min=1, help="Training steps for time-to-train; default: the sweep's, else 100,000."
+    ),
+    png: Optional[Path] = typer.Option(
+        None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Capacity-planning report (self-contained HTML): speedups, breakdowns, timeline, bytes, cost vs time,
+    advice.
 
     Figures: speedup vs GPU count per optimizer and network; the iteration breakdown as stacked bars; a
     timeline of one iteration; bytes on the wire; cost against time-to-train with the Pareto frontier.
@@ -62,17 +104,32 @@ def report(results: Path = typer.Argument(..., help="A sweep's results folder.")
         console.print(info["png"]["message"])
 
 
-def plan_cmd(model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
-             steps: int = typer.Option(..., "--steps", help="Training steps."),
-             deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
-             budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
-             candidates: Optional[Path] = typer.Option(None, "--candidates", help="Sweep file of candidate clusters (default: built-in grid)."),
-             global_batch: int = typer.Option(1024, "--global-batch", min=1, help="Samples per step, the same on every candidate."),
-             price: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."),
-             profile: Optional[str] = ProfileOpt,
-             samples: int = typer.Option(8, "--samples", min=0, max=1000, help=(
-                 "Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up.")),
-             json_out: bool = JsonOpt):
+def plan_cmd(
+    model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
+    steps: int = typer.Option(..., "--steps", help="Training steps."),
+    deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
+    candidates: Optional[Path] = typer.Option(
+        None, "--candidates", help="Sweep file of candidate clusters (default: built-in grid)."
+    ),
+    global_batch: int = typer.Option(
+        1024, "--global-batch", min=1, help="Samples per step, the same on every candidate."
+    ),
+    price: Optional[float] = typer.Option(
+        None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."
+    ),
+    profile: Optional[str] = ProfileOpt,
+    samples: int = typer.Option(
+        8,
+        "--samples",
+        min=0,
+        max=1000,
+        help=(
+            "Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up."
+        ),
+    ),
+    json_out: bool = JsonOpt,
+):
     """The cheapest cluster and optimizer that meets the deadline (and budget), with runners-up and why."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -81,36 +138,90 @@ def plan_cmd(model: str = typer.Option(..., "--model", help="Catalog model, e.g.
 
     hours = parse_duration(deadline)
     if json_out:
-        result = plan(model, steps, hours, budget, candidates, global_batch, price, profile=profile, samples=samples)
-        keep = ("optimizer", "cluster", "world_size", "gpu", "network", "ttt_h", "ttt_p10_h", "ttt_p90_h", "cost",
-                "samples_per_s", "speedup")
-        emit_json({**{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
-                   "chosen": result["chosen"] and {k: result["chosen"].get(k) for k in keep},
-                   "runners_up": [{k: r.get(k) for k in keep} for r in result["runners_up"]],
-                   "fastest": {k: result["fastest"].get(k) for k in keep}})
+        result = plan(
+            model, steps, hours, budget, candidates, global_batch, price, profile=profile, samples=samples
+        )
+        keep = (
+            "optimizer",
+            "cluster",
+            "world_size",
+            "gpu",
+            "network",
+            "ttt_h",
+            "ttt_p10_h",
+            "ttt_p90_h",
+            "cost",
+            "samples_per_s",
+            "speedup",
+        )
+        emit_json(
+            {
+                **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
+                "chosen": result["chosen"] and {k: result["chosen"].get(k) for k in keep},
+                "runners_up": [{k: r.get(k) for k in keep} for r in result["runners_up"]],
+                "fastest": {k: result["fastest"].get(k) for k in keep},
+            }
+        )
         return
-    with Progress(TextColumn("simulating candidates"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("simulating candidates"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("plan", total=None)
-        result = plan(model, steps, hours, budget, candidates, global_batch, price,
-                      progress=lambda done, total: bar.update(task, completed=done, total=total), profile=profile,
-                      samples=samples)
-    console.print(f"[bold]{model}[/], {steps:,} steps of {global_batch:,} samples, deadline {hours:,.1f} h"
-                  + (f", budget ${budget:,.0f}" if budget else "") + f": {result['simulated']} candidates simulated"
-                  + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else ""))
+        result = plan(
+            model,
+            steps,
+            hours,
+            budget,
+            candidates,
+            global_batch,
+            price,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            profile=profile,
+            samples=samples,
+        )
+    console.print(
+        f"[bold]{model}[/], {steps:,} steps of {global_batch:,} samples, deadline {hours:,.1f} h"
+        + (f", budget ${budget:,.0f}" if budget else "")
+        + f": {result['simulated']} candidates simulated"
+        + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else "")
+    )
     for line in result["text"]:
         console.print(f"  • {line}")
     chosen = result["chosen"]
     if chosen is not None and chosen.get("ttt_p10_h") is not None:
-        console.print(f"  • P10–P90 time to train of the choice: {chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h "
-                      "(parameter uncertainty of the hardware model; see README 'How sure')")
+        console.print(
+            "  • P10–P90 time to train of the choice: "
+            f"{chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h "
+            "(parameter uncertainty of the hardware model; see README 'How sure')"
+        )
     if chosen is not None and result["runners_up"]:
-        console.print(table("Runners-up (also meet the constraints)", ["optimizer", "cluster", "hours", "cost", "vs the choice"],
-                            [[r["optimizer"], r["cluster"],
-                              f"{r['ttt_h']:,.1f}" + (f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})"
-                                                      if r.get("ttt_p10_h") is not None else ""),
-                              f"${r['cost']:,.0f}", why_not(r, chosen)]
-                             for r in result["runners_up"]], left=2))
+        console.print(
+            table(
+                "Runners-up (also meet the constraints)",
+                ["optimizer", "cluster", "hours", "cost", "vs the choice"],
+                [
+                    [
+                        r["optimizer"],
+                        r["cluster"],
+                        f"{r['ttt_h']:,.1f}"
+                        + (
+                            f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})"
+                            if r.get("ttt_p10_h") is not None
+                            else ""
+                        ),
+                        f"${r['cost']:,.0f}",
+                        why_not(r, chosen),
+                    ]
+                    for r in result["runners_up"]
+                ],
+                left=2,
+            )
+        )
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
     if chosen is None:

@@ -38,7 +38,9 @@ def emit_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def table(title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1) -> Table:
+def table(
+    title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1
+) -> Table:
     """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned."""
     t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
@@ -51,10 +53,16 @@ def table(title: str, columns: list[str], rows: list[list], justify_numbers: boo
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 SamplesOpt = typer.Option(
-    16, "--samples", min=0, max=1000,
+    16,
+    "--samples",
+    min=0,
+    max=1000,
     help="Draws of the uncertain parameters (calibration covariance or documented default widths) for the "
-         "P10–P90 band; each re-runs the simulation. 0 turns the band off.")
-ProfileOpt = typer.Option(None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults.")
+    "P10–P90 band; each re-runs the simulation. 0 turns the band off.",
+)
+ProfileOpt = typer.Option(
+    None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults."
+)
 
 
 def load_scenario_ref(ref: str):

@@ -8,17 +8,23 @@ import typer
 
 from clustersim.cli_support import JsonOpt, console, emit_json, table, user_errors
 
-testbed_app = typer.Typer(help="An emulated cluster on one Linux machine: N hosts in network namespaces, "
-                               "each on a shaped link (tc tbf) to one bridge. Needs root, ip and tc.",
-                          no_args_is_help=True)
+testbed_app = typer.Typer(
+    help="An emulated cluster on one Linux machine: N hosts in network namespaces, "
+    "each on a shaped link (tc tbf) to one bridge. Needs root, ip and tc.",
+    no_args_is_help=True,
+)
 
 
 @testbed_app.command("up")
 @user_errors
-def testbed_up(hosts: int = typer.Option(..., "--hosts", help="Number of emulated hosts (2..64)."),
-               rate: str = typer.Option(..., "--rate", help="Link rate per host and direction, tc units: 200mbit, 1gbit."),
-               delay: Optional[float] = typer.Option(None, "--delay", help="One-way delay, ms (needs tc netem)."),
-               json_out: bool = JsonOpt):
+def testbed_up(
+    hosts: int = typer.Option(..., "--hosts", help="Number of emulated hosts (2..64)."),
+    rate: str = typer.Option(
+        ..., "--rate", help="Link rate per host and direction, tc units: 200mbit, 1gbit."
+    ),
+    delay: Optional[float] = typer.Option(None, "--delay", help="One-way delay, ms (needs tc netem)."),
+    json_out: bool = JsonOpt,
+):
     """Create the hosts (idempotent: the same parameters keep a running testbed; others rebuild it)."""
     from clustersim.testbed.hosts import up
     from clustersim.testbed.shaping import parse_rate
@@ -27,8 +33,10 @@ def testbed_up(hosts: int = typer.Option(..., "--hosts", help="Number of emulate
     if json_out:
         emit_json({**tb.describe(), "created": created})
         return
-    console.print(("created" if created else "already up:") + f" {tb.hosts} hosts at {tb.describe()['rate']} "
-                  f"per direction, shaped with {tb.shaper}")
+    console.print(
+        ("created" if created else "already up:") + f" {tb.hosts} hosts at {tb.describe()['rate']} "
+        f"per direction, shaped with {tb.shaper}"
+    )
     _print(tb)
 
 
@@ -74,6 +82,10 @@ def testbed_exec(ctx: typer.Context, host: str = typer.Argument(..., help="h0, h
 
 def _print(tb) -> None:
     d = tb.describe()
-    console.print(table(f"testbed: bridge {d['bridge']}, {d['rate']} per host and direction ({d['shaper']})",
-                        ["host", "address", "interface"],
-                        [[m["host"], m["address"], m["interface"]] for m in d["members"]]))
+    console.print(
+        table(
+            f"testbed: bridge {d['bridge']}, {d['rate']} per host and direction ({d['shaper']})",
+            ["host", "address", "interface"],
+            [[m["host"], m["address"], m["interface"]] for m in d["members"]],
+        )
+    )

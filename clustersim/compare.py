@@ -44,7 +44,9 @@ class CompareRow:
         return asdict(self)
 
 
-def mean_step_time(optimizer: str, iteration: float, warmup_iteration: float | None, warmup: float | None) -> float:
+def mean_step_time(
+    optimizer: str, iteration: float, warmup_iteration: float | None, warmup: float | None
+) -> float:
     """Average seconds per step over a run: 1-bit Adam spends the fraction ``warmup`` (default
     DEFAULT_WARMUP) of its steps in the full-precision warmup stage; other optimizers run alike."""
     if optimizer != "onebit-adam" or warmup_iteration is None:
@@ -67,8 +69,10 @@ def warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None)
     freeze = opts.get("freeze_step")
     if freeze is not None and steps:
         if freeze > steps:
-            raise InputError(f"freeze_step {freeze} is beyond the run's {steps} steps",
-                             key="training.optimizer_options.freeze_step")
+            raise InputError(
+                f"freeze_step {freeze} is beyond the run's {steps} steps",
+                key="training.optimizer_options.freeze_step",
+            )
         return freeze / steps
     return DEFAULT_WARMUP
 
@@ -80,14 +84,24 @@ def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None
         opts["total_steps"] = steps
         opts.setdefault("var_freeze_step", min(23_000, steps))
         if opts["var_freeze_step"] > steps:
-            raise InputError(f"var_freeze_step {opts['var_freeze_step']} is beyond the run's {steps} steps",
-                             key="training.optimizer_options.var_freeze_step")
+            raise InputError(
+                f"var_freeze_step {opts['var_freeze_step']} is beyond the run's {steps} steps",
+                key="training.optimizer_options.var_freeze_step",
+            )
     opts.update(extra)
     return scenario.with_changes(**{"training.optimizer": optimizer, "training.optimizer_options": opts})
 
 
-def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], steps: int | None = None,
-            warmup: float | None = None, profile=None, progress=None, samples: int = 0) -> list[CompareRow]:
+def compare(
+    scenario: Scenario,
+    optimizers: list[str],
+    gpu_counts: list[int],
+    steps: int | None = None,
+    warmup: float | None = None,
+    profile=None,
+    progress=None,
+    samples: int = 0,
+) -> list[CompareRow]:
     if not optimizers:
         raise InputError("no optimizers given", key="--optimizers")
     for name in optimizers:
@@ -107,22 +121,34 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
         per_opt: dict[str, CompareRow] = {}
         scenarios: dict[str, Scenario] = {}
         for name in optimizers:
-            s = scenario_for_optimizer(sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {}))
+            s = scenario_for_optimizer(
+                sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {})
+            )
             scenarios[name] = s
             r = simulate(s, profile)
             b = r.breakdown
             row = CompareRow(
-                gpus=gpus, optimizer=name, iteration_time_s=r.iteration_time,
-                compute_s=b["forward"] + b["backward"], exposed_communication_s=b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
-                compression_s=b["compression"], optimizer_s=b["optimizer"] + b["other"],
-                samples_per_s=r.samples_per_s, speedup=0.0,
+                gpus=gpus,
+                optimizer=name,
+                iteration_time_s=r.iteration_time,
+                compute_s=b["forward"] + b["backward"],
+                exposed_communication_s=b["exposed_communication"]
+                + b["exposed_transfer"]
+                + b["exposed_host"],
+                compression_s=b["compression"],
+                optimizer_s=b["optimizer"] + b["other"],
+                samples_per_s=r.samples_per_s,
+                speedup=0.0,
                 intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
-                inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"])
+                inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
+            )
             if name == "onebit-adam":
                 warm = simulate(scenario_for_optimizer(sized, name, steps, stage="warmup"), profile)
                 row.warmup_iteration_time_s = warm.iteration_time
             if steps:
-                row.time_to_train_s = steps * mean_step_time(name, row.iteration_time_s, row.warmup_iteration_time_s, w)
+                row.time_to_train_s = steps * mean_step_time(
+                    name, row.iteration_time_s, row.warmup_iteration_time_s, w
+                )
             per_opt[name] = row
             if progress:
                 progress()
@@ -137,8 +163,9 @@ def compare(scenario: Scenario, optimizers: list[str], gpu_counts: list[int], st
     return rows
 
 
-def _add_bands(per_opt: dict[str, CompareRow], scenarios: dict[str, Scenario], baseline: str, profile,
-               samples: int) -> None:
+def _add_bands(
+    per_opt: dict[str, CompareRow], scenarios: dict[str, Scenario], baseline: str, profile, samples: int
+) -> None:
     """P10-P90 of each optimizer's step and of its speedup, all under the same parameter draws."""
     import numpy as np
 
@@ -167,6 +194,8 @@ def break_evens(scenario: Scenario, optimizers: list[str], gpus: int, profile=No
         base = BASELINE_OF.get(name)
         if base is None:
             continue
-        comp = scenario_for_optimizer(sized, name, None, **({"stage": "compression"} if name == "onebit-adam" else {}))
+        comp = scenario_for_optimizer(
+            sized, name, None, **({"stage": "compression"} if name == "onebit-adam" else {})
+        )
         out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
     return out

@@ -23,7 +23,9 @@ class OneBitAdamOptions(BaseModel):
     stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
     backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
     param_groups: int = Field(1, ge=1, description="one compressed_allreduce per parameter group")
-    freeze_step: int | None = Field(None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps")
+    freeze_step: int | None = Field(
+        None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps"
+    )
 
 
 class ZeroOneAdamOptions(BaseModel):
@@ -39,7 +41,9 @@ class ZeroOneAdamOptions(BaseModel):
     @model_validator(mode="after")
     def _freeze_within_run(self):
         if self.var_freeze_step > self.total_steps:
-            raise ValueError(f"var_freeze_step {self.var_freeze_step} is beyond total_steps {self.total_steps}")
+            raise ValueError(
+                f"var_freeze_step {self.var_freeze_step} is beyond total_steps {self.total_steps}"
+            )
         return self
 
 
@@ -49,7 +53,9 @@ class Phase(BaseModel):
     group: Literal["intra", "inter", "world"]
     bits: int = Field(ge=1, le=32, description="bits per element on the wire")
     via: Literal["native", "all_to_all"] = "native"
-    requantize_bits: int | None = Field(None, ge=1, le=32, description="re-quantize the phase's result to this many bits")
+    requantize_bits: int | None = Field(
+        None, ge=1, le=32, description="re-quantize the phase's result to this many bits"
+    )
 
 
 class BinSGDMOptions(BaseModel):
@@ -58,15 +64,20 @@ class BinSGDMOptions(BaseModel):
 
 
 OPTIONS: dict[str, type[BaseModel]] = {
-    "adam": NoOptions, "sgdm": NoOptions, "onebit-adam": OneBitAdamOptions,
-    "zero-one-adam": ZeroOneAdamOptions, "binsgdm": BinSGDMOptions,
+    "adam": NoOptions,
+    "sgdm": NoOptions,
+    "onebit-adam": OneBitAdamOptions,
+    "zero-one-adam": ZeroOneAdamOptions,
+    "binsgdm": BinSGDMOptions,
 }
 
 
 def parse_options(optimizer: str, options: dict) -> BaseModel:
     """The validated options of ``optimizer``; errors name ``training.optimizer(_options)...``."""
     if optimizer not in OPTIONS:
-        raise InputError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIONS)})", key="training.optimizer")
+        raise InputError(
+            f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIONS)})", key="training.optimizer"
+        )
     try:
         return OPTIONS[optimizer].model_validate(options)
     except ValidationError as exc:

@@ -16,9 +16,9 @@ import yaml
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.report import analysis
+from clustersim.scenario import validate_scenario
 from clustersim.sweeps.run import simulate_row
 from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref
-from clustersim.scenario import validate_scenario
 
 
 def candidate_sweep(path: Path | None) -> Sweep:
@@ -29,9 +29,18 @@ def candidate_sweep(path: Path | None) -> Sweep:
     return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
 
 
-def plan(model: str, steps: int, deadline_h: float, budget: float | None, candidates: Path | None,
-         global_batch: int, price: float | None, progress: Callable[[int, int], None] | None = None,
-         profile: str | None = None, samples: int = 8) -> dict[str, Any]:
+def plan(
+    model: str,
+    steps: int,
+    deadline_h: float,
+    budget: float | None,
+    candidates: Path | None,
+    global_batch: int,
+    price: float | None,
+    progress: Callable[[int, int], None] | None = None,
+    profile: str | None = None,
+    samples: int = 8,
+) -> dict[str, Any]:
     """Simulate every candidate once, choose, then give the chosen one and the runners-up their P10-P90
     time-to-train (``samples`` draws each; simulating every candidate's band would cost 9x more)."""
     catalog.model(model)  # a clear error for an unknown model before any work
@@ -56,24 +65,45 @@ def plan(model: str, steps: int, deadline_h: float, budget: float | None, candid
         if len(memory) == len(records):
             smallest = min(memory, key=lambda r: len(r["error"]))
             need = smallest["error"].split("does not fit in GPU memory: ")[-1].split(" per rank")[0]
-            raise InputError(f"none of the {len(records)} candidates can train {model}: with plain data parallelism "
-                             f"each GPU needs {need} or more, beyond every candidate GPU's memory; give --candidates "
-                             "a sweep whose base sets training.offload (mode: zero or interleaved)")
-        raise InputError(f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}")
+            raise InputError(
+                f"none of the {len(records)} candidates can train {model}: with plain data parallelism "
+                f"each GPU needs {need} or more, beyond every candidate GPU's memory; give --candidates "
+                "a sweep whose base sets training.offload (mode: zero or interleaved)"
+            )
+        raise InputError(
+            f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}"
+        )
     enriched = analysis.enrich(ok, steps, price)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
     if samples > 0:
         for row in [r for r in (rec["chosen"], *feasible[1:5]) if r is not None]:
             _add_band(row, base_json, rows, steps, global_batch, samples)
-    return {"model": model, "steps": steps, "global_batch": global_batch, "deadline_h": deadline_h, "budget": budget,
-            "candidates": len(records), "simulated": len(ok), "invalid": len(records) - len(ok),
-            "chosen": rec["chosen"], "runners_up": feasible[1:5], "fastest": rec["fastest"], "text": rec["text"],
-            "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h)}
+    return {
+        "model": model,
+        "steps": steps,
+        "global_batch": global_batch,
+        "deadline_h": deadline_h,
+        "budget": budget,
+        "candidates": len(records),
+        "simulated": len(ok),
+        "invalid": len(records) - len(ok),
+        "chosen": rec["chosen"],
+        "runners_up": feasible[1:5],
+        "fastest": rec["fastest"],
+        "text": rec["text"],
+        "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
+    }
 
 
-def _add_band(row: dict[str, Any], base_json: dict, rows: list[dict[str, Any]], steps: int, global_batch: int,
-              samples: int) -> None:
+def _add_band(
+    row: dict[str, Any],
+    base_json: dict,
+    rows: list[dict[str, Any]],
+    steps: int,
+    global_batch: int,
+    samples: int,
+) -> None:
     """Re-simulate one candidate with parameter draws; its time-to-train band in hours."""
     values = next(v for v in rows if _same_row(v, row))
     banded = simulate_row(base_json, values, steps, None, global_batch, samples)

@@ -35,7 +35,10 @@ class IntraNodeSpec(_Strict):
     gpus_per_pcie_switch: int = Field(2, gt=0)
     p2p: bool = Field(True, description="PCIe peer-to-peer; false stages GPU-GPU traffic through host memory")
     measured_allreduce_busbw_gbs: float | None = Field(
-        None, gt=0, description="measured intra-node all-reduce bus bandwidth (nccl-tests busbw), overrides the topology")
+        None,
+        gt=0,
+        description="measured intra-node all-reduce bus bandwidth (nccl-tests busbw), overrides the topology",
+    )
 
 
 class NicSpec(_Strict):
@@ -44,9 +47,13 @@ class NicSpec(_Strict):
     kind: Literal["ethernet_tcp", "infiniband"] = "infiniband"
     count: int = Field(1, ge=0)
     line_rate_gbps: float = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
-    effective_gbps: float | None = Field(None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s")
+    effective_gbps: float | None = Field(
+        None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s"
+    )
     latency_us: float | None = Field(None, gt=0, description="one-way message latency; default by kind")
-    gpudirect_rdma: bool | None = Field(None, description="NIC reads GPU memory directly; default: true for InfiniBand")
+    gpudirect_rdma: bool | None = Field(
+        None, description="NIC reads GPU memory directly; default: true for InfiniBand"
+    )
 
 
 class FabricSpec(_Strict):
@@ -115,14 +122,20 @@ class OffloadSpec(_Strict):
     mode: Literal["none", "zero", "interleaved"] = "none"
     subgroup_size: float = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
     placement: Literal["auto", "cpu", "gpu"] = Field(
-        "auto", description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup")
-    cpu_threads: int | None = Field(None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs")
+        "auto",
+        description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup",
+    )
+    cpu_threads: int | None = Field(
+        None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
+    )
 
 
 class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
-    gradient_dtype: Precision | None = Field(None, description="dtype of communicated gradients; default: workload precision")
+    gradient_dtype: Precision | None = Field(
+        None, description="dtype of communicated gradients; default: workload precision"
+    )
     ddp_bucket_cap_mb: float = Field(25.0, gt=0)
     first_bucket_cap_mb: float = Field(1.0, gt=0)
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
@@ -192,17 +205,26 @@ def _check_semantics(s: Scenario) -> None:
     if intra.fabric in ("nvswitch", "nvlink_mesh") and gpu.nvlink.links == 0:
         raise InputError(f"{gpu.name} has no NVLink; use fabric: pcie", key="cluster.intra_node.fabric")
     if intra.fabric == "nvlink_mesh" and c.gpus_per_node not in (1, 2, 4, 8):
-        raise InputError(f"the DGX-1 hybrid cube-mesh holds 1, 2, 4 or 8 GPUs, not {c.gpus_per_node}",
-                         key="cluster.gpus_per_node")
-    if intra.fabric == "pcie" and c.gpus_per_node > intra.gpus_per_pcie_switch and \
-            c.gpus_per_node % intra.gpus_per_pcie_switch:
-        raise InputError(f"{c.gpus_per_node} GPUs do not fill PCIe switches of {intra.gpus_per_pcie_switch}",
-                         key="cluster.gpus_per_node")
+        raise InputError(
+            f"the DGX-1 hybrid cube-mesh holds 1, 2, 4 or 8 GPUs, not {c.gpus_per_node}",
+            key="cluster.gpus_per_node",
+        )
+    if (
+        intra.fabric == "pcie"
+        and c.gpus_per_node > intra.gpus_per_pcie_switch
+        and c.gpus_per_node % intra.gpus_per_pcie_switch
+    ):
+        raise InputError(
+            f"{c.gpus_per_node} GPUs do not fill PCIe switches of {intra.gpus_per_pcie_switch}",
+            key="cluster.gpus_per_node",
+        )
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:
-        raise InputError(f"effective rate {c.nic.effective_gbps} Gb/s exceeds the line rate "
-                         f"{c.nic.line_rate_gbps} Gb/s", key="cluster.nic.effective_gbps")
+        raise InputError(
+            f"effective rate {c.nic.effective_gbps} Gb/s exceeds the line rate {c.nic.line_rate_gbps} Gb/s",
+            key="cluster.nic.effective_gbps",
+        )
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
 
@@ -253,7 +275,7 @@ def load_scenario(ref: str | Path) -> Scenario:
     """Load ``preset:NAME`` or a YAML/JSON file."""
     ref = str(ref)
     if ref.startswith(PRESET_PREFIX):
-        name = ref[len(PRESET_PREFIX):]
+        name = ref[len(PRESET_PREFIX) :]
         if name not in preset_names():
             raise InputError(f"unknown preset {name!r} (known: {', '.join(preset_names())})", source=ref)
         text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()

@@ -18,8 +18,13 @@ def make_scenario(**overrides):
     """A small valid scenario with dotted-key overrides."""
     base = {
         "name": "t",
-        "cluster": {"nodes": 2, "gpus_per_node": 4, "gpu": "A100-80GB", "intra_node": {"fabric": "nvswitch"},
-                    "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200}},
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "gpu": "A100-80GB",
+            "intra_node": {"fabric": "nvswitch"},
+            "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200},
+        },
         "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128, "precision": "fp16"},
         "training": {"optimizer": "adam"},
     }

@@ -44,8 +44,12 @@ def test_fit_is_robust_to_an_outlier():
 def test_confidence_intervals_shrink_with_less_noise():
     rng = np.random.default_rng(2)
     sizes = 2.0 ** np.arange(16, 30)
-    quiet = fit_collective("x", 1, 2, list(zip(sizes, (5e-6 + sizes / 50e9) * (1 + 0.001 * rng.standard_normal(14)))), "")
-    noisy = fit_collective("x", 1, 2, list(zip(sizes, (5e-6 + sizes / 50e9) * (1 + 0.05 * rng.standard_normal(14)))), "")
+    quiet = fit_collective(
+        "x", 1, 2, list(zip(sizes, (5e-6 + sizes / 50e9) * (1 + 0.001 * rng.standard_normal(14)))), ""
+    )
+    noisy = fit_collective(
+        "x", 1, 2, list(zip(sizes, (5e-6 + sizes / 50e9) * (1 + 0.05 * rng.standard_normal(14)))), ""
+    )
     assert quiet.quality.beta_ci95_s_per_byte[-1] < noisy.quality.beta_ci95_s_per_byte[-1]
 
 
@@ -72,8 +76,10 @@ def nccl_rows(rng):
         size = 2**k
         t = float(protocol_switch_curve(np.array([size], float), rng, 0.01)[0]) * 1e6
         alg = size / t / 1e3
-        lines.append(f"{size:>12} {size // 4:>13}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * 1.5:7.2f}      0 "
-                     f"{t:8.2f} {alg:7.2f} {alg * 1.5:7.2f}      0\n")
+        lines.append(
+            f"{size:>12} {size // 4:>13}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * 1.5:7.2f}      0 "
+            f"{t:8.2f} {alg:7.2f} {alg * 1.5:7.2f}      0\n"
+        )
     return "".join(lines)
 
 
@@ -90,12 +96,14 @@ def test_import_nccl_tests_text(tmp_path):
 
 
 def test_import_old_format_with_fewer_columns(tmp_path):
-    text = ("#  Rank  0 Group  0 Pid  1 on h device  0 [0x01] Tesla V100-SXM2-32GB\n"
-            "#  Rank  1 Group  0 Pid  2 on h device  1 [0x02] Tesla V100-SXM2-32GB\n"
-            "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n"
-            "     1048576        262144   float    100.0   10.49   10.49  0e+00    100.0   10.49   10.49  0e+00\n"
-            "     2097152        524288   float    180.0   11.65   11.65  0e+00    180.0   11.65   11.65  0e+00\n"
-            "# Avg bus bandwidth    : 11.0\n")
+    text = (
+        "#  Rank  0 Group  0 Pid  1 on h device  0 [0x01] Tesla V100-SXM2-32GB\n"
+        "#  Rank  1 Group  0 Pid  2 on h device  1 [0x02] Tesla V100-SXM2-32GB\n"
+        "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "     1048576        262144   float    100.0   10.49   10.49  0e+00    100.0   10.49   10.49  0e+00\n"
+        "     2097152        524288   float    180.0   11.65   11.65  0e+00    180.0   11.65   11.65  0e+00\n"
+        "# Avg bus bandwidth    : 11.0\n"
+    )
     path = tmp_path / "all_gather_perf.out"
     path.write_text(text)
     parsed = parse_file(path)
@@ -104,23 +112,41 @@ def test_import_old_format_with_fewer_columns(tmp_path):
 
 
 def test_import_json(tmp_path):
-    data = {"nranks": 8, "results": [{"size": 2**k, "count": 2**k // 4, "type": "float", "redop": "sum", "root": -1,
-                                      "out_of_place": {"time": 10 + 2**k / 1e5, "alg_bw": 1, "bus_bw": 1, "nwrong": 0},
-                                      "in_place": {"time": 10 + 2**k / 1e5, "alg_bw": 1, "bus_bw": 1, "nwrong": 0}}
-                                     for k in range(10, 28)]}
+    data = {
+        "nranks": 8,
+        "results": [
+            {
+                "size": 2**k,
+                "count": 2**k // 4,
+                "type": "float",
+                "redop": "sum",
+                "root": -1,
+                "out_of_place": {"time": 10 + 2**k / 1e5, "alg_bw": 1, "bus_bw": 1, "nwrong": 0},
+                "in_place": {"time": 10 + 2**k / 1e5, "alg_bw": 1, "bus_bw": 1, "nwrong": 0},
+            }
+            for k in range(10, 28)
+        ],
+    }
     path = tmp_path / "ar.json"
     path.write_text(json.dumps(data))
     parsed = parse_file(path, op="all_reduce")
     assert parsed["ranks"] == 8 and len(parsed["rows"]) == 18
 
 
-@pytest.mark.parametrize("text,match", [
-    ("hello world\n", "no header line"),
-    (NCCL_TEXT.format(rows="").replace("# Avg bus bandwidth    : 12.345\n", ""), "no result rows"),
-    (NCCL_TEXT.format(rows="        1024           256     float     sum      -1     5.0    0.2    0.3      0     5.0    0.2    0.3      0\n")
-     .replace("# Avg bus bandwidth    : 12.345\n", ""), "truncated"),
-    (NCCL_TEXT.format(rows="        1024           256     float     sum      -1   five\n"), "line"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("hello world\n", "no header line"),
+        (NCCL_TEXT.format(rows="").replace("# Avg bus bandwidth    : 12.345\n", ""), "no result rows"),
+        (
+            NCCL_TEXT.format(
+                rows="        1024           256     float     sum      -1     5.0    0.2    0.3      0     5.0    0.2    0.3      0\n"
+            ).replace("# Avg bus bandwidth    : 12.345\n", ""),
+            "truncated",
+        ),
+        (NCCL_TEXT.format(rows="        1024           256     float     sum      -1   five\n"), "line"),
+    ],
+)
 def test_bad_nccl_tests_files(tmp_path, text, match):
     path = tmp_path / "all_reduce_perf.txt"
     path.write_text(text)
@@ -129,8 +155,13 @@ def test_bad_nccl_tests_files(tmp_path, text, match):
 
 
 def test_profile_version_checks_and_migration(tmp_path):
-    v1 = {"format": "clustersim-profile", "format_version": 1, "device": "A100-80GB",
-          "provenance": {"source": "old"}, "memory_gbs": 1700.0}
+    v1 = {
+        "format": "clustersim-profile",
+        "format_version": 1,
+        "device": "A100-80GB",
+        "provenance": {"source": "old"},
+        "memory_gbs": 1700.0,
+    }
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(v1))
     p = load_profile(str(path))
@@ -153,9 +184,18 @@ def test_profile_version_checks_and_migration(tmp_path):
 def test_profile_scales_across_gpus():
     """Memory-bound rates scale by HBM bandwidth, compute-bound by peak FLOP/s (README: Calibration)."""
     a100, h100 = gpu("A100-80GB"), gpu("H100-SXM")
-    prof = parse_profile({"format": "clustersim-profile", "format_version": 2, "device": "A100-80GB",
-                          "provenance": {"source": "t"}, "matmul_tflops": {"bf16": 234.0}, "memory_gbs": 1631.2,
-                          "kernels_gbs": {"onebit_pack": 800.0}}, "t")
+    prof = parse_profile(
+        {
+            "format": "clustersim-profile",
+            "format_version": 2,
+            "device": "A100-80GB",
+            "provenance": {"source": "t"},
+            "matmul_tflops": {"bf16": 234.0},
+            "memory_gbs": 1631.2,
+            "kernels_gbs": {"onebit_pack": 800.0},
+        },
+        "t",
+    )
     on_a100 = DeviceCosts(a100, prof)
     on_h100 = DeviceCosts(h100, prof)
     assert on_a100.flops_rate("bf16") == pytest.approx(234e12)

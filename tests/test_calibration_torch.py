@@ -23,8 +23,17 @@ def test_local_microbenchmarks_measure_every_modelled_kernel():
     assert {"binsgdm_update", "binsgdm_quantize", "optimizer"} <= names
     assert all(r["median_s"] > 0 and r["p10_s"] <= r["median_s"] <= r["p90_s"] for r in raw["kernels"])
     assert raw["host_adam"][0]["params_per_s"] > 0
-    profile = parse_profile(build_profile({"format": "clustersim-raw", "format_version": 1,
-                                           "provenance": {"source": "test", "catalog_device": "cpu"}, **raw}), "t")
+    profile = parse_profile(
+        build_profile(
+            {
+                "format": "clustersim-raw",
+                "format_version": 1,
+                "provenance": {"source": "test", "catalog_device": "cpu"},
+                **raw,
+            }
+        ),
+        "t",
+    )
     assert profile.memory_gbs > 0 and profile.matmul_tflops["fp32"] > 0
     assert set(profile.kernels_gbs) == names
 
@@ -47,10 +56,29 @@ def test_torchrun_module_writes_a_profile(tmp_path):
     from clustersim.calibration.run import free_port
 
     out = tmp_path / "cluster.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "clustersim.calibration.collectives", "--out", str(out), "--quick",
-           "--device", "cpu", "--ops", "all_reduce,broadcast"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "clustersim.calibration.collectives",
+        "--out",
+        str(out),
+        "--quick",
+        "--device",
+        "cpu",
+        "--ops",
+        "all_reduce,broadcast",
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     profile = load_profile(str(out))
     assert {f.op for f in profile.collectives} == {"all_reduce", "broadcast"}
@@ -59,7 +87,9 @@ def test_torchrun_module_writes_a_profile(tmp_path):
 
 def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
     out, raw = tmp_path / "cpu.json", tmp_path / "raw.json"
-    r = runner.invoke(app, ["calibrate", "run", "--device", "cpu", "--quick", "--out", str(out), "--raw-out", str(raw)])
+    r = runner.invoke(
+        app, ["calibrate", "run", "--device", "cpu", "--quick", "--out", str(out), "--raw-out", str(raw)]
+    )
     assert r.exit_code == 0, r.output
     profile = load_profile(str(out))
     assert profile.device == "cpu" and profile.collectives and profile.host.cpu_adam_params_per_s
@@ -71,12 +101,28 @@ def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
     # The calibrated "cluster": one CPU host with 2 ranks. The simulator must use the measured fit (and a
     # CPU profile is only accepted for a CPU device: tests/test_uncertainty.py checks the refusal).
     scenario = tmp_path / "two_ranks.yaml"
-    scenario.write_text("cluster: {nodes: 1, gpus_per_node: 2, gpu: CPU-2vCPU, intra_node: {fabric: pcie}}\n"
-                        "workload: {model: BERT-Base, micro_batch: 1}\n")
-    measured = max((m for m in json.loads(raw.read_text())["collectives"] if m["op"] == "all_reduce"),
-                   key=lambda m: m["bytes"])
-    r = runner.invoke(app, ["collective", str(scenario), "--op", "all_reduce", "--bytes", str(int(measured["bytes"])),
-                            "--profile", str(out), "--json"])
+    scenario.write_text(
+        "cluster: {nodes: 1, gpus_per_node: 2, gpu: CPU-2vCPU, intra_node: {fabric: pcie}}\n"
+        "workload: {model: BERT-Base, micro_batch: 1}\n"
+    )
+    measured = max(
+        (m for m in json.loads(raw.read_text())["collectives"] if m["op"] == "all_reduce"),
+        key=lambda m: m["bytes"],
+    )
+    r = runner.invoke(
+        app,
+        [
+            "collective",
+            str(scenario),
+            "--op",
+            "all_reduce",
+            "--bytes",
+            str(int(measured["bytes"])),
+            "--profile",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads(r.stdout)
     assert sim["algorithm"] == "measured"
@@ -109,8 +155,12 @@ def test_bad_files_leave_nothing_behind(runner, tmp_path):
     r = runner.invoke(app, ["calibrate", "fit", str(foreign), "--out", str(out)])
     assert r.exit_code == 2 and "not a clustersim raw" in r.output and not out.exists()
     truncated = tmp_path / "all_reduce_perf.txt"
-    truncated.write_text("#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
-                         "        1024           256     float     sum      -1     5.0    0.2    0.3      0\n")
-    r = runner.invoke(app, ["calibrate", "import-nccl-tests", str(truncated), "--ranks", "2", "--out", str(out)])
+    truncated.write_text(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+        "        1024           256     float     sum      -1     5.0    0.2    0.3      0\n"
+    )
+    r = runner.invoke(
+        app, ["calibrate", "import-nccl-tests", str(truncated), "--ranks", "2", "--out", str(out)]
+    )
     assert r.exit_code == 2 and "truncated" in r.output and not out.exists()
     assert not list(tmp_path.glob(".out.json.*"))  # no temporary left over

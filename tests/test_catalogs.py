@@ -6,16 +6,23 @@ from clustersim.scenario import WorkloadSpec
 from clustersim.workloads import build_workload
 
 
-@pytest.mark.parametrize("name,expected,tol", [
-    ("BERT-Base", 110e6, 0.02),      # Devlin et al. 2019
-    ("BERT-Large", 340e6, 0.02),     # Devlin et al. 2019 ("340M")
-    ("ResNet-50", 25.557032e6, 1e-9),  # torchvision resnet50: 25,557,032 exactly
-    ("GPT-2-1.5B", 1.5576e9, 0.01),  # Radford et al. 2019 (1542M reported; 1557.6M with the tied head counted once)
-    ("LLaMA-7B", 6.738e9, 0.005),    # Touvron et al. 2023: 6.7B (HF count 6,738,415,616)
-    ("GPT-3-175B", 175e9, 0.01),     # Brown et al. 2020
-    ("GPT-3-13B", 13e9, 0.01),
-    ("GPT-3-1.3B", 1.3e9, 0.03),
-])
+@pytest.mark.parametrize(
+    "name,expected,tol",
+    [
+        ("BERT-Base", 110e6, 0.02),  # Devlin et al. 2019
+        ("BERT-Large", 340e6, 0.02),  # Devlin et al. 2019 ("340M")
+        ("ResNet-50", 25.557032e6, 1e-9),  # torchvision resnet50: 25,557,032 exactly
+        (
+            "GPT-2-1.5B",
+            1.5576e9,
+            0.01,
+        ),  # Radford et al. 2019 (1542M reported; 1557.6M with the tied head counted once)
+        ("LLaMA-7B", 6.738e9, 0.005),  # Touvron et al. 2023: 6.7B (HF count 6,738,415,616)
+        ("GPT-3-175B", 175e9, 0.01),  # Brown et al. 2020
+        ("GPT-3-13B", 13e9, 0.01),
+        ("GPT-3-1.3B", 1.3e9, 0.03),
+    ],
+)
 def test_parameter_counts_match_published(name, expected, tol):
     w = build_workload(WorkloadSpec(model=name, micro_batch=1))
     assert abs(w.params - expected) / expected <= tol

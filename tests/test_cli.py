@@ -34,10 +34,17 @@ def test_collective_command(runner):
     assert d["algorithm"] in ("ring", "tree") and d["busbw_gbs"] > 0 and d["ranks"] == 32
 
 
-@pytest.mark.parametrize("args", [
-    ("hardware", "list"), ("hardware", "show", "H100-SXM"), ("models", "list"), ("models", "show", "BERT-Large"),
-    ("topology", "show", "preset:default"), ("presets", "list"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("hardware", "list"),
+        ("hardware", "show", "H100-SXM"),
+        ("models", "list"),
+        ("models", "show", "BERT-Large"),
+        ("topology", "show", "preset:default"),
+        ("presets", "list"),
+    ],
+)
 def test_catalog_commands(runner, args):
     r = invoke(runner, *args)
     assert r.exit_code == 0, r.output
@@ -45,35 +52,74 @@ def test_catalog_commands(runner, args):
     assert r.exit_code == 0 and json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("preset", ["default", "onebit-adam-ethernet", "onebit-adam-infiniband", "binsgdm-resnet50",
-                                    "binsgdm-bert-base", "dgx-h100-gpt3-1.3b"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "default",
+        "onebit-adam-ethernet",
+        "onebit-adam-infiniband",
+        "binsgdm-resnet50",
+        "binsgdm-bert-base",
+        "dgx-h100-gpt3-1.3b",
+    ],
+)
 def test_every_preset_runs(runner, preset):
     assert invoke(runner, "run", f"preset:{preset}", "--json").exit_code == 0
 
 
 BAD = {
     "malformed": ("cluster: [nodes: 2\n", "invalid YAML"),
-    "unknown_key": ("cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB, colour: red}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
-                    "cluster.colour: unknown key"),
-    "unknown_gpu": ("cluster: {nodes: 1, gpus_per_node: 1, gpu: Z100}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
-                    "cluster.gpu: unknown GPU 'Z100'"),
-    "unknown_model": ("cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: {model: BERT-Huge, micro_batch: 1}\n",
-                      "workload.model: unknown model"),
-    "negative_bandwidth": ("cluster: {nodes: 2, gpus_per_node: 1, gpu: A100-80GB, nic: {line_rate_gbps: -5}}\n"
-                           "workload: {model: BERT-Base, micro_batch: 1}\n", "cluster.nic.line_rate_gbps"),
-    "zero_nodes": ("cluster: {nodes: 0, gpus_per_node: 1, gpu: A100-80GB}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
-                   "cluster.nodes"),
-    "mesh_does_not_fit": ("cluster: {nodes: 1, gpus_per_node: 6, gpu: V100-SXM2, intra_node: {fabric: nvlink_mesh}}\n"
-                          "workload: {model: BERT-Base, micro_batch: 1}\n", "cluster.gpus_per_node"),
-    "nvlink_on_pcie_gpu": ("cluster: {nodes: 1, gpus_per_node: 4, gpu: V100-PCIe}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
-                           "cluster.intra_node.fabric"),
-    "no_nic": ("cluster: {nodes: 2, gpus_per_node: 1, gpu: A100-80GB, nic: {count: 0}}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
-               "cluster.nic.count"),
-    "unknown_optimizer": ("cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: {model: BERT-Base, micro_batch: 1}\n"
-                          "training: {optimizer: lion}\n", "training.optimizer: unknown optimizer"),
+    "unknown_key": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB, colour: red}\nworkload: "
+        "{model: BERT-Base, micro_batch: 1}\n",
+        "cluster.colour: unknown key",
+    ),
+    "unknown_gpu": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: Z100}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
+        "cluster.gpu: unknown GPU 'Z100'",
+    ),
+    "unknown_model": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: "
+        "{model: BERT-Huge, micro_batch: 1}\n",
+        "workload.model: unknown model",
+    ),
+    "negative_bandwidth": (
+        "cluster: {nodes: 2, gpus_per_node: 1, gpu: A100-80GB, nic: {line_rate_gbps: -5}}\n"
+        "workload: {model: BERT-Base, micro_batch: 1}\n",
+        "cluster.nic.line_rate_gbps",
+    ),
+    "zero_nodes": (
+        "cluster: {nodes: 0, gpus_per_node: 1, gpu: A100-80GB}\nworkload: "
+        "{model: BERT-Base, micro_batch: 1}\n",
+        "cluster.nodes",
+    ),
+    "mesh_does_not_fit": (
+        "cluster: {nodes: 1, gpus_per_node: 6, gpu: V100-SXM2, intra_node: {fabric: nvlink_mesh}}\n"
+        "workload: {model: BERT-Base, micro_batch: 1}\n",
+        "cluster.gpus_per_node",
+    ),
+    "nvlink_on_pcie_gpu": (
+        "cluster: {nodes: 1, gpus_per_node: 4, gpu: V100-PCIe}\nworkload: "
+        "{model: BERT-Base, micro_batch: 1}\n",
+        "cluster.intra_node.fabric",
+    ),
+    "no_nic": (
+        "cluster: {nodes: 2, gpus_per_node: 1, gpu: A100-80GB, nic: {count: 0}}\nworkload: "
+        "{model: BERT-Base, micro_batch: 1}\n",
+        "cluster.nic.count",
+    ),
+    "unknown_optimizer": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: "
+        "{model: BERT-Base, micro_batch: 1}\n"
+        "training: {optimizer: lion}\n",
+        "training.optimizer: unknown optimizer",
+    ),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),
-    "both_model_and_layers": ("cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: {model: BERT-Base, micro_batch: 1, "
-                              "layers: [{name: x, params: 1, forward_flops: 1}]}\n", "exactly one of"),
+    "both_model_and_layers": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\nworkload: {model: BERT-Base, micro_batch: 1, "
+        "layers: [{name: x, params: 1, forward_flops: 1}]}\n",
+        "exactly one of",
+    ),
 }
 
 
@@ -90,15 +136,18 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
     assert str(path) in out and expected in out
 
 
-@pytest.mark.parametrize("args,expected", [
-    (("run", "preset:nope"), "unknown preset"),
-    (("run", "/no/such/file.yaml"), "file not found"),
-    (("hardware", "show", "Z100"), "unknown GPU"),
-    (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
-    (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
-    (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
-    (("run", "preset:default", "--profile", "/no/profile.json"), "profile file not found"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (("run", "preset:nope"), "unknown preset"),
+        (("run", "/no/such/file.yaml"), "file not found"),
+        (("hardware", "show", "Z100"), "unknown GPU"),
+        (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
+        (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
+        (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
+        (("run", "preset:default", "--profile", "/no/profile.json"), "profile file not found"),
+    ],
+)
 def test_bad_arguments_exit_2(runner, args, expected):
     r = invoke(runner, *args)
     assert r.exit_code == 2 and expected in r.output and "Traceback" not in r.output
@@ -106,15 +155,24 @@ def test_bad_arguments_exit_2(runner, args, expected):
 
 def test_json_scenarios_are_accepted(runner, tmp_path):
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
-                                "workload": {"model": "ResNet-50", "micro_batch": 32}}))
+    path.write_text(
+        json.dumps(
+            {
+                "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+                "workload": {"model": "ResNet-50", "micro_batch": 32},
+            }
+        )
+    )
     assert invoke(runner, "run", str(path)).exit_code == 0
 
 
 def test_custom_layer_workload(runner, tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("cluster: {nodes: 2, gpus_per_node: 8, gpu: H100-SXM}\n"
-                    "workload: {micro_batch: 4, layers: [{name: mlp, params: 50000000, forward_flops: 1.0e+11, repeat: 4}]}\n")
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 8, gpu: H100-SXM}\n"
+        "workload: "
+        "{micro_batch: 4, layers: [{name: mlp, params: 50000000, forward_flops: 1.0e+11, repeat: 4}]}\n"
+    )
     r = invoke(runner, "run", str(path), "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["iteration_time_s"] > 0

@@ -126,8 +126,14 @@ def test_hd_is_worse_than_ring_across_nodes_with_one_nic():
 
 
 def test_hier_beats_flat_ring_when_intra_is_fast_and_nic_slow():
-    cl, m = model_for(**{"cluster.nodes": 8, "cluster.gpus_per_node": 8, "cluster.nic.kind": "ethernet_tcp",
-                         "cluster.nic.line_rate_gbps": 10})
+    cl, m = model_for(
+        **{
+            "cluster.nodes": 8,
+            "cluster.gpus_per_node": 8,
+            "cluster.nic.kind": "ethernet_tcp",
+            "cluster.nic.line_rate_gbps": 10,
+        }
+    )
     shape = GroupShape(8, 8)
     hier = m.cost("all_reduce", 1e9, shape, "hier").time
     ring = m.cost("all_reduce", 1e9, shape, "ring").time

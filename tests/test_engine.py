@@ -63,8 +63,10 @@ def test_max_min_fairness_gives_the_small_flow_its_full_rate():
 
 def test_bytes_through_a_link_never_exceed_its_capacity():
     p = Program(links={"a": 4.0, "b": 6.0})
-    ops = [p.add(f"f{i}", f"s{i}", 1.0, "transfer", demands=d)
-           for i, d in enumerate([{"a": 4.0}, {"a": 4.0, "b": 6.0}, {"b": 6.0}])]
+    ops = [
+        p.add(f"f{i}", f"s{i}", 1.0, "transfer", demands=d)
+        for i, d in enumerate([{"a": 4.0}, {"a": 4.0, "b": 6.0}, {"b": 6.0}])
+    ]
     start, end, _ = run(p)
     # Equal bandwidth on each flow's heaviest link: a saturates at 2.4 B/s each for f0 and f1
     # (rates 0.6 and 0.4, f1 then holding 2.4 of b), f2 takes the 3.6 left on b (rate 0.6).
@@ -76,8 +78,13 @@ def test_zero_duration_ops_and_long_chains():
     p = Program()
     prev = None
     for i in range(500):
-        prev = p.add(f"op{i}", "compute" if i % 2 else "comm", 0.0 if i % 7 == 0 else 0.001,
-                     "forward" if i % 2 else "communication", deps=(prev,) if prev is not None else ())
+        prev = p.add(
+            f"op{i}",
+            "compute" if i % 2 else "comm",
+            0.0 if i % 7 == 0 else 0.001,
+            "forward" if i % 2 else "communication",
+            deps=(prev,) if prev is not None else (),
+        )
     start, end, (total, _) = run(p)
     assert total == pytest.approx(sum(0.001 for i in range(500) if i % 7))
 

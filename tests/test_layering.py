@@ -20,7 +20,16 @@ LAYERS = [
     ("calibration",),
     ("simulator",),
     ("compare", "breakeven", "validation", "sweeps", "planning", "report", "testbed"),
-    ("cli", "cli_support", "cli_calibrate", "cli_catalog", "cli_offload", "cli_planning", "cli_testbed", "__main__"),
+    (
+        "cli",
+        "cli_support",
+        "cli_calibrate",
+        "cli_catalog",
+        "cli_offload",
+        "cli_planning",
+        "cli_testbed",
+        "__main__",
+    ),
 ]
 # Known upward imports, each to be removed by the seams work (issue #14); the test fails if one of
 # these disappears without being taken off the list, so the list only shrinks.
@@ -48,14 +57,14 @@ def _imports() -> dict[str, set[str]]:
         deps = graph.setdefault(module, set())
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clustersim"):
-                target = node.module[len("clustersim."):] if node.module != "clustersim" else ""
+                target = node.module[len("clustersim.") :] if node.module != "clustersim" else ""
                 for alias in node.names:
                     full = f"{target}.{alias.name}" if target else alias.name
                     deps.add(full if (ROOT / (full.replace(".", "/") + ".py")).exists() else target)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("clustersim."):
-                        deps.add(alias.name[len("clustersim."):])
+                        deps.add(alias.name[len("clustersim.") :])
         deps.discard("")
         deps.discard(module)
     return graph
@@ -74,15 +83,21 @@ def _upward() -> set[tuple[str, str]]:
 
 def test_no_upward_imports_beyond_the_known_list():
     found = _upward()
-    unexpected = {(m, d) for m, d in found if not any(m == a and (d == b or d.startswith(b + ".")) for a, b in
-                                                       ALLOWED_UPWARD)}
+    unexpected = {
+        (m, d)
+        for m, d in found
+        if not any(m == a and (d == b or d.startswith(b + ".")) for a, b in ALLOWED_UPWARD)
+    }
     assert not unexpected, f"lower layer imports a higher one: {sorted(unexpected)}"
 
 
 def test_the_known_list_only_shrinks():
     found = _upward()
-    stale = {(a, b) for a, b in ALLOWED_UPWARD if not any(m == a and (d == b or d.startswith(b + "."))
-                                                          for m, d in found)}
+    stale = {
+        (a, b)
+        for a, b in ALLOWED_UPWARD
+        if not any(m == a and (d == b or d.startswith(b + ".")) for m, d in found)
+    }
     assert not stale, f"these upward imports are gone: take them off ALLOWED_UPWARD: {sorted(stale)}"
 
 

@@ -22,19 +22,30 @@ from clustersim.scenario import ClusterSpec
 from clustersim.simulator.uncertainty import Interval
 from clustersim.topologies.cluster import GroupShape, build_cluster
 
-TCP = ClusterSpec(nodes=8, gpus_per_node=1, gpu="V100-PCIe", intra_node={"fabric": "pcie"},
-                  nic={"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 0.5, "gpudirect_rdma": False})
-TRUE_TCP = NetworkParams(hop_s={"net_ethernet_tcp": 80e-6}, bw_eff={"net_ethernet_tcp": 0.88}, base_s=40e-6,
-                         op_bw_eff={"all_to_all": 0.72, "all_gather": 0.95, "broadcast": 0.9},
-                         op_latency_scale={"all_to_all": 1.6},
-                         algorithms={"all_reduce": "ring", "all_gather": "ring", "all_to_all": "ring",
-                                     "broadcast": "tree"}, protocols=("Simple",))
+TCP = ClusterSpec(
+    nodes=8,
+    gpus_per_node=1,
+    gpu="V100-PCIe",
+    intra_node={"fabric": "pcie"},
+    nic={"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 0.5, "gpudirect_rdma": False},
+)
+TRUE_TCP = NetworkParams(
+    hop_s={"net_ethernet_tcp": 80e-6},
+    bw_eff={"net_ethernet_tcp": 0.88},
+    base_s=40e-6,
+    op_bw_eff={"all_to_all": 0.72, "all_gather": 0.95, "broadcast": 0.9},
+    op_latency_scale={"all_to_all": 1.6},
+    algorithms={"all_reduce": "ring", "all_gather": "ring", "all_to_all": "ring", "broadcast": "tree"},
+    protocols=("Simple",),
+)
 OPS = ("all_reduce", "all_gather", "all_to_all", "broadcast")
 NOISE = 0.02
 
 
 def _time(spec, params, op, nbytes, shape):
-    cl = build_cluster(spec.model_copy(update={"nodes": max(shape.nodes, 1), "gpus_per_node": shape.gpus_per_node}))
+    cl = build_cluster(
+        spec.model_copy(update={"nodes": max(shape.nodes, 1), "gpus_per_node": shape.gpus_per_node})
+    )
     return CollectiveModel(cl, None, params).cost(op, nbytes, shape).time
 
 
@@ -44,9 +55,18 @@ def _records(spec, params, shapes, ops, rng, sizes=range(12, 26, 2)):
         for op in ops:
             for k in sizes:
                 t = _time(spec, params, op, float(1 << k), shape) * math.exp(rng.normal(0, NOISE))
-                out.append({"op": op, "nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node,
-                            "bytes": float(1 << k), "median_s": t, "p10_s": t * (1 - 1.28 * NOISE),
-                            "p90_s": t * (1 + 1.28 * NOISE), "repeats": 1})
+                out.append(
+                    {
+                        "op": op,
+                        "nodes": shape.nodes,
+                        "gpus_per_node": shape.gpus_per_node,
+                        "bytes": float(1 << k),
+                        "median_s": t,
+                        "p10_s": t * (1 - 1.28 * NOISE),
+                        "p90_s": t * (1 + 1.28 * NOISE),
+                        "repeats": 1,
+                    }
+                )
     return out
 
 
@@ -68,6 +88,7 @@ def _coverage(spec, truth, fitted: NetworkParams, shape, ops, sizes):
 def _fitted(cal: dict) -> NetworkParams:
     class Cal:  # the profile's pydantic section, as a plain object
         pass
+
     c = Cal()
     for k, v in cal.items():
         setattr(c, k, v)
@@ -85,8 +106,13 @@ def test_tcp_fit_recovers_the_physical_parameters(tcp_fit):
     p = tcp_fit["parameters"]
     names = list(p)
     sd = {n: math.sqrt(tcp_fit["log_covariance"][i][i]) for i, n in enumerate(names)}
-    truth = {"bw_eff.net_ethernet_tcp": 0.88, "hop_s.net_ethernet_tcp": 80e-6, "op_bw_eff.all_to_all": 0.72,
-             "op_latency_scale.all_to_all": 1.6, "op_bw_eff.broadcast": 0.9}
+    truth = {
+        "bw_eff.net_ethernet_tcp": 0.88,
+        "hop_s.net_ethernet_tcp": 80e-6,
+        "op_bw_eff.all_to_all": 0.72,
+        "op_latency_scale.all_to_all": 1.6,
+        "op_bw_eff.broadcast": 0.9,
+    }
     for name, value in truth.items():
         z = abs(math.log(p[name] / value)) / sd[name]
         assert z < 3.5, (name, p[name], value, sd[name])
@@ -97,8 +123,9 @@ def test_tcp_fit_recovers_the_physical_parameters(tcp_fit):
 
 def test_tcp_fit_on_4_nodes_predicts_64_nodes_inside_its_band(tcp_fit):
     fitted = _fitted(tcp_fit)
-    coverage, median_err, max_err = _coverage(TCP.model_copy(update={"nodes": 64}), TRUE_TCP, fitted,
-                                              GroupShape(64, 1), OPS, range(14, 26, 3))
+    coverage, median_err, max_err = _coverage(
+        TCP.model_copy(update={"nodes": 64}), TRUE_TCP, fitted, GroupShape(64, 1), OPS, range(14, 26, 3)
+    )
     assert median_err < 0.05 and max_err < 0.15, (median_err, max_err)
     assert coverage >= 0.8, coverage
 
@@ -109,10 +136,19 @@ def test_extrapolation_check_is_recorded(tcp_fit):
     assert x["median_abs_rel_error"] < 0.05
 
 
-IB = ClusterSpec(nodes=4, gpus_per_node=8, gpu="H100-SXM", intra_node={"fabric": "nvswitch"},
-                 nic={"kind": "infiniband", "count": 8, "line_rate_gbps": 400})
-TRUE_IB = NetworkParams(hop_s={"nvlink": 5e-6, "net_infiniband": 9e-6}, bw_eff={"nvlink": 0.8, "net_infiniband": 0.9},
-                        base_s=15e-6, op_bw_eff={"all_gather": 0.93})
+IB = ClusterSpec(
+    nodes=4,
+    gpus_per_node=8,
+    gpu="H100-SXM",
+    intra_node={"fabric": "nvswitch"},
+    nic={"kind": "infiniband", "count": 8, "line_rate_gbps": 400},
+)
+TRUE_IB = NetworkParams(
+    hop_s={"nvlink": 5e-6, "net_infiniband": 9e-6},
+    bw_eff={"nvlink": 0.8, "net_infiniband": 0.9},
+    base_s=15e-6,
+    op_bw_eff={"all_gather": 0.93},
+)
 
 
 def test_nccl_cluster_intra_rail_and_nodes_predicts_64_nodes():
@@ -124,8 +160,14 @@ def test_nccl_cluster_intra_rail_and_nodes_predicts_64_nodes():
     p = cal["parameters"]
     assert p["bw_eff.nvlink"] == pytest.approx(0.8, rel=0.1)
     assert p["bw_eff.net_infiniband"] == pytest.approx(0.9, rel=0.1)
-    coverage, median_err, max_err = _coverage(IB.model_copy(update={"nodes": 64}), TRUE_IB, _fitted(cal),
-                                              GroupShape(64, 8), ("all_reduce", "all_gather"), range(20, 31, 2))
+    coverage, median_err, max_err = _coverage(
+        IB.model_copy(update={"nodes": 64}),
+        TRUE_IB,
+        _fitted(cal),
+        GroupShape(64, 8),
+        ("all_reduce", "all_gather"),
+        range(20, 31, 2),
+    )
     assert median_err < 0.05 and max_err < 0.15, (median_err, max_err)
     assert coverage >= 0.8, coverage
 
@@ -141,10 +183,19 @@ def test_more_bandwidth_is_never_slower_with_calibrated_parameters(tcp_fit):
 
 
 def _raw(recs):
-    return {"format": "clustersim-raw", "format_version": 1, "device": "cpu", "backend": "gloo",
-            "provenance": {"source": "synthetic"}, "collectives": recs,
-            "topology": {"nodes": 4, "gpus_per_node": 1,
-                         "network": {"kind": "ethernet_tcp", "line_rate_gbps": 0.5, "shaper": "tbf"}}}
+    return {
+        "format": "clustersim-raw",
+        "format_version": 1,
+        "device": "cpu",
+        "backend": "gloo",
+        "provenance": {"source": "synthetic"},
+        "collectives": recs,
+        "topology": {
+            "nodes": 4,
+            "gpus_per_node": 1,
+            "network": {"kind": "ethernet_tcp", "line_rate_gbps": 0.5, "shaper": "tbf"},
+        },
+    }
 
 
 def test_profile_carries_the_network_model_and_the_simulation_uses_it(tmp_path):
@@ -166,7 +217,9 @@ def test_profile_carries_the_network_model_and_the_simulation_uses_it(tmp_path):
 def test_profile_network_section_rejects_nonsense():
     rng = np.random.default_rng(5)
     data = build_profile(_raw(_records(TCP, TRUE_TCP, [GroupShape(2, 1), GroupShape(4, 1)], OPS[:1], rng)))
-    bad = dict(data, network={**data["network"], "parameters": {**data["network"]["parameters"], "base_s": -1.0}})
+    bad = dict(
+        data, network={**data["network"], "parameters": {**data["network"]["parameters"], "base_s": -1.0}}
+    )
     with pytest.raises(InputError) as exc:
         parse_profile(bad, "bad.json")
     assert "bad.json" in str(exc.value) and "network" in str(exc.value)

@@ -18,8 +18,14 @@ def llama(mode="interleaved", **kw):
 
 def test_pcie_contention_slows_both_flows():
     """An offload copy and NCCL's traffic to a host-staged NIC share the GPU's PCIe link."""
-    s = make_scenario(**{"cluster.nodes": 2, "cluster.nic.kind": "ethernet_tcp", "cluster.nic.line_rate_gbps": 400,
-                         "cluster.nic.count": 4})
+    s = make_scenario(
+        **{
+            "cluster.nodes": 2,
+            "cluster.nic.kind": "ethernet_tcp",
+            "cluster.nic.line_rate_gbps": 400,
+            "cluster.nic.count": 4,
+        }
+    )
     ctx = build_context(s)
     host = ctx.host
     t_copy, copy_demands = host.copy(4e9, to_host=True)
@@ -34,8 +40,10 @@ def test_pcie_contention_slows_both_flows():
 
     alone_copy, (c,) = run(("copy", "d2h", t_copy, "transfer", copy_demands))
     alone_comm, (n,) = run(("comm", "comm", t_comm, "communication", comm_demands))
-    both, (c2, n2) = run(("copy", "d2h", t_copy, "transfer", copy_demands),
-                         ("comm", "comm", t_comm, "communication", comm_demands))
+    both, (c2, n2) = run(
+        ("copy", "d2h", t_copy, "transfer", copy_demands),
+        ("comm", "comm", t_comm, "communication", comm_demands),
+    )
     assert both[c2] > alone_copy[c] * 1.01
     assert both[n2] > alone_comm[n] * 1.01
 
@@ -62,16 +70,30 @@ def test_published_reference_point_shape():
 
 
 def test_memory_accounting_matches_hand_computation():
-    s = make_scenario(**{"cluster.nodes": 1, "cluster.gpus_per_node": 1, "workload.model": None,
-                         "workload.micro_batch": 2, "workload.precision": "bf16",
-                         "workload.layers": [{"name": "l", "params": 1_000_000, "forward_flops": 1e9,
-                                              "activation_bytes": 5_000_000, "repeat": 3}]})
+    s = make_scenario(
+        **{
+            "cluster.nodes": 1,
+            "cluster.gpus_per_node": 1,
+            "workload.model": None,
+            "workload.micro_batch": 2,
+            "workload.precision": "bf16",
+            "workload.layers": [
+                {
+                    "name": "l",
+                    "params": 1_000_000,
+                    "forward_flops": 1e9,
+                    "activation_bytes": 5_000_000,
+                    "repeat": 3,
+                }
+            ],
+        }
+    )
     r = simulate(s)
     P, acts = 3_000_000, 3 * 2 * 5_000_000
     m = r.memory
-    assert m["parameters"] == 2 * P + 4 * P      # bf16 weights + fp32 master
+    assert m["parameters"] == 2 * P + 4 * P  # bf16 weights + fp32 master
     assert m["gradients"] == 2 * P and m["ddp_buckets"] == 2 * P
-    assert m["optimizer_state"] == 8 * P         # Adam m and v in fp32
+    assert m["optimizer_state"] == 8 * P  # Adam m and v in fp32
     assert m["activations"] == acts
     assert m["total"] == 2 * P + 4 * P + 2 * P + 2 * P + 8 * P + acts
     off = simulate(s.with_changes(**{"training.offload.mode": "zero"}))
@@ -88,7 +110,9 @@ def test_offload_combines_with_every_optimizer(optimizer, mode):
     assert r.iteration_time > 0 and "offload" in r.extra
     assert r.memory["total"] < base.memory["total"]  # offloading frees GPU memory
     kept_on_gpu = {"adam": 0, "sgdm": 0, "onebit-adam": 4, "zero-one-adam": 8, "binsgdm": 8}[optimizer]
-    assert r.memory["optimizer_state"] == kept_on_gpu * 336_226_108  # BERT-Large: momentum etc. stay on the GPU
+    assert (
+        r.memory["optimizer_state"] == kept_on_gpu * 336_226_108
+    )  # BERT-Large: momentum etc. stay on the GPU
 
 
 def test_zero_offload_reduce_scatters_and_gathers():
@@ -98,12 +122,15 @@ def test_zero_offload_reduce_scatters_and_gathers():
     assert any(o.name.startswith("D2H gradients") for o in r.ops)
 
 
-@pytest.mark.parametrize("override,match", [
-    ({"training.offload.subgroup_size": 0}, "training.offload.subgroup_size"),
-    ({"training.offload.subgroup_size": -5}, "training.offload.subgroup_size"),
-    ({"cluster.host.cores": 0}, "cluster.host.cores"),
-    ({"cluster.host.memory_gib": 0}, "cluster.host.memory_gib"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"training.offload.subgroup_size": 0}, "training.offload.subgroup_size"),
+        ({"training.offload.subgroup_size": -5}, "training.offload.subgroup_size"),
+        ({"cluster.host.cores": 0}, "cluster.host.cores"),
+        ({"cluster.host.memory_gib": 0}, "cluster.host.memory_gib"),
+    ],
+)
 def test_bad_offload_settings_are_input_errors(override, match):
     with pytest.raises(InputError, match=match):
         llama(**override)
@@ -124,7 +151,9 @@ def test_offload_plan_cli(runner):
 
     r = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100"])
     assert r.exit_code == 0, r.output
-    assert "does not fit" in r.output and "ZeRO-Offload" in r.output and "faster than ZeRO-Offload" in r.output
+    assert (
+        "does not fit" in r.output and "ZeRO-Offload" in r.output and "faster than ZeRO-Offload" in r.output
+    )
     r = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100", "--json"])
     import json
 

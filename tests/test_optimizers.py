@@ -17,7 +17,11 @@ def ethernet(gpus, optimizer="adam", **opts):
 
 
 def comm_ops(result, phase=None):
-    return [o for o in result.ops if o.category == "communication" and (phase is None or o.meta.get("phase") == phase)]
+    return [
+        o
+        for o in result.ops
+        if o.category == "communication" and (phase is None or o.meta.get("phase") == phase)
+    ]
 
 
 def test_padding_is_a_multiple_of_p_lcm_p_8():
@@ -47,11 +51,20 @@ def test_onebit_nic_bytes_per_phase_match_closed_form(gpus):
 @pytest.mark.parametrize("p,g", [(32, 4), (64, 8), (16, 1), (8, 1)])
 def test_nic_traffic_ratio_vs_fp16_ring(p, g):
     """Inter-node reduction of 1-bit Adam vs an fp16 ring all-reduce: 32(p-1)/(g(p-g)+p-1)."""
-    s = make_scenario(**{"cluster.nodes": p // g, "cluster.gpus_per_node": g, "cluster.gpu": "V100-SXM2",
-                         "cluster.intra_node.fabric": "nvlink_mesh", "training.collective_algorithm": "ring"})
+    s = make_scenario(
+        **{
+            "cluster.nodes": p // g,
+            "cluster.gpus_per_node": g,
+            "cluster.gpu": "V100-SXM2",
+            "cluster.intra_node.fabric": "nvlink_mesh",
+            "training.collective_algorithm": "ring",
+        }
+    )
     adam = simulate(s.with_changes(**{"training.optimizer": "adam"}))
     onebit = simulate(s.with_changes(**{"training.optimizer": "onebit-adam"}))
-    ratio = adam.bytes_per_link_kind["inter_node_per_node"] / onebit.bytes_per_link_kind["inter_node_per_node"]
+    ratio = (
+        adam.bytes_per_link_kind["inter_node_per_node"] / onebit.bytes_per_link_kind["inter_node_per_node"]
+    )
     assert ratio == pytest.approx(32 * (p - 1) / (g * (p - g) + p - 1), rel=0.002)  # padding + scales
 
 
@@ -76,11 +89,19 @@ def test_end_to_end_formula_matches_time_to_train():
 
 
 def test_onebit_loses_on_a_single_nvlink_node_and_wins_on_slow_ethernet():
-    nvlink = make_scenario(**{"cluster.nodes": 1, "cluster.gpus_per_node": 8, "cluster.gpu": "H100-SXM",
-                              "workload.precision": "bf16"})
+    nvlink = make_scenario(
+        **{
+            "cluster.nodes": 1,
+            "cluster.gpus_per_node": 8,
+            "cluster.gpu": "H100-SXM",
+            "workload.precision": "bf16",
+        }
+    )
     a = simulate(nvlink.with_changes(**{"training.optimizer": "adam"}))
     b = simulate(nvlink.with_changes(**{"training.optimizer": "onebit-adam"}))
-    assert b.iteration_time > a.iteration_time  # compression kernels cost more than the NVLink all-reduce saves
+    assert (
+        b.iteration_time > a.iteration_time
+    )  # compression kernels cost more than the NVLink all-reduce saves
     a = simulate(ethernet(32, "adam"))
     b = simulate(ethernet(32, "onebit-adam"))
     assert b.iteration_time < a.iteration_time / 3
@@ -90,7 +111,9 @@ def test_onebit_loses_on_a_single_nvlink_node_and_wins_on_slow_ethernet():
 def test_every_optimizer_is_monotone_in_bandwidth(optimizer):
     times = []
     for rate in (1, 10, 40, 100, 400):
-        s = make_scenario(**{"cluster.nodes": 4, "cluster.nic.line_rate_gbps": rate, "training.optimizer": optimizer})
+        s = make_scenario(
+            **{"cluster.nodes": 4, "cluster.nic.line_rate_gbps": rate, "training.optimizer": optimizer}
+        )
         times.append(simulate(s).iteration_time)
     assert all(x >= y - 1e-12 for x, y in zip(times, times[1:]))
 
@@ -116,8 +139,13 @@ def test_mpi_host_staged_is_slower_than_nccl():
 
 
 def test_zero_one_adam_schedule():
-    o = ZeroOneAdamOptions(total_steps=1000, var_freeze_step=200, var_update_scaler=4, local_step_scaler=100,
-                           local_step_clipper=4)
+    o = ZeroOneAdamOptions(
+        total_steps=1000,
+        var_freeze_step=200,
+        var_update_scaler=4,
+        local_step_scaler=100,
+        local_step_clipper=4,
+    )
     c = schedule(o)
     assert sum(c.values()) == 1000
     # var_interval 1 for 4 updates, 2 for 4, 4 for 4, ... : updates at 1,2,3,4, 6,8,10,12, 16,20,24,28, ...
@@ -146,36 +174,59 @@ def test_binsgdm_hierarchical_phases_bytes():
     assert p1.meta["op"] == "reduce_scatter" and p1.meta["bytes"] == pytest.approx(n)
     p2 = [o for o in ops if o.meta["phase"] == 2][0]
     assert p2.meta["op"] == "all_to_all" and p2.meta["bytes"] == pytest.approx(n / g / 8)
-    assert all(o.meta["op"] != "all_gather" or o.meta["ranks"] == g for o in ops)  # no inter-node all-gather primitive
+    assert all(
+        o.meta["op"] != "all_gather" or o.meta["ranks"] == g for o in ops
+    )  # no inter-node all-gather primitive
     # NIC bytes per node: g rails x (N-1)/N x shard, for the vote and for the exchange back
     expect = 2 * g * (N - 1) / N * (n / g / 8)
     assert r.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(expect, rel=1e-9)
 
 
 def test_binsgdm_hierarchical_beats_flat_on_slow_network():
-    kw = {"cluster.nodes": 8, "cluster.gpus_per_node": 8, "cluster.nic.kind": "ethernet_tcp",
-          "cluster.nic.line_rate_gbps": 10, "training.optimizer": "binsgdm"}
+    kw = {
+        "cluster.nodes": 8,
+        "cluster.gpus_per_node": 8,
+        "cluster.nic.kind": "ethernet_tcp",
+        "cluster.nic.line_rate_gbps": 10,
+        "training.optimizer": "binsgdm",
+    }
     hier = simulate(make_scenario(**kw))
     flat = simulate(make_scenario(**kw, **{"training.optimizer_options": {"scheme": "flat"}}))
     assert hier.iteration_time < flat.iteration_time
 
 
 def test_binsgdm_custom_scheme_and_bad_group():
-    ok = make_scenario(**{"cluster.nodes": 2, "training.optimizer": "binsgdm", "training.optimizer_options": {
-        "scheme": [{"primitive": "all_reduce", "group": "world", "bits": 8}]}})
+    ok = make_scenario(
+        **{
+            "cluster.nodes": 2,
+            "training.optimizer": "binsgdm",
+            "training.optimizer_options": {
+                "scheme": [{"primitive": "all_reduce", "group": "world", "bits": 8}]
+            },
+        }
+    )
     assert simulate(ok).iteration_time > 0
     with pytest.raises(InputError, match="training.optimizer_options.scheme"):
-        make_scenario(**{"training.optimizer": "binsgdm", "training.optimizer_options": {
-            "scheme": [{"primitive": "all_reduce", "group": "rack", "bits": 1}]}})
+        make_scenario(
+            **{
+                "training.optimizer": "binsgdm",
+                "training.optimizer_options": {
+                    "scheme": [{"primitive": "all_reduce", "group": "rack", "bits": 1}]
+                },
+            }
+        )
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"optimizers": ["adam", "lamb"]}, "unknown optimizer"),
-    ({"warmup": 1.0}, "warmup fraction"),
-    ({"warmup": -0.1}, "warmup fraction"),
-    ({"steps": 0}, "steps must be positive"),
-    ({"gpus": [6]}, "whole number"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"optimizers": ["adam", "lamb"]}, "unknown optimizer"),
+        ({"warmup": 1.0}, "warmup fraction"),
+        ({"warmup": -0.1}, "warmup fraction"),
+        ({"steps": 0}, "steps must be positive"),
+        ({"gpus": [6]}, "whole number"),
+    ],
+)
 def test_compare_bad_input(kwargs, match):
     args = {"optimizers": ["adam", "onebit-adam"], "gpus": [8], "steps": 1000, "warmup": None} | kwargs
     with pytest.raises(InputError, match=match):

@@ -13,9 +13,13 @@ from clustersim.report.build import parse_duration
 from clustersim.sweeps.run import run_sweep
 from clustersim.sweeps.spec import load_sweep
 
-SWEEP = {"name": "report-test", "base": "preset:default",
-         "vary": {"gpus": [8, 32, 128], "nic_gbps": [10, 100], "optimizer": ["adam", "onebit-adam", "binsgdm"]},
-         "steps": 20000, "global_batch": 1024}
+SWEEP = {
+    "name": "report-test",
+    "base": "preset:default",
+    "vary": {"gpus": [8, 32, 128], "nic_gbps": [10, 100], "optimizer": ["adam", "onebit-adam", "binsgdm"]},
+    "steps": 20000,
+    "global_batch": 1024,
+}
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +79,28 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
     write_report(results, out)
     errors: list[str] = []
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page()
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.goto(out.as_uri())
-        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5", timeout=30000)
+        page.wait_for_function(
+            "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5", timeout=30000
+        )
         plots = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
-        drawn = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.querySelectorAll('.trace, .bars, .scatterlayer .points path').length)")
+        drawn = page.evaluate(
+            "Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.querySelectorAll('.trace, .bars, .scatterlayer .points path').length)"
+        )
         browser.close()
     assert plots == 5
     assert all(n > 0 for n in drawn), drawn
@@ -114,23 +130,62 @@ def test_report_errors(tmp_path, runner):
 
 def test_plan_finds_the_cheapest_in_time(runner, tmp_path):
     cand = tmp_path / "cand.yaml"
-    cand.write_text(yaml.safe_dump({"base": "preset:default", "vary": {"gpus": [8, 32, 128], "optimizer": ["adam", "binsgdm"]}}))
-    r = runner.invoke(app, ["plan", "--model", "BERT-Large", "--steps", "20000", "--deadline", "3d",
-                            "--candidates", str(cand), "--global-batch", "1024", "--json"])
+    cand.write_text(
+        yaml.safe_dump(
+            {"base": "preset:default", "vary": {"gpus": [8, 32, 128], "optimizer": ["adam", "binsgdm"]}}
+        )
+    )
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "BERT-Large",
+            "--steps",
+            "20000",
+            "--deadline",
+            "3d",
+            "--candidates",
+            str(cand),
+            "--global-batch",
+            "1024",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["chosen"]["ttt_h"] <= 72 and d["candidates"] == 6
     assert all(x["cost"] >= d["chosen"]["cost"] for x in d["runners_up"])
-    r = runner.invoke(app, ["plan", "--model", "BERT-Large", "--steps", "20000", "--deadline", "1m",
-                            "--candidates", str(cand), "--global-batch", "1024"])
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "BERT-Large",
+            "--steps",
+            "20000",
+            "--deadline",
+            "1m",
+            "--candidates",
+            str(cand),
+            "--global-batch",
+            "1024",
+        ],
+    )
     assert r.exit_code == 1 and "No configuration meets" in r.output
 
 
-@pytest.mark.parametrize("args,match", [
-    (["--model", "BERT-Huge", "--steps", "10", "--deadline", "1d"], "unknown model"),
-    (["--model", "BERT-Large", "--steps", "10", "--deadline", "soon"], "cannot read duration"),
-    (["--model", "BERT-Large", "--steps", "10", "--deadline", "1d", "--budget", "-5"], "budget must be positive"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--model", "BERT-Huge", "--steps", "10", "--deadline", "1d"], "unknown model"),
+        (["--model", "BERT-Large", "--steps", "10", "--deadline", "soon"], "cannot read duration"),
+        (
+            ["--model", "BERT-Large", "--steps", "10", "--deadline", "1d", "--budget", "-5"],
+            "budget must be positive",
+        ),
+    ],
+)
 def test_plan_bad_input(runner, args, match):
     r = runner.invoke(app, ["plan", *args])
     assert r.exit_code == 2 and match in r.output

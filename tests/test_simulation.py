@@ -2,10 +2,10 @@
 
 import pytest
 
+from clustersim.scenario import WorkloadSpec
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies.buckets import MIB, assign_buckets
 from clustersim.workloads import build_workload
-from clustersim.scenario import WorkloadSpec
 from tests.conftest import make_scenario
 
 
@@ -32,10 +32,13 @@ def test_overlap_helps_and_never_hurts():
     assert off.breakdown["exposed_communication"] > on.breakdown["exposed_communication"]
 
 
-@pytest.mark.parametrize("key,values", [
-    ("cluster.nic.line_rate_gbps", [10, 25, 100, 200, 400]),
-    ("cluster.nic.count", [1, 2, 4]),
-])
+@pytest.mark.parametrize(
+    "key,values",
+    [
+        ("cluster.nic.line_rate_gbps", [10, 25, 100, 200, 400]),
+        ("cluster.nic.count", [1, 2, 4]),
+    ],
+)
 def test_more_bandwidth_is_never_slower(key, values):
     times = [simulate(make_scenario(**{"cluster.nodes": 8, key: v})).iteration_time for v in values]
     assert all(a >= b - 1e-12 for a, b in zip(times, times[1:]))
@@ -63,7 +66,9 @@ def test_gradient_accumulation_reduces_once():
     one = simulate(make_scenario(**{"cluster.nodes": 2}))
     four = simulate(make_scenario(**{"cluster.nodes": 2, "workload.gradient_accumulation": 4}))
     assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"])
-    assert four.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(one.bytes_per_link_kind["inter_node_per_node"])
+    assert four.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(
+        one.bytes_per_link_kind["inter_node_per_node"]
+    )
     assert four.samples_per_iteration == 4 * one.samples_per_iteration
 
 
@@ -83,7 +88,9 @@ def test_run_cost_does_not_grow_with_gpu_count():
 def test_fp32_gradients_double_the_bytes():
     a = simulate(make_scenario(**{"cluster.nodes": 2}))
     b = simulate(make_scenario(**{"cluster.nodes": 2, "training.gradient_dtype": "fp32"}))
-    assert b.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(2 * a.bytes_per_link_kind["inter_node_per_node"], rel=0.01)
+    assert b.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(
+        2 * a.bytes_per_link_kind["inter_node_per_node"], rel=0.01
+    )
 
 
 def test_measured_phases_are_used_when_the_profile_matches():

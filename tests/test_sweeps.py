@@ -11,9 +11,13 @@ from clustersim.errors import InputError
 from clustersim.sweeps.run import CRASH_ENV, run_sweep, simulate_row
 from clustersim.sweeps.spec import load_sweep, row_id
 
-SWEEP = {"name": "t", "base": "preset:default",
-         "vary": {"gpus": [8, 16, 32], "nic_gbps": [10, 40], "optimizer": ["adam", "onebit-adam"]},
-         "steps": 1000, "global_batch": 512}
+SWEEP = {
+    "name": "t",
+    "base": "preset:default",
+    "vary": {"gpus": [8, 16, 32], "nic_gbps": [10, 40], "optimizer": ["adam", "onebit-adam"]},
+    "steps": 1000,
+    "global_batch": 512,
+}
 
 
 def write(tmp_path, data=SWEEP, name="sweep.yaml"):
@@ -86,13 +90,16 @@ def test_invalid_combinations_are_recorded_not_fatal(tmp_path):
     assert sorted(r["status"] for r in rows.values()) == ["invalid", "ok"]
 
 
-@pytest.mark.parametrize("data,match", [
-    ({**SWEEP, "vary": {"colour": [1]}}, "unknown axis 'colour'"),
-    ({**SWEEP, "vary": {"gpus": []}}, "empty axis"),
-    ({**SWEEP, "vary": {}}, "nothing to vary"),
-    ({**SWEEP, "frobnicate": 1}, "frobnicate: unknown key"),
-    ({**SWEEP, "base": "preset:nope"}, "unknown preset"),
-])
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({**SWEEP, "vary": {"colour": [1]}}, "unknown axis 'colour'"),
+        ({**SWEEP, "vary": {"gpus": []}}, "empty axis"),
+        ({**SWEEP, "vary": {}}, "nothing to vary"),
+        ({**SWEEP, "frobnicate": 1}, "frobnicate: unknown key"),
+        ({**SWEEP, "base": "preset:nope"}, "unknown preset"),
+    ],
+)
 def test_bad_sweep_files(tmp_path, data, match):
     with pytest.raises(InputError, match=match):
         load_sweep(write(tmp_path, data))
@@ -118,8 +125,10 @@ def test_results_folder_of_another_sweep_is_refused(tmp_path, runner):
 
 def test_unreachable_scheduler(tmp_path, runner, monkeypatch):
     monkeypatch.setenv("CLUSTERSIM_SCHEDULER_TIMEOUT", "2s")
-    r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out"),
-                            "--scheduler", "tcp://127.0.0.1:9"])
+    r = runner.invoke(
+        app,
+        ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out"), "--scheduler", "tcp://127.0.0.1:9"],
+    )
     assert r.exit_code == 2 and "cannot reach the Dask scheduler" in r.output and "Traceback" not in r.output
 
 

@@ -56,7 +56,9 @@ def _can_make_namespaces() -> bool:
     return probe.returncode == 0
 
 
-namespaces = pytest.mark.skipif(not _can_make_namespaces(), reason="needs root with network namespaces, ip and tc")
+namespaces = pytest.mark.skipif(
+    not _can_make_namespaces(), reason="needs root with network namespaces, ip and tc"
+)
 
 THROUGHPUT = r"""
 import socket, sys, time
@@ -113,8 +115,17 @@ def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
     from clustersim.testbed import sweep
 
     tb, _ = hosts.up(2, parse_rate("400mbit"))
-    raw = sweep.run(tb, tmp_path / "raw.json", "all_reduce", 1 << 18, 1 << 19, repeat=3, warmup=1,
-                    subgroups=False, timeout_s=120)
+    raw = sweep.run(
+        tb,
+        tmp_path / "raw.json",
+        "all_reduce",
+        1 << 18,
+        1 << 19,
+        repeat=3,
+        warmup=1,
+        subgroups=False,
+        timeout_s=120,
+    )
     recs = raw["collectives"]
     assert {r["bytes"] for r in recs} == {float(1 << 18), float(1 << 19)}
     assert raw["topology"]["nodes"] == 2 and raw["topology"]["network"]["line_rate_gbps"] == 0.4

@@ -16,7 +16,9 @@ def test_nvswitch_ring_is_links_times_nccl_link_bandwidth():
 
 
 def test_dgx1_mesh_uses_each_gpus_six_links():
-    cl = cluster(**{"cluster.gpu": "V100-SXM2", "cluster.gpus_per_node": 8, "cluster.intra_node.fabric": "nvlink_mesh"})
+    cl = cluster(
+        **{"cluster.gpu": "V100-SXM2", "cluster.gpus_per_node": 8, "cluster.intra_node.fabric": "nvlink_mesh"}
+    )
     assert cl.intra_ring(8).bytes_per_s == pytest.approx(6 * 20e9)
     assert cl.intra_ring(2).bytes_per_s == pytest.approx(20e9)  # GPU0-GPU1: one link
 
@@ -29,28 +31,48 @@ def test_pcie_tree_ring_bottleneck_is_a_pcie_link():
 
 def test_pcie_switch_shared_by_gpus_and_nics_limits_injection():
     # Four 400 Gb/s NICs (48 GB/s each) behind Gen3 switches cannot be fed faster than the switch uplinks.
-    cl = cluster(**{"cluster.gpu": "V100-PCIe", "cluster.intra_node.fabric": "pcie",
-                    "cluster.nic.count": 4, "cluster.nic.line_rate_gbps": 400})
+    cl = cluster(
+        **{
+            "cluster.gpu": "V100-PCIe",
+            "cluster.intra_node.fabric": "pcie",
+            "cluster.nic.count": 4,
+            "cluster.nic.line_rate_gbps": 400,
+        }
+    )
     inj = cl.injection()
     assert inj.latency_class == "pcie"
     assert inj.bytes_per_s < 4 * 48e9
 
 
 def test_tcp_without_rdma_stages_through_host():
-    rdma = cluster(**{"cluster.nic.count": 4, "cluster.nic.line_rate_gbps": 800, "cluster.nic.gpudirect_rdma": True})
-    staged = cluster(**{"cluster.nic.count": 4, "cluster.nic.line_rate_gbps": 800, "cluster.nic.gpudirect_rdma": False})
+    rdma = cluster(
+        **{"cluster.nic.count": 4, "cluster.nic.line_rate_gbps": 800, "cluster.nic.gpudirect_rdma": True}
+    )
+    staged = cluster(
+        **{"cluster.nic.count": 4, "cluster.nic.line_rate_gbps": 800, "cluster.nic.gpudirect_rdma": False}
+    )
     assert staged.injection().bytes_per_s <= rdma.injection().bytes_per_s
 
 
 def test_measured_nic_rate_wins():
-    cl = cluster(**{"cluster.nic.kind": "ethernet_tcp", "cluster.nic.line_rate_gbps": 40, "cluster.nic.effective_gbps": 4.1})
+    cl = cluster(
+        **{
+            "cluster.nic.kind": "ethernet_tcp",
+            "cluster.nic.line_rate_gbps": 40,
+            "cluster.nic.effective_gbps": 4.1,
+        }
+    )
     assert cl.injection().bytes_per_s == pytest.approx(4.1e9 / 8)
     assert cl.injection().measured
 
 
 def test_oversubscribed_leaf_spine_only_hurts_groups_spanning_leaves():
-    kw = {"cluster.nodes": 8, "cluster.fabric.kind": "leaf_spine", "cluster.fabric.nodes_per_leaf": 4,
-          "cluster.fabric.oversubscription": 2.0}
+    kw = {
+        "cluster.nodes": 8,
+        "cluster.fabric.kind": "leaf_spine",
+        "cluster.fabric.nodes_per_leaf": 4,
+        "cluster.fabric.oversubscription": 2.0,
+    }
     cl = cluster(**kw)
     within = cl.inter_node(GroupShape(4, 4)).bytes_per_s
     across = cl.inter_node(GroupShape(8, 4)).bytes_per_s
@@ -59,4 +81,6 @@ def test_oversubscribed_leaf_spine_only_hurts_groups_spanning_leaves():
 
 def test_rails_share_the_nics():
     cl = cluster(**{"cluster.nodes": 4})
-    assert cl.inter_node(GroupShape(4, 1, sharing=4)).bytes_per_s == pytest.approx(cl.injection().bytes_per_s / 4)
+    assert cl.inter_node(GroupShape(4, 1, sharing=4)).bytes_per_s == pytest.approx(
+        cl.injection().bytes_per_s / 4
+    )

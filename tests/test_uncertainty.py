@@ -31,6 +31,7 @@ def test_band_width_follows_the_documented_default_compute_width():
     fb = r.breakdown["forward"] + r.breakdown["backward"]
     rest = r.iteration_time - fb
     import math
+
     lo = rest + fb * math.exp(-1.2816 * DEFAULT_COMPUTE_SIGMA)
     hi = rest + fb * math.exp(1.2816 * DEFAULT_COMPUTE_SIGMA)
     assert r.interval.p10 == pytest.approx(lo, rel=0.03)
@@ -43,7 +44,9 @@ def test_samples_zero_turns_the_band_off(runner):
 
 
 def test_collective_reports_interval_and_source(runner):
-    res = runner.invoke(app, ["collective", "preset:default", "--op", "all_to_all", "--bytes", "8MiB", "--json"])
+    res = runner.invoke(
+        app, ["collective", "preset:default", "--op", "all_to_all", "--bytes", "8MiB", "--json"]
+    )
     data = json.loads(res.output)
     assert data["time_interval_s"]["p10"] < data["time_s"] < data["time_interval_s"]["p90"]
     assert data["source"] == "topology model, default constants"
@@ -93,8 +96,9 @@ def test_a_profile_for_another_chip_is_refused_and_a_form_factor_noted(runner):
     res = runner.invoke(app, ["run", "preset:default", "--profile", "builtin:cpu-2core-gloo"])
     assert res.exit_code == 2
     assert "builtin:cpu-2core-gloo" in res.output and "device" in res.output and "Traceback" not in res.output
-    s = load_scenario("preset:default").with_changes(**{"cluster.gpu": "V100-SXM2",
-                                                        "cluster.intra_node.fabric": "nvlink_mesh"})
+    s = load_scenario("preset:default").with_changes(
+        **{"cluster.gpu": "V100-SXM2", "cluster.intra_node.fabric": "nvlink_mesh"}
+    )
     r = simulate(s, "builtin:v100-bert-large-published")
     assert any("same V100 chip" in n for n in r.notes)
 
@@ -103,7 +107,7 @@ def test_gloo_broadcast_tree_critical_path():
     from clustersim.cost_models.collective_algorithms import concurrent_binomial_depth
 
     # 2^d ranks: d(d+1)/2 transfers on the critical path (gloo/broadcast.cc posts all sends at once)
-    assert [concurrent_binomial_depth(2 ** d) for d in range(1, 7)] == [d * (d + 1) // 2 for d in range(1, 7)]
+    assert [concurrent_binomial_depth(2**d) for d in range(1, 7)] == [d * (d + 1) // 2 for d in range(1, 7)]
     assert concurrent_binomial_depth(3) == 2 and concurrent_binomial_depth(5) == 4
 
 
@@ -111,11 +115,27 @@ def test_report_bands_indistinguishable_and_break_even_from_rows():
     from clustersim.report.analysis import break_even_lines, enrich, indistinguishable, recommendation
 
     def row(opt, gbps, t, lo, hi):
-        return {"status": "ok", "optimizer": opt, "world_size": 64, "nodes": 8, "gpus_per_node": 8, "gpu": "A100-80GB",
-                "nic_kind": "infiniband", "nic_gbps": gbps, "nic_effective_gbps": None, "iteration_time_s": t,
-                "iteration_time_p10_s": lo, "iteration_time_p90_s": hi}
-    rows = [row("adam", 10.0, 2.0, 1.8, 2.2), row("onebit-adam", 10.0, 1.0, 0.9, 1.1),
-            row("adam", 100.0, 1.0, 0.9, 1.1), row("onebit-adam", 100.0, 1.05, 0.95, 1.15)]
+        return {
+            "status": "ok",
+            "optimizer": opt,
+            "world_size": 64,
+            "nodes": 8,
+            "gpus_per_node": 8,
+            "gpu": "A100-80GB",
+            "nic_kind": "infiniband",
+            "nic_gbps": gbps,
+            "nic_effective_gbps": None,
+            "iteration_time_s": t,
+            "iteration_time_p10_s": lo,
+            "iteration_time_p90_s": hi,
+        }
+
+    rows = [
+        row("adam", 10.0, 2.0, 1.8, 2.2),
+        row("onebit-adam", 10.0, 1.0, 0.9, 1.1),
+        row("adam", 100.0, 1.0, 0.9, 1.1),
+        row("onebit-adam", 100.0, 1.05, 0.95, 1.15),
+    ]
     ok = enrich(rows, 1000, 1.0, warmup=0.0)
     by = {(r["optimizer"], r["nic_gbps"]): r for r in ok}
     assert by[("onebit-adam", 10.0)]["speedup_p10"] == pytest.approx((1.8 / 1.1))

@@ -33,8 +33,12 @@ def _load(paths: list[Path], cluster) -> tuple[list, str, str]:
         raw = read_raw(path)
         spec = measured_cluster(raw, cluster)
         if spec is None:
-            raise InputError("the file does not say what network it ran on (topology.network); pass --cluster "
-                             "with a scenario describing the hardware", source=str(path), key="topology.network")
+            raise InputError(
+                "the file does not say what network it ran on (topology.network); pass --cluster "
+                "with a scenario describing the hardware",
+                source=str(path),
+                key="topology.network",
+            )
         if not raw.get("collectives"):
             raise InputError("no collective measurements", source=str(path), key="collectives")
         backends.add("nccl" if str(raw.get("backend", "nccl")).startswith("nccl") else str(raw["backend"]))
@@ -45,14 +49,21 @@ def _load(paths: list[Path], cluster) -> tuple[list, str, str]:
     return points, backends.pop(), nics.pop()
 
 
-def run_check(train_files: list[Path], predict_files: list[Path], train_ranks: str | None,
-              test_ranks: str | None, cluster=None) -> dict:
+def run_check(
+    train_files: list[Path],
+    predict_files: list[Path],
+    train_ranks: str | None,
+    test_ranks: str | None,
+    cluster=None,
+) -> dict:
     train_pts, backend, nic = _load(train_files, cluster)
     test_pts = train_pts
     if predict_files:
         test_pts, backend2, nic2 = _load(predict_files, cluster)
         if (backend2, nic2) != (backend, nic):
-            raise InputError("--predict files use another backend or NIC kind than the fitted ones", key="--predict")
+            raise InputError(
+                "--predict files use another backend or NIC kind than the fitted ones", key="--predict"
+            )
     train_set = _ranks(train_ranks, "--train-ranks")
     test_set = _ranks(test_ranks, "--test-ranks")
     all_ranks = sorted({p.shape.ranks for p in test_pts})
@@ -63,10 +74,17 @@ def run_check(train_files: list[Path], predict_files: list[Path], train_ranks: s
     train = [p for p in train_pts if p.shape.ranks in train_set]
     test = [p for p in test_pts if p.shape.ranks in test_set]
     if len({p.shape.ranks for p in train}) < 2:
-        raise InputError(f"fitting needs measurements at two or more group sizes; have {sorted(train_set)}",
-                         key="--train-ranks")
+        raise InputError(
+            f"fitting needs measurements at two or more group sizes; have {sorted(train_set)}",
+            key="--train-ranks",
+        )
     if not test:
         raise InputError(f"no measurements at group sizes {sorted(test_set)} to predict", key="--test-ranks")
     rows = check_holdout(train, test, backend, nic)
-    return {"train_ranks": sorted(train_set), "test_ranks": sorted(test_set), "backend": backend,
-            "rows": rows, "summary": summarize_check(rows)}
+    return {
+        "train_ranks": sorted(train_set),
+        "test_ranks": sorted(test_set),
+        "backend": backend,
+        "rows": rows,
+        "summary": summarize_check(rows),
+    }

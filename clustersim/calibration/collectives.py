@@ -1,6 +1,7 @@
 """Collective sweep through torch.distributed; run it under torchrun, rank 0 writes the result.
 
-    torchrun --nnodes N --nproc_per_node G [--rdzv...] -m clustersim.calibration.collectives --out profile.json
+    torchrun --nnodes N --nproc_per_node G [--rdzv...] -m clustersim.calibration.collectives \
+        --out profile.json
 
 NCCL on GPUs, gloo on CPUs. Each size is timed as the slowest rank's duration per repetition
 (barrier, op, device sync), median over repetitions after warm-up. Ops a backend lacks (gloo has no
@@ -15,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 
 from clustersim.calibration.timing import summarize
 
@@ -83,9 +85,19 @@ def subgroups(hosts: list[str], subgroups: bool) -> list[tuple[list[int], int, i
     return [g for g in groups if len(g[0]) > 1]
 
 
-def sweep(dist, torch, device: str, quick: bool, ops=OPS, progress=None, min_bytes: int | None = None,
-          max_bytes: int | None = None, with_subgroups: bool = False, repeat: int | None = None,
-          warmup: int | None = None) -> dict:
+def sweep(
+    dist,
+    torch,
+    device: str,
+    quick: bool,
+    ops=OPS,
+    progress=None,
+    min_bytes: int | None = None,
+    max_bytes: int | None = None,
+    with_subgroups: bool = False,
+    repeat: int | None = None,
+    warmup: int | None = None,
+) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     hosts: list = [None] * world
     dist.all_gather_object(hosts, os.environ.get(HOST_ENV) or socket.gethostname())
@@ -96,8 +108,9 @@ def sweep(dist, torch, device: str, quick: bool, ops=OPS, progress=None, min_byt
     records, skipped = [], {}
     for group, ranks, g_nodes, g_per_node in handles:
         if rank in ranks:
-            _sweep_group(dist, torch, device, quick, ops, group, len(ranks), g_nodes, g_per_node, records, skipped,
-                         progress if rank == ranks[0] else None, min_bytes, max_bytes, repeat, warmup)
+            cfg = SweepSettings(device, quick, tuple(ops), min_bytes, max_bytes, repeat, warmup)
+            log = progress if rank == ranks[0] else None
+            _sweep_group(dist, torch, cfg, group, (len(ranks), g_nodes, g_per_node), records, skipped, log)
         dist.barrier()
     gathered: list = [None] * world
     dist.all_gather_object(gathered, records)
@@ -110,8 +123,24 @@ def sweep(dist, torch, device: str, quick: bool, ops=OPS, progress=None, min_byt
     return {"collectives": merged, "collectives_skipped": skipped, "topology": topology}
 
 
-def _sweep_group(dist, torch, device, quick, ops, group, size, nodes, per_node, records, skipped, progress,
-                 min_bytes, max_bytes, repeat, warmup) -> None:
+@dataclass(frozen=True)
+class SweepSettings:
+    device: str
+    quick: bool
+    ops: tuple[str, ...]
+    min_bytes: int | None
+    max_bytes: int | None
+    repeat: int | None
+    warmup: int | None
+
+
+def _sweep_group(
+    dist, torch, cfg: SweepSettings, group, shape: tuple[int, int, int], records, skipped, progress
+) -> None:
+    """Time every op and size on one group (``shape``: ranks, nodes, ranks per node); its leader records."""
+    size, nodes, per_node = shape
+    device, quick, ops = cfg.device, cfg.quick, cfg.ops
+    min_bytes, max_bytes, repeat, warmup = cfg.min_bytes, cfg.max_bytes, cfg.repeat, cfg.warmup
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     repeat = repeat or ((5, 2) if quick else (15, 5))[0]
     warmup = warmup if warmup is not None else ((5, 2) if quick else (15, 5))[1]
@@ -148,8 +177,17 @@ def _sweep_group(dist, torch, device, quick, ops, group, size, nodes, per_node, 
             timing = summarize(per_rep)
             n = max(size, nbytes // 4)
             n -= n % size
-            records.append({"op": op, "nodes": nodes, "gpus_per_node": per_node, "ranks": size,
-                            "bytes": 4.0 * n, **timing.as_dict(), "_leader": leader})
+            records.append(
+                {
+                    "op": op,
+                    "nodes": nodes,
+                    "gpus_per_node": per_node,
+                    "ranks": size,
+                    "bytes": 4.0 * n,
+                    **timing.as_dict(),
+                    "_leader": leader,
+                }
+            )
             if progress:
                 progress(f"{op} {nbytes} B on {nodes}x{per_node}: {timing.median_s * 1e6:.1f} us")
 
@@ -170,15 +208,22 @@ def _timed(fn, sync) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="the fitted profile rank 0 writes (with --raw: the raw medians)")
+    ap.add_argument(
+        "--out", required=True, help="the fitted profile rank 0 writes (with --raw: the raw medians)"
+    )
     ap.add_argument("--raw", action="store_true", help="write the raw medians instead of a fitted profile")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--min-bytes", type=int, default=None, help="smallest message (bytes); sizes double up to --max-bytes")
+    ap.add_argument(
+        "--min-bytes", type=int, default=None, help="smallest message (bytes); sizes double up to --max-bytes"
+    )
     ap.add_argument("--max-bytes", type=int, default=None)
-    ap.add_argument("--subgroups", action="store_true",
-                    help="also measure the first 2, 4, ... nodes, one node, and one rank per node")
+    ap.add_argument(
+        "--subgroups",
+        action="store_true",
+        help="also measure the first 2, 4, ... nodes, one node, and one rank per node",
+    )
     ap.add_argument("--repeat", type=int, default=None, help="timed repetitions per size")
     ap.add_argument("--warmup", type=int, default=None, help="untimed repetitions per size")
     args = ap.parse_args(argv)
@@ -203,15 +248,26 @@ def main(argv=None) -> int:
         if unknown:
             print(f"error: unknown ops {sorted(unknown)}", file=sys.stderr)
             return 2
-        result = sweep(dist, torch, device, args.quick, ops, progress=lambda m: print(m, flush=True),
-                       min_bytes=args.min_bytes, max_bytes=args.max_bytes, with_subgroups=args.subgroups,
-                       repeat=args.repeat, warmup=args.warmup)
+        result = sweep(
+            dist,
+            torch,
+            device,
+            args.quick,
+            ops,
+            progress=lambda m: print(m, flush=True),
+            min_bytes=args.min_bytes,
+            max_bytes=args.max_bytes,
+            with_subgroups=args.subgroups,
+            repeat=args.repeat,
+            warmup=args.warmup,
+        )
         if dist.get_world_size() == 1 and device == "cuda":
             result["launch_latency_s"] = launch_latency(torch, dist)
         if dist.get_rank() == 0:
             result["backend"] = backend
-            result["provenance"] = provenance(torch, device, " ".join(sys.argv), backend=backend,
-                                              ranks=dist.get_world_size())
+            result["provenance"] = provenance(
+                torch, device, " ".join(sys.argv), backend=backend, ranks=dist.get_world_size()
+            )
             raw = {"format": "clustersim-raw", "format_version": 1, "device": device, **result}
             if args.raw:
                 write_json_atomically(args.out, raw)

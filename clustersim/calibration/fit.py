@@ -27,8 +27,14 @@ MIN_POINTS_PER_SEGMENT = 4
 def _fit_segment(S: np.ndarray, t: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
     slope = max((t[-1] - t[0]) / (S[-1] - S[0]), 0.0) if len(S) > 1 and S[-1] > S[0] else 0.0
     x0 = [max(t.min() - slope * S.min(), 1e-9), max(slope, 1e-15)]
-    res = least_squares(lambda x: (x[0] + S * x[1] - t) / t, x0, bounds=([0.0, 0.0], [np.inf, np.inf]),
-                        loss="soft_l1", f_scale=0.05, x_scale=[max(x0[0], 1e-9), max(x0[1], 1e-15)])
+    res = least_squares(
+        lambda x: (x[0] + S * x[1] - t) / t,
+        x0,
+        bounds=([0.0, 0.0], [np.inf, np.inf]),
+        loss="soft_l1",
+        f_scale=0.05,
+        x_scale=[max(x0[0], 1e-9), max(x0[1], 1e-15)],
+    )
     return float(res.x[0]), float(res.x[1]), res.fun, res.jac
 
 
@@ -61,7 +67,9 @@ def fit_segments(sizes, times) -> tuple[list[tuple[float, float, float]], list[n
     for k in range(1, MAX_SEGMENTS + 1):
         if n < k * MIN_POINTS_PER_SEGMENT:
             break
-        for cuts in itertools.combinations(range(MIN_POINTS_PER_SEGMENT, n - MIN_POINTS_PER_SEGMENT + 1), k - 1):
+        for cuts in itertools.combinations(
+            range(MIN_POINTS_PER_SEGMENT, n - MIN_POINTS_PER_SEGMENT + 1), k - 1
+        ):
             bounds = [0, *cuts, n]
             if any(b - a < MIN_POINTS_PER_SEGMENT for a, b in zip(bounds, bounds[1:])):
                 continue
@@ -72,7 +80,7 @@ def fit_segments(sizes, times) -> tuple[list[tuple[float, float, float]], list[n
                 segs.append((start, alpha, beta))
                 resids.append(r)
                 jacs.append(j)
-            rss = float(sum((r ** 2).sum() for r in resids))
+            rss = float(sum((r**2).sum() for r in resids))
             bic = n * math.log(max(rss / n, 1e-18)) + 2 * k * math.log(n)
             if best is None or bic < best[0]:
                 best = (bic, segs, resids, jacs)
@@ -86,7 +94,9 @@ def predict(segments, nbytes: float) -> float:
     return segmented_time(segments, nbytes)
 
 
-def fit_collective(op: str, nodes: int, gpus_per_node: int, points: list[tuple[float, float]], source: str) -> CollectiveFit:
+def fit_collective(
+    op: str, nodes: int, gpus_per_node: int, points: list[tuple[float, float]], source: str
+) -> CollectiveFit:
     sizes = [p[0] for p in points]
     times = [p[1] for p in points]
     segments, resids, jacs = fit_segments(sizes, times)
@@ -100,21 +110,41 @@ def fit_collective(op: str, nodes: int, gpus_per_node: int, points: list[tuple[f
         errs = [abs(predict(tseg, s) / t - 1) for s, t in test]
         holdout, held = max(errs), len(test)
     cis = [_ci95(j, r) for j, r in zip(jacs, resids)]
-    quality = FitQuality(points=len(points), residual_rms_rel=float(np.sqrt((all_rel ** 2).mean())),
-                         holdout_max_rel_error=holdout, holdout_points=held,
-                         alpha_ci95_s=[c[0] for c in cis], beta_ci95_s_per_byte=[c[1] for c in cis])
+    quality = FitQuality(
+        points=len(points),
+        residual_rms_rel=float(np.sqrt((all_rel**2).mean())),
+        holdout_max_rel_error=holdout,
+        holdout_points=held,
+        alpha_ci95_s=[c[0] for c in cis],
+        beta_ci95_s_per_byte=[c[1] for c in cis],
+    )
     p = nodes * gpus_per_node
-    table = [(float(S), S / t * busbw_factor(op, p) / 1e9 if op in ("all_reduce", "all_gather", "reduce_scatter",
-                                                                     "all_to_all", "broadcast") else S / t / 1e9)
-             for S, t in sorted(points)]
-    return CollectiveFit(op=op, nodes=nodes, gpus_per_node=gpus_per_node, segments=segments, source=source,
-                         quality=quality, busbw_by_size=table)
+    table = [
+        (
+            float(S),
+            S / t * busbw_factor(op, p) / 1e9
+            if op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+            else S / t / 1e9,
+        )
+        for S, t in sorted(points)
+    ]
+    return CollectiveFit(
+        op=op,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        segments=segments,
+        source=source,
+        quality=quality,
+        busbw_by_size=table,
+    )
 
 
 def fit_collectives(records: list[dict], source: str) -> list[CollectiveFit]:
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for r in records:
-        groups.setdefault((r["op"], r["nodes"], r["gpus_per_node"]), []).append((float(r["bytes"]), float(r["median_s"])))
+        groups.setdefault((r["op"], r["nodes"], r["gpus_per_node"]), []).append(
+            (float(r["bytes"]), float(r["median_s"]))
+        )
     return [fit_collective(op, nodes, g, pts, source) for (op, nodes, g), pts in sorted(groups.items())]
 
 
@@ -129,10 +159,29 @@ def build_profile(raw: dict, cluster=None) -> dict:
     file records its network, the collective model's parameters are fitted too (network_fit.py)."""
     prov = dict(raw.get("provenance") or {"source": "unknown"})
     device = prov.pop("catalog_device", None) or raw.get("device_name") or "cpu"
-    profile: dict = {"format": FORMAT, "format_version": FORMAT_VERSION, "device": device,
-                     "provenance": {k: v for k, v in prov.items() if k in {
-                         "source", "date", "device_name", "device_count", "driver", "cuda", "torch", "nccl", "gloo",
-                         "cpu", "host"}}}
+    profile: dict = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "device": device,
+        "provenance": {
+            k: v
+            for k, v in prov.items()
+            if k
+            in {
+                "source",
+                "date",
+                "device_name",
+                "device_count",
+                "driver",
+                "cuda",
+                "torch",
+                "nccl",
+                "gloo",
+                "cpu",
+                "host",
+            }
+        },
+    }
     gemm = raw.get("gemm") or []
     if gemm:
         by_prec: dict[str, list] = {}
@@ -170,6 +219,18 @@ def build_profile(raw: dict, cluster=None) -> dict:
                 profile["network"] = network
     if raw.get("launch_latency_s") is not None:
         profile["launch_latency_s"] = raw["launch_latency_s"]
-    profile["raw"] = {k: raw[k] for k in ("gemm", "memory", "kernels", "host_adam", "host_copies", "collectives",
-                                          "collectives_skipped", "topology") if raw.get(k)}
+    profile["raw"] = {
+        k: raw[k]
+        for k in (
+            "gemm",
+            "memory",
+            "kernels",
+            "host_adam",
+            "host_copies",
+            "collectives",
+            "collectives_skipped",
+            "topology",
+        )
+        if raw.get(k)
+    }
     return profile

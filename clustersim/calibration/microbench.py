@@ -13,19 +13,24 @@ from typing import Callable
 
 from clustersim.calibration.timing import measure
 from clustersim.cost_models import kernel_bytes as bsg
-from clustersim.cost_models.kernel_bytes import FINISH_PASSES, SERVER_PASSES, WORKER_PASSES
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM
+from clustersim.cost_models.kernel_bytes import FINISH_PASSES, FUSED_ADAM, SERVER_PASSES, WORKER_PASSES
 
-_PASS_BYTES = {name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES}
+_PASS_BYTES = {
+    name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES
+}
 SERVER_P = 8  # the (p, n/p) shape used for the server-side kernels
 
 
 def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
     if device == "cuda":
-        return {"gemm": [1024, 2048, 4096, 8192] if not quick else [2048, 8192],
-                "elements": [1 << 22, 1 << 24, 1 << 26] if not quick else [1 << 22, 1 << 25]}
-    return {"gemm": [256, 512, 1024] if not quick else [128, 384],
-            "elements": [1 << 18, 1 << 20, 1 << 22] if not quick else [1 << 16, 1 << 18]}
+        return {
+            "gemm": [1024, 2048, 4096, 8192] if not quick else [2048, 8192],
+            "elements": [1 << 22, 1 << 24, 1 << 26] if not quick else [1 << 22, 1 << 25],
+        }
+    return {
+        "gemm": [256, 512, 1024] if not quick else [128, 384],
+        "elements": [1 << 18, 1 << 20, 1 << 22] if not quick else [1 << 16, 1 << 18],
+    }
 
 
 class Bench:
@@ -42,7 +47,9 @@ class Bench:
             self.torch.cuda.synchronize()
 
     def time(self, fn) -> dict:
-        return measure(fn, self.sync, warmup=2 if self.quick else 5, repeat=self.repeat, min_time_s=0.02).as_dict()
+        return measure(
+            fn, self.sync, warmup=2 if self.quick else 5, repeat=self.repeat, min_time_s=0.02
+        ).as_dict()
 
     # ---- compute ---------------------------------------------------------------------------------
     def gemms(self) -> list[dict]:
@@ -55,7 +62,16 @@ class Bench:
                 self.progress(f"GEMM {prec} {m}x{m}")
                 a = t.randn(m, m, device=self.device, dtype=dtypes[prec])
                 b = t.randn(m, m, device=self.device, dtype=dtypes[prec])
-                out.append({"precision": prec, "m": m, "n": m, "k": m, "flops": 2.0 * m**3, **self.time(lambda: a @ b)})
+                out.append(
+                    {
+                        "precision": prec,
+                        "m": m,
+                        "n": m,
+                        "k": m,
+                        "flops": 2.0 * m**3,
+                        **self.time(lambda: a @ b),
+                    }
+                )
         return out
 
     def copies(self) -> list[dict]:
@@ -103,17 +119,29 @@ class Bench:
             kernels = {
                 "onebit_error_compensate": lambda: buf.add_(err),
                 "onebit_norm": lambda: t.norm(buf),
-                "onebit_sign_error": lambda: err.copy_(buf - scale * buf.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)),
+                "onebit_sign_error": lambda: err.copy_(
+                    buf - scale * buf.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+                ),
                 "onebit_pack": lambda: self._pack(buf.sign().add_(1).bool().to(t.uint8)),
-                "onebit_unpack_sum": lambda: self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).sum(0),
+                "onebit_unpack_sum": lambda: (
+                    self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).sum(0)
+                ),
                 "onebit_server_compress": lambda: (
                     chunk.add_(chunk_err),
-                    chunk_err.copy_(chunk - (t.norm(chunk) / (n // p) ** 0.5)
-                                    * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)),
-                    self._pack(chunk.sign().add_(1).bool().to(t.uint8))),
-                "onebit_unpack_copy": lambda: buf.copy_(self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0)
-                                                        .mul_(scales).view(-1)),
-                "binsgdm_update": lambda: (m.mul_(0.9).add_(grad, alpha=0.1), b_state.mul_(0.9).add_(grad.abs(), alpha=0.1)),
+                    chunk_err.copy_(
+                        chunk
+                        - (t.norm(chunk) / (n // p) ** 0.5)
+                        * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+                    ),
+                    self._pack(chunk.sign().add_(1).bool().to(t.uint8)),
+                ),
+                "onebit_unpack_copy": lambda: buf.copy_(
+                    self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).view(-1)
+                ),
+                "binsgdm_update": lambda: (
+                    m.mul_(0.9).add_(grad, alpha=0.1),
+                    b_state.mul_(0.9).add_(grad.abs(), alpha=0.1),
+                ),
                 "binsgdm_quantize": lambda: t.where(t.rand_like(m) < (1 + m / b_state) / 2, 1, -1).to(t.int8),
             }
             modelled = {
@@ -154,7 +182,9 @@ class Bench:
                 param.grad = t.randn(n)
                 opt = t.optim.Adam([param], lr=1e-3, foreach=True)
                 timing = measure(opt.step, lambda: None, warmup=1, repeat=3 if self.quick else 7)
-                out.append({"threads": k, "params": n, "params_per_s": n / timing.median_s, **timing.as_dict()})
+                out.append(
+                    {"threads": k, "params": n, "params_per_s": n / timing.median_s, **timing.as_dict()}
+                )
         finally:
             t.set_num_threads(old)
         return out
@@ -168,8 +198,10 @@ class Bench:
             dev = t.empty(n, device="cuda")
             for pinned in (True, False):
                 host = t.empty(n, pin_memory=pinned)
-                for direction, fn in (("h2d", lambda: dev.copy_(host, non_blocking=pinned)),
-                                      ("d2h", lambda: host.copy_(dev, non_blocking=pinned))):
+                for direction, fn in (
+                    ("h2d", lambda: dev.copy_(host, non_blocking=pinned)),
+                    ("d2h", lambda: host.copy_(dev, non_blocking=pinned)),
+                ):
                     self.progress(f"{direction} {'pinned' if pinned else 'pageable'} {n * 4 >> 20} MiB")
                     out.append({"direction": direction, "pinned": pinned, "bytes": 4.0 * n, **self.time(fn)})
         return out

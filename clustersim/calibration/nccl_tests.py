@@ -15,10 +15,21 @@ from pathlib import Path
 from clustersim.calibration.torch_support import catalog_name_from_string
 from clustersim.errors import InputError
 
-_OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather", "allgather": "all_gather",
-        "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
-        "all_to_all": "all_to_all", "broadcast": "broadcast", "bcast": "broadcast"}
-_RANK_RE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+_OPS = {
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "broadcast": "broadcast",
+    "bcast": "broadcast",
+}
+_RANK_RE = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
+)
 
 
 def _op_from(text_hint: str) -> str | None:
@@ -29,7 +40,7 @@ def _op_from(text_hint: str) -> str | None:
     return None
 
 
-def parse_text(text: str, source: str, op: str | None = None) -> dict:
+def parse_text(text: str, source: str, op: str | None = None) -> dict:  # noqa: C901 - one pass over every nccl-tests line format
     lines = text.splitlines()
     header_idx = None
     for i, line in enumerate(lines):
@@ -39,7 +50,9 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:
                 header_idx = i
                 break
     if header_idx is None:
-        raise InputError("not nccl-tests output: no header line with 'size ... time algbw busbw'", source=source)
+        raise InputError(
+            "not nccl-tests output: no header line with 'size ... time algbw busbw'", source=source
+        )
     cols = lines[header_idx].lstrip("#").split()
     i_size, i_time = cols.index("size"), cols.index("time")
     ranks: dict[int, str] = {}
@@ -53,7 +66,7 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:
             op = _op_from(line)
     rows = []
     footer = False
-    for n, line in enumerate(lines[header_idx + 1:], start=header_idx + 2):
+    for n, line in enumerate(lines[header_idx + 1 :], start=header_idx + 2):
         stripped = line.strip()
         if not stripped:
             continue
@@ -66,17 +79,27 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:
             size = float(parts[i_size])
             t_us = float(parts[i_time])
         except (IndexError, ValueError):
-            raise InputError(f"line {n}: cannot read size/time from {stripped[:60]!r}", source=source) from None
+            raise InputError(
+                f"line {n}: cannot read size/time from {stripped[:60]!r}", source=source
+            ) from None
         if size <= 0 or t_us <= 0:
             continue
         rows.append((size, t_us * 1e-6))
     if not rows:
         raise InputError("no result rows after the header (truncated file?)", source=source)
     if not footer:
-        raise InputError("no '# Avg bus bandwidth' footer: the run was cut short (truncated file?)", source=source)
+        raise InputError(
+            "no '# Avg bus bandwidth' footer: the run was cut short (truncated file?)", source=source
+        )
     nodes = len(set(ranks.values())) or 1
     world = len(ranks) or 1
-    return {"op": op, "ranks": world, "nodes": nodes, "rows": rows, "device": catalog_name_from_string(device_name)}
+    return {
+        "op": op,
+        "ranks": world,
+        "nodes": nodes,
+        "rows": rows,
+        "device": catalog_name_from_string(device_name),
+    }
 
 
 def parse_json(data: dict, source: str, op: str | None = None) -> dict:
@@ -91,8 +114,13 @@ def parse_json(data: dict, source: str, op: str | None = None) -> dict:
             raise InputError("needs size and out_of_place.time", source=source, key=f"results.{i}") from None
     op = op or _op_from(str(data.get("collective") or data.get("name") or ""))
     ranks = int(data.get("nranks") or data.get("nRanks") or 0) or None
-    return {"op": op, "ranks": ranks, "nodes": int(data.get("nnodes") or 1), "rows": rows,
-            "device": catalog_name_from_string(str(data.get("device") or ""))}
+    return {
+        "op": op,
+        "ranks": ranks,
+        "nodes": int(data.get("nnodes") or 1),
+        "rows": rows,
+        "device": catalog_name_from_string(str(data.get("device") or "")),
+    }
 
 
 def parse_file(path: Path, op: str | None = None, ranks: int | None = None, nodes: int | None = None) -> dict:
@@ -121,7 +149,9 @@ def parse_file(path: Path, op: str | None = None, ranks: int | None = None, node
     if not parsed["ranks"]:
         raise InputError("the file does not say how many ranks ran; pass --ranks", source=str(path))
     if parsed["ranks"] % parsed["nodes"]:
-        raise InputError(f"{parsed['ranks']} ranks do not split over {parsed['nodes']} nodes", source=str(path))
+        raise InputError(
+            f"{parsed['ranks']} ranks do not split over {parsed['nodes']} nodes", source=str(path)
+        )
     return parsed
 
 
@@ -129,9 +159,25 @@ def to_raw(parsed_files: list[dict], command: str) -> dict:
     records = []
     for f in parsed_files:
         for size, t in f["rows"]:
-            records.append({"op": f["op"], "nodes": f["nodes"], "gpus_per_node": f["ranks"] // f["nodes"],
-                            "ranks": f["ranks"], "bytes": size, "median_s": t, "p10_s": t, "p90_s": t, "repeats": 1})
+            records.append(
+                {
+                    "op": f["op"],
+                    "nodes": f["nodes"],
+                    "gpus_per_node": f["ranks"] // f["nodes"],
+                    "ranks": f["ranks"],
+                    "bytes": size,
+                    "median_s": t,
+                    "p10_s": t,
+                    "p90_s": t,
+                    "repeats": 1,
+                }
+            )
     devices = {f["device"] for f in parsed_files}
     device = devices.pop() if len(devices) == 1 else "cpu"
-    return {"format": "clustersim-raw", "format_version": 1, "backend": "nccl-tests",
-            "provenance": {"source": command, "catalog_device": device}, "collectives": records}
+    return {
+        "format": "clustersim-raw",
+        "format_version": 1,
+        "backend": "nccl-tests",
+        "provenance": {"source": command, "catalog_device": device},
+        "collectives": records,
+    }

@@ -31,7 +31,7 @@ from scipy.optimize import least_squares
 
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.collectives import CollectiveModel
-from clustersim.cost_models.network_params import DEFAULT, NetworkParams, class_key
+from clustersim.cost_models.network_params import NetworkParams, class_key
 from clustersim.errors import InputError
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.cluster import GroupShape, build_cluster
@@ -75,15 +75,19 @@ def points_from(records: list[dict], spec: ClusterSpec, source: str) -> list[Poi
             continue
         t, nbytes = r.get("median_s"), r.get("bytes")
         if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (t, nbytes)):
-            raise InputError(f"collective record {i} ({op}) has a non-positive or non-finite time or size",
-                             source=source, key=f"collectives[{i}]")
+            raise InputError(
+                f"collective record {i} ({op}) has a non-positive or non-finite time or size",
+                source=source,
+                key=f"collectives[{i}]",
+            )
         shape = GroupShape(int(r["nodes"]), int(r["gpus_per_node"]))
         if shape.ranks < 2:
             continue
         key = (shape.nodes, shape.gpus_per_node)
         if key not in models:
-            cluster = build_cluster(spec.model_copy(update={"nodes": max(shape.nodes, 1),
-                                                            "gpus_per_node": shape.gpus_per_node}))
+            cluster = build_cluster(
+                spec.model_copy(update={"nodes": max(shape.nodes, 1), "gpus_per_node": shape.gpus_per_node})
+            )
             models[key] = CollectiveModel(cluster)
         inputs = algos.Inputs(models[key].cluster, shape, float(nbytes))
         plans = {name: fn(inputs) for name, fn in algos.applicable(op, shape).items()}
@@ -96,7 +100,10 @@ def _classes(points: list[Point], nic_kind: str) -> list[str]:
     for pt in points:
         for plan in pt.plans.values():
             names = [c for steps, c in plan.latency_steps if steps > 0] + [
-                leg.link.latency_class for leg in plan.legs if leg.nbytes > 0 and math.isfinite(leg.link.bytes_per_s)]
+                leg.link.latency_class
+                for leg in plan.legs
+                if leg.nbytes > 0 and math.isfinite(leg.link.bytes_per_s)
+            ]
             for c in names:
                 key = class_key(c, nic_kind)
                 if key not in seen:
@@ -118,8 +125,13 @@ def _defaults(name: str, points: list[Point]) -> float:
 class _Problem:
     """The parameter vector, the priors and the residual function of one fit."""
 
-    def __init__(self, points: list[Point], names: list[str], algorithms: dict[str, str],
-                 protocols: tuple[str, ...] | None):
+    def __init__(
+        self,
+        points: list[Point],
+        names: list[str],
+        algorithms: dict[str, str],
+        protocols: tuple[str, ...] | None,
+    ):
         self.points, self.names, self.algorithms, self.protocols = points, names, algorithms, protocols
         self.x0 = np.log([_defaults(n, points) for n in names])
         self.prior_sigma = np.array([PRIOR_SIGMA[n.partition(".")[0]] for n in names])
@@ -135,11 +147,19 @@ class _Problem:
         for i, pt in enumerate(self.points):
             pt.model.params = params
             algo = self.algorithms.get(pt.op)
-            plans = {algo: pt.plans[algo]} if algo in pt.plans else {
-                k: v for k, v in pt.plans.items() if k in algos.NCCL_AUTO[pt.op]}
+            plans = (
+                {algo: pt.plans[algo]}
+                if algo in pt.plans
+                else {k: v for k, v in pt.plans.items() if k in algos.NCCL_AUTO[pt.op]}
+            )
             protocols = params.protocols or pt.model._protocols(pt.shape)
-            out[i] = min(pt.model.price(pt.op, a, proto, plan, algos.Inputs(pt.model.cluster, pt.shape, pt.nbytes)).time
-                         for a, plan in plans.items() for proto in protocols)
+            out[i] = min(
+                pt.model.price(
+                    pt.op, a, proto, plan, algos.Inputs(pt.model.cluster, pt.shape, pt.nbytes)
+                ).time
+                for a, plan in plans.items()
+                for proto in protocols
+            )
         return out
 
     def residuals(self, x) -> np.ndarray:
@@ -149,17 +169,25 @@ class _Problem:
 
     def solve(self):
         # soft-L1: a median that a stalled TCP connection made 40% slow pulls the fit a little, not a lot
-        res = least_squares(self.residuals, self.x0, method="trf", x_scale=1.0, diff_step=1e-4, max_nfev=400,
-                            loss="soft_l1", f_scale=3.0)
+        res = least_squares(
+            self.residuals,
+            self.x0,
+            method="trf",
+            x_scale=1.0,
+            diff_step=1e-4,
+            max_nfev=400,
+            loss="soft_l1",
+            f_scale=3.0,
+        )
         n, k = len(self.points), len(self.names)
         data_r = (np.log(self.predict(self.params(res.x))) - self.log_t) / self.sigma
         # Robust scale of the weighted residuals (MAD), so a few outliers do not widen every band.
         scale = 1.4826 * float(np.median(np.abs(data_r))) * math.sqrt(n / max(n - k, 1))
         jac = res.jac
         try:
-            cov = np.linalg.inv(jac.T @ jac) * max(1.0, scale ** 2)
+            cov = np.linalg.inv(jac.T @ jac) * max(1.0, scale**2)
         except np.linalg.LinAlgError:
-            cov = np.diag(self.prior_sigma ** 2)
+            cov = np.diag(self.prior_sigma**2)
         log_resid = data_r * self.sigma
         resid_sigma = 1.4826 * float(np.median(np.abs(log_resid))) * math.sqrt(n / max(n - k, 1))
         return res.x, cov, resid_sigma, float(res.cost)
@@ -198,20 +226,30 @@ def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParam
                 problem, best, algorithms = trial, result, {**algorithms, op: alt}
     x, cov, resid_sigma, _ = best
     params = problem.params(x)
-    stats = {"names": names, "x": x, "cov": cov, "residual_sigma": resid_sigma, "classes": classes,
-             "algorithms": algorithms, "protocols": protocols}
+    stats = {
+        "names": names,
+        "x": x,
+        "cov": cov,
+        "residual_sigma": resid_sigma,
+        "classes": classes,
+        "algorithms": algorithms,
+        "protocols": protocols,
+    }
     return params, stats
 
 
-def predict_interval(params: NetworkParams, point: Point, samples: list[NetworkParams]) -> tuple[float, float, float]:
+def predict_interval(
+    params: NetworkParams, point: Point, samples: list[NetworkParams]
+) -> tuple[float, float, float]:
     """P10, P50, P90 of one point's time under sampled parameters."""
     pr = _Problem([point], [], params.algorithms, params.protocols)
     times = np.array([pr.predict(s)[0] for s in samples])
     return tuple(float(v) for v in np.quantile(times, [0.1, 0.5, 0.9]))  # type: ignore[return-value]
 
 
-def check_holdout(train: list[Point], test: list[Point], backend: str, nic_kind: str,
-                  samples: int = 200) -> list[dict]:
+def check_holdout(
+    train: list[Point], test: list[Point], backend: str, nic_kind: str, samples: int = 200
+) -> list[dict]:
     """Fit on ``train``, predict every point of ``test``: one row per test point with the measured and
     predicted time, the predicted P10-P90 and the relative error."""
     _, stats = _fit(train, backend, nic_kind)
@@ -221,18 +259,35 @@ def check_holdout(train: list[Point], test: list[Point], backend: str, nic_kind:
     for pt in test:
         p10, _, p90 = predict_interval(calibrated, pt, draws)
         pred = _Problem([pt], [], calibrated.algorithms, calibrated.protocols).predict(calibrated)[0]
-        rows.append({"op": pt.op, "nodes": pt.shape.nodes, "gpus_per_node": pt.shape.gpus_per_node,
-                     "bytes": pt.nbytes, "measured_s": pt.time, "predicted_s": float(pred), "p10_s": p10,
-                     "p90_s": p90, "error": float(pred / pt.time - 1), "inside": bool(p10 <= pt.time <= p90)})
+        rows.append(
+            {
+                "op": pt.op,
+                "nodes": pt.shape.nodes,
+                "gpus_per_node": pt.shape.gpus_per_node,
+                "bytes": pt.nbytes,
+                "measured_s": pt.time,
+                "predicted_s": float(pred),
+                "p10_s": p10,
+                "p90_s": p90,
+                "error": float(pred / pt.time - 1),
+                "inside": bool(p10 <= pt.time <= p90),
+            }
+        )
     return rows
 
 
 def summarize_check(rows: list[dict]) -> dict:
     """Median and largest |error| and P10-P90 coverage, overall and per op."""
+
     def stats(sel: list[dict]) -> dict:
         err = np.abs([r["error"] for r in sel])
-        return {"points": len(sel), "median_abs_rel_error": float(np.median(err)),
-                "max_abs_rel_error": float(err.max()), "p10_p90_coverage": sum(r["inside"] for r in sel) / len(sel)}
+        return {
+            "points": len(sel),
+            "median_abs_rel_error": float(np.median(err)),
+            "max_abs_rel_error": float(err.max()),
+            "p10_p90_coverage": sum(r["inside"] for r in sel) / len(sel),
+        }
+
     out = stats(rows)
     out["by_op"] = {op: stats([r for r in rows if r["op"] == op]) for op in sorted({r["op"] for r in rows})}
     return out
@@ -246,18 +301,29 @@ def _extrapolation(points: list[Point], backend: str, nic_kind: str) -> dict | N
     train = [p for p in points if p.shape.ranks < largest]
     test = [p for p in points if p.shape.ranks == largest]
     summary = summarize_check(check_holdout(train, test, backend, nic_kind))
-    return {"fitted_on_ranks": sorted({p.shape.ranks for p in train}), "predicted_ranks": largest,
-            "points": summary["points"], "median_abs_rel_error": summary["median_abs_rel_error"],
-            "max_abs_rel_error": summary["max_abs_rel_error"], "p10_p90_coverage": summary["p10_p90_coverage"],
-            "by_op": {op: v["median_abs_rel_error"] for op, v in summary["by_op"].items()}}
+    return {
+        "fitted_on_ranks": sorted({p.shape.ranks for p in train}),
+        "predicted_ranks": largest,
+        "points": summary["points"],
+        "median_abs_rel_error": summary["median_abs_rel_error"],
+        "max_abs_rel_error": summary["max_abs_rel_error"],
+        "p10_p90_coverage": summary["p10_p90_coverage"],
+        "by_op": {op: v["median_abs_rel_error"] for op, v in summary["by_op"].items()},
+    }
 
 
 def _as_params(stats: dict, source: str) -> NetworkParams:
-    base = NetworkParams(algorithms=stats["algorithms"], protocols=stats["protocols"], source=source,
-                         calibrated=True, names=tuple(stats["names"]), log_mean=tuple(float(v) for v in stats["x"]),
-                         log_cov=tuple(tuple(float(v) for v in row) for row in stats["cov"]),
-                         residual_sigma=stats["residual_sigma"],
-                         calibrated_classes=tuple(stats["classes"]))
+    base = NetworkParams(
+        algorithms=stats["algorithms"],
+        protocols=stats["protocols"],
+        source=source,
+        calibrated=True,
+        names=tuple(stats["names"]),
+        log_mean=tuple(float(v) for v in stats["x"]),
+        log_cov=tuple(tuple(float(v) for v in row) for row in stats["cov"]),
+        residual_sigma=stats["residual_sigma"],
+        calibrated_classes=tuple(stats["classes"]),
+    )
     return base.with_values(stats["names"], np.exp(stats["x"]))
 
 
@@ -278,10 +344,18 @@ def measured_cluster(raw: dict, override: ClusterSpec | None = None) -> ClusterS
     device = (raw.get("provenance") or {}).get("catalog_device") or raw.get("device_name")
     if raw.get("device") == "cpu" or not device:
         device = CPU_DEVICE
-    return ClusterSpec(nodes=int(topo.get("nodes") or 1), gpus_per_node=int(topo.get("gpus_per_node") or 1),
-                       gpu=device, intra_node={"fabric": "pcie"},
-                       nic={"kind": net["kind"], "count": 1, "line_rate_gbps": float(net["line_rate_gbps"]),
-                            "gpudirect_rdma": False})
+    return ClusterSpec(
+        nodes=int(topo.get("nodes") or 1),
+        gpus_per_node=int(topo.get("gpus_per_node") or 1),
+        gpu=device,
+        intra_node={"fabric": "pcie"},
+        nic={
+            "kind": net["kind"],
+            "count": 1,
+            "line_rate_gbps": float(net["line_rate_gbps"]),
+            "gpudirect_rdma": False,
+        },
+    )
 
 
 def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: str) -> dict | None:
@@ -294,11 +368,16 @@ def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: st
     _, stats = _fit(points, backend, nic_kind)
     check = _extrapolation(points, backend, nic_kind)
     return {
-        "backend": backend, "cluster": spec.model_dump(mode="json"), "source": source,
+        "backend": backend,
+        "cluster": spec.model_dump(mode="json"),
+        "source": source,
         "parameters": {n: float(math.exp(v)) for n, v in zip(stats["names"], stats["x"])},
         "log_covariance": [[float(v) for v in row] for row in stats["cov"]],
-        "residual_sigma": stats["residual_sigma"], "calibrated_classes": stats["classes"],
-        "algorithms": stats["algorithms"], "protocols": list(stats["protocols"]) if stats["protocols"] else None,
-        "points": len(points), "shapes": sorted({(p.shape.nodes, p.shape.gpus_per_node) for p in points}),
+        "residual_sigma": stats["residual_sigma"],
+        "calibrated_classes": stats["classes"],
+        "algorithms": stats["algorithms"],
+        "protocols": list(stats["protocols"]) if stats["protocols"] else None,
+        "points": len(points),
+        "shapes": sorted({(p.shape.nodes, p.shape.gpus_per_node) for p in points}),
         "extrapolation": check,
     }

@@ -57,7 +57,9 @@ class ComputePhases(_Strict):
     precision: str
     forward_s: float = Field(gt=0)
     backward_s: float = Field(gt=0)
-    other_s: float = Field(0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included")
+    other_s: float = Field(
+        0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
+    )
     source: str = ""
 
 
@@ -67,7 +69,8 @@ class FitQuality(_Strict):
     points: int
     residual_rms_rel: float = Field(description="RMS of (fit - measured) / measured over all points")
     holdout_max_rel_error: float | None = Field(
-        None, description="max |error| on sizes held out of a fit to the other sizes (every other size)")
+        None, description="max |error| on sizes held out of a fit to the other sizes (every other size)"
+    )
     holdout_points: int = 0
     alpha_ci95_s: list[float] = Field(default_factory=list, description="per segment, +- 95% interval")
     beta_ci95_s_per_byte: list[float] = Field(default_factory=list)
@@ -80,11 +83,14 @@ class CollectiveFit(_Strict):
     nodes: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
     segments: list[tuple[float, float, float]] = Field(
-        description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes")
+        description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes"
+    )
     source: str = ""
     quality: FitQuality | None = None
     busbw_by_size: list[tuple[float, float]] = Field(
-        default_factory=list, description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table")
+        default_factory=list,
+        description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table",
+    )
 
 
 def _finite(value: float, what: str) -> float:
@@ -113,8 +119,9 @@ class NetworkCalibration(_Strict):
     backend: str = Field(description="nccl | gloo | ...: whose algorithms and protocols were measured")
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
-    parameters: dict[str, float] = Field(description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, "
-                                                     "op_latency_scale.<op>")
+    parameters: dict[str, float] = Field(
+        description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>"
+    )
     log_covariance: list[list[float]] = Field(description="covariance of log(parameters), in their order")
     residual_sigma: float = Field(ge=0, description="log-sigma of measured medians about the fitted model")
     calibrated_classes: list[str] = Field(default_factory=list)
@@ -187,10 +194,14 @@ def builtin_profiles() -> list[str]:
 
 def _read(ref: str) -> tuple[str, str]:
     if ref.startswith(BUILTIN_PREFIX):
-        name = ref[len(BUILTIN_PREFIX):]
+        name = ref[len(BUILTIN_PREFIX) :]
         if name not in builtin_profiles():
-            raise InputError(f"unknown built-in profile {name!r} (known: {', '.join(builtin_profiles())})", source=ref)
-        return ref, resources.files("clustersim.calibration").joinpath("profiles").joinpath(f"{name}.json").read_text()
+            raise InputError(
+                f"unknown built-in profile {name!r} (known: {', '.join(builtin_profiles())})", source=ref
+            )
+        return ref, resources.files("clustersim.calibration").joinpath("profiles").joinpath(
+            f"{name}.json"
+        ).read_text()
     path = Path(ref)
     try:
         return str(path), path.read_text()
@@ -202,12 +213,17 @@ def _read(ref: str) -> tuple[str, str]:
 
 def parse_profile(data: object, source: str) -> Profile:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InputError(f"not a clustersim profile (expected \"format\": \"{FORMAT}\")", source=source, key="format")
+        raise InputError(
+            f'not a clustersim profile (expected "format": "{FORMAT}")', source=source, key="format"
+        )
     version = data.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise InputError(f"profile format_version {version!r} is not supported by this clustersim "
-                         f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
-                         source=source, key="format_version")
+        raise InputError(
+            f"profile format_version {version!r} is not supported by this clustersim "
+            f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
+            source=source,
+            key="format_version",
+        )
     try:
         return Profile.model_validate(migrate(data))
     except ValidationError as exc:
@@ -222,7 +238,9 @@ def load_profile(ref: str) -> Profile:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source) from None
+        raise InputError(
+            f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source
+        ) from None
     profile = parse_profile(data, source)
     profile._source = source
     return profile

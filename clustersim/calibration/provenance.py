@@ -18,7 +18,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(torch, device: str, command: str, backend: str | None = None, ranks: int | None = None) -> dict:
+def provenance(
+    torch, device: str, command: str, backend: str | None = None, ranks: int | None = None
+) -> dict:
     from clustersim.calibration.torch_support import catalog_name_for
 
     info = {
@@ -49,8 +51,12 @@ def _driver_version() -> str | None:
     try:
         import subprocess
 
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None

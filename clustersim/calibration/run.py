@@ -36,9 +36,24 @@ def free_port() -> int:
 def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, ops: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "collectives.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-               "-m", "clustersim.calibration.collectives", "--out", str(out), "--device", device, "--raw"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(ranks),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "clustersim.calibration.collectives",
+            "--out",
+            str(out),
+            "--device",
+            device,
+            "--raw",
+        ]
         if quick:
             cmd.append("--quick")
         if ops:
@@ -52,13 +67,24 @@ def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, op
             if progress:
                 progress(f"collectives: {line.strip()[:70]}")
         if proc.wait() != 0 or not out.exists():
-            raise InputError(f"the collective sweep failed (torchrun exit {proc.returncode}): "
-                             + " | ".join(t for t in tail if t)[-400:], key="collectives")
+            raise InputError(
+                f"the collective sweep failed (torchrun exit {proc.returncode}): "
+                + " | ".join(t for t in tail if t)[-400:],
+                key="collectives",
+            )
         return json.loads(out.read_text())
 
 
-def calibrate(device: str, out: Path, quick: bool, ranks: int | None, raw_out: Path | None, progress=None,
-              command: str = "clustersim calibrate run", cluster=None) -> Profile:
+def calibrate(
+    device: str,
+    out: Path,
+    quick: bool,
+    ranks: int | None,
+    raw_out: Path | None,
+    progress=None,
+    command: str = "clustersim calibrate run",
+    cluster=None,
+) -> Profile:
     torch = require_torch()
     device = resolve_device(torch, device)
     raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
@@ -93,11 +119,17 @@ def read_raw(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
-        raise InputError(f"not a clustersim raw measurement file (expected \"format\": \"{RAW_FORMAT}\")",
-                         source=str(path), key="format")
+        raise InputError(
+            f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}")',
+            source=str(path),
+            key="format",
+        )
     if data.get("format_version") != 1:
-        raise InputError(f"raw format_version {data.get('format_version')!r} is not supported (reads 1)",
-                         source=str(path), key="format_version")
+        raise InputError(
+            f"raw format_version {data.get('format_version')!r} is not supported (reads 1)",
+            source=str(path),
+            key="format_version",
+        )
     for i, r in enumerate(data.get("collectives") or []):
         missing = {"op", "nodes", "gpus_per_node", "bytes", "median_s"} - set(r)
         if missing:

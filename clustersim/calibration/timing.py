@@ -25,8 +25,13 @@ def summarize(samples: list[float]) -> Timing:
     return Timing(statistics.median(s), q[0], q[-1], len(s))
 
 
-def measure(fn: Callable[[], object], sync: Callable[[], None], warmup: int = 3, repeat: int = 10,
-            min_time_s: float = 0.0) -> Timing:
+def measure(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    warmup: int = 3,
+    repeat: int = 10,
+    min_time_s: float = 0.0,
+) -> Timing:
     """Run ``fn`` ``warmup`` times, then time ``repeat`` runs (each bracketed by ``sync``).
 
     ``min_time_s`` adds repetitions (up to 10x) until that much time was measured, so tiny kernels

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from clustersim.errors import InputError
 
-INSTALL_HINT = ("torch is not installed; calibration needs it: pip install 'clustersim[calibrate]' "
-                "(on a CPU-only machine: pip install torch==2.13.0 for the CPU wheel)")
+INSTALL_HINT = (
+    "torch is not installed; calibration needs it: pip install 'clustersim[calibrate]' "
+    "(on a CPU-only machine: pip install torch==2.13.0 for the CPU wheel)"
+)
 
 
 def require_torch():
@@ -20,9 +22,11 @@ def resolve_device(torch, device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise InputError(f"unknown device {device!r} (cpu or cuda)", key="--device")
     if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("cuda was asked for but torch sees no CUDA GPU "
-                         f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use --device cpu",
-                         key="--device")
+        raise InputError(
+            "cuda was asked for but torch sees no CUDA GPU "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use --device cpu",
+            key="--device",
+        )
     return device
 
 

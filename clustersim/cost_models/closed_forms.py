@@ -38,7 +38,6 @@ def ring_allgather(p: int, S: float, alpha: float, beta: float) -> float:
     return (p - 1) * alpha + (p - 1) / p * S * beta
 
 
-
 def pairwise_alltoall(p: int, S: float, alpha: float, beta: float) -> float:
     if p <= 1:
         return 0.0
@@ -57,8 +56,9 @@ def pipelined_ring_broadcast(p: int, S: float, alpha: float, beta: float) -> flo
     return (p - 1) * alpha + S * beta
 
 
-def hierarchical_allreduce(g: int, N: int, S: float, alpha_l: float, beta_l: float,
-                           alpha_n: float, beta_n: float) -> float:
+def hierarchical_allreduce(
+    g: int, N: int, S: float, alpha_l: float, beta_l: float, alpha_n: float, beta_n: float
+) -> float:
     """Reduce-scatter in the node, all-reduce of S/g shards across N nodes on g rails, all-gather."""
     intra = 2 * (g - 1) * alpha_l + 2 * (g - 1) / g * S * beta_l if g > 1 else 0.0
     inter = 2 * (N - 1) * alpha_n + 2 * (N - 1) / N * (S / g) * beta_n if N > 1 else 0.0
@@ -69,5 +69,10 @@ def hierarchical_allreduce(g: int, N: int, S: float, alpha_l: float, beta_l: flo
 def busbw_factor(op: str, p: int) -> float:
     if p <= 1:
         return 1.0
-    return {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p, "reduce_scatter": (p - 1) / p,
-            "all_to_all": (p - 1) / p, "broadcast": 1.0}[op]
+    return {
+        "all_reduce": 2 * (p - 1) / p,
+        "all_gather": (p - 1) / p,
+        "reduce_scatter": (p - 1) / p,
+        "all_to_all": (p - 1) / p,
+        "broadcast": 1.0,
+    }[op]

@@ -71,8 +71,13 @@ class Inputs:
 Algorithm = Callable[[Inputs], Decomposition]
 REGISTRY: dict[str, dict[str, Algorithm]] = {}
 # What NCCL itself chooses among for each op (the others can be forced with --algo).
-NCCL_AUTO = {"all_reduce": ("ring", "tree"), "all_gather": ("ring",), "reduce_scatter": ("ring",),
-             "all_to_all": ("ring",), "broadcast": ("ring", "tree")}
+NCCL_AUTO = {
+    "all_reduce": ("ring", "tree"),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "all_to_all": ("ring",),
+    "broadcast": ("ring", "tree"),
+}
 
 
 def register(op: str, name: str, *, multi_node_only: bool = False):
@@ -80,6 +85,7 @@ def register(op: str, name: str, *, multi_node_only: bool = False):
         fn.multi_node_only = multi_node_only  # type: ignore[attr-defined]
         REGISTRY.setdefault(op, {})[name] = fn
         return fn
+
     return wrap
 
 
@@ -102,8 +108,14 @@ def applicable(op: str, shape: GroupShape) -> dict[str, Algorithm]:
 
 def _ring_like(x: Inputs, steps: float, per_rank: float, inter: float) -> Decomposition:
     ring = x.ring()
-    return Decomposition(((steps, x.step_class()),), (Leg(per_rank, ring),), False,
-                         max(x.g * per_rank - inter, 0.0), inter, ring.bottleneck)
+    return Decomposition(
+        ((steps, x.step_class()),),
+        (Leg(per_rank, ring),),
+        False,
+        max(x.g * per_rank - inter, 0.0),
+        inter,
+        ring.bottleneck,
+    )
 
 
 # ---- all_reduce ----------------------------------------------------------------------------------
@@ -128,8 +140,9 @@ def _allreduce_hd(x: Inputs) -> Decomposition:
     inter = 2 * (N - 1) / N * S * g
     legs = (Leg(inter, x.inter()), Leg(2 * (g - 1) / g * (S / N), x.intra()))
     per_rank = 2 * (p - 1) / p * S
-    return Decomposition(((2 * lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter,
-                         x.ring().bottleneck)
+    return Decomposition(
+        ((2 * lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter, x.ring().bottleneck
+    )
 
 
 @register("all_reduce", "hier", multi_node_only=True)
@@ -141,8 +154,14 @@ def _allreduce_hier(x: Inputs) -> Decomposition:
     legs = (Leg(2 * (g - 1) / g * S, x.intra()), Leg(2 * (N - 1) / N * S / g, rail))
     inter = 2 * (N - 1) / N * S
     per_rank = 2 * (g - 1) / g * S + 2 * (N - 1) / N * S / g
-    return Decomposition(((2 * (g - 1), intra_cls), (2 * (N - 1), "network")), legs, False,
-                         max(g * per_rank - inter, 0.0), inter, rail.bottleneck)
+    return Decomposition(
+        ((2 * (g - 1), intra_cls), (2 * (N - 1), "network")),
+        legs,
+        False,
+        max(g * per_rank - inter, 0.0),
+        inter,
+        rail.bottleneck,
+    )
 
 
 # ---- all_gather / reduce_scatter (S = the whole array) ---------------------------------------------
@@ -159,8 +178,9 @@ def _gather_hd(x: Inputs) -> Decomposition:
         return _ring_like(x, lg(p), per_rank, 0.0)
     inter = (N - 1) / N * S * g
     legs = (Leg(inter, x.inter()), Leg((g - 1) / g * (S / N), x.intra()))
-    return Decomposition(((lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter,
-                         x.ring().bottleneck)
+    return Decomposition(
+        ((lg(p), "network"),), legs, False, max(g * per_rank - inter, 0.0), inter, x.ring().bottleneck
+    )
 
 
 for _op in ("all_gather", "reduce_scatter"):
@@ -176,13 +196,25 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
     inter = g * (p - g) / p * S
     intra = g * (g - 1) / p * S
     if N == 1:
-        return Decomposition(((p - 1, x.step_class()),), (Leg((p - 1) / p * S, x.ring()),), False,
-                             intra, inter, x.ring().bottleneck)
+        return Decomposition(
+            ((p - 1, x.step_class()),),
+            (Leg((p - 1) / p * S, x.ring()),),
+            False,
+            intra,
+            inter,
+            x.ring().bottleneck,
+        )
     inter_link, intra_link = x.inter(), x.intra()
     legs = (Leg(inter, inter_link),) + ((Leg((g - 1) / p * S, intra_link),) if g > 1 else ())
     intra_bound = g > 1 and inter / inter_link.bytes_per_s < (g - 1) / p * S / intra_link.bytes_per_s
-    return Decomposition(((p - 1, "network"),), legs, True, intra, inter,
-                         intra_link.bottleneck if intra_bound else inter_link.bottleneck)
+    return Decomposition(
+        ((p - 1, "network"),),
+        legs,
+        True,
+        intra,
+        inter,
+        intra_link.bottleneck if intra_bound else inter_link.bottleneck,
+    )
 
 
 # ---- broadcast ---------------------------------------------------------------------------------------
@@ -195,16 +227,28 @@ def _broadcast_bytes(x: Inputs) -> tuple[float, float]:
 def _broadcast_ring(x: Inputs) -> Decomposition:
     """Pipelined ring (NCCL): p-1 steps of latency, the array once through the bottleneck."""
     intra, inter = _broadcast_bytes(x)
-    return Decomposition(((x.p - 1, x.step_class()),), (Leg(x.nbytes, x.ring()),), False, max(intra, 0.0), inter,
-                         x.ring().bottleneck)
+    return Decomposition(
+        ((x.p - 1, x.step_class()),),
+        (Leg(x.nbytes, x.ring()),),
+        False,
+        max(intra, 0.0),
+        inter,
+        x.ring().bottleneck,
+    )
 
 
 @register("broadcast", "tree")
 def _broadcast_tree(x: Inputs) -> Decomposition:
     """Binomial tree: lg p rounds, each sending the whole array."""
     intra, inter = _broadcast_bytes(x)
-    return Decomposition(((lg(x.p), x.step_class()),), (Leg(lg(x.p) * x.nbytes, x.ring()),), False,
-                         max(intra, 0.0), inter, x.ring().bottleneck)
+    return Decomposition(
+        ((lg(x.p), x.step_class()),),
+        (Leg(lg(x.p) * x.nbytes, x.ring()),),
+        False,
+        max(intra, 0.0),
+        inter,
+        x.ring().bottleneck,
+    )
 
 
 def concurrent_binomial_depth(p: int) -> int:
@@ -227,5 +271,11 @@ def _broadcast_gloo_tree(x: Inputs) -> Decomposition:
     """gloo's binomial tree with concurrent sends: lg p rounds of latency; the critical path moves the
     array concurrent_binomial_depth(p) times through a rank's link."""
     intra, inter = _broadcast_bytes(x)
-    return Decomposition(((lg(x.p), x.step_class()),), (Leg(concurrent_binomial_depth(x.p) * x.nbytes, x.ring()),),
-                         False, max(intra, 0.0), inter, x.ring().bottleneck)
+    return Decomposition(
+        ((lg(x.p), x.step_class()),),
+        (Leg(concurrent_binomial_depth(x.p) * x.nbytes, x.ring()),),
+        False,
+        max(intra, 0.0),
+        inter,
+        x.ring().bottleneck,
+    )

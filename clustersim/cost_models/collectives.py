@@ -71,7 +71,9 @@ class CollectiveModel:
     def _protocols(self, shape: GroupShape) -> tuple[str, ...]:
         if self.params.protocols is not None:
             return self.params.protocols
-        nvlink_only = shape.nodes == 1 and self.cluster.intra_ring(shape.gpus_per_node).latency_class == "nvlink"
+        nvlink_only = (
+            shape.nodes == 1 and self.cluster.intra_ring(shape.gpus_per_node).latency_class == "nvlink"
+        )
         return PROTOCOLS if nvlink_only else ("LL", "Simple")
 
     def cost(self, op: str, nbytes: float, shape: GroupShape, algorithm: str = "auto") -> CollectiveCost:
@@ -88,7 +90,9 @@ class CollectiveModel:
                 return hit
         candidates = self._candidates(op, algorithm, shape)
         if not candidates:
-            raise InputError(f"algorithm {algorithm!r} does not apply to {op} on {shape.nodes} node(s)", key="algo")
+            raise InputError(
+                f"algorithm {algorithm!r} does not apply to {op} on {shape.nodes} node(s)", key="algo"
+            )
         inputs = algos.Inputs(self.cluster, shape, nbytes)
         best = None
         for name, fn in candidates.items():
@@ -109,7 +113,8 @@ class CollectiveModel:
         return {algorithm: natural[algorithm]} if algorithm in natural else {}
 
     def hop_latency(self, latency_class: str, protocol: str) -> float:
-        """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire latency)."""
+        """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire
+        latency)."""
         cls = class_key(latency_class, self.cluster.spec.nic.kind)
         calibrated = self.params.hop_s.get(cls)
         if calibrated is not None:
@@ -124,21 +129,36 @@ class CollectiveModel:
             return self._base[protocol]
         return self.params.base_s * self._base[protocol] / self._base["Simple"]
 
-    def price(self, op: str, algorithm: str, protocol: str, plan: algos.Decomposition,
-              inputs: algos.Inputs) -> CollectiveCost:
+    def price(
+        self, op: str, algorithm: str, protocol: str, plan: algos.Decomposition, inputs: algos.Inputs
+    ) -> CollectiveCost:
         """Time of one decomposition under one protocol, with this model's parameters."""
         prm = self.params
         nic = self.cluster.spec.nic.kind
         frac = self._proto_bw[protocol]
         lat_scale = prm.op_latency_scale.get(op, 1.0)
-        latency = sum(steps * self.hop_latency(cls, protocol) for steps, cls in plan.latency_steps) * lat_scale
-        transfer = [leg.nbytes / (leg.link.bytes_per_s * frac * prm.bandwidth_factor(class_key(leg.link.latency_class,
-                                                                                              nic), op))
-                    for leg in plan.legs]
+        latency = (
+            sum(steps * self.hop_latency(cls, protocol) for steps, cls in plan.latency_steps) * lat_scale
+        )
+        transfer = [
+            leg.nbytes
+            / (leg.link.bytes_per_s * frac * prm.bandwidth_factor(class_key(leg.link.latency_class, nic), op))
+            for leg in plan.legs
+        ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
         time = (self.base_latency(protocol) + latency + t) * prm.time_scale
-        return CollectiveCost(op, inputs.nbytes, inputs.p, algorithm, protocol, time, plan.intra_node_bytes,
-                              plan.inter_node_bytes, plan.bottleneck, self._source(plan))
+        return CollectiveCost(
+            op,
+            inputs.nbytes,
+            inputs.p,
+            algorithm,
+            protocol,
+            time,
+            plan.intra_node_bytes,
+            plan.inter_node_bytes,
+            plan.bottleneck,
+            self._source(plan),
+        )
 
     def _source(self, plan: algos.Decomposition) -> str:
         """Calibrated only where every link class the algorithm uses was calibrated."""
@@ -146,7 +166,8 @@ class CollectiveModel:
             return self.params.source
         nic = self.cluster.spec.nic.kind
         used = {class_key(c, nic) for _, c in plan.latency_steps} | {
-            class_key(leg.link.latency_class, nic) for leg in plan.legs}
+            class_key(leg.link.latency_class, nic) for leg in plan.legs
+        }
         missing = sorted(used - set(self.params.calibrated_classes))
         if not missing:
             return self.params.source
@@ -155,8 +176,11 @@ class CollectiveModel:
     def classes(self, shape: GroupShape) -> tuple[str, ...]:
         """The link classes a group's collectives can use (for sampling their uncertainty)."""
         nic = self.cluster.spec.nic.kind
-        out = [class_key(self.cluster.intra_ring(shape.gpus_per_node).latency_class, nic)] \
-            if shape.gpus_per_node > 1 else []
+        out = (
+            [class_key(self.cluster.intra_ring(shape.gpus_per_node).latency_class, nic)]
+            if shape.gpus_per_node > 1
+            else []
+        )
         if shape.nodes > 1:
             out += [class_key("network", nic), class_key(self.cluster.inter_node(shape).latency_class, nic)]
         return tuple(dict.fromkeys(out))

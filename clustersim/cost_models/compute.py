@@ -50,7 +50,9 @@ class DeviceCosts:
 
     def flops_rate(self, precision: str) -> float:
         key = precision if precision in self.gpu.peak_tflops else "fp32"
-        return self.gpu.peak_flops(precision) * self.matmul_eff.get(key, hardware_defaults()["efficiency"]["matmul"])
+        return self.gpu.peak_flops(precision) * self.matmul_eff.get(
+            key, hardware_defaults()["efficiency"]["matmul"]
+        )
 
     @property
     def memory_rate(self) -> float:

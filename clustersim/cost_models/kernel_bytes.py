@@ -12,7 +12,6 @@ wrapper (fp16 -> fp32 gradient copy, unscale, overflow check, fp32 -> fp16 param
 here: it belongs to "other" (measured, or modelled as loss scaling).
 """
 
-
 # FusedAdam (multi_tensor_apply): r p, g, m, v (16), w p, m, v (12).
 FUSED_ADAM = 28.0
 # exp_avg.mul_(beta1) (r4 w4) then .add_(1 - beta1, grad) (r8 w4).
@@ -27,8 +26,8 @@ APPLY_UPDATE = 40.0
 # (kernel name, bytes per element of n, bytes per element of n/p); reads + writes, fp32 = 4 B,
 # bool/uint8 = 1 B. Counted expression by expression from DeepSpeed's runtime/comm/nccl.py:
 WORKER_PASSES = (
-    ("onebit_error_compensate", 12.0, 0.0),   # buffer_m.add_(worker_error): r8 w4
-    ("onebit_norm", 4.0, 0.0),                # torch.norm(buffer_m): r4
+    ("onebit_error_compensate", 12.0, 0.0),  # buffer_m.add_(worker_error): r8 w4
+    ("onebit_norm", 4.0, 0.0),  # torch.norm(buffer_m): r4
     # sign() 8, add_(1) 8, bool() 5, float() 5, add_(-.5) 8, mul_(2) 8, scale* 8, buffer_m - ... 12
     ("onebit_sign_error", 62.0, 0.0),
     # sign_() 8, add_(1) 8, bool() 5, to(uint8) 2, packbits 1.125, torch.stack 0.25, recv zeros 0.125
@@ -44,7 +43,7 @@ FINISH_PASSES = (
     # torch.stack 0.25, unpackbits 1.125, float() 5, add_ 8, mul_ 8, mul_(scales) 8, copy_ 8
     ("onebit_unpack_copy", 38.375, 0.0),
 )
-PADDING_PASS = ("onebit_pad", 8.0, 0.0)       # torch.cat([buffer_m, zeros]) on every call when padded
+PADDING_PASS = ("onebit_pad", 8.0, 0.0)  # torch.cat([buffer_m, zeros]) on every call when padded
 # Fused elementwise kernels, bytes per parameter: m and b updates (r g, r/w m, r/w b in fp32 + grad),
 # stochastic quantize of m/b to int8 (r m, b; w 1), and unpack + apply to the fp32 master and the
 # 16-bit model copy (r 1/8, r/w 8, w 2).

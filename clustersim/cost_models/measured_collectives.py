@@ -30,8 +30,11 @@ class MeasuredCollectives:
 
     @classmethod
     def for_cluster(cls, fits, nodes: int, gpus_per_node: int) -> "MeasuredCollectives | None":
-        usable = {(f.op, f.nodes, f.gpus_per_node): f for f in fits
-                  if f.nodes <= nodes and f.gpus_per_node <= gpus_per_node}
+        usable = {
+            (f.op, f.nodes, f.gpus_per_node): f
+            for f in fits
+            if f.nodes <= nodes and f.gpus_per_node <= gpus_per_node
+        }
         return cls(usable) if usable else None
 
     def predict(self, op: str, nbytes: float, shape) -> CollectiveCost | None:
@@ -42,5 +45,15 @@ class MeasuredCollectives:
         per_rank = busbw_factor(op, p) * nbytes
         inter = per_rank if shape.nodes > 1 else 0.0
         source = f"measured fit ({fit.source or 'profile'})"
-        return CollectiveCost(op, nbytes, p, "measured", "fit", segmented_time(fit.segments, nbytes),
-                              max(shape.gpus_per_node * per_rank - inter, 0.0), inter, source, source)
+        return CollectiveCost(
+            op,
+            nbytes,
+            p,
+            "measured",
+            "fit",
+            segmented_time(fit.segments, nbytes),
+            max(shape.gpus_per_node * per_rank - inter, 0.0),
+            inter,
+            source,
+            source,
+        )

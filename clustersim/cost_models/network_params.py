@@ -48,13 +48,13 @@ class NetworkParams:
     achievable fraction of line rate) and NCCL's latency table.
     """
 
-    hop_s: dict[str, float] = field(default_factory=dict)      # class -> Simple-protocol hop latency, s
-    bw_eff: dict[str, float] = field(default_factory=dict)     # class -> multiplier on modelled bandwidth
-    base_s: float | None = None                                # per-collective launch, Simple protocol
+    hop_s: dict[str, float] = field(default_factory=dict)  # class -> Simple-protocol hop latency, s
+    bw_eff: dict[str, float] = field(default_factory=dict)  # class -> multiplier on modelled bandwidth
+    base_s: float | None = None  # per-collective launch, Simple protocol
     op_bw_eff: dict[str, float] = field(default_factory=dict)  # op -> multiplier on bandwidth
     op_latency_scale: dict[str, float] = field(default_factory=dict)
-    algorithms: dict[str, str] = field(default_factory=dict)   # op -> algorithm the backend runs
-    protocols: tuple[str, ...] | None = None                   # None: NCCL's protocol choice
+    algorithms: dict[str, str] = field(default_factory=dict)  # op -> algorithm the backend runs
+    protocols: tuple[str, ...] | None = None  # None: NCCL's protocol choice
     hop_scale: dict[str, float] = field(default_factory=dict)  # class -> multiplier on hop latency
     time_scale: float = 1.0
     source: str = "topology model, default constants"
@@ -72,11 +72,17 @@ class NetworkParams:
     def from_calibration(cls, cal, label: str) -> "NetworkParams":
         """Parameters from a profile's ``network`` section (calibration/profile.py NetworkCalibration)."""
         names = tuple(cal.parameters)
-        base = cls(algorithms=dict(cal.algorithms), protocols=tuple(cal.protocols) if cal.protocols else None,
-                   source=f"topology model, calibrated ({label})", calibrated=True, names=names,
-                   log_mean=tuple(math.log(v) for v in cal.parameters.values()),
-                   log_cov=tuple(tuple(row) for row in cal.log_covariance), residual_sigma=cal.residual_sigma,
-                   calibrated_classes=tuple(cal.calibrated_classes))
+        base = cls(
+            algorithms=dict(cal.algorithms),
+            protocols=tuple(cal.protocols) if cal.protocols else None,
+            source=f"topology model, calibrated ({label})",
+            calibrated=True,
+            names=names,
+            log_mean=tuple(math.log(v) for v in cal.parameters.values()),
+            log_cov=tuple(tuple(row) for row in cal.log_covariance),
+            residual_sigma=cal.residual_sigma,
+            calibrated_classes=tuple(cal.calibrated_classes),
+        )
         return base.with_values(names, cal.parameters.values())
 
     def bandwidth_factor(self, cls: str, op: str) -> float:
@@ -84,7 +90,12 @@ class NetworkParams:
 
     def with_values(self, names, values) -> "NetworkParams":
         """A copy with the named parameters set (values in linear units)."""
-        hop, bw, opbw, oplat = dict(self.hop_s), dict(self.bw_eff), dict(self.op_bw_eff), dict(self.op_latency_scale)
+        hop, bw, opbw, oplat = (
+            dict(self.hop_s),
+            dict(self.bw_eff),
+            dict(self.op_bw_eff),
+            dict(self.op_latency_scale),
+        )
         base = self.base_s
         for name, value in zip(names, values):
             kind, _, key = name.partition(".")
@@ -94,7 +105,9 @@ class NetworkParams:
                 {"hop_s": hop, "bw_eff": bw, "op_bw_eff": opbw, "op_latency_scale": oplat}[kind][key] = value
         return replace(self, hop_s=hop, bw_eff=bw, base_s=base, op_bw_eff=opbw, op_latency_scale=oplat)
 
-    def sample(self, rng: np.random.Generator, n: int, classes: tuple[str, ...] = ()) -> list["NetworkParams"]:
+    def sample(
+        self, rng: np.random.Generator, n: int, classes: tuple[str, ...] = ()
+    ) -> list["NetworkParams"]:
         """``n`` parameter sets drawn from this set's uncertainty.
 
         Calibrated parameters: multivariate normal in log space (the fit's covariance) times a
@@ -108,8 +121,10 @@ class NetworkParams:
             cov = np.asarray(self.log_cov)
             draws = rng.multivariate_normal(mean, cov, size=n, method="eigh")
             scales = np.exp(rng.normal(0.0, self.residual_sigma, size=n))
-            calibrated = [replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
-                          for row, s in zip(draws, scales)]
+            calibrated = [
+                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
+                for row, s in zip(draws, scales)
+            ]
         else:
             calibrated = [self] * n
         for params in calibrated:

@@ -35,7 +35,9 @@ def price_of(gpu: str, price: float | None) -> float:
 
 def network_label(row: dict[str, Any]) -> str:
     rate = row.get("nic_effective_gbps") or row.get("nic_gbps")
-    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(row.get("nic_kind"), row.get("nic_kind"))
+    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(
+        row.get("nic_kind"), row.get("nic_kind")
+    )
     return f"{kind} {rate:g} Gb/s" if rate else str(kind)
 
 
@@ -43,8 +45,9 @@ def cluster_label(row: dict[str, Any]) -> str:
     return f"{row['world_size']} x {row['gpu']}, {network_label(row)}"
 
 
-def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
-           warmup: float | None = None) -> list[dict[str, Any]]:
+def enrich(
+    rows: list[dict[str, Any]], steps: int | None, price: float | None, warmup: float | None = None
+) -> list[dict[str, Any]]:
     """Keep simulated rows; add time-to-train (h), cost ($) and speedup over the baseline optimizer.
     ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default)."""
     from clustersim.compare import mean_step_time
@@ -54,7 +57,9 @@ def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
         raise InputError("no successfully simulated rows to report on")
     for r in ok:
         n = steps or r.get("steps") or DEFAULT_STEPS
-        per_step = mean_step_time(r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), warmup)
+        per_step = mean_step_time(
+            r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), warmup
+        )
         r["steps"] = n
         r["ttt_h"] = n * per_step / 3600
         r["cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
@@ -65,7 +70,17 @@ def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
             r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
         r["network"] = network_label(r)
         r["cluster"] = cluster_label(r)
-    key = lambda r: (r["world_size"], r["gpu"], r["network"], r.get("model"), r.get("micro_batch"), r.get("gpus_per_node"))
+
+    def key(r):
+        return (
+            r["world_size"],
+            r["gpu"],
+            r["network"],
+            r.get("model"),
+            r.get("micro_batch"),
+            r.get("gpus_per_node"),
+        )
+
     base = {key(r): r for r in ok if r["optimizer"] in BASELINES}
     for r in ok:
         b = base.get(key(r))
@@ -73,7 +88,10 @@ def enrich(rows: list[dict[str, Any]], steps: int | None, price: float | None,
         r["baseline"] = b
         if b and "ttt_p10_h" in r and "ttt_p10_h" in b:
             # Unpaired: the ratio of the two bands' ends, so wider than compare's paired band.
-            r["speedup_p10"], r["speedup_p90"] = b["ttt_p10_h"] / r["ttt_p90_h"], b["ttt_p90_h"] / r["ttt_p10_h"]
+            r["speedup_p10"], r["speedup_p90"] = (
+                b["ttt_p10_h"] / r["ttt_p90_h"],
+                b["ttt_p90_h"] / r["ttt_p10_h"],
+            )
     return ok
 
 
@@ -94,35 +112,57 @@ def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return front
 
 
-def recommendation(rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None) -> dict:
+def recommendation(
+    rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None
+) -> dict:
     """The cheapest row meeting the constraints, the fastest row, and where compression stops paying."""
-    feasible = [r for r in rows if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)]
+    feasible = [
+        r
+        for r in rows
+        if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)
+    ]
     chosen = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
     fastest = min(rows, key=lambda r: r["ttt_h"])
     lines: list[str] = []
     if chosen is None:
         why = []
         if deadline_h is not None:
-            why.append(f"the fastest option needs {fastest['ttt_h']:,.1f} h against a {deadline_h:,.1f} h deadline")
+            why.append(
+                f"the fastest option needs {fastest['ttt_h']:,.1f} h against a {deadline_h:,.1f} h deadline"
+            )
         if budget is not None:
             cheapest = min(rows, key=lambda r: r["cost"])
             why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
         lines.append("No configuration meets the constraints: " + "; ".join(why) + ".")
     else:
-        band = (f" (P10–P90 {chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h)"
-                if "ttt_p10_h" in chosen else "")
-        lines.append(f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
-                     f"{band}, ${chosen['cost']:,.0f}.")
+        band = (
+            f" (P10–P90 {chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h)"
+            if "ttt_p10_h" in chosen
+            else ""
+        )
+        lines.append(
+            f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
+            f"{band}, ${chosen['cost']:,.0f}."
+        )
         b = chosen.get("baseline")
         if b is not None and b is not chosen:
-            lines.append(f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
-                         f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) cheaper than "
-                         f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f})"
-                         + ("; within the model's uncertainty the two are indistinguishable (their P10–P90 bands "
-                            "overlap)." if indistinguishable(chosen, b) else "."))
+            lines.append(
+                f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
+                f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) "
+                "cheaper than "
+                f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f})"
+                + (
+                    "; within the model's uncertainty the two are indistinguishable (their P10–P90 bands "
+                    "overlap)."
+                    if indistinguishable(chosen, b)
+                    else "."
+                )
+            )
     if fastest is not chosen:
-        lines.append(f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({fastest['ttt_h']:,.1f} h, "
-                     f"${fastest['cost']:,.0f}).")
+        lines.append(
+            f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({fastest['ttt_h']:,.1f} h, "
+            f"${fastest['cost']:,.0f})."
+        )
     lines += advantage_limits(rows)
     lines += break_even_lines(rows)
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines}
@@ -137,17 +177,26 @@ def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple, list] = {}
     for r in rows:
         rate = r.get("nic_effective_gbps") or r.get("nic_gbps")
-        if r.get("speedup") is not None and rate and r["optimizer"] not in BASELINES and r.get("nodes", 2) > 1:
-            groups.setdefault((r["optimizer"], r["world_size"], r["gpu"], r.get("nic_kind")), []).append((rate, r))
+        if (
+            r.get("speedup") is not None
+            and rate
+            and r["optimizer"] not in BASELINES
+            and r.get("nodes", 2) > 1
+        ):
+            groups.setdefault((r["optimizer"], r["world_size"], r["gpu"], r.get("nic_kind")), []).append(
+                (rate, r)
+            )
     lines = []
-    for (opt, n, gpu, kind), pts in sorted(groups.items()):
+    for (opt, n, gpu, _kind), pts in sorted(groups.items()):
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
             if a["speedup"] >= 1.0 > b["speedup"]:
                 f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
                 cross = math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1)))
-                lines.append(f"Break-even: {opt} beats its baseline on {n} x {gpu} below about {cross:,.3g} Gb/s "
-                             f"per NIC (between the swept {r1:g} and {r2:g} Gb/s).")
+                lines.append(
+                    f"Break-even: {opt} beats its baseline on {n} x {gpu} below about {cross:,.3g} Gb/s "
+                    f"per NIC (between the swept {r1:g} and {r2:g} Gb/s)."
+                )
                 break
     return lines
 
@@ -162,12 +211,16 @@ def advantage_limits(rows: list[dict[str, Any]], threshold: float = 1.10) -> lis
         lost = [r for r in mine if r["speedup"] < threshold]
         best = max(mine, key=lambda r: r["speedup"])
         if not lost:
-            out.append(f"{opt} is at least {threshold:.2f}x faster than the baseline everywhere in this sweep "
-                       f"(up to {best['speedup']:.1f}x on {best['cluster']}).")
+            out.append(
+                f"{opt} is at least {threshold:.2f}x faster than the baseline everywhere in this sweep "
+                f"(up to {best['speedup']:.1f}x on {best['cluster']})."
+            )
             continue
         nets = sorted({r["network"] for r in lost})
         sizes = sorted({r["world_size"] for r in lost})
-        out.append(f"{opt}'s advantage disappears (< {threshold:.2f}x) on {len(lost)} of {len(mine)} clusters: "
-                   f"networks {', '.join(nets)}; GPU counts {', '.join(map(str, sizes))} "
-                   f"(best: {best['speedup']:.1f}x on {best['cluster']}).")
+        out.append(
+            f"{opt}'s advantage disappears (< {threshold:.2f}x) on {len(lost)} of {len(mine)} clusters: "
+            f"networks {', '.join(nets)}; GPU counts {', '.join(map(str, sizes))} "
+            f"(best: {best['speedup']:.1f}x on {best['cluster']})."
+        )
     return out

@@ -17,8 +17,13 @@ from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
 
 
-def build_report(results: Path, steps: int | None = None, price: float | None = None,
-                 deadline_h: float | None = None, budget: float | None = None):
+def build_report(
+    results: Path,
+    steps: int | None = None,
+    price: float | None = None,
+    deadline_h: float | None = None,
+    budget: float | None = None,
+):
     meta, rows = read_results(results)
     rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price, meta.get("warmup"))
     rec = analysis.recommendation(rows_ok, deadline_h, budget)
@@ -40,23 +45,36 @@ def build_report(results: Path, steps: int | None = None, price: float | None = 
 def render_html(meta: dict, rows_ok, rec: dict, figs: dict, failed: list, price: float | None) -> str:
     parts = []
     for name, fig in figs.items():
-        parts.append(f'<section class="fig" id="fig-{name}">'
-                     + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}")
-                     + "</section>")
+        parts.append(
+            f'<section class="fig" id="fig-{name}">'
+            + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}")
+            + "</section>"
+        )
     rec_html = "".join(f"<li>{html.escape(line)}</li>" for line in rec["text"])
     front = analysis.pareto(rows_ok)
+
     def speedup(r) -> str:
         return "" if r.get("speedup") is None else f"{r['speedup']:.2f}x"
 
     table_rows = "".join(
         f"<tr><td>{html.escape(r['optimizer'])}</td><td>{html.escape(r['cluster'])}</td>"
         f"<td>{r['ttt_h']:,.1f}</td><td>${r['cost']:,.0f}</td><td>{r['samples_per_s']:,.0f}</td>"
-        f"<td>{speedup(r)}</td></tr>" for r in front)
-    price_note = f"${price:g} per GPU-hour for every GPU" if price else "default on-demand prices per GPU type (catalogs/prices.yaml)"
-    skipped = f"<p>{len(failed)} row(s) were not simulated (invalid combination or did not fit); see results.csv.</p>" if failed else ""
+        f"<td>{speedup(r)}</td></tr>"
+        for r in front
+    )
+    price_note = (
+        f"${price:g} per GPU-hour for every GPU"
+        if price
+        else "default on-demand prices per GPU type (catalogs/prices.yaml)"
+    )
+    skipped = (
+        f"<p>{len(failed)} row(s) were not simulated (invalid combination or did not fit); see results.csv.</p>"
+        if failed
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>clustersim report: {html.escape(meta.get('name', 'sweep'))}</title>
+<title>clustersim report: {html.escape(meta.get("name", "sweep"))}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }}
 h1 {{ margin-bottom: 0.2rem; }} .meta {{ color: #666; margin-top: 0; }}
@@ -66,21 +84,26 @@ th {{ background: #f6f6f6; }} .fig {{ margin: 1.5rem 0; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
-<h1>Capacity plan: {html.escape(meta.get('name', 'sweep'))}</h1>
-<p class="meta">{len(rows_ok)} simulated configurations over {html.escape(', '.join(meta.get('axes', [])))};
-steps per run {rows_ok[0]['steps']:,}; cost at {html.escape(price_note)}. clustersim, plotly {plotly.__version__}.</p>
+<h1>Capacity plan: {html.escape(meta.get("name", "sweep"))}</h1>
+<p class="meta">{len(rows_ok)} simulated configurations over {html.escape(", ".join(meta.get("axes", [])))};
+steps per run {rows_ok[0]["steps"]:,}; cost at {html.escape(price_note)}. clustersim, plotly {plotly.__version__}.</p>
 <div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
 {skipped}
 <h2>Pareto frontier (no other configuration is both faster and cheaper)</h2>
 <table><tr><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th><th>samples/s</th><th>speedup</th></tr>
 {table_rows}</table>
-{''.join(parts)}
+{"".join(parts)}
 </body></html>
 """
 
 
-def write_report(results: Path, out: Path, steps: int | None = None, price: float | None = None,
-                 png_dir: Path | None = None) -> dict:
+def write_report(
+    results: Path,
+    out: Path,
+    steps: int | None = None,
+    price: float | None = None,
+    png_dir: Path | None = None,
+) -> dict:
     meta, rows_ok, rec, figs, failed = build_report(results, steps, price)
     text = render_html(meta, rows_ok, rec, figs, failed, price)
     out = Path(out)
@@ -99,8 +122,11 @@ def export_png(figs: dict, folder: Path) -> dict:
     import importlib.util
 
     if importlib.util.find_spec("kaleido") is None:
-        return {"written": [], "message": "PNG export skipped: kaleido is not installed (pip install kaleido; "
-                                          "it also needs Chrome or Chromium, e.g. apt-get install chromium)"}
+        return {
+            "written": [],
+            "message": "PNG export skipped: kaleido is not installed (pip install kaleido; "
+            "it also needs Chrome or Chromium, e.g. apt-get install chromium)",
+        }
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -110,8 +136,11 @@ def export_png(figs: dict, folder: Path) -> dict:
             fig.write_image(str(path), width=1100, height=450)
             written.append(str(path))
     except Exception as exc:  # kaleido raises many kinds when no browser can be started
-        return {"written": written, "message": f"PNG export stopped: {str(exc).splitlines()[0][:160]} "
-                                               "(kaleido needs Chrome or Chromium: apt-get install chromium)"}
+        return {
+            "written": written,
+            "message": f"PNG export stopped: {str(exc).splitlines()[0][:160]} "
+            "(kaleido needs Chrome or Chromium: apt-get install chromium)",
+        }
     return {"written": written, "message": f"{len(written)} PNG file(s) written to {folder}"}
 
 
@@ -120,10 +149,7 @@ def parse_duration(text: str) -> float:
     t = text.strip().lower()
     units = {"d": 24.0, "h": 1.0, "m": 1 / 60, "w": 168.0}
     try:
-        if t and t[-1] in units:
-            value = float(t[:-1]) * units[t[-1]]
-        else:
-            value = float(t)
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
         raise InputError(f"cannot read duration {text!r} (use e.g. 3d, 72h, 90m)", key="--deadline") from None
     if value <= 0:

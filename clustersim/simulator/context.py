@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from clustersim import catalog
 from clustersim.calibration.profile import ComputePhases, Profile, load_profile
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
-from clustersim.errors import InputError
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
+from clustersim.errors import InputError
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
@@ -68,8 +68,9 @@ class SimulationContext:
     def backward_time(self, layer: Layer) -> float:
         return self.device.kernels_time(layer.backward, self.precision) * self._bwd_scale
 
-    def collective(self, op: str, nbytes: float, shape: GroupShape | None = None,
-                   algorithm: str | None = None) -> CollectiveCost:
+    def collective(
+        self, op: str, nbytes: float, shape: GroupShape | None = None, algorithm: str | None = None
+    ) -> CollectiveCost:
         algo = algorithm or self.scenario.training.collective_algorithm
         return self.collectives.cost(op, nbytes, shape or self.world, algo)
 
@@ -93,8 +94,12 @@ def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Work
     if profile is None or profile.device != scenario.cluster.gpu:
         return None
     for p in profile.compute_phases:
-        if (p.model == workload.name and p.micro_batch == workload.micro_batch
-                and p.seq_len == workload.seq_len and p.precision == workload.precision):
+        if (
+            p.model == workload.name
+            and p.micro_batch == workload.micro_batch
+            and p.seq_len == workload.seq_len
+            and p.precision == workload.precision
+        ):
             return p
     return None
 
@@ -115,8 +120,9 @@ def network_params(profile: Profile | None, label: str = "profile") -> NetworkPa
     return DEFAULT_NETWORK
 
 
-def build_context(scenario: Scenario, profile: Profile | str | None = None,
-                  perturbation: Perturbation | None = None) -> SimulationContext:
+def build_context(
+    scenario: Scenario, profile: Profile | str | None = None, perturbation: Perturbation | None = None
+) -> SimulationContext:
     ref = profile if profile is not None else scenario.profile
     prof = load_profile(ref) if isinstance(ref, str) else ref
     gpu = catalog.gpu(scenario.cluster.gpu)
@@ -127,15 +133,25 @@ def build_context(scenario: Scenario, profile: Profile | str | None = None,
     c = scenario.cluster
     measured = MeasuredCollectives.for_cluster(prof.collectives, c.nodes, c.gpus_per_node) if prof else None
     params = perturbation.network if perturbation else network_params(prof, _profile_label(ref, prof))
-    ctx = SimulationContext(scenario, cluster, gpu, workload, device,
-                            CollectiveModel(cluster, measured, params), prof, _matching_phases(prof, scenario, workload))
+    ctx = SimulationContext(
+        scenario,
+        cluster,
+        gpu,
+        workload,
+        device,
+        CollectiveModel(cluster, measured, params),
+        prof,
+        _matching_phases(prof, scenario, workload),
+    )
     if ctx.phases is not None:
         fwd = sum(device.kernels_time(layer.forward, ctx.precision) for layer in workload.layers)
         bwd = sum(device.kernels_time(layer.backward, ctx.precision) for layer in workload.layers)
         ctx._fwd_scale = ctx.phases.forward_s / fwd
         ctx._bwd_scale = ctx.phases.backward_s / bwd
-        ctx.notes.append(f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
-                         "spread over layers in proportion to the roofline")
+        ctx.notes.append(
+            f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
+            "spread over layers in proportion to the roofline"
+        )
     if device_note:
         ctx.notes.append(device_note)
     if perturbation is not None:
@@ -153,10 +169,16 @@ def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | No
     known = catalog.gpus()
     measured = known[profile.device].chip if profile.device in known else profile.device.lower()
     if measured == gpu.chip:
-        return (f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip): "
-                "compute rates keep their efficiency, interconnect fits their link classes")
-    raise InputError(f"profile measured on {profile.device!r} does not apply to {gpu.name} (another chip); "
-                     "calibrate on this hardware, or run without --profile", source=label, key="device")
+        return (
+            f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip): "
+            "compute rates keep their efficiency, interconnect fits their link classes"
+        )
+    raise InputError(
+        f"profile measured on {profile.device!r} does not apply to {gpu.name} (another chip); "
+        "calibrate on this hardware, or run without --profile",
+        source=label,
+        key="device",
+    )
 
 
 def _profile_label(ref, prof: Profile | None) -> str:

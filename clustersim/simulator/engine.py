@@ -104,7 +104,9 @@ class Engine:
         """
         capacity = self.program.links
         left = {link: capacity.get(link, float("inf")) for r in flows for link in r.op.demands}
-        weight = {r: 1.0 / max(r.op.demands.values()) if max(r.op.demands.values()) > 0 else 0.0 for r in flows}
+        weight = {
+            r: 1.0 / max(r.op.demands.values()) if max(r.op.demands.values()) > 0 else 0.0 for r in flows
+        }
         rate = {r: 0.0 for r in flows}
         active = {r for r in flows if weight[r] > 0}
         for r in flows:
@@ -120,9 +122,15 @@ class Engine:
                 rate[r] += step * weight[r]
                 for link, d in r.op.demands.items():
                     left[link] -= step * weight[r] * d
-            saturated = {link for link, cap in left.items() if cap <= 1e-9 * max(1.0, capacity.get(link, 1.0))}
-            done = {r for r in active if rate[r] >= caps[r] - 1e-12
-                    or any(link in saturated and d > 0 for link, d in r.op.demands.items())}
+            saturated = {
+                link for link, cap in left.items() if cap <= 1e-9 * max(1.0, capacity.get(link, 1.0))
+            }
+            done = {
+                r
+                for r in active
+                if rate[r] >= caps[r] - 1e-12
+                or any(link in saturated and d > 0 for link, d in r.op.demands.items())
+            }
             if not done:  # numerical safety: nothing froze, stop here
                 break
             active -= done

@@ -47,8 +47,13 @@ class HostModel:
         return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma)
 
     def links(self) -> dict[str, float]:
-        return {GPU_UP: self.pcie, GPU_DOWN: self.pcie, SWITCH_UP: self.switch_share, SWITCH_DOWN: self.switch_share,
-                DRAM: self.dram_share}
+        return {
+            GPU_UP: self.pcie,
+            GPU_DOWN: self.pcie,
+            SWITCH_UP: self.switch_share,
+            SWITCH_DOWN: self.switch_share,
+            DRAM: self.dram_share,
+        }
 
     def copy(self, nbytes: float, to_host: bool) -> tuple[float, dict[str, float]]:
         """Standalone duration of a pinned copy and the bytes/s it pushes through each link."""

@@ -22,7 +22,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         "parameters": P * d + (4 * P if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
         "ddp_buckets": 0.0 if offloaded else P * ctx.grad_bytes,
-        "optimizer_state": P * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
+        "optimizer_state": P
+        * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.workload.activation_bytes,
     }
     if offloaded and ctx.offload_placement is not None:
@@ -46,9 +47,18 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
 def check_fits(ctx, mem: dict[str, float]) -> None:
     if mem["total"] <= mem["capacity"]:
         return
-    parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in mem.items()
-                      if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0)
-    hint = "; try training.offload, more GPUs per model copy is out of scope (data parallel only)" \
-        if ctx.scenario.training.offload.mode == "none" else ""
-    raise InputError(f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed "
-                     f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{hint}", key="cluster.gpu")
+    parts = ", ".join(
+        f"{k.replace('_', ' ')} {format_bytes(v)}"
+        for k, v in mem.items()
+        if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
+    )
+    hint = (
+        "; try training.offload, more GPUs per model copy is out of scope (data parallel only)"
+        if ctx.scenario.training.offload.mode == "none"
+        else ""
+    )
+    raise InputError(
+        f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed "
+        f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{hint}",
+        key="cluster.gpu",
+    )

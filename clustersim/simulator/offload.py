@@ -33,11 +33,11 @@ MAX_CHUNKS = 48  # subgroups of the same placement are merged into at most this 
 class UpdateSpec:
     """What an optimizer's update needs, in bytes per parameter."""
 
-    to_host: float        # device -> host before a CPU update (gradients, or the synced tensor)
-    to_device: float      # host -> device after it (updated 16-bit parameters)
-    cpu_dram: float       # DRAM traffic of the CPU update
-    gpu_update: float     # HBM traffic of the same update on the GPU
-    state: float          # optimizer state kept on the host (fp32 master, moments), moved for GPU updates
+    to_host: float  # device -> host before a CPU update (gradients, or the synced tensor)
+    to_device: float  # host -> device after it (updated 16-bit parameters)
+    cpu_dram: float  # DRAM traffic of the CPU update
+    gpu_update: float  # HBM traffic of the same update on the GPU
+    state: float  # optimizer state kept on the host (fp32 master, moments), moved for GPU updates
     gpu_keep: float = 0.0  # what the strategy must keep on the GPU anyway (momentum, error buffers)
 
 
@@ -75,8 +75,12 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
     P = ctx.params
     d = BYTES_PER_ELEMENT[ctx.precision]
     base = P * d + P * ctx.grad_bytes + P * gpu_keep
-    return {"peak_without_state": base + ctx.workload.activation_bytes, "update_without_state": base,
-            "capacity": ctx.gpu.memory_bytes, "partition_params": partition_params}
+    return {
+        "peak_without_state": base + ctx.workload.activation_bytes,
+        "update_without_state": base,
+        "capacity": ctx.gpu.memory_bytes,
+        "partition_params": partition_params,
+    }
 
 
 def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs_on_host: bool) -> Placement:
@@ -87,17 +91,24 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     free_peak = budget["capacity"] - budget["peak_without_state"]
     free_update = budget["capacity"] - budget["update_without_state"]
     if free_peak < 0:
-        raise InputError(f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
-                         f"activations need {format_bytes(budget['peak_without_state'])} of {format_bytes(budget['capacity'])}",
-                         key="cluster.gpu")
+        raise InputError(
+            f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
+            f"activations need {format_bytes(budget['peak_without_state'])} of "
+            f"{format_bytes(budget['capacity'])}",
+            key="cluster.gpu",
+        )
     if off.mode == "zero" or off.placement == "cpu":
-        return Placement(size, ["cpu"] * n, partition_params, "all on the CPU" if off.mode == "zero" else "placement: cpu")
+        return Placement(
+            size, ["cpu"] * n, partition_params, "all on the CPU" if off.mode == "zero" else "placement: cpu"
+        )
     state_bytes = size * spec.state
     if off.placement == "gpu":
         if n * state_bytes > free_peak:
-            raise InputError(f"placement gpu keeps all optimizer state on the GPU: {format_bytes(n * state_bytes)} "
-                             f"needed, {format_bytes(free_peak)} free at the forward/backward peak",
-                             key="training.offload.placement")
+            raise InputError(
+                f"placement gpu keeps all optimizer state on the GPU: {format_bytes(n * state_bytes)} "
+                f"needed, {format_bytes(free_peak)} free at the forward/backward peak",
+                key="training.offload.placement",
+            )
         return Placement(size, ["gpu_resident"] * n, partition_params, "placement: gpu")
     resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
     can_stream = free_update - resident * state_bytes >= 2 * state_bytes
@@ -109,7 +120,9 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     t_state = size * spec.state / bw
     t_gpu = size * spec.gpu_update / hbm
     # Host DRAM is shared by the CPU update and every copy (they all read or write host memory).
-    dram_cpu = size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
+    dram_cpu = (
+        size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
+    )
     dram_gpu = 2 * size * spec.state / host.dram_share
     kinds = ["gpu_resident"] * resident
     cpu = h2d = d2h = dram = 0.0
@@ -156,8 +169,17 @@ def _chunks(placement: Placement, total_params: float) -> list[tuple[str, float]
     return out
 
 
-def add_offloaded_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: Placement, host: HostModel,
-                         partition_params: float, inputs_on_host: bool, label: str) -> list[int]:
+def add_offloaded_update(
+    prog: Program,
+    ctx,
+    deps,
+    spec: UpdateSpec,
+    placement: Placement,
+    host: HostModel,
+    partition_params: float,
+    inputs_on_host: bool,
+    label: str,
+) -> list[int]:
     """The update phase of one iteration under offload; returns the ops the next step waits for."""
     ends: list[int] = []
     deps = tuple(d for d in deps if d is not None)
@@ -175,13 +197,25 @@ def add_offloaded_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: 
         elif kind == "gpu_streamed":
             t, dem = host.copy(params * spec.state, to_host=False)
             load = prog.add(f"H2D state {tag}", "h2d_state", t, "transfer", deps, demands=dem)
-            upd = prog.add(f"GPU update {tag}", "compute", ctx.device.stream_time(params * spec.gpu_update, "optimizer"),
-                           "optimizer", (load,))
+            upd = prog.add(
+                f"GPU update {tag}",
+                "compute",
+                ctx.device.stream_time(params * spec.gpu_update, "optimizer"),
+                "optimizer",
+                (load,),
+            )
             t, dem = host.copy(params * spec.state, to_host=True)
             ends.append(prog.add(f"D2H state {tag}", "d2h_state", t, "transfer", (upd,), demands=dem))
         else:
-            ends.append(prog.add(f"GPU update {tag}", "compute",
-                                 ctx.device.stream_time(params * spec.gpu_update, "optimizer"), "optimizer", deps))
+            ends.append(
+                prog.add(
+                    f"GPU update {tag}",
+                    "compute",
+                    ctx.device.stream_time(params * spec.gpu_update, "optimizer"),
+                    "optimizer",
+                    deps,
+                )
+            )
     return ends
 
 
@@ -195,18 +229,39 @@ def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params
     c = ctx.scenario.cluster
     host_bytes = partition_params * (spec.state + spec.to_host) * c.gpus_per_node
     if host_bytes > c.host.memory_gib * 2**30:
-        raise InputError(f"the offloaded optimizer state needs {format_bytes(host_bytes)} of host memory per node, "
-                         f"the host has {c.host.memory_gib:g} GiB", key="cluster.host.memory_gib")
-    return {"optimizer_state_resident_on_gpu": resident, "offload_staging_buffers": streamed,
-            "host_optimizer_state_per_node": host_bytes}
+        raise InputError(
+            f"the offloaded optimizer state needs {format_bytes(host_bytes)} of host memory per node, "
+            f"the host has {c.host.memory_gib:g} GiB",
+            key="cluster.host.memory_gib",
+        )
+    return {
+        "optimizer_state_resident_on_gpu": resident,
+        "offload_staging_buffers": streamed,
+        "host_optimizer_state_per_node": host_bytes,
+    }
 
 
-def add_update(prog: Program, ctx, deps, spec: UpdateSpec, gpu_bytes_per_param: float, label: str,
-               partition_params: float | None = None, inputs_on_host: bool = False) -> list[int]:
+def add_update(
+    prog: Program,
+    ctx,
+    deps,
+    spec: UpdateSpec,
+    gpu_bytes_per_param: float,
+    label: str,
+    partition_params: float | None = None,
+    inputs_on_host: bool = False,
+) -> list[int]:
     """The optimizer update: on the GPU, or offloaded as the scenario says. Returns its final ops."""
     if mode(ctx) == "none":
-        return [prog.add(label, "compute", ctx.device.stream_time(gpu_bytes_per_param * ctx.params, "optimizer"),
-                         "optimizer", tuple(d for d in deps if d is not None))]
+        return [
+            prog.add(
+                label,
+                "compute",
+                ctx.device.stream_time(gpu_bytes_per_param * ctx.params, "optimizer"),
+                "optimizer",
+                tuple(d for d in deps if d is not None),
+            )
+        ]
     host = ctx.host
     partition = partition_params or ctx.params
     placement = ctx.offload_placement or plan(ctx, spec, partition, host, inputs_on_host)

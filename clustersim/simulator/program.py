@@ -43,8 +43,15 @@ class Program:
             raise ValueError(f"unknown op category {category!r}")
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
-        op = Op(len(self.ops), name, stream, float(duration), category,
-                tuple(d for d in deps if d is not None), **kw)
+        op = Op(
+            len(self.ops),
+            name,
+            stream,
+            float(duration),
+            category,
+            tuple(d for d in deps if d is not None),
+            **kw,
+        )
         self.ops.append(op)
         return op.id
 

@@ -13,8 +13,17 @@ from pathlib import Path
 
 from clustersim.simulator.program import COMPUTE_CATEGORIES, Program
 
-BREAKDOWN_KEYS = ("forward", "backward", "compression", "optimizer", "other",
-                  "exposed_communication", "exposed_host", "exposed_transfer", "idle")
+BREAKDOWN_KEYS = (
+    "forward",
+    "backward",
+    "compression",
+    "optimizer",
+    "other",
+    "exposed_communication",
+    "exposed_host",
+    "exposed_transfer",
+    "idle",
+)
 _EXPOSED = {"communication": "exposed_communication", "host": "exposed_host", "transfer": "exposed_transfer"}
 
 
@@ -55,20 +64,31 @@ class SimulationResult:
 
     def to_dict(self, include_ops: bool = False) -> dict:
         out = {
-            "scenario": self.scenario, "optimizer": self.optimizer, "world_size": self.world_size,
-            "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-            "iteration_time_s": self.iteration_time, "samples_per_s": self.samples_per_s,
+            "scenario": self.scenario,
+            "optimizer": self.optimizer,
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "iteration_time_s": self.iteration_time,
+            "samples_per_s": self.samples_per_s,
             "samples_per_iteration": self.samples_per_iteration,
-            "breakdown_s": self.breakdown, "bytes_per_link_kind": self.bytes_per_link_kind,
-            "buckets": self.buckets, "memory_bytes": self.memory, "sources": self.sources,
-            "notes": self.notes, **self.extra,
+            "breakdown_s": self.breakdown,
+            "bytes_per_link_kind": self.bytes_per_link_kind,
+            "buckets": self.buckets,
+            "memory_bytes": self.memory,
+            "sources": self.sources,
+            "notes": self.notes,
+            **self.extra,
         }
         if self.interval is not None:
             iv = self.interval
             out["iteration_time_interval_s"] = iv.as_dict()
-            out["samples_per_s_interval"] = {"p10": self.samples_per_iteration / iv.p90,
-                                             "p50": self.samples_per_iteration / iv.p50,
-                                             "p90": self.samples_per_iteration / iv.p10, "samples": iv.samples}
+            out["samples_per_s_interval"] = {
+                "p10": self.samples_per_iteration / iv.p90,
+                "p50": self.samples_per_iteration / iv.p50,
+                "p90": self.samples_per_iteration / iv.p10,
+                "samples": iv.samples,
+            }
         if include_ops:
             out["ops"] = [vars(o) for o in self.ops]
         return out
@@ -76,15 +96,33 @@ class SimulationResult:
     def chrome_trace(self) -> dict:
         """Chrome / Perfetto trace: one track (thread) per stream, times in microseconds."""
         tids: dict[str, int] = {}
-        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"rank 0 ({self.scenario})"}}]
+        events = [
+            {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"rank 0 ({self.scenario})"}}
+        ]
         for op in self.ops:
             if op.stream not in tids:
                 tids[op.stream] = len(tids)
-                events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tids[op.stream],
-                               "args": {"name": op.stream}})
-            events.append({"name": op.name, "cat": op.category, "ph": "X", "pid": 0, "tid": tids[op.stream],
-                           "ts": op.start * 1e6, "dur": max(op.end - op.start, 0.0) * 1e6,
-                           "args": {k: v for k, v in op.meta.items() if isinstance(v, (int, float, str))}})
+                events.append(
+                    {
+                        "name": "thread_name",
+                        "ph": "M",
+                        "pid": 0,
+                        "tid": tids[op.stream],
+                        "args": {"name": op.stream},
+                    }
+                )
+            events.append(
+                {
+                    "name": op.name,
+                    "cat": op.category,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": tids[op.stream],
+                    "ts": op.start * 1e6,
+                    "dur": max(op.end - op.start, 0.0) * 1e6,
+                    "args": {k: v for k, v in op.meta.items() if isinstance(v, (int, float, str))},
+                }
+            )
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def write_trace(self, path: Path) -> None:
@@ -93,7 +131,9 @@ class SimulationResult:
         write_json_atomically(Path(path), self.chrome_trace())
 
 
-def attribute_timeline(program: Program, start: dict[int, float], end: dict[int, float]) -> tuple[float, dict[str, float]]:
+def attribute_timeline(
+    program: Program, start: dict[int, float], end: dict[int, float]
+) -> tuple[float, dict[str, float]]:
     """Sweep the timeline and attribute each interval to one breakdown category."""
     points = sorted({0.0, *start.values(), *end.values()})
     total = max(end.values(), default=0.0)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from clustersim.calibration.profile import Profile, load_profile
 import numpy as np
 
+from clustersim.calibration.profile import Profile, load_profile
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine
@@ -14,8 +14,13 @@ from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
 
-def simulate(scenario: Scenario, profile: Profile | str | None = None, *, perturbation=None,
-             uncertainty_samples: int = 0) -> SimulationResult:
+def simulate(
+    scenario: Scenario,
+    profile: Profile | str | None = None,
+    *,
+    perturbation=None,
+    uncertainty_samples: int = 0,
+) -> SimulationResult:
     """One iteration of ``scenario``. ``perturbation`` runs it with one draw of the uncertain parameters;
     ``uncertainty_samples`` > 0 adds the P10/P50/P90 of the iteration time over that many draws
     (simulator/uncertainty.py) as ``result.interval``."""
@@ -31,11 +36,13 @@ def simulate(scenario: Scenario, profile: Profile | str | None = None, *, pertur
     return result
 
 
-def iteration_interval(scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES,
-                       seed: int = 0) -> Interval:
+def iteration_interval(
+    scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES, seed: int = 0
+) -> Interval:
     """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps)."""
-    times = [simulate(scenario, profile, perturbation=p).iteration_time
-             for p in perturbations(ctx, samples, seed)]
+    times = [
+        simulate(scenario, profile, perturbation=p).iteration_time for p in perturbations(ctx, samples, seed)
+    ]
     return Interval.of(times)
 
 
@@ -44,12 +51,14 @@ def paired_times(scenarios: list[Scenario], profile, samples: int, seed: int = 0
     ``out[i, k]`` is scenario i under draw k. Ratios taken draw by draw (speedups) keep only the
     uncertainty of what differs between the scenarios, as two runs on one real cluster would."""
     from clustersim.simulator.context import build_context
+
     draws = perturbations(build_context(scenarios[0], profile), samples, seed)
     return np.array([[simulate(s, profile, perturbation=p).iteration_time for p in draws] for s in scenarios])
 
 
-def _best_placement(scenario, profile, ctx: SimulationContext, planned: SimulationResult,
-                    perturbation=None) -> SimulationResult:
+def _best_placement(
+    scenario, profile, ctx: SimulationContext, planned: SimulationResult, perturbation=None
+) -> SimulationResult:
     """Check the performance model's plan against all-CPU and all-GPU placements; keep the fastest."""
     from clustersim.simulator.offload import Placement
 
@@ -58,7 +67,9 @@ def _best_placement(scenario, profile, ctx: SimulationContext, planned: Simulati
     resident = plan.count("gpu_resident")
     alternatives = {"all on the CPU": ["cpu"] * n}
     if plan.count("gpu_streamed") or resident < n:
-        alternatives["all on the GPU (streamed)"] = ["gpu_resident"] * resident + ["gpu_streamed"] * (n - resident)
+        alternatives["all on the GPU (streamed)"] = ["gpu_resident"] * resident + ["gpu_streamed"] * (
+            n - resident
+        )
     candidates = {"performance model": planned}
     for name, kinds in alternatives.items():
         alt_ctx = build_context(scenario, profile, perturbation)
@@ -99,14 +110,40 @@ def _run(ctx: SimulationContext) -> SimulationResult:
         s_inter = sum(op.inter_node_bytes for op in step.program.ops)
         intra += w * s_intra
         inter += w * s_inter
-        per_step.append({"label": step.label, "weight": w, "iteration_time_s": t, "breakdown_s": parts,
-                         "intra_node_bytes": s_intra, "inter_node_bytes": s_inter})
+        per_step.append(
+            {
+                "label": step.label,
+                "weight": w,
+                "iteration_time_s": t,
+                "breakdown_s": parts,
+                "intra_node_bytes": s_intra,
+                "inter_node_bytes": s_inter,
+            }
+        )
         if step is main:
             main_times = (start, end)
-            main_records = [OpRecord(op.name, op.stream, op.category, start[op.id], end[op.id], op.meta,
-                                     op.intra_node_bytes, op.inter_node_bytes) for op in step.program.ops]
-    buckets = [{"bucket": b["bucket"], "bytes": b["bytes"], "start_s": main_times[0][b["op"]],
-                "end_s": main_times[1][b["op"]]} for b in main.buckets]
+            main_records = [
+                OpRecord(
+                    op.name,
+                    op.stream,
+                    op.category,
+                    start[op.id],
+                    end[op.id],
+                    op.meta,
+                    op.intra_node_bytes,
+                    op.inter_node_bytes,
+                )
+                for op in step.program.ops
+            ]
+    buckets = [
+        {
+            "bucket": b["bucket"],
+            "bytes": b["bytes"],
+            "start_s": main_times[0][b["op"]],
+            "end_s": main_times[1][b["op"]],
+        }
+        for b in main.buckets
+    ]
     sources = dict(ctx.device.sources)
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
     if scenario.cluster.nodes > 1:
@@ -122,22 +159,45 @@ def _run(ctx: SimulationContext) -> SimulationResult:
     if ctx.offload_placement is not None:
         p = ctx.offload_placement
         host = ctx.host
-        sources["CPU optimizer rate"] = ("measured CPU Adam, scaled to threads, capped by DRAM" if host.measured_params_per_s
-                                         else "DRAM roofline (host DRAM per GPU / bytes per parameter)")
-        extra["offload"] = {"mode": scenario.training.offload.mode, "subgroups": len(p.kinds),
-                            "subgroup_params": p.subgroup_params,
-                            "placement": {k: p.count(k) for k in ("cpu", "gpu_streamed", "gpu_resident")},
-                            "ranges": p.ranges(), "chosen_by": p.chosen_by,
-                            "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
-                            "pcie_gbs": host.pcie / 1e9, "host_dram_gbs_per_gpu": host.dram_share / 1e9}
+        sources["CPU optimizer rate"] = (
+            "measured CPU Adam, scaled to threads, capped by DRAM"
+            if host.measured_params_per_s
+            else "DRAM roofline (host DRAM per GPU / bytes per parameter)"
+        )
+        extra["offload"] = {
+            "mode": scenario.training.offload.mode,
+            "subgroups": len(p.kinds),
+            "subgroup_params": p.subgroup_params,
+            "placement": {k: p.count(k) for k in ("cpu", "gpu_streamed", "gpu_resident")},
+            "ranges": p.ranges(),
+            "chosen_by": p.chosen_by,
+            "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
+            "pcie_gbs": host.pcie / 1e9,
+            "host_dram_gbs_per_gpu": host.dram_share / 1e9,
+        }
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
-    samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
+    samples = (
+        scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
+    )
     return SimulationResult(
-        scenario=scenario.name, optimizer=strategy.name, world_size=scenario.cluster.world_size,
-        nodes=scenario.cluster.nodes, gpus_per_node=scenario.cluster.gpus_per_node,
-        samples_per_iteration=samples, iteration_time=iteration, breakdown=breakdown,
-        bytes_per_link_kind={"intra_node_per_node": intra, "inter_node_per_node": inter,
-                             "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class},
-        buckets=buckets, ops=main_records, notes=list(ctx.notes), sources=sources, memory=memory, extra=extra,
+        scenario=scenario.name,
+        optimizer=strategy.name,
+        world_size=scenario.cluster.world_size,
+        nodes=scenario.cluster.nodes,
+        gpus_per_node=scenario.cluster.gpus_per_node,
+        samples_per_iteration=samples,
+        iteration_time=iteration,
+        breakdown=breakdown,
+        bytes_per_link_kind={
+            "intra_node_per_node": intra,
+            "inter_node_per_node": inter,
+            "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class,
+        },
+        buckets=buckets,
+        ops=main_records,
+        notes=list(ctx.notes),
+        sources=sources,
+        memory=memory,
+        extra=extra,
     )

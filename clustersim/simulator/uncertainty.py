@@ -80,8 +80,9 @@ def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturb
     return [Perturbation(net, float(s)) for net, s in zip(nets, scales)]
 
 
-def collective_interval(ctx: SimulationContext, op: str, nbytes: float, shape, algorithm: str,
-                        samples: int = 200, seed: int = 0) -> Interval:
+def collective_interval(
+    ctx: SimulationContext, op: str, nbytes: float, shape, algorithm: str, samples: int = 200, seed: int = 0
+) -> Interval:
     """P10/P50/P90 of one collective's time under the collective model's parameter uncertainty."""
     from clustersim.cost_models.collectives import CollectiveModel
 

@@ -17,8 +17,14 @@ from clustersim.sweeps.store import ResultsFolder
 CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"  # tests: path of a marker file; the first task to see it dies
 
 
-def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, warmup: float | None,
-                 global_batch: int | None = None, samples: int = 0) -> dict[str, Any]:
+def simulate_row(
+    base_json: dict,
+    values: dict[str, Any],
+    steps: int | None,
+    warmup: float | None,
+    global_batch: int | None = None,
+    samples: int = 0,
+) -> dict[str, Any]:
     """One row: resolve, simulate, summarize. Never raises for bad combinations; records them.
     ``samples`` > 0 adds the P10/P90 of the iteration time and time-to-train (simulator/uncertainty.py)."""
     from clustersim.compare import mean_step_time
@@ -33,22 +39,47 @@ def simulate_row(base_json: dict, values: dict[str, Any], steps: int | None, war
         rec["scenario"] = scenario.model_dump(mode="json")
         b = r.breakdown
         c = scenario.cluster
-        rec.update({
-            "status": "ok", "error": "", "world_size": r.world_size, "nodes": r.nodes, "gpus_per_node": r.gpus_per_node,
-            "gpu": c.gpu, "model": scenario.workload.model or "custom", "optimizer": r.optimizer,
-            "nic_kind": c.nic.kind, "nic_gbps": c.nic.line_rate_gbps, "nic_effective_gbps": c.nic.effective_gbps,
-            "iteration_time_s": r.iteration_time, "samples_per_s": r.samples_per_s,
-            "forward_s": b["forward"], "backward_s": b["backward"], "compression_s": b["compression"],
-            "optimizer_s": b["optimizer"], "other_s": b["other"],
-            "exposed_communication_s": b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
-            "intra_node_bytes": r.bytes_per_link_kind["intra_node_per_node"],
-            "inter_node_bytes": r.bytes_per_link_kind["inter_node_per_node"],
-            "gpu_memory_bytes": r.memory["total"], "micro_batch_used": scenario.workload.micro_batch,
-            "global_batch": r.samples_per_iteration,
-        })
+        rec.update(
+            {
+                "status": "ok",
+                "error": "",
+                "world_size": r.world_size,
+                "nodes": r.nodes,
+                "gpus_per_node": r.gpus_per_node,
+                "gpu": c.gpu,
+                "model": scenario.workload.model or "custom",
+                "optimizer": r.optimizer,
+                "nic_kind": c.nic.kind,
+                "nic_gbps": c.nic.line_rate_gbps,
+                "nic_effective_gbps": c.nic.effective_gbps,
+                "iteration_time_s": r.iteration_time,
+                "samples_per_s": r.samples_per_s,
+                "forward_s": b["forward"],
+                "backward_s": b["backward"],
+                "compression_s": b["compression"],
+                "optimizer_s": b["optimizer"],
+                "other_s": b["other"],
+                "exposed_communication_s": b["exposed_communication"]
+                + b["exposed_transfer"]
+                + b["exposed_host"],
+                "intra_node_bytes": r.bytes_per_link_kind["intra_node_per_node"],
+                "inter_node_bytes": r.bytes_per_link_kind["inter_node_per_node"],
+                "gpu_memory_bytes": r.memory["total"],
+                "micro_batch_used": scenario.workload.micro_batch,
+                "global_batch": r.samples_per_iteration,
+            }
+        )
         if r.optimizer == "onebit-adam":
-            warm = simulate(scenario.with_changes(**{"training.optimizer_options": {
-                **scenario.training.optimizer_options, "stage": "warmup"}}))
+            warm = simulate(
+                scenario.with_changes(
+                    **{
+                        "training.optimizer_options": {
+                            **scenario.training.optimizer_options,
+                            "stage": "warmup",
+                        }
+                    }
+                )
+            )
             rec["warmup_iteration_time_s"] = warm.iteration_time
         per_step = mean_step_time(r.optimizer, r.iteration_time, rec.get("warmup_iteration_time_s"), warmup)
         if r.interval is not None:
@@ -80,11 +111,14 @@ def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
             share = w.micro_batch * w.gradient_accumulation
             while share % mb:
                 mb -= 1
-            scenario = scenario.with_changes(**{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb})
+            scenario = scenario.with_changes(
+                **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
+            )
 
 
-def simulate_batch(base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None,
-                   samples: int = 0) -> list[dict[str, Any]]:
+def simulate_batch(
+    base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None, samples: int = 0
+) -> list[dict[str, Any]]:
     marker = os.environ.get(CRASH_ENV)
     if marker and os.path.exists(marker):
         os.unlink(marker)
@@ -99,15 +133,25 @@ def open_client(scheduler: str | None, workers: int):
         try:
             return Client(scheduler, timeout=os.environ.get("CLUSTERSIM_SCHEDULER_TIMEOUT", "10s")), None
         except (OSError, TimeoutError, ValueError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0][:120]}",
-                             key="--scheduler") from None
-    cluster = LocalCluster(n_workers=1, threads_per_worker=max(1, workers), processes=False, dashboard_address=":0")
+            raise InputError(
+                f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0][:120]}",
+                key="--scheduler",
+            ) from None
+    cluster = LocalCluster(
+        n_workers=1, threads_per_worker=max(1, workers), processes=False, dashboard_address=":0"
+    )
     return Client(cluster), cluster
 
 
-def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
-              progress: Callable[[int, int], None] | None = None, batch_size: int | None = None,
-              stop_after: int | None = None) -> dict[str, int]:
+def run_sweep(
+    sweep: Sweep,
+    out,
+    scheduler: str | None = None,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    stop_after: int | None = None,
+) -> dict[str, int]:
     """Run the rows not yet in ``out``. ``stop_after`` (tests) stops after that many rows are written."""
     folder = ResultsFolder(out, sweep)
     done = folder.open()
@@ -125,9 +169,20 @@ def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
         n_workers = max(1, len(client.scheduler_info().get("workers", {})))
         size = batch_size or max(1, min(25, len(rows) // (4 * n_workers) or 1))
         base_json = sweep.base.model_dump(mode="json")
-        batches = [rows[i:i + size] for i in range(0, len(rows), size)]
-        futures = [client.submit(simulate_batch, base_json, b, sweep.spec.steps, sweep.spec.warmup,
-                                 sweep.spec.global_batch, sweep.spec.samples, pure=False) for b in batches]
+        batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+        futures = [
+            client.submit(
+                simulate_batch,
+                base_json,
+                b,
+                sweep.spec.steps,
+                sweep.spec.warmup,
+                sweep.spec.global_batch,
+                sweep.spec.samples,
+                pure=False,
+            )
+            for b in batches
+        ]
         for fut in as_completed(futures):
             records = fut.result()
             folder.append(records)
@@ -143,4 +198,3 @@ def run_sweep(sweep: Sweep, out, scheduler: str | None = None, workers: int = 1,
         if cluster is not None:
             cluster.close()
     return counts
-

@@ -29,7 +29,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clustersim.errors import InputError
-from clustersim.scenario import PRESET_PREFIX, Scenario, load_scenario, read_structured_file, validate_scenario
+from clustersim.scenario import (
+    PRESET_PREFIX,
+    Scenario,
+    load_scenario,
+    read_structured_file,
+    validate_scenario,
+)
 
 # Named axes and the scenario keys they set. "gpus" is special: the total GPU count.
 AXES: dict[str, str | None] = {
@@ -62,8 +68,13 @@ class SweepFile(BaseModel):
     steps: int | None = Field(None, gt=0)
     global_batch: int | None = Field(None, gt=0)
     warmup: float | None = Field(None, ge=0, lt=1)
-    samples: int = Field(8, ge=0, le=1000, description="draws of the uncertain parameters per row for the "
-                                                         "P10-P90 band (simulator/uncertainty.py); 0: none")
+    samples: int = Field(
+        8,
+        ge=0,
+        le=1000,
+        description="draws of the uncertain parameters per row for the "
+        "P10-P90 band (simulator/uncertainty.py); 0: none",
+    )
 
 
 def _is_schema_key(dotted: str) -> bool:
@@ -84,8 +95,12 @@ class Sweep:
         self.source = source
         for axis, values in spec.vary.items():
             if axis not in AXES and not _is_schema_key(axis):
-                raise InputError(f"unknown axis {axis!r} (named axes: {', '.join(AXES)}; or a dotted scenario key "
-                                 "such as cluster.nic.count)", source=source, key=f"vary.{axis}")
+                raise InputError(
+                    f"unknown axis {axis!r} (named axes: {', '.join(AXES)}; or a dotted scenario key "
+                    "such as cluster.nic.count)",
+                    source=source,
+                    key=f"vary.{axis}",
+                )
             if not values:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
@@ -100,8 +115,14 @@ class Sweep:
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.spec.vary[n] for n in names))]
 
     def fingerprint(self) -> str:
-        payload = {"base": self.base.model_dump(mode="json"), "vary": self.spec.vary, "steps": self.spec.steps,
-                   "warmup": self.spec.warmup, "global_batch": self.spec.global_batch, "samples": self.spec.samples}
+        payload = {
+            "base": self.base.model_dump(mode="json"),
+            "vary": self.spec.vary,
+            "steps": self.spec.steps,
+            "warmup": self.spec.warmup,
+            "global_batch": self.spec.global_batch,
+            "samples": self.spec.samples,
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -113,15 +134,21 @@ def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
     """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples."""
     p = scenario.cluster.world_size
     if global_batch % p:
-        raise InputError(f"global batch {global_batch} does not split evenly over {p} GPUs", key="global_batch")
+        raise InputError(
+            f"global batch {global_batch} does not split evenly over {p} GPUs", key="global_batch"
+        )
     share = global_batch // p
     mb = min(scenario.workload.micro_batch, share)
     while share % mb:
         mb -= 1
-    return scenario.with_changes(**{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb})
+    return scenario.with_changes(
+        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
+    )
 
 
-def resolve_row(base: Scenario, values: dict[str, Any], steps: int | None, global_batch: int | None = None) -> Scenario:
+def resolve_row(
+    base: Scenario, values: dict[str, Any], steps: int | None, global_batch: int | None = None
+) -> Scenario:
     """The scenario of one row. Raises InputError when the combination is not a valid cluster."""
     from clustersim.compare import scenario_for_optimizer
 
@@ -170,7 +197,9 @@ def load_sweep(path: str | Path, profile: str | None = None, samples: int | None
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise InputError("unknown key" if err["type"] == "extra_forbidden" else err["msg"], source=str(path), key=key) from None
+        raise InputError(
+            "unknown key" if err["type"] == "extra_forbidden" else err["msg"], source=str(path), key=key
+        ) from None
     if isinstance(spec.base, dict):
         base = validate_scenario(spec.base, source=f"{path}: base")
     elif spec.base.startswith(PRESET_PREFIX):

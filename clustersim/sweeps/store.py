@@ -18,12 +18,40 @@ from typing import Any
 from clustersim.calibration.profile import write_json_atomically
 from clustersim.errors import InputError
 
-METRICS = ["status", "error", "world_size", "nodes", "gpus_per_node", "gpu", "model", "optimizer", "nic_kind",
-           "nic_gbps", "nic_effective_gbps", "iteration_time_s", "warmup_iteration_time_s", "samples_per_s", "forward_s", "backward_s",
-           "compression_s", "optimizer_s", "other_s", "exposed_communication_s", "intra_node_bytes",
-           "inter_node_bytes", "gpu_memory_bytes", "micro_batch_used", "global_batch", "steps", "time_to_train_s",
-           "iteration_time_p10_s", "iteration_time_p90_s", "time_to_train_p10_s", "time_to_train_p90_s",
-           "gpu_hours"]
+METRICS = [
+    "status",
+    "error",
+    "world_size",
+    "nodes",
+    "gpus_per_node",
+    "gpu",
+    "model",
+    "optimizer",
+    "nic_kind",
+    "nic_gbps",
+    "nic_effective_gbps",
+    "iteration_time_s",
+    "warmup_iteration_time_s",
+    "samples_per_s",
+    "forward_s",
+    "backward_s",
+    "compression_s",
+    "optimizer_s",
+    "other_s",
+    "exposed_communication_s",
+    "intra_node_bytes",
+    "inter_node_bytes",
+    "gpu_memory_bytes",
+    "micro_batch_used",
+    "global_batch",
+    "steps",
+    "time_to_train_s",
+    "iteration_time_p10_s",
+    "iteration_time_p90_s",
+    "time_to_train_p10_s",
+    "time_to_train_p90_s",
+    "gpu_hours",
+]
 
 
 class ResultsFolder:
@@ -40,22 +68,34 @@ class ResultsFolder:
     def open(self) -> set[str]:
         """Create or reopen the folder; returns the ids of rows already finished."""
         meta_path = self.path / "sweep.json"
-        meta = {"format": "clustersim-sweep-results", "format_version": 1, "name": self.sweep.spec.name,
-                "fingerprint": self.sweep.fingerprint(), "axes": self.sweep.axes, "source": self.sweep.source,
-                "steps": self.sweep.spec.steps, "warmup": self.sweep.spec.warmup,
-                "global_batch": self.sweep.spec.global_batch,
-                "base": self.sweep.base.model_dump(mode="json")}
+        meta = {
+            "format": "clustersim-sweep-results",
+            "format_version": 1,
+            "name": self.sweep.spec.name,
+            "fingerprint": self.sweep.fingerprint(),
+            "axes": self.sweep.axes,
+            "source": self.sweep.source,
+            "steps": self.sweep.spec.steps,
+            "warmup": self.sweep.spec.warmup,
+            "global_batch": self.sweep.spec.global_batch,
+            "base": self.sweep.base.model_dump(mode="json"),
+        }
         if meta_path.exists():
             try:
                 old = json.loads(meta_path.read_text())
             except json.JSONDecodeError:
                 raise InputError("sweep.json is corrupt; use another --out", source=str(meta_path)) from None
             if old.get("fingerprint") != meta["fingerprint"]:
-                raise InputError(f"this results folder holds another sweep ({old.get('name')!r}, fingerprint "
-                                 f"{old.get('fingerprint')}); use another --out", source=str(self.path))
+                raise InputError(
+                    f"this results folder holds another sweep ({old.get('name')!r}, fingerprint "
+                    f"{old.get('fingerprint')}); use another --out",
+                    source=str(self.path),
+                )
         elif self.path.exists() and any(self.path.iterdir()):
-            raise InputError("folder is not empty and is not a clustersim sweep's results; use another --out",
-                             source=str(self.path))
+            raise InputError(
+                "folder is not empty and is not a clustersim sweep's results; use another --out",
+                source=str(self.path),
+            )
         self.path.mkdir(parents=True, exist_ok=True)
         if not meta_path.exists():
             write_json_atomically(meta_path, meta)
@@ -108,7 +148,12 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
                 continue
             try:
                 typed[k] = float(v) if k not in ("row_id", "status", "error") else v
-                if isinstance(typed[k], float) and typed[k].is_integer() and k in ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used"):
+                if (
+                    isinstance(typed[k], float)
+                    and typed[k].is_integer()
+                    and k
+                    in ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
+                ):
                     typed[k] = int(typed[k])
             except ValueError:
                 typed[k] = v

@@ -10,14 +10,25 @@ from clustersim.testbed.shaping import parse_rate
 from clustersim.units import parse_bytes
 
 
-def calibrate_on_testbed(n_hosts: int, rate: str, out: Path, raw_out: Path | None, min_bytes: str, max_bytes: str,
-                         ops: str, repeat: int, progress=None):
+def calibrate_on_testbed(
+    n_hosts: int,
+    rate: str,
+    out: Path,
+    raw_out: Path | None,
+    min_bytes: str,
+    max_bytes: str,
+    ops: str,
+    repeat: int,
+    progress=None,
+):
     """Bring the testbed up (unless it is), sweep, fit and write the profile; ``progress(message)``."""
     bits = parse_rate(rate)
     lo, hi = int(parse_bytes(min_bytes)), int(parse_bytes(max_bytes))
     tb, created = hosts.up(n_hosts, bits)
     try:
-        raw = sweep.run(tb, raw_out or out.with_suffix(".raw.json"), ops, lo, hi, repeat, warmup=1, progress=progress)
+        raw = sweep.run(
+            tb, raw_out or out.with_suffix(".raw.json"), ops, lo, hi, repeat, warmup=1, progress=progress
+        )
     finally:
         if created:
             hosts.down(tb)

@@ -39,20 +39,30 @@ class Testbed:
         return f"{SUBNET}.{i + 1}"
 
     def describe(self) -> dict:
-        return {"hosts": self.hosts, "rate": format_rate(self.rate_bits), "rate_gbps": self.rate_bits / 1e9,
-                "shaper": self.shaper, "bridge": BRIDGE,
-                "members": [{"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE}
-                            for i in range(self.hosts)]}
+        return {
+            "hosts": self.hosts,
+            "rate": format_rate(self.rate_bits),
+            "rate_gbps": self.rate_bits / 1e9,
+            "shaper": self.shaper,
+            "bridge": BRIDGE,
+            "members": [
+                {"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE}
+                for i in range(self.hosts)
+            ],
+        }
 
 
 def require_tools() -> None:
     """Root, ``ip`` and ``tc``: the one place that says what is missing."""
     missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
     if missing:
-        raise InputError(f"the testbed needs {' and '.join(missing)} (Debian: apt-get install iproute2)", key="testbed")
+        raise InputError(
+            f"the testbed needs {' and '.join(missing)} (Debian: apt-get install iproute2)", key="testbed"
+        )
     if os.geteuid() != 0:
-        raise InputError("the testbed needs root (network namespaces and tc); run as root or under sudo",
-                         key="testbed")
+        raise InputError(
+            "the testbed needs root (network namespaces and tc); run as root or under sudo", key="testbed"
+        )
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -67,7 +77,10 @@ def netem_available() -> bool:
     probe = "cstprobe0"
     _run("ip", "link", "add", probe, "type", "dummy", check=False)
     try:
-        return _run("tc", "qdisc", "add", "dev", probe, "root", "netem", "delay", "1ms", check=False).returncode == 0
+        return (
+            _run("tc", "qdisc", "add", "dev", probe, "root", "netem", "delay", "1ms", check=False).returncode
+            == 0
+        )
     finally:
         _run("ip", "link", "del", probe, check=False)
 
@@ -93,8 +106,11 @@ def up(hosts: int, rate_bits: float, delay_ms: float | None = None) -> tuple[Tes
     if not 2 <= hosts <= MAX_HOSTS:
         raise InputError(f"--hosts must be 2..{MAX_HOSTS}, got {hosts}", key="--hosts")
     if delay_ms is not None and not netem_available():
-        raise InputError("--delay needs tc netem, which this kernel lacks (module sch_netem); the testbed "
-                         "shapes rate with tbf only", key="--delay")
+        raise InputError(
+            "--delay needs tc netem, which this kernel lacks (module sch_netem); the testbed "
+            "shapes rate with tbf only",
+            key="--delay",
+        )
     current = load_state()
     if current is not None:
         if current.hosts == hosts and abs(current.rate_bits - rate_bits) < 1 and delay_ms is None:
@@ -134,8 +150,20 @@ def _add_host(tb: Testbed, i: int, rate_bits: float, delay_ms: float | None) -> 
         for cmd in ((*ex, "tc"), ("tc",)):
             dev = HOST_IFACE if len(cmd) > 1 else outer
             _run(*cmd, "qdisc", "replace", "dev", dev, "root", "handle", "1:", *tbf_args(rate_bits))
-            _run(*cmd, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem", "delay",
-                 f"{delay_ms}ms")
+            _run(
+                *cmd,
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:1",
+                "handle",
+                "10:",
+                "netem",
+                "delay",
+                f"{delay_ms}ms",
+            )
 
 
 def down(tb: Testbed | None = None) -> list[str]:
@@ -163,7 +191,9 @@ def exec_in(host: str, command: list[str], env: dict[str, str] | None = None, **
     if host not in names:
         alias = {f"h{i}": n for i, n in enumerate(names)} | {str(i): n for i, n in enumerate(names)}
         if host not in alias:
-            raise InputError(f"unknown host {host!r} (hosts: {', '.join(names)}, or h0..h{tb.hosts - 1})", key="HOST")
+            raise InputError(
+                f"unknown host {host!r} (hosts: {', '.join(names)}, or h0..h{tb.hosts - 1})", key="HOST"
+            )
         host = alias[host]
     full_env = {**os.environ, **(env or {})}
     return subprocess.Popen(["ip", "netns", "exec", host, *command], env=full_env, **kwargs)

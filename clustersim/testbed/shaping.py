@@ -11,8 +11,18 @@ import re
 from clustersim.errors import InputError
 
 # tc's units (tc(8) "RATES"): bit-based decimal units, and byte-based ones ending in "bps".
-_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_RATE_UNITS = {
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "tbps": 8e12,
+}
 _RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 MIN_RATE_BITS = 1e5  # 100 kbit/s: below this gloo's connection setup alone times out
 MAX_RATE_BITS = 1e11  # 100 Gbit/s: far above what veth pairs on one host can carry
@@ -25,11 +35,14 @@ def parse_rate(text: str, key: str = "--rate") -> float:
     match = _RATE_RE.match(str(text))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _RATE_UNITS:
-        raise InputError(f"cannot read rate {text!r} (use tc units: 100mbit, 1gbit, 500kbit, 10mbps)", key=key)
+        raise InputError(
+            f"cannot read rate {text!r} (use tc units: 100mbit, 1gbit, 500kbit, 10mbps)", key=key
+        )
     bits = float(match.group(1)) * _RATE_UNITS[unit]
     if not MIN_RATE_BITS <= bits <= MAX_RATE_BITS:
-        raise InputError(f"rate {text!r} is outside {MIN_RATE_BITS / 1e3:g} kbit .. {MAX_RATE_BITS / 1e9:g} gbit",
-                         key=key)
+        raise InputError(
+            f"rate {text!r} is outside {MIN_RATE_BITS / 1e3:g} kbit .. {MAX_RATE_BITS / 1e9:g} gbit", key=key
+        )
     return bits
 
 

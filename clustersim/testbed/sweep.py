@@ -31,34 +31,78 @@ def _package_root() -> str:
     return str(Path(clustersim.__file__).resolve().parent.parent)
 
 
-def run(tb: Testbed, out_raw: Path, ops: str, min_bytes: int, max_bytes: int, repeat: int, warmup: int,
-        subgroups: bool = True, progress=None, timeout_s: float = 3600) -> dict:
+def run(
+    tb: Testbed,
+    out_raw: Path,
+    ops: str,
+    min_bytes: int,
+    max_bytes: int,
+    repeat: int,
+    warmup: int,
+    subgroups: bool = True,
+    progress=None,
+    timeout_s: float = 3600,
+) -> dict:
     """Run the sweep on every host of ``tb``; returns the raw measurement dict rank 0 wrote."""
-    network = {"kind": "ethernet_tcp", "line_rate_gbps": tb.rate_bits / 1e9, "shaper": tb.shaper,
-               "hosts": tb.hosts, "emulated": "network namespaces + veth + bridge on one machine"}
+    network = {
+        "kind": "ethernet_tcp",
+        "line_rate_gbps": tb.rate_bits / 1e9,
+        "shaper": tb.shaper,
+        "hosts": tb.hosts,
+        "emulated": "network namespaces + veth + bridge on one machine",
+    }
     root = _package_root()
     procs = []
     with tempfile.TemporaryDirectory(prefix="cst-sweep-") as tmp:
         raw_tmp = Path(tmp) / "raw.json"
-        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(tb.hosts)]
+        # one log per host process, open for the processes' lifetime and closed in `finally` below
+        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(tb.hosts)]  # noqa: SIM115
         try:
             for i in range(tb.hosts):
-                env = {"RANK": str(i), "WORLD_SIZE": str(tb.hosts), "MASTER_ADDR": tb.address(0),
-                       "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": HOST_IFACE, HOST_ENV: f"h{i}",
-                       NETWORK_ENV: json.dumps(network), "OMP_NUM_THREADS": "1",
-                       "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-                cmd = [sys.executable, "-m", "clustersim.calibration.collectives", "--device", "cpu", "--raw",
-                       "--out", str(raw_tmp), "--ops", ops, "--min-bytes", str(min_bytes), "--max-bytes",
-                       str(max_bytes), "--repeat", str(repeat), "--warmup", str(warmup)]
+                env = {
+                    "RANK": str(i),
+                    "WORLD_SIZE": str(tb.hosts),
+                    "MASTER_ADDR": tb.address(0),
+                    "MASTER_PORT": str(PORT),
+                    "GLOO_SOCKET_IFNAME": HOST_IFACE,
+                    HOST_ENV: f"h{i}",
+                    NETWORK_ENV: json.dumps(network),
+                    "OMP_NUM_THREADS": "1",
+                    "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                }
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "clustersim.calibration.collectives",
+                    "--device",
+                    "cpu",
+                    "--raw",
+                    "--out",
+                    str(raw_tmp),
+                    "--ops",
+                    ops,
+                    "--min-bytes",
+                    str(min_bytes),
+                    "--max-bytes",
+                    str(max_bytes),
+                    "--repeat",
+                    str(repeat),
+                    "--warmup",
+                    str(warmup),
+                ]
                 if subgroups:
                     cmd.append("--subgroups")
-                procs.append(tb_hosts.exec_in(tb.host(i), cmd, env=env, stdout=logs[i], stderr=logs[i], text=True))
+                procs.append(
+                    tb_hosts.exec_in(tb.host(i), cmd, env=env, stdout=logs[i], stderr=logs[i], text=True)
+                )
             _wait(procs, logs[0], progress, timeout_s)
             failed = [i for i, p in enumerate(procs) if p.returncode != 0]
             if failed:
                 logs[failed[0]].seek(0)
                 tail = [ln.strip() for ln in logs[failed[0]].read().splitlines() if ln.strip()][-3:]
-                raise InputError(f"the sweep failed on host h{failed[0]}: " + " | ".join(tail)[-400:], key="testbed")
+                raise InputError(
+                    f"the sweep failed on host h{failed[0]}: " + " | ".join(tail)[-400:], key="testbed"
+                )
             raw = json.loads(raw_tmp.read_text())
         finally:
             for p in procs:

@@ -76,8 +76,11 @@ class Cluster:
         if fabric == "nvlink_mesh":
             best = None
             for gname in gpus:
-                cap = sum(d["capacity"] for _, peer, d in self.graph.out_edges(gname, data=True)
-                          if d["kind"] == LinkKind.NVLINK and peer in gpus)
+                cap = sum(
+                    d["capacity"]
+                    for _, peer, d in self.graph.out_edges(gname, data=True)
+                    if d["kind"] == LinkKind.NVLINK and peer in gpus
+                )
                 if best is None or cap < best[0]:
                     best = (cap, gname)
             if best and best[0] > 0:
@@ -93,8 +96,10 @@ class Cluster:
                 cpu = nx.shortest_path(graph, a, "cpu0")[-1]
                 return nx.shortest_path(graph, a, cpu) + nx.shortest_path(graph, cpu, b)[1:]
         else:
+
             def route(a, b):
                 return nx.shortest_path(graph, a, b, weight=lambda u, v, d: 1.0 / d["capacity"])
+
         load: dict[tuple[str, str], int] = {}
         for i, a in enumerate(gpus):
             path = route(a, gpus[(i + 1) % len(gpus)])
@@ -102,8 +107,11 @@ class Cluster:
                 load[edge] = load.get(edge, 0) + 1
         (u, v), flows = min(load.items(), key=lambda kv: graph.edges[kv[0]]["capacity"] / kv[1])
         kind = graph.edges[u, v]["kind"]
-        return Bandwidth(graph.edges[u, v]["capacity"] / flows, f"{u}->{v} ({kind.value}, {flows} ring flow(s))",
-                         kind.latency_class)
+        return Bandwidth(
+            graph.edges[u, v]["capacity"] / flows,
+            f"{u}->{v} ({kind.value}, {flows} ring flow(s))",
+            kind.latency_class,
+        )
 
     # ---- between nodes ---------------------------------------------------------------------
     def injection(self) -> Bandwidth:
@@ -155,7 +163,11 @@ class Cluster:
         bw = inj.bytes_per_s / shape.sharing
         note = inj.bottleneck
         fabric = self.spec.fabric
-        if fabric.kind == "leaf_spine" and shape.nodes > fabric.nodes_per_leaf and fabric.oversubscription > 1:
+        if (
+            fabric.kind == "leaf_spine"
+            and shape.nodes > fabric.nodes_per_leaf
+            and fabric.oversubscription > 1
+        ):
             bw /= fabric.oversubscription
             note += f", leaf uplinks oversubscribed {fabric.oversubscription:g}:1"
         return Bandwidth(bw, note, "network", inj.measured)
@@ -174,7 +186,9 @@ class Cluster:
         lat = nccl[latency_class][protocol] * 1e-6
         if latency_class == "network":
             nic = self.spec.nic
-            wire = nic.latency_us * 1e-6 if nic.latency_us else hardware_defaults()["nic"]["latency_s"][nic.kind]
+            wire = (
+                nic.latency_us * 1e-6 if nic.latency_us else hardware_defaults()["nic"]["latency_s"][nic.kind]
+            )
             lat = max(lat, wire)
         return lat
 
@@ -194,18 +208,33 @@ class Cluster:
     def describe(self) -> dict:
         s = self.spec
         kinds: dict[str, dict] = {}
-        for u, v, d in self.graph.edges(data=True):
-            entry = kinds.setdefault(d["kind"].value, {"links": 0, "gbs_per_direction": set(), "latency_us": d["latency"] * 1e6})
+        for _u, _v, d in self.graph.edges(data=True):
+            entry = kinds.setdefault(
+                d["kind"].value, {"links": 0, "gbs_per_direction": set(), "latency_us": d["latency"] * 1e6}
+            )
             entry["links"] += 1
             entry["gbs_per_direction"].add(round(d["capacity"] / 1e9, 2))
         return {
-            "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "world_size": s.world_size,
-            "gpu": self.gpu.name, "intra_node_fabric": s.intra_node.fabric,
-            "link_kinds": {k: {"directed_edges_per_node": v["links"], "gbs_per_direction": sorted(v["gbs_per_direction"]),
-                               "hop_latency_us": v["latency_us"], "full_duplex": True}
-                           for k, v in sorted(kinds.items())},
-            "nic": {"kind": s.nic.kind, "count": s.nic.count,
-                    "gbs_each": nic_bandwidth(s) / 1e9, "measured": s.nic.effective_gbps is not None},
+            "nodes": s.nodes,
+            "gpus_per_node": s.gpus_per_node,
+            "world_size": s.world_size,
+            "gpu": self.gpu.name,
+            "intra_node_fabric": s.intra_node.fabric,
+            "link_kinds": {
+                k: {
+                    "directed_edges_per_node": v["links"],
+                    "gbs_per_direction": sorted(v["gbs_per_direction"]),
+                    "hop_latency_us": v["latency_us"],
+                    "full_duplex": True,
+                }
+                for k, v in sorted(kinds.items())
+            },
+            "nic": {
+                "kind": s.nic.kind,
+                "count": s.nic.count,
+                "gbs_each": nic_bandwidth(s) / 1e9,
+                "measured": s.nic.effective_gbps is not None,
+            },
             "fabric": s.fabric.model_dump(),
         }
 

@@ -6,17 +6,22 @@ from enum import Enum
 
 
 class LinkKind(str, Enum):
-    NVLINK = "nvlink"          # GPU-GPU direct NVLink (DGX-1 hybrid cube-mesh)
-    NVSWITCH = "nvswitch"      # GPU to NVSwitch plane (all of a GPU's NVLinks)
-    PCIE = "pcie"              # GPU/NIC to PCIe switch, switch to CPU root complex
-    SOCKET = "socket"          # CPU to CPU (UPI/QPI)
-    NETWORK = "network"        # NIC to the fabric (InfiniBand or Ethernet)
+    NVLINK = "nvlink"  # GPU-GPU direct NVLink (DGX-1 hybrid cube-mesh)
+    NVSWITCH = "nvswitch"  # GPU to NVSwitch plane (all of a GPU's NVLinks)
+    PCIE = "pcie"  # GPU/NIC to PCIe switch, switch to CPU root complex
+    SOCKET = "socket"  # CPU to CPU (UPI/QPI)
+    NETWORK = "network"  # NIC to the fabric (InfiniBand or Ethernet)
 
     @property
     def latency_class(self) -> str:
         """Which of NCCL's per-hop latency rows applies to a hop over this link."""
-        return {"nvlink": "nvlink", "nvswitch": "nvlink", "pcie": "pcie", "socket": "pcie",
-                "network": "network"}[self.value]
+        return {
+            "nvlink": "nvlink",
+            "nvswitch": "nvlink",
+            "pcie": "pcie",
+            "socket": "pcie",
+            "network": "network",
+        }[self.value]
 
 
 def add_link(graph, a: str, b: str, kind: LinkKind, bandwidth: float, latency: float = 0.0) -> None:

@@ -18,15 +18,25 @@ from clustersim.topologies.links import add_link as _add_link
 def add_link(graph, a: str, b: str, kind: LinkKind, bandwidth: float) -> None:
     _add_link(graph, a, b, kind, bandwidth, hop_latency(kind))
 
+
 # DGX-1 with V100: NVLink pairs and link multiplicity (nvidia-smi topo -m on a DGX-1V; NVIDIA
 # "DGX-1 With Tesla V100 System Architecture" whitepaper, fig. 3). Six links per GPU.
 DGX1_V100_NVLINKS = {
-    (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2,
-    (1, 2): 2, (1, 3): 1, (1, 5): 2,
-    (2, 3): 2, (2, 6): 1,
+    (0, 1): 1,
+    (0, 2): 1,
+    (0, 3): 2,
+    (0, 4): 2,
+    (1, 2): 2,
+    (1, 3): 1,
+    (1, 5): 2,
+    (2, 3): 2,
+    (2, 6): 1,
     (3, 7): 1,
-    (4, 5): 1, (4, 6): 1, (4, 7): 2,
-    (5, 6): 2, (5, 7): 1,
+    (4, 5): 1,
+    (4, 6): 1,
+    (4, 7): 2,
+    (5, 6): 2,
+    (5, 7): 1,
     (6, 7): 2,
 }
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from importlib import resources
 
 import yaml
@@ -77,7 +77,9 @@ def datasets() -> list[str]:
 
 def load_dataset(name: str) -> Dataset:
     if name not in datasets():
-        raise InputError(f"unknown validation dataset {name!r} (known: {', '.join(datasets())})", key="--dataset")
+        raise InputError(
+            f"unknown validation dataset {name!r} (known: {', '.join(datasets())})", key="--dataset"
+        )
     text = resources.files("clustersim.validation").joinpath(f"{name}.yaml").read_text()
     try:
         return Dataset.model_validate(yaml.safe_load(text))
@@ -102,13 +104,18 @@ def validate(name: str, profile=None, samples: int = 16) -> ValidationReport:
     base = load_scenario(data.scenario)
     results = []
     for row in data.rows:
-        scenario = base.with_world_size(row.gpus).with_changes(**{
-            "training.optimizer": row.optimizer,
-            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
-        })
+        scenario = base.with_world_size(row.gpus).with_changes(
+            **{
+                "training.optimizer": row.optimizer,
+                "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+            }
+        )
         r = simulate(scenario, profile, uncertainty_samples=samples)
         predicted = getattr(r, data.metric)
         lo, hi = _band(r, data.metric)
-        results.append(RowResult(row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1,
-                                 lo, hi))
+        results.append(
+            RowResult(
+                row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1, lo, hi
+            )
+        )
     return ValidationReport(data, results)

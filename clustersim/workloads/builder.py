@@ -16,20 +16,24 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
         for i in range(entry.repeat):
             name = entry.name if entry.repeat == 1 else f"{entry.name}{i}"
             b = spec.micro_batch
-            layers.append(Layer(
-                name=name,
-                param_tensors=(entry.params,) if entry.params else (),
-                forward=(Kernel("compute", b * entry.forward_flops, b * entry.forward_bytes),),
-                backward=(Kernel("compute", 2 * b * entry.forward_flops, 2 * b * entry.forward_bytes),),
-                activation_bytes=b * entry.activation_bytes,
-            ))
+            layers.append(
+                Layer(
+                    name=name,
+                    param_tensors=(entry.params,) if entry.params else (),
+                    forward=(Kernel("compute", b * entry.forward_flops, b * entry.forward_bytes),),
+                    backward=(Kernel("compute", 2 * b * entry.forward_flops, 2 * b * entry.forward_bytes),),
+                    activation_bytes=b * entry.activation_bytes,
+                )
+            )
     return layers
 
 
 def build_workload(spec: WorkloadSpec) -> Workload:
     d = BYTES_PER_ELEMENT[spec.precision]
     if spec.model is None:
-        return Workload("custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision)
+        return Workload(
+            "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
+        )
     arch = catalog.model(spec.model)
     seq = spec.seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):

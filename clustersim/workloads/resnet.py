@@ -52,10 +52,13 @@ def resnet_layers(arch: ResNetArch, micro_batch: int, dtype_bytes: int) -> list[
             cin, hw = out, hw_out
     fc_w, fc_b = cin * arch.num_classes, arch.num_classes
     fc_flops = 2.0 * b * cin * arch.num_classes
-    layers.append(Layer(
-        "fc", (fc_w, fc_b),
-        forward=(Kernel("gemm", fc_flops, d * (fc_w + b * cin)),),
-        backward=(Kernel("gemm", 2 * fc_flops, 2 * d * (fc_w + b * cin)),),
-        activation_bytes=d * b * cin,
-    ))
+    layers.append(
+        Layer(
+            "fc",
+            (fc_w, fc_b),
+            forward=(Kernel("gemm", fc_flops, d * (fc_w + b * cin)),),
+            backward=(Kernel("gemm", 2 * fc_flops, 2 * d * (fc_w + b * cin)),),
+            activation_bytes=d * b * cin,
+        )
+    )
     return layers

@@ -95,7 +95,9 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     return Layer("head", tensors, forward, backward, logits_bytes + d * tokens * h)
 
 
-def transformer_layers(arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int) -> list[Layer]:
+def transformer_layers(
+    arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int
+) -> list[Layer]:
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
     layers += [_block(arch, i, b, s, d) for i in range(arch.layers)]

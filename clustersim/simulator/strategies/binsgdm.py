@@ -31,7 +31,6 @@ from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_micro_steps, add_update_and_other
 from clustersim.topologies.cluster import GroupShape
 
-
 SCHEMES: dict[str, tuple[Phase, ...]] = {
     "hierarchical": (
         Phase(primitive="reduce_scatter", group="intra", bits=8, requantize_bits=1),
@@ -46,7 +45,6 @@ SCHEMES: dict[str, tuple[Phase, ...]] = {
 }
 
 
-
 class BinSGDM(Strategy):
     name = "binsgdm"
     summary = "BinSGDM: elementwise m/b, stochastic 1-bit updates, hierarchical 1-bit all-reduce, no warmup"
@@ -56,9 +54,14 @@ class BinSGDM(Strategy):
 
     def offload_spec(self) -> offload.UpdateSpec:
         """The averaged 1-bit update goes to the host, which applies it to the fp32 master weights."""
-        return offload.UpdateSpec(to_host=1 / 8, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-                                  cpu_dram=12.125, gpu_update=APPLY_BYTES, state=4.0,
-                                  gpu_keep=self.gpu_state_with_offload)
+        return offload.UpdateSpec(
+            to_host=1 / 8,
+            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+            cpu_dram=12.125,
+            gpu_update=APPLY_BYTES,
+            state=4.0,
+            gpu_keep=self.gpu_state_with_offload,
+        )
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -67,9 +70,11 @@ class BinSGDM(Strategy):
 
     def _shape(self, group: str) -> GroupShape:
         c = self.ctx.scenario.cluster
-        return {"intra": GroupShape(1, c.gpus_per_node),
-                "inter": GroupShape(c.nodes, 1, sharing=c.gpus_per_node),
-                "world": GroupShape(c.nodes, c.gpus_per_node)}[group]
+        return {
+            "intra": GroupShape(1, c.gpus_per_node),
+            "inter": GroupShape(c.nodes, 1, sharing=c.gpus_per_node),
+            "world": GroupShape(c.nodes, c.gpus_per_node),
+        }[group]
 
     def add_phases(self, prog: Program, dep) -> int:
         ctx = self.ctx
@@ -91,35 +96,83 @@ class BinSGDM(Strategy):
                 op, nbytes, after = "all_to_all", elements * wire, elements
             if ph.via == "all_to_all" or (ph.bits < 8 and op in ("reduce_scatter", "all_reduce")):
                 if op == "all_reduce":  # all-to-all vote, then an all-to-all exchange of the results
-                    dep = add_collective(prog, ctx, label + " (a2a)", "all_to_all", nbytes, shape, deps=(dep,), phase=i + 1)
-                    dep = prog.add(f"phase{i + 1} vote sum", "compute", ctx.device.stream_time(elements * (wire + 1), "binsgdm_vote"),
-                                   "compression", (dep,))
-                    dep = add_collective(prog, ctx, label + " (a2a back)", "all_to_all", nbytes, shape, deps=(dep,), phase=i + 1)
+                    dep = add_collective(
+                        prog, ctx, label + " (a2a)", "all_to_all", nbytes, shape, deps=(dep,), phase=i + 1
+                    )
+                    dep = prog.add(
+                        f"phase{i + 1} vote sum",
+                        "compute",
+                        ctx.device.stream_time(elements * (wire + 1), "binsgdm_vote"),
+                        "compression",
+                        (dep,),
+                    )
+                    dep = add_collective(
+                        prog,
+                        ctx,
+                        label + " (a2a back)",
+                        "all_to_all",
+                        nbytes,
+                        shape,
+                        deps=(dep,),
+                        phase=i + 1,
+                    )
                 else:
-                    a2a_bytes = nbytes if op != "all_gather" else nbytes / k  # each rank sends its shard to all
-                    dep = add_collective(prog, ctx, label + " via all_to_all", "all_to_all",
-                                         a2a_bytes * (k if op == "all_gather" else 1), shape, deps=(dep,), phase=i + 1)
+                    a2a_bytes = (
+                        nbytes if op != "all_gather" else nbytes / k
+                    )  # each rank sends its shard to all
+                    dep = add_collective(
+                        prog,
+                        ctx,
+                        label + " via all_to_all",
+                        "all_to_all",
+                        a2a_bytes * (k if op == "all_gather" else 1),
+                        shape,
+                        deps=(dep,),
+                        phase=i + 1,
+                    )
                     if op == "reduce_scatter":
-                        dep = prog.add(f"phase{i + 1} vote sum", "compute",
-                                       ctx.device.stream_time(elements * wire + after, "binsgdm_vote"), "compression", (dep,))
+                        dep = prog.add(
+                            f"phase{i + 1} vote sum",
+                            "compute",
+                            ctx.device.stream_time(elements * wire + after, "binsgdm_vote"),
+                            "compression",
+                            (dep,),
+                        )
             else:
                 dep = add_collective(prog, ctx, label, op, nbytes, shape, deps=(dep,), phase=i + 1)
             elements = after
             if ph.requantize_bits is not None:
                 nbytes_rq = elements * (max(ph.bits, 8) / 8.0 + ph.requantize_bits / 8.0)
-                dep = prog.add(f"phase{i + 1} requantize to {ph.requantize_bits}b", "compute",
-                               ctx.device.stream_time(nbytes_rq, "binsgdm_requantize"), "compression", (dep,))
+                dep = prog.add(
+                    f"phase{i + 1} requantize to {ph.requantize_bits}b",
+                    "compute",
+                    ctx.device.stream_time(nbytes_rq, "binsgdm_requantize"),
+                    "compression",
+                    (dep,),
+                )
         return dep
 
     def steps(self) -> list[StepProgram]:
         ctx, P = self.ctx, self.ctx.params
         prog = Program()
         last = add_micro_steps(prog, ctx)
-        dep = prog.add("m, b update", "compute", ctx.device.stream_time((UPDATE_STATE_BYTES + ctx.grad_bytes) * P, "binsgdm_update"),
-                       "optimizer", (last,))
-        dep = prog.add("stochastic 1-bit quantize", "compute", ctx.device.stream_time(QUANTIZE_BYTES * P, "binsgdm_quantize"),
-                       "compression", (dep,))
+        dep = prog.add(
+            "m, b update",
+            "compute",
+            ctx.device.stream_time((UPDATE_STATE_BYTES + ctx.grad_bytes) * P, "binsgdm_update"),
+            "optimizer",
+            (last,),
+        )
+        dep = prog.add(
+            "stochastic 1-bit quantize",
+            "compute",
+            ctx.device.stream_time(QUANTIZE_BYTES * P, "binsgdm_quantize"),
+            "compression",
+            (dep,),
+        )
         if ctx.world_size > 1:
             dep = self.add_phases(prog, dep)
-        add_update_and_other(prog, ctx, [dep], APPLY_BYTES, "unpack + apply ±1 update", offload=self.offload_spec())
+        add_update_and_other(
+            prog, ctx, [dep], APPLY_BYTES, "unpack + apply ±1 update", offload=self.offload_spec()
+        )
         return [StepProgram("step", 1.0, prog)]

@@ -25,7 +25,9 @@ class Bucket:
         return float(self.elements * bytes_per_element)
 
 
-def assign_buckets(layers: tuple[Layer, ...], bytes_per_element: int, cap_mb: float, first_cap_mb: float) -> list[Bucket]:
+def assign_buckets(
+    layers: tuple[Layer, ...], bytes_per_element: int, cap_mb: float, first_cap_mb: float
+) -> list[Bucket]:
     buckets: list[Bucket] = []
     elements, ready = 0, None
     cap = first_cap_mb * MIB

@@ -3,27 +3,50 @@
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.buckets import assign_buckets
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 
 
-def add_collective(prog: Program, ctx: SimulationContext, name: str, op: str, nbytes: float, shape=None,
-                   deps=(), stream: str = "comm", algorithm: str | None = None, **meta) -> int:
+def add_collective(
+    prog: Program,
+    ctx: SimulationContext,
+    name: str,
+    op: str,
+    nbytes: float,
+    shape=None,
+    deps=(),
+    stream: str = "comm",
+    algorithm: str | None = None,
+    **meta,
+) -> int:
     """One collective on the communication stream, with its traffic and its SM slowdown."""
     shape = shape or ctx.world
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
     # links carry ``sharing`` copies of its traffic.
     per_gpu = cost.inter_node_bytes * shape.sharing / ctx.scenario.cluster.gpus_per_node
-    return prog.add(name, stream, cost.time, "communication", deps,
-                    intra_node_bytes=cost.intra_node_bytes * shape.sharing,
-                    inter_node_bytes=cost.inter_node_bytes * shape.sharing,
-                    demands=ctx.host.nic_traffic(per_gpu, cost.time),
-                    compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
-                    meta={"op": op, "bytes": nbytes, "algorithm": cost.algorithm, "protocol": cost.protocol,
-                          "ranks": shape.ranks, "source": cost.source, **meta})
+    return prog.add(
+        name,
+        stream,
+        cost.time,
+        "communication",
+        deps,
+        intra_node_bytes=cost.intra_node_bytes * shape.sharing,
+        inter_node_bytes=cost.inter_node_bytes * shape.sharing,
+        demands=ctx.host.nic_traffic(per_gpu, cost.time),
+        compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+        meta={
+            "op": op,
+            "bytes": nbytes,
+            "algorithm": cost.algorithm,
+            "protocol": cost.protocol,
+            "ranks": shape.ranks,
+            "source": cost.source,
+            **meta,
+        },
+    )
 
 
 def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> int | None:
@@ -37,16 +60,25 @@ def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> 
     last = None
     for micro in range(steps):
         for layer in layers:
-            prog.add(f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro})
+            prog.add(
+                f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro}
+            )
         for li in reversed(range(len(layers))):
-            last = prog.add(f"bwd {layers[li].name}", "compute", ctx.backward_time(layers[li]), "backward",
-                            meta={"micro": micro})
+            last = prog.add(
+                f"bwd {layers[li].name}",
+                "compute",
+                ctx.backward_time(layers[li]),
+                "backward",
+                meta={"micro": micro},
+            )
             if on_backward is not None and micro == steps - 1:
                 on_backward(li, last)
     return last
 
 
-def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool) -> tuple[list[int], list[dict]]:
+def add_ddp_gradient_sync(
+    prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool
+) -> tuple[list[int], list[dict]]:
     """Forward/backward plus DDP bucketed all-reduce of the gradients.
 
     With overlap, a bucket's all-reduce is launched when it and all earlier buckets are ready
@@ -54,7 +86,9 @@ def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_eleme
     engine), all buckets are reduced after backward. Returns the collective op ids and bucket info.
     """
     t = ctx.scenario.training
-    buckets = assign_buckets(ctx.workload.layers, bytes_per_element, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb)
+    buckets = assign_buckets(
+        ctx.workload.layers, bytes_per_element, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb
+    )
     by_layer: dict[int, list] = {}
     for b in buckets:
         by_layer.setdefault(b.ready_layer, []).append(b)
@@ -65,10 +99,22 @@ def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_eleme
     def launch(bucket, dep):
         nbytes = bucket.nbytes(bytes_per_element)
         if not measured:
-            dep = prog.add(f"bucket{bucket.index} copy+scale", "compute",
-                           ctx.device.stream_time(4 * nbytes, "bucket_copy"), "other", (dep,))
-        op = add_collective(prog, ctx, f"all_reduce bucket{bucket.index}", "all_reduce", nbytes, deps=(dep,),
-                            bucket=bucket.index)
+            dep = prog.add(
+                f"bucket{bucket.index} copy+scale",
+                "compute",
+                ctx.device.stream_time(4 * nbytes, "bucket_copy"),
+                "other",
+                (dep,),
+            )
+        op = add_collective(
+            prog,
+            ctx,
+            f"all_reduce bucket{bucket.index}",
+            "all_reduce",
+            nbytes,
+            deps=(dep,),
+            bucket=bucket.index,
+        )
         comm_ops.append(op)
         info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
 
@@ -81,9 +127,16 @@ def add_ddp_gradient_sync(prog: Program, ctx: SimulationContext, bytes_per_eleme
     return comm_ops, info
 
 
-def add_update_and_other(prog: Program, ctx: SimulationContext, deps, update_bytes_per_param: float,
-                         label: str = "optimizer step", offload=None, partition_params: float | None = None,
-                         inputs_on_host: bool = False) -> int:
+def add_update_and_other(
+    prog: Program,
+    ctx: SimulationContext,
+    deps,
+    update_bytes_per_param: float,
+    label: str = "optimizer step",
+    offload=None,
+    partition_params: float | None = None,
+    inputs_on_host: bool = False,
+) -> int:
     """The optimizer update (on the GPU, or offloaded per ``offload``, an UpdateSpec) and the per-step
     work outside forward/backward/communication.
 
@@ -94,10 +147,19 @@ def add_update_and_other(prog: Program, ctx: SimulationContext, deps, update_byt
 
     P = ctx.params
     if offload is not None:
-        ends = add_update(prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host)
+        ends = add_update(
+            prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host
+        )
     else:
-        ends = [prog.add(label, "compute", ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
-                         "optimizer", tuple(d for d in deps if d is not None))]
+        ends = [
+            prog.add(
+                label,
+                "compute",
+                ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
+                "optimizer",
+                tuple(d for d in deps if d is not None),
+            )
+        ]
     return add_other(prog, ctx, ends)
 
 
@@ -106,11 +168,21 @@ def add_other(prog: Program, ctx: SimulationContext, deps) -> int:
     measured = ctx.measured_other()
     if measured is not None:
         adam = ctx.device.stream_time(FUSED_ADAM * P, "optimizer")
-        return prog.add("other (measured: loss scaling, data, bookkeeping)", "compute",
-                        max(0.0, measured - adam), "other", tuple(deps))
+        return prog.add(
+            "other (measured: loss scaling, data, bookkeeping)",
+            "compute",
+            max(0.0, measured - adam),
+            "other",
+            tuple(deps),
+        )
     gb = ctx.grad_bytes
     other_bytes = P * gb  # zero_grad
     if BYTES_PER_ELEMENT[ctx.precision] < 4:
         other_bytes += 3 * P * gb  # loss-scale unscale (read+write) and overflow check (read)
-    return prog.add("zero_grad + loss scaling", "compute", ctx.device.stream_time(other_bytes, "other"), "other",
-                    tuple(deps))
+    return prog.add(
+        "zero_grad + loss scaling",
+        "compute",
+        ctx.device.stream_time(other_bytes, "other"),
+        "other",
+        tuple(deps),
+    )

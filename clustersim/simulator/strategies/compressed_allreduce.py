@@ -25,15 +25,15 @@ from __future__ import annotations
 import math
 
 from clustersim.catalog import hardware_defaults
+from clustersim.cost_models.kernel_bytes import FINISH_PASSES, PADDING_PASS, SERVER_PASSES, WORKER_PASSES  # noqa: F401
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective
 from clustersim.topologies.node import pcie_bandwidth
 
-from clustersim.cost_models.kernel_bytes import (FINISH_PASSES, PADDING_PASS, SERVER_PASSES,  # noqa: F401
-                                                   WORKER_PASSES)
-
-HOST_SYNC_S = 50e-6  # torch.cuda.synchronize + cupy/torch DLPack hand-offs per phase (order of a launch round trip)
+HOST_SYNC_S = (
+    50e-6  # torch.cuda.synchronize + cupy/torch DLPack hand-offs per phase (order of a launch round trip)
+)
 
 
 def padded_elements(n: int, p: int) -> int:
@@ -50,15 +50,25 @@ def compressed_allreduce_bytes(n: int, p: int, g: int) -> dict[str, float]:
     phase2_rank = (p - 1) / p * n / 8
     phase1_nic = g * (p - g) * n / (8 * p) if nodes > 1 else 0.0
     phase2_nic = (p - 1) / p * n / 8 if nodes > 1 else 0.0
-    return {"per_rank": phase1_rank + phase2_rank, "per_node_nic": phase1_nic + phase2_nic,
-            "phase1_nic": phase1_nic, "phase2_nic": phase2_nic}
+    return {
+        "per_rank": phase1_rank + phase2_rank,
+        "per_node_nic": phase1_nic + phase2_nic,
+        "phase1_nic": phase1_nic,
+        "phase2_nic": phase2_nic,
+    }
 
 
 def _kernels(prog: Program, ctx: SimulationContext, passes, n: int, p: int, dep, label: str) -> int:
     for name, per_n, per_chunk in passes:
         nbytes = per_n * n + per_chunk * n / p
-        dep = prog.add(f"{label} {name}", "compute", ctx.device.stream_time(nbytes, name), "compression", (dep,),
-                       meta={"bytes": nbytes})
+        dep = prog.add(
+            f"{label} {name}",
+            "compute",
+            ctx.device.stream_time(nbytes, name),
+            "compression",
+            (dep,),
+            meta={"bytes": nbytes},
+        )
     return dep
 
 
@@ -70,8 +80,14 @@ def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: s
     return prog.add(label, "copy", nbytes / bw + HOST_SYNC_S, "transfer", (dep,), meta={"bytes": nbytes})
 
 
-def add_compressed_allreduce(prog: Program, ctx: SimulationContext, n_elements: int, dep, backend: str,
-                             label: str = "compressed_allreduce") -> int:
+def add_compressed_allreduce(
+    prog: Program,
+    ctx: SimulationContext,
+    n_elements: int,
+    dep,
+    backend: str,
+    label: str = "compressed_allreduce",
+) -> int:
     """Append one compressed_allreduce of ``n_elements`` after ``dep``; returns the last op id."""
     p = ctx.world_size
     n = padded_elements(n_elements, p)

@@ -14,16 +14,23 @@ are all-gathered before the next forward.
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import assign_buckets
-from clustersim.simulator.strategies.common import (add_collective, add_ddp_gradient_sync, add_micro_steps,
-                                                    add_other, add_update_and_other)
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM
+from clustersim.simulator.strategies.common import (
+    add_collective,
+    add_ddp_gradient_sync,
+    add_micro_steps,
+    add_other,
+    add_update_and_other,
+)
 
 
-def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str) -> tuple[Program, list[dict]]:
+def zero_offload_program(
+    ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str
+) -> tuple[Program, list[dict]]:
     """ZeRO-Offload: reduce-scatter per bucket, shard D2H during backward, offloaded update, all-gather."""
     prog = Program()
     p = ctx.world_size
@@ -44,30 +51,59 @@ def zero_offload_program(ctx, spec: offload.UpdateSpec, gpu_bytes: float, label:
         for b in by_layer.get(li, []):
             dep = op
             if p > 1:
-                dep = add_collective(prog, ctx, f"reduce_scatter bucket{b.index}", "reduce_scatter",
-                                     b.nbytes(ctx.grad_bytes), deps=(op,), bucket=b.index)
+                dep = add_collective(
+                    prog,
+                    ctx,
+                    f"reduce_scatter bucket{b.index}",
+                    "reduce_scatter",
+                    b.nbytes(ctx.grad_bytes),
+                    deps=(op,),
+                    bucket=b.index,
+                )
                 info.append({"bucket": b.index, "bytes": b.nbytes(ctx.grad_bytes), "op": dep})
             shard = b.elements / p
             # DeepSpeed (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu): the gradient
             # norm and src.float() run on the GPU, then copy_ moves fp32 (4 B) into the pinned host buffer.
-            dep = prog.add(f"grad norm + fp32 cast bucket{b.index}", "compute",
-                           ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"), "other", (dep,))
+            dep = prog.add(
+                f"grad norm + fp32 cast bucket{b.index}",
+                "compute",
+                ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
+                "other",
+                (dep,),
+            )
             secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
-            moved.append(prog.add(f"D2H gradients bucket{b.index}", "d2h", secs, "transfer", (dep,), demands=dem))
+            moved.append(
+                prog.add(f"D2H gradients bucket{b.index}", "d2h", secs, "transfer", (dep,), demands=dem)
+            )
 
     last = add_micro_steps(prog, ctx, on_backward)
-    ends = offload.add_offloaded_update(prog, ctx, [last, *moved], spec, placement, host, partition, True, label)
+    ends = offload.add_offloaded_update(
+        prog, ctx, [last, *moved], spec, placement, host, partition, True, label
+    )
     if p > 1:
-        ends = [add_collective(prog, ctx, "all_gather parameters", "all_gather",
-                               ctx.params * BYTES_PER_ELEMENT[ctx.precision], deps=tuple(ends))]
+        ends = [
+            add_collective(
+                prog,
+                ctx,
+                "all_gather parameters",
+                "all_gather",
+                ctx.params * BYTES_PER_ELEMENT[ctx.precision],
+                deps=tuple(ends),
+            )
+        ]
     add_other(prog, ctx, ends)
     return prog, info
 
 
 def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
     """Gradients reach the host as fp32 (cast on the GPU first, see zero_offload_program)."""
-    return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[ctx.precision],
-                              cpu_dram=cpu_bytes, gpu_update=cpu_bytes, state=state)
+    return offload.UpdateSpec(
+        to_host=4.0,
+        to_device=BYTES_PER_ELEMENT[ctx.precision],
+        cpu_dram=cpu_bytes,
+        gpu_update=cpu_bytes,
+        state=state,
+    )
 
 
 class AdamDDP(Strategy):
@@ -83,10 +119,13 @@ class AdamDDP(Strategy):
 
     def build_program(self) -> tuple[Program, list[dict]]:
         if offload.mode(self.ctx) != "none":
-            return zero_offload_program(self.ctx, self.offload_spec(), self.update_bytes_per_param,
-                                        f"{self.name} update")
+            return zero_offload_program(
+                self.ctx, self.offload_spec(), self.update_bytes_per_param, f"{self.name} update"
+            )
         prog = Program()
-        comm, buckets = add_ddp_gradient_sync(prog, self.ctx, self.ctx.grad_bytes, self.ctx.scenario.training.overlap)
+        comm, buckets = add_ddp_gradient_sync(
+            prog, self.ctx, self.ctx.grad_bytes, self.ctx.scenario.training.overlap
+        )
         last_bwd = prog.last_on("compute")
         add_update_and_other(prog, self.ctx, [*comm, last_bwd], self.update_bytes_per_param)
         return prog, buckets

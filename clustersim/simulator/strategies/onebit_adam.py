@@ -10,19 +10,22 @@ compression entirely (``if self.size > 1``).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.cost_models import kernel_bytes as ok
+from clustersim.optimizer_options import OneBitAdamOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
-from clustersim.optimizer_options import OneBitAdamOptions
-from clustersim.cost_models import kernel_bytes as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
-from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
+from clustersim.simulator.strategies.common import (
+    add_ddp_gradient_sync,
+    add_micro_steps,
+    add_update_and_other,
+)
+from clustersim.simulator.strategies.compressed_allreduce import (
+    add_compressed_allreduce,
+    error_buffers_for_groups,
+)
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
-from clustersim.simulator.strategies.compressed_allreduce import add_compressed_allreduce, error_buffers_for_groups
 
 
 def group_sizes(params: int, groups: int) -> list[int]:
@@ -41,7 +44,9 @@ def add_compressed_momentum_sync(prog: Program, ctx, options, dep, name: str = "
 
 class OneBitAdam(Strategy):
     name = "onebit-adam"
-    summary = "1-bit Adam (DeepSpeed): Adam warmup, then 1-bit compressed momentum all-reduce with error feedback"
+    summary = (
+        "1-bit Adam (DeepSpeed): Adam warmup, then 1-bit compressed momentum all-reduce with error feedback"
+    )
     Options = OneBitAdamOptions
     state_bytes_per_param = 8.0
     # Offloaded: fp32 master and the frozen variance live on the host; the momentum must stay on the
@@ -51,19 +56,35 @@ class OneBitAdam(Strategy):
     def offload_spec(self) -> offload.UpdateSpec:
         """Compression stage: the synced momentum goes to the host, which applies m / (sqrt(v) + eps)."""
         per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-        return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-                                  cpu_dram=per, gpu_update=per, state=8.0,
-                                  gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size)
+        return offload.UpdateSpec(
+            to_host=4.0,
+            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+            cpu_dram=per,
+            gpu_update=per,
+            state=8.0,
+            gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size,
+        )
 
     def compression_program(self) -> Program:
         ctx, P = self.ctx, self.ctx.params
         prog = Program()
         last = add_micro_steps(prog, ctx)
-        dep = prog.add("local momentum update", "compute", ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
-                       "optimizer", (last,))
+        dep = prog.add(
+            "local momentum update",
+            "compute",
+            ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
+            "optimizer",
+            (last,),
+        )
         dep = add_compressed_momentum_sync(prog, ctx, self.options, dep)
-        add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
-                             "1-bit Adam update (frozen variance)", offload=self.offload_spec())
+        add_update_and_other(
+            prog,
+            ctx,
+            [dep],
+            ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
+            "1-bit Adam update (frozen variance)",
+            offload=self.offload_spec(),
+        )
         return prog
 
     def warmup_program(self) -> tuple[Program, list[dict]]:
@@ -82,4 +103,6 @@ class OneBitAdam(Strategy):
         return [StepProgram("compression", 1.0, self.compression_program())]
 
     def extra_gpu_memory(self) -> dict[str, float]:
-        return error_buffers_for_groups(group_sizes(self.ctx.params, self.options.param_groups), self.ctx.world_size)
+        return error_buffers_for_groups(
+            group_sizes(self.ctx.params, self.options.param_groups), self.ctx.world_size
+        )

@@ -15,20 +15,21 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.cost_models import kernel_bytes as ok
+from clustersim.optimizer_options import ZeroOneAdamOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
-from clustersim.optimizer_options import ZeroOneAdamOptions
-from clustersim.cost_models import kernel_bytes as ok
 from clustersim.simulator.strategies.base import StepProgram, Strategy
-from clustersim.simulator.strategies.common import add_ddp_gradient_sync, add_micro_steps, add_update_and_other
+from clustersim.simulator.strategies.common import (
+    add_ddp_gradient_sync,
+    add_micro_steps,
+    add_update_and_other,
+)
+from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 from clustersim.simulator.strategies.onebit_adam import add_compressed_momentum_sync, group_sizes
-from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 
 STEP_KINDS = ("variance_update", "compressed_gradient", "local", "local_sync")
 
@@ -64,35 +65,55 @@ class ZeroOneAdam(Strategy):
 
     def offload_spec(self) -> offload.UpdateSpec:
         per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-        return offload.UpdateSpec(to_host=4.0, to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-                                  cpu_dram=per, gpu_update=per, state=8.0,
-                                  gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size)
+        return offload.UpdateSpec(
+            to_host=4.0,
+            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+            cpu_dram=per,
+            gpu_update=per,
+            state=8.0,
+            gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size,
+        )
 
     def _local_update(self, prog: Program, dep, label: str):
         ctx = self.ctx
-        return add_update_and_other(prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE, label,
-                                    offload=self.offload_spec())
+        return add_update_and_other(
+            prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE, label, offload=self.offload_spec()
+        )
 
     def program(self, kind: str) -> tuple[Program, list[dict]]:
         ctx, P, prog = self.ctx, self.ctx.params, Program()
         if kind == "variance_update" and offload.mode(ctx) != "none":
             update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-            return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "0/1 Adam update (variance)")
+            return zero_offload_program(
+                ctx, adam_spec(ctx, update, 12.0), update, "0/1 Adam update (variance)"
+            )
         if kind == "variance_update":
             comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
             update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-            add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], update, "0/1 Adam update (variance)")
+            add_update_and_other(
+                prog, ctx, [*comm, prog.last_on("compute")], update, "0/1 Adam update (variance)"
+            )
             return prog, buckets
         last = add_micro_steps(prog, ctx)
         dep = last
         if kind == "compressed_gradient":
             dep = add_compressed_momentum_sync(prog, ctx, self.options, dep, "gradient")
-        dep = prog.add("momentum update", "compute", ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
-                       "optimizer", (dep,))
+        dep = prog.add(
+            "momentum update",
+            "compute",
+            ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
+            "optimizer",
+            (dep,),
+        )
         if kind == "local_sync":
             dep = add_compressed_momentum_sync(prog, ctx, self.options, dep, "accumulator")
-            dep = prog.add("accumulator correction", "compute", ctx.device.stream_time(24.0 * P, "optimizer"),
-                           "optimizer", (dep,))
+            dep = prog.add(
+                "accumulator correction",
+                "compute",
+                ctx.device.stream_time(24.0 * P, "optimizer"),
+                "optimizer",
+                (dep,),
+            )
         self._local_update(prog, dep, f"0/1 Adam update ({kind})")
         return prog, []
 
@@ -102,4 +123,6 @@ class ZeroOneAdam(Strategy):
         return [StepProgram(kind, counts[kind], *self.program(kind)) for kind in STEP_KINDS if counts[kind]]
 
     def extra_gpu_memory(self) -> dict[str, float]:
-        return error_buffers_for_groups(group_sizes(self.ctx.params, self.options.param_groups), self.ctx.world_size)
+        return error_buffers_for_groups(
+            group_sizes(self.ctx.params, self.options.param_groups), self.ctx.world_size
+        )
