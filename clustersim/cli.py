@@ -271,7 +271,7 @@ def compare(
     wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
     from rich.progress import Progress
 
-    from clustersim.compare import break_evens, warmup_fraction
+    from clustersim.compare import baseline_of_list, break_evens, warmup_fraction
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
 
@@ -301,7 +301,7 @@ def compare(
         )
         bar.update(task, description="break-even bandwidth")
         evens = break_evens(s, opts, at, profile, samples) if at else []
-    base = "adam" if "adam" in opts else opts[0]
+    base = baseline_of_list(opts)
     console.print(
         table(
             f"{s.name}: iteration time split, ms (speedup over {base})",

@@ -15,7 +15,6 @@ from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies import registry
 
-BASELINE_OF = {"onebit-adam": "adam", "zero-one-adam": "adam", "binsgdm": "sgdm"}  # what each compresses
 DEFAULT_WARMUP = 0.15  # the 1-bit Adam paper's BERT-Large setting (15-25% recommended)
 
 
@@ -47,9 +46,9 @@ class CompareRow:
 def mean_step_time(
     optimizer: str, iteration: float, warmup_iteration: float | None, warmup: float | None
 ) -> float:
-    """Average seconds per step over a run: 1-bit Adam spends the fraction ``warmup`` (default
-    DEFAULT_WARMUP) of its steps in the full-precision warmup stage; other optimizers run alike."""
-    if optimizer != "onebit-adam" or warmup_iteration is None:
+    """Average seconds per step over a run: an optimizer with a warmup stage (1-bit Adam) spends the
+    fraction ``warmup`` (default DEFAULT_WARMUP) of its steps there; others run every step alike."""
+    if warmup_iteration is None or registry.get(optimizer).warmup_options({}) is None:
         return iteration
     w = DEFAULT_WARMUP if warmup is None else warmup
     return w * warmup_iteration + (1 - w) * iteration
@@ -65,8 +64,7 @@ def warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None)
         if not 0.0 <= warmup < 1.0:
             raise InputError(f"warmup fraction must be in [0, 1), got {warmup}", key="--warmup")
         return warmup
-    opts = scenario.training.optimizer_options if scenario.training.optimizer == "onebit-adam" else {}
-    freeze = opts.get("freeze_step")
+    freeze = registry.get(scenario.training.optimizer).warmup_steps(scenario.training.optimizer_options)
     if freeze is not None and steps:
         if freeze > steps:
             raise InputError(
@@ -80,16 +78,15 @@ def warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None)
 def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None, **extra) -> Scenario:
     """The scenario with another optimizer (its options reset, 0/1 Adam's schedule fitted to ``steps``)."""
     opts = dict(scenario.training.optimizer_options) if scenario.training.optimizer == optimizer else {}
-    if optimizer == "zero-one-adam" and steps:
-        opts["total_steps"] = steps
-        opts.setdefault("var_freeze_step", min(23_000, steps))
-        if opts["var_freeze_step"] > steps:
-            raise InputError(
-                f"var_freeze_step {opts['var_freeze_step']} is beyond the run's {steps} steps",
-                key="training.optimizer_options.var_freeze_step",
-            )
+    opts = registry.get(optimizer).run_options(opts, steps)
     opts.update(extra)
     return scenario.with_changes(**{"training.optimizer": optimizer, "training.optimizer_options": opts})
+
+
+def baseline_of_list(optimizers: list[str]) -> str:
+    """What speedups are measured against: the first baseline optimizer given (Adam, SGD-momentum),
+    else the first optimizer."""
+    return next((n for n in optimizers if registry.get(n).baseline is None), optimizers[0])
 
 
 def compare(
@@ -112,7 +109,7 @@ def compare(
     if steps is not None and steps <= 0:
         raise InputError(f"steps must be positive, got {steps}", key="--steps")
     w = warmup_fraction(scenario, steps, warmup)
-    baseline = "adam" if "adam" in optimizers else optimizers[0]
+    baseline = baseline_of_list(optimizers)
     rows: list[CompareRow] = []
     for gpus in gpu_counts:
         if gpus <= 0:
@@ -121,9 +118,7 @@ def compare(
         per_opt: dict[str, CompareRow] = {}
         scenarios: dict[str, Scenario] = {}
         for name in optimizers:
-            s = scenario_for_optimizer(
-                sized, name, steps, **({"stage": "compression"} if name == "onebit-adam" else {})
-            )
+            s = scenario_for_optimizer(sized, name, steps)
             scenarios[name] = s
             r = simulate(s, profile)
             b = r.breakdown
@@ -142,8 +137,9 @@ def compare(
                 intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
                 inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
             )
-            if name == "onebit-adam":
-                warm = simulate(scenario_for_optimizer(sized, name, steps, stage="warmup"), profile)
+            warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
+            if warm_opts is not None:
+                warm = simulate(s.with_changes(**{"training.optimizer_options": warm_opts}), profile)
                 row.warmup_iteration_time_s = warm.iteration_time
             if steps:
                 row.time_to_train_s = steps * mean_step_time(
@@ -191,11 +187,9 @@ def break_evens(scenario: Scenario, optimizers: list[str], gpus: int, profile=No
     sized = scenario.with_world_size(gpus)
     out = []
     for name in optimizers:
-        base = BASELINE_OF.get(name)
+        base = registry.get(name).baseline
         if base is None:
             continue
-        comp = scenario_for_optimizer(
-            sized, name, None, **({"stage": "compression"} if name == "onebit-adam" else {})
-        )
+        comp = scenario_for_optimizer(sized, name, None)
         out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
     return out

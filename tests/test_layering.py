@@ -117,3 +117,21 @@ def test_every_optimizer_has_an_options_schema_and_a_strategy():
     assert set(registry.names()) == set(OPTIONS)
     for name in registry.names():
         assert registry.get(name).Options is OPTIONS[name]
+
+
+def test_strategies_say_what_they_compress_and_whether_they_warm_up():
+    from clustersim.simulator.strategies import registry
+
+    assert {n: registry.get(n).baseline for n in registry.names()} == {
+        "adam": None,
+        "sgdm": None,
+        "onebit-adam": "adam",
+        "zero-one-adam": "adam",
+        "binsgdm": "sgdm",
+    }
+    assert registry.get("onebit-adam").warmup_options({"freeze_step": 10}) == {
+        "freeze_step": 10,
+        "stage": "warmup",
+    }
+    assert registry.get("binsgdm").warmup_options({}) is None
+    assert registry.get("zero-one-adam").run_options({}, 1000)["var_freeze_step"] == 1000

@@ -13,11 +13,17 @@ import yaml
 
 from clustersim.errors import InputError
 
-BASELINES = ("adam", "sgdm")
 DEFAULT_STEPS = 100_000
 
 
 @lru_cache(maxsize=1)
+def _is_baseline(optimizer: str) -> bool:
+    """A full-precision optimizer the others are measured against (its strategy names no baseline)."""
+    from clustersim.simulator.strategies import registry
+
+    return registry.get(optimizer).baseline is None
+
+
 def default_prices() -> dict[str, float]:
     return yaml.safe_load(resources.files("clustersim.catalogs").joinpath("prices.yaml").read_text())
 
@@ -81,7 +87,7 @@ def enrich(
             r.get("gpus_per_node"),
         )
 
-    base = {key(r): r for r in ok if r["optimizer"] in BASELINES}
+    base = {key(r): r for r in ok if _is_baseline(r["optimizer"])}
     for r in ok:
         b = base.get(key(r))
         r["speedup"] = b["ttt_h"] / r["ttt_h"] if b else None
@@ -180,7 +186,7 @@ def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
         if (
             r.get("speedup") is not None
             and rate
-            and r["optimizer"] not in BASELINES
+            and not _is_baseline(r["optimizer"])
             and r.get("nodes", 2) > 1
         ):
             groups.setdefault((r["optimizer"], r["world_size"], r["gpu"], r.get("nic_kind")), []).append(
@@ -204,7 +210,7 @@ def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
 def advantage_limits(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:
     """Where each compressed optimizer's speedup over the baseline falls below ``threshold``."""
     out = []
-    for opt in sorted({r["optimizer"] for r in rows} - set(BASELINES)):
+    for opt in sorted(o for o in {r["optimizer"] for r in rows} if not _is_baseline(o)):
         mine = [r for r in rows if r["optimizer"] == opt and r.get("speedup") is not None]
         if not mine:
             continue

@@ -30,6 +30,7 @@ def simulate_row(
     from clustersim.compare import mean_step_time
     from clustersim.scenario import validate_scenario
     from clustersim.simulator import simulate
+    from clustersim.simulator.strategies import registry
 
     rec: dict[str, Any] = {"row_id": row_id(values), **values}
     try:
@@ -69,17 +70,9 @@ def simulate_row(
                 "global_batch": r.samples_per_iteration,
             }
         )
-        if r.optimizer == "onebit-adam":
-            warm = simulate(
-                scenario.with_changes(
-                    **{
-                        "training.optimizer_options": {
-                            **scenario.training.optimizer_options,
-                            "stage": "warmup",
-                        }
-                    }
-                )
-            )
+        warm_opts = registry.get(r.optimizer).warmup_options(scenario.training.optimizer_options)
+        if warm_opts is not None:
+            warm = simulate(scenario.with_changes(**{"training.optimizer_options": warm_opts}))
             rec["warmup_iteration_time_s"] = warm.iteration_time
         per_step = mean_step_time(r.optimizer, r.iteration_time, rec.get("warmup_iteration_time_s"), warmup)
         if r.interval is not None:

@@ -32,6 +32,24 @@ class Strategy:
     state_bytes_per_param: ClassVar[float] = 8.0
     #: the part of it that must stay on the GPU when the optimizer is offloaded
     gpu_state_with_offload: ClassVar[float] = 0.0
+    #: the full-precision optimizer this one is measured against (None: it is a baseline itself)
+    baseline: ClassVar[str | None] = None
+
+    # ---- run-level behaviour, so that compare, sweeps and reports need no optimizer names ------------
+    @classmethod
+    def run_options(cls, options: dict, steps: int | None) -> dict:
+        """Options for the steady stage of a run of ``steps`` steps (compare, time-to-train)."""
+        return dict(options)
+
+    @classmethod
+    def warmup_options(cls, options: dict) -> dict | None:
+        """Options that simulate the optimizer's warmup stage, or None when it has none."""
+        return None
+
+    @classmethod
+    def warmup_steps(cls, options: dict) -> int | None:
+        """Steps of the warmup stage the options name (None: not named)."""
+        return None
 
     def __init__(self, ctx: SimulationContext, options: BaseModel):
         self.ctx = ctx

@@ -49,6 +49,7 @@ class BinSGDM(Strategy):
     name = "binsgdm"
     summary = "BinSGDM: elementwise m/b, stochastic 1-bit updates, hierarchical 1-bit all-reduce, no warmup"
     Options = BinSGDMOptions
+    baseline = "sgdm"
     state_bytes_per_param = 8.0
     gpu_state_with_offload = 8.0  # m and b stay on the GPU: the quantizer reads them every step
 

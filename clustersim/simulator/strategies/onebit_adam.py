@@ -48,6 +48,20 @@ class OneBitAdam(Strategy):
         "1-bit Adam (DeepSpeed): Adam warmup, then 1-bit compressed momentum all-reduce with error feedback"
     )
     Options = OneBitAdamOptions
+    baseline = "adam"
+
+    @classmethod
+    def run_options(cls, options: dict, steps: int | None) -> dict:
+        return {**options, "stage": "compression"}
+
+    @classmethod
+    def warmup_options(cls, options: dict) -> dict | None:
+        return {**options, "stage": "warmup"}
+
+    @classmethod
+    def warmup_steps(cls, options: dict) -> int | None:
+        return options.get("freeze_step")
+
     state_bytes_per_param = 8.0
     # Offloaded: fp32 master and the frozen variance live on the host; the momentum must stay on the
     # GPU because it is what gets compressed every step.

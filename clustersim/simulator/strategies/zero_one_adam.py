@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models import kernel_bytes as ok
+from clustersim.errors import InputError
 from clustersim.optimizer_options import ZeroOneAdamOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
@@ -60,6 +61,24 @@ class ZeroOneAdam(Strategy):
     name = "zero-one-adam"
     summary = "0/1 Adam (DeepSpeed): adaptive variance freezing and 1-bit sync with local steps"
     Options = ZeroOneAdamOptions
+    baseline = "adam"
+
+    @classmethod
+    def run_options(cls, options: dict, steps: int | None) -> dict:
+        """The schedule fitted to the run: ``total_steps`` = steps, variance frozen by DeepSpeed's
+        default step (the options' default) or the run's end, whichever comes first."""
+        opts = dict(options)
+        if steps:
+            opts["total_steps"] = steps
+            default_freeze = ZeroOneAdamOptions.model_fields["var_freeze_step"].default
+            opts.setdefault("var_freeze_step", min(default_freeze, steps))
+            if opts["var_freeze_step"] > steps:
+                raise InputError(
+                    f"var_freeze_step {opts['var_freeze_step']} is beyond the run's {steps} steps",
+                    key="training.optimizer_options.var_freeze_step",
+                )
+        return opts
+
     state_bytes_per_param = 12.0  # m, v and the momentum accumulator
     gpu_state_with_offload = 8.0  # momentum and accumulator stay on the GPU (they are compressed)
 
