@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustersim.errors import InputError
+from clustersim.io import first_error
 
 
 class NoOptions(BaseModel):
@@ -81,7 +82,7 @@ def parse_options(optimizer: str, options: dict) -> BaseModel:
     try:
         return OPTIONS[optimizer].model_validate(options)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(["training.optimizer_options", *(str(p) for p in err["loc"])])
-        msg = "unknown key for optimizer " + optimizer if err["type"] == "extra_forbidden" else err["msg"]
-        raise InputError(msg, key=key) from None
+        key, msg = first_error(exc)
+        if msg == "unknown key":
+            msg += " for optimizer " + optimizer
+        raise InputError(msg, key="training.optimizer_options." + key) from None

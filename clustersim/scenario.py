@@ -7,7 +7,6 @@ errors into one-line :class:`~clustersim.errors.InputError` messages ``FILE: key
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from clustersim import catalog
 from clustersim.catalog import Precision
 from clustersim.errors import InputError
+from clustersim.io import first_error, read_structured_file
 from clustersim.optimizer_options import parse_options
 
 PRESET_PREFIX = "preset:"
@@ -174,17 +174,6 @@ class Scenario(_Strict):
         return self.with_changes(**{"cluster.nodes": gpus // per_node})
 
 
-def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    return key, msg
-
-
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -236,7 +225,7 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        key, msg = _first_error(exc)
+        key, msg = first_error(exc)
         raise InputError(msg, source=source, key=key) from None
     try:
         _check_semantics(scenario)
@@ -248,27 +237,6 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 def preset_names() -> list[str]:
     folder = resources.files("clustersim.catalogs").joinpath("presets")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def read_structured_file(path: Path) -> Any:
-    """Parse YAML or JSON; errors name the file and the line."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError(f"invalid YAML{where}: {problem}", source=str(path)) from None
 
 
 def load_scenario(ref: str | Path) -> Scenario:

@@ -27,10 +27,6 @@ _BYTE_UNITS = {
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
-GBIT = 1e9 / 8  # bytes per second in one Gb/s
-GB = 1e9
-MIB = 2**20
-
 
 def parse_bytes(text: str | int | float) -> float:
     """``"32MiB"`` -> 33554432.0; plain numbers are bytes."""

@@ -13,7 +13,7 @@ import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent / "clustersim"
 LAYERS = [
-    ("errors", "units", "catalogs"),
+    ("errors", "units", "catalogs", "io"),
     ("catalog", "scenario", "optimizer_options"),
     ("workloads", "topologies"),
     ("cost_models",),

@@ -239,8 +239,8 @@ def test_v2_profile_still_loads_and_migrates():
 
 
 def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, runner):
-    from clustersim.calibration.profile import write_json_atomically
     from clustersim.cli import app
+    from clustersim.io import write_json_atomically
 
     rng = np.random.default_rng(6)
     recs = _records(TCP, TRUE_TCP, [GroupShape(n, 1) for n in (2, 4, 8)], OPS, rng, sizes=range(20, 26))

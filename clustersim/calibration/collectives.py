@@ -230,8 +230,8 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
 
-    from clustersim.calibration.profile import write_json_atomically
     from clustersim.calibration.provenance import provenance
+    from clustersim.io import write_json_atomically
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":

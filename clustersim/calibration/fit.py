@@ -15,6 +15,7 @@ import math
 import numpy as np
 from scipy.optimize import least_squares
 
+from clustersim.calibration.compute_fit import fit_gemm_model
 from clustersim.calibration.network_fit import fit_network, measured_cluster
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
 from clustersim.cost_models.closed_forms import busbw_factor
@@ -189,6 +190,13 @@ def build_profile(raw: dict, cluster=None) -> dict:
             by_prec.setdefault(r["precision"], []).append((int(r["m"]), r["flops"] / r["median_s"] / 1e12))
         profile["gemm_tflops_by_size"] = {k: sorted(v) for k, v in by_prec.items()}
         profile["matmul_tflops"] = {k: max(v)[1] for k, v in profile["gemm_tflops_by_size"].items()}
+        memory = raw.get("memory")
+        memory_gbs = (
+            _largest(memory, "bytes")["traffic_bytes"] / _largest(memory, "bytes")["median_s"] / 1e9
+            if memory
+            else None
+        )
+        profile["compute_model"] = fit_gemm_model(gemm, memory_gbs)
     if raw.get("memory"):
         big = _largest(raw["memory"], "bytes")
         profile["memory_gbs"] = big["traffic_bytes"] / big["median_s"] / 1e9

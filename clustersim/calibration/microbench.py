@@ -28,9 +28,20 @@ def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
             "elements": [1 << 22, 1 << 24, 1 << 26] if not quick else [1 << 22, 1 << 25],
         }
     return {
-        "gemm": [256, 512, 1024] if not quick else [128, 384],
+        "gemm": [256, 512, 1024] if not quick else [128, 256, 512],
         "elements": [1 << 18, 1 << 20, 1 << 22] if not quick else [1 << 16, 1 << 18],
     }
+
+
+def gemm_shapes(sizes: list[int]) -> list[tuple[int, int, int]]:
+    """Square GEMMs of each size plus the skinny and flat shapes of transformer layers (tokens x hidden x
+    4·hidden, and its transposes, at a quarter of the size): the shape model needs both to separate
+    peak rate, small-problem overhead and memory-bound behaviour."""
+    shapes = [(m, m, m) for m in sizes]
+    for m in sizes:
+        q = max(m // 4, 16)
+        shapes += [(m, q, 4 * q), (m, 4 * q, q), (q, m, m)]
+    return list(dict.fromkeys(shapes))
 
 
 class Bench:
@@ -57,18 +68,20 @@ class Bench:
         precisions = ["fp32", "fp16", "bf16"] if self.device == "cuda" else ["fp32", "bf16"]
         dtypes = {"fp32": t.float32, "fp16": t.float16, "bf16": t.bfloat16}
         out = []
+        elt = {"fp32": 4, "fp16": 2, "bf16": 2}
         for prec in precisions:
-            for m in self.sizes["gemm"]:
-                self.progress(f"GEMM {prec} {m}x{m}")
-                a = t.randn(m, m, device=self.device, dtype=dtypes[prec])
-                b = t.randn(m, m, device=self.device, dtype=dtypes[prec])
+            for m, n, k in gemm_shapes(self.sizes["gemm"]):
+                self.progress(f"GEMM {prec} {m}x{n}x{k}")
+                a = t.randn(m, k, device=self.device, dtype=dtypes[prec])
+                b = t.randn(k, n, device=self.device, dtype=dtypes[prec])
                 out.append(
                     {
                         "precision": prec,
                         "m": m,
-                        "n": m,
-                        "k": m,
-                        "flops": 2.0 * m**3,
+                        "n": n,
+                        "k": k,
+                        "flops": 2.0 * m * n * k,
+                        "bytes": float(elt[prec] * (m * k + k * n + m * n)),
                         **self.time(lambda: a @ b),
                     }
                 )

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -24,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from clustersim.errors import InputError
+from clustersim.io import first_error
 
 FORMAT = "clustersim-profile"
 FORMAT_VERSION = 3
@@ -147,6 +146,32 @@ class NetworkCalibration(_Strict):
         return self
 
 
+class GemmHoldout(_Strict):
+    fitted_on: str
+    predicted: int
+    median_abs_rel_error: float = Field(ge=0)
+    max_abs_rel_error: float = Field(ge=0)
+
+
+class GemmModel(_Strict):
+    """The GEMM shape model of one precision (calibration/compute_fit.py):
+    t = launch + max(W / R_max, bytes / memory)."""
+
+    r_max_tflops: float = Field(gt=0)
+    launch_s: float = Field(ge=0)
+    memory_gbs: float = Field(gt=0)
+    log_sigma: float = Field(ge=0, description="scatter of log time about the model")
+    log_covariance: list[list[float]] = Field(default_factory=list)
+    points: int = Field(ge=0)
+    holdout: GemmHoldout | None = None
+
+    @model_validator(mode="after")
+    def _finite_values(self) -> "GemmModel":
+        for name in ("r_max_tflops", "launch_s", "memory_gbs", "log_sigma"):
+            _finite(getattr(self, name), name)
+        return self
+
+
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
@@ -168,6 +193,9 @@ class Profile(_Strict):
     host: HostMeasurements = HostMeasurements()
     launch_latency_s: float | None = Field(None, ge=0)
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
+    compute_model: dict[str, GemmModel] = Field(
+        default_factory=dict, description="GEMM shape model per precision, used for any model (v3)"
+    )
     raw: dict = Field(default_factory=dict, description="the medians the fits were made from")
     _source: str = PrivateAttr("")  # the file or builtin name it was read from, for messages
 
@@ -227,9 +255,7 @@ def parse_profile(data: object, source: str) -> Profile:
     try:
         return Profile.model_validate(migrate(data))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        key, msg = first_error(exc)
         raise InputError(msg, source=source, key=key) from None
 
 
@@ -244,22 +270,3 @@ def load_profile(ref: str) -> Profile:
     profile = parse_profile(data, source)
     profile._source = source
     return profile
-
-
-def write_json_atomically(path: Path, data: dict) -> None:
-    """Write to a temporary file beside ``path`` and rename: a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any other file
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

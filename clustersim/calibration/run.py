@@ -18,10 +18,11 @@ from pathlib import Path
 
 from clustersim.calibration.fit import build_profile
 from clustersim.calibration.microbench import run_local
-from clustersim.calibration.profile import Profile, parse_profile, write_json_atomically
+from clustersim.calibration.profile import Profile, parse_profile
 from clustersim.calibration.provenance import provenance
 from clustersim.calibration.torch_support import require_torch, resolve_device
 from clustersim.errors import InputError
+from clustersim.io import write_json_atomically
 
 RAW_FORMAT = "clustersim-raw"
 

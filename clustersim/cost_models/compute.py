@@ -25,6 +25,7 @@ class DeviceCosts:
         self.matmul_eff = {p: eff["matmul"] for p in gpu.peak_tflops}
         self.memory_eff = eff["memory"]
         self.kernel_bw: dict[str, float] = {}
+        self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
         self.sources: dict[str, str] = {"matmul": "default efficiency", "memory": "default efficiency"}
         if profile is not None:
             self._apply(profile)
@@ -42,6 +43,18 @@ class DeviceCosts:
         if profile.memory_gbs and (same or ref is not None):
             self.memory_eff = min(1.0, profile.memory_gbs / (ref or self.gpu).hbm_gbs)
             self.sources["memory"] = how
+        for precision, m in profile.compute_model.items():
+            src = ref or self.gpu
+            if precision not in src.peak_tflops and precision != "fp32":
+                continue
+            flop_scale = self.gpu.peak_flops(precision) / src.peak_flops(precision)
+            mem_scale = self.gpu.hbm_gbs / src.hbm_gbs
+            self.gemm_model[precision] = (
+                m.r_max_tflops * 1e12 * flop_scale,
+                m.launch_s,
+                m.memory_gbs * 1e9 * mem_scale,
+            )
+            self.sources["matmul"] = "GEMM shape model, " + how
         if ref is not None or same:
             scale = self.gpu.hbm_gbs / (ref or self.gpu).hbm_gbs
             for name, gbs in profile.kernels_gbs.items():
@@ -61,6 +74,10 @@ class DeviceCosts:
     def kernel_time(self, kernel: Kernel, precision: str) -> float:
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
+        model = self.gemm_model.get(precision) if kernel.flops > 0 else None
+        if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
+            r_max, launch, mem = model
+            return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)
         return max(kernel.flops / self.flops_rate(precision), kernel.bytes / self.memory_rate)
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:

@@ -14,6 +14,11 @@ here: it belongs to "other" (measured, or modelled as loss scaling).
 
 # FusedAdam (multi_tensor_apply): r p, g, m, v (16), w p, m, v (12).
 FUSED_ADAM = 28.0
+# Fused SGD with momentum: r p, g, m (12), w p, m (8).
+SGDM_UPDATE = 20.0
+# 0/1 Adam's local-step sync: correct the momentum by the synced accumulator, then reset the
+# accumulator: two passes over fp32 buffers, each r8 w4 (zoadam.py).
+ACCUMULATOR_CORRECTION = 24.0
 # exp_avg.mul_(beta1) (r4 w4) then .add_(1 - beta1, grad) (r8 w4).
 MOMENTUM_UPDATE = 20.0
 # exp_avg_sq.mul_(beta2) (r4 w4) then .addcmul_(1 - beta2, grad, grad) (r12 w4).
@@ -50,3 +55,6 @@ PADDING_PASS = ("onebit_pad", 8.0, 0.0)  # torch.cat([buffer_m, zeros]) on every
 UPDATE_STATE_BYTES = 16.0
 QUANTIZE_BYTES = 9.0
 APPLY_BYTES = 10.125
+# BinSGDM with offload, per parameter on the host: read the packed 1-bit update (1/8), read and write
+# the fp32 master weight (8), write the fp32 weight handed back to the device (4).
+HOST_APPLY_BYTES = 12.125

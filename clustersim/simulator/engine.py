@@ -21,7 +21,13 @@ import simpy
 
 from clustersim.simulator.program import Op, Program
 
-_EPS = 1e-15
+# Floating-point tolerances, not model constants. Simulated times are seconds (1e-6 .. 1e4) and rates
+# are fractions of a link (0 .. 1) summed over at most thousands of flows, so double precision keeps
+# about 1e-16 relative; the tolerances sit a few orders above that accumulated rounding.
+_EPS = 1e-15  # an op this short (seconds) takes no time: below any kernel or message by 9 orders
+SATURATED = 1e-9  # a link with this fraction of its capacity left is full (max-min fair filling)
+RATE_TOL = 1e-12  # a flow within this of its cap is capped, and no flow runs slower than this
+DONE_TOL = 1e-12  # work left, relative to the op's duration, below which the op is finished
 
 
 class _Running:
@@ -123,19 +129,19 @@ class Engine:
                 for link, d in r.op.demands.items():
                     left[link] -= step * weight[r] * d
             saturated = {
-                link for link, cap in left.items() if cap <= 1e-9 * max(1.0, capacity.get(link, 1.0))
+                link for link, cap in left.items() if cap <= SATURATED * max(1.0, capacity.get(link, 1.0))
             }
             done = {
                 r
                 for r in active
-                if rate[r] >= caps[r] - 1e-12
+                if rate[r] >= caps[r] - RATE_TOL
                 or any(link in saturated and d > 0 for link, d in r.op.demands.items())
             }
             if not done:  # numerical safety: nothing froze, stop here
                 break
             active -= done
         for r in flows:
-            r.rate = max(rate[r], 1e-12)
+            r.rate = max(rate[r], RATE_TOL)
 
     def _fluid(self):
         while True:
@@ -149,7 +155,7 @@ class Engine:
             self._wake = self.env.event()
             yield self.env.timeout(max(soonest, 0.0)) | self._wake
             self._advance()
-            done = [r for r in self._running if r.remaining <= 1e-12 * max(1.0, r.op.duration)]
+            done = [r for r in self._running if r.remaining <= DONE_TOL * max(1.0, r.op.duration)]
             if done:
                 self._running = [r for r in self._running if r not in done]
                 for r in done:

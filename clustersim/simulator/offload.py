@@ -18,7 +18,7 @@ against all-CPU and all-GPU placements, so interleaving never loses to the bette
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.errors import InputError
@@ -47,7 +47,6 @@ class Placement:
     kinds: list[str]  # per subgroup: cpu | gpu_streamed | gpu_resident
     partition_params: float = 0.0  # the parameters this rank updates (P, or P/p under ZeRO)
     chosen_by: str = "performance model"
-    candidates: dict[str, float] = field(default_factory=dict)  # plan -> simulated iteration time
 
     def count(self, kind: str) -> int:
         return sum(1 for k in self.kinds if k == kind)

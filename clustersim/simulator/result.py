@@ -126,7 +126,7 @@ class SimulationResult:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def write_trace(self, path: Path) -> None:
-        from clustersim.calibration.profile import write_json_atomically
+        from clustersim.io import write_json_atomically
 
         write_json_atomically(Path(path), self.chrome_trace())
 

@@ -60,10 +60,12 @@ class Interval:
 def compute_sigma(ctx: SimulationContext) -> float:
     if ctx.phases is not None:
         return MEASURED_PHASES_SIGMA
-    model = getattr(ctx.profile, "compute_model", None) if ctx.profile is not None else None
-    sigma = getattr(model, "log_sigma", None)
-    if sigma is not None and math.isfinite(sigma):
-        return float(sigma)
+    models = ctx.profile.compute_model if ctx.profile is not None else {}
+    model = models.get(ctx.precision)
+    if model is not None:
+        # the scatter about the fit, and how far it carried to shapes it was not fitted on
+        transfer = model.holdout.median_abs_rel_error if model.holdout else 0.0
+        return math.hypot(model.log_sigma, transfer)
     return DEFAULT_COMPUTE_SIGMA
 
 

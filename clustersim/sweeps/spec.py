@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clustersim.errors import InputError
+from clustersim.io import first_error
 from clustersim.scenario import (
     PRESET_PREFIX,
     Scenario,
@@ -195,11 +196,8 @@ def load_sweep(path: str | Path, profile: str | None = None, samples: int | None
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise InputError(
-            "unknown key" if err["type"] == "extra_forbidden" else err["msg"], source=str(path), key=key
-        ) from None
+        key, msg = first_error(exc)
+        raise InputError(msg, source=str(path), key=key) from None
     if isinstance(spec.base, dict):
         base = validate_scenario(spec.base, source=f"{path}: base")
     elif spec.base.startswith(PRESET_PREFIX):

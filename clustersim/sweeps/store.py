@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from clustersim.calibration.profile import write_json_atomically
 from clustersim.errors import InputError
+from clustersim.io import write_json_atomically
 
 METRICS = [
     "status",

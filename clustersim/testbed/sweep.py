@@ -111,7 +111,7 @@ def run(
             for fh in logs:
                 fh.close()
     raw["provenance"]["testbed"] = network | {"kernel": os.uname().release, "machine": socket.gethostname()}
-    from clustersim.calibration.profile import write_json_atomically
+    from clustersim.io import write_json_atomically
 
     write_json_atomically(out_raw, raw)
     return raw

@@ -16,6 +16,8 @@ class Kernel:
     name: str
     flops: float
     bytes: float
+    # kernels in this group (a layer's GEMMs are one group): each pays the launch and small-problem cost
+    launches: int = 1
 
 
 @dataclass(frozen=True)

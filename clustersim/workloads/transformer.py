@@ -56,14 +56,17 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
     gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
     attn_bytes = d * (2 * b * a * s * s + 3 * tokens * h)
     elementwise = d * (14 * tokens * h + 2 * tokens * f + 4 * b * a * s * s + extra_elementwise)
+    # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
+    # backward computes the input and the weight gradient of each. Attention: QK^T and AV forward.
+    n_gemm = 2 + (3 if arch.style == "llama" else 2)
     forward = (
-        Kernel("gemm", gemm_flops, weight_bytes + gemm_io),
-        Kernel("attention", attn_flops, attn_bytes),
+        Kernel("gemm", gemm_flops, weight_bytes + gemm_io, n_gemm),
+        Kernel("attention", attn_flops, attn_bytes, 2),
         Kernel("elementwise", 0.0, elementwise),
     )
     backward = (
-        Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes),
-        Kernel("attention", 2 * attn_flops, 2 * attn_bytes),
+        Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes, 2 * n_gemm),
+        Kernel("attention", 2 * attn_flops, 2 * attn_bytes, 4),
         Kernel("elementwise", 0.0, 2 * elementwise),
     )
     activations = s * b * h * (34 + 5 * a * s / h) * d / 2

@@ -23,7 +23,12 @@ Default ``hierarchical`` scheme (../shared/reference/algorithms.md sec. 4):
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
-from clustersim.cost_models.kernel_bytes import APPLY_BYTES, QUANTIZE_BYTES, UPDATE_STATE_BYTES
+from clustersim.cost_models.kernel_bytes import (
+    APPLY_BYTES,
+    HOST_APPLY_BYTES,
+    QUANTIZE_BYTES,
+    UPDATE_STATE_BYTES,
+)
 from clustersim.optimizer_options import BinSGDMOptions, Phase
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
@@ -58,7 +63,7 @@ class BinSGDM(Strategy):
         return offload.UpdateSpec(
             to_host=1 / 8,
             to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-            cpu_dram=12.125,
+            cpu_dram=HOST_APPLY_BYTES,
             gpu_update=APPLY_BYTES,
             state=4.0,
             gpu_keep=self.gpu_state_with_offload,

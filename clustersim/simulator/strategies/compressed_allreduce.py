@@ -31,9 +31,7 @@ from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective
 from clustersim.topologies.node import pcie_bandwidth
 
-HOST_SYNC_S = (
-    50e-6  # torch.cuda.synchronize + cupy/torch DLPack hand-offs per phase (order of a launch round trip)
-)
+HOST_SYNC_S = hardware_defaults()["host_sync_s"]  # per host-staged phase: catalogs/hardware_defaults.yaml
 
 
 def padded_elements(n: int, p: int) -> int:

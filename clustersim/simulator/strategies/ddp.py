@@ -14,7 +14,7 @@ are all-gathered before the next forward.
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM, SGDM_UPDATE
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
@@ -138,6 +138,6 @@ class AdamDDP(Strategy):
 class SgdmDDP(AdamDDP):
     name = "sgdm"
     summary = "SGD with momentum, full-precision gradient all-reduce in DDP buckets"
-    update_bytes_per_param = 20.0
+    update_bytes_per_param = SGDM_UPDATE
     state_bytes_per_param = 4.0
     offload_state_bytes = 8.0  # fp32 master + momentum

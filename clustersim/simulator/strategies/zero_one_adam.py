@@ -129,7 +129,7 @@ class ZeroOneAdam(Strategy):
             dep = prog.add(
                 "accumulator correction",
                 "compute",
-                ctx.device.stream_time(24.0 * P, "optimizer"),
+                ctx.device.stream_time(ok.ACCUMULATOR_CORRECTION * P, "optimizer"),
                 "optimizer",
                 (dep,),
             )
