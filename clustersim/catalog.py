@@ -27,11 +27,35 @@ class NvlinkSpec(_Strict):
     gbs_per_link: float = Field(ge=0)
 
 
+class CudaName(_Strict):
+    """How the CUDA runtime names this GPU: a regex on the upper-cased device name, optional memory bounds."""
+
+    pattern: str
+    min_memory_gib: float = 0.0
+    max_memory_gib: float = float("inf")
+
+
+def gpu_for_cuda_name(device_name: str, memory_gib: float) -> str | None:
+    """The catalog GPU a CUDA device name denotes (the longest matching pattern), or None."""
+    import re
+
+    name = device_name.upper()
+    hits = [
+        (len(g.cuda_name.pattern), key)
+        for key, g in gpus().items()
+        if g.cuda_name is not None
+        and re.search(g.cuda_name.pattern, name)
+        and g.cuda_name.min_memory_gib <= memory_gib < g.cuda_name.max_memory_gib
+    ]
+    return max(hits)[1] if hits else None
+
+
 class GpuSpec(_Strict):
     """One GPU type: the properties the cost models read."""
 
     name: str = ""
     description: str
+    cuda_name: CudaName | None = None
     chip: str = Field(
         description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of a chip"
     )
@@ -40,6 +64,10 @@ class GpuSpec(_Strict):
     memory_gib: float = Field(gt=0)
     nvlink: NvlinkSpec
     pcie_gen: int = Field(ge=3, le=6)
+
+    def pcie_generation(self, override: int | None) -> int:
+        """The host interface generation: the scenario's ``intra_node.pcie_gen`` if set, else the GPU's."""
+        return override or self.pcie_gen
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s for a precision; fp32 training uses TF32 tensor cores where present."""

@@ -63,3 +63,15 @@ def test_every_gpu_has_consistent_properties():
     for g in catalog.gpus().values():
         assert g.peak_flops("fp32") > 0 and g.hbm_bytes_per_s > 0
         assert g.nvlink.links == 0 or g.nvlink.gbs_per_link > 0
+
+
+def test_cuda_device_names_map_to_catalog_entries_from_data():
+    from clustersim.calibration.torch_support import catalog_name_from_string as name_of
+
+    assert name_of("NVIDIA H100 80GB HBM3", 80) == "H100-SXM"
+    assert name_of("NVIDIA H100 PCIe", 80) == "H100-PCIe"
+    assert name_of("NVIDIA A100-SXM4-40GB", 40) == "A100-40GB"
+    assert name_of("NVIDIA A100-SXM4-80GB", 80) == "A100-80GB"
+    assert name_of("Tesla V100-PCIE-32GB", 32) == "V100-PCIe"
+    assert name_of("NVIDIA H200", 141) == "H200"
+    assert name_of("AMD Instinct MI250X", 64) == "cpu"  # not in the catalog: nothing is guessed

@@ -40,15 +40,9 @@ def catalog_name_for(torch, device: str) -> str:
 
 def catalog_name_from_string(device_name: str, mem_gb: float | None = None) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'H100-SXM'; 'cpu' when no catalog GPU matches."""
+    from clustersim.catalog import gpu_for_cuda_name
+
     name = device_name.upper()
     if mem_gb is None:
         mem_gb = 80.0 if "80GB" in name else 40.0 if "40GB" in name else 0.0
-    if "H200" in name:
-        return "H200"
-    if "H100" in name:
-        return "H100-PCIe" if "PCIE" in name else "H100-SXM"
-    if "A100" in name:
-        return "A100-80GB" if mem_gb > 60 else "A100-40GB"
-    if "V100" in name:
-        return "V100-PCIe" if "PCIE" in name else "V100-SXM2"
-    return "cpu"
+    return gpu_for_cuda_name(name, mem_gb) or "cpu"

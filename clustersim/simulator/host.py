@@ -34,7 +34,7 @@ class HostModel:
     @classmethod
     def of(cls, ctx) -> "HostModel":
         c = ctx.scenario.cluster
-        gen = c.intra_node.pcie_gen or ctx.gpu.pcie_gen
+        gen = ctx.gpu.pcie_generation(c.intra_node.pcie_gen)
         pcie = pcie_bandwidth(gen)
         per_switch = min(c.intra_node.gpus_per_pcie_switch, c.gpus_per_node)
         dram_node = (c.host.dram_gbs or hardware_defaults()["host"]["dram_gbs"] * c.host.sockets) * 1e9

@@ -62,7 +62,7 @@ def build_node_graph(spec: ClusterSpec, gpu: GpuSpec) -> nx.DiGraph:
     g = nx.DiGraph()
     n_gpu = spec.gpus_per_node
     intra = spec.intra_node
-    gen = intra.pcie_gen or gpu.pcie_gen
+    gen = gpu.pcie_generation(intra.pcie_gen)
     pcie = pcie_bandwidth(gen)
     per_switch = intra.gpus_per_pcie_switch
     n_switch = max(1, -(-n_gpu // per_switch))

@@ -73,7 +73,7 @@ def _kernels(prog: Program, ctx: SimulationContext, passes, n: int, p: int, dep,
 def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str) -> int:
     """Device->host (before) or host->device (after) copy of packed data, pageable, plus a host sync."""
     defaults = hardware_defaults()
-    gen = ctx.scenario.cluster.intra_node.pcie_gen or ctx.gpu.pcie_gen
+    gen = ctx.gpu.pcie_generation(ctx.scenario.cluster.intra_node.pcie_gen)
     bw = pcie_bandwidth(gen) * defaults["pageable_copy_fraction"]
     return prog.add(label, "copy", nbytes / bw + HOST_SYNC_S, "transfer", (dep,), meta={"bytes": nbytes})
 
