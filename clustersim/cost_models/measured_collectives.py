@@ -44,7 +44,8 @@ class MeasuredCollectives:
         p = shape.ranks
         per_rank = busbw_factor(op, p) * nbytes
         inter = per_rank if shape.nodes > 1 else 0.0
-        source = f"measured fit ({fit.source or 'profile'})"
+        origin = fit.source or "profile"
+        source = f"measured fit ({origin if len(origin) <= 60 else origin[:57] + '...'})"
         return CollectiveCost(
             op,
             nbytes,

@@ -26,8 +26,20 @@ def calibrate_on_testbed(
     lo, hi = int(parse_bytes(min_bytes)), int(parse_bytes(max_bytes))
     tb, created = hosts.up(n_hosts, bits)
     try:
+        command = (
+            f"clustersim calibrate run --testbed {n_hosts} --rate {rate} --min-bytes {min_bytes} "
+            f"--max-bytes {max_bytes} --ops {ops} --repeat {repeat}"
+        )
         raw = sweep.run(
-            tb, raw_out or out.with_suffix(".raw.json"), ops, lo, hi, repeat, warmup=1, progress=progress
+            tb,
+            raw_out or out.with_suffix(".raw.json"),
+            ops,
+            lo,
+            hi,
+            repeat,
+            warmup=1,
+            progress=progress,
+            command=command,
         )
     finally:
         if created:

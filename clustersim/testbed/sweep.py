@@ -42,6 +42,7 @@ def run(
     subgroups: bool = True,
     progress=None,
     timeout_s: float = 3600,
+    command: str | None = None,
 ) -> dict:
     """Run the sweep on every host of ``tb``; returns the raw measurement dict rank 0 wrote."""
     network = {
@@ -111,6 +112,7 @@ def run(
             for fh in logs:
                 fh.close()
     raw["provenance"]["testbed"] = network | {"kernel": os.uname().release, "machine": socket.gethostname()}
+    raw["provenance"]["source"] = command or f"clustersim calibrate run --testbed {tb.hosts}"
     from clustersim.io import write_json_atomically
 
     write_json_atomically(out_raw, raw)
