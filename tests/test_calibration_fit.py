@@ -212,3 +212,54 @@ def test_builtin_profiles_load():
     assert p.compute_phases and p.device == "V100-PCIe"
     with pytest.raises(InputError, match="unknown built-in profile"):
         load_profile("builtin:nope")
+
+
+@pytest.mark.parametrize(
+    ("time", "wrong", "match"),
+    [
+        ("nan", "0", "not a positive finite"),
+        ("inf", "0", "not a positive finite"),
+        ("5.0", "3", "3 wrong results"),
+    ],
+)
+def test_nccl_tests_rows_with_nan_times_or_wrong_results_are_refused(tmp_path, runner, time, wrong, match):
+    row = (
+        f"        1024           256     float     sum      -1 {time:>8}    0.2    0.3 {wrong:>6}"
+        "      5.0    0.2    0.3      0\n"
+    )
+    path = tmp_path / "bad.txt"
+    path.write_text(NCCL_TEXT.format(rows=nccl_rows(np.random.default_rng(0)) + row))
+    with pytest.raises(InputError, match=match) as exc:
+        parse_file(path)
+    assert "bad.txt" in str(exc.value) and "line" in str(exc.value)
+    from clustersim.cli import app
+
+    res = runner.invoke(app, ["calibrate", "import-nccl-tests", str(path), "--out", str(tmp_path / "p.json")])
+    assert res.exit_code == 2 and not (tmp_path / "p.json").exists()
+
+
+def test_nccl_tests_json_with_wrong_results_is_refused(tmp_path):
+    import json
+
+    data = {
+        "results": [{"size": 1024, "out_of_place": {"time": 5.0, "nwrong": 1}}],
+        "collective": "all_reduce",
+    }
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="wrong results"):
+        parse_file(path)
+
+
+@pytest.mark.parametrize("segment", [[0.0, -1e-3, 1e-9], [0.0, float("nan"), 1e-9], [0.0, 1e-5, -1e-9]])
+def test_profile_fits_with_negative_or_nan_parameters_are_refused(segment):
+    bad = {
+        "format": "clustersim-profile",
+        "format_version": 3,
+        "device": "A100-80GB",
+        "provenance": {"source": "x"},
+        "collectives": [{"op": "all_reduce", "nodes": 1, "gpus_per_node": 8, "segments": [segment]}],
+    }
+    with pytest.raises(InputError) as exc:
+        parse_profile(bad, "bad.json")
+    assert "bad.json" in str(exc.value) and "collectives" in str(exc.value)

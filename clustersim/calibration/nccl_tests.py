@@ -9,6 +9,7 @@ Times are microseconds. The ranks and nodes come from the ``#  Rank N ... on HOS
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -55,6 +56,8 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:  # noqa: 
         )
     cols = lines[header_idx].lstrip("#").split()
     i_size, i_time = cols.index("size"), cols.index("time")
+    # the header's "#wrong" is split off with the '#': it is the column after out-of-place busbw
+    i_wrong = cols.index("busbw") + 1 if "busbw" in cols and "wrong" in lines[header_idx] else None
     ranks: dict[int, str] = {}
     device_name = ""
     for line in lines[:header_idx]:
@@ -82,7 +85,14 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:  # noqa: 
             raise InputError(
                 f"line {n}: cannot read size/time from {stripped[:60]!r}", source=source
             ) from None
-        if size <= 0 or t_us <= 0:
+        _check_row(
+            size,
+            t_us,
+            parts[i_wrong] if i_wrong is not None and i_wrong < len(parts) else None,
+            source,
+            f"line {n}",
+        )
+        if size <= 0:
             continue
         rows.append((size, t_us * 1e-6))
     if not rows:
@@ -102,6 +112,22 @@ def parse_text(text: str, source: str, op: str | None = None) -> dict:  # noqa: 
     }
 
 
+def _check_row(size: float, t_us: float, wrong, source: str, where: str) -> None:
+    """A row with a non-finite or non-positive time, or nccl-tests' own '#wrong' count above zero
+    (the collective returned wrong data), is refused: nothing is fitted from a broken run."""
+    if not (math.isfinite(size) and math.isfinite(t_us)) or t_us <= 0:
+        raise InputError(f"{where}: time {t_us!r} us is not a positive finite number", source=source)
+    if wrong not in (None, "N/A", "n/a", "-"):
+        try:
+            count = float(wrong)
+        except (TypeError, ValueError):
+            raise InputError(f"{where}: cannot read the #wrong column ({wrong!r})", source=source) from None
+        if count != 0:
+            raise InputError(
+                f"{where}: nccl-tests reports {count:g} wrong results: the run is not valid", source=source
+            )
+
+
 def parse_json(data: dict, source: str, op: str | None = None) -> dict:
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list) or not results:
@@ -109,9 +135,11 @@ def parse_json(data: dict, source: str, op: str | None = None) -> dict:
     rows = []
     for i, r in enumerate(results):
         try:
-            rows.append((float(r["size"]), float(r["out_of_place"]["time"]) * 1e-6))
+            size, t_us = float(r["size"]), float(r["out_of_place"]["time"])
         except (KeyError, TypeError, ValueError):
             raise InputError("needs size and out_of_place.time", source=source, key=f"results.{i}") from None
+        _check_row(size, t_us, r["out_of_place"].get("nwrong"), source, f"results.{i}")
+        rows.append((size, t_us * 1e-6))
     op = op or _op_from(str(data.get("collective") or data.get("name") or ""))
     ranks = int(data.get("nranks") or data.get("nRanks") or 0) or None
     return {

@@ -91,6 +91,17 @@ class CollectiveFit(_Strict):
         description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table",
     )
 
+    @model_validator(mode="after")
+    def _physical(self) -> "CollectiveFit":
+        if not self.segments:
+            raise ValueError("a fit needs at least one segment")
+        for start, alpha, beta in self.segments:
+            for name, v in (("min_bytes", start), ("alpha_s", alpha), ("beta_s_per_byte", beta)):
+                _finite(v, name)
+                if v < 0:
+                    raise ValueError(f"{name} {v:g} is negative: a collective cannot take negative time")
+        return self
+
 
 def _finite(value: float, what: str) -> float:
     if not math.isfinite(value):
