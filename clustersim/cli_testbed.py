@@ -80,6 +80,82 @@ def testbed_exec(ctx: typer.Context, host: str = typer.Argument(..., help="h0, h
     raise typer.Exit(exec_in(host, list(ctx.args)).wait())
 
 
+@testbed_app.command("validate")
+@user_errors
+def testbed_validate(
+    hosts: str = typer.Option(
+        "2,4,8", "--hosts", help="Host counts to run the DDP job on (comma-separated)."
+    ),
+    rate: str = typer.Option("200mbit", "--rate", help="Link rate per host and direction, tc units."),
+    width: int = typer.Option(512, "--width", min=16, help="MLP width (4 Linear layers of width x width)."),
+    batch: int = typer.Option(256, "--batch", min=1, help="Samples per host per step."),
+    samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    json_out: bool = JsonOpt,
+):
+    """Predict a real PyTorch DDP training step on the emulated hosts, then run it: measured vs predicted.
+
+    The network model is fitted on a collective sweep over the smaller host groups; each host's compute
+    is measured by running the same MLP on all hosts at once without communication."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from clustersim.errors import InputError
+    from clustersim.testbed.hosts import require_tools
+    from clustersim.testbed.validate import validate_ddp
+
+    require_tools()
+    try:
+        counts = sorted({int(x) for x in hosts.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"expected comma-separated host counts, got {hosts!r}", key="--hosts") from None
+    if not counts or counts[0] < 2:
+        raise InputError("host counts must be 2 or more", key="--hosts")
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=json_out,
+    ) as bar:
+        task = bar.add_task("testbed validation", total=None)
+        result = validate_ddp(
+            counts,
+            rate,
+            width=width,
+            batch=batch,
+            samples=samples,
+            progress=lambda msg: bar.update(task, description=msg[:70]),
+        )
+    if json_out:
+        emit_json(result)
+        return
+
+    def ms(mid: float, lo: float, hi: float) -> str:
+        return f"{1e3 * mid:,.0f} ({1e3 * lo:,.0f}–{1e3 * hi:,.0f})"
+
+    rows = [
+        [
+            r["hosts"],
+            ms(r["measured_s"], r["measured_p10_s"], r["measured_p90_s"]),
+            ms(r["predicted_s"], r["predicted_p10_s"], r["predicted_p90_s"])
+            + (" ✓" if r["inside"] else " ✗"),
+            f"{100 * r['error']:+.1f}%",
+        ]
+        for r in result["rows"]
+    ]
+    console.print(
+        table(
+            f"DDP step of a {result['params']:,}-parameter MLP at {rate}, ms (P10–P90)",
+            ["hosts", "measured", "predicted", "error"],
+            rows,
+        )
+    )
+    console.print(
+        f"[dim]network model fitted on groups of {result['rows'][-1]['network_fitted_on_ranks']} hosts; "
+        "✓: the measured median is inside the predicted P10–P90[/]"
+    )
+
+
 def _print(tb) -> None:
     d = tb.describe()
     console.print(

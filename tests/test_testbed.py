@@ -132,3 +132,14 @@ def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
     big = max(recs, key=lambda r: r["bytes"])
     # ring all-reduce of S over 2 hosts sends S/2 each way: at 400 Mbit/s no faster than the wire allows
     assert big["median_s"] > (big["bytes"] / 2) / (0.4e9 / 8)
+
+
+def test_the_ddp_job_as_a_scenario_has_the_mlps_parameters_and_buckets():
+    from clustersim.testbed.validate import scenario_for
+    from clustersim.workloads import build_workload
+
+    s = scenario_for(8, 2e8, layers=4, width=512, batch=256)
+    assert s.cluster.nodes == 8 and s.cluster.gpu == "CPU-2vCPU" and s.cluster.nic.line_rate_gbps == 0.2
+    w = build_workload(s.workload)
+    assert w.params == 4 * (512 * 512 + 512)  # torch.nn.Linear(512, 512) x 4: weight and bias
+    assert s.training.first_bucket_cap_mb == 1 and s.training.ddp_bucket_cap_mb == 25  # DDP's defaults

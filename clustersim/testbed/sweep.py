@@ -52,47 +52,70 @@ def run(
         "hosts": tb.hosts,
         "emulated": "network namespaces + veth + bridge on one machine",
     }
-    root = _package_root()
+    args = [
+        "--device",
+        "cpu",
+        "--raw",
+        "--ops",
+        ops,
+        "--min-bytes",
+        str(min_bytes),
+        "--max-bytes",
+        str(max_bytes),
+        "--repeat",
+        str(repeat),
+        "--warmup",
+        str(warmup),
+    ] + (["--subgroups"] if subgroups else [])
+    raw = run_on_hosts(
+        tb,
+        "clustersim.calibration.collectives",
+        args,
+        {NETWORK_ENV: json.dumps(network)},
+        progress,
+        timeout_s,
+        "the sweep",
+    )
+    raw["provenance"]["testbed"] = network | {"kernel": os.uname().release, "machine": socket.gethostname()}
+    raw["provenance"]["source"] = command or f"clustersim calibrate run --testbed {tb.hosts}"
+    from clustersim.io import write_json_atomically
+
+    write_json_atomically(out_raw, raw)
+    return raw
+
+
+def run_on_hosts(
+    tb: Testbed,
+    module: str,
+    args: list[str],
+    extra_env: dict[str, str],
+    progress,
+    timeout_s: float,
+    what: str,
+    count: int | None = None,
+) -> dict:
+    """Run ``python -m module args --out FILE`` once per host, as ranks 0..N-1 of one torch.distributed job
+    (env:// rendezvous on host 0, gloo bound to each host's interface); returns the JSON rank 0 wrote."""
+    n_hosts = count or tb.hosts  # the first ``count`` hosts only, for a smaller job on a larger testbed
     procs = []
-    with tempfile.TemporaryDirectory(prefix="cst-sweep-") as tmp:
-        raw_tmp = Path(tmp) / "raw.json"
+    with tempfile.TemporaryDirectory(prefix="cst-run-") as tmp:
+        out = Path(tmp) / "out.json"
         # one log per host process, open for the processes' lifetime and closed in `finally` below
-        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(tb.hosts)]  # noqa: SIM115
+        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(n_hosts)]  # noqa: SIM115
         try:
-            for i in range(tb.hosts):
+            for i in range(n_hosts):
                 env = {
                     "RANK": str(i),
-                    "WORLD_SIZE": str(tb.hosts),
+                    "WORLD_SIZE": str(n_hosts),
                     "MASTER_ADDR": tb.address(0),
                     "MASTER_PORT": str(PORT),
                     "GLOO_SOCKET_IFNAME": HOST_IFACE,
                     HOST_ENV: f"h{i}",
-                    NETWORK_ENV: json.dumps(network),
                     "OMP_NUM_THREADS": "1",
-                    "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    **extra_env,
+                    "PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 }
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "clustersim.calibration.collectives",
-                    "--device",
-                    "cpu",
-                    "--raw",
-                    "--out",
-                    str(raw_tmp),
-                    "--ops",
-                    ops,
-                    "--min-bytes",
-                    str(min_bytes),
-                    "--max-bytes",
-                    str(max_bytes),
-                    "--repeat",
-                    str(repeat),
-                    "--warmup",
-                    str(warmup),
-                ]
-                if subgroups:
-                    cmd.append("--subgroups")
+                cmd = [sys.executable, "-m", module, *args, "--out", str(out)]
                 procs.append(
                     tb_hosts.exec_in(tb.host(i), cmd, env=env, stdout=logs[i], stderr=logs[i], text=True)
                 )
@@ -102,21 +125,15 @@ def run(
                 logs[failed[0]].seek(0)
                 tail = [ln.strip() for ln in logs[failed[0]].read().splitlines() if ln.strip()][-3:]
                 raise InputError(
-                    f"the sweep failed on host h{failed[0]}: " + " | ".join(tail)[-400:], key="testbed"
+                    f"{what} failed on host h{failed[0]}: " + " | ".join(tail)[-400:], key="testbed"
                 )
-            raw = json.loads(raw_tmp.read_text())
+            return json.loads(out.read_text())
         finally:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
             for fh in logs:
                 fh.close()
-    raw["provenance"]["testbed"] = network | {"kernel": os.uname().release, "machine": socket.gethostname()}
-    raw["provenance"]["source"] = command or f"clustersim calibrate run --testbed {tb.hosts}"
-    from clustersim.io import write_json_atomically
-
-    write_json_atomically(out_raw, raw)
-    return raw
 
 
 def _wait(procs, log0, progress, timeout_s: float) -> None:

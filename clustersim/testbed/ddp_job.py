@@ -1,0 +1,98 @@
+"""A real data-parallel training job to check predictions against: an MLP under PyTorch DDP over gloo.
+
+Run once per emulated host (testbed/sweep.py run_on_hosts). ``--mode ddp`` trains with
+DistributedDataParallel (its default 25 MiB buckets, 1 MiB first bucket, overlap with backward) and
+Adam, and records the step time (the slowest rank's, per step). ``--mode local`` runs the same model on
+every host at the same time without gradient communication, recording forward, backward and
+optimizer times: that is how fast each emulated host computes while its neighbours compute too (the
+hosts share this machine's cores), i.e. the compute calibration of the testbed's "device".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def _model(torch, layers: int, width: int):
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods)
+
+
+def _quantiles(xs: list[float]) -> dict:
+    q = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
+    return {"median_s": statistics.median(xs), "p10_s": q[0], "p90_s": q[-1], "samples": len(xs)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("ddp", "local"), required=True)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = _model(torch, args.layers, args.width)
+    if args.mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, args.width)
+    times: dict[str, list[float]] = {"step": [], "forward": [], "backward": [], "optimizer": []}
+    for i in range(args.warmup + args.steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = model(x).square().mean()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        t3 = time.perf_counter()
+        if i >= args.warmup:
+            for key, value in (
+                ("step", t3 - t0),
+                ("forward", t1 - t0),
+                ("backward", t2 - t1),
+                ("optimizer", t3 - t2),
+            ):
+                times[key].append(value)
+    # the slowest rank per step, as a synchronous step waits for it
+    mine = torch.tensor([times[k] for k in ("step", "forward", "backward", "optimizer")], dtype=torch.float64)
+    gathered = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    slowest = torch.stack(gathered).max(dim=0).values.tolist()
+    if rank == 0:
+        params = sum(p.numel() for p in model.parameters())
+        result = {
+            "mode": args.mode,
+            "hosts": world,
+            "layers": args.layers,
+            "width": args.width,
+            "batch": args.batch,
+            "params": params,
+            "torch": torch.__version__,
+            **{k: _quantiles(v) for k, v in zip(("step", "forward", "backward", "optimizer"), slowest)},
+        }
+        with open(args.out, "w") as fh:
+            json.dump(result, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
