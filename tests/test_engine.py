@@ -64,8 +64,10 @@ def test_max_min_fairness_gives_the_small_flow_its_full_rate():
 def test_bytes_through_a_link_never_exceed_its_capacity():
     p = Program(links={"a": 4.0, "b": 6.0})
     ops = [
-        p.add(f"f{i}", f"s{i}", 1.0, "transfer", demands=d)
-        for i, d in enumerate([{"a": 4.0}, {"a": 4.0, "b": 6.0}, {"b": 6.0}])
+        p.add(f"f{i}", stream, 1.0, "transfer", demands=d)
+        for i, (stream, d) in enumerate(
+            zip(("copy", "d2h", "h2d"), [{"a": 4.0}, {"a": 4.0, "b": 6.0}, {"b": 6.0}])
+        )
     ]
     start, end, _ = run(p)
     # Equal bandwidth on each flow's heaviest link: a saturates at 2.4 B/s each for f0 and f1
@@ -91,7 +93,15 @@ def test_zero_duration_ops_and_long_chains():
 
 def test_deadlock_is_reported():
     p = Program()
-    p.add("a", "s1", 1.0, "forward", deps=(1,))
-    p.add("b", "s2", 1.0, "forward", deps=(0,))
+    p.add("a", "compute", 1.0, "forward", deps=(1,))
+    p.add("b", "comm", 1.0, "forward", deps=(0,))
     with pytest.raises(RuntimeError, match="deadlock"):
         Engine(p).run()
+
+
+def test_an_unknown_stream_or_category_is_an_error_where_it_is_made():
+    p = Program()
+    with pytest.raises(ValueError, match="unknown stream 'compte'"):
+        p.add("a", "compte", 1.0, "forward")
+    with pytest.raises(ValueError, match="unknown op category"):
+        p.add("a", "compute", 1.0, "fwd")

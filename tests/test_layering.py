@@ -13,7 +13,7 @@ import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent / "clustersim"
 LAYERS = [
-    ("errors", "units", "catalogs", "io"),
+    ("errors", "units", "catalogs", "io", "identifiers"),
     ("catalog", "scenario", "optimizer_options"),
     ("workloads", "topologies"),
     ("cost_models",),

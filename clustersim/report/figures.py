@@ -6,6 +6,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from clustersim.identifiers import Stream
 from clustersim.report.analysis import pareto
 
 PARTS = [
@@ -16,7 +17,7 @@ PARTS = [
     ("other_s", "other"),
     ("exposed_communication_s", "exposed communication"),
 ]
-STREAM_ORDER = ["compute", "comm", "host", "cpu", "copy", "d2h", "h2d", "d2h_state", "h2d_state"]
+STREAM_ORDER = list(Stream)  # one row per stream, in the order they are declared
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import simpy
 
+from clustersim.identifiers import Stream
 from clustersim.simulator.program import Op, Program
 
 # Floating-point tolerances, not model constants. Simulated times are seconds (1e-6 .. 1e4) and rates
@@ -94,7 +95,9 @@ class Engine:
         slowdown = max((r.op.compute_slowdown for r in self._running), default=0.0)
         caps = {}
         for r in self._running:
-            caps[r] = 1.0 - slowdown if (r.op.stream == "compute" and r.op.compute_slowdown == 0.0) else 1.0
+            caps[r] = (
+                1.0 - slowdown if (r.op.stream == Stream.COMPUTE and r.op.compute_slowdown == 0.0) else 1.0
+            )
         sharing = [r for r in self._running if r.op.demands]
         for r in self._running:
             r.rate = caps[r]

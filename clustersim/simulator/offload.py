@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.errors import InputError
+from clustersim.identifiers import PlacementKind
 from clustersim.simulator.host import HostModel
 from clustersim.simulator.program import Program
 from clustersim.units import format_bytes
@@ -98,7 +99,10 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         )
     if off.mode == "zero" or off.placement == "cpu":
         return Placement(
-            size, ["cpu"] * n, partition_params, "all on the CPU" if off.mode == "zero" else "placement: cpu"
+            size,
+            [PlacementKind.CPU] * n,
+            partition_params,
+            "all on the CPU" if off.mode == "zero" else "placement: cpu",
         )
     state_bytes = size * spec.state
     if off.placement == "gpu":
@@ -108,7 +112,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
                 f"needed, {format_bytes(free_peak)} free at the forward/backward peak",
                 key="training.offload.placement",
             )
-        return Placement(size, ["gpu_resident"] * n, partition_params, "placement: gpu")
+        return Placement(size, [PlacementKind.GPU_RESIDENT] * n, partition_params, "placement: gpu")
     resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
     can_stream = free_update - resident * state_bytes >= 2 * state_bytes
     bw = min(host.pcie, host.switch_share)
@@ -123,7 +127,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
     )
     dram_gpu = 2 * size * spec.state / host.dram_share
-    kinds = ["gpu_resident"] * resident
+    kinds = [PlacementKind.GPU_RESIDENT] * resident
     cpu = h2d = d2h = dram = 0.0
     gpu = resident * t_gpu  # resident subgroups update first, on the GPU, without copies
     for _ in range(n - resident):
@@ -142,10 +146,10 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
             g_dram = dram + dram_gpu
             g_finish = max(g_d2h, g_gpu, cpu, h2d, d2h, g_h2d, g_dram)
         if g_finish < cpu_finish:
-            kinds.append("gpu_streamed")
+            kinds.append(PlacementKind.GPU_STREAMED)
             h2d, gpu, d2h, dram = g_h2d, g_gpu, g_d2h, g_dram
         else:
-            kinds.append("cpu")
+            kinds.append(PlacementKind.CPU)
             d2h, cpu, h2d, dram = c_d2h, c_cpu, c_h2d, c_dram
     return Placement(size, kinds, partition_params)
 
@@ -184,7 +188,7 @@ def add_offloaded_update(
     deps = tuple(d for d in deps if d is not None)
     for i, (kind, params) in enumerate(_chunks(placement, partition_params)):
         tag = f"{label} chunk{i} ({kind}, {params / 1e6:,.1f}M params)"
-        if kind == "cpu":
+        if kind == PlacementKind.CPU:
             dep = deps
             if not inputs_on_host:
                 t, dem = host.copy(params * spec.to_host, to_host=True)
@@ -193,7 +197,7 @@ def add_offloaded_update(
             cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", dep, demands=dem, meta={"params": params})
             t, dem = host.copy(params * spec.to_device, to_host=False)
             ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
-        elif kind == "gpu_streamed":
+        elif kind == PlacementKind.GPU_STREAMED:
             t, dem = host.copy(params * spec.state, to_host=False)
             load = prog.add(f"H2D state {tag}", "h2d_state", t, "transfer", deps, demands=dem)
             upd = prog.add(
@@ -219,12 +223,14 @@ def add_offloaded_update(
 
 
 def gpu_fraction(placement: Placement) -> float:
-    return sum(1 for k in placement.kinds if k != "cpu") / len(placement.kinds)
+    return sum(1 for k in placement.kinds if k != PlacementKind.CPU) / len(placement.kinds)
 
 
 def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params: float) -> dict[str, float]:
-    resident = placement.count("gpu_resident") * placement.subgroup_params * spec.state
-    streamed = (2 * placement.subgroup_params * spec.state) if placement.count("gpu_streamed") else 0.0
+    resident = placement.count(PlacementKind.GPU_RESIDENT) * placement.subgroup_params * spec.state
+    streamed = (
+        (2 * placement.subgroup_params * spec.state) if placement.count(PlacementKind.GPU_STREAMED) else 0.0
+    )
     c = ctx.scenario.cluster
     host_bytes = partition_params * (spec.state + spec.to_host) * c.gpus_per_node
     if host_bytes > c.host.memory_gib * 2**30:

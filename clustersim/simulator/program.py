@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
+
 # Breakdown categories, in the order they are attributed when several streams are busy at once.
-COMPUTE_CATEGORIES = ("forward", "backward", "compression", "optimizer", "other")
-CATEGORIES = COMPUTE_CATEGORIES + ("communication", "host", "transfer")
+CATEGORIES = tuple(Category)
+__all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "Op", "Program"]
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Program:
     def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
         if category not in CATEGORIES:
             raise ValueError(f"unknown op category {category!r}")
+        if stream not in Stream.__members__.values():
+            raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})")
+        stream, category = Stream(stream), Category(category)
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
         op = Op(

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clustersim.simulator.program import COMPUTE_CATEGORIES, Program
+from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
+from clustersim.simulator.program import Program
 
 BREAKDOWN_KEYS = (
     "forward",
@@ -24,7 +25,11 @@ BREAKDOWN_KEYS = (
     "exposed_transfer",
     "idle",
 )
-_EXPOSED = {"communication": "exposed_communication", "host": "exposed_host", "transfer": "exposed_transfer"}
+_EXPOSED = {
+    Category.COMMUNICATION: "exposed_communication",
+    Category.HOST: "exposed_host",
+    Category.TRANSFER: "exposed_transfer",
+}
 
 
 @dataclass
@@ -149,11 +154,11 @@ def attribute_timeline(
         active = [s for s in active if s[1] > a]
         mid_active = [s[2] for s in active if s[0] <= a < s[1]]
         label = "idle"
-        compute = [o for o in mid_active if o.category in COMPUTE_CATEGORIES and o.stream == "compute"]
+        compute = [o for o in mid_active if o.category in COMPUTE_CATEGORIES and o.stream == Stream.COMPUTE]
         if compute:
             label = compute[0].category
         else:
-            for cat in ("communication", "host", "transfer"):
+            for cat in (Category.COMMUNICATION, Category.HOST, Category.TRANSFER):
                 if any(o.category == cat for o in mid_active):
                     label = _EXPOSED[cat]
                     break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from clustersim.calibration.profile import Profile, load_profile
+from clustersim.identifiers import PlacementKind
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine
@@ -64,12 +65,12 @@ def _best_placement(
 
     plan = ctx.offload_placement
     n = len(plan.kinds)
-    resident = plan.count("gpu_resident")
-    alternatives = {"all on the CPU": ["cpu"] * n}
-    if plan.count("gpu_streamed") or resident < n:
-        alternatives["all on the GPU (streamed)"] = ["gpu_resident"] * resident + ["gpu_streamed"] * (
-            n - resident
-        )
+    resident = plan.count(PlacementKind.GPU_RESIDENT)
+    alternatives = {"all on the CPU": [PlacementKind.CPU] * n}
+    if plan.count(PlacementKind.GPU_STREAMED) or resident < n:
+        alternatives["all on the GPU (streamed)"] = [PlacementKind.GPU_RESIDENT] * resident + [
+            PlacementKind.GPU_STREAMED
+        ] * (n - resident)
     candidates = {"performance model": planned}
     for name, kinds in alternatives.items():
         alt_ctx = build_context(scenario, profile, perturbation)
@@ -168,7 +169,7 @@ def _run(ctx: SimulationContext) -> SimulationResult:
             "mode": scenario.training.offload.mode,
             "subgroups": len(p.kinds),
             "subgroup_params": p.subgroup_params,
-            "placement": {k: p.count(k) for k in ("cpu", "gpu_streamed", "gpu_resident")},
+            "placement": {str(k): p.count(k) for k in PlacementKind},
             "ranges": p.ranges(),
             "chosen_by": p.chosen_by,
             "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
