@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from clustersim.calibration.profile import Profile, load_profile
-from clustersim.identifiers import PlacementKind
+from clustersim.identifiers import Category, PlacementKind
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine
@@ -83,35 +85,37 @@ def _best_placement(
     return best
 
 
-def _run(ctx: SimulationContext) -> SimulationResult:
-    scenario = ctx.scenario
-    strategy = registry.create(ctx)
-    steps = strategy.steps()
-    memory = gpu_memory(ctx, strategy)
-    check_fits(ctx, memory)
-    links = ctx.link_capacities()
+@dataclass
+class _StepsOutcome:
+    """The weighted mean over a strategy's step programs, and the records of the most frequent one."""
+
+    iteration: float = 0.0
+    breakdown: dict = field(default_factory=lambda: dict.fromkeys(BREAKDOWN_KEYS, 0.0))
+    intra: float = 0.0
+    inter: float = 0.0
+    per_step: list = field(default_factory=list)
+    main_records: list = field(default_factory=list)
+    main_times: tuple = ({}, {})
+
+
+def _simulate_steps(steps, links: dict[str, float]) -> _StepsOutcome:
+    out = _StepsOutcome()
     total_weight = sum(s.weight for s in steps)
-    iteration = 0.0
-    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    intra = inter = 0.0
-    per_step = []
     main = max(steps, key=lambda s: s.weight)
-    main_records: list[OpRecord] = []
-    main_times = ({}, {})
     for step in steps:
         # Every program shares the rank's host links (PCIe, switch uplink, DRAM); strategies need not know.
         step.program.links = {**links, **step.program.links}
         start, end = Engine(step.program).run()
         t, parts = attribute_timeline(step.program, start, end)
         w = step.weight / total_weight
-        iteration += w * t
+        out.iteration += w * t
         for k, v in parts.items():
-            breakdown[k] += w * v
+            out.breakdown[k] += w * v
         s_intra = sum(op.intra_node_bytes for op in step.program.ops)
         s_inter = sum(op.inter_node_bytes for op in step.program.ops)
-        intra += w * s_intra
-        inter += w * s_inter
-        per_step.append(
+        out.intra += w * s_intra
+        out.inter += w * s_inter
+        out.per_step.append(
             {
                 "label": step.label,
                 "weight": w,
@@ -122,8 +126,8 @@ def _run(ctx: SimulationContext) -> SimulationResult:
             }
         )
         if step is main:
-            main_times = (start, end)
-            main_records = [
+            out.main_times = (start, end)
+            out.main_records = [
                 OpRecord(
                     op.name,
                     op.stream,
@@ -136,46 +140,63 @@ def _run(ctx: SimulationContext) -> SimulationResult:
                 )
                 for op in step.program.ops
             ]
-    buckets = [
-        {
-            "bucket": b["bucket"],
-            "bytes": b["bytes"],
-            "start_s": main_times[0][b["op"]],
-            "end_s": main_times[1][b["op"]],
-        }
-        for b in main.buckets
-    ]
+    return out
+
+
+def _sources(ctx: SimulationContext, records: list[OpRecord]) -> dict[str, str]:
+    """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
+    c = ctx.scenario.cluster
     sources = dict(ctx.device.sources)
-    sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).bottleneck
-    if scenario.cluster.nodes > 1:
+    sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
+    if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
     by_source: dict[str, set] = {}
-    for r in main_records:
-        if r.category == "communication" and r.meta.get("source") not in (None, "none"):
+    for r in records:
+        if r.category == Category.COMMUNICATION and r.meta.get("source") not in (None, "none"):
             by_source.setdefault(r.meta["source"], set()).add(r.meta.get("op"))
     for src, ops in sorted(by_source.items()):
         label = "collectives (measured fits)" if src.startswith("measured fit") else f"collectives ({src})"
         sources[label] = ", ".join(sorted(o for o in ops if o))
-    extra: dict = {"steps": per_step} if len(steps) > 1 else {}
+    return sources
+
+
+def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
+    p, host = ctx.offload_placement, ctx.host
+    sources["CPU optimizer rate"] = (
+        "measured CPU Adam, scaled to threads, capped by DRAM"
+        if host.measured_params_per_s
+        else "DRAM roofline (host DRAM per GPU / bytes per parameter)"
+    )
+    return {
+        "mode": ctx.scenario.training.offload.mode,
+        "subgroups": len(p.kinds),
+        "subgroup_params": p.subgroup_params,
+        "placement": {str(k): p.count(k) for k in PlacementKind},
+        "ranges": p.ranges(),
+        "chosen_by": p.chosen_by,
+        "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
+        "pcie_gbs": host.pcie / 1e9,
+        "host_dram_gbs_per_gpu": host.dram_share / 1e9,
+    }
+
+
+def _run(ctx: SimulationContext) -> SimulationResult:
+    scenario = ctx.scenario
+    strategy = registry.create(ctx)
+    steps = strategy.steps()
+    memory = gpu_memory(ctx, strategy)
+    check_fits(ctx, memory)
+    out = _simulate_steps(steps, ctx.link_capacities())
+    main = max(steps, key=lambda s: s.weight)
+    starts, ends = out.main_times
+    buckets = [
+        {"bucket": b["bucket"], "bytes": b["bytes"], "start_s": starts[b["op"]], "end_s": ends[b["op"]]}
+        for b in main.buckets
+    ]
+    sources = _sources(ctx, out.main_records)
+    extra: dict = {"steps": out.per_step} if len(steps) > 1 else {}
     if ctx.offload_placement is not None:
-        p = ctx.offload_placement
-        host = ctx.host
-        sources["CPU optimizer rate"] = (
-            "measured CPU Adam, scaled to threads, capped by DRAM"
-            if host.measured_params_per_s
-            else "DRAM roofline (host DRAM per GPU / bytes per parameter)"
-        )
-        extra["offload"] = {
-            "mode": scenario.training.offload.mode,
-            "subgroups": len(p.kinds),
-            "subgroup_params": p.subgroup_params,
-            "placement": {str(k): p.count(k) for k in PlacementKind},
-            "ranges": p.ranges(),
-            "chosen_by": p.chosen_by,
-            "cpu_params_per_s": host.cpu_rate(ctx.offload_spec.cpu_dram),
-            "pcie_gbs": host.pcie / 1e9,
-            "host_dram_gbs_per_gpu": host.dram_share / 1e9,
-        }
+        extra["offload"] = _offload_summary(ctx, sources)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
     samples = (
@@ -188,15 +209,15 @@ def _run(ctx: SimulationContext) -> SimulationResult:
         nodes=scenario.cluster.nodes,
         gpus_per_node=scenario.cluster.gpus_per_node,
         samples_per_iteration=samples,
-        iteration_time=iteration,
-        breakdown=breakdown,
+        iteration_time=out.iteration,
+        breakdown=out.breakdown,
         bytes_per_link_kind={
-            "intra_node_per_node": intra,
-            "inter_node_per_node": inter,
+            "intra_node_per_node": out.intra,
+            "inter_node_per_node": out.inter,
             "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class,
         },
         buckets=buckets,
-        ops=main_records,
+        ops=out.main_records,
         notes=list(ctx.notes),
         sources=sources,
         memory=memory,
