@@ -115,43 +115,68 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         return Placement(size, [PlacementKind.GPU_RESIDENT] * n, partition_params, "placement: gpu")
     resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
     can_stream = free_update - resident * state_bytes >= 2 * state_bytes
+    kinds = _place_streamed_or_cpu(ctx, spec, host, size, n, resident, can_stream, inputs_on_host)
+    return Placement(size, kinds, partition_params)
+
+
+@dataclass
+class _Clocks:
+    """When each resource is next free: the CPU, the GPU, each PCIe direction, host DRAM."""
+
+    cpu: float = 0.0
+    gpu: float = 0.0
+    h2d: float = 0.0
+    d2h: float = 0.0
+    dram: float = 0.0
+
+
+def _place_streamed_or_cpu(
+    ctx,
+    spec: UpdateSpec,
+    host: HostModel,
+    size: float,
+    n: int,
+    resident: int,
+    can_stream: bool,
+    inputs_on_host: bool,
+) -> list:
+    """Resident subgroups first; then, subgroup by subgroup, the path (CPU update, or state streamed to
+    the GPU and back) that finishes earlier on separate clocks for CPU, GPU, each PCIe direction, DRAM."""
     bw = min(host.pcie, host.switch_share)
-    hbm = ctx.device.memory_rate
     t_in = 0.0 if inputs_on_host else size * spec.to_host / bw
     t_cpu = size / host.cpu_rate(spec.cpu_dram)
     t_back = size * spec.to_device / bw
     t_state = size * spec.state / bw
-    t_gpu = size * spec.gpu_update / hbm
+    t_gpu = size * spec.gpu_update / ctx.device.memory_rate
     # Host DRAM is shared by the CPU update and every copy (they all read or write host memory).
     dram_cpu = (
         size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
     )
     dram_gpu = 2 * size * spec.state / host.dram_share
     kinds = [PlacementKind.GPU_RESIDENT] * resident
-    cpu = h2d = d2h = dram = 0.0
-    gpu = resident * t_gpu  # resident subgroups update first, on the GPU, without copies
+    now = _Clocks(gpu=resident * t_gpu)  # resident subgroups update first, on the GPU, without copies
     for _ in range(n - resident):
         # CPU path: input copy, CPU update, parameters back
-        c_d2h = d2h + t_in
-        c_cpu = max(cpu, c_d2h) + t_cpu
-        c_h2d = max(h2d, c_cpu) + t_back
-        c_dram = dram + dram_cpu
-        cpu_finish = max(c_h2d, c_cpu, gpu, d2h, h2d, c_dram)
+        via_cpu = _Clocks(gpu=now.gpu, d2h=now.d2h + t_in)
+        via_cpu.cpu = max(now.cpu, via_cpu.d2h) + t_cpu
+        via_cpu.h2d = max(now.h2d, via_cpu.cpu) + t_back
+        via_cpu.dram = now.dram + dram_cpu
+        cpu_finish = max(via_cpu.h2d, via_cpu.cpu, now.gpu, now.d2h, now.h2d, via_cpu.dram)
         # GPU path: state in, GPU update, state out
         g_finish = float("inf")
         if can_stream:
-            g_h2d = h2d + t_state
-            g_gpu = max(gpu, g_h2d) + t_gpu
-            g_d2h = max(d2h, g_gpu) + t_state
-            g_dram = dram + dram_gpu
-            g_finish = max(g_d2h, g_gpu, cpu, h2d, d2h, g_h2d, g_dram)
+            via_gpu = _Clocks(cpu=now.cpu, h2d=now.h2d + t_state)
+            via_gpu.gpu = max(now.gpu, via_gpu.h2d) + t_gpu
+            via_gpu.d2h = max(now.d2h, via_gpu.gpu) + t_state
+            via_gpu.dram = now.dram + dram_gpu
+            g_finish = max(via_gpu.d2h, via_gpu.gpu, now.cpu, now.h2d, now.d2h, via_gpu.h2d, via_gpu.dram)
         if g_finish < cpu_finish:
             kinds.append(PlacementKind.GPU_STREAMED)
-            h2d, gpu, d2h, dram = g_h2d, g_gpu, g_d2h, g_dram
+            now = via_gpu
         else:
             kinds.append(PlacementKind.CPU)
-            d2h, cpu, h2d, dram = c_d2h, c_cpu, c_h2d, c_dram
-    return Placement(size, kinds, partition_params)
+            now = via_cpu
+    return kinds
 
 
 def _chunks(placement: Placement, total_params: float) -> list[tuple[str, float]]:
