@@ -28,7 +28,10 @@ from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.cli_support import ms as _ms
 from clustersim.cli_testbed import testbed_app
 from clustersim.errors import InputError
+from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.units import format_bytes, format_seconds, parse_bytes
+
+ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
 
 app = typer.Typer(
     name="clustersim",
@@ -157,7 +160,11 @@ def collective(
         "all_reduce", "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast"
     ),
     size: str = typer.Option("32MiB", "--bytes", help="Message size: 512, 64KiB, 32MiB, 1GB ..."),
-    algo: str = typer.Option("auto", "--algo", help="auto (NCCL-like choice) | ring | tree | hd | hier"),
+    algo: str = typer.Option(
+        "auto",
+        "--algo",
+        help="auto (NCCL-like or the calibrated backend's choice) | " + " | ".join(ALGO_NAMES[1:]),
+    ),
     group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,

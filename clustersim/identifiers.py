@@ -65,3 +65,23 @@ class PlacementKind(StrEnum):
     CPU = "cpu"
     GPU_STREAMED = "gpu_streamed"
     GPU_RESIDENT = "gpu_resident"
+
+
+class CollectiveAlgorithm(StrEnum):
+    """Names a scenario or --algo may ask for; cost_models/collective_algorithms.py registers one
+    function per (op, name) and a test keeps the two in step."""
+
+    AUTO = "auto"
+    RING = "ring"
+    TREE = "tree"
+    HD = "hd"
+    HIER = "hier"
+    BINOMIAL_CONCURRENT = "binomial_concurrent"
+
+
+class IntraNodeFabric(StrEnum):
+    """How a node's GPUs are joined; topologies/node.py registers one graph builder per fabric."""
+
+    NVSWITCH = "nvswitch"
+    NVLINK_MESH = "nvlink_mesh"
+    PCIE = "pcie"

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from clustersim import catalog
 from clustersim.catalog import Precision
 from clustersim.errors import InputError
+from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
 from clustersim.io import first_error, read_structured_file
 from clustersim.optimizer_options import parse_options
 
@@ -30,7 +31,7 @@ class _Strict(BaseModel):
 class IntraNodeSpec(_Strict):
     """How the GPUs of one node talk to each other."""
 
-    fabric: Literal["nvswitch", "nvlink_mesh", "pcie"] = "nvswitch"
+    fabric: IntraNodeFabric = IntraNodeFabric.NVSWITCH
     pcie_gen: int | None = Field(None, ge=3, le=6, description="default: the GPU's PCIe generation")
     gpus_per_pcie_switch: int = Field(2, gt=0)
     p2p: bool = Field(True, description="PCIe peer-to-peer; false stages GPU-GPU traffic through host memory")
@@ -139,7 +140,7 @@ class TrainingSpec(_Strict):
     ddp_bucket_cap_mb: float = Field(25.0, gt=0)
     first_bucket_cap_mb: float = Field(1.0, gt=0)
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
-    collective_algorithm: Literal["auto", "ring", "tree", "hd", "hier"] = "auto"
+    collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
 
 

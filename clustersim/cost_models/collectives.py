@@ -27,12 +27,13 @@ from clustersim.cost_models import closed_forms as cf
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.network_params import DEFAULT, NetworkParams, class_key
 from clustersim.errors import InputError
-from clustersim.identifiers import CollectiveOp, Protocol
+from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
 from clustersim.topologies.cluster import Cluster, GroupShape
 
 OPS = tuple(CollectiveOp)
 assert set(OPS) == set(algos.ops()), "every collective op needs registered algorithms"
-ALGORITHMS = algos.algorithm_names()
+ALGORITHMS = tuple(CollectiveAlgorithm)
+assert set(ALGORITHMS) == set(algos.algorithm_names()), "registered algorithms and their names differ"
 PROTOCOLS = tuple(Protocol)
 
 

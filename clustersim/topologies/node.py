@@ -10,6 +10,7 @@ from __future__ import annotations
 import networkx as nx
 
 from clustersim.catalog import GpuSpec, hardware_defaults
+from clustersim.identifiers import IntraNodeFabric
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.links import LinkKind
 from clustersim.topologies.links import add_link as _add_link
@@ -17,28 +18,6 @@ from clustersim.topologies.links import add_link as _add_link
 
 def add_link(graph, a: str, b: str, kind: LinkKind, bandwidth: float) -> None:
     _add_link(graph, a, b, kind, bandwidth, hop_latency(kind))
-
-
-# DGX-1 with V100: NVLink pairs and link multiplicity (nvidia-smi topo -m on a DGX-1V; NVIDIA
-# "DGX-1 With Tesla V100 System Architecture" whitepaper, fig. 3). Six links per GPU.
-DGX1_V100_NVLINKS = {
-    (0, 1): 1,
-    (0, 2): 1,
-    (0, 3): 2,
-    (0, 4): 2,
-    (1, 2): 2,
-    (1, 3): 1,
-    (1, 5): 2,
-    (2, 3): 2,
-    (2, 6): 1,
-    (3, 7): 1,
-    (4, 5): 1,
-    (4, 6): 1,
-    (4, 7): 2,
-    (5, 6): 2,
-    (5, 7): 1,
-    (6, 7): 2,
-}
 
 
 def pcie_bandwidth(gen: int) -> float:
@@ -80,14 +59,41 @@ def build_node_graph(spec: ClusterSpec, gpu: GpuSpec) -> nx.DiGraph:
     for m in range(spec.nic.count):
         g.add_node(f"nic{m}", role="nic")
         add_link(g, f"nic{m}", f"pciesw{m * n_switch // max(1, spec.nic.count)}", LinkKind.PCIE, pcie)
-    per_link = gpu.nvlink.gbs_per_link * 1e9
-    if intra.fabric == "nvswitch":
-        g.add_node("nvswitch", role="nvswitch")
-        for i in range(n_gpu):
-            add_link(g, f"gpu{i}", "nvswitch", LinkKind.NVSWITCH, gpu.nvlink.links * per_link)
-    elif intra.fabric == "nvlink_mesh":
-        for (a, b), count in DGX1_V100_NVLINKS.items():
-            if a < n_gpu and b < n_gpu:
-                # Scale the pair's share by the GPU's link count (A100/H100 meshes have more links).
-                add_link(g, f"gpu{a}", f"gpu{b}", LinkKind.NVLINK, count * per_link * gpu.nvlink.links / 6)
+    FABRICS[IntraNodeFabric(intra.fabric)](g, n_gpu, gpu)
     return g
+
+
+def _nvswitch(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
+    """Every GPU's NVLinks to one switch (DGX/HGX A100, H100)."""
+    g.add_node("nvswitch", role="nvswitch")
+    for i in range(n_gpu):
+        add_link(
+            g, f"gpu{i}", "nvswitch", LinkKind.NVSWITCH, gpu.nvlink.links * gpu.nvlink.gbs_per_link * 1e9
+        )
+
+
+def _nvlink_mesh(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
+    """DGX-1's hybrid cube-mesh: the pairs and link counts of catalogs/hardware_defaults.yaml."""
+    mesh = hardware_defaults()["dgx1_nvlink_mesh"]
+    per_link = gpu.nvlink.gbs_per_link * 1e9
+    for a, b, count in mesh["pairs"]:
+        if a < n_gpu and b < n_gpu:
+            # Scale the pair's share by the GPU's link count (A100/H100 meshes have more links).
+            add_link(
+                g,
+                f"gpu{a}",
+                f"gpu{b}",
+                LinkKind.NVLINK,
+                count * per_link * gpu.nvlink.links / mesh["links_per_gpu"],
+            )
+
+
+def _pcie_only(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
+    """No NVLink: GPUs reach each other through the PCIe tree built above."""
+
+
+FABRICS = {
+    IntraNodeFabric.NVSWITCH: _nvswitch,
+    IntraNodeFabric.NVLINK_MESH: _nvlink_mesh,
+    IntraNodeFabric.PCIE: _pcie_only,
+}

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.optimizer_options import NoOptions
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
@@ -27,7 +28,7 @@ class Strategy:
     summary: ClassVar[str]
     Options: ClassVar[type[BaseModel]] = NoOptions
     #: bytes of HBM traffic per parameter for the optimizer's update kernel(s)
-    update_bytes_per_param: ClassVar[float] = 28.0
+    update_bytes_per_param: ClassVar[float] = FUSED_ADAM
     #: bytes of optimizer state per parameter kept on the GPU (beyond params and grads)
     state_bytes_per_param: ClassVar[float] = 8.0
     #: the part of it that must stay on the GPU when the optimizer is offloaded
