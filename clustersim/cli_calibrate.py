@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, table, user_errors
+from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors
 from clustersim.cli_support import ms as _ms
 from clustersim.units import format_bytes
 
@@ -78,29 +78,11 @@ def calibrate_run(
 
     command = "clustersim " + " ".join(sys.argv[1:])
     if testbed is not None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         from clustersim.testbed.calibrate import calibrate_on_testbed
 
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=json_out,
-        ) as bar:
-            task = bar.add_task(f"collectives over {testbed} emulated hosts at {rate}", total=None)
+        with spinner(f"collectives over {testbed} emulated hosts at {rate}", json_out) as progress:
             profile = calibrate_on_testbed(
-                testbed,
-                rate,
-                out,
-                raw_out,
-                min_bytes,
-                max_bytes,
-                ops,
-                repeat,
-                progress=lambda msg: bar.update(task, description=msg),
+                testbed, rate, out, raw_out, min_bytes, max_bytes, ops, repeat, progress=progress
             )
         _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
         return

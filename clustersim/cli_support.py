@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
@@ -73,3 +74,20 @@ def load_scenario_ref(ref: str):
 
 def ms(t: float) -> str:
     return f"{t * 1e3:,.2f}"
+
+
+@contextmanager
+def spinner(description: str, disabled: bool = False):
+    """A one-line live status for long work of unknown length; yields ``progress(message)``."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=disabled,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda message: bar.update(task, description=str(message)[:70])

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, table, user_errors
+from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors
 
 testbed_app = typer.Typer(
     help="An emulated cluster on one Linux machine: N hosts in network namespaces, "
@@ -96,8 +96,6 @@ def testbed_validate(
 
     The network model is fitted on a collective sweep over the smaller host groups; each host's compute
     is measured by running the same MLP on all hosts at once without communication."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from clustersim.errors import InputError
     from clustersim.testbed.hosts import require_tools
     from clustersim.testbed.validate import validate_ddp
@@ -109,23 +107,8 @@ def testbed_validate(
         raise InputError(f"expected comma-separated host counts, got {hosts!r}", key="--hosts") from None
     if not counts or counts[0] < 2:
         raise InputError("host counts must be 2 or more", key="--hosts")
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=json_out,
-    ) as bar:
-        task = bar.add_task("testbed validation", total=None)
-        result = validate_ddp(
-            counts,
-            rate,
-            width=width,
-            batch=batch,
-            samples=samples,
-            progress=lambda msg: bar.update(task, description=msg[:70]),
-        )
+    with spinner("testbed validation", json_out) as progress:
+        result = validate_ddp(counts, rate, width=width, batch=batch, samples=samples, progress=progress)
     if json_out:
         emit_json(result)
         return
