@@ -67,6 +67,23 @@ def sweep(
     console.print(
         f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
     )
+    _say_invalid(out)
+
+
+def _say_invalid(out: Path) -> None:
+    """Rows that could not run are kept with their reason; say how many and the commonest reasons."""
+    import csv
+    from collections import Counter
+
+    path = Path(out) / "results.csv"
+    if not path.exists():
+        return
+    with path.open(newline="") as fh:
+        reasons = Counter(r.get("error", "") for r in csv.DictReader(fh) if r.get("status") == "invalid")
+    if reasons:
+        console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
+        for reason, n in reasons.most_common(3):
+            console.print(f"  {n} x {reason[:160]}")
 
 
 def report(

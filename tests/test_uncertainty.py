@@ -147,3 +147,22 @@ def test_report_bands_indistinguishable_and_break_even_from_rows():
     assert 10 < cross < 100
     text = " ".join(recommendation(ok)["text"])
     assert "P10–P90" in text
+
+
+def test_sweep_with_a_profile_for_another_chip_says_why_rows_did_not_run(runner, tmp_path):
+    out = tmp_path / "sw"
+    res = runner.invoke(
+        app,
+        [
+            "sweep",
+            "examples/sweep-networks.yaml",
+            "--profile",
+            "builtin:cpu-2core-gloo",
+            "--out",
+            str(out),
+            "--samples",
+            "0",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "could not be simulated" in res.output and "another chip" in res.output
