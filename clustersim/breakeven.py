@@ -54,8 +54,12 @@ class BreakEven:
             return f"faster at every NIC bandwidth up to {SEARCH_GBPS[1]:,.0f} Gb/s"
         if self.verdict == "never faster":
             return f"slower at every NIC bandwidth down to {SEARCH_GBPS[0]} Gb/s"
-        band = f" (P10–P90 {self.interval.p10:,.3g}–{self.interval.p90:,.3g})" if self.interval else ""
-        return f"faster below {self.gbps:,.3g} Gb/s per NIC{band}"
+        band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
+        return f"faster below {_gbps(self.gbps)} Gb/s per NIC{band}"
+
+
+def _gbps(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _at(scenario: Scenario, gbps: float) -> Scenario:
