@@ -84,11 +84,13 @@ else:
 
 @pytest.fixture
 def testbed(tmp_path, monkeypatch):
+    # a prefix of its own: a testbed someone left up (or is using) is neither met nor touched
+    monkeypatch.setattr(hosts, "PREFIX", "cstt")
     monkeypatch.setattr(hosts, "STATE_FILE", tmp_path / "state.json")
     yield
     hosts.down()
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "cst-h" not in left
+    assert "cstt-h" not in left
 
 
 @namespaces
@@ -105,9 +107,9 @@ def test_shaped_link_delivers_its_rate_and_down_leaves_nothing(testbed, tmp_path
     rate = float(out.strip())
     assert 0.75 * 80e6 < rate < 1.05 * 80e6, rate  # TCP goodput just under the shaped rate
     removed = hosts.down()
-    assert any(r.startswith("netns:cst-h") for r in removed) and hosts.load_state() is None
+    assert any(r.startswith("netns:cstt-h") for r in removed) and hosts.load_state() is None
     links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
-    assert "cstbr0" not in links
+    assert "csttbr0" not in links
 
 
 @namespaces

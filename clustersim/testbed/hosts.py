@@ -19,7 +19,16 @@ from clustersim.errors import InputError
 from clustersim.testbed.shaping import format_rate, tbf_args
 
 STATE_FILE = Path(os.environ.get("CLUSTERSIM_TESTBED_STATE", "/run/clustersim-testbed.json"))
-BRIDGE = "cstbr0"
+# Every name starts with this prefix (``down`` touches nothing else). Another prefix gives a second,
+# independent testbed on the same machine (the tests use one, so they never meet a testbed left up).
+_ASKED = os.environ.get("CLUSTERSIM_TESTBED_PREFIX", "cst")
+PREFIX = _ASKED if _ASKED.startswith("cst") else "cst" + _ASKED
+
+
+def bridge_name() -> str:
+    return f"{PREFIX}br0"
+
+
 SUBNET = "10.77.0"
 HOST_IFACE = "cst0"  # the interface's name inside each host namespace
 MAX_HOSTS = 64
@@ -33,7 +42,7 @@ class Testbed:
     created: list[str]  # namespaces and links, in creation order
 
     def host(self, i: int) -> str:
-        return f"cst-h{i}"
+        return f"{PREFIX}-h{i}"
 
     def address(self, i: int) -> str:
         return f"{SUBNET}.{i + 1}"
@@ -44,7 +53,7 @@ class Testbed:
             "rate": format_rate(self.rate_bits),
             "rate_gbps": self.rate_bits / 1e9,
             "shaper": self.shaper,
-            "bridge": BRIDGE,
+            "bridge": bridge_name(),
             "members": [
                 {"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE}
                 for i in range(self.hosts)
@@ -118,10 +127,10 @@ def up(hosts: int, rate_bits: float, delay_ms: float | None = None) -> tuple[Tes
         down()
     tb = Testbed(hosts, rate_bits, "tbf", [])
     try:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        tb.created.append(f"link:{BRIDGE}")
+        _run("ip", "link", "add", bridge_name(), "type", "bridge")
+        tb.created.append(f"link:{bridge_name()}")
         _save(tb)
-        _run("ip", "link", "set", BRIDGE, "up")
+        _run("ip", "link", "set", bridge_name(), "up")
         for i in range(hosts):
             _add_host(tb, i, rate_bits, delay_ms)
             _save(tb)
@@ -132,12 +141,12 @@ def up(hosts: int, rate_bits: float, delay_ms: float | None = None) -> tuple[Tes
 
 
 def _add_host(tb: Testbed, i: int, rate_bits: float, delay_ms: float | None) -> None:
-    ns, outer = tb.host(i), f"cst-h{i}-br"
+    ns, outer = tb.host(i), f"{PREFIX}-h{i}-br"
     _run("ip", "netns", "add", ns)
     tb.created.append(f"netns:{ns}")
     _run("ip", "link", "add", outer, "type", "veth", "peer", "name", HOST_IFACE, "netns", ns)
     tb.created.append(f"link:{outer}")
-    _run("ip", "link", "set", outer, "master", BRIDGE)
+    _run("ip", "link", "set", outer, "master", bridge_name())
     _run("ip", "link", "set", outer, "up")
     ex = ("ip", "netns", "exec", ns)
     _run(*ex, "ip", "link", "set", "lo", "up")
@@ -173,7 +182,7 @@ def down(tb: Testbed | None = None) -> list[str]:
     if tb is not None:
         for item in reversed(tb.created):
             kind, _, name = item.partition(":")
-            if not name.startswith("cst"):
+            if not name.startswith("cst"):  # every prefix starts so: never touch a name we did not make
                 continue  # never touch anything we did not name
             cmd = ("ip", "netns", "del", name) if kind == "netns" else ("ip", "link", "del", name)
             if _run(*cmd, check=False).returncode == 0:
