@@ -218,37 +218,31 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
 
 
 # ---- broadcast ---------------------------------------------------------------------------------------
-def _broadcast_bytes(x: Inputs) -> tuple[float, float]:
+def _broadcast(x: Inputs, steps: float, transfers: float) -> Decomposition:
+    """A broadcast of ``steps`` latency rounds whose critical path moves the array ``transfers`` times
+    through a rank's link; every node but the root's receives it once (over its NIC when N > 1)."""
     inter = x.nbytes if x.n > 1 else 0.0
-    return x.g * x.nbytes - inter, inter
+    ring = x.ring()
+    return Decomposition(
+        ((steps, x.step_class()),),
+        (Leg(transfers * x.nbytes, ring),),
+        False,
+        max(x.g * x.nbytes - inter, 0.0),
+        inter,
+        ring.bottleneck,
+    )
 
 
 @register("broadcast", "ring")
 def _broadcast_ring(x: Inputs) -> Decomposition:
     """Pipelined ring (NCCL): p-1 steps of latency, the array once through the bottleneck."""
-    intra, inter = _broadcast_bytes(x)
-    return Decomposition(
-        ((x.p - 1, x.step_class()),),
-        (Leg(x.nbytes, x.ring()),),
-        False,
-        max(intra, 0.0),
-        inter,
-        x.ring().bottleneck,
-    )
+    return _broadcast(x, x.p - 1, 1)
 
 
 @register("broadcast", "tree")
 def _broadcast_tree(x: Inputs) -> Decomposition:
     """Binomial tree: lg p rounds, each sending the whole array."""
-    intra, inter = _broadcast_bytes(x)
-    return Decomposition(
-        ((lg(x.p), x.step_class()),),
-        (Leg(lg(x.p) * x.nbytes, x.ring()),),
-        False,
-        max(intra, 0.0),
-        inter,
-        x.ring().bottleneck,
-    )
+    return _broadcast(x, lg(x.p), lg(x.p))
 
 
 def concurrent_binomial_depth(p: int) -> int:
@@ -270,12 +264,4 @@ def concurrent_binomial_depth(p: int) -> int:
 def _broadcast_gloo_tree(x: Inputs) -> Decomposition:
     """gloo's binomial tree with concurrent sends: lg p rounds of latency; the critical path moves the
     array concurrent_binomial_depth(p) times through a rank's link."""
-    intra, inter = _broadcast_bytes(x)
-    return Decomposition(
-        ((lg(x.p), x.step_class()),),
-        (Leg(concurrent_binomial_depth(x.p) * x.nbytes, x.ring()),),
-        False,
-        max(intra, 0.0),
-        inter,
-        x.ring().bottleneck,
-    )
+    return _broadcast(x, lg(x.p), concurrent_binomial_depth(x.p))

@@ -35,6 +35,20 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> 
     return fig
 
 
+def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | None:
+    """Asymmetric P10-P90 error bars for ``key`` (e.g. ``speedup``, ``ttt`` with unit ``_h``) when every
+    point has its band, else none."""
+    mid, lo, hi = f"{key}{unit}", f"{key}_p10{unit}", f"{key}_p90{unit}"
+    if not all(lo in p for p in pts):
+        return None
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [p[hi] - p[mid] for p in pts],
+        "arrayminus": [p[mid] - p[lo] for p in pts],
+    }
+
+
 def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
     fig = go.Figure()
     groups: dict[tuple, list] = {}
@@ -43,17 +57,7 @@ def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
     for (opt, net, gpu), pts in sorted(groups.items()):
         pts.sort(key=lambda r: r["world_size"])
-        band = all("speedup_p10" in p for p in pts)
-        err = (
-            {
-                "type": "data",
-                "symmetric": False,
-                "array": [p["speedup_p90"] - p["speedup"] for p in pts],
-                "arrayminus": [p["speedup"] - p["speedup_p10"] for p in pts],
-            }
-            if band
-            else None
-        )
+        err = _error_bars(pts, "speedup", "")
         fig.add_trace(
             go.Scatter(
                 x=[p["world_size"] for p in pts],
@@ -151,17 +155,7 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
     fig = go.Figure()
     for opt in sorted({r["optimizer"] for r in rows}):
         pts = [r for r in rows if r["optimizer"] == opt]
-        band = all("ttt_p10_h" in p for p in pts)
-        err = (
-            {
-                "type": "data",
-                "symmetric": False,
-                "array": [p["ttt_p90_h"] - p["ttt_h"] for p in pts],
-                "arrayminus": [p["ttt_h"] - p["ttt_p10_h"] for p in pts],
-            }
-            if band
-            else None
-        )
+        err = _error_bars(pts, "ttt", "_h")
         fig.add_trace(
             go.Scatter(
                 x=[p["ttt_h"] for p in pts],

@@ -91,7 +91,9 @@ class SimulationContext:
 
 
 def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Workload) -> ComputePhases | None:
-    if profile is None or profile.device != scenario.cluster.gpu:
+    """Phases measured for this model configuration. The device was checked already
+    (check_profile_device: the same chip, or refused), so a CPU profile's phases serve CPU hosts."""
+    if profile is None:
         return None
     for p in profile.compute_phases:
         if (

@@ -66,7 +66,6 @@ def _profile(raw: dict, fit_ranks: int, local: dict, batch: int):
     small = {**raw, "collectives": [r for r in raw["collectives"] if r["ranks"] < fit_ranks]}
     data = build_profile(small)
     data["collectives"] = []  # predict from the model, never by replaying a measured shape
-    data["device"] = "CPU-2vCPU"  # the catalog device the scenario names: these CPU hosts
     data["compute_phases"] = [
         {
             "model": "custom",

@@ -42,6 +42,20 @@ def add_compressed_momentum_sync(prog: Program, ctx, options, dep, name: str = "
     return dep
 
 
+def frozen_variance_offload_spec(ctx, gpu_state: float) -> offload.UpdateSpec:
+    """1-bit and 0/1 Adam offloaded: the synced momentum goes to the host, which applies
+    m / (sqrt(v) + eps) with the frozen variance; ``gpu_state`` bytes per parameter stay on the GPU."""
+    per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
+    return offload.UpdateSpec(
+        to_host=4.0,
+        to_device=BYTES_PER_ELEMENT[ctx.precision],
+        cpu_dram=per,
+        gpu_update=per,
+        state=8.0,
+        gpu_keep=gpu_state + 4.0 + 4.0 / ctx.world_size,
+    )
+
+
 class OneBitAdam(Strategy):
     name = "onebit-adam"
     summary = (
@@ -68,16 +82,7 @@ class OneBitAdam(Strategy):
     gpu_state_with_offload = 4.0
 
     def offload_spec(self) -> offload.UpdateSpec:
-        """Compression stage: the synced momentum goes to the host, which applies m / (sqrt(v) + eps)."""
-        per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-        return offload.UpdateSpec(
-            to_host=4.0,
-            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-            cpu_dram=per,
-            gpu_update=per,
-            state=8.0,
-            gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size,
-        )
+        return frozen_variance_offload_spec(self.ctx, self.gpu_state_with_offload)
 
     def compression_program(self) -> Program:
         ctx, P = self.ctx, self.ctx.params

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models import kernel_bytes as ok
 from clustersim.errors import InputError
 from clustersim.optimizer_options import ZeroOneAdamOptions
@@ -30,7 +29,11 @@ from clustersim.simulator.strategies.common import (
 )
 from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
-from clustersim.simulator.strategies.onebit_adam import add_compressed_momentum_sync, group_sizes
+from clustersim.simulator.strategies.onebit_adam import (
+    add_compressed_momentum_sync,
+    frozen_variance_offload_spec,
+    group_sizes,
+)
 
 STEP_KINDS = ("variance_update", "compressed_gradient", "local", "local_sync")
 
@@ -83,15 +86,7 @@ class ZeroOneAdam(Strategy):
     gpu_state_with_offload = 8.0  # momentum and accumulator stay on the GPU (they are compressed)
 
     def offload_spec(self) -> offload.UpdateSpec:
-        per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-        return offload.UpdateSpec(
-            to_host=4.0,
-            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
-            cpu_dram=per,
-            gpu_update=per,
-            state=8.0,
-            gpu_keep=self.gpu_state_with_offload + 4.0 + 4.0 / self.ctx.world_size,
-        )
+        return frozen_variance_offload_spec(self.ctx, self.gpu_state_with_offload)
 
     def _local_update(self, prog: Program, dep, label: str):
         ctx = self.ctx
