@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -80,62 +81,163 @@ def testbed_exec(ctx: typer.Context, host: str = typer.Argument(..., help="h0, h
     raise typer.Exit(exec_in(host, list(ctx.args)).wait())
 
 
+MODEL_DEFAULTS = {
+    "mlp": {"layers": 4, "width": 512, "batch": 256},
+    "transformer": {"layers": 2, "width": 256, "batch": 16},
+}
+
+
 @testbed_app.command("validate")
 @user_errors
 def testbed_validate(
     hosts: str = typer.Option(
-        "2,4,8", "--hosts", help="Host counts to run the DDP job on (comma-separated)."
+        "2,4,8", "--hosts", help="Host counts to run the job on (comma-separated, each 2 or more)."
     ),
     rate: str = typer.Option("200mbit", "--rate", help="Link rate per host and direction, tc units."),
-    width: int = typer.Option(512, "--width", min=16, help="MLP width (4 Linear layers of width x width)."),
-    batch: int = typer.Option(256, "--batch", min=1, help="Samples per host per step."),
+    model: str = typer.Option(
+        "mlp", "--model", help="mlp (Linear(width, width) layers) or transformer (post-norm encoder layers)."
+    ),
+    optimizers: str = typer.Option(
+        "adam",
+        "--optimizers",
+        help="Comma-separated: adam (PyTorch DDP), onebit-adam (1-bit Adam's compression stage), "
+        "binsgdm; the compressed ones implement their compressed all-reduce in torch over gloo.",
+    ),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Layers (mlp: 4, transformer: 2)."),
+    width: Optional[int] = typer.Option(
+        None, "--width", min=16, help="MLP width or transformer d_model (mlp: 512, transformer: 256)."
+    ),
+    batch: Optional[int] = typer.Option(
+        None, "--batch", min=1, help="Samples per host per step (mlp: 256, transformer: 16)."
+    ),
+    seq: int = typer.Option(64, "--seq", min=1, help="Transformer: tokens per sample."),
+    steps: int = typer.Option(20, "--steps", min=2, help="Measured steps per job (after 3 warm-up steps)."),
     samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="Also write the result, with machine, kernel and torch version, to this JSON file.",
+    ),
     json_out: bool = JsonOpt,
 ):
-    """Predict a real PyTorch DDP training step on the emulated hosts, then run it: measured vs predicted.
+    """Predict real training steps on the emulated hosts, then run them: measured vs predicted.
 
     The network model is fitted on a collective sweep over the smaller host groups; each host's compute
-    is measured by running the same MLP on all hosts at once without communication."""
+    (and, for compressed optimizers, its compression kernels) is measured by running the same work on
+    all hosts at once without communication."""
     from clustersim.errors import InputError
     from clustersim.testbed.hosts import require_tools
-    from clustersim.testbed.validate import validate_ddp
+    from clustersim.testbed.validate import JOBS, Job, validate
 
+    counts = _host_counts(hosts)
+    if model not in MODEL_DEFAULTS:
+        raise InputError(f"unknown model {model!r} (known: {', '.join(MODEL_DEFAULTS)})", key="--model")
+    chosen = tuple(dict.fromkeys(x.strip() for x in optimizers.split(",") if x.strip()))
+    unknown = [o for o in chosen if o not in JOBS]
+    if unknown or not chosen:
+        raise InputError(
+            f"unknown optimizer {(unknown or [''])[0]!r} (known: {', '.join(JOBS)})", key="--optimizers"
+        )
+    d = MODEL_DEFAULTS[model]
+    job = Job(
+        model=model,
+        layers=layers or d["layers"],
+        width=width or d["width"],
+        batch=batch or d["batch"],
+        seq=seq,
+        steps=steps,
+    )
+    if out is not None and out.is_dir():
+        raise InputError(f"{out} is a directory; give a file name", key="--out")
     require_tools()
+    with spinner("testbed validation", json_out) as progress:
+        result = validate(counts, rate, job, chosen, samples=samples, progress=progress)
+    result["provenance"] = _provenance(hosts, rate, model, optimizers, job)
+    if out is not None:
+        from clustersim.io import write_json_atomically
+
+        write_json_atomically(out, result)
+    if json_out:
+        emit_json(result)
+        return
+    _print_validation(result)
+
+
+def _host_counts(hosts: str) -> list[int]:
+    from clustersim.errors import InputError
+
     try:
         counts = sorted({int(x) for x in hosts.split(",") if x.strip()})
     except ValueError:
         raise InputError(f"expected comma-separated host counts, got {hosts!r}", key="--hosts") from None
     if not counts or counts[0] < 2:
         raise InputError("host counts must be 2 or more", key="--hosts")
-    with spinner("testbed validation", json_out) as progress:
-        result = validate_ddp(counts, rate, width=width, batch=batch, samples=samples, progress=progress)
-    if json_out:
-        emit_json(result)
-        return
+    return counts
 
+
+def _provenance(hosts: str, rate: str, model: str, optimizers: str, job) -> dict:
+    import datetime
+    import os
+    import platform
+    import socket
+    from importlib.metadata import version
+
+    from clustersim.calibration.provenance import cpu_model
+
+    return {
+        "command": f"clustersim testbed validate --hosts {hosts} --rate {rate} --model {model} "
+        f"--optimizers {optimizers} --layers {job.layers} --width {job.width} --batch {job.batch} "
+        f"--seq {job.seq} --steps {job.steps}",
+        "machine": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _print_validation(result: dict) -> None:
     def ms(mid: float, lo: float, hi: float) -> str:
         return f"{1e3 * mid:,.0f} ({1e3 * lo:,.0f}–{1e3 * hi:,.0f})"
 
-    rows = [
-        [
+    rows = []
+    compressed = any("compressed_allreduce_measured_s" in r for r in result["rows"])
+    for r in result["rows"]:
+        row = [
+            r.get("optimizer", "adam"),
             r["hosts"],
             ms(r["measured_s"], r["measured_p10_s"], r["measured_p90_s"]),
             ms(r["predicted_s"], r["predicted_p10_s"], r["predicted_p90_s"])
             + (" ✓" if r["inside"] else " ✗"),
             f"{100 * r['error']:+.1f}%",
         ]
-        for r in result["rows"]
-    ]
+        if compressed:
+            row.append(
+                f"{1e3 * r['compressed_allreduce_measured_s']:,.1f} / "
+                f"{1e3 * r['compressed_allreduce_predicted_s']:,.1f} "
+                f"({100 * r['compressed_allreduce_error']:+.0f}%)"
+                if "compressed_allreduce_measured_s" in r
+                else "—"
+            )
+        rows.append(row)
+    columns = ["optimizer", "hosts", "measured", "predicted", "error"]
+    if compressed:
+        columns.append("compressed all-reduce: measured / predicted, ms")
+    label = result.get("label", "MLP")
     console.print(
         table(
-            f"DDP step of a {result['params']:,}-parameter MLP at {rate}, ms (P10–P90)",
-            ["hosts", "measured", "predicted", "error"],
+            f"training step of a {result['params']:,}-parameter {label} at {result['rate']}, ms (P10–P90)",
+            columns,
             rows,
         )
     )
+    errors = sorted(abs(r["error"]) for r in result["rows"])
     console.print(
-        f"[dim]network model fitted on groups of {result['rows'][-1]['network_fitted_on_ranks']} hosts; "
-        "✓: the measured median is inside the predicted P10–P90[/]"
+        f"median |error| {100 * errors[len(errors) // 2]:.1f}% over {len(errors)} cases; network model "
+        f"fitted on groups of {result['rows'][-1]['network_fitted_on_ranks']} hosts; "
+        "[dim]✓: the measured median is inside the predicted P10–P90[/]"
     )
 
 

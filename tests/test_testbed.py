@@ -137,11 +137,123 @@ def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
 
 
 def test_the_ddp_job_as_a_scenario_has_the_mlps_parameters_and_buckets():
-    from clustersim.testbed.validate import scenario_for
+    from clustersim.testbed.validate import Job, scenario_for
     from clustersim.workloads import build_workload
 
-    s = scenario_for(8, 2e8, layers=4, width=512, batch=256)
+    s = scenario_for(8, 2e8, Job(model="mlp", layers=4, width=512, batch=256))
     assert s.cluster.nodes == 8 and s.cluster.gpu == "CPU-2vCPU" and s.cluster.nic.line_rate_gbps == 0.2
     w = build_workload(s.workload)
     assert w.params == 4 * (512 * 512 + 512)  # torch.nn.Linear(512, 512) x 4: weight and bias
     assert s.training.first_bucket_cap_mb == 1 and s.training.ddp_bucket_cap_mb == 25  # DDP's defaults
+    assert scenario_for(8, 2e8, Job(), "binsgdm").training.optimizer == "binsgdm"
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_scenario_counts_the_parameters_torch_builds(model):
+    torch = pytest.importorskip("torch")
+    import argparse
+
+    from clustersim.testbed.ddp_job import build_model
+    from clustersim.testbed.validate import Job
+
+    job = Job(model=model, layers=3, width=64, batch=4, seq=16)
+    built = build_model(
+        torch, argparse.Namespace(**{k: getattr(job, k) for k in ("model", "layers", "width", "heads")})
+    )
+    assert job.params == sum(p.numel() for p in built.parameters())
+
+
+COMPRESSED_CHECK = r"""
+import argparse, math, sys
+import torch, torch.distributed as dist
+from clustersim.testbed import compressed_job as cj
+from clustersim.testbed.ddp_job import build_model
+
+dist.init_process_group("gloo")
+rank, p = dist.get_rank(), dist.get_world_size()
+args = argparse.Namespace(model="mlp", layers=2, width=40, batch=4, seq=1, heads=1)
+torch.manual_seed(0)
+ok = True
+
+# 1-bit Adam: compressed_allreduce equals DeepSpeed's two-level formula computed from every rank's input
+opt = cj.OneBitAdam(torch, dist, build_model(torch, args).parameters())
+n = opt.size
+inputs = [torch.randn(n, generator=torch.Generator().manual_seed(10 + r)) for r in range(p)]
+buf = inputs[rank].clone()
+opt.compressed_allreduce(buf)
+sign = lambda x: x.sign().add(1).bool().float().add(-0.5).mul(2.0)
+chunks = []
+for j in range(p):
+    avg = sum((x.norm() / math.sqrt(n)) * sign(x).view(p, -1)[j] for x in inputs) / p
+    chunks.append((avg.norm() / math.sqrt(n // p)) * sign(avg))
+ok &= torch.allclose(buf, torch.cat(chunks), rtol=1e-5, atol=1e-6)
+
+# BinSGDM: with m = ±b the quantization is deterministic; the update is the majority of the ranks' signs
+opt = cj.BinSGDM(torch, dist, build_model(torch, args).parameters(), lr=1.0)
+coins = [torch.rand(opt.size, generator=torch.Generator().manual_seed(20 + r)) for r in range(p)]
+signs = [torch.where(c < 0.5, 1.0, -1.0) for c in coins]
+opt.b.fill_(1.0)
+opt.beta = 1.0  # keep m and b as set: m / b = ±1
+opt.m.copy_(signs[rank])
+before = opt.flat.clone()
+opt.step()
+majority = torch.where(torch.stack(signs).sum(0) * 1 > 0, 1.0, -1.0)[: opt.n]
+ok &= torch.allclose(before - opt.flat, majority, atol=1e-6)
+dist.barrier()
+dist.destroy_process_group()
+sys.exit(0 if ok else 1)
+"""
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_compressed_allreduces_in_torch_compute_what_the_algorithms_define(tmp_path, ranks):
+    """The 1-bit Adam and BinSGDM all-reduces run on the testbed are the algorithms, not just traffic:
+    checked against their definitions on loopback gloo (no root needed)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "check.py"
+    script.write_text(COMPRESSED_CHECK)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(ranks),
+            "--master-port",
+            str(29630 + ranks),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+@namespaces
+def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
+    """The CI subset of `testbed validate`: 2 hosts, a small MLP, a small sweep. Each optimizer's step is
+    predicted within a factor of 1.5, and the compressed all-reduces are no faster than their wire."""
+    from clustersim.testbed.validate import Job, validate
+
+    rate = "400mbit"
+    job = Job(model="mlp", layers=2, width=512, batch=128, steps=8)
+    result = validate(
+        [2],
+        rate,
+        job,
+        ("adam", "onebit-adam", "binsgdm"),
+        samples=4,
+        sweep_bytes=(1 << 12, 1 << 20),
+        sweep_repeat=3,
+    )
+    rows = {r["optimizer"]: r for r in result["rows"]}
+    assert set(rows) == {"adam", "onebit-adam", "binsgdm"}
+    for r in rows.values():
+        assert 1 / 1.5 < r["predicted_s"] / r["measured_s"] < 1.5, r
+    wire = parse_rate(rate) / 8
+    packed = job.params / 8  # one bit per parameter, sent in each of two phases, half of it each way
+    for name in ("onebit-adam", "binsgdm"):
+        assert rows[name]["compressed_allreduce_measured_s"] > 2 * (packed / 2) / wire
+    assert hosts.load_state() is None  # validate took its testbed down

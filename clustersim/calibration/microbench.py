@@ -115,11 +115,12 @@ class Bench:
         shifts = t.arange(7, -1, -1, device=self.device, dtype=t.uint8)
         return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
 
-    def compression_kernels(self) -> list[dict]:
+    def compression_kernels(self, p: int = SERVER_P) -> list[dict]:
+        """Each kernel at every size; the server side and BinSGDM's vote at ``p`` ranks (the shape of a
+        job of p ranks: the testbed calibrates at the host count it runs)."""
         t, dev = self.torch, self.device
         out = []
         for n in self.sizes["elements"]:
-            p = SERVER_P
             buf = t.randn(n, device=dev)
             err = t.zeros(n, device=dev)
             scale = t.norm(buf) / n**0.5
@@ -129,6 +130,7 @@ class Bench:
             chunk = t.randn(n // p, device=dev)
             chunk_err = t.zeros(n // p, device=dev)
             m, b_state, grad = t.randn(n, device=dev), t.rand(n, device=dev) + 0.1, t.randn(n, device=dev)
+            votes = t.randint(0, p + 1, (n // p,), device=dev, dtype=t.int32)
             kernels = {
                 "onebit_error_compensate": lambda: buf.add_(err),
                 "onebit_norm": lambda: t.norm(buf),
@@ -156,11 +158,24 @@ class Bench:
                     b_state.mul_(0.9).add_(grad.abs(), alpha=0.1),
                 ),
                 "binsgdm_quantize": lambda: t.where(t.rand_like(m) < (1 + m / b_state) / 2, 1, -1).to(t.int8),
+                # the 1-bit reduce-scatter's local vote: unpack p shards of n/p bits, count the +1s
+                "binsgdm_vote": lambda: self._unpack(packed).view(p, -1).sum(0, dtype=t.int32),
+                # re-binarize the vote (majority) and pack it for the next phase
+                "binsgdm_requantize": lambda: self._pack((votes * 2 > p).to(t.uint8)),
+                # unpack the 1-bit result to ±1 and apply it to the fp32 weights
+                "binsgdm_apply": lambda: buf.add_(
+                    self._unpack(packed).float().mul_(2.0).add_(-1.0), alpha=-1e-4
+                ),
             }
             modelled = {
                 **{k: v[0] * n + v[1] * n / p for k, v in _PASS_BYTES.items()},
                 "binsgdm_update": (bsg.UPDATE_STATE_BYTES + 4.0) * n,
                 "binsgdm_quantize": bsg.QUANTIZE_BYTES * n,
+                # as strategies/binsgdm.py counts them: read the 1-bit shards, write n/p sums; then
+                # read n/p sums (int8 in the model) and write n/p bits
+                "binsgdm_vote": n / 8 + n / p,
+                "binsgdm_requantize": (n / p) * (1 + 1 / 8),
+                "binsgdm_apply": bsg.APPLY_BYTES * n,
             }
             for name, fn in kernels.items():
                 self.progress(f"{name} n={n:,}")

@@ -7,7 +7,7 @@ import platform
 import socket
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -27,7 +27,7 @@ def provenance(
         "source": command,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "host": socket.gethostname(),
         "device_count": ranks,
     }
@@ -40,7 +40,7 @@ def provenance(
             v = nccl.version()
             info["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     else:
-        info["device_name"] = f"CPU ({_cpu_model()})"
+        info["device_name"] = f"CPU ({cpu_model()})"
     if backend == "gloo":
         info["gloo"] = f"bundled with torch {torch.__version__}"
     info["catalog_device"] = catalog_name_for(torch, device)

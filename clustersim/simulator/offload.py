@@ -280,14 +280,16 @@ def add_update(
     label: str,
     partition_params: float | None = None,
     inputs_on_host: bool = False,
+    kernel: str = "optimizer",
 ) -> list[int]:
-    """The optimizer update: on the GPU, or offloaded as the scenario says. Returns its final ops."""
+    """The optimizer update: on the GPU (at the rate of the profile's ``kernel``), or offloaded as the
+    scenario says. Returns its final ops."""
     if mode(ctx) == "none":
         return [
             prog.add(
                 label,
                 "compute",
-                ctx.device.stream_time(gpu_bytes_per_param * ctx.params, "optimizer"),
+                ctx.device.stream_time(gpu_bytes_per_param * ctx.params, kernel),
                 "optimizer",
                 tuple(d for d in deps if d is not None),
             )

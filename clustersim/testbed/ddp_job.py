@@ -1,4 +1,5 @@
-"""A real data-parallel training job to check predictions against: an MLP under PyTorch DDP over gloo.
+"""A real data-parallel training job to check predictions against: an MLP or a small transformer
+under PyTorch DDP over gloo.
 
 Run once per emulated host (testbed/sweep.py run_on_hosts). ``--mode ddp`` trains with
 DistributedDataParallel (its default 25 MiB buckets, 1 MiB first bucket, overlap with backward) and
@@ -17,14 +18,36 @@ import sys
 import time
 
 
-def _model(torch, layers: int, width: int):
+def add_model_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model", choices=("mlp", "transformer"), default="mlp")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=512, help="MLP width, or the transformer's d_model")
+    ap.add_argument("--batch", type=int, default=256, help="samples per host and step")
+    ap.add_argument("--seq", type=int, default=64, help="transformer: tokens per sample")
+    ap.add_argument("--heads", type=int, default=4, help="transformer: attention heads")
+
+
+def build_model(torch, args):
+    """``--layers`` × (Linear(width, width), ReLU), or ``--layers`` post-norm transformer encoder layers
+    (d_model = width, 4·width feed-forward, no dropout) as torch.nn.TransformerEncoderLayer builds them."""
+    if args.model == "transformer":
+        layer = torch.nn.TransformerEncoderLayer(
+            args.width, args.heads, 4 * args.width, dropout=0.0, batch_first=True
+        )
+        return torch.nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False)
     mods = []
-    for _ in range(layers):
-        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    for _ in range(args.layers):
+        mods += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
     return torch.nn.Sequential(*mods)
 
 
-def _quantiles(xs: list[float]) -> dict:
+def model_input(torch, args):
+    if args.model == "transformer":
+        return torch.randn(args.batch, args.seq, args.width)
+    return torch.randn(args.batch, args.width)
+
+
+def quantiles(xs: list[float]) -> dict:
     q = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
     return {"median_s": statistics.median(xs), "p10_s": q[0], "p90_s": q[-1], "samples": len(xs)}
 
@@ -32,9 +55,7 @@ def _quantiles(xs: list[float]) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=("ddp", "local"), required=True)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=256)
+    add_model_arguments(ap)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
@@ -46,11 +67,11 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = _model(torch, args.layers, args.width)
+    model = build_model(torch, args)
     if args.mode == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(args.batch, args.width)
+    x = model_input(torch, args)
     times: dict[str, list[float]] = {"step": [], "forward": [], "backward": [], "optimizer": []}
     for i in range(args.warmup + args.steps):
         dist.barrier()
@@ -80,12 +101,13 @@ def main(argv=None) -> int:
         result = {
             "mode": args.mode,
             "hosts": world,
+            "model": args.model,
             "layers": args.layers,
             "width": args.width,
             "batch": args.batch,
             "params": params,
             "torch": torch.__version__,
-            **{k: _quantiles(v) for k, v in zip(("step", "forward", "backward", "optimizer"), slowest)},
+            **{k: quantiles(v) for k, v in zip(("step", "forward", "backward", "optimizer"), slowest)},
         }
         with open(args.out, "w") as fh:
             json.dump(result, fh)

@@ -1,18 +1,25 @@
-"""End-to-end check on the emulated testbed: predict a real DDP training step, then run it.
+"""End-to-end check on the emulated testbed: predict a real training step, then run it.
 
 Protocol (nothing from the predicted job itself feeds the prediction's network side):
-1. One collective sweep (gloo all-reduce, 64 KiB - 8 MiB) over the testbed's first 2, 4, ... hosts.
+1. One collective sweep over gloo (all-reduce for DDP; all-to-all and all-gather too when a compressed
+   optimizer is checked, as its compressed all-reduce uses them), 4 KiB - 8 MiB, over the testbed's
+   first 2, 4, ... hosts.
 2. The collective model is fitted on the groups smaller than the largest (calibration/network_fit.py);
    no exact-shape fit is kept, so every host count is predicted from the model.
-3. Per host count, the MLP runs on every host at once without communication (``--mode local``): the
+3. Per host count, the model runs on every host at once without communication (``--mode local``): the
    compute rate of an emulated host while its neighbours share this machine's cores. These forward /
-   backward / optimizer medians are the device calibration, as ``compute_phases`` of the profile.
-4. The same MLP under DDP is predicted (P10-P90 from the fit's uncertainty) and then run.
+   backward / optimizer medians are the device calibration, as ``compute_phases`` of the profile. For
+   the compressed optimizers the calibration microbenchmarks of their kernels run the same way
+   (compressed_job.py ``--mode kernels``), at the job's size, and become the profile's ``kernels_gbs``.
+4. The job is predicted (P10-P90 from the fit's uncertainty) and then run: under DDP with Adam
+   (ddp_job.py), or with 1-bit Adam's compression stage or BinSGDM (compressed_job.py), which do the
+   communication in the optimizer step, pass by pass as the strategies model it.
 """
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from clustersim.calibration.fit import build_profile
@@ -20,17 +27,73 @@ from clustersim.calibration.profile import parse_profile
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.testbed import hosts as tb_hosts
+from clustersim.testbed.compressed_job import padded
 from clustersim.testbed.shaping import parse_rate
 from clustersim.testbed.sweep import run as run_sweep
 from clustersim.testbed.sweep import run_on_hosts
 
+# optimizer -> (job module, its --mode)
+JOBS = {
+    "adam": ("clustersim.testbed.ddp_job", "ddp"),
+    "onebit-adam": ("clustersim.testbed.compressed_job", "onebit"),
+    "binsgdm": ("clustersim.testbed.compressed_job", "binsgdm"),
+}
+COMPRESSED = ("onebit-adam", "binsgdm")
 
-def scenario_for(n: int, rate_bits: float, layers: int, width: int, batch: int):
-    """The DDP job as a scenario: CPU hosts with one rank each, the MLP as custom layers (weight and
-    bias of each Linear, 2·width² FLOPs per sample forward), Adam, PyTorch DDP's default buckets."""
+
+@dataclass(frozen=True)
+class Job:
+    """The model trained on the testbed (ddp_job.py builds it from the same arguments)."""
+
+    model: str = "mlp"
+    layers: int = 4
+    width: int = 512
+    batch: int = 256
+    seq: int = 64
+    heads: int = 4
+    steps: int = 20
+
+    def args(self) -> list[str]:
+        return [
+            *("--model", self.model, "--layers", str(self.layers), "--width", str(self.width)),
+            *("--batch", str(self.batch), "--seq", str(self.seq), "--heads", str(self.heads)),
+            *("--steps", str(self.steps)),
+        ]
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one layer as torch counts them: Linear(w, w) is w² + w; a post-norm encoder
+        layer is 12·d² + 13·d (QKV in-projection 3d² + 3d, out-projection d² + d, feed-forward
+        d·4d + 4d and 4d·d + d, two LayerNorms 2d each)."""
+        w = self.width
+        return 12 * w * w + 13 * w if self.model == "transformer" else w * w + w
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params
+
+    @property
+    def layer_flops(self) -> float:
+        """Forward FLOPs per sample and layer: 2 per weight and token, plus attention's QKᵀ and AV
+        (2 · 2 · seq² · d) for the transformer."""
+        if self.model == "transformer":
+            return self.seq * 2.0 * self.layer_params + 4.0 * self.seq * self.seq * self.width
+        return 2.0 * self.width * self.width
+
+    @property
+    def label(self) -> str:
+        if self.model == "transformer":
+            return f"{self.layers}-layer transformer (d={self.width}, {self.seq} tokens)"
+        return f"MLP ({self.layers} x Linear({self.width}, {self.width}))"
+
+
+def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
+    """The job as a scenario: CPU hosts with one rank each, the model as custom layers (parameters and
+    per-sample forward FLOPs of each layer, as torch builds it), the optimizer, PyTorch DDP's default
+    buckets (used by Adam; the compressed optimizers communicate in their step)."""
     return validate_scenario(
         {
-            "name": f"testbed-mlp-{n}-hosts",
+            "name": f"testbed-{job.model}-{n}-hosts",
             "cluster": {
                 "nodes": n,
                 "gpus_per_node": 1,
@@ -46,117 +109,156 @@ def scenario_for(n: int, rate_bits: float, layers: int, width: int, batch: int):
             "workload": {
                 "layers": [
                     {
-                        "name": "linear",
-                        "params": width * width + width,
-                        "forward_flops": 2.0 * width * width,
-                        "repeat": layers,
+                        "name": job.model,
+                        "params": job.layer_params,
+                        "forward_flops": job.layer_flops,
+                        "repeat": job.layers,
                     }
                 ],
-                "micro_batch": batch,
+                "micro_batch": job.batch,
                 "precision": "fp32",
             },
-            "training": {"optimizer": "adam", "ddp_bucket_cap_mb": 25, "first_bucket_cap_mb": 1},
+            "training": {"optimizer": optimizer, "ddp_bucket_cap_mb": 25, "first_bucket_cap_mb": 1},
         },
         source="testbed validation",
     )
 
 
-def _profile(raw: dict, fit_ranks: int, local: dict, batch: int):
-    """Network model fitted on groups below ``fit_ranks`` hosts, plus the measured compute phases."""
+def _profile(raw: dict, fit_ranks: int, local: dict, job: Job, kernels: list[dict] | None):
+    """Network model fitted on groups below ``fit_ranks`` hosts, plus the measured compute phases and,
+    for the compressed optimizers, the kernels measured on the hosts at once."""
     small = {**raw, "collectives": [r for r in raw["collectives"] if r["ranks"] < fit_ranks]}
+    if kernels:
+        small["kernels"] = kernels
     data = build_profile(small)
     data["collectives"] = []  # predict from the model, never by replaying a measured shape
     data["compute_phases"] = [
         {
             "model": "custom",
-            "micro_batch": batch,
+            "micro_batch": job.batch,
             "seq_len": 1,
             "precision": "fp32",
             "forward_s": local["forward"]["median_s"],
             "backward_s": local["backward"]["median_s"],
             "other_s": local["optimizer"]["median_s"],
-            "source": f"MLP on {local['hosts']} emulated hosts at once, no communication",
+            "source": f"{job.model} on {local['hosts']} emulated hosts at once, no communication",
         }
     ]
     return parse_profile(data, "testbed calibration")
 
 
-def validate_ddp(
+def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int], repeat: int) -> dict:
+    ops = ["all_reduce"] + (["all_to_all", "all_gather"] if set(optimizers) & set(COMPRESSED) else [])
+    with tempfile.TemporaryDirectory(prefix="cst-validate-") as tmp:
+        return run_sweep(
+            tb,
+            Path(tmp) / "raw.json",
+            ",".join(ops),
+            sizes[0],
+            sizes[1],
+            repeat,
+            1,
+            subgroups=True,
+            progress=progress,
+            command=f"clustersim testbed validate --rate {rate}",
+        )
+
+
+def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int]) -> dict:
+    iv = result.interval
+    step = measured["step"]
+    row = {
+        "hosts": n,
+        "optimizer": optimizer,
+        "measured_s": step["median_s"],
+        "measured_p10_s": step["p10_s"],
+        "measured_p90_s": step["p90_s"],
+        "predicted_s": result.iteration_time,
+        "predicted_p10_s": iv.p10,
+        "predicted_p90_s": iv.p90,
+        "error": result.iteration_time / step["median_s"] - 1,
+        "inside": iv.p10 <= step["median_s"] <= iv.p90,
+        "exposed_communication_s": result.breakdown["exposed_communication"],
+        "network_fitted_on_ranks": fitted_on,
+    }
+    if optimizer in COMPRESSED:
+        b = result.breakdown
+        # nothing overlaps the compressed all-reduce: its kernels, its collectives, its host syncs
+        predicted = b["compression"] + b["exposed_communication"] + b["exposed_host"]
+        row["compressed_allreduce_measured_s"] = measured["compressed_allreduce"]["median_s"]
+        row["compressed_allreduce_predicted_s"] = predicted
+        row["compressed_allreduce_error"] = predicted / measured["compressed_allreduce"]["median_s"] - 1
+    return row
+
+
+def validate(
     host_counts: list[int],
     rate: str,
-    layers: int = 4,
-    width: int = 512,
-    batch: int = 256,
-    steps: int = 20,
+    job: Job = Job(),  # noqa: B008 - frozen dataclass
+    optimizers: tuple[str, ...] = ("adam",),
     samples: int = 16,
     progress=None,
+    sweep_bytes: tuple[int, int] = (1 << 12, 1 << 23),
+    sweep_repeat: int = 5,
 ) -> dict:
+    """Sweep, fit, then per host count calibrate the hosts' compute and predict and run each optimizer.
+    ``sweep_bytes`` is the collective sweep's range (4 KiB - 8 MiB: the compressed all-reduce's
+    packed momentum and scales up to DDP's 25 MiB buckets' neighbourhood)."""
     bits = parse_rate(rate)
     top = max(host_counts)
-    job = ["--layers", str(layers), "--width", str(width), "--batch", str(batch), "--steps", str(steps)]
     tb, created = tb_hosts.up(top, bits)
     rows = []
     try:
-        with tempfile.TemporaryDirectory(prefix="cst-validate-") as tmp:
-            raw = run_sweep(
-                tb,
-                Path(tmp) / "raw.json",
-                "all_reduce",
-                1 << 16,
-                1 << 23,
-                5,
-                1,
-                subgroups=True,
-                progress=progress,
-                command=f"clustersim testbed validate --rate {rate}",
-            )
+        raw = _sweep(tb, list(optimizers), rate, progress, sweep_bytes, sweep_repeat)
+        fit_below = top if top > 2 else 3  # fit on the smaller groups; with 2 hosts only, on those
+        fitted_on = sorted({r["ranks"] for r in raw["collectives"] if r["ranks"] < fit_below})
         for n in sorted(host_counts):
             local = run_on_hosts(
                 tb,
-                "clustersim.testbed.ddp_job",
-                ["--mode", "local", *job],
+                JOBS["adam"][0],
+                ["--mode", "local", *job.args()],
                 {},
                 progress,
                 900,
-                "the local MLP job",
+                "the local job",
                 count=n,
             )
-            measured = run_on_hosts(
-                tb,
-                "clustersim.testbed.ddp_job",
-                ["--mode", "ddp", *job],
-                {},
-                progress,
-                900,
-                "the DDP job",
-                count=n,
-            )
-            fit_below = top if top > 2 else 3  # fit on the smaller groups; with 2 hosts only, on those
-            profile = _profile(raw, fit_below, local, batch)
-            result = simulate(
-                scenario_for(n, bits, layers, width, batch), profile, uncertainty_samples=samples
-            )
-            iv = result.interval
-            step = measured["step"]
-            rows.append(
-                {
-                    "hosts": n,
-                    "measured_s": step["median_s"],
-                    "measured_p10_s": step["p10_s"],
-                    "measured_p90_s": step["p90_s"],
-                    "predicted_s": result.iteration_time,
-                    "predicted_p10_s": iv.p10,
-                    "predicted_p90_s": iv.p90,
-                    "error": result.iteration_time / step["median_s"] - 1,
-                    "inside": iv.p10 <= step["median_s"] <= iv.p90,
-                    "compute_s": local["forward"]["median_s"] + local["backward"]["median_s"],
-                    "exposed_communication_s": result.breakdown["exposed_communication"],
-                    "network_fitted_on_ranks": sorted(
-                        {r["ranks"] for r in raw["collectives"] if r["ranks"] < fit_below}
-                    ),
-                }
-            )
+            kernels = None
+            if set(optimizers) & set(COMPRESSED):
+                kernels = run_on_hosts(
+                    tb,
+                    JOBS["binsgdm"][0],
+                    ["--mode", "kernels", "--elements", str(padded(job.params, n)), *job.args()],
+                    {},
+                    progress,
+                    900,
+                    "the kernel microbenchmarks",
+                    count=n,
+                )["kernels"]
+            profile = _profile(raw, fit_below, local, job, kernels)
+            for optimizer in optimizers:
+                module, mode = JOBS[optimizer]
+                measured = run_on_hosts(
+                    tb,
+                    module,
+                    ["--mode", mode, *job.args()],
+                    {},
+                    progress,
+                    900,
+                    f"the {optimizer} job",
+                    count=n,
+                )
+                result = simulate(scenario_for(n, bits, job, optimizer), profile, uncertainty_samples=samples)
+                rows.append(_row(n, optimizer, measured, result, fitted_on))
     finally:
         if created:
             tb_hosts.down(tb)
-    return {"rate": rate, "params": layers * (width * width + width), "batch": batch, "rows": rows}
+    return {
+        "rate": rate,
+        "model": job.model,
+        "label": job.label,
+        "job": job.__dict__,
+        "params": job.params,
+        "batch": job.batch,
+        "rows": rows,
+    }

@@ -179,6 +179,12 @@ class BinSGDM(Strategy):
         if ctx.world_size > 1:
             dep = self.add_phases(prog, dep)
         add_update_and_other(
-            prog, ctx, [dep], APPLY_BYTES, "unpack + apply ±1 update", offload=self.offload_spec()
+            prog,
+            ctx,
+            [dep],
+            APPLY_BYTES,
+            "unpack + apply ±1 update",
+            offload=self.offload_spec(),
+            kernel="binsgdm_apply",
         )
         return [StepProgram("step", 1.0, prog)]

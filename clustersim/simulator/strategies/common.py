@@ -136,9 +136,11 @@ def add_update_and_other(
     offload=None,
     partition_params: float | None = None,
     inputs_on_host: bool = False,
+    kernel: str = "optimizer",
 ) -> int:
     """The optimizer update (on the GPU, or offloaded per ``offload``, an UpdateSpec) and the per-step
-    work outside forward/backward/communication.
+    work outside forward/backward/communication. ``kernel`` names the update's rate in a profile's
+    measured kernels (Adam's "optimizer" unless the optimizer's update has its own microbenchmark).
 
     With measured phases, "other" is the measured remainder after removing a modelled Adam step
     (so each optimizer adds its own update cost on top of the same measured overhead).
@@ -148,14 +150,14 @@ def add_update_and_other(
     P = ctx.params
     if offload is not None:
         ends = add_update(
-            prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host
+            prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host, kernel
         )
     else:
         ends = [
             prog.add(
                 label,
                 "compute",
-                ctx.device.stream_time(update_bytes_per_param * P, "optimizer"),
+                ctx.device.stream_time(update_bytes_per_param * P, kernel),
                 "optimizer",
                 tuple(d for d in deps if d is not None),
             )

@@ -1,0 +1,251 @@
+"""Training steps with a compressed optimizer over gloo, to check the 1-bit Adam and BinSGDM models.
+
+Run once per emulated host (testbed/sweep.py run_on_hosts), like ddp_job.py and with its models.
+Nothing here is DistributedDataParallel: as in DeepSpeed's 1-bit Adam compression stage and in
+BinSGDM, backward is local and the optimizer step does the communication.
+
+``--mode onebit``: 1-bit Adam's compression stage (deepspeed/runtime/fp16/onebit/adam.py) on the flat
+fp32 momentum of all parameters (one parameter group): momentum update, then DeepSpeed's
+``compressed_allreduce`` (runtime/comm/nccl.py) pass by pass with gloo's all_to_all_single and
+all_gather in place of NCCL's, then ``m / (sqrt(v_frozen) + eps)`` applied.
+
+``--mode binsgdm``: BinSGDM's step: m and b updates, stochastic 1-bit quantization of m/b, the 1-bit
+all-reduce as strategies/binsgdm.py models it for one rank per host (a reduce-scatter by all-to-all of
+packed bits and a majority vote, an all-gather of the packed results by all-to-all), unpack and apply.
+
+``--mode kernels``: every host runs the calibration microbenchmarks of these kernels at the job's
+size at the same time (calibration/microbench.py): how fast an emulated host's kernels are while its
+neighbours share this machine's cores. The slowest host's time per kernel is recorded.
+
+The step time and the time of the compressed all-reduce (everything between the local optimizer
+state update and the final parameter update) are recorded as the slowest rank's, per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+from clustersim.testbed.ddp_job import add_model_arguments, build_model, model_input, quantiles
+
+_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
+
+
+def _pack(torch, bits):
+    """Eight 0/1 values per byte, most significant first (numpy/cupy packbits order)."""
+    weights = torch.tensor(_WEIGHTS, dtype=torch.uint8)
+    return (bits.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
+
+
+def _unpack(torch, packed):
+    shifts = torch.arange(7, -1, -1, dtype=torch.uint8)
+    return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
+
+
+def padded(n: int, p: int) -> int:
+    """DeepSpeed's corrected_tensor_size: a multiple of p * lcm(p, 8)."""
+    unit = p * math.lcm(p, 8)
+    return -(-n // unit) * unit
+
+
+def flatten(torch, params):
+    """Parameters and gradients as views of two flat fp32 buffers, as DeepSpeed's FP16 optimizer
+    keeps its fp32 master copy: the optimizer then runs whole-buffer passes, as the model counts them."""
+    params = list(params)
+    flat = torch.cat([q.detach().view(-1) for q in params])
+    grad = torch.zeros_like(flat)
+    offset = 0
+    for q in params:
+        k = q.numel()
+        q.data = flat[offset : offset + k].view_as(q)
+        q.grad = grad[offset : offset + k].view_as(q)
+        offset += k
+    return flat, grad
+
+
+class OneBitAdam:
+    """1-bit Adam after its warmup: the variance is frozen, the momentum is compressed."""
+
+    def __init__(self, torch, dist, params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        self.t, self.dist = torch, dist
+        self.flat, self.grad = flatten(torch, params)
+        self.lr, self.beta1, self.eps, self.weight_decay = lr, betas[0], eps, weight_decay
+        self.p = dist.get_world_size()
+        self.n = self.flat.numel()
+        self.size = padded(self.n, self.p)
+        self.exp_avg = torch.zeros(self.size)
+        self.exp_avg_sq = torch.rand(self.n) * 1e-4 + 1e-6  # frozen after warmup
+        self.worker_error = torch.zeros(self.size)
+        self.server_error = torch.zeros(self.size // self.p)
+
+    def step(self) -> float:
+        m = self.exp_avg[: self.n]
+        m.mul_(self.beta1).add_(self.grad, alpha=1 - self.beta1)  # local momentum update
+        t0 = time.perf_counter()
+        self.compressed_allreduce(self.exp_avg)
+        comm = time.perf_counter() - t0
+        # DeepSpeed's update with the frozen variance, weight decay included (kernel_bytes.py counts it)
+        update = m / (self.exp_avg_sq.sqrt() + self.eps)
+        update += self.weight_decay * self.flat
+        self.flat.add_(-self.lr * update)
+        return comm
+
+    def compressed_allreduce(self, buffer_m):
+        """DeepSpeed's NcclBackend.compressed_allreduce, expression by expression (the passes of
+        strategies/compressed_allreduce.py), on gloo."""
+        t, dist, p = self.t, self.dist, self.p
+        n = buffer_m.numel()
+        # worker side: error compensation, scale, error update, sign bits packed
+        buffer_m.add_(self.worker_error)
+        worker_scale = t.norm(buffer_m) / math.sqrt(n)
+        self.worker_error.set_(
+            buffer_m - worker_scale * buffer_m.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+        )
+        packed = _pack(t, buffer_m.sign_().add_(1).bool().to(t.uint8))
+        # phase 1: every rank sends each rank its chunk of signs (n/8 bytes in all) and its scale
+        recv = t.zeros_like(packed)
+        dist.all_to_all_single(recv, packed)
+        scales = [t.zeros(1) for _ in range(p)]
+        dist.all_gather(scales, worker_scale.view(1))
+        # server side: unpack p chunks, scale, average, compensate, compress this rank's chunk
+        chunk = (
+            _unpack(t, recv)
+            .view(p, n // p)
+            .float()
+            .add_(-0.5)
+            .mul_(2.0)
+            .mul_(t.stack(scales).view(p, 1) / p)
+            .sum(0)
+        )
+        chunk.add_(self.server_error)
+        server_scale = t.norm(chunk) / math.sqrt(n // p)
+        self.server_error.set_(
+            chunk - server_scale * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+        )
+        server_packed = _pack(t, chunk.sign_().add_(1).bool().to(t.uint8))
+        # phase 2: all-gather of every rank's packed chunk and scale
+        gathered = [t.zeros_like(server_packed) for _ in range(p)]
+        dist.all_gather(gathered, server_packed)
+        server_scales = [t.zeros(1) for _ in range(p)]
+        dist.all_gather(server_scales, server_scale.view(1))
+        # finish: unpack, scale, copy back into the momentum
+        buffer_m.copy_(
+            _unpack(t, t.cat(gathered))
+            .view(p, -1)
+            .float()
+            .add_(-0.5)
+            .mul_(2.0)
+            .mul_(t.stack(server_scales).view(p, 1))
+            .view(-1)
+        )
+
+
+class BinSGDM:
+    """BinSGDM with one rank per host: the hierarchical scheme's intra-node phases are groups of one."""
+
+    def __init__(self, torch, dist, params, lr=1e-4, beta=0.9):
+        self.t, self.dist = torch, dist
+        self.flat, self.grad = flatten(torch, params)
+        self.lr, self.beta = lr, beta
+        self.p = dist.get_world_size()
+        self.n = self.flat.numel()
+        self.size = -(-self.n // (8 * self.p)) * 8 * self.p  # whole bytes per rank's shard
+        self.m = torch.zeros(self.size)
+        self.b = torch.full((self.size,), 1e-3)
+
+    def step(self) -> float:
+        t, dist, p = self.t, self.dist, self.p
+        m, b = self.m[: self.n], self.b[: self.n]
+        m.mul_(self.beta).add_(self.grad, alpha=1 - self.beta)
+        b.mul_(self.beta).add_(self.grad.abs(), alpha=1 - self.beta)
+        t0 = time.perf_counter()
+        plus = t.rand_like(self.m) < (1 + self.m / self.b) / 2  # stochastic 1-bit quantization of m/b
+        packed = _pack(t, plus.to(t.uint8))
+        # reduce-scatter of the 1-bit votes by all-to-all; each rank counts the votes of its shard
+        recv = t.empty_like(packed)
+        dist.all_to_all_single(recv, packed)
+        votes = _unpack(t, recv).view(p, -1).sum(0, dtype=t.int32)
+        shard = _pack(t, (votes * 2 > p).to(t.uint8))  # majority, re-binarized
+        # all-gather of the 1-bit results by all-to-all: every rank sends its shard to every rank
+        result = t.empty(p * shard.numel(), dtype=t.uint8)
+        dist.all_to_all_single(result, shard.repeat(p))
+        comm = time.perf_counter() - t0
+        # the model's "unpack + apply ±1 update" (microbench.py binsgdm_apply times the same expression)
+        self.flat.add_(_unpack(t, result)[: self.n].float().mul_(2.0).add_(-1.0), alpha=-self.lr)
+        return comm
+
+
+def _kernels(torch, dist, elements: int) -> dict:
+    from clustersim.calibration.microbench import Bench
+
+    bench = Bench(torch, "cpu", quick=True)
+    bench.sizes = {**bench.sizes, "elements": [elements]}
+    dist.barrier()
+    rows = bench.compression_kernels(p=dist.get_world_size()) + bench.adam()
+    mine = torch.tensor([r["median_s"] for r in rows], dtype=torch.float64)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    slowest = torch.stack(gathered).max(dim=0).values.tolist()
+    return {"kernels": [{**r, "median_s": s} for r, s in zip(rows, slowest)]}
+
+
+def _train(torch, dist, args) -> dict:
+    model = build_model(torch, args)
+    x = model_input(torch, args)
+    opt = (OneBitAdam if args.mode == "onebit" else BinSGDM)(torch, dist, model.parameters())
+    keys = ("step", "forward", "backward", "compressed_allreduce")
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    for i in range(args.warmup + args.steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = model(x).square().mean()
+        t1 = time.perf_counter()
+        opt.grad.zero_()  # the flat gradient buffer that every parameter's .grad views
+        loss.backward()
+        t2 = time.perf_counter()
+        comm = opt.step()
+        t3 = time.perf_counter()
+        if i >= args.warmup:
+            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, comm)):
+                times[key].append(value)
+    mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    slowest = torch.stack(gathered).max(dim=0).values.tolist()
+    return {
+        "params": sum(q.numel() for q in model.parameters()),
+        **{k: quantiles(v) for k, v in zip(keys, slowest)},
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("onebit", "binsgdm", "kernels"), required=True)
+    add_model_arguments(ap)
+    ap.add_argument("--elements", type=int, default=1 << 20, help="kernel size for --mode kernels")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    result = _kernels(torch, dist, args.elements) if args.mode == "kernels" else _train(torch, dist, args)
+    if dist.get_rank() == 0:
+        with open(args.out, "w") as fh:
+            json.dump(
+                {"mode": args.mode, "hosts": dist.get_world_size(), "torch": torch.__version__, **result}, fh
+            )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
