@@ -24,6 +24,8 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "required key is missing"
+    elif isinstance(err.get("input"), bool):
+        msg = f"{msg}, not {str(err['input']).lower()}"
     return key, msg
 
 
