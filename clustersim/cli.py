@@ -21,6 +21,7 @@ from clustersim.cli_support import (
     ScenarioArg,
     console,
     emit_json,
+    finite_option,
     table,
     user_errors,
 )
@@ -29,6 +30,7 @@ from clustersim.cli_support import ms as _ms
 from clustersim.cli_testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
+from clustersim.io import check_writable_file
 from clustersim.units import format_bytes, format_seconds, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
@@ -141,6 +143,8 @@ def run(
     all-reduce, bytes per link."""
     from clustersim.simulator import simulate
 
+    if trace is not None:
+        check_writable_file(trace)  # before the work; its folder is never created silently
     result = simulate(_load(scenario), profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
@@ -282,6 +286,7 @@ def compare(
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
 
+    finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus")

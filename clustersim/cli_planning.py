@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, table
+from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, finite_option, table
 
 
 def sweep(
@@ -43,8 +43,10 @@ def sweep(
 
     from clustersim.sweeps.run import run_sweep
     from clustersim.sweeps.spec import load_sweep
+    from clustersim.sweeps.store import check_results_path
 
     sw = load_sweep(sweep_file, profile=profile, samples=samples)
+    check_results_path(out)
     if json_out:
         counts = run_sweep(sw, out, scheduler, workers)
         emit_json({"out": str(out), **counts})
@@ -110,6 +112,7 @@ def report(
     """
     from clustersim.report.build import write_report
 
+    finite_option(price, "--price")
     info = write_report(results, out, steps, price, png)
     if json_out:
         emit_json(info)
@@ -154,6 +157,7 @@ def plan_cmd(
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
+    finite_option(price, "--price")
     if json_out:
         result = plan(
             model, steps, hours, budget, candidates, global_batch, price, profile=profile, samples=samples

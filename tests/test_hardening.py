@@ -164,3 +164,241 @@ def test_every_preset_is_within_the_limits():
 
     for name in preset_names():
         load_scenario(f"preset:{name}")
+
+
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        (("collective", "preset:default", "--bytes", "1e400"), "--bytes"),
+        (("collective", "preset:default", "--bytes", "1e400", "--json"), "--bytes"),
+        (("collective", "preset:default", "--bytes", "nan"), "--bytes"),
+        (("collective", "preset:onebit-adam-infiniband", "--group", "inter"), None),
+        (("report", "ignored", "--price", "nan"), "--price"),
+        (("plan", "--model", "BERT-Large", "--steps", "10", "--deadline", "infh"), "--deadline"),
+        (
+            ("plan", "--model", "BERT-Large", "--steps", "10", "--deadline", "3d", "--budget", "nan"),
+            "--budget",
+        ),
+        (("compare", "preset:default", "--warmup", "nan"), "--warmup"),
+    ],
+)
+def test_non_finite_command_numbers_are_refused(runner, tmp_path, args, key):
+    if args[1] == "preset:onebit-adam-infiniband":  # --group inter on a one-node cluster
+        args = ("collective", scenario_file(tmp_path, **{"cluster.nodes": 1}), "--group", "inter")
+        key = "--group"
+    one_line_error(invoke(runner, *args), key)
+
+
+def test_json_output_never_holds_nan(monkeypatch, capsys):
+    import typer
+
+    from clustersim.cli_support import emit_json
+
+    with pytest.raises(typer.Exit):
+        emit_json({"time_s": float("nan")})
+    assert "NaN" not in capsys.readouterr().out
+
+
+PROFILE_BASE = {
+    "format": "clustersim-profile",
+    "format_version": 3,
+    "device": "V100-PCIe",
+    "provenance": {"source": "test"},
+}
+
+
+@pytest.mark.parametrize(
+    "extra,key",
+    [
+        ({"memory_gbs": float("nan")}, "memory_gbs"),
+        ({"matmul_tflops": {"fp16": float("nan")}}, "matmul_tflops"),
+        ({"matmul_tflops": {"fp16": -3.0}}, "matmul_tflops"),
+        ({"kernels_gbs": {"copy": float("inf")}}, "kernels_gbs"),
+        (
+            {
+                "collectives": [
+                    {"op": "all_reduce", "nodes": 2, "gpus_per_node": 4, "segments": [[0, -1.0837e-3, 1e-10]]}
+                ]
+            },
+            "collectives",
+        ),
+        (
+            {
+                "collectives": [
+                    {
+                        "op": "all_reduce",
+                        "nodes": 2,
+                        "gpus_per_node": 4,
+                        "segments": [[0, float("nan"), 1e-10]],
+                    }
+                ]
+            },
+            "collectives",
+        ),
+        ({"host": {"cpu_adam_params_per_s": {"8": float("nan")}}}, "host"),
+    ],
+)
+def test_profiles_with_nan_or_negative_values_are_refused(runner, tmp_path, extra, key):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(PROFILE_BASE | extra))  # json writes NaN/Infinity, as a broken tool would
+    r = invoke(runner, "run", scenario_file(tmp_path), "--profile", path, "--samples", "0")
+    one_line_error(r, str(path), key)
+
+
+# --- 3. tracebacks: bad paths, full disks, broken results --------------------------------------------
+
+
+def test_trace_into_a_folder_or_a_missing_folder(runner, tmp_path):
+    path = scenario_file(tmp_path)
+    one_line_error(invoke(runner, "run", path, "--trace", tmp_path), str(tmp_path), "folder")
+    missing = tmp_path / "no" / "such" / "t.json"
+    one_line_error(invoke(runner, "run", path, "--trace", missing), "does not exist")
+    assert not (tmp_path / "no").exists()  # never created silently
+
+
+def test_calibrate_out_into_a_folder(runner, tmp_path):
+    nccl = tmp_path / "nccl.txt"
+    nccl.write_text("# nothing\n")
+    one_line_error(invoke(runner, "calibrate", "import-nccl-tests", nccl, "--out", tmp_path), "folder")
+
+
+def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkeypatch):
+    import errno
+
+    import clustersim.io as io
+
+    real = io.os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, text):
+            self.fh.write(text[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    trace = tmp_path / "t.json"
+    r = invoke(runner, "run", scenario_file(tmp_path), "--trace", trace, "--samples", "0")
+    one_line_error(r, str(trace), "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no trace, no temporary file
+
+
+def test_nan_rows_in_nccl_tests_files(runner, tmp_path):
+    text = (
+        "#  out-of-place in-place\n"
+        "#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong\n"
+        "   1048576  262144  float  sum  -1  nan  nan  nan  0  nan  nan  nan  0\n"
+    )
+    path = tmp_path / "all_reduce.txt"
+    path.write_text(text)
+    r = invoke(runner, "calibrate", "import-nccl-tests", path, "--ranks", "8", "--out", tmp_path / "p.json")
+    one_line_error(r, str(path))
+    assert not (tmp_path / "p.json").exists()
+
+
+def small_sweep(tmp_path, vary=None, name="sweep.yaml") -> str:
+    base = scenario_file(tmp_path, name="base.yaml")
+    data = {"name": "t", "base": base, "samples": 0, "vary": vary or {"gpus": [4, 8]}}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture
+def results(tmp_path_factory):
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    tmp = tmp_path_factory.mktemp("results")
+    out = tmp / "out"
+    run_sweep(load_sweep(small_sweep(tmp, {"gpus": [4, 8], "optimizer": ["adam", "onebit-adam"]})), out)
+    return out
+
+
+def test_sweep_out_is_a_file(runner, tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    one_line_error(invoke(runner, "sweep", small_sweep(tmp_path), "--out", target), str(target), "file")
+
+
+def test_disk_full_mid_sweep_keeps_whole_rows_and_resumes(tmp_path, monkeypatch):
+    import csv
+    import errno
+
+    from clustersim.errors import InputError
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    sweep = load_sweep(small_sweep(tmp_path, {"gpus": [4, 8, 16, 32]}))
+    out = tmp_path / "out"
+    real = csv.DictWriter.writerow
+    calls = {"n": 0}
+
+    def writerow(self, row):
+        calls["n"] += 1
+        if (
+            calls["n"] == 4
+        ):  # the header, two rows, then the third row: half of it reaches the disk, then the disk is full
+            self.writer.writerow(list(row.values())[:5])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, row)
+
+    monkeypatch.setattr(csv.DictWriter, "writerow", writerow)
+    with pytest.raises(InputError, match="No space left on device"):
+        run_sweep(sweep, out, batch_size=1)
+    text = (out / "results.csv").read_text()
+    assert text.endswith("\n") and len(text.splitlines()) == 3  # header + two whole rows, no half line
+    monkeypatch.setattr(csv.DictWriter, "writerow", real)
+    counts = run_sweep(sweep, out, batch_size=1)
+    assert counts["skipped"] == 2 and counts["written"] == 2
+
+
+def _damage(results, tmp_path, how):
+    import shutil
+
+    folder = tmp_path / how
+    shutil.copytree(results, folder)
+    csv_path = folder / "results.csv"
+    text = csv_path.read_text()
+    if how == "truncated":
+        csv_path.write_text(text[: len(text) - 60])
+        return folder, "results.csv", "cut short"
+    if how == "nan_cell":
+        lines = text.splitlines()
+        header = lines[0].split(",")
+        cells = lines[1].split(",")
+        cells[header.index("iteration_time_s")] = "nan"
+        lines[1] = ",".join(cells)
+        csv_path.write_text("\n".join(lines) + "\n")
+        return folder, "line 2: iteration_time_s", "finite"
+    if how == "garbage":
+        csv_path.write_text(text + "<<<<<<< HEAD\n")
+        return folder, "results.csv", f"line {len(text.splitlines()) + 1}"
+    if how == "corrupt_json":
+        (folder / "sweep.json").write_text('{"format": "clustersim-sweep-res')
+        return folder, "sweep.json", "corrupt"
+    if how == "json_list":
+        (folder / "sweep.json").write_text("[1, 2]")
+        return folder, "sweep.json", "not a clustersim sweep"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["truncated", "nan_cell", "garbage", "corrupt_json", "json_list"])
+def test_report_on_a_damaged_results_folder(runner, results, tmp_path, how):
+    folder, where, what = _damage(results, tmp_path, how)
+    report = tmp_path / "report.html"
+    one_line_error(invoke(runner, "report", folder, "--out", report), where, what)
+    assert not report.exists()
+
+
+def test_report_out_into_a_missing_folder(runner, results, tmp_path):
+    out = tmp_path / "nope" / "r.html"
+    one_line_error(invoke(runner, "report", results, "--out", out), "does not exist")
+    assert not (tmp_path / "nope").exists()
