@@ -24,7 +24,8 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "required key is missing"
-    elif isinstance(err.get("input"), bool):
+    msg = msg.removeprefix("Value error, ")
+    if isinstance(err.get("input"), bool) and "true/false" not in msg:
         msg = f"{msg}, not {str(err['input']).lower()}"
     return key, msg
 

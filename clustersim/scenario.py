@@ -194,6 +194,8 @@ class Scenario(_Strict):
     def with_world_size(self, gpus: int) -> "Scenario":
         """The same cluster shape scaled to ``gpus`` GPUs: fewer GPUs per node if below one node."""
         per_node = self.cluster.gpus_per_node
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+            raise InputError(f"a GPU count must be a positive integer, not {gpus!r}", key="gpus")
         if gpus < per_node:
             if per_node % gpus:
                 raise InputError(f"{gpus} GPUs do not fit nodes of {per_node} GPUs", key="gpus")

@@ -402,3 +402,90 @@ def test_report_out_into_a_missing_folder(runner, results, tmp_path):
     out = tmp_path / "nope" / "r.html"
     one_line_error(invoke(runner, "report", results, "--out", out), "does not exist")
     assert not (tmp_path / "nope").exists()
+
+
+# --- 4. concurrent sweeps into one folder ------------------------------------------------------------
+
+
+def test_a_second_sweep_into_a_locked_folder_is_refused(runner, tmp_path):
+    from clustersim.sweeps.spec import load_sweep
+    from clustersim.sweeps.store import ResultsFolder
+
+    sweep_file = small_sweep(tmp_path)
+    out = tmp_path / "out"
+    with ResultsFolder(out, load_sweep(sweep_file)).locked():  # the first sweep, still running
+        r = invoke(runner, "sweep", sweep_file, "--out", out)
+        one_line_error(r, str(out), "another sweep", f"pid {__import__('os').getpid()}")
+        assert not (out / "results.csv").exists()
+    r = invoke(runner, "sweep", sweep_file, "--out", out)  # released on exit: the folder works again
+    assert r.exit_code == 0, r.output
+    r = invoke(runner, "sweep", sweep_file, "--out", out)  # and a finished sweep can be resumed
+    assert r.exit_code == 0 and "0 rows simulated, 2 already done" in r.output
+
+
+def test_duplicate_rows_are_read_once(runner, results, tmp_path):
+    import shutil
+
+    from clustersim.sweeps.store import read_results
+
+    folder = tmp_path / "dup"
+    shutil.copytree(results, folder)
+    csv_path = folder / "results.csv"
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join(lines + lines[1:]) + "\n")  # what two concurrent sweeps used to write
+    _, rows = read_results(folder)
+    assert len(rows) == len(lines) - 1
+    assert invoke(runner, "report", folder, "--out", tmp_path / "r.html").exit_code == 0
+
+
+# --- 5. sweep values checked before any work -----------------------------------------------------------
+
+
+def test_bad_axis_values_are_refused_up_front_one_line_per_kind(runner, tmp_path):
+    sweep_file = small_sweep(
+        tmp_path, {"gpus": [8, -4, 0], "optimizer": ["adam", "lion"], "nic_gbps": [10, float("nan"), True]}
+    )
+    out = tmp_path / "out"
+    r = invoke(runner, "sweep", sweep_file, "--out", out)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 4, r.output  # gpus, optimizer, nic_gbps NaN, nic_gbps true
+    assert all(sweep_file in line for line in lines)
+    assert "vary.gpus: -4, 0: a GPU count must be a positive integer" in lines[0]
+    assert any("vary.optimizer: \"lion\": unknown optimizer 'lion'" in line for line in lines)
+    assert sum("vary.nic_gbps" in line for line in lines) == 2
+    assert not out.exists()  # nothing written
+
+
+def test_invalid_combinations_are_counted_before_and_after(runner, tmp_path):
+    r = invoke(runner, "sweep", small_sweep(tmp_path, {"gpus": [8, 6, 16]}), "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "1 of 3 rows are not a valid cluster as given" in r.output
+    assert "1 row(s) could not be simulated" in r.output and "6 GPUs is not a whole number" in r.output
+    r = invoke(runner, "sweep", small_sweep(tmp_path, {"gpus": [8]}, "ok.yaml"), "--out", tmp_path / "ok")
+    assert "none invalid" in r.output
+
+
+def test_ctrl_c_during_a_sweep_says_how_to_resume(runner, tmp_path, monkeypatch):
+    import clustersim.sweeps.run as sweep_run
+
+    def interrupted(sweep, folder, *args, **kwargs):
+        folder.open()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_run, "run_locked", interrupted)
+    r = invoke(runner, "sweep", small_sweep(tmp_path), "--out", tmp_path / "out")
+    assert r.exit_code == 130
+    assert (
+        "interrupted: 0 of 2 rows are saved" in r.output
+        and "run the same command again to resume" in r.output
+    )
+    assert "Traceback" not in r.output
+
+
+def test_with_world_size_refuses_non_positive_counts(default_scenario):
+    from clustersim.errors import InputError
+
+    for bad in (0, -4, True):
+        with pytest.raises(InputError, match="positive integer"):
+            default_scenario.with_world_size(bad)

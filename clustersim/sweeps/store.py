@@ -10,9 +10,12 @@ A crash loses at most the rows still in flight; a re-run reads results.csv and s
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
+import socket
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,9 @@ def check_results_path(path: Path) -> None:
         raise InputError(f"cannot create the results folder: {path.parent} does not exist", source=str(path))
 
 
+LOCK_NAME = ".lock"
+
+
 class ResultsFolder:
     def __init__(self, path: Path, sweep):
         self.path = Path(path)
@@ -99,7 +105,7 @@ class ResultsFolder:
                     f"{old.get('fingerprint')}); use another --out",
                     source=str(self.path),
                 )
-        elif self.path.exists() and any(self.path.iterdir()):
+        elif self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir()):
             raise InputError(
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
                 source=str(self.path),
@@ -108,6 +114,35 @@ class ResultsFolder:
         if not meta_path.exists():
             write_json_atomically(meta_path, meta)
         return {r["row_id"] for r in self.read_rows()}
+
+    @contextmanager
+    def locked(self):
+        """Hold the folder for one sweep: a second sweep into it (another shell, another machine on a
+        shared file system that honours flock) is refused instead of writing every row twice. The lock
+        goes with the process, so a crashed sweep never leaves the folder locked."""
+        check_results_path(self.path)
+        self.path.mkdir(exist_ok=True)
+        fh = (self.path / LOCK_NAME).open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise InputError(
+                f"another sweep ({holder}) is writing into this folder; "
+                "wait for it to finish or use another --out",
+                source=str(self.path),
+            ) from None
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+            fh.flush()
+            yield self
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
 
     def read_rows(self) -> list[dict[str, str]]:
         """Finished rows, one per row id (two sweeps that once ran into one folder wrote some twice)."""
