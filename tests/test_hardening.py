@@ -489,3 +489,63 @@ def test_with_world_size_refuses_non_positive_counts(default_scenario):
     for bad in (0, -4, True):
         with pytest.raises(InputError, match="positive integer"):
             default_scenario.with_world_size(bad)
+
+
+# --- 6. compare: a cell out of memory does not abort the table -------------------------------------
+
+
+def test_compare_marks_a_cell_out_of_memory_and_prints_the_rest(runner, tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
+                # Adam fits in 80 GB; 1-bit Adam's error-feedback buffers tip it over.
+                "workload": {
+                    "layers": [{"name": "l", "params": 4_000_000_000, "forward_flops": 1e9}],
+                    "micro_batch": 1,
+                },
+            }
+        )
+    )
+    args = ("compare", path, "--gpus", "8,1024", "--optimizers", "adam,onebit-adam", "--samples", "2")
+    r = invoke(runner, *args)
+    assert r.exit_code == 0, r.output
+    assert "1024 GPUs, onebit-adam: not simulated" in r.output and "does not fit in GPU memory" in r.output
+    assert "break-even at 1024 GPUs not computed" in r.output
+    r = invoke(runner, *args, "--json")
+    assert r.exit_code == 0, r.output
+    rows = {(row["gpus"], row["optimizer"]): row for row in json.loads(r.stdout)["rows"]}
+    assert rows[(1024, "adam")]["error"] is None and rows[(1024, "adam")]["speedup"] == 1.0
+    assert rows[(1024, "onebit-adam")]["iteration_time_s"] is None
+    assert "does not fit" in rows[(1024, "onebit-adam")]["error"]
+
+
+def test_compare_refuses_a_gpu_count_beyond_the_limits_up_front(runner):
+    one_line_error(invoke(runner, "compare", "preset:default", "--gpus", "8,4000000"), "--gpus", "4000000")
+
+
+# --- 7. out of memory names the key that makes it not fit -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "workload,key",
+    [
+        ({"model": "GPT-3-1.3B", "micro_batch": 64, "seq_len": 2048}, "workload.micro_batch"),
+        ({"model": "LLaMA-7B", "micro_batch": 1, "seq_len": 2048}, "workload.model"),
+        (
+            {"layers": [{"name": "l", "params": 6_000_000_000, "forward_flops": 1e9}], "micro_batch": 1},
+            "workload.layers",
+        ),
+    ],
+)
+def test_out_of_memory_names_the_culprit(runner, tmp_path, workload, key):
+    path = tmp_path / "oom.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"}, "workload": workload}
+        )
+    )
+    out = one_line_error(invoke(runner, "run", path), f"{path}: {key}: does not fit in GPU memory")
+    if key == "workload.micro_batch":
+        assert "a micro_batch of at most 5 fits" in out
