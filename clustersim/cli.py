@@ -193,6 +193,13 @@ def collective(
         raise exc.located(key_prefix="--bytes") from None
     if s.cluster.nodes == 1 and group == "inter":
         raise InputError("--group inter needs more than one node (this cluster has 1)", key="--group")
+    shape = shapes[group]
+    if shape.nodes * shape.gpus_per_node == 1:  # no collective: its bandwidth would be infinite
+        raise InputError(
+            f"--group {group} is a single GPU on this cluster ({c.nodes} x {c.gpus_per_node}); "
+            "a collective needs at least 2 ranks",
+            key="--group",
+        )
     cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
     data = {
         "op": op,

@@ -109,6 +109,20 @@ def test_engine_time_limit_and_nan_durations():
             Engine(prog, time_limit=1e6).run()
 
 
+def test_a_sweep_row_with_an_absurd_network_is_recorded_invalid_not_hung(tmp_path):
+    import csv
+
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    out = tmp_path / "out"
+    run_sweep(load_sweep(small_sweep(tmp_path, {"nic_gbps": [10, 1e-9]})), out)
+    with (out / "results.csv").open() as fh:
+        rows = {r["nic_gbps"]: r for r in csv.DictReader(fh)}
+    assert rows["10.0"]["status"] == "ok"
+    assert rows["1e-09"]["status"] == "invalid" and "simulated time exceeded" in rows["1e-09"]["error"]
+
+
 def test_subgroup_size_of_one_is_refused_not_a_memory_error(runner, tmp_path):
     data = json.loads(load_scenario("preset:offload-llama7b-h100").model_dump_json())
     data["training"]["offload"]["subgroup_size"] = 1
@@ -173,6 +187,8 @@ def test_every_preset_is_within_the_limits():
         (("collective", "preset:default", "--bytes", "1e400", "--json"), "--bytes"),
         (("collective", "preset:default", "--bytes", "nan"), "--bytes"),
         (("collective", "preset:onebit-adam-infiniband", "--group", "inter"), None),
+        (("collective", "SINGLE", "--group", "intra"), "--group"),
+        (("collective", "SINGLE", "--group", "world", "--json"), "--group"),
         (("report", "ignored", "--price", "nan"), "--price"),
         (("plan", "--model", "BERT-Large", "--steps", "10", "--deadline", "infh"), "--deadline"),
         (
@@ -186,6 +202,12 @@ def test_non_finite_command_numbers_are_refused(runner, tmp_path, args, key):
     if args[1] == "preset:onebit-adam-infiniband":  # --group inter on a one-node cluster
         args = ("collective", scenario_file(tmp_path, **{"cluster.nodes": 1}), "--group", "inter")
         key = "--group"
+    if args[1] == "SINGLE":  # a group of one GPU: its bandwidth would be infinite
+        args = (
+            args[0],
+            scenario_file(tmp_path, **{"cluster.nodes": 1, "cluster.gpus_per_node": 1}),
+            *args[2:],
+        )
     one_line_error(invoke(runner, *args), key)
 
 

@@ -62,7 +62,7 @@ _ORDER = ["gpu", "gpus_per_node", "nodes"]
 
 
 class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str = "sweep"
     base: str | dict[str, Any]
     vary: dict[str, list[Any]]
