@@ -571,3 +571,14 @@ def test_out_of_memory_names_the_culprit(runner, tmp_path, workload, key):
     out = one_line_error(invoke(runner, "run", path), f"{path}: {key}: does not fit in GPU memory")
     if key == "workload.micro_batch":
         assert "a micro_batch of at most 5 fits" in out
+
+
+@pytest.mark.parametrize("text", ['{"format": "clustersim-sweep-res', "[1, 2]", "null"])
+def test_resuming_into_a_folder_with_a_damaged_sweep_json(runner, tmp_path, text):
+    sweep_file = small_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert invoke(runner, "sweep", sweep_file, "--out", out).exit_code == 0
+    (out / "sweep.json").write_text(text)
+    before = (out / "results.csv").read_text()
+    one_line_error(invoke(runner, "sweep", sweep_file, "--out", out), str(out / "sweep.json"))
+    assert (out / "results.csv").read_text() == before
