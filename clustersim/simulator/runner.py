@@ -123,13 +123,19 @@ def _culprit(ctx: SimulationContext, op) -> str:
     c = ctx.scenario.cluster
     if op.category == Category.COMMUNICATION:
         if op.inter_node_bytes > 0 or c.nodes > 1:
+            gbps = c.nic.effective_gbps or c.nic.line_rate_gbps
+            wire_s = op.inter_node_bytes / (gbps * 1e9 / 8 * max(1, c.nic.count))
+            if c.nic.latency_us and c.nic.latency_us * 1e-6 > wire_s:
+                return "cluster.nic.latency_us"
             return "cluster.nic.effective_gbps" if c.nic.effective_gbps else "cluster.nic.line_rate_gbps"
         return "cluster.intra_node"
     if DRAM in op.demands or op.category == Category.HOST:
         return "cluster.host.dram_gbs"
     if op.category == Category.TRANSFER or op.demands:
         return "cluster.intra_node.pcie_gen"
-    return "workload" if ctx.profile is None else "profile"
+    if ctx.profile is not None:
+        return "profile"
+    return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"
 
 
 def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
