@@ -66,9 +66,19 @@ def invoke(runner, *args):
             {"cluster.nic.line_rate_gbps": 1e-7, "cluster.nic.effective_gbps": 1e-9},
             "cluster.nic.effective_gbps",
         ),
+        ({"cluster.nic.latency_us": 1e12}, "cluster.nic.latency_us"),
+        (
+            {
+                "workload": {
+                    "layers": [{"name": "l", "params": 1000, "forward_flops": 1e30}],
+                    "micro_batch": 1,
+                }
+            },
+            "workload.layers",
+        ),
     ],
 )
-def test_absurdly_slow_network_stops_with_the_culprit(runner, tmp_path, dotted, key):
+def test_absurdly_slow_iteration_stops_with_the_culprit(runner, tmp_path, dotted, key):
     path = scenario_file(tmp_path, **dotted)
     r = invoke(runner, "run", path, "--samples", "0")
     one_line_error(r, path, key, "simulated time exceeded 1e+06 s")
