@@ -32,7 +32,7 @@ class CudaName(_Strict):
 
     pattern: str
     min_memory_gib: float = 0.0
-    max_memory_gib: float = float("inf")
+    max_memory_gib: float | None = None  # None: no upper bound
 
 
 def gpu_for_cuda_name(device_name: str, memory_gib: float) -> str | None:
@@ -45,7 +45,8 @@ def gpu_for_cuda_name(device_name: str, memory_gib: float) -> str | None:
         for key, g in gpus().items()
         if g.cuda_name is not None
         and re.search(g.cuda_name.pattern, name)
-        and g.cuda_name.min_memory_gib <= memory_gib < g.cuda_name.max_memory_gib
+        and g.cuda_name.min_memory_gib <= memory_gib
+        and (g.cuda_name.max_memory_gib is None or memory_gib < g.cuda_name.max_memory_gib)
     ]
     return max(hits)[1] if hits else None
 

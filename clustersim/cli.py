@@ -21,6 +21,7 @@ from clustersim.cli_support import (
     ScenarioArg,
     console,
     emit_json,
+    finite_option,
     table,
     user_errors,
 )
@@ -29,6 +30,7 @@ from clustersim.cli_support import ms as _ms
 from clustersim.cli_testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
+from clustersim.io import check_writable_file
 from clustersim.units import format_bytes, format_seconds, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
@@ -141,6 +143,8 @@ def run(
     all-reduce, bytes per link."""
     from clustersim.simulator import simulate
 
+    if trace is not None:
+        check_writable_file(trace)  # before the work; its folder is never created silently
     result = simulate(_load(scenario), profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
@@ -189,6 +193,13 @@ def collective(
         raise exc.located(key_prefix="--bytes") from None
     if s.cluster.nodes == 1 and group == "inter":
         raise InputError("--group inter needs more than one node (this cluster has 1)", key="--group")
+    shape = shapes[group]
+    if shape.nodes * shape.gpus_per_node == 1:  # no collective: its bandwidth would be infinite
+        raise InputError(
+            f"--group {group} is a single GPU on this cluster ({c.nodes} x {c.gpus_per_node}); "
+            "a collective needs at least 2 ranks",
+            key="--group",
+        )
     cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
     data = {
         "op": op,
@@ -278,10 +289,11 @@ def compare(
     wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
     from rich.progress import Progress
 
-    from clustersim.compare import baseline_of_list, break_evens, warmup_fraction
+    from clustersim.compare import baseline_of_list, warmup_fraction
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
 
+    finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus")
@@ -292,13 +304,20 @@ def compare(
             raise InputError(exc.message, key="--optimizers") from None
     warmup_fraction(s, steps, warmup)
     at = max(counts) if break_even_at is None else break_even_at
-    if at:
-        s.with_world_size(at)  # a clear error before any work
+    for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
+        try:
+            s.with_world_size(g)  # a clear error before any work
+        except InputError as exc:
+            raise InputError(f"{g}: {exc.message}", key=key) from None
     if json_out:
         rows = run_compare(s, opts, counts, steps, warmup, profile, samples=samples)
-        evens = break_evens(s, opts, at, profile, samples) if at else []
+        evens, why_none = _break_evens(s, opts, at, profile, samples)
         emit_json(
-            {"rows": [r.as_dict() for r in rows], "break_even": [b.as_dict() | {"gpus": at} for b in evens]}
+            {
+                "rows": [r.as_dict() for r in rows],
+                "break_even": [b.as_dict() | {"gpus": at} for b in evens],
+                "break_even_error": why_none,
+            }
         )
         return
     with Progress(transient=True, console=console) as bar:
@@ -307,14 +326,17 @@ def compare(
             s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task), samples=samples
         )
         bar.update(task, description="break-even bandwidth")
-        evens = break_evens(s, opts, at, profile, samples) if at else []
+        evens, why_none = _break_evens(s, opts, at, profile, samples)
     base = baseline_of_list(opts)
+    dash = "—"
     console.print(
         table(
             f"{s.name}: iteration time split, ms (speedup over {base})",
             ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
             [
-                [
+                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 6]
+                if r.error
+                else [
                     r.gpus,
                     r.optimizer,
                     f"{r.iteration_time_s * 1e3:,.0f}",
@@ -323,7 +345,9 @@ def compare(
                     f"{r.compression_s * 1e3:,.0f}",
                     f"{r.optimizer_s * 1e3:,.0f}",
                     f"{r.samples_per_s:,.0f}",
-                    f"{r.speedup:.2f}x"
+                    dash
+                    if r.speedup is None
+                    else f"{r.speedup:.2f}x"
                     + (f" ({r.speedup_p10:.2f}–{r.speedup_p90:.2f})" if r.speedup_p10 is not None else ""),
                 ]
                 for r in rows
@@ -336,8 +360,13 @@ def compare(
             f"[dim]speedup (P10–P90): every optimizer simulated under the same {samples} draws of the "
             "uncertain hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]"
         )
+    for r in rows:
+        if r.error:
+            console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
         console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
+    if why_none:
+        console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     console.print(
         "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
         "optim = optimizer step and other per-step work[/]"
@@ -351,8 +380,9 @@ def compare(
             cols,
             [
                 [r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
-                + ([f"{r.time_to_train_s / 3600:,.1f} h", f"{r.time_to_train_speedup:.2f}x"] if steps else [])
+                + ([f"{r.time_to_train_s / 3600:,.1f} h", _times(r.time_to_train_speedup)] if steps else [])
                 for r in rows
+                if not r.error
             ],
             left=2,
         )
@@ -362,6 +392,22 @@ def compare(
             f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
             f"{warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]"
         )
+
+
+def _times(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
+def _break_evens(s, opts, at, profile, samples) -> tuple[list, str | None]:
+    """Break-even bandwidths at ``at`` GPUs, or why there are none (a cell that cannot be simulated)."""
+    from clustersim.compare import break_evens
+
+    if not at:
+        return [], None
+    try:
+        return break_evens(s, opts, at, profile, samples), None
+    except InputError as exc:
+        return [], exc.message
 
 
 @app.command()

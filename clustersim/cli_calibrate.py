@@ -9,6 +9,7 @@ import typer
 
 from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors
 from clustersim.cli_support import ms as _ms
+from clustersim.io import check_writable_file
 from clustersim.units import format_bytes
 
 calibrate_app = typer.Typer(
@@ -77,6 +78,9 @@ def calibrate_run(
     from clustersim.calibration.run import calibrate
 
     command = "clustersim " + " ".join(sys.argv[1:])
+    for path in (out, raw_out):  # a bad output path fails before minutes of measurements
+        if path is not None:
+            check_writable_file(path)
     if testbed is not None:
         from clustersim.testbed.calibrate import calibrate_on_testbed
 
@@ -129,6 +133,7 @@ def calibrate_fit(
     with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
     from clustersim.calibration.run import fit_file
 
+    check_writable_file(out)
     _written_profile(fit_file(raw, out, _cluster(cluster)), out, json_out)
 
 
@@ -149,6 +154,7 @@ def calibrate_import(
     from clustersim.calibration.nccl_tests import parse_file, to_raw
     from clustersim.calibration.run import save_profile
 
+    check_writable_file(out)
     parsed = [parse_file(f, op, ranks, nodes) for f in files]
     profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out, _cluster(cluster))
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, table
+from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, finite_option, table
 
 
 def sweep(
@@ -41,49 +41,82 @@ def sweep(
         TimeRemainingColumn,
     )
 
-    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.run import run_locked
     from clustersim.sweeps.spec import load_sweep
+    from clustersim.sweeps.store import ResultsFolder
 
-    sw = load_sweep(sweep_file, profile=profile, samples=samples)
-    if json_out:
-        counts = run_sweep(sw, out, scheduler, workers)
-        emit_json({"out": str(out), **counts})
-        return
-    console.print(f"sweep [bold]{sw.spec.name}[/]: {len(sw.rows())} rows over {', '.join(sw.axes)} -> {out}/")
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("simulating", total=len(sw.rows()))
-        counts = run_sweep(
-            sw, out, scheduler, workers, progress=lambda done, total: bar.update(task, completed=done)
-        )
+    sw = load_sweep(sweep_file, profile=profile, samples=samples)  # every axis value checked
+    folder = ResultsFolder(out, sw)
+    with folder.locked():  # a second sweep into the same folder is refused
+        folder.open()  # a folder of another sweep is refused before anything is printed
+        total = len(sw.rows())
+        invalid = sw.invalid_rows()
+        if json_out:
+            counts = run_locked(sw, folder, scheduler, workers)
+            emit_json({"out": str(out), **counts, "invalid": _invalid_reasons(out)})
+            return
+        console.print(f"sweep [bold]{sw.spec.name}[/]: {total} rows over {', '.join(sw.axes)} -> {out}/")
+        if invalid:
+            console.print(
+                f"[yellow]{sum(invalid.values())} of {total} rows are not a valid cluster as given[/] "
+                "(recorded as invalid, the others run):"
+            )
+            for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1])[:5]:
+                console.print(f"  {n} x {reason[:160]}")
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("simulating", total=total)
+            try:
+                counts = run_locked(
+                    sw,
+                    folder,
+                    scheduler,
+                    workers,
+                    progress=lambda done, tot: bar.update(task, completed=done),
+                )
+            except KeyboardInterrupt:
+                bar.stop()
+                console.print(
+                    f"interrupted: {len(folder.read_rows())} of {total} rows are saved in {out}/results.csv; "
+                    "run the same command again to resume"
+                )
+                raise typer.Exit(130) from None
     console.print(
         f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
     )
     _say_invalid(out)
 
 
-def _say_invalid(out: Path) -> None:
-    """Rows that could not run are kept with their reason; say how many and the commonest reasons."""
+def _invalid_reasons(out: Path) -> dict[str, int]:
+    """Rows recorded as invalid, by reason (a row written twice counts once)."""
     import csv
     from collections import Counter
 
     path = Path(out) / "results.csv"
     if not path.exists():
-        return
+        return {}
     with path.open(newline="") as fh:
-        reasons = Counter(r.get("error", "") for r in csv.DictReader(fh) if r.get("status") == "invalid")
-    if reasons:
-        console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
-        for reason, n in reasons.most_common(3):
-            console.print(f"  {n} x {reason[:160]}")
+        unique = {r.get("row_id"): r for r in csv.DictReader(fh)}
+    return dict(Counter(r.get("error", "") for r in unique.values() if r.get("status") == "invalid"))
+
+
+def _say_invalid(out: Path) -> None:
+    """Rows that could not run are kept with their reason; say how many and the commonest reasons."""
+    reasons = _invalid_reasons(out)
+    if not reasons:
+        console.print("every row was simulated (none invalid)")
+        return
+    console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
+        console.print(f"  {n} x {reason[:160]}")
 
 
 def report(
@@ -110,6 +143,7 @@ def report(
     """
     from clustersim.report.build import write_report
 
+    finite_option(price, "--price")
     info = write_report(results, out, steps, price, png)
     if json_out:
         emit_json(info)
@@ -154,6 +188,7 @@ def plan_cmd(
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
+    finite_option(price, "--price")
     if json_out:
         result = plan(
             model, steps, hours, budget, candidates, global_batch, price, profile=profile, samples=samples

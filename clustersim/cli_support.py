@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from contextlib import contextmanager
 
@@ -36,7 +37,21 @@ def user_errors(fn):
 
 
 def emit_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Print ``data`` as JSON. NaN and Infinity are not JSON: they are refused, never printed."""
+    try:
+        text = json.dumps(data, indent=2, default=str, allow_nan=False)
+    except ValueError:
+        fail("a result is not a finite number (NaN or infinity); check the inputs' magnitudes")
+    sys.stdout.write(text + "\n")
+
+
+def finite_option(value: float | None, key: str, *, positive: bool = True) -> float | None:
+    """A numeric command option: a finite number (positive unless told), else one line naming it."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise InputError(f"expected a finite{' positive' if positive else ''} number, got {value:g}", key=key)
+    return value
 
 
 def table(

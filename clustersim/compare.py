@@ -20,17 +20,20 @@ DEFAULT_WARMUP = 0.15  # the 1-bit Adam paper's BERT-Large setting (15-25% recom
 
 @dataclass
 class CompareRow:
+    """One cell of the table. A cell that cannot be simulated (out of GPU memory, say) keeps ``error``
+    and no numbers, so the rest of the table still prints."""
+
     gpus: int
     optimizer: str
-    iteration_time_s: float
-    compute_s: float
-    exposed_communication_s: float
-    compression_s: float
-    optimizer_s: float
-    samples_per_s: float
-    speedup: float
-    intra_node_bytes: float
-    inter_node_bytes: float
+    iteration_time_s: float | None
+    compute_s: float | None
+    exposed_communication_s: float | None
+    compression_s: float | None
+    optimizer_s: float | None
+    samples_per_s: float | None
+    speedup: float | None
+    intra_node_bytes: float | None
+    inter_node_bytes: float | None
     warmup_iteration_time_s: float | None = None
     time_to_train_s: float | None = None
     time_to_train_speedup: float | None = None
@@ -38,6 +41,11 @@ class CompareRow:
     iteration_time_p90_s: float | None = None
     speedup_p10: float | None = None  # draw by draw against the baseline (paired)
     speedup_p90: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
+        return cls(gpus, optimizer, *([None] * 9), error=error)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -119,44 +127,50 @@ def compare(
         scenarios: dict[str, Scenario] = {}
         for name in optimizers:
             s = scenario_for_optimizer(sized, name, steps)
-            scenarios[name] = s
-            r = simulate(s, profile)
-            b = r.breakdown
-            row = CompareRow(
-                gpus=gpus,
-                optimizer=name,
-                iteration_time_s=r.iteration_time,
-                compute_s=b["forward"] + b["backward"],
-                exposed_communication_s=b["exposed_communication"]
-                + b["exposed_transfer"]
-                + b["exposed_host"],
-                compression_s=b["compression"],
-                optimizer_s=b["optimizer"] + b["other"],
-                samples_per_s=r.samples_per_s,
-                speedup=0.0,
-                intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
-                inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
-            )
-            warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
-            if warm_opts is not None:
-                warm = simulate(s.with_changes(**{"training.optimizer_options": warm_opts}), profile)
-                row.warmup_iteration_time_s = warm.iteration_time
-            if steps:
-                row.time_to_train_s = steps * mean_step_time(
-                    name, row.iteration_time_s, row.warmup_iteration_time_s, w
-                )
-            per_opt[name] = row
+            try:
+                per_opt[name] = _row(s, gpus, name, steps, w, profile)
+                scenarios[name] = s
+            except InputError as exc:  # this cell only: the rest of the table still prints
+                per_opt[name] = CompareRow.failed(gpus, name, exc.message)
             if progress:
                 progress()
         base = per_opt[baseline]
-        if samples > 0:
+        if samples > 0 and baseline in scenarios:
             _add_bands(per_opt, scenarios, baseline, profile, samples)
         for row in per_opt.values():
-            row.speedup = base.iteration_time_s / row.iteration_time_s
-            if steps:
-                row.time_to_train_speedup = base.time_to_train_s / row.time_to_train_s
+            if row.error is None and base.error is None:
+                row.speedup = base.iteration_time_s / row.iteration_time_s
+                if steps:
+                    row.time_to_train_speedup = base.time_to_train_s / row.time_to_train_s
             rows.append(row)
     return rows
+
+
+def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile) -> CompareRow:
+    r = simulate(s, profile)
+    b = r.breakdown
+    row = CompareRow(
+        gpus=gpus,
+        optimizer=name,
+        iteration_time_s=r.iteration_time,
+        compute_s=b["forward"] + b["backward"],
+        exposed_communication_s=b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
+        compression_s=b["compression"],
+        optimizer_s=b["optimizer"] + b["other"],
+        samples_per_s=r.samples_per_s,
+        speedup=None,
+        intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
+        inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
+    )
+    warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
+    if warm_opts is not None:
+        warm = simulate(s.with_changes(**{"training.optimizer_options": warm_opts}), profile)
+        row.warmup_iteration_time_s = warm.iteration_time
+    if steps:
+        row.time_to_train_s = steps * mean_step_time(
+            name, row.iteration_time_s, row.warmup_iteration_time_s, w
+        )
+    return row
 
 
 def _add_bands(

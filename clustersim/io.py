@@ -24,6 +24,9 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "required key is missing"
+    msg = msg.removeprefix("Value error, ")
+    if isinstance(err.get("input"), bool) and "true/false" not in msg:
+        msg = f"{msg}, not {str(err['input']).lower()}"
     return key, msg
 
 
@@ -48,20 +51,47 @@ def read_structured_file(path: Path) -> Any:
         raise InputError(f"invalid YAML{where}: {problem}", source=str(path)) from None
 
 
-def write_json_atomically(path: Path, data: dict) -> None:
-    """Write to a temporary file beside ``path`` and rename: a crash never leaves half a file."""
+def check_writable_file(path: Path) -> Path:
+    """``path`` can be written as a file: not a folder, and its folder exists (never created silently).
+    Call it before long work so that a bad ``--out`` fails first."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if path.is_dir():
+        raise InputError("is a folder; give a file name", source=str(path))
+    if not path.parent.is_dir():
+        what = "is not a folder" if path.parent.exists() else "does not exist"
+        raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    return path
+
+
+def write_text_atomically(path: Path, text: str, mode: int | None = None) -> None:
+    """Write to a temporary file beside ``path`` and rename: a crash or a full disk never leaves half a
+    file behind; any failure is one InputError naming the file."""
+    path = check_writable_file(path)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any other file
+        os.fchmod(fd, (0o666 & ~umask) if mode is None else mode)  # mkstemp makes 0600
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
+            fh.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+        tmp = None
+    except OSError as exc:
+        raise InputError(
+            f"cannot write ({exc.strerror or exc.__class__.__name__}); nothing written", source=str(path)
+        ) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    """JSON, written atomically (write_text_atomically). NaN and Infinity are not JSON: refused."""
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise InputError(
+            "a value is not a finite number (NaN or infinity); nothing written", source=str(path)
+        ) from None
+    write_text_atomically(path, text)

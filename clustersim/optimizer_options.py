@@ -9,35 +9,35 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
 
 class NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class OneBitAdamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
     backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
-    param_groups: int = Field(1, ge=1, description="one compressed_allreduce per parameter group")
-    freeze_step: int | None = Field(
+    param_groups: StrictInt = Field(1, ge=1, description="one compressed_allreduce per parameter group")
+    freeze_step: StrictInt | None = Field(
         None, ge=0, description="warmup steps; compare/time-to-train uses it with --steps"
     )
 
 
 class ZeroOneAdamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    total_steps: int = Field(100_000, gt=0)
-    var_freeze_step: int = Field(23_000, ge=0)
-    var_update_scaler: int = Field(16, gt=0)
-    local_step_scaler: int = Field(32_678, gt=0)
-    local_step_clipper: int = Field(16, gt=0)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    total_steps: StrictInt = Field(100_000, gt=0)
+    var_freeze_step: StrictInt = Field(23_000, ge=0)
+    var_update_scaler: StrictInt = Field(16, gt=0)
+    local_step_scaler: StrictInt = Field(32_678, gt=0)
+    local_step_clipper: StrictInt = Field(16, gt=0)
     backend: Literal["nccl", "mpi_cuda_aware", "mpi_host_staged"] = "nccl"
-    param_groups: int = Field(1, ge=1)
+    param_groups: StrictInt = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _freeze_within_run(self):
@@ -49,18 +49,18 @@ class ZeroOneAdamOptions(BaseModel):
 
 
 class Phase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     primitive: Literal["reduce_scatter", "all_gather", "all_reduce", "all_to_all"]
     group: Literal["intra", "inter", "world"]
-    bits: int = Field(ge=1, le=32, description="bits per element on the wire")
+    bits: StrictInt = Field(ge=1, le=32, description="bits per element on the wire")
     via: Literal["native", "all_to_all"] = "native"
-    requantize_bits: int | None = Field(
+    requantize_bits: StrictInt | None = Field(
         None, ge=1, le=32, description="re-quantize the phase's result to this many bits"
     )
 
 
 class BinSGDMOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     scheme: Literal["hierarchical", "flat"] | list[Phase] = "hierarchical"
 
 

@@ -46,8 +46,8 @@ def plan(
     catalog.model(model)  # a clear error for an unknown model before any work
     if steps <= 0:
         raise InputError("steps must be positive", key="--steps")
-    if budget is not None and budget <= 0:
-        raise InputError("budget must be positive", key="--budget")
+    if budget is not None and not 0 < budget < float("inf"):  # NaN fails too
+        raise InputError("budget must be positive and finite", key="--budget")
     sweep = candidate_sweep(candidates)
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
     if profile is not None:

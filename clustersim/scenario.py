@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from clustersim import catalog
 from clustersim.catalog import Precision
@@ -24,18 +33,29 @@ from clustersim.optimizer_options import parse_options
 PRESET_PREFIX = "preset:"
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true/false")
+    return value
+
+
+# Numbers in a scenario: finite (allow_inf_nan=False below), never true/false; integers stay integers
+# (``nodes: true`` is not one node, ``nodes: 2.5`` not two).
+Number = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class IntraNodeSpec(_Strict):
     """How the GPUs of one node talk to each other."""
 
     fabric: IntraNodeFabric = IntraNodeFabric.NVSWITCH
-    pcie_gen: int | None = Field(None, ge=3, le=6, description="default: the GPU's PCIe generation")
-    gpus_per_pcie_switch: int = Field(2, gt=0)
+    pcie_gen: StrictInt | None = Field(None, ge=3, le=6, description="default: the GPU's PCIe generation")
+    gpus_per_pcie_switch: StrictInt = Field(2, gt=0)
     p2p: bool = Field(True, description="PCIe peer-to-peer; false stages GPU-GPU traffic through host memory")
-    measured_allreduce_busbw_gbs: float | None = Field(
+    measured_allreduce_busbw_gbs: Number | None = Field(
         None,
         gt=0,
         description="measured intra-node all-reduce bus bandwidth (nccl-tests busbw), overrides the topology",
@@ -46,12 +66,12 @@ class NicSpec(_Strict):
     """The node's network interfaces (all identical)."""
 
     kind: Literal["ethernet_tcp", "infiniband"] = "infiniband"
-    count: int = Field(1, ge=0)
-    line_rate_gbps: float = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
-    effective_gbps: float | None = Field(
+    count: StrictInt = Field(1, ge=0)
+    line_rate_gbps: Number = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
+    effective_gbps: Number | None = Field(
         None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s"
     )
-    latency_us: float | None = Field(None, gt=0, description="one-way message latency; default by kind")
+    latency_us: Number | None = Field(None, gt=0, description="one-way message latency; default by kind")
     gpudirect_rdma: bool | None = Field(
         None, description="NIC reads GPU memory directly; default: true for InfiniBand"
     )
@@ -61,22 +81,22 @@ class FabricSpec(_Strict):
     """The switch fabric between nodes."""
 
     kind: Literal["single_switch", "leaf_spine"] = "single_switch"
-    nodes_per_leaf: int = Field(16, gt=0)
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf downlink:uplink bandwidth ratio")
+    nodes_per_leaf: StrictInt = Field(16, gt=0)
+    oversubscription: Number = Field(1.0, ge=1.0, description="leaf downlink:uplink bandwidth ratio")
 
 
 class HostSpec(_Strict):
     """The host side of a node (CPU optimizer work, staging copies)."""
 
-    sockets: int = Field(2, gt=0)
-    cores: int = Field(48, gt=0, description="physical cores per node")
-    dram_gbs: float | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
-    memory_gib: float = Field(512.0, gt=0)
+    sockets: StrictInt = Field(2, gt=0)
+    cores: StrictInt = Field(48, gt=0, description="physical cores per node")
+    dram_gbs: Number | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
+    memory_gib: Number = Field(512.0, gt=0)
 
 
 class ClusterSpec(_Strict):
-    nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
+    nodes: StrictInt = Field(gt=0)
+    gpus_per_node: StrictInt = Field(gt=0)
     gpu: str
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
@@ -92,20 +112,20 @@ class LayerSpec(_Strict):
     """One custom layer (per-sample costs), for models that are not in the catalog."""
 
     name: str
-    params: int = Field(ge=0)
-    forward_flops: float = Field(ge=0, description="FLOPs per sample")
-    forward_bytes: float = Field(0.0, ge=0, description="HBM bytes moved per sample by memory-bound kernels")
-    activation_bytes: float = Field(0.0, ge=0, description="activation bytes kept for backward, per sample")
-    repeat: int = Field(1, gt=0)
+    params: StrictInt = Field(ge=0)
+    forward_flops: Number = Field(ge=0, description="FLOPs per sample")
+    forward_bytes: Number = Field(0.0, ge=0, description="HBM bytes moved per sample by memory-bound kernels")
+    activation_bytes: Number = Field(0.0, ge=0, description="activation bytes kept for backward, per sample")
+    repeat: StrictInt = Field(1, gt=0)
 
 
 class WorkloadSpec(_Strict):
     model: str | None = None
     layers: list[LayerSpec] | None = None
-    micro_batch: int = Field(gt=0)
-    seq_len: int | None = Field(None, gt=0)
+    micro_batch: StrictInt = Field(gt=0)
+    seq_len: StrictInt | None = Field(None, gt=0)
     precision: Precision = "fp16"
-    gradient_accumulation: int = Field(1, gt=0)
+    gradient_accumulation: StrictInt = Field(1, gt=0)
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -121,12 +141,12 @@ class OffloadSpec(_Strict):
     (Deep Optimizer States: per subgroup, the update runs on the CPU or moves to the GPU)."""
 
     mode: Literal["none", "zero", "interleaved"] = "none"
-    subgroup_size: float = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
+    subgroup_size: Number = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
     placement: Literal["auto", "cpu", "gpu"] = Field(
         "auto",
         description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup",
     )
-    cpu_threads: int | None = Field(
+    cpu_threads: StrictInt | None = Field(
         None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
     )
 
@@ -137,8 +157,8 @@ class TrainingSpec(_Strict):
     gradient_dtype: Precision | None = Field(
         None, description="dtype of communicated gradients; default: workload precision"
     )
-    ddp_bucket_cap_mb: float = Field(25.0, gt=0)
-    first_bucket_cap_mb: float = Field(1.0, gt=0)
+    ddp_bucket_cap_mb: Number = Field(25.0, gt=0)
+    first_bucket_cap_mb: Number = Field(1.0, gt=0)
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
@@ -151,6 +171,12 @@ class Scenario(_Strict):
     cluster: ClusterSpec
     workload: WorkloadSpec
     training: TrainingSpec = TrainingSpec()
+    _source: str = PrivateAttr("")  # the file or preset it was read from, for messages
+
+    @property
+    def source(self) -> str | None:
+        """The file or preset this scenario came from (None when built in code)."""
+        return self._source or None
 
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``)."""
@@ -161,11 +187,15 @@ class Scenario(_Strict):
             for part in parts[:-1]:
                 node = node[part]
             node[parts[-1]] = value
-        return validate_scenario(data, source=f"{self.name} (modified)")
+        changed = validate_scenario(data, source=self.source or f"{self.name} (modified)")
+        changed._source = self._source
+        return changed
 
     def with_world_size(self, gpus: int) -> "Scenario":
         """The same cluster shape scaled to ``gpus`` GPUs: fewer GPUs per node if below one node."""
         per_node = self.cluster.gpus_per_node
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+            raise InputError(f"a GPU count must be a positive integer, not {gpus!r}", key="gpus")
         if gpus < per_node:
             if per_node % gpus:
                 raise InputError(f"{gpus} GPUs do not fit nodes of {per_node} GPUs", key="gpus")
@@ -173,6 +203,42 @@ class Scenario(_Strict):
         if gpus % per_node:
             raise InputError(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
         return self.with_changes(**{"cluster.nodes": gpus // per_node})
+
+
+def _check_limits(c: ClusterSpec) -> None:
+    """Physical limits (catalogs/hardware_defaults.yaml ``limits``, each with its source)."""
+    lim = catalog.hardware_defaults()["limits"]
+    per_node = {
+        "nvswitch": lim["nvswitch_gpus_per_node"],
+        "nvlink_mesh": lim["nvswitch_gpus_per_node"],
+        "pcie": lim["pcie_gpus_per_node"],
+    }[str(c.intra_node.fabric)]
+    checks = [
+        ("cluster.gpus_per_node", c.gpus_per_node, per_node, f"GPUs in one {c.intra_node.fabric} node"),
+        (
+            "cluster.nodes",
+            c.world_size,
+            lim["cluster_gpus"],
+            f"GPUs in one cluster; {c.nodes:,} nodes x {c.gpus_per_node} GPUs",
+        ),
+        ("cluster.nic.count", c.nic.count, lim["nics_per_node"], "NICs per node"),
+        ("cluster.nic.line_rate_gbps", c.nic.line_rate_gbps, lim["nic_line_rate_gbps"], "Gb/s per NIC port"),
+        (
+            "cluster.fabric.nodes_per_leaf",
+            c.fabric.nodes_per_leaf,
+            lim["switch_radix"],
+            "ports of one switch",
+        ),
+        ("cluster.host.dram_gbs", c.host.dram_gbs or 0.0, lim["host_dram_gbs"], "GB/s of host DRAM per node"),
+    ]
+    for key, value, limit, what in checks:
+        if value > limit:
+            shown = f"{value:,}" if isinstance(value, int) else f"{value:,g}"
+            raise InputError(
+                f"{shown} is beyond any real machine (at most {limit:,} {what}; "
+                "limits and their sources: clustersim/catalogs/hardware_defaults.yaml)",
+                key=key,
+            )
 
 
 def _check_semantics(s: Scenario) -> None:
@@ -208,6 +274,7 @@ def _check_semantics(s: Scenario) -> None:
             f"{c.gpus_per_node} GPUs do not fill PCIe switches of {intra.gpus_per_pcie_switch}",
             key="cluster.gpus_per_node",
         )
+    _check_limits(c)
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:
@@ -232,6 +299,7 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         _check_semantics(scenario)
     except InputError as exc:
         raise exc.located(source=source) from None
+    scenario._source = source
     return scenario
 
 

@@ -7,6 +7,7 @@ second, so both spellings are accepted and the unit decides.
 
 from __future__ import annotations
 
+import math
 import re
 
 from clustersim.errors import InputError
@@ -37,8 +38,8 @@ def parse_bytes(text: str | int | float) -> float:
         if not match or match.group(2).lower() not in _BYTE_UNITS:
             raise InputError(f"cannot read size {text!r} (use e.g. 512, 64KiB, 32MiB, 1.5GB)")
         value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
-    if value <= 0:
-        raise InputError(f"size must be positive, got {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"size must be a finite positive number of bytes, got {text!r}")
     return value
 
 

@@ -17,7 +17,7 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
@@ -30,7 +30,11 @@ BUILTIN_PREFIX = "builtin:"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN/inf never enter the simulator from a profile (json.loads reads NaN and Infinity).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Positive = Annotated[float, Field(gt=0)]
 
 
 class Provenance(_Strict):
@@ -186,8 +190,8 @@ class GemmModel(_Strict):
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
-    cpu_adam_params_per_s: dict[int, float] = Field(default_factory=dict, description="by thread count")
-    copy_gbs: dict[str, float] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
+    cpu_adam_params_per_s: dict[int, Positive] = Field(default_factory=dict, description="by thread count")
+    copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
 class Profile(_Strict):
@@ -195,12 +199,12 @@ class Profile(_Strict):
     format_version: int
     device: str = Field(description="GPU catalog name, or 'cpu'")
     provenance: Provenance
-    matmul_tflops: dict[str, float] = Field(default_factory=dict)
+    matmul_tflops: dict[str, Positive] = Field(default_factory=dict)
     memory_gbs: float | None = Field(None, gt=0)
-    kernels_gbs: dict[str, float] = Field(default_factory=dict)
+    kernels_gbs: dict[str, Positive] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
-    gemm_tflops_by_size: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
+    gemm_tflops_by_size: dict[str, list[tuple[int, Positive]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
     launch_latency_s: float | None = Field(None, ge=0)
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")

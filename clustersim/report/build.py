@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import html
-import os
-import tempfile
+import math
 from pathlib import Path
 
 import plotly
@@ -12,6 +11,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from clustersim.errors import InputError
+from clustersim.io import check_writable_file, write_text_atomically
 from clustersim.report import analysis, figures
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
@@ -104,15 +104,11 @@ def write_report(
     price: float | None = None,
     png_dir: Path | None = None,
 ) -> dict:
+    check_writable_file(out)  # before the work
     meta, rows_ok, rec, figs, failed = build_report(results, steps, price)
     text = render_html(meta, rows_ok, rec, figs, failed, price)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out)
+    write_text_atomically(out, text, mode=0o644)
     png = export_png(figs, png_dir) if png_dir is not None else None
     return {"out": str(out), "figures": list(figs), "recommendation": rec["text"], "png": png}
 
@@ -152,6 +148,6 @@ def parse_duration(text: str) -> float:
         value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
         raise InputError(f"cannot read duration {text!r} (use e.g. 3d, 72h, 90m)", key="--deadline") from None
-    if value <= 0:
-        raise InputError(f"duration must be positive, got {text!r}", key="--deadline")
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"duration must be a finite positive time, got {text!r}", key="--deadline")
     return value

@@ -31,6 +31,19 @@ RATE_TOL = 1e-12  # a flow within this of its cap is capped, and no flow runs sl
 DONE_TOL = 1e-12  # work left, relative to the op's duration, below which the op is finished
 
 
+class RunawaySimulation(Exception):
+    """The simulated clock passed ``Engine.time_limit``: the inputs make an iteration absurdly long.
+    ``running`` are the ops in flight."""
+
+    def __init__(self, now: float, running: list[Op]):
+        super().__init__(now, running)  # simpy re-raises a failed process as type(exc)(*exc.args)
+        self.now = now
+        self.running = running
+
+    def __str__(self) -> str:
+        return f"simulated time passed the limit at {self.now:g} s"
+
+
 class _Running:
     __slots__ = ("op", "remaining", "rate", "done")
 
@@ -42,8 +55,9 @@ class _Running:
 
 
 class Engine:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, time_limit: float = float("inf")):
         self.program = program
+        self.time_limit = time_limit
         self.env = simpy.Environment()
         self.finished = {op.id: self.env.event() for op in program.ops}
         self.start: dict[int, float] = {}
@@ -155,6 +169,7 @@ class Engine:
                     return
                 continue
             soonest = min(r.remaining / r.rate for r in self._running)
+            self._guard(soonest)
             self._wake = self.env.event()
             yield self.env.timeout(max(soonest, 0.0)) | self._wake
             self._advance()
@@ -170,6 +185,17 @@ class Engine:
                 yield self._wake | self.env.timeout(0)
                 if not self._running and self._idle_forever():
                     return
+
+    def _guard(self, soonest: float) -> None:
+        """Stop a runaway run past the time limit (NaN included). An op whose work left is below the
+        clock's resolution at this time is finished: otherwise the clock would never move again."""
+        later = self.env.now + soonest
+        if not later <= self.time_limit:
+            raise RunawaySimulation(later, [r.op for r in self._running])
+        if soonest > 0 and later == self.env.now:
+            for r in self._running:
+                if self.env.now + r.remaining / r.rate == self.env.now:
+                    r.remaining = 0.0
 
     def _idle_forever(self) -> bool:
         return len(self.end) == len(self.program.ops)

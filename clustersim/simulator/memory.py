@@ -45,6 +45,9 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
 
 
 def check_fits(ctx, mem: dict[str, float]) -> None:
+    """Refuse a rank that does not fit, naming the key that makes it not fit: the model when its
+    weights, gradients and optimizer state alone exceed the GPU, the micro-batch when its activations
+    tip it over, else the GPU."""
     if mem["total"] <= mem["capacity"]:
         return
     parts = ", ".join(
@@ -52,13 +55,25 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         for k, v in mem.items()
         if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
     )
-    hint = (
-        "; try training.offload, more GPUs per model copy is out of scope (data parallel only)"
-        if ctx.scenario.training.offload.mode == "none"
-        else ""
-    )
+    offload = ctx.scenario.training.offload.mode != "none"
+    hint = "; try training.offload, more GPUs per model copy is out of scope (data parallel only)"
+    key, why = "cluster.gpu", ""
+    w = ctx.scenario.workload
+    without_activations = mem["peak_forward_backward"] - mem["activations"]
+    if mem["peak_update"] > mem["capacity"]:
+        key = "workload.model" if w.model is not None else "workload.layers"
+        alone = format_bytes(mem["peak_update"])
+        why = f"; the model's weights, gradients and optimizer state alone need {alone}"
+    elif mem["activations"] > 0 and without_activations <= mem["capacity"]:
+        key = "workload.micro_batch"
+        per_sample = mem["activations"] / w.micro_batch
+        fits = int((mem["capacity"] - without_activations) // per_sample) if per_sample > 0 else 0
+        why = f"; the activations of micro_batch {w.micro_batch} need {format_bytes(mem['activations'])}" + (
+            f" (a micro_batch of at most {fits} fits)" if fits >= 1 else " (not even a micro_batch of 1 fits)"
+        )
+        hint = ""
     raise InputError(
         f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed "
-        f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{hint}",
-        key="cluster.gpu",
+        f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{why}{'' if offload else hint}",
+        key=key,
     )

@@ -27,6 +27,9 @@ from clustersim.simulator.host import HostModel
 from clustersim.simulator.program import Program
 from clustersim.units import format_bytes
 
+# The planner decides subgroup by subgroup (O(subgroups) time and memory); beyond this many a subgroup is
+# far smaller than any DeepSpeed setting (default sub_group_size 1e9 parameters) and only exhausts memory.
+MAX_SUBGROUPS = 100_000
 MAX_CHUNKS = 48  # subgroups of the same placement are merged into at most this many program steps
 
 
@@ -87,6 +90,12 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     off = ctx.scenario.training.offload
     size = min(off.subgroup_size, partition_params)
     n = subgroup_count(partition_params, size)
+    if n > MAX_SUBGROUPS:
+        raise InputError(
+            f"subgroups of {off.subgroup_size:,g} parameters split {partition_params:,.0f} parameters into "
+            f"{n:,} subgroups (at most {MAX_SUBGROUPS:,}; DeepSpeed's default sub_group_size is 1e9)",
+            key="training.offload.subgroup_size",
+        )
     budget = memory_budget(ctx, partition_params, spec.gpu_keep)
     free_peak = budget["capacity"] - budget["peak_without_state"]
     free_update = budget["capacity"] - budget["update_without_state"]

@@ -7,14 +7,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from clustersim.calibration.profile import Profile, load_profile
+from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
-from clustersim.simulator.engine import Engine
+from clustersim.simulator.engine import Engine, RunawaySimulation
+from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
+
+# Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
+# (a NIC of 1 bit/s) with a clear error instead of running forever; at 1e6 s the clock's resolution
+# (double precision, ~1e-10 s) is still far below the shortest op.
+MAX_ITERATION_S = 1e6
 
 
 def simulate(
@@ -27,6 +34,13 @@ def simulate(
     """One iteration of ``scenario``. ``perturbation`` runs it with one draw of the uncertain parameters;
     ``uncertainty_samples`` > 0 adds the P10/P50/P90 of the iteration time over that many draws
     (simulator/uncertainty.py) as ``result.interval``."""
+    try:
+        return _simulate(scenario, profile, perturbation, uncertainty_samples)
+    except InputError as exc:  # name the scenario's file (a profile's own errors keep theirs)
+        raise exc.located(source=scenario.source) from None
+
+
+def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: int) -> SimulationResult:
     if isinstance(profile, str):
         profile = load_profile(profile)
     ctx = build_context(scenario, profile, perturbation)
@@ -98,14 +112,54 @@ class _StepsOutcome:
     main_times: tuple = ({}, {})
 
 
-def _simulate_steps(steps, links: dict[str, float]) -> _StepsOutcome:
+def _alone_time(op, links: dict[str, float]) -> float:
+    """How long ``op`` takes with nothing else running: its duration, stretched by a link it overfills."""
+    over = max((d / links[k] for k, d in op.demands.items() if links.get(k)), default=1.0)
+    return op.duration * max(1.0, over)
+
+
+def _culprit(ctx: SimulationContext, op) -> str:
+    """The scenario key that most likely makes ``op`` absurdly slow."""
+    c = ctx.scenario.cluster
+    if op.category == Category.COMMUNICATION:
+        if op.inter_node_bytes > 0 or c.nodes > 1:
+            gbps = c.nic.effective_gbps or c.nic.line_rate_gbps
+            wire_s = op.inter_node_bytes / (gbps * 1e9 / 8 * max(1, c.nic.count))
+            if c.nic.latency_us and c.nic.latency_us * 1e-6 > wire_s:
+                return "cluster.nic.latency_us"
+            return "cluster.nic.effective_gbps" if c.nic.effective_gbps else "cluster.nic.line_rate_gbps"
+        return "cluster.intra_node"
+    if DRAM in op.demands or op.category == Category.HOST:
+        return "cluster.host.dram_gbs"
+    if op.category == Category.TRANSFER or op.demands:
+        return "cluster.intra_node.pcie_gen"
+    if ctx.profile is not None:
+        return "profile"
+    return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"
+
+
+def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
+    try:
+        return Engine(program, time_limit=MAX_ITERATION_S).run()
+    except RunawaySimulation as exc:
+        slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
+        key = _culprit(ctx, slowest)
+        alone = _alone_time(slowest, program.links)
+        raise InputError(
+            f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration "
+            f"('{slowest.name}' alone takes {alone:.3g} s): check {key}",
+            key=key,
+        ) from None
+
+
+def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _StepsOutcome:
     out = _StepsOutcome()
     total_weight = sum(s.weight for s in steps)
     main = max(steps, key=lambda s: s.weight)
     for step in steps:
         # Every program shares the rank's host links (PCIe, switch uplink, DRAM); strategies need not know.
         step.program.links = {**links, **step.program.links}
-        start, end = Engine(step.program).run()
+        start, end = _run_engine(ctx, step.program)
         t, parts = attribute_timeline(step.program, start, end)
         w = step.weight / total_weight
         out.iteration += w * t
@@ -186,7 +240,7 @@ def _run(ctx: SimulationContext) -> SimulationResult:
     steps = strategy.steps()
     memory = gpu_memory(ctx, strategy)
     check_fits(ctx, memory)
-    out = _simulate_steps(steps, ctx.link_capacities())
+    out = _simulate_steps(ctx, steps, ctx.link_capacities())
     main = max(steps, key=lambda s: s.weight)
     starts, ends = out.main_times
     buckets = [

@@ -147,6 +147,20 @@ def run_sweep(
 ) -> dict[str, int]:
     """Run the rows not yet in ``out``. ``stop_after`` (tests) stops after that many rows are written."""
     folder = ResultsFolder(out, sweep)
+    with folder.locked():
+        return run_locked(sweep, folder, scheduler, workers, progress, batch_size, stop_after)
+
+
+def run_locked(
+    sweep: Sweep,
+    folder: ResultsFolder,
+    scheduler: str | None = None,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    stop_after: int | None = None,
+) -> dict[str, int]:
+    """run_sweep on a folder the caller holds (``ResultsFolder.locked()``)."""
     done = folder.open()
     rows = [r for r in sweep.rows() if row_id(r) not in done]
     total = len(sweep.rows())

@@ -24,9 +24,9 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from clustersim.errors import InputError
 from clustersim.io import first_error
@@ -62,7 +62,7 @@ _ORDER = ["gpu", "gpus_per_node", "nodes"]
 
 
 class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str = "sweep"
     base: str | dict[str, Any]
     vary: dict[str, list[Any]]
@@ -76,6 +76,52 @@ class SweepFile(BaseModel):
         description="draws of the uncertain parameters per row for the "
         "P10-P90 band (simulator/uncertainty.py); 0: none",
     )
+
+
+def _field(dotted: str):
+    """The pydantic field a dotted scenario key names, or None."""
+    model: Any = Scenario
+    info = None
+    for part in dotted.split("."):
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        info = fields[part]
+        ann = info.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return info
+
+
+def _value_problem(axis: str, value: Any) -> str | None:
+    """Why ``value`` can never be a valid value of ``axis`` on its own (whatever the other axes), or
+    None. Combinations that do not work (a GPU count that does not fill the nodes, out of memory) are
+    not this: they are recorded as invalid rows."""
+    from clustersim import catalog
+    from clustersim.simulator.strategies import registry
+
+    try:
+        if axis == "gpus":
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                return "a GPU count must be a positive integer"
+            return None
+        if axis == "optimizer":
+            registry.get(str(value))
+            return None
+        if axis == "gpu":
+            catalog.gpu(str(value))
+        elif axis == "model":
+            catalog.model(str(value))
+        info = _field(AXES.get(axis) or axis)
+        if info is not None:
+            ann = info.annotation
+            is_model = isinstance(ann, type) and issubclass(ann, BaseModel)
+            config = None if is_model else ConfigDict(allow_inf_nan=False)
+            TypeAdapter(Annotated[ann, info], config=config).validate_python(value)
+    except InputError as exc:
+        return exc.message
+    except ValidationError as exc:
+        return first_error(exc)[1]
+    return None
 
 
 def _is_schema_key(dotted: str) -> bool:
@@ -114,6 +160,40 @@ class Sweep:
     def rows(self) -> list[dict[str, Any]]:
         names = self.axes
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.spec.vary[n] for n in names))]
+
+    def check_values(self) -> None:
+        """Every axis value on its own, before any work: one line per kind of problem, naming the file,
+        the axis and its bad values."""
+        problems: dict[tuple[str, str], list[Any]] = {}
+        for axis, values in self.spec.vary.items():
+            for value in values:
+                why = _value_problem(axis, value)
+                if why is not None:
+                    problems.setdefault((axis, why), []).append(value)
+        if problems:
+            lines = [
+                str(
+                    InputError(
+                        f"{', '.join(json.dumps(v) for v in vals)}: {why}",
+                        source=self.source,
+                        key=f"vary.{axis}",
+                    )
+                )
+                for (axis, why), vals in problems.items()
+            ]
+            raise InputError("\n".join(lines))
+
+    def invalid_rows(self) -> dict[str, int]:
+        """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count."""
+        from collections import Counter
+
+        reasons: Counter = Counter()
+        for values in self.rows():
+            try:
+                resolve_row(self.base, values, self.spec.steps, self.spec.global_batch)
+            except InputError as exc:
+                reasons[exc.message] += 1
+        return dict(reasons)
 
     def fingerprint(self) -> str:
         payload = {
@@ -209,4 +289,6 @@ def load_sweep(path: str | Path, profile: str | None = None, samples: int | None
         base = base.with_changes(profile=resolve_profile_ref(profile))
     if samples is not None:
         spec = spec.model_copy(update={"samples": samples})
-    return Sweep(spec, base, str(path))
+    sweep = Sweep(spec, base, str(path))
+    sweep.check_values()
+    return sweep

@@ -10,8 +10,12 @@ A crash loses at most the rows still in flight; a re-run reads results.csv and s
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
+import math
 import os
+import socket
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,18 @@ METRICS = [
 ]
 
 
+def check_results_path(path: Path) -> None:
+    """``--out`` can be a results folder: a folder or nothing yet, inside a folder that exists."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError("is a file; --out names the results folder", source=str(path))
+    if not path.parent.is_dir():
+        raise InputError(f"cannot create the results folder: {path.parent} does not exist", source=str(path))
+
+
+LOCK_NAME = ".lock"
+
+
 class ResultsFolder:
     def __init__(self, path: Path, sweep):
         self.path = Path(path)
@@ -68,6 +84,7 @@ class ResultsFolder:
     def open(self) -> set[str]:
         """Create or reopen the folder; returns the ids of rows already finished."""
         meta_path = self.path / "sweep.json"
+        check_results_path(self.path)
         meta = {
             "format": "clustersim-sweep-results",
             "format_version": 1,
@@ -81,17 +98,14 @@ class ResultsFolder:
             "base": self.sweep.base.model_dump(mode="json"),
         }
         if meta_path.exists():
-            try:
-                old = json.loads(meta_path.read_text())
-            except json.JSONDecodeError:
-                raise InputError("sweep.json is corrupt; use another --out", source=str(meta_path)) from None
+            old = _read_meta(meta_path)
             if old.get("fingerprint") != meta["fingerprint"]:
                 raise InputError(
                     f"this results folder holds another sweep ({old.get('name')!r}, fingerprint "
                     f"{old.get('fingerprint')}); use another --out",
                     source=str(self.path),
                 )
-        elif self.path.exists() and any(self.path.iterdir()):
+        elif self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir()):
             raise InputError(
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
                 source=str(self.path),
@@ -101,63 +115,183 @@ class ResultsFolder:
             write_json_atomically(meta_path, meta)
         return {r["row_id"] for r in self.read_rows()}
 
+    @contextmanager
+    def locked(self):
+        """Hold the folder for one sweep: a second sweep into it (another shell, another machine on a
+        shared file system that honours flock) is refused instead of writing every row twice. The lock
+        goes with the process, so a crashed sweep never leaves the folder locked."""
+        check_results_path(self.path)
+        self.path.mkdir(exist_ok=True)
+        fh = (self.path / LOCK_NAME).open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise InputError(
+                f"another sweep ({holder}) is writing into this folder; "
+                "wait for it to finish or use another --out",
+                source=str(self.path),
+            ) from None
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+            fh.flush()
+            yield self
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
     def read_rows(self) -> list[dict[str, str]]:
+        """Finished rows, one per row id (two sweeps that once ran into one folder wrote some twice)."""
         if not self.csv_path.exists():
             return []
-        with self.csv_path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        # a line cut short by a crash mid-write has missing trailing fields: drop it
-        return [r for r in rows if r.get(self.columns[-1]) is not None]
+        return _unique(_csv_lines(self.csv_path, tolerate_cut=True)[1])
 
     def append(self, records: list[dict[str, Any]]) -> None:
+        """Append rows; a failed write (disk full) is undone, so no half line is left behind."""
         new = not self.csv_path.exists()
-        with self.csv_path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            for rec in records:
-                writer.writerow(rec)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with (self.path / "scenarios.jsonl").open("a") as fh:
-            for rec in records:
-                fh.write(json.dumps({"row_id": rec["row_id"], "scenario": rec.get("scenario")}) + "\n")
-            fh.flush()
+        self._drop_cut_line()
+        size = 0 if new else self.csv_path.stat().st_size
+        try:
+            with self.csv_path.open("a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
+                if new:
+                    writer.writeheader()
+                for rec in records:
+                    writer.writerow(rec)
+                fh.flush()
+                os.fsync(fh.fileno())
+            with (self.path / "scenarios.jsonl").open("a") as fh:
+                for rec in records:
+                    fh.write(json.dumps({"row_id": rec["row_id"], "scenario": rec.get("scenario")}) + "\n")
+                fh.flush()
+        except OSError as exc:
+            with self.csv_path.open("r+") as fh:
+                fh.truncate(size)
+            raise InputError(
+                f"cannot write ({exc.strerror or exc.__class__.__name__}); the rows finished so far are kept "
+                "and a re-run resumes from them",
+                source=str(self.csv_path),
+            ) from None
+
+    def _drop_cut_line(self) -> None:
+        """A crash mid-write leaves a last line without its newline; its row is re-run, so remove it
+        before appending (or the next row would be glued to it)."""
+        if not self.csv_path.exists():
+            return
+        with self.csv_path.open("rb+") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            if end == 0:
+                return
+            fh.seek(end - 1)
+            if fh.read(1) == b"\n":
+                return
+            fh.seek(0)
+            keep = fh.read().rfind(b"\n") + 1
+            fh.truncate(keep)
+
+
+def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set = set()
+    out = []
+    for r in rows:
+        if r["row_id"] not in seen:
+            seen.add(r["row_id"])
+            out.append(r)
+    return out
+
+
+def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of results.csv. A line with the wrong number of fields is refused with its line
+    number; a last line cut short by a crash is dropped when ``tolerate_cut`` (a re-run redoes it)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read ({exc.__class__.__name__})", source=str(path)) from None
+    lines = list(csv.reader(text.splitlines()))
+    if not lines or "row_id" not in lines[0] or "status" not in lines[0]:
+        raise InputError("line 1: not a clustersim results header", source=str(path))
+    header = lines[0]
+    rows = []
+    cut = not text.endswith("\n")
+    for i, fields in enumerate(lines[1:], start=2):
+        if len(fields) != len(header):
+            if cut and i == len(lines):
+                if tolerate_cut:
+                    continue
+                raise InputError(
+                    f"line {i} is cut short (an interrupted sweep?); run the sweep again to complete it",
+                    source=str(path),
+                )
+            raise InputError(
+                f"line {i}: {len(fields)} fields where the header has {len(header)}; not a results row",
+                source=str(path),
+            )
+        rows.append(dict(zip(header, fields)) | {"_line": i})
+    return header, rows
+
+
+_TEXT = {"row_id", "status", "error", "gpu", "model", "optimizer", "nic_kind"}
+_INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
+
+
+def _read_meta(meta_path: Path) -> dict:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        raise InputError(
+            "corrupt (not JSON); run the sweep again into a new --out", source=str(meta_path)
+        ) from None
+    if not isinstance(meta, dict) or meta.get("format") != "clustersim-sweep-results":
+        raise InputError(
+            'not a clustersim sweep description (no "format": "clustersim-sweep-results")',
+            source=str(meta_path),
+        )
+    return meta
+
+
+def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
+    line = r.pop("_line")
+    if r["status"] not in ("ok", "invalid"):
+        raise InputError(
+            f"line {line}: status {r['status']!r} is neither ok nor invalid", source=str(csv_path)
+        )
+    typed: dict[str, Any] = {}
+    for k, v in r.items():
+        if v == "" or k in _TEXT:
+            typed[k] = v if v != "" else None
+            continue
+        try:
+            x = float(v)
+        except ValueError:
+            if k not in axes:
+                raise InputError(f"line {line}: {k} {v!r} is not a number", source=str(csv_path)) from None
+            typed[k] = v  # an axis of names (gpu, fabric, ...)
+            continue
+        if not math.isfinite(x):
+            raise InputError(f"line {line}: {k} is {v}, not a finite number", source=str(csv_path))
+        typed[k] = int(x) if k in _INTS and x.is_integer() else x
+    return typed
 
 
 def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
-    """Load a results folder for reports: metadata and typed rows."""
+    """Load a results folder for reports: metadata and typed rows. Anything that is not what a sweep
+    writes (a corrupt sweep.json, a garbage line, a NaN cell) is refused with its file and line."""
     path = Path(path)
     meta_path = path / "sweep.json"
     if not meta_path.exists():
         raise InputError("not a sweep results folder (no sweep.json)", source=str(path))
-    meta = json.loads(meta_path.read_text())
+    meta = _read_meta(meta_path)
     csv_path = path / "results.csv"
     if not csv_path.exists():
         raise InputError("no results.csv: the sweep has not finished any row", source=str(path))
-    with csv_path.open(newline="") as fh:
-        raw = list(csv.DictReader(fh))
-    rows = []
-    for r in raw:
-        if r.get("status") is None:
-            continue
-        typed: dict[str, Any] = {}
-        for k, v in r.items():
-            if v in ("", None):
-                typed[k] = None
-                continue
-            try:
-                typed[k] = float(v) if k not in ("row_id", "status", "error") else v
-                if (
-                    isinstance(typed[k], float)
-                    and typed[k].is_integer()
-                    and k
-                    in ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
-                ):
-                    typed[k] = int(typed[k])
-            except ValueError:
-                typed[k] = v
-        rows.append(typed)
+    _, raw = _csv_lines(csv_path, tolerate_cut=False)
+    axes = set(meta.get("axes") or [])
+    rows = [_typed_row(r, axes, csv_path) for r in _unique(raw)]
     scenarios = {}
     jsonl = path / "scenarios.jsonl"
     if jsonl.exists():
@@ -165,7 +299,7 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
             try:
                 item = json.loads(line)
                 scenarios[item["row_id"]] = item["scenario"]
-            except (json.JSONDecodeError, KeyError):
+            except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     meta["scenarios"] = scenarios
     return meta, rows

@@ -1,0 +1,594 @@
+"""Issue #13, "must never happen again": every input either simulates or is refused with one line naming
+the file and the key, exit code 2, no traceback, nothing half-written, and never a hang."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from clustersim.cli import app
+from clustersim.scenario import load_scenario
+
+SMALL = {
+    "name": "small",
+    "cluster": {
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "gpu": "V100-PCIe",
+        "intra_node": {"fabric": "pcie"},
+        "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
+    },
+    "workload": {"model": "BERT-Large", "micro_batch": 16, "seq_len": 128, "precision": "fp16"},
+    "training": {"optimizer": "adam"},
+}
+
+
+def scenario_file(tmp_path, name="s.yaml", text: str | None = None, **dotted) -> str:
+    """SMALL with dotted-key changes, written as YAML (or ``text`` as it is)."""
+    data = json.loads(json.dumps(SMALL))
+    for key, value in dotted.items():
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    path = tmp_path / name
+    path.write_text(text if text is not None else yaml.safe_dump(data))
+    return str(path)
+
+
+def one_line_error(r, *expected: str) -> str:
+    """Exit 2, no traceback, one line that contains every expected piece."""
+    out = r.output.strip()
+    assert r.exit_code == 2, out
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in out
+    assert len(out.splitlines()) == 1, out
+    for piece in expected:
+        assert piece in out, out
+    return out
+
+
+def invoke(runner, *args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+# --- 1. hangs: the engine finishes or stops with a clear error --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dotted,key",
+    [
+        ({"cluster.nic.line_rate_gbps": 1e-9}, "cluster.nic.line_rate_gbps"),
+        (
+            {"cluster.nic.line_rate_gbps": 1e-7, "cluster.nic.effective_gbps": 1e-9},
+            "cluster.nic.effective_gbps",
+        ),
+        ({"cluster.nic.latency_us": 1e12}, "cluster.nic.latency_us"),
+        (
+            {
+                "workload": {
+                    "layers": [{"name": "l", "params": 1000, "forward_flops": 1e30}],
+                    "micro_batch": 1,
+                }
+            },
+            "workload.layers",
+        ),
+    ],
+)
+def test_absurdly_slow_iteration_stops_with_the_culprit(runner, tmp_path, dotted, key):
+    path = scenario_file(tmp_path, **dotted)
+    r = invoke(runner, "run", path, "--samples", "0")
+    one_line_error(r, path, key, "simulated time exceeded 1e+06 s")
+
+
+def test_absurdly_slow_host_dram_stops_run_and_offload_plan(runner, tmp_path):
+    data = json.loads(load_scenario("preset:offload-llama7b-h100").model_dump_json())
+    data["cluster"]["host"]["dram_gbs"] = 1e-9
+    path = tmp_path / "dram.yaml"
+    path.write_text(yaml.safe_dump(data))
+    for args in (("run", path, "--samples", "0"), ("offload", "plan", path)):
+        one_line_error(invoke(runner, *args), str(path), "cluster.host.dram_gbs", "simulated time exceeded")
+
+
+def test_slow_but_finite_network_finishes(tmp_path):
+    """1e-4 Gb/s: an iteration of ~1e5 s used to loop forever once the clock's resolution was coarser
+    than the work left; it now finishes."""
+    from clustersim.simulator import simulate
+
+    s = load_scenario(scenario_file(tmp_path, **{"cluster.nic.line_rate_gbps": 1e-4}))
+    t = simulate(s).iteration_time
+    assert 1e4 < t < 1e6
+
+
+def test_engine_time_limit_and_nan_durations():
+    from clustersim.simulator.engine import Engine, RunawaySimulation
+    from clustersim.simulator.program import Program
+
+    prog = Program()
+    prog.add("long", "compute", 10.0, "forward")
+    with pytest.raises(RunawaySimulation):
+        Engine(prog, time_limit=5.0).run()
+    assert Engine(prog, time_limit=50.0).run()[1][0] == pytest.approx(10.0)
+    for bad in (float("nan"), float("inf")):
+        prog = Program()
+        prog.add("bad", "compute", bad, "forward")
+        with pytest.raises(RunawaySimulation):
+            Engine(prog, time_limit=1e6).run()
+
+
+def test_a_sweep_row_with_an_absurd_network_is_recorded_invalid_not_hung(tmp_path):
+    import csv
+
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    out = tmp_path / "out"
+    run_sweep(load_sweep(small_sweep(tmp_path, {"nic_gbps": [10, 1e-9]})), out)
+    with (out / "results.csv").open() as fh:
+        rows = {r["nic_gbps"]: r for r in csv.DictReader(fh)}
+    assert rows["10.0"]["status"] == "ok"
+    assert rows["1e-09"]["status"] == "invalid" and "simulated time exceeded" in rows["1e-09"]["error"]
+
+
+def test_subgroup_size_of_one_is_refused_not_a_memory_error(runner, tmp_path):
+    data = json.loads(load_scenario("preset:offload-llama7b-h100").model_dump_json())
+    data["training"]["offload"]["subgroup_size"] = 1
+    path = tmp_path / "sub.yaml"
+    path.write_text(yaml.safe_dump(data))
+    one_line_error(invoke(runner, "run", path, "--samples", "0"), str(path), "training.offload.subgroup_size")
+
+
+# --- 2. numbers for nonsense --------------------------------------------------------------------------
+
+NONSENSE = {
+    "inf_line_rate": ({"cluster.nic.line_rate_gbps": float("inf")}, "cluster.nic.line_rate_gbps"),
+    "nan_line_rate": ({"cluster.nic.line_rate_gbps": float("nan")}, "cluster.nic.line_rate_gbps"),
+    "huge_line_rate": ({"cluster.nic.line_rate_gbps": 1e300}, "cluster.nic.line_rate_gbps"),
+    "bool_nodes": ({"cluster.nodes": True}, "cluster.nodes"),
+    "float_nodes": ({"cluster.nodes": 2.5}, "cluster.nodes"),
+    "bool_bandwidth": ({"cluster.nic.line_rate_gbps": True}, "cluster.nic.line_rate_gbps"),
+    "ten_million_nodes": ({"cluster.nodes": 10_000_000}, "cluster.nodes"),
+    "nvswitch_1000_gpus": (
+        {"cluster.gpu": "H100-SXM", "cluster.intra_node.fabric": "nvswitch", "cluster.gpus_per_node": 1000},
+        "cluster.gpus_per_node",
+    ),
+    "pcie_1000_gpus": ({"cluster.gpus_per_node": 1000}, "cluster.gpus_per_node"),
+    "huge_leaf": (
+        {"cluster.fabric": {"kind": "leaf_spine", "nodes_per_leaf": 100_000}},
+        "cluster.fabric.nodes_per_leaf",
+    ),
+    "huge_dram": ({"cluster.host.dram_gbs": 1e12}, "cluster.host.dram_gbs"),
+    "inf_subgroup": ({"training.offload.subgroup_size": float("inf")}, "training.offload.subgroup_size"),
+    "bool_optimizer_option": (
+        {"training.optimizer": "onebit-adam", "training.optimizer_options": {"param_groups": True}},
+        "param_groups",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NONSENSE))
+def test_nonsense_scenarios_are_refused(runner, tmp_path, case):
+    dotted, key = NONSENSE[case]
+    path = scenario_file(tmp_path, **dotted)
+    one_line_error(invoke(runner, "run", path), path, key)
+
+
+def test_limits_live_in_the_catalog_with_sources():
+    from clustersim.catalog import hardware_defaults
+
+    lim = hardware_defaults()["limits"]
+    assert {"nvswitch_gpus_per_node", "cluster_gpus", "nic_line_rate_gbps", "switch_radix"} <= set(lim)
+
+
+def test_every_preset_is_within_the_limits():
+    from clustersim.scenario import preset_names
+
+    for name in preset_names():
+        load_scenario(f"preset:{name}")
+
+
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        (("collective", "preset:default", "--bytes", "1e400"), "--bytes"),
+        (("collective", "preset:default", "--bytes", "1e400", "--json"), "--bytes"),
+        (("collective", "preset:default", "--bytes", "nan"), "--bytes"),
+        (("collective", "preset:onebit-adam-infiniband", "--group", "inter"), None),
+        (("collective", "SINGLE", "--group", "intra"), "--group"),
+        (("collective", "SINGLE", "--group", "world", "--json"), "--group"),
+        (("report", "ignored", "--price", "nan"), "--price"),
+        (("plan", "--model", "BERT-Large", "--steps", "10", "--deadline", "infh"), "--deadline"),
+        (
+            ("plan", "--model", "BERT-Large", "--steps", "10", "--deadline", "3d", "--budget", "nan"),
+            "--budget",
+        ),
+        (("compare", "preset:default", "--warmup", "nan"), "--warmup"),
+    ],
+)
+def test_non_finite_command_numbers_are_refused(runner, tmp_path, args, key):
+    if args[1] == "preset:onebit-adam-infiniband":  # --group inter on a one-node cluster
+        args = ("collective", scenario_file(tmp_path, **{"cluster.nodes": 1}), "--group", "inter")
+        key = "--group"
+    if args[1] == "SINGLE":  # a group of one GPU: its bandwidth would be infinite
+        args = (
+            args[0],
+            scenario_file(tmp_path, **{"cluster.nodes": 1, "cluster.gpus_per_node": 1}),
+            *args[2:],
+        )
+    one_line_error(invoke(runner, *args), key)
+
+
+def test_json_output_never_holds_nan(monkeypatch, capsys):
+    import typer
+
+    from clustersim.cli_support import emit_json
+
+    with pytest.raises(typer.Exit):
+        emit_json({"time_s": float("nan")})
+    assert "NaN" not in capsys.readouterr().out
+
+
+PROFILE_BASE = {
+    "format": "clustersim-profile",
+    "format_version": 3,
+    "device": "V100-PCIe",
+    "provenance": {"source": "test"},
+}
+
+
+@pytest.mark.parametrize(
+    "extra,key",
+    [
+        ({"memory_gbs": float("nan")}, "memory_gbs"),
+        ({"matmul_tflops": {"fp16": float("nan")}}, "matmul_tflops"),
+        ({"matmul_tflops": {"fp16": -3.0}}, "matmul_tflops"),
+        ({"kernels_gbs": {"copy": float("inf")}}, "kernels_gbs"),
+        (
+            {
+                "collectives": [
+                    {"op": "all_reduce", "nodes": 2, "gpus_per_node": 4, "segments": [[0, -1.0837e-3, 1e-10]]}
+                ]
+            },
+            "collectives",
+        ),
+        (
+            {
+                "collectives": [
+                    {
+                        "op": "all_reduce",
+                        "nodes": 2,
+                        "gpus_per_node": 4,
+                        "segments": [[0, float("nan"), 1e-10]],
+                    }
+                ]
+            },
+            "collectives",
+        ),
+        ({"host": {"cpu_adam_params_per_s": {"8": float("nan")}}}, "host"),
+    ],
+)
+def test_profiles_with_nan_or_negative_values_are_refused(runner, tmp_path, extra, key):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(PROFILE_BASE | extra))  # json writes NaN/Infinity, as a broken tool would
+    r = invoke(runner, "run", scenario_file(tmp_path), "--profile", path, "--samples", "0")
+    one_line_error(r, str(path), key)
+
+
+# --- 3. tracebacks: bad paths, full disks, broken results --------------------------------------------
+
+
+def test_trace_into_a_folder_or_a_missing_folder(runner, tmp_path):
+    path = scenario_file(tmp_path)
+    one_line_error(invoke(runner, "run", path, "--trace", tmp_path), str(tmp_path), "folder")
+    missing = tmp_path / "no" / "such" / "t.json"
+    one_line_error(invoke(runner, "run", path, "--trace", missing), "does not exist")
+    assert not (tmp_path / "no").exists()  # never created silently
+
+
+def test_calibrate_out_into_a_folder(runner, tmp_path):
+    nccl = tmp_path / "nccl.txt"
+    nccl.write_text("# nothing\n")
+    one_line_error(invoke(runner, "calibrate", "import-nccl-tests", nccl, "--out", tmp_path), "folder")
+
+
+def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkeypatch):
+    import errno
+
+    import clustersim.io as io
+
+    real = io.os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, text):
+            self.fh.write(text[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    trace = tmp_path / "t.json"
+    r = invoke(runner, "run", scenario_file(tmp_path), "--trace", trace, "--samples", "0")
+    one_line_error(r, str(trace), "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no trace, no temporary file
+
+
+def test_nan_rows_in_nccl_tests_files(runner, tmp_path):
+    text = (
+        "#  out-of-place in-place\n"
+        "#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong\n"
+        "   1048576  262144  float  sum  -1  nan  nan  nan  0  nan  nan  nan  0\n"
+    )
+    path = tmp_path / "all_reduce.txt"
+    path.write_text(text)
+    r = invoke(runner, "calibrate", "import-nccl-tests", path, "--ranks", "8", "--out", tmp_path / "p.json")
+    one_line_error(r, str(path))
+    assert not (tmp_path / "p.json").exists()
+
+
+def small_sweep(tmp_path, vary=None, name="sweep.yaml") -> str:
+    base = scenario_file(tmp_path, name="base.yaml")
+    data = {"name": "t", "base": base, "samples": 0, "vary": vary or {"gpus": [4, 8]}}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture
+def results(tmp_path_factory):
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    tmp = tmp_path_factory.mktemp("results")
+    out = tmp / "out"
+    run_sweep(load_sweep(small_sweep(tmp, {"gpus": [4, 8], "optimizer": ["adam", "onebit-adam"]})), out)
+    return out
+
+
+def test_sweep_out_is_a_file(runner, tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    one_line_error(invoke(runner, "sweep", small_sweep(tmp_path), "--out", target), str(target), "file")
+
+
+def test_disk_full_mid_sweep_keeps_whole_rows_and_resumes(tmp_path, monkeypatch):
+    import csv
+    import errno
+
+    from clustersim.errors import InputError
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    sweep = load_sweep(small_sweep(tmp_path, {"gpus": [4, 8, 16, 32]}))
+    out = tmp_path / "out"
+    real = csv.DictWriter.writerow
+    calls = {"n": 0}
+
+    def writerow(self, row):
+        calls["n"] += 1
+        if (
+            calls["n"] == 4
+        ):  # the header, two rows, then the third row: half of it reaches the disk, then the disk is full
+            self.writer.writerow(list(row.values())[:5])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, row)
+
+    monkeypatch.setattr(csv.DictWriter, "writerow", writerow)
+    with pytest.raises(InputError, match="No space left on device"):
+        run_sweep(sweep, out, batch_size=1)
+    text = (out / "results.csv").read_text()
+    assert text.endswith("\n") and len(text.splitlines()) == 3  # header + two whole rows, no half line
+    monkeypatch.setattr(csv.DictWriter, "writerow", real)
+    counts = run_sweep(sweep, out, batch_size=1)
+    assert counts["skipped"] == 2 and counts["written"] == 2
+
+
+def _damage(results, tmp_path, how):
+    import shutil
+
+    folder = tmp_path / how
+    shutil.copytree(results, folder)
+    csv_path = folder / "results.csv"
+    text = csv_path.read_text()
+    if how == "truncated":
+        csv_path.write_text(text[: len(text) - 60])
+        return folder, "results.csv", "cut short"
+    if how == "nan_cell":
+        lines = text.splitlines()
+        header = lines[0].split(",")
+        cells = lines[1].split(",")
+        cells[header.index("iteration_time_s")] = "nan"
+        lines[1] = ",".join(cells)
+        csv_path.write_text("\n".join(lines) + "\n")
+        return folder, "line 2: iteration_time_s", "finite"
+    if how == "garbage":
+        csv_path.write_text(text + "<<<<<<< HEAD\n")
+        return folder, "results.csv", f"line {len(text.splitlines()) + 1}"
+    if how == "corrupt_json":
+        (folder / "sweep.json").write_text('{"format": "clustersim-sweep-res')
+        return folder, "sweep.json", "corrupt"
+    if how == "json_list":
+        (folder / "sweep.json").write_text("[1, 2]")
+        return folder, "sweep.json", "not a clustersim sweep"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["truncated", "nan_cell", "garbage", "corrupt_json", "json_list"])
+def test_report_on_a_damaged_results_folder(runner, results, tmp_path, how):
+    folder, where, what = _damage(results, tmp_path, how)
+    report = tmp_path / "report.html"
+    one_line_error(invoke(runner, "report", folder, "--out", report), where, what)
+    assert not report.exists()
+
+
+def test_report_out_into_a_missing_folder(runner, results, tmp_path):
+    out = tmp_path / "nope" / "r.html"
+    one_line_error(invoke(runner, "report", results, "--out", out), "does not exist")
+    assert not (tmp_path / "nope").exists()
+
+
+# --- 4. concurrent sweeps into one folder ------------------------------------------------------------
+
+
+def test_a_second_sweep_into_a_locked_folder_is_refused(runner, tmp_path):
+    from clustersim.sweeps.spec import load_sweep
+    from clustersim.sweeps.store import ResultsFolder
+
+    sweep_file = small_sweep(tmp_path)
+    out = tmp_path / "out"
+    with ResultsFolder(out, load_sweep(sweep_file)).locked():  # the first sweep, still running
+        r = invoke(runner, "sweep", sweep_file, "--out", out)
+        one_line_error(r, str(out), "another sweep", f"pid {__import__('os').getpid()}")
+        assert not (out / "results.csv").exists()
+    r = invoke(runner, "sweep", sweep_file, "--out", out)  # released on exit: the folder works again
+    assert r.exit_code == 0, r.output
+    r = invoke(runner, "sweep", sweep_file, "--out", out)  # and a finished sweep can be resumed
+    assert r.exit_code == 0 and "0 rows simulated, 2 already done" in r.output
+
+
+def test_duplicate_rows_are_read_once(runner, results, tmp_path):
+    import shutil
+
+    from clustersim.sweeps.store import read_results
+
+    folder = tmp_path / "dup"
+    shutil.copytree(results, folder)
+    csv_path = folder / "results.csv"
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join(lines + lines[1:]) + "\n")  # what two concurrent sweeps used to write
+    _, rows = read_results(folder)
+    assert len(rows) == len(lines) - 1
+    assert invoke(runner, "report", folder, "--out", tmp_path / "r.html").exit_code == 0
+
+
+# --- 5. sweep values checked before any work -----------------------------------------------------------
+
+
+def test_bad_axis_values_are_refused_up_front_one_line_per_kind(runner, tmp_path):
+    sweep_file = small_sweep(
+        tmp_path, {"gpus": [8, -4, 0], "optimizer": ["adam", "lion"], "nic_gbps": [10, float("nan"), True]}
+    )
+    out = tmp_path / "out"
+    r = invoke(runner, "sweep", sweep_file, "--out", out)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 4, r.output  # gpus, optimizer, nic_gbps NaN, nic_gbps true
+    assert all(sweep_file in line for line in lines)
+    assert "vary.gpus: -4, 0: a GPU count must be a positive integer" in lines[0]
+    assert any("vary.optimizer: \"lion\": unknown optimizer 'lion'" in line for line in lines)
+    assert sum("vary.nic_gbps" in line for line in lines) == 2
+    assert not out.exists()  # nothing written
+
+
+def test_invalid_combinations_are_counted_before_and_after(runner, tmp_path):
+    r = invoke(runner, "sweep", small_sweep(tmp_path, {"gpus": [8, 6, 16]}), "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "1 of 3 rows are not a valid cluster as given" in r.output
+    assert "1 row(s) could not be simulated" in r.output and "6 GPUs is not a whole number" in r.output
+    r = invoke(runner, "sweep", small_sweep(tmp_path, {"gpus": [8]}, "ok.yaml"), "--out", tmp_path / "ok")
+    assert "none invalid" in r.output
+
+
+def test_ctrl_c_during_a_sweep_says_how_to_resume(runner, tmp_path, monkeypatch):
+    import clustersim.sweeps.run as sweep_run
+
+    def interrupted(sweep, folder, *args, **kwargs):
+        folder.open()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_run, "run_locked", interrupted)
+    r = invoke(runner, "sweep", small_sweep(tmp_path), "--out", tmp_path / "out")
+    assert r.exit_code == 130
+    assert (
+        "interrupted: 0 of 2 rows are saved" in r.output
+        and "run the same command again to resume" in r.output
+    )
+    assert "Traceback" not in r.output
+
+
+def test_with_world_size_refuses_non_positive_counts(default_scenario):
+    from clustersim.errors import InputError
+
+    for bad in (0, -4, True):
+        with pytest.raises(InputError, match="positive integer"):
+            default_scenario.with_world_size(bad)
+
+
+# --- 6. compare: a cell out of memory does not abort the table -------------------------------------
+
+
+def test_compare_marks_a_cell_out_of_memory_and_prints_the_rest(runner, tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
+                # Adam fits in 80 GB; 1-bit Adam's error-feedback buffers tip it over.
+                "workload": {
+                    "layers": [{"name": "l", "params": 4_000_000_000, "forward_flops": 1e9}],
+                    "micro_batch": 1,
+                },
+            }
+        )
+    )
+    args = ("compare", path, "--gpus", "8,1024", "--optimizers", "adam,onebit-adam", "--samples", "2")
+    r = invoke(runner, *args)
+    assert r.exit_code == 0, r.output
+    assert "1024 GPUs, onebit-adam: not simulated" in r.output and "does not fit in GPU memory" in r.output
+    assert "break-even at 1024 GPUs not computed" in r.output
+    r = invoke(runner, *args, "--json")
+    assert r.exit_code == 0, r.output
+    rows = {(row["gpus"], row["optimizer"]): row for row in json.loads(r.stdout)["rows"]}
+    assert rows[(1024, "adam")]["error"] is None and rows[(1024, "adam")]["speedup"] == 1.0
+    assert rows[(1024, "onebit-adam")]["iteration_time_s"] is None
+    assert "does not fit" in rows[(1024, "onebit-adam")]["error"]
+
+
+def test_compare_refuses_a_gpu_count_beyond_the_limits_up_front(runner):
+    one_line_error(invoke(runner, "compare", "preset:default", "--gpus", "8,4000000"), "--gpus", "4000000")
+
+
+# --- 7. out of memory names the key that makes it not fit -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "workload,key",
+    [
+        ({"model": "GPT-3-1.3B", "micro_batch": 64, "seq_len": 2048}, "workload.micro_batch"),
+        ({"model": "LLaMA-7B", "micro_batch": 1, "seq_len": 2048}, "workload.model"),
+        (
+            {"layers": [{"name": "l", "params": 6_000_000_000, "forward_flops": 1e9}], "micro_batch": 1},
+            "workload.layers",
+        ),
+    ],
+)
+def test_out_of_memory_names_the_culprit(runner, tmp_path, workload, key):
+    path = tmp_path / "oom.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"}, "workload": workload}
+        )
+    )
+    out = one_line_error(invoke(runner, "run", path), f"{path}: {key}: does not fit in GPU memory")
+    if key == "workload.micro_batch":
+        assert "a micro_batch of at most 5 fits" in out
+
+
+@pytest.mark.parametrize("text", ['{"format": "clustersim-sweep-res', "[1, 2]", "null"])
+def test_resuming_into_a_folder_with_a_damaged_sweep_json(runner, tmp_path, text):
+    sweep_file = small_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert invoke(runner, "sweep", sweep_file, "--out", out).exit_code == 0
+    (out / "sweep.json").write_text(text)
+    before = (out / "results.csv").read_text()
+    one_line_error(invoke(runner, "sweep", sweep_file, "--out", out), str(out / "sweep.json"))
+    assert (out / "results.csv").read_text() == before
