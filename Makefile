@@ -39,7 +39,7 @@ lint: setup-test
 	$(BIN)/ruff format --check clustersim tests benchmarks
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs   # -rs: every skipped test says why (e.g. no root for the testbed)
 
 bench: setup
 	$(BIN)/python benchmarks/bench_run.py

@@ -7,6 +7,7 @@ errors into one-line :class:`~clustersim.errors.InputError` messages ``FILE: key
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -39,9 +40,18 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
+def _whole(value: Any) -> Any:
+    """YAML reads ``params: 1.0e+9`` as a float; a whole, finite float is that integer. true/false and
+    fractions are refused by StrictInt after this."""
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
+
+
 # Numbers in a scenario: finite (allow_inf_nan=False below), never true/false; integers stay integers
-# (``nodes: true`` is not one node, ``nodes: 2.5`` not two).
+# (``nodes: true`` is not one node, ``nodes: 2.5`` not two; ``nodes: 8.0`` is eight).
 Number = Annotated[float, BeforeValidator(_not_bool)]
+Count = Annotated[StrictInt, BeforeValidator(_whole)]
 
 
 class _Strict(BaseModel):
@@ -52,8 +62,8 @@ class IntraNodeSpec(_Strict):
     """How the GPUs of one node talk to each other."""
 
     fabric: IntraNodeFabric = IntraNodeFabric.NVSWITCH
-    pcie_gen: StrictInt | None = Field(None, ge=3, le=6, description="default: the GPU's PCIe generation")
-    gpus_per_pcie_switch: StrictInt = Field(2, gt=0)
+    pcie_gen: Count | None = Field(None, ge=3, le=6, description="default: the GPU's PCIe generation")
+    gpus_per_pcie_switch: Count = Field(2, gt=0)
     p2p: bool = Field(True, description="PCIe peer-to-peer; false stages GPU-GPU traffic through host memory")
     measured_allreduce_busbw_gbs: Number | None = Field(
         None,
@@ -66,7 +76,7 @@ class NicSpec(_Strict):
     """The node's network interfaces (all identical)."""
 
     kind: Literal["ethernet_tcp", "infiniband"] = "infiniband"
-    count: StrictInt = Field(1, ge=0)
+    count: Count = Field(1, ge=0)
     line_rate_gbps: Number = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
     effective_gbps: Number | None = Field(
         None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s"
@@ -81,22 +91,22 @@ class FabricSpec(_Strict):
     """The switch fabric between nodes."""
 
     kind: Literal["single_switch", "leaf_spine"] = "single_switch"
-    nodes_per_leaf: StrictInt = Field(16, gt=0)
+    nodes_per_leaf: Count = Field(16, gt=0)
     oversubscription: Number = Field(1.0, ge=1.0, description="leaf downlink:uplink bandwidth ratio")
 
 
 class HostSpec(_Strict):
     """The host side of a node (CPU optimizer work, staging copies)."""
 
-    sockets: StrictInt = Field(2, gt=0)
-    cores: StrictInt = Field(48, gt=0, description="physical cores per node")
+    sockets: Count = Field(2, gt=0)
+    cores: Count = Field(48, gt=0, description="physical cores per node")
     dram_gbs: Number | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
     memory_gib: Number = Field(512.0, gt=0)
 
 
 class ClusterSpec(_Strict):
-    nodes: StrictInt = Field(gt=0)
-    gpus_per_node: StrictInt = Field(gt=0)
+    nodes: Count = Field(gt=0)
+    gpus_per_node: Count = Field(gt=0)
     gpu: str
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
@@ -112,20 +122,20 @@ class LayerSpec(_Strict):
     """One custom layer (per-sample costs), for models that are not in the catalog."""
 
     name: str
-    params: StrictInt = Field(ge=0)
+    params: Count = Field(ge=0)
     forward_flops: Number = Field(ge=0, description="FLOPs per sample")
     forward_bytes: Number = Field(0.0, ge=0, description="HBM bytes moved per sample by memory-bound kernels")
     activation_bytes: Number = Field(0.0, ge=0, description="activation bytes kept for backward, per sample")
-    repeat: StrictInt = Field(1, gt=0)
+    repeat: Count = Field(1, gt=0)
 
 
 class WorkloadSpec(_Strict):
     model: str | None = None
     layers: list[LayerSpec] | None = None
-    micro_batch: StrictInt = Field(gt=0)
-    seq_len: StrictInt | None = Field(None, gt=0)
+    micro_batch: Count = Field(gt=0)
+    seq_len: Count | None = Field(None, gt=0)
     precision: Precision = "fp16"
-    gradient_accumulation: StrictInt = Field(1, gt=0)
+    gradient_accumulation: Count = Field(1, gt=0)
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -146,7 +156,7 @@ class OffloadSpec(_Strict):
         "auto",
         description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup",
     )
-    cpu_threads: StrictInt | None = Field(
+    cpu_threads: Count | None = Field(
         None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
     )
 

@@ -207,7 +207,7 @@ def validate(
     bits = parse_rate(rate)
     top = max(host_counts)
     tb, created = tb_hosts.up(top, bits)
-    rows = []
+    rows, raw = [], None
     try:
         raw = _sweep(tb, list(optimizers), rate, progress, sweep_bytes, sweep_repeat)
         fit_below = top if top > 2 else 3  # fit on the smaller groups; with 2 hosts only, on those
@@ -261,4 +261,5 @@ def validate(
         "params": job.params,
         "batch": job.batch,
         "rows": rows,
+        "sweep": raw,  # the measured collectives the network model was fitted on (a clustersim-raw file)
     }
