@@ -176,6 +176,14 @@ def test_nonsense_scenarios_are_refused(runner, tmp_path, case):
     one_line_error(invoke(runner, "run", path), path, key)
 
 
+def test_whole_floats_are_counts(tmp_path):
+    """YAML reads ``params: 1.0e+9`` and ``nodes: 8.0`` as floats: whole ones are those integers."""
+    path = scenario_file(tmp_path, **{"cluster.nodes": 2.0})
+    assert load_scenario(str(path)).cluster.nodes == 2 and isinstance(
+        load_scenario(str(path)).cluster.nodes, int
+    )
+
+
 def test_limits_live_in_the_catalog_with_sources():
     from clustersim.catalog import hardware_defaults
 
