@@ -66,7 +66,19 @@ def flatten(torch, params):
     return flat, grad
 
 
-class OneBitAdam:
+class _Timed:
+    """The seconds an optimizer spends inside collectives, so the measured compressed all-reduce splits
+    into its collectives and its kernels as the model's breakdown does."""
+
+    collectives_s = 0.0
+
+    def collective(self, fn, *args):
+        t0 = time.perf_counter()
+        fn(*args)
+        self.collectives_s += time.perf_counter() - t0
+
+
+class OneBitAdam(_Timed):
     """1-bit Adam after its warmup: the variance is frozen, the momentum is compressed."""
 
     def __init__(self, torch, dist, params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
@@ -81,17 +93,19 @@ class OneBitAdam:
         self.worker_error = torch.zeros(self.size)
         self.server_error = torch.zeros(self.size // self.p)
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, float, float]:
+        """Returns the seconds of the local state update, the compressed all-reduce, and the update."""
+        t_start = time.perf_counter()
         m = self.exp_avg[: self.n]
         m.mul_(self.beta1).add_(self.grad, alpha=1 - self.beta1)  # local momentum update
         t0 = time.perf_counter()
         self.compressed_allreduce(self.exp_avg)
-        comm = time.perf_counter() - t0
+        t1 = time.perf_counter()
         # DeepSpeed's update with the frozen variance, weight decay included (kernel_bytes.py counts it)
         update = m / (self.exp_avg_sq.sqrt() + self.eps)
         update += self.weight_decay * self.flat
         self.flat.add_(-self.lr * update)
-        return comm
+        return t0 - t_start, t1 - t0, time.perf_counter() - t1
 
     def compressed_allreduce(self, buffer_m):
         """DeepSpeed's NcclBackend.compressed_allreduce, expression by expression (the passes of
@@ -107,9 +121,9 @@ class OneBitAdam:
         packed = _pack(t, buffer_m.sign_().add_(1).bool().to(t.uint8))
         # phase 1: every rank sends each rank its chunk of signs (n/8 bytes in all) and its scale
         recv = t.zeros_like(packed)
-        dist.all_to_all_single(recv, packed)
+        self.collective(dist.all_to_all_single, recv, packed)
         scales = [t.zeros(1) for _ in range(p)]
-        dist.all_gather(scales, worker_scale.view(1))
+        self.collective(dist.all_gather, scales, worker_scale.view(1))
         # server side: unpack p chunks, scale, average, compensate, compress this rank's chunk
         chunk = (
             _unpack(t, recv)
@@ -128,9 +142,9 @@ class OneBitAdam:
         server_packed = _pack(t, chunk.sign_().add_(1).bool().to(t.uint8))
         # phase 2: all-gather of every rank's packed chunk and scale
         gathered = [t.zeros_like(server_packed) for _ in range(p)]
-        dist.all_gather(gathered, server_packed)
+        self.collective(dist.all_gather, gathered, server_packed)
         server_scales = [t.zeros(1) for _ in range(p)]
-        dist.all_gather(server_scales, server_scale.view(1))
+        self.collective(dist.all_gather, server_scales, server_scale.view(1))
         # finish: unpack, scale, copy back into the momentum
         buffer_m.copy_(
             _unpack(t, t.cat(gathered))
@@ -143,7 +157,7 @@ class OneBitAdam:
         )
 
 
-class BinSGDM:
+class BinSGDM(_Timed):
     """BinSGDM with one rank per host: the hierarchical scheme's intra-node phases are groups of one."""
 
     def __init__(self, torch, dist, params, lr=1e-4, beta=0.9):
@@ -156,8 +170,10 @@ class BinSGDM:
         self.m = torch.zeros(self.size)
         self.b = torch.full((self.size,), 1e-3)
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, float, float]:
+        """Returns the seconds of the m, b update, the quantize + 1-bit all-reduce, and the update."""
         t, dist, p = self.t, self.dist, self.p
+        t_start = time.perf_counter()
         m, b = self.m[: self.n], self.b[: self.n]
         m.mul_(self.beta).add_(self.grad, alpha=1 - self.beta)
         b.mul_(self.beta).add_(self.grad.abs(), alpha=1 - self.beta)
@@ -166,16 +182,16 @@ class BinSGDM:
         packed = _pack(t, plus.to(t.uint8))
         # reduce-scatter of the 1-bit votes by all-to-all; each rank counts the votes of its shard
         recv = t.empty_like(packed)
-        dist.all_to_all_single(recv, packed)
+        self.collective(dist.all_to_all_single, recv, packed)
         votes = _unpack(t, recv).view(p, -1).sum(0, dtype=t.int32)
         shard = _pack(t, (votes * 2 > p).to(t.uint8))  # majority, re-binarized
         # all-gather of the 1-bit results by all-to-all: every rank sends its shard to every rank
         result = t.empty(p * shard.numel(), dtype=t.uint8)
-        dist.all_to_all_single(result, shard.repeat(p))
-        comm = time.perf_counter() - t0
+        self.collective(dist.all_to_all_single, result, shard.repeat(p))
+        t1 = time.perf_counter()
         # the model's "unpack + apply ±1 update" (microbench.py binsgdm_apply times the same expression)
         self.flat.add_(_unpack(t, result)[: self.n].float().mul_(2.0).add_(-1.0), alpha=-self.lr)
-        return comm
+        return t0 - t_start, t1 - t0, time.perf_counter() - t1
 
 
 def _kernels(torch, dist, elements: int) -> dict:
@@ -196,20 +212,21 @@ def _train(torch, dist, args) -> dict:
     model = build_model(torch, args)
     x = model_input(torch, args)
     opt = (OneBitAdam if args.mode == "onebit" else BinSGDM)(torch, dist, model.parameters())
-    keys = ("step", "forward", "backward", "compressed_allreduce")
+    keys = ("step", "forward", "backward", "state_update", "compressed_allreduce", "update", "collectives")
     times: dict[str, list[float]] = {k: [] for k in keys}
     for i in range(args.warmup + args.steps):
         dist.barrier()
         t0 = time.perf_counter()
         loss = model(x).square().mean()
         t1 = time.perf_counter()
-        opt.grad.zero_()  # the flat gradient buffer that every parameter's .grad views
         loss.backward()
         t2 = time.perf_counter()
-        comm = opt.step()
+        opt.collectives_s = 0.0
+        parts = (*opt.step(), opt.collectives_s)
+        opt.grad.zero_()  # the flat gradient buffer that every parameter's .grad views (as zero_grad)
         t3 = time.perf_counter()
         if i >= args.warmup:
-            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, comm)):
+            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, *parts)):
                 times[key].append(value)
     mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]

@@ -26,6 +26,7 @@ from clustersim.calibration.fit import build_profile
 from clustersim.calibration.profile import parse_profile
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
+from clustersim.simulator.uncertainty import Interval
 from clustersim.testbed import hosts as tb_hosts
 from clustersim.testbed.compressed_job import padded
 from clustersim.testbed.shaping import parse_rate
@@ -165,7 +166,7 @@ def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int
 
 
 def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int]) -> dict:
-    iv = result.interval
+    iv = result.interval or Interval(result.iteration_time, result.iteration_time, result.iteration_time, 0)
     step = measured["step"]
     row = {
         "hosts": n,
@@ -179,6 +180,8 @@ def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int]) -
         "error": result.iteration_time / step["median_s"] - 1,
         "inside": iv.p10 <= step["median_s"] <= iv.p90,
         "exposed_communication_s": result.breakdown["exposed_communication"],
+        "predicted_breakdown_s": dict(result.breakdown),
+        "measured_phases_s": {k: v["median_s"] for k, v in measured.items() if isinstance(v, dict)},
         "network_fitted_on_ranks": fitted_on,
     }
     if optimizer in COMPRESSED:
