@@ -234,7 +234,9 @@ def test_compressed_allreduces_in_torch_compute_what_the_algorithms_define(tmp_p
 @namespaces
 def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
     """The CI subset of `testbed validate`: 2 hosts, a small MLP, a small sweep. Each optimizer's step is
-    predicted within a factor of 1.5, and the compressed all-reduces are no faster than their wire."""
+    predicted within a factor of 2 (the reference runs are within 1.4; CI machines are shared, and 2 hosts
+    on 2 cores scatter), and the compressed all-reduces are no faster than their wire. A missing kernel
+    calibration or a misread profile is 3-5x off (a profile named by its chip had its kernels ignored)."""
     from clustersim.testbed.validate import Job, validate
 
     rate = "400mbit"
@@ -251,7 +253,7 @@ def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
     rows = {r["optimizer"]: r for r in result["rows"]}
     assert set(rows) == {"adam", "onebit-adam", "binsgdm"}
     for r in rows.values():
-        assert 1 / 1.5 < r["predicted_s"] / r["measured_s"] < 1.5, r
+        assert 1 / 2 < r["predicted_s"] / r["measured_s"] < 2, r
     wire = parse_rate(rate) / 8
     packed = job.params / 8  # one bit per parameter, sent in each of two phases, half of it each way
     for name in ("onebit-adam", "binsgdm"):
