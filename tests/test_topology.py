@@ -84,3 +84,20 @@ def test_rails_share_the_nics():
     assert cl.inter_node(GroupShape(4, 1, sharing=4)).bytes_per_s == pytest.approx(
         cl.injection().bytes_per_s / 4
     )
+
+
+def test_one_gpu_per_node_gets_one_rail_not_every_nic():
+    """A communicator of one GPU per node on a DGX H100 (8 x 400G NICs, one per GPU behind its PCIe
+    switch) moves data over that GPU's PCIe link to its own NIC: about one NIC's 48 GB/s, never the
+    node's 8 NICs (NVLink routes to other GPUs' NICs serve all-to-all, not rings)."""
+    from clustersim.scenario import load_scenario
+
+    c = load_scenario("preset:dgx-h100-gpt3-1.3b").cluster
+    cl = build_cluster(c)
+    nic = cl.injection().bytes_per_s / c.nic.count
+    one = cl.inter_node(GroupShape(c.nodes, 1)).bytes_per_s
+    assert nic <= one < 1.2 * nic  # its NIC, plus at most what its PCIe link adds through the switch
+    assert cl.inter_node(GroupShape(c.nodes, c.gpus_per_node)).bytes_per_s == pytest.approx(c.nic.count * nic)
+    assert (
+        cl.inter_node(GroupShape(c.nodes, 4)).bytes_per_s < cl.injection().bytes_per_s
+    )  # 4 GPUs, fewer NICs

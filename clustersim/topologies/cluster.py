@@ -55,7 +55,7 @@ class Cluster:
         self.gpu = gpu
         self.graph = build_node_graph(spec, gpu)
         self._intra_cache: dict[int, Bandwidth] = {}
-        self._injection: Bandwidth | None = None
+        self._injection: dict[int, Bandwidth] = {}  # by GPUs per node in the communicator
 
     # ---- inside one node -------------------------------------------------------------------
     def intra_ring(self, members: int) -> Bandwidth:
@@ -114,20 +114,33 @@ class Cluster:
         )
 
     # ---- between nodes ---------------------------------------------------------------------
-    def injection(self) -> Bandwidth:
-        """Bytes/s one node can push into the fabric (all NICs, through the PCIe tree)."""
-        if self._injection is None:
-            self._injection = self._compute_injection()
-        return self._injection
+    def injection(self, members: int | None = None) -> Bandwidth:
+        """Bytes/s that ``members`` GPUs of one node (all of them by default) can push into the fabric:
+        a maximum flow from those GPUs through the PCIe tree to the NICs. One GPU per node reaches its
+        own rail's NIC (and whatever else its PCIe link can carry), not all eight NICs of a DGX."""
+        g = self.spec.gpus_per_node
+        members = g if members is None else max(1, min(members, g))
+        if members not in self._injection:
+            self._injection[members] = self._compute_injection(members)
+        return self._injection[members]
 
-    def _compute_injection(self) -> Bandwidth:
+    def _compute_injection(self, members: int) -> Bandwidth:
         nic_bw = nic_bandwidth(self.spec)
         count = self.spec.nic.count
         if count == 0:
             return Bandwidth(0.0, "no NIC", "network")
         flow = self.graph.copy()
+        # NCCL's network transport moves a GPU's data to a NIC over PCIe (GPUDirect RDMA or through host
+        # memory); NVLink paths to other GPUs' NICs (PXN) serve all-to-all, not rings and trees.
+        flow.remove_edges_from(
+            [
+                (u, v)
+                for u, v, d in flow.edges(data=True)
+                if d.get("kind") and d["kind"].latency_class == "nvlink"
+            ]
+        )
         nics = [f"nic{m}" for m in range(count)]
-        gpus = [f"gpu{i}" for i in range(self.spec.gpus_per_node)]
+        gpus = [f"gpu{i}" for i in range(members)]
         cpus = [n for n, d in flow.nodes(data=True) if d.get("role") == "cpu"]
         for gname in gpus:
             flow.add_edge("SRC", gname)  # no capacity attribute = infinite
@@ -155,11 +168,12 @@ class Cluster:
             what = f"{count} x NIC ({self.spec.nic.kind}, {nic_bw * 8 / 1e9:.3g} Gb/s each"
             what += ", measured)" if self.spec.nic.effective_gbps else ")"
             return Bandwidth(nic_total, what, "network", measured=self.spec.nic.effective_gbps is not None)
-        return Bandwidth(value, "PCIe path from GPUs to NICs", "pcie")
+        who = "GPUs" if members == self.spec.gpus_per_node else f"{members} GPU(s) per node"
+        return Bandwidth(value, f"PCIe path from {who} to the NICs", "pcie")
 
     def inter_node(self, shape: GroupShape) -> Bandwidth:
         """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes."""
-        inj = self.injection()
+        inj = self.injection(shape.gpus_per_node * shape.sharing)
         bw = inj.bytes_per_s / shape.sharing
         note = inj.bottleneck
         fabric = self.spec.fabric
