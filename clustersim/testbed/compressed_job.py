@@ -23,13 +23,11 @@ state update and the final parameter update) are recorded as the slowest rank's,
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 import time
 
-from clustersim.testbed.ddp_job import add_model_arguments, build_model, model_input, quantiles
+from clustersim.testbed.ddp_job import build_model, finish, model_input, slowest, start
 
 _WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -228,40 +226,16 @@ def _train(torch, dist, args) -> dict:
         if i >= args.warmup:
             for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, *parts)):
                 times[key].append(value)
-    mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)
-    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, mine)
-    slowest = torch.stack(gathered).max(dim=0).values.tolist()
-    return {
-        "params": sum(q.numel() for q in model.parameters()),
-        **{k: quantiles(v) for k, v in zip(keys, slowest)},
-    }
+    return {"params": sum(q.numel() for q in model.parameters()), **slowest(torch, dist, times, keys)}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("onebit", "binsgdm", "kernels"), required=True)
-    add_model_arguments(ap)
-    ap.add_argument("--elements", type=int, default=1 << 20, help="kernel size for --mode kernels")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    import torch
-    import torch.distributed as dist
+    def kernel_size(ap):
+        ap.add_argument("--elements", type=int, default=1 << 20, help="kernel size for --mode kernels")
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    dist.init_process_group("gloo")
+    args, torch, dist = start(argv, __doc__, ("onebit", "binsgdm", "kernels"), kernel_size)
     result = _kernels(torch, dist, args.elements) if args.mode == "kernels" else _train(torch, dist, args)
-    if dist.get_rank() == 0:
-        with open(args.out, "w") as fh:
-            json.dump(
-                {"mode": args.mode, "hosts": dist.get_world_size(), "torch": torch.__version__, **result}, fh
-            )
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish(args, torch, dist, result)
 
 
 if __name__ == "__main__":

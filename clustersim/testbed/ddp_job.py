@@ -52,13 +52,17 @@ def quantiles(xs: list[float]) -> dict:
     return {"median_s": statistics.median(xs), "p10_s": q[0], "p90_s": q[-1], "samples": len(xs)}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("ddp", "local"), required=True)
+def start(argv, doc: str, modes: tuple[str, ...], extra=None):
+    """Parse a job's arguments (the model's, --steps, --warmup, --out, and ``extra(parser)``'s), then
+    join the torch.distributed job over gloo with one thread per host and a fixed seed."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--mode", choices=modes, required=True)
     add_model_arguments(ap)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
+    if extra is not None:
+        extra(ap)
     args = ap.parse_args(argv)
     import torch
     import torch.distributed as dist
@@ -66,13 +70,40 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    return args, torch, dist
+
+
+def slowest(torch, dist, times: dict[str, list[float]], keys) -> dict:
+    """Quantiles over steps of the slowest rank's time per step, per key (a synchronous step waits
+    for the slowest rank)."""
+    mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    worst = torch.stack(gathered).max(dim=0).values.tolist()
+    return {k: quantiles(v) for k, v in zip(keys, worst)}
+
+
+def finish(args, torch, dist, result: dict) -> int:
+    """Rank 0 writes the result; everyone leaves the job together."""
+    if dist.get_rank() == 0:
+        with open(args.out, "w") as fh:
+            json.dump(
+                {"mode": args.mode, "hosts": dist.get_world_size(), "torch": torch.__version__, **result}, fh
+            )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv=None) -> int:
+    args, torch, dist = start(argv, __doc__, ("ddp", "local"))
     model = build_model(torch, args)
     if args.mode == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = model_input(torch, args)
-    times: dict[str, list[float]] = {"step": [], "forward": [], "backward": [], "optimizer": []}
+    keys = ("step", "forward", "backward", "optimizer")
+    times: dict[str, list[float]] = {k: [] for k in keys}
     for i in range(args.warmup + args.steps):
         dist.barrier()
         t0 = time.perf_counter()
@@ -84,36 +115,17 @@ def main(argv=None) -> int:
         opt.zero_grad(set_to_none=False)
         t3 = time.perf_counter()
         if i >= args.warmup:
-            for key, value in (
-                ("step", t3 - t0),
-                ("forward", t1 - t0),
-                ("backward", t2 - t1),
-                ("optimizer", t3 - t2),
-            ):
+            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)):
                 times[key].append(value)
-    # the slowest rank per step, as a synchronous step waits for it
-    mine = torch.tensor([times[k] for k in ("step", "forward", "backward", "optimizer")], dtype=torch.float64)
-    gathered = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(gathered, mine)
-    slowest = torch.stack(gathered).max(dim=0).values.tolist()
-    if rank == 0:
-        params = sum(p.numel() for p in model.parameters())
-        result = {
-            "mode": args.mode,
-            "hosts": world,
-            "model": args.model,
-            "layers": args.layers,
-            "width": args.width,
-            "batch": args.batch,
-            "params": params,
-            "torch": torch.__version__,
-            **{k: quantiles(v) for k, v in zip(("step", "forward", "backward", "optimizer"), slowest)},
-        }
-        with open(args.out, "w") as fh:
-            json.dump(result, fh)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    params = sum(p.numel() for p in model.parameters())
+    job = {
+        "model": args.model,
+        "layers": args.layers,
+        "width": args.width,
+        "batch": args.batch,
+        "params": params,
+    }
+    return finish(args, torch, dist, {**job, **slowest(torch, dist, times, keys)})
 
 
 if __name__ == "__main__":
