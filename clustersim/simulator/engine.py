@@ -32,16 +32,35 @@ DONE_TOL = 1e-12  # work left, relative to the op's duration, below which the op
 
 
 class _Running:
-    __slots__ = ("op", "remaining", "rate", "done")
+    """A running op: work left (seconds at full speed), its current rate, and what the rate model reads
+    precomputed once (the rate is recomputed at every start and end, the op's fields never change)."""
 
-    def __init__(self, op: Op, done: simpy.Event):
+    __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "weight")
+
+    def __init__(self, op: Op):
         self.op = op
         self.remaining = op.duration
         self.rate = 1.0
-        self.done = done
+        self.demands = op.demands
+        # Slowed by NCCL kernels: compute-stream ops that are not themselves NCCL kernels.
+        self.plain_compute = op.stream == Stream.COMPUTE and op.compute_slowdown == 0.0
+        peak = max(op.demands.values()) if op.demands else 0.0
+        self.weight = 1.0 / peak if peak > 0 else 0.0
 
 
 class Engine:
+    """Runs a Program; ``run()`` returns each op's start and end time (seconds).
+
+    Per op the engine schedules as few simpy events as the semantics allow, because a run's cost is
+    per-event work (issue #15): a stream waits on each unfinished dependency in turn (no ``AllOf``
+    condition object; an op that waits for nothing does not yield at all), the stream is resumed by the
+    op's own ``finished`` event, and the fluid model is not a process but two kinds of plain timeouts
+    with callbacks: a *settle* at the current instant, scheduled once however many ops start or end
+    at that instant (so rates are computed once per instant, after every stream has started what it
+    can), and a *tick* at the next completion. A change of the running set makes the pending tick
+    stale (it fires and does nothing) instead of building a ``timeout | wake`` condition per step.
+    """
+
     def __init__(self, program: Program):
         self.program = program
         self.env = simpy.Environment()
@@ -50,7 +69,8 @@ class Engine:
         self.end: dict[int, float] = {}
         self._running: list[_Running] = []
         self._last = 0.0
-        self._wake = self.env.event()
+        self._settling = False  # a settle is scheduled at the current instant
+        self._tick: simpy.Event | None = None  # the live completion timeout; others are stale
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
         streams: dict[str, list[Op]] = {}
@@ -58,7 +78,6 @@ class Engine:
             streams.setdefault(op.stream, []).append(op)
         for ops in streams.values():
             self.env.process(self._stream(ops))
-        self.env.process(self._fluid())
         self.env.run()
         missing = [op.name for op in self.program.ops if op.id not in self.end]
         if missing:
@@ -66,23 +85,58 @@ class Engine:
         return self.start, self.end
 
     def _stream(self, ops: list[Op]):
+        finished, env = self.finished, self.env
         for op in ops:
-            if op.deps:
-                yield simpy.AllOf(self.env, [self.finished[d] for d in op.deps])
-            self.start[op.id] = self.env.now
+            for d in op.deps:
+                # Waiting for each unfinished dependency in turn ends when the last one finishes, as
+                # an AllOf would, without a condition event per op.
+                if not finished[d].processed:
+                    yield finished[d]
+            now = env.now
+            self.start[op.id] = now
             if op.duration <= _EPS:
-                self.end[op.id] = self.env.now
-                self.finished[op.id].succeed()
+                self.end[op.id] = now
+                finished[op.id].succeed()
                 continue
-            done = self.env.event()
             self._advance()
-            self._running.append(_Running(op, done))
+            self._running.append(_Running(op))
+            self._changed()
+            yield finished[op.id]  # the fluid model records the end and succeeds it
+
+    def _changed(self) -> None:
+        """The running set changed at this instant: the pending tick is stale; settle once, after every
+        stream resumed at this instant has started its op."""
+        self._tick = None
+        if not self._settling:
+            self._settling = True
+            self.env.timeout(0).callbacks.append(self._settle)
+
+    def _settle(self, _event) -> None:
+        self._settling = False
+        self._update()
+
+    def _on_tick(self, event) -> None:
+        if event is self._tick:
+            self._update()
+
+    def _update(self) -> None:
+        """Advance all running ops to now; finish those done, or set rates and schedule the next tick."""
+        self._advance()
+        running = self._running
+        done = [r for r in running if r.remaining <= DONE_TOL * max(1.0, r.op.duration)]
+        if done:
+            self._running = [r for r in running if r.remaining > DONE_TOL * max(1.0, r.op.duration)]
+            now = self.env.now
+            for r in done:
+                self.end[r.op.id] = now
+                self.finished[r.op.id].succeed()
+            self._changed()  # streams start their next ops at this instant; rates after that
+            return
+        if running:
             self._rerate()
-            if not self._wake.triggered:
-                self._wake.succeed()
-            yield done
-            self.end[op.id] = self.env.now
-            self.finished[op.id].succeed()
+            soonest = min(r.remaining / r.rate for r in running)
+            self._tick = self.env.timeout(max(soonest, 0.0))
+            self._tick.callbacks.append(self._on_tick)
 
     def _advance(self) -> None:
         dt = self.env.now - self._last
@@ -92,19 +146,28 @@ class Engine:
         self._last = self.env.now
 
     def _rerate(self) -> None:
-        slowdown = max((r.op.compute_slowdown for r in self._running), default=0.0)
-        caps = {}
-        for r in self._running:
-            caps[r] = (
-                1.0 - slowdown if (r.op.stream == Stream.COMPUTE and r.op.compute_slowdown == 0.0) else 1.0
-            )
-        sharing = [r for r in self._running if r.op.demands]
-        for r in self._running:
-            r.rate = caps[r]
-        if sharing:
-            self._fill(sharing, caps)
+        running = self._running
+        slowdown = max(r.op.compute_slowdown for r in running)
+        capped = 1.0 - slowdown
+        sharing = []
+        for r in running:
+            r.rate = capped if r.plain_compute else 1.0
+            if r.demands:
+                sharing.append(r)
+        if sharing and self._contended(sharing):
+            self._fill(sharing)
 
-    def _fill(self, flows: list[_Running], caps: dict) -> None:
+    def _contended(self, flows: list[_Running]) -> bool:
+        """Whether some link is asked for more than its capacity when every flow runs at its cap. If
+        none is, max-min filling would give every flow its cap, which the flows already have."""
+        load: dict[str, float] = {}
+        for r in flows:
+            for link, d in r.demands.items():
+                load[link] = load.get(link, 0.0) + r.rate * d
+        capacity = self.program.links
+        return any(v > capacity.get(link, float("inf")) for link, v in load.items())
+
+    def _fill(self, flows: list[_Running]) -> None:
         """Max-min fair bandwidth by progressive filling.
 
         A level t (bytes/s) rises for all unfrozen flows together; each flow's bandwidth on its
@@ -112,10 +175,9 @@ class Engine:
         freezes when it reaches full speed or when one of its links saturates.
         """
         capacity = self.program.links
-        left = {link: capacity.get(link, float("inf")) for r in flows for link in r.op.demands}
-        weight = {
-            r: 1.0 / max(r.op.demands.values()) if max(r.op.demands.values()) > 0 else 0.0 for r in flows
-        }
+        caps = {r: r.rate for r in flows}
+        left = {link: capacity.get(link, float("inf")) for r in flows for link in r.demands}
+        weight = {r: r.weight for r in flows}
         rate = {r: 0.0 for r in flows}
         active = {r for r in flows if weight[r] > 0}
         for r in flows:
@@ -124,12 +186,12 @@ class Engine:
         while active:
             step = min((caps[r] - rate[r]) / weight[r] for r in active)
             for link, cap in left.items():
-                load = sum(weight[r] * r.op.demands.get(link, 0.0) for r in active)
+                load = sum(weight[r] * r.demands.get(link, 0.0) for r in active)
                 if load > 0:
                     step = min(step, cap / load)
             for r in active:
                 rate[r] += step * weight[r]
-                for link, d in r.op.demands.items():
+                for link, d in r.demands.items():
                     left[link] -= step * weight[r] * d
             saturated = {
                 link for link, cap in left.items() if cap <= SATURATED * max(1.0, capacity.get(link, 1.0))
@@ -138,38 +200,10 @@ class Engine:
                 r
                 for r in active
                 if rate[r] >= caps[r] - RATE_TOL
-                or any(link in saturated and d > 0 for link, d in r.op.demands.items())
+                or any(link in saturated and d > 0 for link, d in r.demands.items())
             }
             if not done:  # numerical safety: nothing froze, stop here
                 break
             active -= done
         for r in flows:
             r.rate = max(rate[r], RATE_TOL)
-
-    def _fluid(self):
-        while True:
-            if not self._running:
-                self._wake = self.env.event()
-                yield self._wake
-                if not self._running:
-                    return
-                continue
-            soonest = min(r.remaining / r.rate for r in self._running)
-            self._wake = self.env.event()
-            yield self.env.timeout(max(soonest, 0.0)) | self._wake
-            self._advance()
-            done = [r for r in self._running if r.remaining <= DONE_TOL * max(1.0, r.op.duration)]
-            if done:
-                self._running = [r for r in self._running if r not in done]
-                for r in done:
-                    r.done.succeed()
-                self._rerate()
-            if not self._running:
-                # Let the stream processes start their next ops before deciding to stop.
-                self._wake = self.env.event()
-                yield self._wake | self.env.timeout(0)
-                if not self._running and self._idle_forever():
-                    return
-
-    def _idle_forever(self) -> bool:
-        return len(self.end) == len(self.program.ops)
