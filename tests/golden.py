@@ -57,6 +57,9 @@ def outputs(result) -> dict:
             for s in result.extra.get("steps", [])
         ],
         "offload_candidates": result.extra.get("offload", {}).get("candidates", {}),
+        # placements the planner ruled out by a lower bound instead of simulating them (not in the
+        # recorded outputs, which simulated every candidate)
+        "offload_ruled_out": result.extra.get("offload", {}).get("ruled_out", {}),
         "ops": [[op.name, op.start, op.end] for op in result.ops],
     }
 

@@ -22,7 +22,7 @@ _STREAM = {s.value: s for s in Stream}
 _CATEGORY = {c.value: c for c in Category}
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     id: int
     name: str
@@ -52,15 +52,10 @@ class Program:
         stream, category = _STREAM[stream], _CATEGORY[category]
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
-        op = Op(
-            len(self.ops),
-            name,
-            stream,
-            float(duration),
-            category,
-            tuple(d for d in deps if d is not None),
-            **kw,
-        )
+        deps = tuple(deps)
+        if None in deps:
+            deps = tuple(d for d in deps if d is not None)
+        op = Op(len(self.ops), name, stream, float(duration), category, deps, **kw)
         self.ops.append(op)
         return op.id
 
