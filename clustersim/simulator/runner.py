@@ -85,6 +85,9 @@ def _best_placement(
     candidates = {"performance model": planned}
     ruled_out: dict[str, float] = {}
     for name, kinds in alternatives.items():
+        if kinds == list(plan.kinds):
+            candidates[name] = planned  # the same program, so the same time (and the plan wins the tie)
+            continue
         alt_ctx = build_context(scenario, profile, perturbation)
         alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, plan.partition_params, name)
         strategy = registry.create(alt_ctx)
