@@ -115,9 +115,26 @@ class CollectiveModel:
             return {k: v for k, v in natural.items() if k in algos.NCCL_AUTO[op]}
         return {algorithm: natural[algorithm]} if algorithm in natural else {}
 
+    @property
+    def params(self) -> NetworkParams:
+        return self._params
+
+    @params.setter
+    def params(self, params: NetworkParams) -> None:
+        self._params = params
+        self._hop_cache: dict[tuple[str, str], float] = {}
+
     def hop_latency(self, latency_class: str, protocol: str) -> float:
         """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire
-        latency)."""
+        latency). Memoized per (class, protocol) for the current parameters: every collective prices
+        several decompositions under each protocol (issue #15)."""
+        key = (latency_class, protocol)
+        lat = self._hop_cache.get(key)
+        if lat is None:
+            lat = self._hop_cache[key] = self._hop_latency(latency_class, protocol)
+        return lat
+
+    def _hop_latency(self, latency_class: str, protocol: str) -> float:
         cls = class_key(latency_class, self.cluster.spec.nic.kind)
         calibrated = self.params.hop_s.get(cls)
         if calibrated is not None:

@@ -35,13 +35,14 @@ _EPS = 1e-15  # an op this short (seconds) takes no time: below any kernel or me
 SATURATED = 1e-9  # a link with this fraction of its capacity left is full (max-min fair filling)
 RATE_TOL = 1e-12  # a flow within this of its cap is capped, and no flow runs slower than this
 DONE_TOL = 1e-12  # work left, relative to the op's duration, below which the op is finished
+_INF = float("inf")
 
 
 class _Running:
     """A running op: work left (seconds at full speed), its current rate, and what the rate model reads
     precomputed once (rates are recomputed at every start and end; the op's fields never change)."""
 
-    __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "weight", "done_below")
+    __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "slowdown", "weight", "done_below")
 
     def __init__(self, op: Op):
         self.op = op
@@ -50,6 +51,7 @@ class _Running:
         self.demands = op.demands
         # Slowed by NCCL kernels: compute-stream ops that are not themselves NCCL kernels.
         self.plain_compute = op.stream == Stream.COMPUTE and op.compute_slowdown == 0.0
+        self.slowdown = op.compute_slowdown
         peak = max(op.demands.values()) if op.demands else 0.0
         self.weight = 1.0 / peak if peak > 0 else 0.0
         self.done_below = DONE_TOL * max(1.0, op.duration)
@@ -140,8 +142,7 @@ class Engine:
 
     def _rerate(self) -> None:
         running = self._running
-        slowdown = max(r.op.compute_slowdown for r in running)
-        capped = 1.0 - slowdown
+        capped = 1.0 - max([r.slowdown for r in running])
         sharing = []
         for r in running:
             r.rate = capped if r.plain_compute else 1.0
@@ -153,12 +154,15 @@ class Engine:
     def _contended(self, flows: list[_Running]) -> bool:
         """Whether some link is asked for more than its capacity when every flow runs at its cap. If
         none is, max-min filling would give every flow its cap, which the flows already have."""
+        capacity = self.program.links
+        if len(flows) == 1:
+            r = flows[0]
+            return any(r.rate * d > capacity.get(link, _INF) for link, d in r.demands.items())
         load: dict[str, float] = {}
         for r in flows:
             for link, d in r.demands.items():
                 load[link] = load.get(link, 0.0) + r.rate * d
-        capacity = self.program.links
-        return any(v > capacity.get(link, float("inf")) for link, v in load.items())
+        return any(v > capacity.get(link, _INF) for link, v in load.items())
 
     def _fill(self, flows: list[_Running]) -> None:
         """Max-min fair bandwidth by progressive filling.
