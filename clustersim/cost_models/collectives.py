@@ -80,6 +80,16 @@ class CollectiveModel:
         return PROTOCOLS if nvlink_only else ("LL", "Simple")
 
     def cost(self, op: str, nbytes: float, shape: GroupShape, algorithm: str = "auto") -> CollectiveCost:
+        """The fastest applicable (algorithm, protocol), or the measured fit. Memoized per model and
+        parameter set: a program asks for the same collective many times (DDP buckets of equal size,
+        one per layer of a deep model), and pricing tries every decomposition under every protocol."""
+        key = (op, nbytes, shape, algorithm)
+        hit = self._cost_cache.get(key)
+        if hit is None:
+            hit = self._cost_cache[key] = self._cost(op, nbytes, shape, algorithm)
+        return hit
+
+    def _cost(self, op: str, nbytes: float, shape: GroupShape, algorithm: str) -> CollectiveCost:
         if op not in OPS:
             raise InputError(f"unknown collective {op!r} (known: {', '.join(OPS)})", key="op")
         if algorithm not in ALGORITHMS:
@@ -123,6 +133,7 @@ class CollectiveModel:
     def params(self, params: NetworkParams) -> None:
         self._params = params
         self._hop_cache: dict[tuple[str, str], float] = {}
+        self._cost_cache: dict[tuple, CollectiveCost] = {}
 
     def hop_latency(self, latency_class: str, protocol: str) -> float:
         """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire
