@@ -86,8 +86,8 @@ class Engine:
         self._release([i for i, w in enumerate(self._waiting) if w == 0])
         self._update(None)
         self.env.run()
-        missing = [op.name for op in self.program.ops if op.id not in self.end]
-        if missing:
+        if len(self.end) < len(self.program.ops):
+            missing = [op.name for op in self.program.ops if op.id not in self.end]
             raise RuntimeError(f"program deadlocked; ops never ran: {missing[:5]}")
         return self.start, self.end
 
@@ -118,7 +118,10 @@ class Engine:
             done = [r for r in running if r.remaining <= r.done_below]
             if not done:
                 break
-            self._running = [r for r in running if r.remaining > r.done_below]
+            if len(done) < len(running):
+                self._running = [r for r in running if r.remaining > r.done_below]
+            else:
+                self._running = []
             ready = []
             for r in done:
                 i = r.op.id
