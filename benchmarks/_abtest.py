@@ -101,7 +101,8 @@ def _events(info: dict, seconds: float) -> str:
     if not info.get("events"):
         return ""
     ev, ops = info["events"], max(info.get("ops", 0), 1)
-    return f" | {ops:>5} ops {ev / ops:4.1f} ev/op {seconds / ev * 1e6:5.1f} us/ev {seconds / ops * 1e6:5.1f} us/op"
+    per = f"{seconds / ev * 1e6:5.1f} us/ev {seconds / ops * 1e6:5.1f} us/op"
+    return f" | {ops:>5} ops {ev / ops:4.1f} ev/op {per}"
 
 
 HEADER = (
