@@ -5,7 +5,9 @@
 Cases: each optimizer on the default preset (BERT-Large, 32 V100s; 0/1 Adam included), the offload
 preset (LLaMA-7B, interleaved offload), GPT-3 175B on 128 H100s (memory check off: it does not fit
 in 80 GB), and the default preset at 8 and 65,536 GPUs (the cost is flat in GPU count). A run is
-timed in a warm process (imports done, catalogs loaded), from the preset name to the result.
+timed in a warm process (imports done, catalogs loaded), from the preset name to the result; the
+"cold caches" rows first clear the per-process caches of topologies, presets and workloads, as a
+single `clustersim run` would see them (bench_cli.py times whole processes).
 
 The baseline is the code before the speed work (issue #15) unless --baseline names another commit;
 see _abtest.py for how old and new are interleaved. Columns: median ms per run of each, the median
@@ -27,6 +29,8 @@ CASES = [
     ("run", "default/binsgdm", "default / binsgdm"),
     ("run", "offload-llama7b-h100", "offload-llama7b-h100"),
     ("gpt3-175b", None, "GPT-3 175B, 128 H100 (no mem check)"),
+    ("cold", "default", "default / adam, cold caches"),
+    ("cold", "offload-llama7b-h100", "offload, cold caches"),
     ("gpus", 8, "default / adam, 8 GPUs"),
     ("gpus", 65536, "default / adam, 65,536 GPUs"),
 ]
