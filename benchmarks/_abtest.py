@@ -122,14 +122,15 @@ class AB:
         if self.old.where == self.new.where:
             raise RuntimeError(f"both workers import clustersim from {self.old.where}")
 
-    def compare(self, case: str, pairs: int, arg=None, label: str = "") -> Comparison:
-        """``pairs`` pairs of runs, one old and one new back to back (which first alternates)."""
+    def compare(self, case: str, pairs: int, arg=None, label: str = "", warm: bool = True) -> Comparison:
+        """``pairs`` pairs of runs, one old and one new back to back (which first alternates); ``warm``:
+        one untimed run of each first (beyond the untimed run that checks both give the same result)."""
         info = {"cmd": "info", "case": case, "arg": arg}
         old_info, new_info = self.old.ask(info), self.new.ask(info)
         if not math.isclose(old_info["result"], new_info["result"], rel_tol=1e-9):
             raise RuntimeError(f"{case}: results differ: {old_info['result']} vs {new_info['result']}")
         msg = {"cmd": "time", "case": case, "arg": arg, "repeat": 1}
-        for w in (self.old, self.new):  # warm: the first run of a case fills caches in both versions
+        for w in (self.old, self.new) if warm else ():  # the first timed run fills caches in both
             w.ask(msg)
         old_s, new_s = [], []
         for i in range(pairs):

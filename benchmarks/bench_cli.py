@@ -31,7 +31,7 @@ def main() -> None:
         print(f"old = {args.baseline}, new = working tree; {args.pairs} interleaved pairs per command")
         print(HEADER)
         for argv, label in COMMANDS:
-            print(ab.compare("cli", args.pairs, argv, label).line(), flush=True)
+            print(ab.compare("cli", args.pairs, argv, label, warm=False).line(), flush=True)
     finally:
         ab.close()
 
