@@ -1,5 +1,6 @@
 """Time a 1,000-row sweep (BERT-Large, 8-1,024 GPUs x 5 NIC rates x 5 optimizers x 5 micro-batches,
-each row with its P10-P90 band) on the default in-process Dask cluster, old code against new.
+each row with its P10-P90 band) with the default executor (the old code: an in-process Dask cluster;
+the new: a plain loop), old code against new.
 
     nice -n 19 .venv/bin/python benchmarks/bench_sweep.py [--baseline REF] [--pairs N]
 
@@ -25,7 +26,7 @@ def main() -> None:
     try:
         print(f"old = {args.baseline}, new = working tree; {args.pairs} interleaved pairs")
         print(HEADER)
-        c = ab.compare("sweep", args.pairs, None, "1,000-row sweep (Dask, 1 worker)", warm=False)
+        c = ab.compare("sweep", args.pairs, None, "1,000-row sweep (default executor)", warm=False)
         print(c.line())
         best = min(c.new_s)
         rows = c.new_info["result"]
