@@ -41,8 +41,13 @@ lint: setup-test
 test: lint
 	$(BIN)/python -m pytest -q -rs   # -rs: every skipped test says why (e.g. no root for the testbed)
 
+# Old (the commit before the speed work, issue #15) against new, interleaved in one run; see
+# benchmarks/_abtest.py. On a shared machine prefix with `nice -n 19` and read only the ratios.
 bench: setup
 	$(BIN)/python benchmarks/bench_run.py
+	$(BIN)/python benchmarks/bench_scaling.py
+	$(BIN)/python benchmarks/bench_cli.py
+	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,47 +1,38 @@
-"""Time a 1,000-row sweep of BERT-Large scenarios up to 1,024 GPUs on the in-process Dask cluster.
+"""Time a 1,000-row sweep (BERT-Large, 8-1,024 GPUs x 5 NIC rates x 5 optimizers x 5 micro-batches,
+each row with its P10-P90 band) with the default executor (the old code: an in-process Dask cluster;
+the new: a plain loop), old code against new.
 
-taskset -c 0,1 .venv/bin/python benchmarks/bench_sweep.py
+    nice -n 19 .venv/bin/python benchmarks/bench_sweep.py [--baseline REF] [--pairs N]
+
+Each pair runs the whole sweep once with the old code and once with the new (order alternating),
+after one untimed sweep of each that checks they write the same number of rows; see _abtest.py.
+Each sweep starts from an empty results folder. Every row also draws its P10-P90 band (8 draws),
+so a row is 9 simulations.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
-from pathlib import Path
+import argparse
 
-import yaml
-
-from clustersim.sweeps.run import run_sweep
-from clustersim.sweeps.spec import load_sweep
-
-SWEEP = {
-    "name": "bench-1000",
-    "base": "preset:default",
-    "vary": {
-        "gpus": [8, 16, 32, 64, 128, 256, 512, 1024],  # 8
-        "nic_gbps": [10, 25, 40, 100, 200],  # 5
-        "optimizer": ["adam", "onebit-adam", "zero-one-adam", "binsgdm", "sgdm"],  # 5
-        "micro_batch": [8, 16, 32, 64, 128],  # 5 -> 1,000 rows
-    },
-    "steps": 100000,
-}
+from _abtest import AB, DEFAULT_BASELINE, HEADER
 
 
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp())
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE)
+    ap.add_argument("--pairs", type=int, default=2)
+    args = ap.parse_args()
+    ab = AB(args.baseline)
     try:
-        (tmp / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
-        sweep = load_sweep(tmp / "sweep.yaml")
-        t0 = time.perf_counter()
-        counts = run_sweep(sweep, tmp / "out")
-        wall = time.perf_counter() - t0
-        print(
-            f"{counts['written']} rows in {wall:.1f} s ({1000 * wall / max(counts['written'], 1):.1f} "
-            "ms per row)"
-        )
+        print(f"old = {args.baseline}, new = working tree; {args.pairs} interleaved pairs")
+        print(HEADER)
+        c = ab.compare("sweep", args.pairs, None, "1,000-row sweep (default executor)", warm=False)
+        print(c.line())
+        best = min(c.new_s)
+        rows = c.new_info["result"]
+        print(f"new: {rows:.0f} rows in {best:.1f} s at best ({1000 * best / rows:.1f} ms per row)")
     finally:
-        shutil.rmtree(tmp)
+        ab.close()
 
 
 if __name__ == "__main__":

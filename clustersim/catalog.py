@@ -9,10 +9,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from clustersim.errors import InputError
+from clustersim.io import load_yaml
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -119,7 +119,7 @@ ModelArch = TransformerArch | ResNetArch
 
 def _load_yaml(name: str) -> dict:
     text = resources.files("clustersim.catalogs").joinpath(name).read_text()
-    return yaml.safe_load(text)
+    return load_yaml(text)
 
 
 @lru_cache(maxsize=None)

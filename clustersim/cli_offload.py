@@ -75,9 +75,13 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
     if off.get("candidates"):
         console.print(
             table(
-                "Plans simulated (the fastest is kept)",
+                "Plans checked (the fastest is kept)",
                 ["plan", "iteration ms"],
-                [[k, _ms(v)] for k, v in off["candidates"].items()],
+                [[k, _ms(v)] for k, v in off["candidates"].items()]
+                + [
+                    [f"{k} (ruled out: no faster without contention)", f">= {_ms(v)}"]
+                    for k, v in off.get("ruled_out", {}).items()
+                ],
             )
         )
     rows = []

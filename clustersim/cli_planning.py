@@ -14,9 +14,11 @@ def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
     out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
     scheduler: Optional[str] = typer.Option(
-        None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: an in-process one."
+        None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: this process."
     ),
-    workers: int = typer.Option(1, "--workers", min=1, help="Threads of the in-process Dask cluster."),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="Threads of an in-process Dask cluster (1: a plain loop, no Dask)."
+    ),
     profile: Optional[str] = ProfileOpt,
     samples: Optional[int] = typer.Option(
         None,

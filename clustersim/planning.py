@@ -11,10 +11,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from clustersim import catalog
 from clustersim.errors import InputError
+from clustersim.io import load_yaml
 from clustersim.report import analysis
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.run import simulate_row
@@ -24,7 +23,7 @@ from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile
 def candidate_sweep(path: Path | None) -> Sweep:
     if path is not None:
         return load_sweep(path)
-    raw = yaml.safe_load(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
+    raw = load_yaml(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
     spec = SweepFile.model_validate(raw)
     return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
 

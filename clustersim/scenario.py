@@ -8,11 +8,11 @@ errors into one-line :class:`~clustersim.errors.InputError` messages ``FILE: key
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -28,7 +28,7 @@ from clustersim import catalog
 from clustersim.catalog import Precision
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
-from clustersim.io import first_error, read_structured_file
+from clustersim.io import first_error, load_yaml, read_structured_file
 from clustersim.optimizer_options import parse_options
 
 PRESET_PREFIX = "preset:"
@@ -314,8 +314,21 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
 
 def preset_names() -> list[str]:
+    return list(_preset_names())
+
+
+@lru_cache(maxsize=1)
+def _preset_names() -> tuple[str, ...]:
     folder = resources.files("clustersim.catalogs").joinpath("presets")
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")))
+
+
+@lru_cache(maxsize=None)
+def _preset(name: str) -> Scenario:
+    """Presets are package data: parsed and validated once per process (sweeps and benchmarks load the
+    same preset thousands of times). A Scenario is frozen; ``with_changes`` returns a new one."""
+    text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
+    return validate_scenario(load_yaml(text), source=f"{PRESET_PREFIX}{name}")
 
 
 def load_scenario(ref: str | Path) -> Scenario:
@@ -323,9 +336,8 @@ def load_scenario(ref: str | Path) -> Scenario:
     ref = str(ref)
     if ref.startswith(PRESET_PREFIX):
         name = ref[len(PRESET_PREFIX) :]
-        if name not in preset_names():
+        if name not in _preset_names():
             raise InputError(f"unknown preset {name!r} (known: {', '.join(preset_names())})", source=ref)
-        text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
-        return validate_scenario(yaml.safe_load(text), source=ref)
+        return _preset(name)
     path = Path(ref)
     return validate_scenario(read_structured_file(path), source=str(path))

@@ -105,3 +105,18 @@ def test_an_unknown_stream_or_category_is_an_error_where_it_is_made():
         p.add("a", "compte", 1.0, "forward")
     with pytest.raises(ValueError, match="unknown op category"):
         p.add("a", "compute", 1.0, "fwd")
+
+
+def test_contention_free_end_is_a_lower_bound():
+    from clustersim.simulator.engine import contention_free_end
+
+    p = Program(links={"pcie0": 10.0})
+    a = p.add("compute", "compute", 1.0, "backward")
+    p.add("comm", "comm", 0.5, "communication", compute_slowdown=0.5)
+    x = p.add("x", "d2h", 1.0, "transfer", (a,), demands={"pcie0": 10.0})
+    p.add("y", "h2d", 3.0, "transfer", demands={"pcie0": 10.0})
+    p.add("z", "compute", 0.5, "optimizer", (x,))
+    _, end, _ = run(p)
+    assert contention_free_end(p) == pytest.approx(3.0)  # y alone; the compute chain is 2.5
+    assert contention_free_end(p) <= max(end.values())
+    assert max(end.values()) > 3.0  # the copies shared the link

@@ -80,6 +80,16 @@ class CollectiveModel:
         return PROTOCOLS if nvlink_only else ("LL", "Simple")
 
     def cost(self, op: str, nbytes: float, shape: GroupShape, algorithm: str = "auto") -> CollectiveCost:
+        """The fastest applicable (algorithm, protocol), or the measured fit. Memoized per model and
+        parameter set: a program asks for the same collective many times (DDP buckets of equal size,
+        one per layer of a deep model), and pricing tries every decomposition under every protocol."""
+        key = (op, nbytes, shape, algorithm)
+        hit = self._cost_cache.get(key)
+        if hit is None:
+            hit = self._cost_cache[key] = self._cost(op, nbytes, shape, algorithm)
+        return hit
+
+    def _cost(self, op: str, nbytes: float, shape: GroupShape, algorithm: str) -> CollectiveCost:
         if op not in OPS:
             raise InputError(f"unknown collective {op!r} (known: {', '.join(OPS)})", key="op")
         if algorithm not in ALGORITHMS:
@@ -115,9 +125,27 @@ class CollectiveModel:
             return {k: v for k, v in natural.items() if k in algos.NCCL_AUTO[op]}
         return {algorithm: natural[algorithm]} if algorithm in natural else {}
 
+    @property
+    def params(self) -> NetworkParams:
+        return self._params
+
+    @params.setter
+    def params(self, params: NetworkParams) -> None:
+        self._params = params
+        self._hop_cache: dict[tuple[str, str], float] = {}
+        self._cost_cache: dict[tuple, CollectiveCost] = {}
+
     def hop_latency(self, latency_class: str, protocol: str) -> float:
         """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire
-        latency)."""
+        latency). Memoized per (class, protocol) for the current parameters: every collective prices
+        several decompositions under each protocol (issue #15)."""
+        key = (latency_class, protocol)
+        lat = self._hop_cache.get(key)
+        if lat is None:
+            lat = self._hop_cache[key] = self._hop_latency(latency_class, protocol)
+        return lat
+
+    def _hop_latency(self, latency_class: str, protocol: str) -> float:
         cls = class_key(latency_class, self.cluster.spec.nic.kind)
         calibrated = self.params.hop_s.get(cls)
         if calibrated is not None:

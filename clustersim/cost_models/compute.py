@@ -29,6 +29,7 @@ class DeviceCosts:
         self.sources: dict[str, str] = {"matmul": "default efficiency", "memory": "default efficiency"}
         if profile is not None:
             self._apply(profile)
+        self._roofline: dict[str, tuple[float, float]] = {}  # precision -> (FLOP/s, bytes/s)
 
     def _apply(self, profile: Profile) -> None:
         same = profile.device == self.gpu.name
@@ -82,7 +83,12 @@ class DeviceCosts:
         if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
             r_max, launch, mem = model
             return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)
-        return max(kernel.flops / self.flops_rate(precision), kernel.bytes / self.memory_rate)
+        # The roofline's two rates, once per precision: a program prices thousands of kernels and
+        # the rates are fixed once the profile is applied (issue #15). Same values as computed here.
+        rates = self._roofline.get(precision)
+        if rates is None:
+            rates = self._roofline[precision] = (self.flops_rate(precision), self.memory_rate)
+        return max(kernel.flops / rates[0], kernel.bytes / rates[1])
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
         return sum(self.kernel_time(k, precision) for k in kernels)

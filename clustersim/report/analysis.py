@@ -9,9 +9,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from clustersim.errors import InputError
+from clustersim.io import load_yaml
 
 DEFAULT_STEPS = 100_000
 
@@ -25,7 +24,7 @@ def _is_baseline(optimizer: str) -> bool:
 
 
 def default_prices() -> dict[str, float]:
-    return yaml.safe_load(resources.files("clustersim.catalogs").joinpath("prices.yaml").read_text())
+    return load_yaml(resources.files("clustersim.catalogs").joinpath("prices.yaml").read_text())
 
 
 def price_of(gpu: str, price: float | None) -> float:

@@ -18,9 +18,11 @@ from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 # Breakdown categories, in the order they are attributed when several streams are busy at once.
 CATEGORIES = tuple(Category)
 __all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "Op", "Program"]
+_STREAM = {s.value: s for s in Stream}
+_CATEGORY = {c.value: c for c in Category}
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     id: int
     name: str
@@ -41,22 +43,19 @@ class Program:
         self.links: dict[str, float] = dict(links or {})
 
     def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
-        if category not in CATEGORIES:
+        # Dict lookups, not Stream(stream) / Category(category): an Enum call costs microseconds and
+        # programs have thousands of ops (StrEnum members hash and compare equal to their strings).
+        if category not in _CATEGORY:
             raise ValueError(f"unknown op category {category!r}")
-        if stream not in Stream.__members__.values():
+        if stream not in _STREAM:
             raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})")
-        stream, category = Stream(stream), Category(category)
+        stream, category = _STREAM[stream], _CATEGORY[category]
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
-        op = Op(
-            len(self.ops),
-            name,
-            stream,
-            float(duration),
-            category,
-            tuple(d for d in deps if d is not None),
-            **kw,
-        )
+        deps = tuple(deps)
+        if None in deps:
+            deps = tuple(d for d in deps if d is not None)
+        op = Op(len(self.ops), name, stream, float(duration), category, deps, **kw)
         self.ops.append(op)
         return op.id
 

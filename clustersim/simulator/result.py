@@ -136,34 +136,46 @@ class SimulationResult:
         write_json_atomically(Path(path), self.chrome_trace())
 
 
+def _rank(op) -> tuple[int, str]:
+    """Which busy op labels an instant, as (precedence, label): the compute stream's op, then a
+    collective, host work, a transfer, then compute-category work on another stream."""
+    if op.category in COMPUTE_CATEGORIES:
+        return (0, op.category) if op.stream == Stream.COMPUTE else (4, op.category)
+    if op.category in _EXPOSED:
+        return (1 + _EXPOSED_ORDER.index(op.category), _EXPOSED[op.category])
+    return (5, "idle")
+
+
+_EXPOSED_ORDER = (Category.COMMUNICATION, Category.HOST, Category.TRANSFER)
+
+
 def attribute_timeline(
     program: Program, start: dict[int, float], end: dict[int, float]
 ) -> tuple[float, dict[str, float]]:
-    """Sweep the timeline and attribute each interval to one breakdown category."""
+    """Sweep the timeline and attribute each interval to one breakdown category.
+
+    Each interval between consecutive start/end instants goes to the label of the highest-precedence
+    op running through it (``_rank``; among equals the one that started first, in program order on
+    ties), summed in time order. Ranks are computed once per op, not per interval (issue #15).
+    """
     points = sorted({0.0, *start.values(), *end.values()})
     total = max(end.values(), default=0.0)
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    spans = [(start[o.id], end[o.id], o) for o in program.ops if end[o.id] > start[o.id]]
+    spans = [(start[o.id], end[o.id], *_rank(o)) for o in program.ops if end[o.id] > start[o.id]]
     spans.sort(key=lambda s: s[0])
     active: list = []
     idx = 0
+    n = len(spans)
     for a, b in zip(points, points[1:]):
-        while idx < len(spans) and spans[idx][0] <= a:
+        while idx < n and spans[idx][0] <= a:
             active.append(spans[idx])
             idx += 1
         active = [s for s in active if s[1] > a]
-        mid_active = [s[2] for s in active if s[0] <= a < s[1]]
-        label = "idle"
-        compute = [o for o in mid_active if o.category in COMPUTE_CATEGORIES and o.stream == Stream.COMPUTE]
-        if compute:
-            label = compute[0].category
-        else:
-            for cat in (Category.COMMUNICATION, Category.HOST, Category.TRANSFER):
-                if any(o.category == cat for o in mid_active):
-                    label = _EXPOSED[cat]
-                    break
-            else:
-                if any(o.category in COMPUTE_CATEGORIES for o in mid_active):
-                    label = next(o.category for o in mid_active if o.category in COMPUTE_CATEGORIES)
+        # min() keeps the first of equal ranks: the earliest-started op, as the label's scan did
+        label = min(active, key=_precedence)[3] if active else "idle"
         breakdown[label] += b - a
     return total, breakdown
+
+
+def _precedence(span) -> int:
+    return span[2]

@@ -76,7 +76,16 @@ def paired_times(scenarios: list[Scenario], profile, samples: int, seed: int = 0
 def _best_placement(
     scenario, profile, ctx: SimulationContext, planned: SimulationResult, perturbation=None
 ) -> SimulationResult:
-    """Check the performance model's plan against all-CPU and all-GPU placements; keep the fastest."""
+    """Check the performance model's plan against all-CPU and all-GPU placements; keep the fastest.
+
+    An alternative is simulated only when it could win: one whose placement equals the plan's is the
+    plan, and one whose contention-free time (``engine.contention_free_end``, a lower bound on its
+    simulated time) is already no shorter than the plan's simulated time cannot be faster, so it is
+    ruled out unsimulated and reported with that bound under ``ruled_out``. The choice is the same
+    as simulating everything (ties went to the plan before too); on the offload preset this skips
+    both alternatives, which were 60% of a run (issue #15).
+    """
+    from clustersim.simulator.engine import contention_free_end
     from clustersim.simulator.offload import Placement
 
     plan = ctx.offload_placement
@@ -88,13 +97,27 @@ def _best_placement(
             PlacementKind.GPU_STREAMED
         ] * (n - resident)
     candidates = {"performance model": planned}
+    ruled_out: dict[str, float] = {}
     for name, kinds in alternatives.items():
+        if kinds == list(plan.kinds):
+            candidates[name] = planned  # the same program, so the same time (and the plan wins the tie)
+            continue
         alt_ctx = build_context(scenario, profile, perturbation)
         alt_ctx.offload_placement = Placement(plan.subgroup_params, kinds, plan.partition_params, name)
-        candidates[name] = _run(alt_ctx)
+        strategy = registry.create(alt_ctx)
+        steps = strategy.steps()
+        memory = gpu_memory(alt_ctx, strategy)
+        check_fits(alt_ctx, memory)  # an alternative that does not fit is an error, as when simulated
+        total = sum(s.weight for s in steps)
+        bound = sum(s.weight / total * contention_free_end(s.program) for s in steps)
+        if bound >= planned.iteration_time:
+            ruled_out[name] = bound
+            continue
+        candidates[name] = _run(alt_ctx, strategy, steps, memory)
     best_name = min(candidates, key=lambda k: candidates[k].iteration_time)
     best = candidates[best_name]
     best.extra.setdefault("offload", {})["candidates"] = {k: v.iteration_time for k, v in candidates.items()}
+    best.extra["offload"]["ruled_out"] = ruled_out
     best.extra["offload"]["chosen_by"] = best_name
     return best
 
@@ -234,12 +257,14 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     }
 
 
-def _run(ctx: SimulationContext) -> SimulationResult:
+def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> SimulationResult:
+    """Simulate ``ctx``; ``strategy``, its ``steps`` and checked ``memory`` when already built."""
     scenario = ctx.scenario
-    strategy = registry.create(ctx)
-    steps = strategy.steps()
-    memory = gpu_memory(ctx, strategy)
-    check_fits(ctx, memory)
+    if strategy is None:
+        strategy = registry.create(ctx)
+        steps = strategy.steps()
+        memory = gpu_memory(ctx, strategy)
+        check_fits(ctx, memory)
     out = _simulate_steps(ctx, steps, ctx.link_capacities())
     main = max(steps, key=lambda s: s.weight)
     starts, ends = out.main_times

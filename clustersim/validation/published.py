@@ -6,10 +6,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from importlib import resources
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clustersim.errors import InputError
+from clustersim.io import load_yaml
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 
@@ -82,7 +82,7 @@ def load_dataset(name: str) -> Dataset:
         )
     text = resources.files("clustersim.validation").joinpath(f"{name}.yaml").read_text()
     try:
-        return Dataset.model_validate(yaml.safe_load(text))
+        return Dataset.model_validate(load_yaml(text))
     except ValidationError as exc:  # pragma: no cover - a broken shipped file
         raise InputError(f"dataset is invalid: {exc.errors()[0]['msg']}", source=name) from None
 

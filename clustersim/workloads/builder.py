@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from clustersim import catalog
 from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
 from clustersim.scenario import WorkloadSpec
@@ -29,16 +31,24 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
 
 
 def build_workload(spec: WorkloadSpec) -> Workload:
-    d = BYTES_PER_ELEMENT[spec.precision]
     if spec.model is None:
+        d = BYTES_PER_ELEMENT[spec.precision]
         return Workload(
             "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
         )
-    arch = catalog.model(spec.model)
-    seq = spec.seq_len or arch.default_seq_len
+    return _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision)
+
+
+@lru_cache(maxsize=256)
+def _catalog_workload(model: str, micro_batch: int, seq_len: int | None, precision: str) -> Workload:
+    """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
+    uncertainty draws build the same one again and again (issue #15)."""
+    d = BYTES_PER_ELEMENT[precision]
+    arch = catalog.model(model)
+    seq = seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):
-        layers = resnet_layers(arch, spec.micro_batch, d)
+        layers = resnet_layers(arch, micro_batch, d)
         seq = 1
     else:
-        layers = transformer_layers(arch, spec.micro_batch, seq, d)
-    return Workload(spec.model, tuple(layers), spec.micro_batch, seq, spec.precision)
+        layers = transformer_layers(arch, micro_batch, seq, d)
+    return Workload(model, tuple(layers), micro_batch, seq, precision)

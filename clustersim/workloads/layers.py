@@ -9,6 +9,7 @@ whole layer would hide the memory-bound part.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Workload:
     seq_len: int
     precision: str
 
-    @property
+    # Cached (the layers never change): strategies and the memory model ask for these many times.
+    @cached_property
     def params(self) -> int:
         return sum(layer.params for layer in self.layers)
 
@@ -63,6 +65,6 @@ class Workload:
     def backward_flops(self) -> float:
         return sum(layer.backward_flops for layer in self.layers)
 
-    @property
+    @cached_property
     def activation_bytes(self) -> float:
         return sum(layer.activation_bytes for layer in self.layers)

@@ -1,0 +1,79 @@
+"""Golden outputs: what every preset (and each optimizer on the default preset, and GPT-3 175B) simulates
+to. Written once with the code before the speed work of issue #15 (commit 70036b7); the engine may get
+faster, never different. tests/test_golden.py compares against tests/data/golden_outputs.json.
+
+Regenerate only when a prediction is *meant* to change:  python -m tests.golden
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+from clustersim.scenario import load_scenario, preset_names
+from clustersim.simulator import runner, simulate
+
+GOLDEN = Path(__file__).parent / "data" / "golden_outputs.json"
+OPTIMIZERS = ("adam", "sgdm", "onebit-adam", "zero-one-adam", "binsgdm")
+
+
+def cases() -> dict[str, tuple[object, bool]]:
+    """name -> (scenario, memory check on)."""
+    out = {f"preset:{name}": (load_scenario(f"preset:{name}"), True) for name in preset_names()}
+    default = load_scenario("preset:default")
+    for opt in OPTIMIZERS:
+        out[f"default/{opt}"] = (default.with_changes(**{"training.optimizer": opt}), True)
+    gpt3 = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**{"workload.model": "GPT-3-175B"})
+    out["gpt3-175b (memory check off)"] = (gpt3, False)
+    offload = load_scenario("preset:offload-llama7b-h100")
+    out["offload/zero"] = (offload.with_changes(**{"training.offload.mode": "zero"}), True)
+    out["offload/placement-cpu"] = (offload.with_changes(**{"training.offload.placement": "cpu"}), True)
+    small = offload.with_changes(**{"workload.model": "GPT-3-1.3B", "cluster.nodes": 2})
+    for opt in ("onebit-adam", "zero-one-adam"):
+        out[f"offload-1.3b-2nodes/{opt}"] = (small.with_changes(**{"training.optimizer": opt}), True)
+    return out
+
+
+@contextmanager
+def memory_check(on: bool):
+    if on:
+        yield
+    else:
+        with mock.patch.object(runner, "check_fits", lambda ctx, mem: None):
+            yield
+
+
+def outputs(result) -> dict:
+    """The numbers a run reports, plus every op's start and end on the most frequent step."""
+    return {
+        "iteration_time_s": result.iteration_time,
+        "breakdown_s": result.breakdown,
+        "bytes_per_link_kind": result.bytes_per_link_kind,
+        "buckets": result.buckets,
+        "steps": [
+            {k: s[k] for k in ("label", "weight", "iteration_time_s", "intra_node_bytes", "inter_node_bytes")}
+            for s in result.extra.get("steps", [])
+        ],
+        "offload_candidates": result.extra.get("offload", {}).get("candidates", {}),
+        # placements the planner ruled out by a lower bound instead of simulating them (not in the
+        # recorded outputs, which simulated every candidate)
+        "offload_ruled_out": result.extra.get("offload", {}).get("ruled_out", {}),
+        "ops": [[op.name, op.start, op.end] for op in result.ops],
+    }
+
+
+def run_case(scenario, check: bool) -> dict:
+    with memory_check(check):
+        return outputs(simulate(scenario))
+
+
+def main() -> None:
+    data = {name: run_case(s, check) for name, (s, check) in cases().items()}
+    GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN} ({len(data)} cases)")
+
+
+if __name__ == "__main__":
+    main()
