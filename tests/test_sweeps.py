@@ -69,6 +69,25 @@ def test_a_worker_dying_mid_sweep_loses_no_rows(tmp_path, monkeypatch):
     assert counts["written"] == 12 and len(rows_of(tmp_path / "out")) == 12
 
 
+def test_local_worker_processes_equal_serial_and_survive_a_dying_worker(tmp_path, monkeypatch):
+    """The default local pool (forced on for a small sweep) gives the serial rows; a worker that dies
+    loses nothing: the batches the broken pool did not finish run in this process."""
+    from clustersim.sweeps import run as sweep_run
+
+    monkeypatch.setattr(sweep_run, "MIN_PARALLEL_WORK_S", 0.0)
+    sweep = load_sweep(write(tmp_path))
+    run_sweep(sweep, tmp_path / "serial", workers=1)
+    run_sweep(sweep, tmp_path / "pool", workers=2, batch_size=2)
+    a, b = rows_of(tmp_path / "serial"), rows_of(tmp_path / "pool")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
+    marker = tmp_path / "crash-once"
+    marker.write_text("x")
+    monkeypatch.setenv(CRASH_ENV, str(marker))
+    counts = run_sweep(sweep, tmp_path / "crash", workers=2, batch_size=1)
+    assert not marker.exists()  # a worker process did exit
+    assert counts["written"] == 12 and rows_of(tmp_path / "crash").keys() == a.keys()
+
+
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     sweep = load_sweep(write(tmp_path))
     first = run_sweep(sweep, tmp_path / "out", batch_size=1, stop_after=5)

@@ -1,20 +1,39 @@
-"""Run a sweep on Dask: in-process by default, or on an existing cluster with --scheduler.
+"""Run a sweep: on this machine's cores by default (worker processes), or on a Dask cluster with
+--scheduler.
 
-Rows are batched into tasks (simulations take milliseconds, a task's overhead about as much). The
-client writes each batch's rows to disk as soon as its task finishes, so a worker that dies loses
-only its own batch, which Dask reschedules; an interrupted sweep resumes where it stopped.
+Rows are batched into tasks (simulations take milliseconds, a task's overhead about as much). Each
+batch's rows are written to disk as soon as its task finishes, so a worker that dies loses only its
+own batch (Dask reschedules it; the local pool's lost batches are run again in this process); an
+interrupted sweep resumes where it stopped. The simulation is pure Python and holds the interpreter
+lock, so local parallelism needs processes, not threads.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from typing import Any, Callable
 
 from clustersim.errors import InputError
 from clustersim.sweeps.spec import Sweep, resolve_row, row_id
 from clustersim.sweeps.store import ResultsFolder
 
-CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"  # tests: path of a marker file; the first task to see it dies
+# tests: path of a marker file; the first task in a worker process (never the sweep's own) to see it dies
+CRASH_ENV = "CLUSTERSIM_TEST_CRASH_ONCE"
+# Worker processes are started only when the rest of the sweep, estimated from its first batch, would
+# take longer than this in one process: spawning interpreters that import numpy, pydantic and networkx
+# took 1.5-2.5 s on the 2-vCPU development machine (an 80-row sweep without bands: 1.5 s in one
+# process, 3.7 s on two), so shorter work stays here.
+MIN_PARALLEL_WORK_S = 6.0
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def simulate_row(
@@ -112,11 +131,46 @@ def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
 def simulate_batch(
     base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None, samples: int = 0
 ) -> list[dict[str, Any]]:
+    import multiprocessing
+
     marker = os.environ.get(CRASH_ENV)
-    if marker and os.path.exists(marker):
+    if marker and os.path.exists(marker) and multiprocessing.parent_process() is not None:
         os.unlink(marker)
         os._exit(1)  # a worker process dying mid-sweep (tests only)
     return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops the sweep and says how to resume."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_on_processes(batches: list, base_json: dict, args: tuple, workers: int, written) -> list:
+    """Run batches on ``workers`` processes, storing each as it finishes; returns the batches that did
+    not finish because a worker died (the caller runs them itself), or [] (done, or stopped early)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads (progress)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    pending = {pool.submit(simulate_batch, base_json, b, *args): i for i, b in enumerate(batches)}
+    finished: set[int] = set()
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = pending.pop(fut)
+                try:
+                    records = fut.result()
+                except BrokenProcessPool:
+                    continue
+                finished.add(i)
+                if written(records):
+                    return []
+        return [b for i, b in enumerate(batches) if i not in finished]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def open_client(scheduler: str | None, workers: int):
@@ -147,9 +201,10 @@ def run_sweep(
 ) -> dict[str, int]:
     """Run the rows not yet in ``out``. ``stop_after`` (tests) stops after that many rows are written.
 
-    Without a scheduler and with one worker the batches run in a plain loop in this process: an
-    in-process Dask cluster of one thread runs them one after another too, and its scheduling cost
-    about 15% of a sweep (issue #15). ``--workers`` > 1 or ``--scheduler`` use Dask."""
+    Without a scheduler the batches run on ``workers`` local processes (one: a plain loop in this
+    process, also when the first batch says the rest takes under MIN_PARALLEL_WORK_S); an in-process
+    Dask cluster cost about 15% of a sweep in scheduling and, being threads, used one core (issue #15).
+    ``--scheduler`` uses that Dask cluster's workers."""
     folder = ResultsFolder(out, sweep)
     with folder.locked():
         return run_locked(sweep, folder, scheduler, workers, progress, batch_size, stop_after)
@@ -185,10 +240,18 @@ def run_locked(
             progress(counts["skipped"] + counts["written"], total)
         return stop_after is not None and counts["written"] >= stop_after
 
-    if scheduler is None and workers == 1:
-        size = batch_size or max(1, min(25, len(rows) // 4 or 1))  # as Dask batches for one worker
-        for i in range(0, len(rows), size):
-            if written(simulate_batch(base_json, rows[i : i + size], *args)):
+    if scheduler is None:
+        size = batch_size or max(1, min(25, len(rows) // (4 * workers) or 1))
+        batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+        t0 = time.perf_counter()
+        if written(simulate_batch(base_json, batches[0], *args)):
+            return counts
+        left = batches[1:]
+        per_row = (time.perf_counter() - t0) / len(batches[0])
+        if workers > 1 and per_row * sum(map(len, left)) > MIN_PARALLEL_WORK_S:
+            left = _run_on_processes(left, base_json, args, workers, written)
+        for batch in left:  # one worker, short work, or what a broken pool did not finish
+            if written(simulate_batch(base_json, batch, *args)):
                 break
         return counts
     from dask.distributed import as_completed
