@@ -15,6 +15,7 @@ from clustersim.cli_catalog import hardware_app, models_app, presets_app, topolo
 from clustersim.cli_offload import _print_placement, offload_app
 from clustersim.cli_planning import plan_cmd, report, sweep
 from clustersim.cli_support import (
+    HelpfulGroup,
     JsonOpt,
     ProfileOpt,
     SamplesOpt,
@@ -37,6 +38,7 @@ ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
 
 app = typer.Typer(
     name="clustersim",
+    cls=HelpfulGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
