@@ -230,3 +230,37 @@ def test_plan_prefers_no_offload_when_equivalent():
     plain, offloaded = _option("adam", 1000.0), _option("adam", 985.0, offload="zero")
     assert analysis.recommendation([offloaded, plain])["chosen"] is plain
     assert analysis.complexity(offloaded) > analysis.complexity(plain) == (0, 0)
+
+
+def test_figures_colours_ticks_and_header(results):
+    from clustersim.report.build import build_report, render_html
+
+    meta, rows_ok, rec, figs, failed = build_report(results, None, 3.0)
+    speed = figs["speedup"]
+    colour_of: dict[str, set] = {}
+    dash_of: dict[str, set] = {}
+    for t in speed.data:
+        opt, net = t.name.split(" · ")[:2]
+        colour_of.setdefault(opt, set()).add(t.line.color)
+        dash_of.setdefault(net, set()).add(t.line.dash)
+    assert set(colour_of) == {"adam", "onebit-adam", "binsgdm"}
+    assert all(len(c) == 1 for c in colour_of.values())  # one colour per optimizer ...
+    assert len({next(iter(c)) for c in colour_of.values()}) == 3  # ... none repeated
+    assert all(len(d) == 1 for d in dash_of.values()) and len({next(iter(d)) for d in dash_of.values()}) == 2
+    assert list(speed.layout.xaxis.tickvals) == [8, 32, 128]  # ticks at the swept GPU counts
+    for fig in figs.values():  # the legend sits right of the plot, the title top left: no overlap
+        assert fig.layout.legend.x >= 1 and fig.layout.title.x == 0
+    by_opt = {t.name.split(" ")[0]: t.marker.color for t in figs["bytes"].data}
+    assert all(by_opt[o] == next(iter(colour_of[o])) for o in by_opt)  # same optimizer, same colour
+    assert figs["bytes"].layout.yaxis.title.text == "GiB per step"
+    phase = {t.name: t.marker.color for t in figs["breakdown"].data}
+    timeline = {t.name: t.marker.color for t in figs["timeline"].data}
+    assert {"forward", "backward"} <= set(timeline)
+    for name in ("forward", "backward", "optimizer"):
+        assert phase[name] == timeline[name]  # one colour per phase in every figure
+    assert phase["exposed communication"] == timeline["communication"]
+    front = next(t for t in figs["cost"].data if t.name == "Pareto frontier")
+    assert "text" in front.mode and all(front.text)  # labelled points
+    html = render_html(meta, rows_ok, rec, figs, failed, 3.0)
+    model = rows_ok[0]["model"]
+    assert f"Model {model} · GPU {rows_ok[0]['gpu']} · global batch 1,024 samples · calibration: none" in html

@@ -44,11 +44,12 @@ def price_of(gpu: str, price: float | None) -> float:
     return table[gpu]
 
 
+_KIND_NAMES = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}
+
+
 def network_label(row: dict[str, Any]) -> str:
     rate = row.get("nic_effective_gbps") or row.get("nic_gbps")
-    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(
-        row.get("nic_kind"), row.get("nic_kind")
-    )
+    kind = _KIND_NAMES.get(row.get("nic_kind"), row.get("nic_kind"))
     return f"{kind} {rate:g} Gb/s" if rate else str(kind)
 
 
@@ -226,14 +227,15 @@ def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
                 (rate, r)
             )
     lines = []
-    for (opt, n, gpu, _kind), pts in sorted(groups.items()):
+    for (opt, n, gpu, kind), pts in sorted(groups.items()):
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
             if a["speedup"] >= 1.0 > b["speedup"]:
                 f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
                 cross = math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1)))
                 lines.append(
-                    f"Break-even: {opt} beats its baseline on {n} x {gpu} below about {cross:,.3g} Gb/s "
+                    f"Break-even: {opt} beats its baseline on {n} x {gpu} over {_KIND_NAMES.get(kind, kind)} "
+                    f"below about {cross:,.3g} Gb/s "
                     f"per NIC (between the swept {r1:g} and {r2:g} Gb/s)."
                 )
                 break
