@@ -23,6 +23,8 @@ from clustersim.cli_support import (
     console,
     emit_json,
     finite_option,
+    progress_bar,
+    spinner,
     table,
     user_errors,
 )
@@ -289,8 +291,6 @@ def compare(
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup with its P10–P90, bytes on the
     wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
-    from rich.progress import Progress
-
     from clustersim.compare import baseline_of_list, warmup_fraction
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
@@ -322,12 +322,19 @@ def compare(
             }
         )
         return
-    with Progress(transient=True, console=console) as bar:
-        task = bar.add_task("simulating", total=len(opts) * len(counts))
+    done = [0]
+
+    def one_more(update) -> None:
+        done[0] += 1
+        update(done[0])
+
+    with progress_bar("compare", "simulations", len(opts) * len(counts)) as update:
         rows = run_compare(
-            s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task), samples=samples
+            s, opts, counts, steps, warmup, profile, progress=lambda: one_more(update), samples=samples
         )
-        bar.update(task, description="break-even bandwidth")
+    with spinner("compare") as say:
+        if at:
+            say(f"break-even bandwidth at {at} GPUs")
         evens, why_none = _break_evens(s, opts, at, profile, samples)
     base = baseline_of_list(opts)
     dash = "—"

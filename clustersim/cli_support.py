@@ -22,7 +22,8 @@ from clustersim.errors import InputError
 
 PIPED_WIDTH = 10_000  # characters per line when the output is a file or a pipe: nothing wraps or is cut
 PROGRESS_EVERY_S = 5.0  # off a terminal, a plain progress line on stderr at least this often ...
-PROGRESS_STEP = 0.1  # ... and at every further 10% of the work
+PROGRESS_STEP = 0.1  # ... and at every further 10% of the work,
+PROGRESS_MIN_GAP_S = 1.0  # but at most one line a second (a short job prints only its last line)
 
 
 class CliConsole(Console):
@@ -74,6 +75,8 @@ def tidy_help(command: click.Command) -> None:
     """Plain metavars in every command's --help (typer would show ``<bool>``, ``<list[Path]>``, ``<str>``)."""
     for sub in getattr(command, "commands", {}).values():
         tidy_help(sub)
+        if sub.help and not sub.short_help:  # the command list shows the first paragraph as one line
+            sub.short_help = " ".join(sub.help.split("\n\n")[0].split())
     for param in command.params:
         param.metavar = value_metavar(param)
         if param.param_type_name == "argument":  # its metavar is the name column; no type column
@@ -178,13 +181,20 @@ def ms(t: float) -> str:
 
 class PlainProgress:
     """Progress as plain lines on stderr, for when the output is not a terminal (a CI log, ``| tee``): a
-    line at each further 10% of a known total and at least every ``every_s`` seconds, e.g.
+    line at each further 10% of a known total (at most one per ``min_gap_s``) and at least every
+    ``every_s`` seconds, e.g.
     ``sweep: 120/1000 rows, 12.3 s elapsed, ~90 s left``, and a last line when the work ends."""
 
     def __init__(
-        self, label: str, unit: str = "", total: int | None = None, every_s: float = PROGRESS_EVERY_S
+        self,
+        label: str,
+        unit: str = "",
+        total: int | None = None,
+        every_s: float = PROGRESS_EVERY_S,
+        min_gap_s: float = PROGRESS_MIN_GAP_S,
     ):
         self.label, self.unit, self.total, self.every_s = label, unit, total, every_s
+        self.min_gap_s = min_gap_s
         self.done = 0
         self.message: str | None = None
         self.start = self.last_print = time.monotonic()
@@ -200,7 +210,8 @@ class PlainProgress:
             return f"{self.label}: {self.message}, {elapsed:,.1f} s elapsed"
         unit = f" {self.unit}" if self.unit else ""
         if not self.total:
-            return f"{self.label}: {self.done:,}{unit}, {elapsed:,.1f} s elapsed"
+            count = f"{self.done:,}{unit}, " if self.done else ""
+            return f"{self.label}: {count}{elapsed:,.1f} s elapsed"
         text = f"{self.label}: {self.done:,}/{self.total:,}{unit}, {elapsed:,.1f} s elapsed"
         if 0 < self.done < self.total:
             text += f", ~{elapsed / self.done * (self.total - self.done):,.0f} s left"
@@ -225,7 +236,8 @@ class PlainProgress:
             if not self.total:
                 return
             step = int(done / self.total / PROGRESS_STEP)
-            if step > self._step and done < self.total:
+            quiet = time.monotonic() - self.last_print < self.min_gap_s
+            if step > self._step and done < self.total and not quiet:
                 self._step = step
                 self._print()
 
