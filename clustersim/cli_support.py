@@ -14,8 +14,9 @@ from typing import get_args
 
 import click
 import typer
-from rich.console import Console, ConsoleDimensions
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from clustersim.errors import InputError
@@ -138,20 +139,21 @@ def finite_option(value: float | None, key: str, *, positive: bool = True) -> fl
 
 def table(
     title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1
-) -> Table:
+) -> RenderableType:
     """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned.
 
-    Off a terminal it is plain text: no box characters, columns separated by two spaces, each row whole on
-    one line (see CliConsole)."""
-    if console.is_terminal:
-        t = Table(title=title, title_justify="left", header_style="bold")
+    Off a terminal it is plain text: the title on its own line, then the table with no box characters,
+    columns separated by two spaces, each row whole on one line (see CliConsole)."""
+    piped = not console.is_terminal
+    if piped:
+        t = Table(box=None, padding=(0, 1), pad_edge=False)
     else:
-        t = Table(title=title, title_justify="left", box=None, padding=(0, 1), pad_edge=False)
+        t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    return t
+    return Group(Text(title), t) if piped else t
 
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")

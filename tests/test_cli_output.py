@@ -18,6 +18,9 @@ def test_piped_console_does_not_wrap(capsys):
     assert any(long_name in line and line.rstrip().endswith("1.0") for line in lines), out
     assert ("word " * 60).strip() in out
     assert "┃" not in out and "│" not in out  # plain text, no box characters
+    long_title = "A table title longer than its table " * 3
+    console.print(table(long_title, ["a"], [["1"]]))
+    assert long_title in capsys.readouterr().out  # the title is not wrapped to the table's width
 
 
 def test_compare_table_rows_whole_when_piped(runner):
