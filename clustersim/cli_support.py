@@ -244,11 +244,12 @@ class PlainProgress:
                 self._print()
 
     def say(self, message: str) -> None:
-        """A stage of work of unknown length: printed when it starts (and by the ticker while it lasts)."""
+        """The current stage of work of unknown length: the first is printed at once, then the ticker
+        prints the latest every ``every_s`` seconds (a calibration has hundreds of stages)."""
         with self._lock:
-            changed = message != self.message
+            first = self.message is None
             self.message = str(message)
-            if changed:
+            if first:
                 self._print()
 
     def close(self) -> None:

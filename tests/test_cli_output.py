@@ -69,12 +69,13 @@ def test_spinner_and_bar_off_a_terminal(capsys):
     with progress_bar("x", "rows", 2, disabled=True) as update:
         update(1)
     err = capsys.readouterr().err.splitlines()  # a quick job: no 10% lines, only its last line
-    assert [e.split(",")[0] for e in err] == [
-        "calibrate: GEMMs",
-        "calibrate: collectives",
-        "calibrate: done",
-        "x: 2/2 rows",
-    ]
+    assert [e.split(",")[0] for e in err] == ["calibrate: GEMMs", "calibrate: done", "x: 2/2 rows"]
+    p = PlainProgress("calibrate", every_s=0.05)
+    p.say("GEMMs")
+    p.say("collectives")
+    time.sleep(0.3)  # the ticker says the latest stage
+    p.close()
+    assert "calibrate: collectives, " in capsys.readouterr().err
 
 
 def test_sweep_progress_on_stderr(tmp_path, runner):
