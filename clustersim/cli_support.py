@@ -67,6 +67,9 @@ def value_metavar(param: click.Parameter) -> str:
         word = "INTEGER"
     elif annotation is float:
         word = "NUMBER"
+    elif desc is None and isinstance(getattr(param, "type", None), click.ParamType):  # typer before 0.29
+        name = param.type.name.split()[0]
+        word = {"integer": "INTEGER", "float": "NUMBER", "path": "PATH"}.get(name, "TEXT")
     else:
         word = "TEXT"
     return word + ("..." if several else "")

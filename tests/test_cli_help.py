@@ -38,3 +38,13 @@ def test_list_argument_and_flag_metavars(runner):
     r = runner.invoke(app, ["calibrate", "check", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "FILE..." in r.output or "RAW..." in r.output, r.output
+
+
+def test_metavars_of_plain_click_parameters():
+    """What typer releases before 0.29 hand over (click types, no type descriptor)."""
+    from clustersim.cli_support import value_metavar
+
+    assert value_metavar(click.Option(["--n"], type=click.IntRange(0, 5))) == "INTEGER"
+    assert value_metavar(click.Option(["--p"], type=click.Path())) == "PATH"
+    assert value_metavar(click.Option(["--f"], is_flag=True)) == ""
+    assert value_metavar(click.Argument(["files"], nargs=-1)) == "FILES..."
