@@ -15,6 +15,7 @@ from clustersim.cli_catalog import hardware_app, models_app, presets_app, topolo
 from clustersim.cli_offload import _print_placement, offload_app
 from clustersim.cli_planning import plan_cmd, report, sweep
 from clustersim.cli_support import (
+    HelpfulGroup,
     JsonOpt,
     ProfileOpt,
     SamplesOpt,
@@ -22,6 +23,8 @@ from clustersim.cli_support import (
     console,
     emit_json,
     finite_option,
+    progress_bar,
+    spinner,
     table,
     user_errors,
 )
@@ -37,6 +40,7 @@ ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
 
 app = typer.Typer(
     name="clustersim",
+    cls=HelpfulGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
@@ -287,8 +291,6 @@ def compare(
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup with its P10–P90, bytes on the
     wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
-    from rich.progress import Progress
-
     from clustersim.compare import baseline_of_list, warmup_fraction
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
@@ -320,12 +322,19 @@ def compare(
             }
         )
         return
-    with Progress(transient=True, console=console) as bar:
-        task = bar.add_task("simulating", total=len(opts) * len(counts))
+    done = [0]
+
+    def one_more(update) -> None:
+        done[0] += 1
+        update(done[0])
+
+    with progress_bar("compare", "simulations", len(opts) * len(counts)) as update:
         rows = run_compare(
-            s, opts, counts, steps, warmup, profile, progress=lambda: bar.advance(task), samples=samples
+            s, opts, counts, steps, warmup, profile, progress=lambda: one_more(update), samples=samples
         )
-        bar.update(task, description="break-even bandwidth")
+    with spinner("compare") as say:
+        if at:
+            say(f"break-even bandwidth at {at} GPUs")
         evens, why_none = _break_evens(s, opts, at, profile, samples)
     base = baseline_of_list(opts)
     dash = "—"

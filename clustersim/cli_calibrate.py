@@ -73,8 +73,6 @@ def calibrate_run(
     """
     import sys
 
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from clustersim.calibration.run import calibrate
 
     command = "clustersim " + " ".join(sys.argv[1:])
@@ -97,22 +95,14 @@ def calibrate_run(
             True,
         )
         return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("starting", total=None)
+    with spinner("calibrate", json_out) as progress:
         profile = calibrate(
             device,
             out,
             quick,
             ranks,
             raw_out,
-            progress=lambda msg: bar.update(task, description=msg),
+            progress=progress,
             command=command,
             cluster=_cluster(cluster),
         )
@@ -125,7 +115,7 @@ def calibrate_fit(
     raw: Path = typer.Argument(
         ..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."
     ),
-    out: Path = typer.Option(Path("profile.json"), "--out"),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
     cluster: Optional[str] = ClusterOpt,
     json_out: bool = JsonOpt,
 ):
@@ -141,7 +131,7 @@ def calibrate_fit(
 @user_errors
 def calibrate_import(
     files: list[Path] = typer.Argument(..., help="nccl-tests outputs (text, or -J JSON)."),
-    out: Path = typer.Option(Path("profile.json"), "--out"),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
     op: Optional[str] = typer.Option(None, "--op", help="Collective, if the files do not say."),
     ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="Ranks, if the files do not say."),
     nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="Nodes, if the files do not say."),

@@ -105,8 +105,12 @@ def models_list(json_out: bool = JsonOpt):
 @user_errors
 def models_show(
     name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
-    micro_batch: int = typer.Option(1, "--micro-batch", min=1),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1),
+    micro_batch: int = typer.Option(
+        1, "--micro-batch", min=1, help="Samples per GPU per step, for FLOPs and activations."
+    ),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, help="Sequence length of transformers (default: the model's)."
+    ),
     json_out: bool = JsonOpt,
 ):
     """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""

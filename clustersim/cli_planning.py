@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, finite_option, table
+from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, finite_option, progress_bar, table
 
 
 def sweep(
@@ -39,15 +39,6 @@ def sweep(
 ):
     """Run a what-if sweep on this machine's cores (or a Dask cluster with --scheduler); rows are written
     to OUT/results.csv as they finish, each with its P10–P90."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from clustersim.sweeps.run import default_workers, run_locked
     from clustersim.sweeps.spec import load_sweep
     from clustersim.sweeps.store import ResultsFolder
@@ -72,32 +63,15 @@ def sweep(
             )
             for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1])[:5]:
                 console.print(f"  {n} x {reason[:160]}")
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("simulating", total=total)
-            try:
-                counts = run_locked(
-                    sw,
-                    folder,
-                    scheduler,
-                    workers,
-                    progress=lambda done, tot: bar.update(task, completed=done),
-                )
-            except KeyboardInterrupt:
-                bar.stop()
-                console.print(
-                    f"interrupted: {len(folder.read_rows())} of {total} rows are saved in {out}/results.csv; "
-                    "run the same command again to resume"
-                )
-                raise typer.Exit(130) from None
+        try:
+            with progress_bar("sweep", "rows", total) as update:
+                counts = run_locked(sw, folder, scheduler, workers, progress=update)
+        except KeyboardInterrupt:
+            console.print(
+                f"interrupted: {len(folder.read_rows())} of {total} rows are saved in {out}/results.csv; "
+                "run the same command again to resume"
+            )
+            raise typer.Exit(130) from None
     console.print(
         f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
     )
@@ -191,8 +165,6 @@ def plan_cmd(
     json_out: bool = JsonOpt,
 ):
     """The cheapest cluster and optimizer that meets the deadline (and budget), with runners-up and why."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from clustersim.planning import plan, why_not
     from clustersim.report.build import parse_duration
 
@@ -224,15 +196,7 @@ def plan_cmd(
             }
         )
         return
-    with Progress(
-        TextColumn("simulating candidates"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("plan", total=None)
+    with progress_bar("plan", "candidates") as update:
         result = plan(
             model,
             steps,
@@ -241,7 +205,7 @@ def plan_cmd(
             candidates,
             global_batch,
             price,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            progress=update,
             profile=profile,
             samples=samples,
         )

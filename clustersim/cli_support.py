@@ -6,16 +6,102 @@ import functools
 import json
 import math
 import sys
+import threading
+import time
 from contextlib import contextmanager
+from pathlib import PurePath
+from typing import get_args
 
+import click
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
 from clustersim.errors import InputError
 
-console = Console()
-err_console = Console(stderr=True)
+PIPED_WIDTH = 10_000  # characters per line when the output is a file or a pipe: nothing wraps or is cut
+PROGRESS_EVERY_S = 5.0  # off a terminal, a plain progress line on stderr at least this often ...
+PROGRESS_STEP = 0.1  # ... and at every further 10% of the work,
+PROGRESS_MIN_GAP_S = 1.0  # but at most one line a second (a short job prints only its last line)
+
+
+class CliConsole(Console):
+    """A rich console that, when its output is not a terminal (a pipe, a file, a test runner), is as wide
+    as any line: tables and sentences come out whole, one line each, instead of wrapped at 80 columns."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal and not self.is_jupyter:
+            return ConsoleDimensions(PIPED_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = CliConsole()
+err_console = CliConsole(stderr=True)
+
+
+def value_metavar(param: click.Parameter) -> str:
+    """What --help shows for a parameter's value: nothing for a flag, else an upper-case word (PATH, INTEGER,
+    NUMBER, TEXT, the argument's name; FILE... for a list of files)."""
+    if getattr(param, "is_flag", False):
+        return ""
+    desc = getattr(param, "type_descriptor", None)  # typer's view of the annotation
+    annotation = desc.annotation if desc is not None else None
+    several = param.nargs != 1 or getattr(param, "multiple", False) or bool(desc and desc.is_list)
+    if desc is not None and desc.is_list:
+        annotation = (get_args(annotation) or (str,))[0]
+    if param.param_type_name == "argument":
+        word = (param.name or "value").upper()
+    elif isinstance(annotation, type) and issubclass(annotation, PurePath):
+        word = "FILE" if several else "PATH"
+    elif desc is not None and desc.is_choice:
+        word = "|".join(map(str, desc.choices))
+    elif annotation is int:
+        word = "INTEGER"
+    elif annotation is float:
+        word = "NUMBER"
+    elif desc is None and isinstance(getattr(param, "type", None), click.ParamType):  # typer before 0.29
+        name = param.type.name.split()[0]
+        word = {"integer": "INTEGER", "float": "NUMBER", "path": "PATH"}.get(name, "TEXT")
+    else:
+        word = "TEXT"
+    return word + ("..." if several else "")
+
+
+def tidy_help(command: click.Command) -> None:
+    """Plain metavars in every command's --help (typer would show ``<bool>``, ``<list[Path]>``, ``<str>``)."""
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
+        if sub.help and not sub.short_help:  # the command list shows the first paragraph as one line
+            sub.short_help = " ".join(sub.help.split("\n\n")[0].split())
+    for param in command.params:
+        param.metavar = value_metavar(param)
+        if param.param_type_name == "argument":  # its metavar is the name column; no type column
+            param.display_type_rich = lambda ctx=None: None
+    plain_help_option = command.get_help_option
+
+    def get_help_option(ctx: click.Context):
+        option = plain_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = get_help_option
+
+
+class HelpfulGroup(TyperGroup):
+    """The top-level command group: tidies every command's help once the tree is built."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        tidy_help(self)
 
 
 def fail(message: str) -> None:
@@ -56,14 +142,21 @@ def finite_option(value: float | None, key: str, *, positive: bool = True) -> fl
 
 def table(
     title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1
-) -> Table:
-    """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned."""
-    t = Table(title=title, title_justify="left", header_style="bold")
+) -> RenderableType:
+    """A rich table; the first ``left`` columns (names) are left-aligned, numbers right-aligned.
+
+    Off a terminal it is plain text: the title on its own line, then the table with no box characters,
+    columns separated by two spaces, each row whole on one line (see CliConsole)."""
+    piped = not console.is_terminal
+    if piped:
+        t = Table(box=None, padding=(0, 1), pad_edge=False)
+    else:
+        t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    return t
+    return Group(Text(title), t) if piped else t
 
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
@@ -91,11 +184,145 @@ def ms(t: float) -> str:
     return f"{t * 1e3:,.2f}"
 
 
+class PlainProgress:
+    """Progress as plain lines on stderr, for when the output is not a terminal (a CI log, ``| tee``): a
+    line at each further 10% of a known total (at most one per ``min_gap_s``) and at least every
+    ``every_s`` seconds, e.g.
+    ``sweep: 120/1000 rows, 12.3 s elapsed, ~90 s left``, and a last line when the work ends."""
+
+    def __init__(
+        self,
+        label: str,
+        unit: str = "",
+        total: int | None = None,
+        every_s: float = PROGRESS_EVERY_S,
+        min_gap_s: float = PROGRESS_MIN_GAP_S,
+    ):
+        self.label, self.unit, self.total, self.every_s = label, unit, total, every_s
+        self.min_gap_s = min_gap_s
+        self.done = 0
+        self.message: str | None = None
+        self.start = self.last_print = time.monotonic()
+        self._step = 0  # the last 10% mark printed
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._ticker.start()
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        if self.message is not None:
+            return f"{self.label}: {self.message}, {elapsed:,.1f} s elapsed"
+        unit = f" {self.unit}" if self.unit else ""
+        if not self.total:
+            count = f"{self.done:,}{unit}, " if self.done else ""
+            return f"{self.label}: {count}{elapsed:,.1f} s elapsed"
+        text = f"{self.label}: {self.done:,}/{self.total:,}{unit}, {elapsed:,.1f} s elapsed"
+        if 0 < self.done < self.total:
+            text += f", ~{elapsed / self.done * (self.total - self.done):,.0f} s left"
+        return text
+
+    def _print(self) -> None:
+        self.last_print = time.monotonic()
+        sys.stderr.write(self.line() + "\n")
+        sys.stderr.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            with self._lock:
+                if time.monotonic() - self.last_print >= self.every_s:
+                    self._print()
+
+    def update(self, done: int, total: int | None = None) -> None:
+        with self._lock:
+            self.done = done
+            if total is not None:
+                self.total = total
+            if not self.total:
+                return
+            step = int(done / self.total / PROGRESS_STEP)
+            quiet = time.monotonic() - self.last_print < self.min_gap_s
+            if step > self._step and done < self.total and not quiet:
+                self._step = step
+                self._print()
+
+    def say(self, message: str) -> None:
+        """The current stage of work of unknown length: the first is printed at once, then the ticker
+        prints the latest every ``every_s`` seconds (a calibration has hundreds of stages)."""
+        with self._lock:
+            first = self.message is None
+            self.message = str(message)
+            if first:
+                self._print()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._ticker.join()
+        with self._lock:
+            if self.message is None and self.total and self.done >= self.total:
+                self._print()
+            elif self.message is not None:
+                self.message = "done"
+                self._print()
+
+
+@contextmanager
+def progress_bar(label: str, unit: str = "", total: int | None = None, disabled: bool = False):
+    """Progress of counted work; yields ``update(done, total=None)``. A rich bar with an ETA on a terminal,
+    plain lines on stderr otherwise (PlainProgress), nothing when ``disabled`` (e.g. --json)."""
+    if disabled:
+        yield lambda done, total=None: None
+        return
+    if not console.is_terminal:
+        plain = PlainProgress(label, unit, total)
+        try:
+            yield plain.update
+        finally:
+            plain.close()
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+
+        def update(done: int, total: int | None = None) -> None:
+            if total is None:
+                bar.update(task, completed=done)
+            else:
+                bar.update(task, completed=done, total=total)
+
+        yield update
+
+
 @contextmanager
 def spinner(description: str, disabled: bool = False):
-    """A one-line live status for long work of unknown length; yields ``progress(message)``."""
+    """A one-line live status for long work of unknown length; yields ``progress(message)``. Off a
+    terminal: each new stage, and the current one every few seconds, as a plain line on stderr."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    if not disabled and not console.is_terminal:
+        plain = PlainProgress(description)
+        try:
+            yield plain.say
+        finally:
+            plain.close()
+        return
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

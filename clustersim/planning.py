@@ -40,8 +40,10 @@ def plan(
     profile: str | None = None,
     samples: int = 8,
 ) -> dict[str, Any]:
-    """Simulate every candidate once, choose, then give the chosen one and the runners-up their P10-P90
-    time-to-train (``samples`` draws each; simulating every candidate's band would cost 9x more)."""
+    """Simulate every candidate once and choose; then give the five cheapest that meet the constraints (and
+    the choice) their P10-P90 time-to-train (``samples`` draws each; banding every candidate would cost 9x
+    more) and choose again: a cheaper but more complex option (compressed optimizer, offload) is only
+    recommended when it saves more than analysis.EQUIVALENT_GAIN or its band does not overlap."""
     catalog.model(model)  # a clear error for an unknown model before any work
     if steps <= 0:
         raise InputError("steps must be positive", key="--steps")
@@ -76,8 +78,12 @@ def plan(
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
     if samples > 0:
-        for row in [r for r in (rec["chosen"], *feasible[1:5]) if r is not None]:
+        banded = feasible[:5] + [r for r in (rec["chosen"],) if r is not None and r not in feasible[:5]]
+        for row in banded:
             _add_band(row, base_json, rows, steps, global_batch, samples)
+        if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
+            rec = analysis.recommendation(enriched, deadline_h, budget)
+    runners_up = [r for r in feasible if r is not rec["chosen"]][:4]
     return {
         "model": model,
         "steps": steps,
@@ -88,7 +94,7 @@ def plan(
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "chosen": rec["chosen"],
-        "runners_up": feasible[1:5],
+        "runners_up": runners_up,
         "fastest": rec["fastest"],
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
@@ -121,4 +127,5 @@ def why_not(row: dict[str, Any], chosen: dict[str, Any]) -> str:
     dc = row["cost"] - chosen["cost"]
     dt = row["ttt_h"] - chosen["ttt_h"]
     speed = f"{abs(dt):,.1f} h {'slower' if dt > 0 else 'faster'}"
-    return f"${dc:,.0f} ({100 * dc / chosen['cost']:.0f}%) more, {speed}"
+    more = "more" if dc >= 0 else "less"
+    return f"${abs(dc):,.0f} ({100 * abs(dc) / chosen['cost']:.1f}%) {more}, {speed}"

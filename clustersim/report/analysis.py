@@ -13,6 +13,11 @@ from clustersim.errors import InputError
 from clustersim.io import load_yaml
 
 DEFAULT_STEPS = 100_000
+EQUIVALENT_GAIN = 0.03
+"""A cheaper option that is more complex (a compressed optimizer instead of Adam/SGD-momentum, offload
+instead of none) must save more than this fraction of the cost, or fall outside the simpler option's
+P10-P90 band, to be recommended; otherwise the two are called equivalent and the simpler one is kept.
+3% is below the simulator's typical prediction error (README 'How sure'), so a smaller gain is noise."""
 
 
 @lru_cache(maxsize=1)
@@ -38,11 +43,12 @@ def price_of(gpu: str, price: float | None) -> float:
     return table[gpu]
 
 
+_KIND_NAMES = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}
+
+
 def network_label(row: dict[str, Any]) -> str:
     rate = row.get("nic_effective_gbps") or row.get("nic_gbps")
-    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(
-        row.get("nic_kind"), row.get("nic_kind")
-    )
+    kind = _KIND_NAMES.get(row.get("nic_kind"), row.get("nic_kind"))
     return f"{kind} {rate:g} Gb/s" if rate else str(kind)
 
 
@@ -107,6 +113,22 @@ def indistinguishable(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["ttt_p10_h"] <= b["ttt_p90_h"] and b["ttt_p10_h"] <= a["ttt_p90_h"]
 
 
+def complexity(row: dict[str, Any]) -> tuple[int, int]:
+    """How much a row asks of the user, to compare: (offloads, compressed optimizer); (0, 0) is plainest."""
+    offload = str(row.get("offload") or "none").lower() not in ("none", "off", "false")
+    return (int(offload), int(not _is_baseline(row["optimizer"])))
+
+
+def equivalent(simpler: dict[str, Any], cheaper: dict[str, Any], gain: float = EQUIVALENT_GAIN) -> bool:
+    """Whether ``cheaper`` saves less than ``gain`` of ``simpler``'s cost and, when both have P10-P90
+    bands, those bands overlap (with no bands the threshold alone decides)."""
+    if cheaper["cost"] < simpler["cost"] * (1 - gain):
+        return False
+    if "ttt_p10_h" in simpler and "ttt_p10_h" in cheaper:
+        return indistinguishable(simpler, cheaper)
+    return True
+
+
 def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows no other row beats on both time-to-train and cost, by increasing time."""
     front, best_cost = [], float("inf")
@@ -126,7 +148,12 @@ def recommendation(
         for r in rows
         if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)
     ]
-    chosen = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
+    cheapest = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
+    chosen = cheapest
+    if cheapest is not None:
+        simpler = [r for r in feasible if complexity(r) < complexity(cheapest) and equivalent(r, cheapest)]
+        if simpler:
+            chosen = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
     fastest = min(rows, key=lambda r: r["ttt_h"])
     lines: list[str] = []
     if chosen is None:
@@ -149,6 +176,13 @@ def recommendation(
             f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
             f"{band}, ${chosen['cost']:,.0f}."
         )
+        if chosen is not cheapest:
+            saving = 1 - cheapest["cost"] / chosen["cost"]
+            lines.append(
+                f"{cheapest['optimizer']} on {cheapest['cluster']} would cost {100 * saving:.1f}% less "
+                f"(${cheapest['cost']:,.0f}); below the {100 * EQUIVALENT_GAIN:.0f}% threshold and within "
+                "the model's uncertainty the options are equivalent, so the simpler one is kept."
+            )
         b = chosen.get("baseline")
         if b is not None and b is not chosen:
             lines.append(
@@ -192,14 +226,15 @@ def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
                 (rate, r)
             )
     lines = []
-    for (opt, n, gpu, _kind), pts in sorted(groups.items()):
+    for (opt, n, gpu, kind), pts in sorted(groups.items()):
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
             if a["speedup"] >= 1.0 > b["speedup"]:
                 f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
                 cross = math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1)))
                 lines.append(
-                    f"Break-even: {opt} beats its baseline on {n} x {gpu} below about {cross:,.3g} Gb/s "
+                    f"Break-even: {opt} beats its baseline on {n} x {gpu} over {_KIND_NAMES.get(kind, kind)} "
+                    f"below about {cross:,.3g} Gb/s "
                     f"per NIC (between the swept {r1:g} and {r2:g} Gb/s)."
                 )
                 break

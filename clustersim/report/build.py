@@ -67,6 +67,7 @@ def render_html(meta: dict, rows_ok, rec: dict, figs: dict, failed: list, price:
         if price
         else "default on-demand prices per GPU type (catalogs/prices.yaml)"
     )
+    header = html.escape(describe_runs(meta, rows_ok))
     skipped = (
         f"<p>{len(failed)} row(s) were not simulated (invalid combination or did not fit); see results.csv.</p>"
         if failed
@@ -85,6 +86,7 @@ th {{ background: #f6f6f6; }} .fig {{ margin: 1.5rem 0; }}
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <h1>Capacity plan: {html.escape(meta.get("name", "sweep"))}</h1>
+<p class="runs" id="runs">{header}</p>
 <p class="meta">{len(rows_ok)} simulated configurations over {html.escape(", ".join(meta.get("axes", [])))};
 steps per run {rows_ok[0]["steps"]:,}; cost at {html.escape(price_note)}. clustersim, plotly {plotly.__version__}.</p>
 <div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
@@ -95,6 +97,27 @@ steps per run {rows_ok[0]["steps"]:,}; cost at {html.escape(price_note)}. cluste
 {"".join(parts)}
 </body></html>
 """
+
+
+def _names(rows, key: str) -> str:
+    values = sorted({str(r[key]) for r in rows if r.get(key) is not None})
+    return ", ".join(values) if values else "unknown"
+
+
+def describe_runs(meta: dict, rows_ok: list[dict]) -> str:
+    """The header line: what was simulated (model, GPU, global batch) and which calibration it used."""
+    base = meta.get("base") or {}
+    batch = meta.get("global_batch") or _names(rows_ok, "global_batch")
+    profiles = {(s or {}).get("profile") for s in meta.get("scenarios", {}).values()} | {base.get("profile")}
+    profiles.discard(None)
+    calibration = (
+        ", ".join(sorted(profiles)) if profiles else "none (catalog hardware figures and documented defaults)"
+    )
+    batch_text = f"{batch:,}" if isinstance(batch, int) else str(batch)
+    return (
+        f"Model {_names(rows_ok, 'model')} · GPU {_names(rows_ok, 'gpu')} · "
+        f"global batch {batch_text} samples · calibration: {calibration}"
+    )
 
 
 def write_report(

@@ -9,30 +9,65 @@ import plotly.graph_objects as go
 from clustersim.identifiers import Stream
 from clustersim.report.analysis import pareto
 
-PARTS = [
-    ("forward_s", "forward"),
-    ("backward_s", "backward"),
-    ("compression_s", "compression kernels"),
-    ("optimizer_s", "optimizer"),
-    ("other_s", "other"),
-    ("exposed_communication_s", "exposed communication"),
+# One colour per phase of an iteration, the same in the breakdown bars and in the timeline.
+PHASE_COLORS = {
+    "forward": "#4C78A8",
+    "backward": "#72B7B2",
+    "communication": "#F58518",
+    "compression": "#E45756",
+    "optimizer": "#54A24B",
+    "other": "#B279A2",
+    "host": "#9D755D",
+    "transfer": "#BAB0AC",
+}
+PARTS = [  # (row key, label, phase colour)
+    ("forward_s", "forward", "forward"),
+    ("backward_s", "backward", "backward"),
+    ("compression_s", "compression kernels", "compression"),
+    ("optimizer_s", "optimizer", "optimizer"),
+    ("other_s", "other", "other"),
+    ("exposed_communication_s", "exposed communication", "communication"),
 ]
+# One colour per optimizer, one line dash per network, one marker per GPU type, in every figure.
+OPTIMIZER_PALETTE = ["#1F77B4", "#D62728", "#2CA02C", "#9467BD", "#FF7F0E", "#8C564B", "#E377C2", "#17BECF"]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+MARKERS = ["circle", "square", "diamond", "triangle-up", "x", "cross"]
 STREAM_ORDER = list(Stream)  # one row per stream, in the order they are declared
+GIB = 2**30
+
+
+def optimizer_colors(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """A distinct colour for each optimizer in the rows (sorted by name, so stable across figures)."""
+    names = sorted({r["optimizer"] for r in rows})
+    if len(names) > len(OPTIMIZER_PALETTE):  # more optimizers than the palette: evenly spaced hues
+        return {n: f"hsl({round(360 * i / len(names))}, 65%, 45%)" for i, n in enumerate(names)}
+    return dict(zip(names, OPTIMIZER_PALETTE))
+
+
+def _styles(values: set[str], styles: list[str]) -> dict[str, str]:
+    return {v: styles[i % len(styles)] for i, v in enumerate(sorted(values))}
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
+    """Title top left, legend to the right of the plot (never over the title or the axes)."""
     fig.update_layout(
-        title=title,
+        title={"text": title, "x": 0.0, "xanchor": "left", "y": 0.97, "yanchor": "top"},
         xaxis_title=x,
         yaxis_title=y,
         template="plotly_white",
-        height=470,
-        legend={"orientation": "h", "y": -0.32, "yanchor": "top"},
-        margin={"t": 60, "b": 150},
+        height=480,
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"},
+        margin={"t": 70, "b": 60, "r": 40},
     )
     if log_x:
         fig.update_xaxes(type="log")
     return fig
+
+
+def _gpu_ticks(fig: go.Figure, counts) -> None:
+    """x-axis ticks exactly at the swept GPU counts."""
+    ticks = sorted(set(counts))
+    fig.update_xaxes(tickmode="array", tickvals=ticks, ticktext=[str(t) for t in ticks])
 
 
 def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | None:
@@ -50,11 +85,15 @@ def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | N
 
 
 def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
+    """Speedup per optimizer (colour), network (dash) and GPU type (marker) against the GPU count."""
     fig = go.Figure()
     groups: dict[tuple, list] = {}
     for r in rows:
         if r.get("speedup") is not None:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
+    colors = optimizer_colors(rows)
+    dashes = _styles({net for _, net, _ in groups}, DASHES)
+    markers = _styles({gpu for _, _, gpu in groups}, MARKERS)
     for (opt, net, gpu), pts in sorted(groups.items()):
         pts.sort(key=lambda r: r["world_size"])
         err = _error_bars(pts, "speedup", "")
@@ -63,18 +102,24 @@ def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
                 x=[p["world_size"] for p in pts],
                 y=[p["speedup"] for p in pts],
                 mode="lines+markers",
-                name=f"{opt} · {net} · {gpu}",
-                error_y=err,
+                name=f"{opt} · {net}" + (f" · {gpu}" if len(markers) > 1 else ""),
+                legendgroup=opt,
+                line={"color": colors[opt], "dash": dashes[net]},
+                marker={"color": colors[opt], "symbol": markers[gpu], "size": 8},
+                error_y=err and {**err, "color": colors[opt]},
             )
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    return _layout(
+    gpus = " · ".join(sorted(markers))
+    _layout(
         fig,
-        "Time-to-train speedup over the baseline optimizer on the same cluster",
+        f"Time-to-train speedup over the baseline optimizer on the same cluster ({gpus})",
         "GPUs",
         "speedup (x)",
         log_x=True,
     )
+    _gpu_ticks(fig, [r["world_size"] for r in rows])
+    return fig
 
 
 def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Figure:
@@ -84,8 +129,15 @@ def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Fig
     )
     labels = [f"{r['optimizer']} @ {r['world_size']}" for r in sel]
     fig = go.Figure()
-    for key, name in PARTS:
-        fig.add_trace(go.Bar(x=labels, y=[1e3 * (r.get(key) or 0.0) for r in sel], name=name))
+    for key, name, phase in PARTS:
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[1e3 * (r.get(key) or 0.0) for r in sel],
+                name=name,
+                marker_color=PHASE_COLORS[phase],
+            )
+        )
     fig.update_layout(barmode="stack")
     return _layout(
         fig, f"Where one iteration goes ({gpu}, {network})", "optimizer @ GPUs", "ms per iteration"
@@ -93,20 +145,12 @@ def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Fig
 
 
 def timeline(result) -> go.Figure:
-    """Gantt chart of one simulated iteration, one row per stream."""
+    """Gantt chart of one simulated iteration, one row per stream, one colour per phase (as in the
+    breakdown). Ops are drawn without outlines, so short forward/backward layers stay visible; the hover
+    names each op with its start and end."""
     fig = go.Figure()
-    colors = {
-        "forward": "#4C78A8",
-        "backward": "#72B7B2",
-        "communication": "#F58518",
-        "compression": "#E45756",
-        "optimizer": "#54A24B",
-        "other": "#B279A2",
-        "host": "#9D755D",
-        "transfer": "#BAB0AC",
-    }
     ops = [o for o in result.ops if o.end > o.start]
-    for cat in colors:
+    for cat, color in PHASE_COLORS.items():
         mine = [o for o in ops if o.category == cat]
         if not mine:
             continue
@@ -117,14 +161,16 @@ def timeline(result) -> go.Figure:
                 base=[1e3 * o.start for o in mine],
                 orientation="h",
                 name=cat,
-                marker_color=colors[cat],
-                hovertext=[o.name for o in mine],
+                marker={"color": color, "line": {"width": 0}},
+                width=0.7,
+                hovertext=[f"{o.name}: {1e3 * o.start:,.2f}–{1e3 * o.end:,.2f} ms" for o in mine],
+                hoverinfo="text",
             )
         )
     streams = [s for s in STREAM_ORDER if any(o.stream == s for o in ops)]
     streams += sorted({o.stream for o in ops} - set(streams))
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(streams)))
-    fig.update_layout(barmode="overlay")
+    fig.update_layout(barmode="overlay", bargap=0.25)
     return _layout(
         fig,
         f"One iteration: {result.optimizer} on {result.world_size} GPUs ({result.scenario})",
@@ -135,24 +181,33 @@ def timeline(result) -> go.Figure:
 
 def bytes_on_wire(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Figure:
     sel = [r for r in rows if r["network"] == network and r["gpu"] == gpu]
+    colors = optimizer_colors(rows)
     fig = go.Figure()
     for opt in sorted({r["optimizer"] for r in sel}):
         pts = sorted([r for r in sel if r["optimizer"] == opt], key=lambda r: r["world_size"])
         fig.add_trace(
             go.Bar(
                 x=[str(p["world_size"]) for p in pts],
-                y=[p["inter_node_bytes"] / 1e9 for p in pts],
+                y=[p["inter_node_bytes"] / GIB for p in pts],
                 name=f"{opt} (inter-node)",
+                marker_color=colors[opt],
             )
         )
     fig.update_layout(barmode="group")
     return _layout(
-        fig, f"Bytes each node sends over the network per step ({gpu}, {network})", "GPUs", "GB per step"
+        fig, f"Bytes each node sends over the network per step ({gpu}, {network})", "GPUs", "GiB per step"
     )
 
 
+def _point_label(r: dict[str, Any]) -> str:
+    return f"{r['world_size']}×{r['gpu']}, {r['network']}"
+
+
 def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
+    """Every configuration (colour: optimizer); the Pareto frontier's points are labelled with their
+    cluster, and every point names it on hover."""
     fig = go.Figure()
+    colors = optimizer_colors(rows)
     for opt in sorted({r["optimizer"] for r in rows}):
         pts = [r for r in rows if r["optimizer"] == opt]
         err = _error_bars(pts, "ttt", "_h")
@@ -162,9 +217,10 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
                 y=[p["cost"] for p in pts],
                 mode="markers",
                 name=opt,
-                text=[p["cluster"] for p in pts],
-                hovertemplate="%{text}<br>%{x:.1f} h, $%{y:,.0f}",
-                error_x=err,
+                marker={"color": colors[opt], "size": 8},
+                text=[_point_label(p) for p in pts],
+                hovertemplate=f"{opt}<br>%{{text}}<br>%{{x:,.1f}} h, $%{{y:,.0f}}<extra></extra>",
+                error_x=err and {**err, "color": colors[opt]},
             )
         )
     front = pareto(rows)
@@ -172,9 +228,13 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
         go.Scatter(
             x=[p["ttt_h"] for p in front],
             y=[p["cost"] for p in front],
-            mode="lines",
+            mode="lines+text",
             name="Pareto frontier",
             line={"color": "black", "dash": "dash"},
+            text=[f"{p['optimizer']}: {_point_label(p)}" for p in front],
+            textposition="top right",
+            textfont={"size": 10},
+            hoverinfo="skip",
         )
     )
     if chosen is not None:

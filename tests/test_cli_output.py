@@ -1,0 +1,89 @@
+"""Output when stdout is not a terminal (a pipe, a file, CliRunner): tables whole, one row per line, and
+plain progress lines on stderr for long commands."""
+
+import time
+
+import yaml
+
+from clustersim.cli import app
+from clustersim.cli_support import PlainProgress, console, progress_bar, spinner, table
+
+
+def test_piped_console_does_not_wrap(capsys):
+    long_name = "a-model-name-" + "x" * 150
+    console.print(table("t", ["name", "value"], [[long_name, "1.0"], ["short", "2.0"]]))
+    console.print("word " * 60)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(long_name in line and line.rstrip().endswith("1.0") for line in lines), out
+    assert ("word " * 60).strip() in out
+    assert "┃" not in out and "│" not in out  # plain text, no box characters
+    long_title = "A table title longer than its table " * 3
+    console.print(table(long_title, ["a"], [["1"]]))
+    assert long_title in capsys.readouterr().out  # the title is not wrapped to the table's width
+
+
+def test_compare_table_rows_whole_when_piped(runner):
+    r = runner.invoke(
+        app,
+        ["compare", "preset:default", "--gpus", "8,16", "--optimizers", "adam,onebit-adam", "--samples", "0"]
+        + ["--break-even-at", "0", "--steps", "1000"],
+    )
+    assert r.exit_code == 0, r.output
+    rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["8"], ["16"])]
+    split_rows = [
+        row
+        for row in rows
+        if len(row) == 9 and "MiB" not in row and row[1] == "onebit-adam" and row[-1].endswith("x")
+    ]
+    assert len(split_rows) == 2, r.stdout  # each row of the split table on one line, speedup included
+    title = next(line for line in r.stdout.splitlines() if "iteration time split" in line)
+    assert title.rstrip().endswith("(speedup over adam)")
+    assert "compare: 4/4 simulations" in r.stderr and "compare:" not in r.stdout
+
+
+def test_plain_progress_lines(capsys):
+    p = PlainProgress("sweep", "rows", 40, every_s=3600, min_gap_s=0)
+    for i in range(1, 41):
+        p.update(i)
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("sweep: 4/40 rows, ") and err[0].endswith(" s left")
+    assert len(err) == 10 and err[-1].startswith("sweep: 40/40 rows, ")  # every 10%, and the end
+    p = PlainProgress("plan", "candidates", None, every_s=0.05)
+    p.update(3, 10)
+    time.sleep(0.3)  # nothing new: the ticker still says where it is
+    p.close()
+    err = capsys.readouterr().err
+    assert "plan: 3/10 candidates" in err and "left" in err
+
+
+def test_spinner_and_bar_off_a_terminal(capsys):
+    with spinner("calibrate") as say:
+        say("GEMMs")
+        say("GEMMs")
+        say("collectives")
+    with progress_bar("x", "rows", 2) as update:
+        update(1)
+        update(2)
+    with progress_bar("x", "rows", 2, disabled=True) as update:
+        update(1)
+    err = capsys.readouterr().err.splitlines()  # a quick job: no 10% lines, only its last line
+    assert [e.split(",")[0] for e in err] == ["calibrate: GEMMs", "calibrate: done", "x: 2/2 rows"]
+    p = PlainProgress("calibrate", every_s=0.05)
+    p.say("GEMMs")
+    p.say("collectives")
+    time.sleep(0.3)  # the ticker says the latest stage
+    p.close()
+    assert "calibrate: collectives, " in capsys.readouterr().err
+
+
+def test_sweep_progress_on_stderr(tmp_path, runner):
+    sweep = tmp_path / "sweep.yaml"
+    data = {"name": "t", "base": "preset:default", "vary": {"gpus": [8, 16], "optimizer": ["adam", "sgdm"]}}
+    sweep.write_text(yaml.safe_dump(data | {"steps": 100, "global_batch": 512}))
+    r = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out"), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    assert "sweep: 4/4 rows" in r.stderr and "sweep:" not in r.stdout
+    r = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out2"), "--samples", "0", "--json"])
+    assert r.exit_code == 0 and r.stderr == ""
