@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from clustersim import catalog
-from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors
+from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors, with_catalogs
 from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.units import format_bytes
 
@@ -21,6 +21,7 @@ presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_a
 
 @hardware_app.command("list")
 @user_errors
+@with_catalogs
 def hardware_list(json_out: bool = JsonOpt):
     """List the GPUs in the catalog."""
     gpus = catalog.gpus()
@@ -50,6 +51,7 @@ def hardware_list(json_out: bool = JsonOpt):
 
 @hardware_app.command("show")
 @user_errors
+@with_catalogs
 def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"), json_out: bool = JsonOpt):
     """Show one GPU's properties."""
     g = catalog.gpu(name)
@@ -63,6 +65,7 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
 
 @models_app.command("list")
 @user_errors
+@with_catalogs
 def models_list(json_out: bool = JsonOpt):
     """List catalog models with parameter counts computed from their architectures."""
     from clustersim.scenario import WorkloadSpec
@@ -103,6 +106,7 @@ def models_list(json_out: bool = JsonOpt):
 
 @models_app.command("show")
 @user_errors
+@with_catalogs
 def models_show(
     name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1),
@@ -150,6 +154,7 @@ def models_show(
 
 @topology_app.command("show")
 @user_errors
+@with_catalogs
 def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
     """Nodes, link kinds and bandwidths, and the bottleneck link of each collective group."""
     from clustersim.topologies import GroupShape, build_cluster

@@ -16,7 +16,8 @@ def invoke(runner, *args):
 
 
 def small_scenario(gpu, nodes=2, gpus_per_node=4) -> dict:
-    fabric = "nvswitch" if (isinstance(gpu, dict) or catalog.gpu(gpu).nvlink.links) else "pcie"
+    links = gpu["nvlink"]["links"] if isinstance(gpu, dict) else catalog.gpu(gpu).nvlink.links
+    fabric = "nvswitch" if links else "pcie"
     return {
         "name": f"small-{gpu if isinstance(gpu, str) else gpu['name']}",
         "cluster": {
@@ -84,3 +85,177 @@ def test_a_scenario_runs_on_each_new_gpu(runner, tmp_path, name):
     r = invoke(runner, "run", path, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["iteration_time_s"] > 0
+
+
+def _time(runner, tmp_path, gpu) -> float:
+    r = invoke(runner, "run", write(tmp_path, "s.yaml", small_scenario(gpu)), "--samples", "0", "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["iteration_time_s"]
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_more_hbm_bandwidth_is_never_slower(runner, tmp_path, name):
+    base = catalog.gpu(name).model_dump()
+    times = []
+    for factor in (0.5, 1.0, 2.0):
+        spec = dict(base, name=f"{name}-hbm-x{factor}", hbm_gbs=base["hbm_gbs"] * factor)
+        times.append(_time(runner, tmp_path, spec))
+    assert times[0] >= times[1] >= times[2]
+
+
+X100 = {
+    "chip": "X100",
+    "description": "a hypothetical GPU",
+    "peak_tflops": {"fp32": 100.0, "fp16": 3000.0, "bf16": 3000.0},
+    "hbm_gbs": 12000,
+    "memory_gib": 256,
+    "nvlink": {"links": 18, "gbs_per_link": 80.0},
+    "pcie_gen": 5,
+}
+
+
+@pytest.fixture
+def user_catalog(tmp_path):
+    slow_h100 = dict(catalog.gpu("H100-SXM").model_dump(exclude={"name"}), hbm_gbs=1000.0)
+    return write(tmp_path, "my-gpus.yaml", {"X100": X100, "H100-SXM": slow_h100})
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "{s}", "--samples", "0", "--json"),
+        ("compare", "{s}", "--json"),
+        ("collective", "{s}", "--op", "all_reduce", "--bytes", "32MiB", "--json"),
+        ("topology", "show", "{s}", "--json"),
+        ("offload", "plan", "{s}", "--json"),
+        ("hardware", "show", "X100", "--json"),
+        ("hardware", "list", "--json"),
+    ],
+)
+def test_catalog_option_adds_gpus(runner, tmp_path, user_catalog, args):
+    s = write(tmp_path, "s.yaml", small_scenario("H100-SXM") | {"name": "x"})
+    data = yaml.safe_load(s.read_text())
+    data["cluster"]["gpu"] = "X100"
+    s.write_text(yaml.safe_dump(data))
+    args = [a.format(s=s) for a in args]
+    r = invoke(runner, *args, "--catalog", user_catalog)
+    assert r.exit_code == 0, r.output
+    r = invoke(runner, *args)  # without it, X100 is unknown: one line, exit 2
+    if args[0] != "hardware" or args[1] == "show":
+        assert r.exit_code == 2 and "X100" in r.output and "Traceback" not in r.output
+
+
+def test_catalog_entry_overrides_the_shipped_one(runner, tmp_path, user_catalog):
+    s = write(tmp_path, "s.yaml", small_scenario("H100-SXM"))
+    shipped = _run_time(runner, s)
+    assert _run_time(runner, s, "--catalog", user_catalog) > shipped  # its HBM is a third as fast
+    assert _run_time(runner, s) == shipped  # and the shipped catalog is back afterwards
+    r = invoke(runner, "hardware", "show", "h100-sxm", "--json", "--catalog", user_catalog)
+    assert json.loads(r.stdout)["hbm_gbs"] == 1000.0
+
+
+def _run_time(runner, path, *extra) -> float:
+    r = invoke(runner, "run", path, "--samples", "0", "--json", *extra)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["iteration_time_s"]
+
+
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ({"X200": dict(X100, hbm_gbs=-5)}, "bad.yaml: X200.hbm_gbs: Input should be greater than 0"),
+        ({"X200": {k: v for k, v in X100.items() if k != "chip"}}, "bad.yaml: X200.chip: Field required"),
+        ({"X200": dict(X100, colour="red")}, "bad.yaml: X200.colour: Extra inputs are not permitted"),
+        ({"X200": 5}, "bad.yaml: X200: expected a mapping"),
+        ([1, 2], "bad.yaml: expected a mapping of names"),
+        ("[1, 2", "bad.yaml: not valid YAML"),
+        (None, "cannot read the catalog"),
+    ],
+)
+def test_malformed_catalog_is_one_line_naming_file_and_key(runner, tmp_path, content, expected):
+    path = tmp_path / "bad.yaml"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_text(yaml.safe_dump(content))
+    for args in (("hardware", "list"), ("run", "preset:default", "--samples", "0")):
+        r = invoke(runner, *args, "--catalog", path)
+        assert r.exit_code == 2, r.output
+        assert expected in " ".join(r.output.split()) and "Traceback" not in r.output
+
+
+def test_inline_gpu_in_a_scenario(runner, tmp_path):
+    s = write(tmp_path, "s.yaml", small_scenario(dict(X100, name="Z9")))
+    r = invoke(runner, "run", s, "--samples", "0", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["iteration_time_s"] > 0
+    r = invoke(runner, "topology", "show", s)
+    assert r.exit_code == 0 and "Z9" in r.output
+
+
+@pytest.mark.parametrize(
+    "gpu,expected",
+    [
+        (dict(X100, name="Z9", hbm_gbs="fast"), "cluster.gpu.inline.hbm_gbs"),
+        (X100, "cluster.gpu.inline.name: required key is missing"),
+        (dict(X100, name=""), "cluster.gpu.inline.name"),
+        (5, "cluster.gpu"),
+    ],
+)
+def test_bad_inline_gpu_is_one_line(runner, tmp_path, gpu, expected):
+    data = small_scenario("H100-SXM")
+    data["cluster"]["gpu"] = gpu
+    r = invoke(runner, "run", write(tmp_path, "s.yaml", data))
+    assert r.exit_code == 2 and expected in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output
+
+
+def _sweep(tmp_path, catalog_key=None) -> dict:
+    data = small_scenario("H100-SXM")
+    write(tmp_path, "base.yaml", data)
+    sweep = {"base": "base.yaml", "vary": {"gpu": ["X100", "H100-SXM"], "gpus": [4, 8]}, "samples": 0}
+    if catalog_key:
+        sweep["catalog"] = catalog_key
+    return sweep
+
+
+def test_sweep_catalog_key_relative_to_the_sweep_file(runner, tmp_path, user_catalog):
+    sub = tmp_path / "sweeps"
+    sub.mkdir()
+    (sub / "cat.yaml").write_text(user_catalog.read_text())
+    path = write(sub, "sweep.yaml", _sweep(sub, "cat.yaml"))
+    r = invoke(runner, "sweep", path, "--out", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["written"] == 4 and not d["invalid"]
+    assert "X100" in (tmp_path / "out" / "results.csv").read_text()
+
+
+def test_sweep_catalog_option(runner, tmp_path, user_catalog):
+    path = write(tmp_path, "sweep.yaml", _sweep(tmp_path))
+    r = invoke(runner, "sweep", path, "--out", tmp_path / "out", "--json")
+    assert r.exit_code == 2 and "X100" in r.output  # unknown without the catalog
+    r = invoke(runner, "sweep", path, "--out", tmp_path / "out", "--json", "--catalog", user_catalog)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["written"] == 4
+
+
+def test_sweep_with_a_bad_catalog_key_names_the_file(runner, tmp_path):
+    path = write(tmp_path, "sweep.yaml", _sweep(tmp_path, "missing.yaml"))
+    r = invoke(runner, "sweep", path, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and "missing.yaml" in r.output and "Traceback" not in r.output
+
+
+def test_plan_catalog_option(runner, tmp_path, user_catalog):
+    r = invoke(runner, "plan", "--help")
+    assert "--catalog" in r.output
+
+
+def test_default_cpu_adam_rate_is_the_measured_one():
+    from clustersim.catalog import hardware_defaults
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import simulate
+
+    assert hardware_defaults()["host"]["cpu_adam_params_per_s"] == 1.75e9  # Deep Optimizer States
+    r = simulate(load_scenario("preset:offload-llama7b-h100"))
+    assert r.extra["offload"]["cpu_params_per_s"] == pytest.approx(1.75e9)

@@ -47,7 +47,7 @@ def simulate_row(
                 "world_size": r.world_size,
                 "nodes": r.nodes,
                 "gpus_per_node": r.gpus_per_node,
-                "gpu": c.gpu,
+                "gpu": c.gpu_name,
                 "model": scenario.workload.model or "custom",
                 "optimizer": r.optimizer,
                 "nic_kind": c.nic.kind,
@@ -110,13 +110,23 @@ def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
 
 
 def simulate_batch(
-    base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None, samples: int = 0
+    base_json: dict,
+    batch: list[dict[str, Any]],
+    steps,
+    warmup,
+    global_batch=None,
+    samples: int = 0,
+    catalogs: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
+    """Rows on a Dask worker (a thread or another process), with the sweep's user catalogs in use."""
+    from clustersim.catalog import user_catalogs
+
     marker = os.environ.get(CRASH_ENV)
     if marker and os.path.exists(marker):
         os.unlink(marker)
         os._exit(1)  # a worker process dying mid-sweep (tests only)
-    return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
+    with user_catalogs(catalogs):
+        return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
 
 
 def open_client(scheduler: str | None, workers: int):
@@ -186,6 +196,7 @@ def run_locked(
                 sweep.spec.warmup,
                 sweep.spec.global_batch,
                 sweep.spec.samples,
+                sweep.catalogs,
                 pure=False,
             )
             for b in batches
