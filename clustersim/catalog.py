@@ -106,6 +106,12 @@ class TransformerArch(_Strict):
     token_types: int = 0
     style: Literal["bert", "gpt", "llama"]
     default_seq_len: int = Field(gt=0)
+    kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention); default: heads"
+    )
+    tied_head: bool | None = Field(
+        None, description="LM head tied to the word embedding; default: the style's (gpt yes, llama no)"
+    )
 
 
 class ResNetArch(_Strict):
@@ -244,13 +250,23 @@ def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, M
 @contextmanager
 def user_catalogs(paths: Iterable[str | Path] | None) -> Iterator[None]:
     """Use these user catalogs (later files win, over any already in use) inside the block."""
-    gpus_in_use, models_in_use = _USER.get()
-    new_gpus, new_models = dict(gpus_in_use), dict(models_in_use)
+    new_gpus: dict[str, GpuSpec] = {}
+    new_models: dict[str, ModelArch] = {}
     for p in paths or ():
         g, m = read_user_catalog(p)
         new_gpus.update(g)
         new_models.update(m)
-    token = _USER.set((new_gpus, new_models))
+    with user_entries(new_gpus, new_models):
+        yield
+
+
+@contextmanager
+def user_entries(
+    gpus: dict[str, GpuSpec] | None = None, models: dict[str, ModelArch] | None = None
+) -> Iterator[None]:
+    """Use these GPU and model entries (over any already in use) inside the block."""
+    gpus_in_use, models_in_use = _USER.get()
+    token = _USER.set(({**gpus_in_use, **(gpus or {})}, {**models_in_use, **(models or {})}))
     try:
         yield
     finally:

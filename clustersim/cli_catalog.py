@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -231,3 +232,45 @@ def presets_list(json_out: bool = JsonOpt):
             justify_numbers=False,
         )
     )
+
+
+@models_app.command("import")
+@user_errors
+def models_import(
+    config: Path = typer.Argument(..., help="A Hugging Face transformer config.json."),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="Name of the entry (default: the config's _name_or_path, else its folder)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="User models file to add the entry to (created if missing; an existing name is refused); "
+        "load it with --catalog FILE. Default: print the entry.",
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Make a model entry (layers, hidden, heads, ffn, vocab, style) from a Hugging Face config.json."""
+    from clustersim.model_import import (
+        append_entry,
+        arch_from_hf_config,
+        default_name,
+        entry_yaml,
+        read_hf_config,
+    )
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    cfg = read_hf_config(config)
+    entry = arch_from_hf_config(cfg, str(config))
+    name = name or default_name(cfg, config)
+    with catalog.user_entries(models={name: catalog.TransformerArch(**entry)}):
+        params = build_workload(WorkloadSpec(model=name, micro_batch=1)).params
+    if out is not None:
+        append_entry(out, name, entry)
+    if json_out:
+        emit_json({"name": name, "entry": entry, "params": params, "out": str(out) if out else None})
+        return
+    if out is None:  # plain text: a file the user can redirect, never wrapped
+        typer.echo(entry_yaml(name, entry) + f"# {name}: {params:,} parameters")
+    else:
+        console.print(f"{name} ({params:,} parameters) added to {out}; use it with --catalog {out}")

@@ -259,3 +259,121 @@ def test_default_cpu_adam_rate_is_the_measured_one():
     assert hardware_defaults()["host"]["cpu_adam_params_per_s"] == 1.75e9  # Deep Optimizer States
     r = simulate(load_scenario("preset:offload-llama7b-h100"))
     assert r.extra["offload"]["cpu_params_per_s"] == pytest.approx(1.75e9)
+
+
+# Hugging Face config.json values as published (meta-llama/Llama-2-7b-hf, openai-community/gpt2,
+# mistralai/Mistral-7B-v0.1).
+LLAMA2_7B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+GPT2 = {
+    "_name_or_path": "openai-community/gpt2",
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_inner": None,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "vocab_size": 50257,
+}
+MISTRAL_7B = {
+    "architectures": ["MistralForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+
+
+def _import(runner, tmp_path, cfg, *extra):
+    folder = tmp_path / "hf"
+    folder.mkdir(exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg))
+    return invoke(runner, "models", "import", path, *extra)
+
+
+@pytest.mark.parametrize(
+    "cfg,expected,tol",
+    [
+        (LLAMA2_7B, 6.738e9, 0.01),  # HF: 6,738,415,616
+        (GPT2, 124.44e6, 0.02),  # HF: 124,439,808 (tied head)
+        (MISTRAL_7B, 7.2417e9, 0.01),  # HF: 7,241,732,096 (grouped-query attention, 8 KV heads)
+    ],
+)
+def test_models_import_parameter_counts(runner, tmp_path, cfg, expected, tol):
+    r = _import(runner, tmp_path, cfg, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert abs(d["params"] - expected) / expected <= tol, d["params"]
+
+
+def test_models_import_writes_a_catalog_that_runs(runner, tmp_path):
+    out = tmp_path / "my-models.yaml"
+    r = _import(runner, tmp_path, LLAMA2_7B, "--name", "Llama-2-7B", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(out.read_text())["Llama-2-7B"]["style"] == "llama"
+    r = _import(runner, tmp_path, GPT2, "--out", out)  # appended, named from _name_or_path
+    assert r.exit_code == 0 and set(yaml.safe_load(out.read_text())) == {"Llama-2-7B", "gpt2"}
+    r = _import(runner, tmp_path, GPT2, "--out", out)
+    assert r.exit_code == 2 and "already in this file" in r.output
+    r = invoke(runner, "models", "show", "Llama-2-7B", "--json", "--catalog", out)
+    assert r.exit_code == 0 and json.loads(r.stdout)["params"] == 6_738_415_616
+    data = small_scenario("H100-SXM", nodes=1, gpus_per_node=8)
+    data["workload"] = {"model": "Llama-2-7B", "micro_batch": 1, "seq_len": 1024, "precision": "bf16"}
+    data["training"]["offload"] = {"mode": "zero"}
+    s = write(tmp_path, "s.yaml", data)
+    assert invoke(runner, "run", s, "--samples", "0", "--catalog", out).exit_code == 0
+    r = invoke(runner, "run", s, "--samples", "0")
+    assert r.exit_code == 2 and "Llama-2-7B" in r.output
+
+
+def test_models_import_prints_yaml_by_default(runner, tmp_path):
+    r = _import(runner, tmp_path, LLAMA2_7B)
+    assert r.exit_code == 0, r.output
+    entry = yaml.safe_load(r.stdout)["hf"]  # named after the folder holding config.json
+    assert entry["layers"] == 32 and entry["ffn"] == 11008 and entry["max_positions"] == 0
+
+
+@pytest.mark.parametrize(
+    "cfg,expected",
+    [
+        ({k: v for k, v in LLAMA2_7B.items() if k != "hidden_size"}, "no hidden_size"),
+        (dict(LLAMA2_7B, num_hidden_layers="32"), "num_hidden_layers: expected a positive integer"),
+        (dict(LLAMA2_7B, num_local_experts=8), "mixture-of-experts"),
+        ([1, 2], "expected a JSON object"),
+    ],
+)
+def test_models_import_bad_config_is_one_line(runner, tmp_path, cfg, expected):
+    r = _import(runner, tmp_path, cfg)
+    assert r.exit_code == 2 and expected in " ".join(r.output.split()), r.output
+    assert "config.json" in r.output and "Traceback" not in r.output
+
+
+def test_models_import_unreadable_config(runner, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    r = invoke(runner, "models", "import", bad)
+    assert r.exit_code == 2 and "not valid JSON" in r.output
+    r = invoke(runner, "models", "import", tmp_path / "missing.json")
+    assert r.exit_code == 2 and "cannot read" in r.output
