@@ -246,9 +246,19 @@ def test_sweep_with_a_bad_catalog_key_names_the_file(runner, tmp_path):
     assert r.exit_code == 2 and "missing.yaml" in r.output and "Traceback" not in r.output
 
 
-def test_plan_catalog_option(runner, tmp_path, user_catalog):
-    r = invoke(runner, "plan", "--help")
-    assert "--catalog" in r.output
+def test_plan_with_a_candidates_catalog_and_the_option(runner, tmp_path, user_catalog):
+    base = small_scenario("H100-SXM", nodes=1, gpus_per_node=8)
+    base["workload"] = {"model": "BERT-Large", "micro_batch": 8, "precision": "bf16"}
+    cands = {"base": base, "vary": {"gpu": ["X100", "H100-SXM"], "gpus": [8, 16]}, "catalog": "my-gpus.yaml"}
+    path = write(tmp_path, "cands.yaml", cands)
+    args = ("plan", "--model", "GPT-3-1.3B", "--steps", "100", "--deadline", "3d", "--samples", "0")
+    r = invoke(runner, *args, "--candidates", path, "--price", "2", "--json")
+    assert r.exit_code == 0, r.output
+    assert "X100" in r.output
+    r = invoke(runner, *args, "--candidates", path)  # no price known for a user GPU
+    assert r.exit_code == 2 and "no default price for X100" in r.output
+    r = invoke(runner, *args, "--catalog", user_catalog)  # the built-in candidates, slowed-down H100s
+    assert r.exit_code == 0, r.output
 
 
 def test_default_cpu_adam_rate_is_the_measured_one():
