@@ -111,7 +111,13 @@ class ClusterSpec(_Strict):
     gpus_per_node: Count = Field(gt=0)
     gpu: Annotated[
         Annotated[str, Tag("name")] | Annotated[catalog.InlineGpuSpec, Tag("inline")],
-        Discriminator(lambda v: "inline" if isinstance(v, dict | catalog.GpuSpec) else "name"),
+        Discriminator(
+            lambda v: (
+                "inline" if isinstance(v, dict | catalog.GpuSpec) else "name" if isinstance(v, str) else None
+            ),
+            custom_error_type="gpu",
+            custom_error_message="expected a GPU name or an inline GPU (a mapping)",
+        ),
     ] = Field(description="a catalog GPU's name, or an inline GPU: gpus.yaml's schema plus a name")
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()

@@ -199,7 +199,7 @@ def test_inline_gpu_in_a_scenario(runner, tmp_path):
         (dict(X100, name="Z9", hbm_gbs="fast"), "cluster.gpu.inline.hbm_gbs"),
         (X100, "cluster.gpu.inline.name: required key is missing"),
         (dict(X100, name=""), "cluster.gpu.inline.name"),
-        (5, "cluster.gpu"),
+        (5, "cluster.gpu: expected a GPU name or an inline GPU (a mapping)"),
     ],
 )
 def test_bad_inline_gpu_is_one_line(runner, tmp_path, gpu, expected):
