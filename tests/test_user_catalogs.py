@@ -387,3 +387,16 @@ def test_models_import_unreadable_config(runner, tmp_path):
     assert r.exit_code == 2 and "not valid JSON" in r.output
     r = invoke(runner, "models", "import", tmp_path / "missing.json")
     assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def test_sweep_resume_refuses_a_changed_catalog(runner, tmp_path, user_catalog):
+    path = write(tmp_path, "sweep.yaml", _sweep(tmp_path, user_catalog.name))
+    out = tmp_path / "out"
+    assert invoke(runner, "sweep", path, "--out", out, "--json").exit_code == 0
+    r = invoke(runner, "sweep", path, "--out", out, "--json")  # same catalog: resumes, nothing to do
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped"] == 4
+    data = yaml.safe_load(user_catalog.read_text())
+    data["X100"]["hbm_gbs"] = 6000
+    user_catalog.write_text(yaml.safe_dump(data))
+    r = invoke(runner, "sweep", path, "--out", out, "--json")  # another X100: another sweep
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
