@@ -5,11 +5,16 @@ Adding a GPU or a model means adding an entry to ``catalogs/*.yaml``; no code br
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
@@ -102,6 +107,12 @@ class TransformerArch(_Strict):
     token_types: int = 0
     style: Literal["bert", "gpt", "llama"]
     default_seq_len: int = Field(gt=0)
+    kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention); default: heads"
+    )
+    tied_head: bool | None = Field(
+        None, description="LM head tied to the word embedding; default: the style's (gpt yes, llama no)"
+    )
 
 
 class ResNetArch(_Strict):
@@ -123,13 +134,23 @@ def _load_yaml(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def gpus() -> dict[str, GpuSpec]:
+def _shipped_gpus() -> dict[str, GpuSpec]:
     raw = _load_yaml("gpus.yaml")
     return {name: GpuSpec(name=name, **entry) for name, entry in raw.items()}
 
 
-@lru_cache(maxsize=None)
+def gpus() -> dict[str, GpuSpec]:
+    """The shipped GPUs, plus (adding or overriding) those of the user catalogs in use."""
+    return _overlay(_shipped_gpus(), _USER.get()[0])
+
+
 def models() -> dict[str, ModelArch]:
+    """The shipped models, plus (adding or overriding) those of the user catalogs in use."""
+    return _overlay(_shipped_models(), _USER.get()[1])
+
+
+@lru_cache(maxsize=None)
+def _shipped_models() -> dict[str, ModelArch]:
     raw = _load_yaml("models.yaml")
     out: dict[str, ModelArch] = {}
     for name, entry in raw.items():
@@ -152,9 +173,114 @@ def _lookup(kind: str, name: str, table: dict):
     raise InputError(f"unknown {kind} {name!r} (known: {', '.join(sorted(table))})")
 
 
-def gpu(name: str) -> GpuSpec:
+def gpu(name: "str | GpuSpec") -> GpuSpec:
+    """A catalog GPU by name (case-insensitive), or a scenario's inline GPU spec as it is."""
+    if isinstance(name, GpuSpec):
+        return name
     return _lookup("GPU", name, gpus())
 
 
 def model(name: str) -> ModelArch:
     return _lookup("model", name, models())
+
+
+# ---- User catalogs (issue #13): files in the shipped schema that add GPUs/models or override them.
+
+# (gpus, models) of the user catalogs in use. A context variable, not a global: each thread (the sweep's
+# in-process Dask workers) enters its own ``user_catalogs`` block.
+_USER: ContextVar[tuple[dict, dict]] = ContextVar("clustersim_user_catalogs", default=({}, {}))
+
+
+class InlineGpuSpec(GpuSpec):
+    """A GPU given in the scenario itself (``cluster.gpu`` as a mapping): gpus.yaml's schema plus a name."""
+
+    name: str = Field(min_length=1, description="the GPU's name in outputs")
+
+
+def user_model_definition(name: str) -> str | None:
+    """None for a shipped model; for a model a user catalog in use defines, its definition as JSON. A
+    cache keyed on the name alone would hand one catalog's model to another (the same name, or an
+    imported config's default name, can mean another model)."""
+    user = _USER.get()[1]
+    if not user:
+        return None
+    folded = {k.lower(): v for k, v in user.items()}
+    arch = folded.get(name.lower())
+    return None if arch is None else arch.model_dump_json()
+
+
+def _overlay(shipped: dict, user: dict) -> dict:
+    if not user:
+        return shipped
+    folded = {k.lower(): k for k in user}
+    out = {k: v for k, v in shipped.items() if k.lower() not in folded}
+    out.update(user)
+    return out
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    return ".".join(str(x) for x in err["loc"]), err["msg"]
+
+
+def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, ModelArch]]:
+    """A user catalog file: a mapping of names to GPU entries (gpus.yaml's schema) and/or model entries
+    (models.yaml's: an entry with ``family:`` is a model). A bad file or entry is an InputError naming
+    the file and the key."""
+    src = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read the catalog ({exc.strerror or exc})", source=src) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise InputError(f"not valid YAML{line}", source=src) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InputError("expected a mapping of names to GPU or model entries", source=src)
+    found_gpus: dict[str, GpuSpec] = {}
+    found_models: dict[str, ModelArch] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise InputError("expected a mapping (a GPU or model entry)", source=src, key=str(name))
+        try:
+            if "family" in entry:
+                cls = TransformerArch if entry.get("family") == "transformer" else ResNetArch
+                found_models[str(name)] = cls(**entry)
+            else:
+                fields = {k: v for k, v in entry.items() if k != "name"}
+                found_gpus[str(name)] = GpuSpec(name=str(name), **fields)
+        except ValidationError as exc:
+            loc, msg = _first_error(exc)
+            raise InputError(msg, source=src, key=f"{name}.{loc}" if loc else str(name)) from None
+        except TypeError as exc:  # a non-string key in the entry
+            raise InputError(str(exc), source=src, key=str(name)) from None
+    return found_gpus, found_models
+
+
+@contextmanager
+def user_catalogs(paths: Iterable[str | Path] | None) -> Iterator[None]:
+    """Use these user catalogs (later files win, over any already in use) inside the block."""
+    new_gpus: dict[str, GpuSpec] = {}
+    new_models: dict[str, ModelArch] = {}
+    for p in paths or ():
+        g, m = read_user_catalog(p)
+        new_gpus.update(g)
+        new_models.update(m)
+    with user_entries(new_gpus, new_models):
+        yield
+
+
+@contextmanager
+def user_entries(
+    gpus: dict[str, GpuSpec] | None = None, models: dict[str, ModelArch] | None = None
+) -> Iterator[None]:
+    """Use these GPU and model entries (over any already in use) inside the block."""
+    gpus_in_use, models_in_use = _USER.get()
+    token = _USER.set(({**gpus_in_use, **(gpus or {})}, {**models_in_use, **(models or {})}))
+    try:
+        yield
+    finally:
+        _USER.reset(token)

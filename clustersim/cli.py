@@ -27,6 +27,7 @@ from clustersim.cli_support import (
     spinner,
     table,
     user_errors,
+    with_catalogs,
 )
 from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.cli_support import ms as _ms
@@ -134,6 +135,7 @@ def _print_result(r) -> None:
 
 @app.command()
 @user_errors
+@with_catalogs
 def run(
     scenario: str = ScenarioArg,
     json_out: bool = JsonOpt,
@@ -162,6 +164,7 @@ def run(
 
 @app.command()
 @user_errors
+@with_catalogs
 def collective(
     scenario: str = ScenarioArg,
     op: str = typer.Option(
@@ -252,6 +255,7 @@ def _int_list(text: str, key: str) -> list[int]:
 
 @app.command()
 @user_errors
+@with_catalogs
 def compare(
     scenario: str = ScenarioArg,
     optimizers: str = typer.Option(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from clustersim import catalog
-from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors
+from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors, with_catalogs
 from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.units import format_bytes
 
@@ -21,6 +22,7 @@ presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_a
 
 @hardware_app.command("list")
 @user_errors
+@with_catalogs
 def hardware_list(json_out: bool = JsonOpt):
     """List the GPUs in the catalog."""
     gpus = catalog.gpus()
@@ -50,6 +52,7 @@ def hardware_list(json_out: bool = JsonOpt):
 
 @hardware_app.command("show")
 @user_errors
+@with_catalogs
 def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"), json_out: bool = JsonOpt):
     """Show one GPU's properties."""
     g = catalog.gpu(name)
@@ -63,6 +66,7 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
 
 @models_app.command("list")
 @user_errors
+@with_catalogs
 def models_list(json_out: bool = JsonOpt):
     """List catalog models with parameter counts computed from their architectures."""
     from clustersim.scenario import WorkloadSpec
@@ -103,6 +107,7 @@ def models_list(json_out: bool = JsonOpt):
 
 @models_app.command("show")
 @user_errors
+@with_catalogs
 def models_show(
     name: str = typer.Argument(..., help="Model name, e.g. BERT-Large"),
     micro_batch: int = typer.Option(
@@ -154,6 +159,7 @@ def models_show(
 
 @topology_app.command("show")
 @user_errors
+@with_catalogs
 def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
     """Nodes, link kinds and bandwidths, and the bottleneck link of each collective group."""
     from clustersim.topologies import GroupShape, build_cluster
@@ -230,3 +236,45 @@ def presets_list(json_out: bool = JsonOpt):
             justify_numbers=False,
         )
     )
+
+
+@models_app.command("import")
+@user_errors
+def models_import(
+    config: Path = typer.Argument(..., help="A Hugging Face transformer config.json."),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="Name of the entry (default: the config's _name_or_path, else its folder)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="User models file to add the entry to (created if missing; an existing name is refused); "
+        "load it with --catalog FILE. Default: print the entry.",
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Make a model entry (layers, hidden, heads, ffn, vocab, style) from a Hugging Face config.json."""
+    from clustersim.model_import import (
+        append_entry,
+        arch_from_hf_config,
+        default_name,
+        entry_yaml,
+        read_hf_config,
+    )
+    from clustersim.scenario import WorkloadSpec
+    from clustersim.workloads import build_workload
+
+    cfg = read_hf_config(config)
+    entry = arch_from_hf_config(cfg, str(config))
+    name = name or default_name(cfg, config)
+    with catalog.user_entries(models={name: catalog.TransformerArch(**entry)}):
+        params = build_workload(WorkloadSpec(model=name, micro_batch=1)).params
+    if out is not None:
+        append_entry(out, name, entry)
+    if json_out:
+        emit_json({"name": name, "entry": entry, "params": params, "out": str(out) if out else None})
+        return
+    if out is None:  # plain text: a file the user can redirect, never wrapped
+        typer.echo(entry_yaml(name, entry) + f"# {name}: {params:,} parameters")
+    else:
+        console.print(f"{name} ({params:,} parameters) added to {out}; use it with --catalog {out}")

@@ -6,7 +6,16 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ProfileOpt, ScenarioArg, console, emit_json, table, user_errors
+from clustersim.cli_support import (
+    JsonOpt,
+    ProfileOpt,
+    ScenarioArg,
+    console,
+    emit_json,
+    table,
+    user_errors,
+    with_catalogs,
+)
 from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.cli_support import ms as _ms
 from clustersim.errors import InputError
@@ -31,6 +40,7 @@ def _print_placement(off: dict) -> None:
 
 @offload_app.command("plan")
 @user_errors
+@with_catalogs
 def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
     """Per-subgroup placement of the optimizer update; iteration time without offload, ZeRO-Offload,
     interleaved."""
@@ -61,8 +71,8 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
         emit_json({"scenario": s.name, "modes": results, "placement": off})
         return
     console.print(
-        f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x {s.cluster.gpu}, "
-        f"optimizer {s.training.optimizer}"
+        f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x "
+        f"{s.cluster.gpu_name}, optimizer {s.training.optimizer}"
     )
     _print_placement(off)
     console.print(

@@ -7,7 +7,17 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ProfileOpt, console, emit_json, finite_option, progress_bar, table
+from clustersim.cli_support import (
+    CatalogOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    emit_json,
+    finite_option,
+    progress_bar,
+    table,
+    with_catalogs,
+)
 
 
 def sweep(
@@ -36,6 +46,7 @@ def sweep(
         ),
     ),
     json_out: bool = JsonOpt,
+    catalogs: Optional[list[Path]] = CatalogOpt,
 ):
     """Run a what-if sweep on this machine's cores (or a Dask cluster with --scheduler); rows are written
     to OUT/results.csv as they finish, each with its P10–P90."""
@@ -44,10 +55,10 @@ def sweep(
     from clustersim.sweeps.store import ResultsFolder
 
     workers = workers or default_workers()
-
-    sw = load_sweep(sweep_file, profile=profile, samples=samples)  # every axis value checked
+    # every axis value checked; the file's `catalog:` and --catalog in use while rows are checked and run
+    sw = load_sweep(sweep_file, profile=profile, samples=samples, catalogs=catalogs)
     folder = ResultsFolder(out, sw)
-    with folder.locked():  # a second sweep into the same folder is refused
+    with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
         folder.open()  # a folder of another sweep is refused before anything is printed
         total = len(sw.rows())
         invalid = sw.invalid_rows()
@@ -138,6 +149,7 @@ def report(
         console.print(info["png"]["message"])
 
 
+@with_catalogs
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
     steps: int = typer.Option(..., "--steps", help="Training steps."),

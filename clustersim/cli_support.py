@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import PurePath
-from typing import get_args
+from pathlib import Path, PurePath
+from typing import Optional, get_args
 
 import click
 import typer
@@ -172,6 +173,34 @@ SamplesOpt = typer.Option(
 ProfileOpt = typer.Option(
     None, "--profile", help="Calibration profile (file or builtin:NAME); measured costs win over defaults."
 )
+
+
+CatalogOpt = typer.Option(
+    None,
+    "--catalog",
+    help="User catalog file (YAML): GPU entries in the shipped gpus.yaml schema and/or model entries in "
+    "models.yaml's (e.g. from `clustersim models import`); they are added to the catalog, replacing "
+    "shipped ones of the same name. Repeatable; a later file wins.",
+)
+
+
+def with_catalogs(fn):
+    """Give a command the ``--catalog`` option: the user catalogs are in use while it runs."""
+    sig = inspect.signature(fn)
+    extra = inspect.Parameter(
+        "catalogs", inspect.Parameter.KEYWORD_ONLY, default=CatalogOpt, annotation=Optional[list[Path]]
+    )
+
+    @functools.wraps(fn)
+    def wrapper(*args, catalogs: Optional[list[Path]] = None, **kwargs):
+        from clustersim.catalog import user_catalogs
+
+        with user_catalogs(catalogs):
+            return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), extra])
+    wrapper.__annotations__ = {**getattr(fn, "__annotations__", {}), "catalogs": Optional[list[Path]]}
+    return wrapper
 
 
 def load_scenario_ref(ref: str):

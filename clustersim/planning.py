@@ -44,12 +44,17 @@ def plan(
     the choice) their P10-P90 time-to-train (``samples`` draws each; banding every candidate would cost 9x
     more) and choose again: a cheaper but more complex option (compressed optimizer, offload) is only
     recommended when it saves more than analysis.EQUIVALENT_GAIN or its band does not overlap."""
+    sweep = candidate_sweep(candidates)
+    with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
+        return _plan(sweep, model, steps, deadline_h, budget, global_batch, price, progress, profile, samples)
+
+
+def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, progress, profile, samples):
     catalog.model(model)  # a clear error for an unknown model before any work
     if steps <= 0:
         raise InputError("steps must be positive", key="--steps")
     if budget is not None and not 0 < budget < float("inf"):  # NaN fails too
         raise InputError("budget must be positive and finite", key="--budget")
-    sweep = candidate_sweep(candidates)
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
     if profile is not None:
         base = base.with_changes(profile=resolve_profile_ref(profile))

@@ -17,9 +17,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
     StrictInt,
+    Tag,
     ValidationError,
     model_validator,
 )
@@ -107,7 +109,16 @@ class HostSpec(_Strict):
 class ClusterSpec(_Strict):
     nodes: Count = Field(gt=0)
     gpus_per_node: Count = Field(gt=0)
-    gpu: str
+    gpu: Annotated[
+        Annotated[str, Tag("name")] | Annotated[catalog.InlineGpuSpec, Tag("inline")],
+        Discriminator(
+            lambda v: (
+                "inline" if isinstance(v, dict | catalog.GpuSpec) else "name" if isinstance(v, str) else None
+            ),
+            custom_error_type="gpu",
+            custom_error_message="expected a GPU name or an inline GPU (a mapping)",
+        ),
+    ] = Field(description="a catalog GPU's name, or an inline GPU: gpus.yaml's schema plus a name")
     intra_node: IntraNodeSpec = IntraNodeSpec()
     nic: NicSpec = NicSpec()
     fabric: FabricSpec = FabricSpec()
@@ -116,6 +127,10 @@ class ClusterSpec(_Strict):
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def gpu_name(self) -> str:
+        return self.gpu if isinstance(self.gpu, str) else self.gpu.name
 
 
 class LayerSpec(_Strict):

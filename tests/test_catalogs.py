@@ -74,4 +74,5 @@ def test_cuda_device_names_map_to_catalog_entries_from_data():
     assert name_of("NVIDIA A100-SXM4-80GB", 80) == "A100-80GB"
     assert name_of("Tesla V100-PCIE-32GB", 32) == "V100-PCIe"
     assert name_of("NVIDIA H200", 141) == "H200"
-    assert name_of("AMD Instinct MI250X", 64) == "cpu"  # not in the catalog: nothing is guessed
+    assert name_of("AMD Instinct MI250X", 64) == "MI250X"  # in the catalog since issue #13
+    assert name_of("Intel Data Center GPU Max 1550", 128) == "cpu"  # not in the catalog: nothing is guessed

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "clustersim"
 LAYERS = [
     ("errors", "units", "catalogs", "io", "identifiers"),
     ("catalog", "scenario", "optimizer_options"),
-    ("workloads", "topologies"),
+    ("workloads", "topologies", "model_import"),
     ("cost_models",),
     ("calibration",),
     ("simulator",),

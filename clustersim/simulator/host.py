@@ -6,8 +6,10 @@ node. The links go into the program so that the engine shares them between concu
 NCCL traffic and CPU optimizer work (flow-level, max-min fair).
 
 CPU Adam's rate: the profile's measured parameters/s (highest thread count measured, scaled by
-threads) when present, capped by the DRAM roofline, else the roofline itself: DRAM bandwidth per rank /
-bytes of DRAM traffic per parameter (~28 for Adam; ../shared/reference/algorithms.md sec. 5).
+threads) when present, else the documented typical node rate (hardware_defaults.yaml host.
+cpu_adam_params_per_s, Deep Optimizer States' measurement) scaled by threads / cores; either is capped
+by the DRAM roofline: DRAM bandwidth per rank / bytes of DRAM traffic per parameter (~28 for Adam;
+../shared/reference/algorithms.md sec. 5).
 """
 
 from __future__ import annotations
@@ -39,10 +41,15 @@ class HostModel:
         per_switch = min(c.intra_node.gpus_per_pcie_switch, c.gpus_per_node)
         dram_node = (c.host.dram_gbs or hardware_defaults()["host"]["dram_gbs"] * c.host.sockets) * 1e9
         threads = ctx.scenario.training.offload.cpu_threads or max(1, c.host.cores // c.gpus_per_node)
-        measured = None
         if ctx.profile is not None and ctx.profile.host.cpu_adam_params_per_s:
             t_max, rate = max(ctx.profile.host.cpu_adam_params_per_s.items())
             measured = rate * threads / t_max
+        else:  # the documented typical rate of a whole node (hardware_defaults.yaml), per thread share
+            measured = (
+                hardware_defaults()["host"]["cpu_adam_params_per_s"]
+                * min(threads, c.host.cores)
+                / c.host.cores
+            )
         rdma = c.nic.gpudirect_rdma if c.nic.gpudirect_rdma is not None else c.nic.kind == "infiniband"
         return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma)
 

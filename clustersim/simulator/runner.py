@@ -241,8 +241,8 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     p, host = ctx.offload_placement, ctx.host
     sources["CPU optimizer rate"] = (
         "measured CPU Adam, scaled to threads, capped by DRAM"
-        if host.measured_params_per_s
-        else "DRAM roofline (host DRAM per GPU / bytes per parameter)"
+        if ctx.profile is not None and ctx.profile.host.cpu_adam_params_per_s
+        else "default CPU Adam (Deep Optimizer States' measured rate), scaled to threads, capped by DRAM"
     )
     return {
         "mode": ctx.scenario.training.offload.mode,

@@ -66,7 +66,7 @@ def simulate_row(
                 "world_size": r.world_size,
                 "nodes": r.nodes,
                 "gpus_per_node": r.gpus_per_node,
-                "gpu": c.gpu,
+                "gpu": c.gpu_name,
                 "model": scenario.workload.model or "custom",
                 "optimizer": r.optimizer,
                 "nic_kind": c.nic.kind,
@@ -129,15 +129,26 @@ def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
 
 
 def simulate_batch(
-    base_json: dict, batch: list[dict[str, Any]], steps, warmup, global_batch=None, samples: int = 0
+    base_json: dict,
+    batch: list[dict[str, Any]],
+    steps,
+    warmup,
+    global_batch=None,
+    samples: int = 0,
+    catalogs: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
+    """Rows on a worker (a local process, a Dask thread or process, or this process), with the sweep's
+    user catalogs in use."""
     import multiprocessing
+
+    from clustersim.catalog import user_catalogs
 
     marker = os.environ.get(CRASH_ENV)
     if marker and os.path.exists(marker) and multiprocessing.parent_process() is not None:
         os.unlink(marker)
         os._exit(1)  # a worker process dying mid-sweep (tests only)
-    return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
+    with user_catalogs(catalogs):
+        return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
 
 
 def _ignore_sigint() -> None:
@@ -230,7 +241,7 @@ def run_locked(
         return counts
     base_json = sweep.base.model_dump(mode="json")
     spec = sweep.spec
-    args = (spec.steps, spec.warmup, spec.global_batch, spec.samples)
+    args = (spec.steps, spec.warmup, spec.global_batch, spec.samples, sweep.catalogs)
 
     def written(records) -> bool:
         """Store a finished batch; whether to stop (``stop_after``)."""

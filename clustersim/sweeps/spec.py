@@ -66,6 +66,9 @@ class SweepFile(BaseModel):
     name: str = "sweep"
     base: str | dict[str, Any]
     vary: dict[str, list[Any]]
+    catalog: str | list[str] | None = Field(
+        None, description="user catalog file(s) (GPUs/models), relative to the sweep file"
+    )
     steps: int | None = Field(None, gt=0)
     global_batch: int | None = Field(None, gt=0)
     warmup: float | None = Field(None, ge=0, lt=1)
@@ -136,10 +139,11 @@ def _is_schema_key(dotted: str) -> bool:
 
 
 class Sweep:
-    def __init__(self, spec: SweepFile, base: Scenario, source: str):
+    def __init__(self, spec: SweepFile, base: Scenario, source: str, catalogs: tuple[str, ...] = ()):
         self.spec = spec
         self.base = base
         self.source = source
+        self.catalogs = catalogs  # absolute paths of the user catalogs every row is simulated with
         for axis, values in spec.vary.items():
             if axis not in AXES and not _is_schema_key(axis):
                 raise InputError(
@@ -152,6 +156,12 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
+
+    def catalogs_in_use(self):
+        """A context in which the sweep's user catalogs are in use (check, expand, simulate in it)."""
+        from clustersim.catalog import user_catalogs
+
+        return user_catalogs(self.catalogs)
 
     @property
     def axes(self) -> list[str]:
@@ -204,6 +214,8 @@ class Sweep:
             "global_batch": self.spec.global_batch,
             "samples": self.spec.samples,
         }
+        if self.catalogs:  # another catalog content is another sweep
+            payload["catalogs"] = [Path(p).read_text() for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -267,8 +279,14 @@ def resolve_profile_ref(ref: str) -> str:
     return ref if ref.startswith(BUILTIN_PREFIX) else str(Path(ref).resolve())
 
 
-def load_sweep(path: str | Path, profile: str | None = None, samples: int | None = None) -> Sweep:
-    """Read a sweep file; ``profile`` (every row simulated with it) and ``samples`` override the file's."""
+def load_sweep(
+    path: str | Path,
+    profile: str | None = None,
+    samples: int | None = None,
+    catalogs: list[str | Path] | None = None,
+) -> Sweep:
+    """Read a sweep file; ``profile`` (every row simulated with it) and ``samples`` override the file's;
+    ``catalogs`` (user catalog files) come after the file's own ``catalog:`` and win over it."""
     path = Path(path)
     raw = read_structured_file(path)
     if not isinstance(raw, dict):
@@ -278,6 +296,21 @@ def load_sweep(path: str | Path, profile: str | None = None, samples: int | None
     except ValidationError as exc:
         key, msg = first_error(exc)
         raise InputError(msg, source=str(path), key=key) from None
+    own = [spec.catalog] if isinstance(spec.catalog, str) else list(spec.catalog or [])
+    paths = tuple(str((path.parent / p).resolve()) for p in own)
+    paths += tuple(str(Path(p).resolve()) for p in catalogs or ())
+    from clustersim.catalog import user_catalogs
+
+    try:
+        with user_catalogs(paths):
+            return _load_sweep(path, spec, profile, samples, paths)
+    except InputError as exc:
+        if own and exc.source is None:
+            raise exc.located(source=str(path)) from None
+        raise
+
+
+def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str, ...]) -> Sweep:
     if isinstance(spec.base, dict):
         base = validate_scenario(spec.base, source=f"{path}: base")
     elif spec.base.startswith(PRESET_PREFIX):
@@ -289,6 +322,6 @@ def load_sweep(path: str | Path, profile: str | None = None, samples: int | None
         base = base.with_changes(profile=resolve_profile_ref(profile))
     if samples is not None:
         spec = spec.model_copy(update={"samples": samples})
-    sweep = Sweep(spec, base, str(path))
+    sweep = Sweep(spec, base, str(path), paths)
     sweep.check_values()
     return sweep

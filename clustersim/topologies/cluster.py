@@ -16,7 +16,6 @@ one step. Bandwidths are derived from the graph:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import networkx as nx
 
@@ -253,6 +252,17 @@ class Cluster:
         }
 
 
-@lru_cache(maxsize=256)
+_CLUSTERS: dict[tuple[str, str], Cluster] = {}
+
+
 def build_cluster(spec: ClusterSpec) -> Cluster:
-    return Cluster(spec, catalog.gpu(spec.gpu))
+    """The cluster of a spec, cached by the spec and the GPU it resolves to (a user catalog may give
+    a name other properties; an inline GPU is not hashable)."""
+    gpu = catalog.gpu(spec.gpu)
+    key = (spec.model_dump_json(), gpu.model_dump_json())
+    hit = _CLUSTERS.get(key)
+    if hit is None:
+        if len(_CLUSTERS) >= 256:
+            _CLUSTERS.clear()
+        hit = _CLUSTERS[key] = Cluster(spec, gpu)
+    return hit

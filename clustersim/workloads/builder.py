@@ -36,13 +36,17 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         return Workload(
             "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
         )
-    return _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision)
+    definition = catalog.user_model_definition(spec.model)
+    return _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition)
 
 
 @lru_cache(maxsize=256)
-def _catalog_workload(model: str, micro_batch: int, seq_len: int | None, precision: str) -> Workload:
+def _catalog_workload(
+    model: str, micro_batch: int, seq_len: int | None, precision: str, definition: str | None = None
+) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
-    uncertainty draws build the same one again and again (issue #15)."""
+    uncertainty draws build the same one again and again (issue #15). ``definition`` keys a user
+    catalog's model by what it is, not only by its name."""
     d = BYTES_PER_ELEMENT[precision]
     arch = catalog.model(model)
     seq = seq_len or arch.default_seq_len

@@ -2,7 +2,9 @@
 
 FLOP counts follow the usual convention (Kaplan et al. 2020; Narayanan et al. 2021): a GEMM of
 (m x k) by (k x n) costs 2mkn FLOPs, backward costs twice forward. With T = b*s tokens:
-  GEMMs per block:   2T(4h^2 + 2hf)   (SwiGLU: 2T(4h^2 + 3hf))
+  GEMMs per block:   2T(4h^2 + 2hf)   (SwiGLU: 2T(4h^2 + 3hf); with grouped-query attention,
+                     kv_heads of heads, K and V are h x h*kv_heads/heads, so 4h^2 becomes
+                     2h^2 + 2h^2*kv_heads/heads)
   attention scores:  4Ths             (QK^T and PV)
 Saved activations per block follow Korthikanti et al. 2022, eq. 1 (no recomputation, 16-bit):
   s*b*h*(34 + 5*a*s/h) bytes, scaled by the element size for other precisions.
@@ -40,17 +42,19 @@ def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
 
 def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
     h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
+    kv = h * (arch.kv_heads or a) // a  # width of K and V (grouped-query attention: fewer heads)
+    qkv = h * h + 2 * h * kv
     if arch.style == "llama":
-        tensors = (h, 3 * h * h, h * h, h, h * f, h * f, f * h)
+        tensors = (h, qkv, h * h, h, h * f, h * f, f * h)
         mlp_gemm = 3 * h * f
         mlp_io = tokens * (h + 2 * f) + tokens * (f + h)
         extra_elementwise = 3 * tokens * f  # SiLU and gating multiply
     else:
-        tensors = (3 * h * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h, h, h)
+        tensors = (qkv, h + 2 * kv, h * h, h, h, h, h * f, f, f * h, h, h, h)
         mlp_gemm = 2 * h * f
         mlp_io = tokens * (h + f) * 2
         extra_elementwise = 0
-    gemm_flops = 2 * tokens * (4 * h * h + mlp_gemm)
+    gemm_flops = 2 * tokens * (qkv + h * h + mlp_gemm)
     attn_flops = 4 * tokens * s * h
     weight_bytes = d * sum(tensors)
     gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
@@ -81,10 +85,12 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
         tensors = (h * h, h, h * h, h, h, h, v, 2 * h, 2)
         gemm_flops = 2 * tokens * h * h + 2 * tokens * h * v + 2 * b * h * h
     elif arch.style == "gpt":
-        tensors = (h, h)  # final LayerNorm; LM head tied to the word embedding
+        # final LayerNorm; LM head tied to the word embedding (unless the arch says untied)
+        tensors = (h, h) if arch.tied_head is not False else (h, h, v * h)
         gemm_flops = 2 * tokens * h * v
     else:
-        tensors = (h, v * h)  # final RMSNorm, untied LM head
+        # final RMSNorm, untied LM head (unless the arch says tied)
+        tensors = (h, v * h) if not arch.tied_head else (h,)
         gemm_flops = 2 * tokens * h * v
     logits_bytes = d * tokens * v
     forward = (
