@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from clustersim import catalog
 from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors, with_catalogs
 from clustersim.cli_support import load_scenario_ref as _load
 from clustersim.units import format_bytes
@@ -25,6 +24,8 @@ presets_app = typer.Typer(help="Shipped scenarios for published clusters.", no_a
 @with_catalogs
 def hardware_list(json_out: bool = JsonOpt):
     """List the GPUs in the catalog."""
+    from clustersim import catalog
+
     gpus = catalog.gpus()
     if json_out:
         emit_json({n: g.model_dump() for n, g in gpus.items()})
@@ -55,6 +56,8 @@ def hardware_list(json_out: bool = JsonOpt):
 @with_catalogs
 def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"), json_out: bool = JsonOpt):
     """Show one GPU's properties."""
+    from clustersim import catalog
+
     g = catalog.gpu(name)
     if json_out:
         emit_json(g.model_dump())
@@ -69,6 +72,7 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
 @with_catalogs
 def models_list(json_out: bool = JsonOpt):
     """List catalog models with parameter counts computed from their architectures."""
+    from clustersim import catalog
     from clustersim.scenario import WorkloadSpec
     from clustersim.workloads import build_workload
 
@@ -119,6 +123,7 @@ def models_show(
     json_out: bool = JsonOpt,
 ):
     """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
+    from clustersim import catalog
     from clustersim.scenario import WorkloadSpec
     from clustersim.workloads import build_workload
 
@@ -222,9 +227,14 @@ def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
 @user_errors
 def presets_list(json_out: bool = JsonOpt):
     """List shipped scenarios (use as preset:NAME)."""
-    from clustersim.scenario import load_scenario, preset_names
+    from importlib import resources
 
-    rows = [(n, load_scenario(f"preset:{n}").description) for n in preset_names()]
+    from clustersim.io import load_yaml
+
+    # The files' own descriptions, without validating every preset (each is validated when used).
+    folder = resources.files("clustersim.catalogs").joinpath("presets")
+    files = sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+    rows = [(p.name[:-5], (load_yaml(p.read_text()) or {}).get("description", "")) for p in files]
     if json_out:
         emit_json([{"name": n, "description": d} for n, d in rows])
         return
@@ -254,6 +264,7 @@ def models_import(
     json_out: bool = JsonOpt,
 ):
     """Make a model entry (layers, hidden, heads, ffn, vocab, style) from a Hugging Face config.json."""
+    from clustersim import catalog
     from clustersim.model_import import (
         append_entry,
         arch_from_hf_config,

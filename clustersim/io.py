@@ -7,12 +7,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from clustersim.errors import InputError
+
+if TYPE_CHECKING:  # pydantic and PyYAML are imported when used: `--help` and `presets list` stay quick
+    from pydantic import ValidationError
 
 
 def first_error(exc: ValidationError) -> tuple[str, str]:
@@ -32,16 +32,17 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
 
 # libyaml's C parser when PyYAML was built with it (about 10x faster than the pure-Python one, and every
 # run parses a preset and three catalogs); the same safe constructor either way, so the same values.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` through libyaml when available."""
-    return yaml.load(text, Loader=_SAFE_LOADER)
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def read_structured_file(path: Path) -> Any:
     """Parse YAML or JSON; errors name the file and the line."""
+    import yaml
+
     try:
         text = path.read_text()
     except FileNotFoundError:
