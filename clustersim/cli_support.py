@@ -32,6 +32,13 @@ class CliConsole(Console):
     """A rich console that, when its output is not a terminal (a pipe, a file, a test runner), is as wide
     as any line: tables and sentences come out whole, one line each, instead of wrapped at 80 columns."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "width" not in kwargs:
+            # rich takes COLUMNS as a fixed width; CI systems export it for logs that are no terminal.
+            # On a terminal rich measures it anyway, and off one lines stay whole (below).
+            self._width = None
+
     @property
     def size(self) -> ConsoleDimensions:
         dims = super().size

@@ -119,7 +119,11 @@ def entry_yaml(name: str, entry: dict) -> str:
 
 
 def append_entry(out: Path, name: str, entry: dict) -> None:
-    """Add the entry to a user models file (created if missing); an existing name is refused."""
+    """Add the entry to a user models file (created if missing, never its folder); an existing name is
+    refused; written atomically."""
+    from clustersim.io import check_writable_file, write_text_atomically
+
+    check_writable_file(out)
     existing: dict = {}
     if out.exists():
         try:
@@ -133,4 +137,4 @@ def append_entry(out: Path, name: str, entry: dict) -> None:
     text = out.read_text() if out.exists() else ""
     if text and not text.endswith("\n"):
         text += "\n"
-    out.write_text(text + entry_yaml(name, entry))
+    write_text_atomically(out, text + entry_yaml(name, entry))

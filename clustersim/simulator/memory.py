@@ -56,7 +56,10 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
     )
     offload = ctx.scenario.training.offload.mode != "none"
-    hint = "; try training.offload, more GPUs per model copy is out of scope (data parallel only)"
+    hint = (
+        "; try training.offload (splitting one model copy over several GPUs is not modelled yet: "
+        "data parallel only)"
+    )
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]
