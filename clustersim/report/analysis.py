@@ -56,6 +56,28 @@ def cluster_label(row: dict[str, Any]) -> str:
     return f"{row['world_size']} x {row['gpu']}, {network_label(row)}"
 
 
+# Row fields that a sweep may vary beyond GPU count, GPU and network, as a cluster label shows them.
+_DISTINGUISHING = (
+    ("gpus_per_node", "{} GPUs/node"),
+    ("micro_batch_used", "micro-batch {}"),
+    ("model", "{}"),
+)
+
+
+def _disambiguate(rows: list[dict[str, Any]]) -> None:
+    """Rows of one optimizer with the same label (e.g. a sweep over micro-batches) get what tells them
+    apart appended, so a plan's runners-up and a report's points never read as duplicates."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["optimizer"], r["cluster"]), []).append(r)
+    for same in groups.values():
+        if len(same) < 2:
+            continue
+        fields = [(k, fmt) for k, fmt in _DISTINGUISHING if len({str(r.get(k)) for r in same}) > 1]
+        for r in same:
+            r["cluster"] += "".join(f", {fmt.format(r.get(k))}" for k, fmt in fields)
+
+
 def enrich(
     rows: list[dict[str, Any]], steps: int | None, price: float | None, warmup: float | None = None
 ) -> list[dict[str, Any]]:
@@ -81,6 +103,7 @@ def enrich(
             r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
         r["network"] = network_label(r)
         r["cluster"] = cluster_label(r)
+    _disambiguate(ok)
 
     def key(r):
         return (
