@@ -199,6 +199,11 @@ def recommendation(
             f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
             f"{band}, ${chosen['cost']:,.0f}."
         )
+        if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
+            lines.append(
+                f"Risk: its P90 ({chosen['ttt_p90_h']:,.1f} h) is past the {deadline_h:,.1f} h deadline; "
+                "a faster runner-up avoids that risk; a calibration of this cluster may narrow the band."
+            )
         if chosen is not cheapest:
             saving = 1 - cheapest["cost"] / chosen["cost"]
             lines.append(
