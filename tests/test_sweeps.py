@@ -134,8 +134,13 @@ def test_results_folder_of_another_sweep_is_refused(tmp_path, runner):
     before = (tmp_path / "out" / "results.csv").read_text()
     other = write(tmp_path, dict(SWEEP, vary={"gpus": [8]}), "other.yaml")
     r = runner.invoke(app, ["sweep", str(other), "--out", str(tmp_path / "out")])
-    assert r.exit_code == 2 and "another sweep" in r.output
+    assert r.exit_code == 2 and "run with other settings" in r.output  # same name, other values
     assert (tmp_path / "out" / "results.csv").read_text() == before  # finished rows kept
+    r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out"), "--samples", "3"])
+    assert r.exit_code == 2 and "samples" in r.output and "there, 3 now" in r.output
+    renamed = write(tmp_path, dict(SWEEP, name="renamed", vary={"gpus": [8]}), "renamed.yaml")
+    r = runner.invoke(app, ["sweep", str(renamed), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "another sweep" in r.output
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "file.txt").write_text("x")
     r = runner.invoke(app, ["sweep", str(other), "--out", str(tmp_path / "junk")])

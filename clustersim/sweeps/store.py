@@ -95,16 +95,13 @@ class ResultsFolder:
             "steps": self.sweep.spec.steps,
             "warmup": self.sweep.spec.warmup,
             "global_batch": self.sweep.spec.global_batch,
+            "samples": self.sweep.spec.samples,
             "base": self.sweep.base.model_dump(mode="json"),
         }
         if meta_path.exists():
             old = _read_meta(meta_path)
             if old.get("fingerprint") != meta["fingerprint"]:
-                raise InputError(
-                    f"this results folder holds another sweep ({old.get('name')!r}, fingerprint "
-                    f"{old.get('fingerprint')}); use another --out",
-                    source=str(self.path),
-                )
+                raise InputError(_other_sweep(old, meta), source=str(self.path))
         elif self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir()):
             raise InputError(
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
@@ -303,3 +300,24 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
                 continue
     meta["scenarios"] = scenarios
     return meta, rows
+
+
+def _other_sweep(old: dict, new: dict) -> str:
+    """Why a results folder cannot take this sweep: what differs, when the folder says."""
+    if old.get("name") == new["name"]:
+        changed = [
+            f"{k} {old.get(k)!r} there, {new[k]!r} now"
+            for k in ("axes", "steps", "warmup", "global_batch", "samples")
+            if k in old and old.get(k) != new[k]
+        ]
+        if old.get("base") != new["base"]:
+            changed.append("another base scenario (or profile)")
+        what = "; ".join(changed) or "other values, options or catalogs"
+        return (
+            f"this results folder holds sweep {new['name']!r} run with other settings ({what}); "
+            "resume with the same settings or use another --out"
+        )
+    return (
+        f"this results folder holds another sweep ({old.get('name')!r}, fingerprint "
+        f"{old.get('fingerprint')}); use another --out"
+    )
