@@ -16,13 +16,25 @@ if TYPE_CHECKING:  # pydantic and PyYAML are imported when used: `--help` and `p
 
 
 def first_error(exc: ValidationError) -> tuple[str, str]:
-    """The first pydantic error as (dotted key, one-line reason)."""
-    err = exc.errors()[0]
+    """The first pydantic error as (dotted key, one-line reason). A misspelt key shows up as an unknown
+    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo."""
+    import difflib
+
+    errors = exc.errors()
+    missing = [e["loc"] for e in errors if e["type"] == "missing"]
+    for e in errors:
+        if e["type"] != "extra_forbidden" or not e["loc"]:
+            continue
+        siblings = [str(m[-1]) for m in missing if m[:-1] == e["loc"][:-1]]
+        match = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
+        if match:
+            return ".".join(str(p) for p in e["loc"]), f"unknown key (did you mean {match[0]}?)"
+    err = errors[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
+        return key, "unknown key"
+    if err["type"] == "missing":
         msg = "required key is missing"
     msg = msg.removeprefix("Value error, ")
     if isinstance(err.get("input"), bool) and "true/false" not in msg:

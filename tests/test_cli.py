@@ -74,6 +74,16 @@ BAD = {
         "{model: BERT-Base, micro_batch: 1}\n",
         "cluster.colour: unknown key",
     ),
+    "misspelt_key": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\n"
+        "workload: {model: BERT-Base, micro_bach: 1}\n",
+        "workload.micro_bach: unknown key (did you mean micro_batch?)",
+    ),
+    "unknown_bool_key": (
+        "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\n"
+        "workload: {model: BERT-Base, micro_batch: 1}\ntraining: {overlapp: true}\n",
+        "training.overlapp: unknown key",
+    ),
     "unknown_gpu": (
         "cluster: {nodes: 1, gpus_per_node: 1, gpu: Z100}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
         "cluster.gpu: unknown GPU 'Z100'",
@@ -134,6 +144,8 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
     assert "Traceback" not in out
     assert len(out.splitlines()) == 1, out
     assert str(path) in out and expected in out
+    if case == "unknown_bool_key":  # an unknown key's value is not the problem
+        assert out.endswith("unknown key"), out
 
 
 @pytest.mark.parametrize(
