@@ -74,8 +74,12 @@ def run_check(
     train = [p for p in train_pts if p.shape.ranks in train_set]
     test = [p for p in test_pts if p.shape.ranks in test_set]
     if len({p.shape.ranks for p in train}) < 2:
+        measured = sorted({p.shape.ranks for p in train_pts})
         raise InputError(
-            f"fitting needs measurements at two or more group sizes; have {sorted(train_set)}",
+            f"fitting needs measurements at two or more group sizes besides the predicted "
+            f"{sorted(test_set)}; the file has group sizes {measured} (measure more: "
+            "`calibrate run --testbed 8` also measures its first 2 and 4 hosts; or try "
+            "clustersim/validation/testbed/gloo-8hosts-200mbit.json)",
             key="--train-ranks",
         )
     if not test:
