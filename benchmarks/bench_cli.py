@@ -3,7 +3,8 @@ against new, in one run.
 
     nice -n 19 .venv/bin/python benchmarks/bench_cli.py [--baseline REF] [--pairs N]
 
-Commands: `--help` (start-up alone), `run preset:default --samples 0 --json` (one simulation), and
+Commands: `--help` (start-up alone), `presets list` (issue #13: both within 0.3 s),
+`run preset:default --samples 0 --json` (one simulation), and
 `run preset:default --json` (with its default P10-P90 band: 16 more simulations). See _abtest.py.
 """
 
@@ -15,6 +16,7 @@ from _abtest import AB, DEFAULT_BASELINE, HEADER
 
 COMMANDS = [
     (["--help"], "clustersim --help"),
+    (["presets", "list"], "clustersim presets list"),
     (["run", "preset:default", "--samples", "0", "--json"], "run preset:default --samples 0"),
     (["run", "preset:default", "--json"], "run preset:default (16 draws)"),
     (["run", "preset:offload-llama7b-h100", "--samples", "0", "--json"], "run offload preset --samples 0"),
