@@ -478,6 +478,11 @@ def validate(
 
 
 def main() -> None:  # console-script entry point
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        # `clustersim run ... | head` : stop quietly when the reader goes away, as Unix tools do
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()
 
 

@@ -188,3 +188,29 @@ def test_custom_layer_workload(runner, tmp_path):
     r = invoke(runner, "run", str(path), "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["iteration_time_s"] > 0
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`clustersim run ... | head -1`: no traceback or error when the reader stops reading."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from clustersim.cli import main; main()",
+            "run",
+            "preset:default",
+            "--samples",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after one line
+    _, err = proc.communicate(timeout=60)
+    # ended by SIGPIPE as Unix tools are (the shell shows 141), not exit 1 as a failed command
+    assert proc.returncode in (0, -13), (proc.returncode, err)
+    assert b"Traceback" not in err and b"Error" not in err, err
