@@ -197,6 +197,13 @@ class InlineGpuSpec(GpuSpec):
     name: str = Field(min_length=1, description="the GPU's name in outputs")
 
 
+def chip_of(device: str) -> str:
+    """The chip a profile's device name stands for: a catalog device's chip, else the name itself
+    (``calibrate run --device cpu`` names its profile by the chip, "cpu")."""
+    known = gpus()
+    return known[device].chip if device in known else device.lower()
+
+
 def user_model_definition(name: str) -> str | None:
     """None for a shipped model; for a model a user catalog in use defines, its definition as JSON. A
     cache keyed on the name alone would hand one catalog's model to another (the same name, or an

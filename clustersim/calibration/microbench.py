@@ -44,6 +44,18 @@ def gemm_shapes(sizes: list[int]) -> list[tuple[int, int, int]]:
     return list(dict.fromkeys(shapes))
 
 
+def pack_bits(torch, bits):
+    """Eight 0/1 values per byte, most significant first (numpy/cupy packbits order), in torch ops:
+    the packing the cost model's kernels and the testbed's compressed all-reduces both run."""
+    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=bits.device)
+    return (bits.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
+
+
+def unpack_bits(torch, packed):
+    shifts = torch.arange(7, -1, -1, device=packed.device, dtype=torch.uint8)
+    return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
+
+
 class Bench:
     def __init__(self, torch, device: str, quick: bool, progress: Callable[[str], None] | None = None):
         self.torch = torch
@@ -99,21 +111,17 @@ class Bench:
 
     # ---- compression kernels -------------------------------------------------------------------------
     def _pack(self, bits):
-        t = self.torch
-        try:
-            import cupy  # noqa: F401 - only on GPUs with cupy installed
+        if self.device == "cuda":
+            try:
+                import cupy  # noqa: F401 - only on GPUs with cupy installed
 
-            if self.device == "cuda":
-                return t.as_tensor(cupy.packbits(cupy.asarray(bits)), device=self.device)
-        except ImportError:
-            pass
-        weights = t.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=t.uint8, device=self.device)
-        return (bits.view(-1, 8) * weights).sum(dim=1).to(t.uint8)
+                return self.torch.as_tensor(cupy.packbits(cupy.asarray(bits)), device=self.device)
+            except ImportError:
+                pass
+        return pack_bits(self.torch, bits)
 
     def _unpack(self, packed):
-        t = self.torch
-        shifts = t.arange(7, -1, -1, device=self.device, dtype=t.uint8)
-        return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
+        return unpack_bits(self.torch, packed)
 
     def compression_kernels(self, p: int = SERVER_P) -> list[dict]:
         """Each kernel at every size; the server side and BinSGDM's vote at ``p`` ranks (the shape of a

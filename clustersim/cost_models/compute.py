@@ -32,12 +32,11 @@ class DeviceCosts:
         self._roofline: dict[str, tuple[float, float]] = {}  # precision -> (FLOP/s, bytes/s)
 
     def _apply(self, profile: Profile) -> None:
-        same = profile.device == self.gpu.name
         ref = catalog.gpus().get(profile.device)
-        if ref is None and profile.device.lower() == self.gpu.chip:
-            # a profile named by its chip ("cpu", from `calibrate run --device cpu`) measured this kind
-            # of device (context.check_profile_device admitted it): its rates are this device's
-            same = True
+        # the same device, or a profile named by its chip ("cpu") that measured this kind of device
+        same = profile.device == self.gpu.name or (
+            ref is None and catalog.chip_of(profile.device) == self.gpu.chip
+        )
         how = "measured" if same else f"scaled from {profile.device}"
         if profile.matmul_tflops and (same or ref is not None):
             ref = ref or self.gpu

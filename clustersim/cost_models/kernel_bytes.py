@@ -58,3 +58,12 @@ APPLY_BYTES = 10.125
 # BinSGDM with offload, per parameter on the host: read the packed 1-bit update (1/8), read and write
 # the fp32 master weight (8), write the fp32 weight handed back to the device (4).
 HOST_APPLY_BYTES = 12.125
+
+
+def padded_elements(n: int, p: int) -> int:
+    """n padded to a multiple of p * lcm(p, 8) (DeepSpeed's corrected_tensor_size): every rank's chunk
+    of the compressed all-reduce packs into whole bytes. Used by the cost model and the testbed's job."""
+    from math import lcm
+
+    unit = p * lcm(p, 8)
+    return -(-n // unit) * unit

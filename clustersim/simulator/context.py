@@ -168,9 +168,7 @@ def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | No
     to H100s, or an A100's GEMM rates to an H100, would silently change every number."""
     if profile.device == gpu.name:
         return None
-    known = catalog.gpus()
-    measured = known[profile.device].chip if profile.device in known else profile.device.lower()
-    if measured == gpu.chip:
+    if catalog.chip_of(profile.device) == gpu.chip:
         return (
             f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip): "
             "compute rates keep their efficiency, interconnect fits their link classes"

@@ -27,26 +27,10 @@ import math
 import sys
 import time
 
-from clustersim.testbed.ddp_job import build_model, finish, model_input, slowest, start
-
-_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
-
-
-def _pack(torch, bits):
-    """Eight 0/1 values per byte, most significant first (numpy/cupy packbits order)."""
-    weights = torch.tensor(_WEIGHTS, dtype=torch.uint8)
-    return (bits.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
-
-
-def _unpack(torch, packed):
-    shifts = torch.arange(7, -1, -1, dtype=torch.uint8)
-    return ((packed.unsqueeze(-1) >> shifts) & 1).view(-1)
-
-
-def padded(n: int, p: int) -> int:
-    """DeepSpeed's corrected_tensor_size: a multiple of p * lcm(p, 8)."""
-    unit = p * math.lcm(p, 8)
-    return -(-n // unit) * unit
+from clustersim.calibration.microbench import pack_bits as _pack
+from clustersim.calibration.microbench import unpack_bits as _unpack
+from clustersim.cost_models.kernel_bytes import padded_elements
+from clustersim.testbed.ddp_job import build_model, finish, model_input, slowest, slowest_ranks, start
 
 
 def flatten(torch, params):
@@ -85,7 +69,7 @@ class OneBitAdam(_Timed):
         self.lr, self.beta1, self.eps, self.weight_decay = lr, betas[0], eps, weight_decay
         self.p = dist.get_world_size()
         self.n = self.flat.numel()
-        self.size = padded(self.n, self.p)
+        self.size = padded_elements(self.n, self.p)
         self.exp_avg = torch.zeros(self.size)
         self.exp_avg_sq = torch.rand(self.n) * 1e-4 + 1e-6  # frozen after warmup
         self.worker_error = torch.zeros(self.size)
@@ -199,11 +183,8 @@ def _kernels(torch, dist, elements: int) -> dict:
     bench.sizes = {**bench.sizes, "elements": [elements]}
     dist.barrier()
     rows = bench.compression_kernels(p=dist.get_world_size()) + bench.adam()
-    mine = torch.tensor([r["median_s"] for r in rows], dtype=torch.float64)
-    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, mine)
-    slowest = torch.stack(gathered).max(dim=0).values.tolist()
-    return {"kernels": [{**r, "median_s": s} for r, s in zip(rows, slowest)]}
+    worst = slowest_ranks(torch, dist, [r["median_s"] for r in rows])
+    return {"kernels": [{**r, "median_s": s} for r, s in zip(rows, worst)]}
 
 
 def _train(torch, dist, args) -> dict:

@@ -73,13 +73,18 @@ def start(argv, doc: str, modes: tuple[str, ...], extra=None):
     return args, torch, dist
 
 
+def slowest_ranks(torch, dist, values: list) -> list:
+    """Element by element, the largest of every rank's ``values`` (numbers, or equal-length lists)."""
+    mine = torch.tensor(values, dtype=torch.float64)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return torch.stack(gathered).max(dim=0).values.tolist()
+
+
 def slowest(torch, dist, times: dict[str, list[float]], keys) -> dict:
     """Quantiles over steps of the slowest rank's time per step, per key (a synchronous step waits
     for the slowest rank)."""
-    mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)
-    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, mine)
-    worst = torch.stack(gathered).max(dim=0).values.tolist()
+    worst = slowest_ranks(torch, dist, [times[k] for k in keys])
     return {k: quantiles(v) for k, v in zip(keys, worst)}
 
 

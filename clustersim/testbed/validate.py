@@ -24,11 +24,11 @@ from pathlib import Path
 
 from clustersim.calibration.fit import build_profile
 from clustersim.calibration.profile import parse_profile
+from clustersim.cost_models.kernel_bytes import padded_elements
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.uncertainty import Interval
 from clustersim.testbed import hosts as tb_hosts
-from clustersim.testbed.compressed_job import padded
 from clustersim.testbed.shaping import parse_rate
 from clustersim.testbed.sweep import run as run_sweep
 from clustersim.testbed.sweep import run_on_hosts
@@ -231,7 +231,7 @@ def validate(
                 kernels = run_on_hosts(
                     tb,
                     JOBS["binsgdm"][0],
-                    ["--mode", "kernels", "--elements", str(padded(job.params, n)), *job.args()],
+                    ["--mode", "kernels", "--elements", str(padded_elements(job.params, n)), *job.args()],
                     {},
                     progress,
                     900,

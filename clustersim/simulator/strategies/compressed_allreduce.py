@@ -22,22 +22,20 @@ buffers device->host->device over PCIe with pageable copies and a host synchroni
 
 from __future__ import annotations
 
-import math
-
 from clustersim.catalog import hardware_defaults
-from clustersim.cost_models.kernel_bytes import FINISH_PASSES, PADDING_PASS, SERVER_PASSES, WORKER_PASSES  # noqa: F401
+from clustersim.cost_models.kernel_bytes import (  # noqa: F401
+    FINISH_PASSES,
+    PADDING_PASS,
+    SERVER_PASSES,
+    WORKER_PASSES,
+    padded_elements,
+)
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective
 from clustersim.topologies.node import pcie_bandwidth
 
 HOST_SYNC_S = hardware_defaults()["host_sync_s"]  # per host-staged phase: catalogs/hardware_defaults.yaml
-
-
-def padded_elements(n: int, p: int) -> int:
-    """n padded to a multiple of p * lcm(p, 8) (DeepSpeed's corrected_tensor_size)."""
-    unit = p * math.lcm(p, 8)
-    return -(-n // unit) * unit
 
 
 def compressed_allreduce_bytes(n: int, p: int, g: int) -> dict[str, float]:
