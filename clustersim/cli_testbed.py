@@ -147,8 +147,10 @@ def testbed_validate(
         seq=seq,
         steps=steps,
     )
-    if out is not None and out.is_dir():
-        raise InputError(f"{out} is a directory; give a file name", key="--out")
+    if out is not None:
+        from clustersim.io import check_writable_file
+
+        check_writable_file(out)  # before minutes of measuring, not after
     require_tools()
     with spinner("testbed validation", json_out) as progress:
         result = validate(counts, rate, job, chosen, samples=samples, progress=progress)

@@ -48,6 +48,24 @@ def test_bad_rate_and_hosts(runner):
     assert runner.invoke(app, ["testbed", "up", "--hosts", "1", "--rate", "1gbit"]).exit_code == 2
 
 
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--hosts", "1"], "--hosts"),
+        (["--optimizers", "adam,lion"], "unknown optimizer 'lion'"),
+        (["--model", "cnn"], "unknown model 'cnn'"),
+        (["--out", "/nonexistent-cst/x.json"], "does not exist"),
+    ],
+)
+def test_validate_refuses_bad_input_before_any_work(runner, args, expected, monkeypatch):
+    """One line and exit 2 before the testbed is touched: a bad --out must not cost minutes of measuring."""
+    from clustersim.testbed import validate
+
+    monkeypatch.setattr(validate, "validate", lambda *a, **k: pytest.fail("measured before refusing"))
+    r = runner.invoke(app, ["testbed", "validate", *args])
+    assert r.exit_code == 2 and expected in r.output and "Traceback" not in r.output, r.output
+
+
 def _can_make_namespaces() -> bool:
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         return False

@@ -148,7 +148,8 @@ def _wait(procs, log0, progress, timeout_s: float) -> None:
             log0.seek(seen)
             chunk = log0.read()
             seen = log0.tell()
-            lines = [ln for ln in chunk.splitlines() if ln.strip()]
+            # torch's own warnings ("[W1123 ... socket.cpp ...]") are not progress
+            lines = [ln for ln in chunk.splitlines() if ln.strip() and not ln.startswith("[W")]
             if lines:
                 progress(lines[-1])
         time.sleep(0.5)
