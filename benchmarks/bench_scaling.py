@@ -2,11 +2,12 @@
 
     nice -n 19 .venv/bin/python benchmarks/bench_scaling.py [--baseline REF] [--pairs N]
 
-A custom model of L identical layers (1M parameters each, fp16) on the default cluster (32 V100s,
-Adam + DDP). First L grows at a 25 MB bucket cap (buckets grow with it), then L = 96 is fixed and
-the bucket cap shrinks from one bucket to one per layer. Columns: ops simulated, median ms per run
-of each side, microseconds per op of each side's fastest run ("best"), the median ratio old/new and
-its p10-p90. Linear cost means constant microseconds per op down each table.
+A custom model of L identical layers (1M parameters each, fp16) on the default cluster (32 V100s, Adam +
+DDP). First L grows at a 25 MB bucket cap (buckets grow with it), then L = 96 is fixed and the bucket
+cap shrinks from one bucket to one per layer. Last, Megatron-LM's GPT configurations from 1.7B to 1T
+parameters (Narayanan et al. SC'21) on 16 DGX H100 nodes, data parallel, memory check off. Columns: ops
+simulated, median ms per run of each side, microseconds per op of each side's fastest run ("best"), the
+median ratio old/new and its p10-p90. Linear cost means constant microseconds per op down each table.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import argparse
 import statistics
 
 from _abtest import AB, DEFAULT_BASELINE
+from cases import MODEL_SIZES
 
 LAYERS = (12, 24, 48, 96, 192, 384, 768)
 BUCKET_MB = (400.0, 100.0, 25.0, 6.25, 1.5625)
 
 
-def _row(ab: AB, label: str, arg, pairs: int) -> str:
-    c = ab.compare("scaling", pairs, arg, label)
+def _row(ab: AB, label: str, arg, pairs: int, case: str = "scaling") -> str:
+    c = ab.compare(case, pairs, arg, label)
     old, new = statistics.median(c.old_s), statistics.median(c.new_s)
     lo, hi = c.spread()
     ops = c.new_info["ops"]
@@ -53,6 +55,11 @@ def main() -> None:
         print(head)
         for mb in BUCKET_MB:
             print(_row(ab, f"bucket cap {mb:g} MB", (96, mb), args.pairs), flush=True)
+        print("model size (Megatron GPT configurations, 25 MB buckets)")
+        print(head)
+        for name, (layers, hidden) in MODEL_SIZES.items():
+            label = f"{name} ({layers} x h={hidden})"
+            print(_row(ab, label, name, args.pairs, "model-size"), flush=True)
     finally:
         ab.close()
 

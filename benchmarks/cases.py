@@ -79,6 +79,56 @@ def run_scaling(arg):
     return simulate(s).iteration_time
 
 
+# Megatron-LM's GPT configurations (Narayanan et al., SC'21, Table 1): (layers, hidden size) of the
+# 1.7B, 18B, 175B and 1T models; 12*h^2 parameters per transformer block.
+MODEL_SIZES = {"1.7B": (24, 2304), "18B": (40, 6144), "175B": (96, 12288), "1T": (128, 25600)}
+
+
+def run_model_size(arg):
+    """A GPT block stack of Megatron's ``arg`` configuration on 16 DGX H100 nodes, data parallel, memory
+    check off (the large ones do not fit without sharding): cost vs model size up to 1T parameters."""
+    from unittest import mock
+
+    from clustersim.simulator import runner, simulate
+
+    layers, h = MODEL_SIZES[arg]
+    block = {
+        "name": "block",
+        "params": 12 * h * h,
+        "forward_flops": 2 * 12 * h * h * 2048,  # 2 FLOPs per parameter per token, 2,048 tokens
+        "forward_bytes": 0,
+        "repeat": layers,
+    }
+    s = _scenario("dgx-h100-gpt3-1.3b").with_changes(**{"workload.model": None, "workload.layers": [block]})
+    with mock.patch.object(runner, "check_fits", lambda ctx, mem: None):
+        return simulate(s).iteration_time
+
+
+def sweep_row_seconds(n: int = 50) -> float:
+    """Mean seconds per row of the 1,000-row sweep (with its band), over ``n`` rows drawn at random
+    (fixed seed), in this warm process: the "single-run time" of issue #15's sweep target."""
+    import random
+
+    import yaml
+
+    from clustersim.sweeps.run import simulate_row
+    from clustersim.sweeps.spec import load_sweep
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sweep.yaml"
+        path.write_text(yaml.safe_dump(SWEEP))
+        sweep = load_sweep(path)
+    rows = random.Random(1).sample(sweep.rows(), n + 5)
+    base, spec = sweep.base.model_dump(mode="json"), sweep.spec
+    args = (spec.steps, spec.warmup, spec.global_batch, spec.samples)
+    for values in rows[:5]:  # warm the per-process caches, as a long sweep's worker has them
+        simulate_row(base, values, *args)
+    t0 = time.perf_counter()
+    for values in rows[5:]:
+        simulate_row(base, values, *args)
+    return (time.perf_counter() - t0) / n
+
+
 SWEEP = {
     "name": "bench-1000",
     "base": "preset:default",
@@ -125,6 +175,7 @@ CASES = {
     "gpus": run_gpus,
     "gpt3-175b": run_gpt3_175b,
     "scaling": run_scaling,
+    "model-size": run_model_size,
     "sweep": run_sweep,
     "cli": run_cli,
 }
