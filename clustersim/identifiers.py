@@ -19,6 +19,7 @@ class Stream(StrEnum):
     H2D = "h2d"
     D2H_STATE = "d2h_state"
     H2D_STATE = "h2d_state"
+    OUTER = "outer"  # DiLoCo's outer synchronisation: its own communicator, beside the inner all-reduces
 
 
 class Category(StrEnum):

@@ -64,12 +64,40 @@ class BinSGDMOptions(BaseModel):
     scheme: Literal["hierarchical", "flat"] | list[Phase] = "hierarchical"
 
 
+class DiLoCoOptions(BaseModel):
+    """DiLoCo (Douillard et al. 2024, arXiv:2311.08105) and Streaming DiLoCo (Douillard et al. 2025,
+    arXiv:2501.18512). ``fragments`` 1 with ``overlap_steps`` 0 and 32 bits is DiLoCo as published
+    (blocking fp32 outer synchronisation every H steps); Streaming DiLoCo synchronises P fragments of the
+    model in turn (one every H/P inner steps), lets the exchange overlap ``overlap_steps`` (tau) inner
+    steps, and sends the outer gradients in 4 bits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    workers: StrictInt = Field(
+        2, ge=2, description="M: workers (groups of whole nodes), each a data-parallel replica"
+    )
+    inner_steps: StrictInt = Field(
+        100, ge=1, description="H: inner steps between two synchronisations of a fragment (the paper's 100)"
+    )
+    fragments: StrictInt = Field(1, ge=1, description="P: fragments synchronised in turn (1: plain DiLoCo)")
+    overlap_steps: StrictInt = Field(
+        0, ge=0, description="tau: inner steps the exchange of a fragment overlaps before it is applied"
+    )
+    bits: Literal[4, 8, 16, 32] = Field(32, description="bits per outer-gradient element on the wire")
+    inter_worker_gbps: float | None = Field(
+        None, gt=0, description="bandwidth between workers, Gb/s per worker (default: the cluster's own NICs)"
+    )
+    inter_worker_latency_ms: float = Field(
+        0.0, ge=0, description="one-way latency between workers with inter_worker_gbps, ms"
+    )
+
+
 OPTIONS: dict[str, type[BaseModel]] = {
     "adam": NoOptions,
     "sgdm": NoOptions,
     "onebit-adam": OneBitAdamOptions,
     "zero-one-adam": ZeroOneAdamOptions,
     "binsgdm": BinSGDMOptions,
+    "diloco": DiLoCoOptions,
 }
 
 

@@ -128,6 +128,7 @@ def test_strategies_say_what_they_compress_and_whether_they_warm_up():
         "onebit-adam": "adam",
         "zero-one-adam": "adam",
         "binsgdm": "sgdm",
+        "diloco": "adam",
     }
     assert registry.get("onebit-adam").warmup_options({"freeze_step": 10}) == {
         "freeze_step": 10,

@@ -67,3 +67,16 @@ def padded_elements(n: int, p: int) -> int:
 
     unit = p * lcm(p, 8)
     return -(-n // unit) * unit
+
+
+# DiLoCo (Douillard et al. 2024) / Streaming DiLoCo (Douillard et al. 2025), per parameter of the
+# fragment being synchronised. Outer gradient: read the fp32 outer (global) copy 4 and the fp32 master
+# weight 4, write the outer gradient at the wire's width (bits/8; a quantizer that keeps one scale per
+# block adds nothing per element at the block sizes used). Outer step: read the averaged outer
+# gradient (bits/8, dequantised on the fly), Nesterov momentum r/w 8, outer copy r/w 8, then the
+# workers restart from it: write the fp32 master 4 and the 16-bit model copy (its width).
+DILOCO_OUTER_GRADIENT_BYTES = 8.0
+DILOCO_OUTER_STEP_BYTES = 20.0
+# A low-bit reduction (dequantise both operands, add in fp32, re-quantise): read k shards at bits/8
+# and write one, plus the fp32 accumulator r/w 8 per element of the shard.
+DILOCO_REDUCE_ACCUMULATOR_BYTES = 8.0

@@ -184,12 +184,14 @@ def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _
         step.program.links = {**links, **step.program.links}
         start, end = _run_engine(ctx, step.program)
         t, parts = attribute_timeline(step.program, start, end)
+        if step.covers != 1:  # per training step
+            t, parts = t / step.covers, {k: v / step.covers for k, v in parts.items()}
         w = step.weight / total_weight
         out.iteration += w * t
         for k, v in parts.items():
             out.breakdown[k] += w * v
-        s_intra = sum(op.intra_node_bytes for op in step.program.ops)
-        s_inter = sum(op.inter_node_bytes for op in step.program.ops)
+        s_intra = sum(op.intra_node_bytes for op in step.program.ops) / step.covers
+        s_inter = sum(op.inter_node_bytes for op in step.program.ops) / step.covers
         out.intra += w * s_intra
         out.inter += w * s_inter
         out.per_step.append(
@@ -278,6 +280,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
+    own, own_notes = strategy.result_extra(out.per_step)
+    extra.update(own)
     samples = (
         scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
     )
@@ -297,7 +301,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         },
         buckets=buckets,
         ops=out.main_records,
-        notes=list(ctx.notes),
+        notes=[*ctx.notes, *own_notes],
         sources=sources,
         memory=memory,
         extra=extra,

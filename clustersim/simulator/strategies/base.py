@@ -15,12 +15,15 @@ from clustersim.simulator.program import Program
 
 @dataclass
 class StepProgram:
-    """One kind of training step and the fraction of steps that are of this kind."""
+    """One kind of training step and the fraction of steps that are of this kind. A program may cover
+    ``covers`` consecutive steps (DiLoCo's exchange overlaps several inner steps): its time, breakdown and
+    bytes are divided by that number, and ``weight`` is still the fraction of steps it accounts for."""
 
     label: str
     weight: float
     program: Program
     buckets: list[dict] = field(default_factory=list)  # DDP buckets: {"bucket", "bytes", "op"}
+    covers: int = 1
 
 
 class Strategy:
@@ -58,6 +61,11 @@ class Strategy:
 
     def steps(self) -> list[StepProgram]:
         raise NotImplementedError
+
+    def result_extra(self, per_step: list[dict]) -> tuple[dict, list[str]]:
+        """Strategy-specific results (``SimulationResult.extra``) and notes, from the simulated steps
+        (``per_step``: label, weight, iteration_time_s, breakdown_s, bytes of each step program)."""
+        return {}, []
 
     def extra_gpu_memory(self) -> dict[str, float]:
         """Strategy-specific GPU memory (error-feedback buffers, ...), bytes per rank."""

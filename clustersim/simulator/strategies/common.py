@@ -77,9 +77,9 @@ def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> 
 
 
 def add_ddp_gradient_sync(
-    prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool
+    prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool, shape=None
 ) -> tuple[list[int], list[dict]]:
-    """Forward/backward plus DDP bucketed all-reduce of the gradients.
+    """Forward/backward plus DDP bucketed all-reduce of the gradients over ``shape`` (default: every rank).
 
     With overlap, a bucket's all-reduce is launched when it and all earlier buckets are ready
     (launch_i = max(ready_i, launch_{i-1}), enforced by the FIFO comm stream). Without it (DeepSpeed's
@@ -112,6 +112,7 @@ def add_ddp_gradient_sync(
             f"all_reduce bucket{bucket.index}",
             "all_reduce",
             nbytes,
+            shape,
             deps=(dep,),
             bucket=bucket.index,
         )

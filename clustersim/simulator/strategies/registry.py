@@ -10,10 +10,11 @@ from clustersim.optimizer_options import parse_options
 def _strategies() -> dict:
     from clustersim.simulator.strategies.binsgdm import BinSGDM
     from clustersim.simulator.strategies.ddp import AdamDDP, SgdmDDP
+    from clustersim.simulator.strategies.diloco import DiLoCo
     from clustersim.simulator.strategies.onebit_adam import OneBitAdam
     from clustersim.simulator.strategies.zero_one_adam import ZeroOneAdam
 
-    return {cls.name: cls for cls in (AdamDDP, SgdmDDP, OneBitAdam, ZeroOneAdam, BinSGDM)}
+    return {cls.name: cls for cls in (AdamDDP, SgdmDDP, OneBitAdam, ZeroOneAdam, BinSGDM, DiLoCo)}
 
 
 def names() -> list[str]:

@@ -1,0 +1,267 @@
+"""DiLoCo and Streaming DiLoCo: workers that synchronise rarely, a fragment of the model at a time.
+
+The cluster's nodes form M workers (``workers``, groups of whole nodes). Each worker is a data-parallel
+replica: every inner step is an Adam step with a DDP all-reduce inside the worker only. Every H inner
+steps (``inner_steps``) each fragment of the model is synchronised across workers: its outer gradient
+(the outer copy minus the worker's weights) is averaged over the M workers and applied by an outer
+Nesterov-momentum step, from which the workers continue (Douillard et al. 2024, arXiv:2311.08105).
+Streaming DiLoCo (Douillard et al. 2025, arXiv:2501.18512) splits the model into P fragments
+(``fragments``) synchronised in turn, one every H/P inner steps, lets a fragment's exchange run during
+the next tau inner steps (``overlap_steps``) before it is applied, and sends the outer gradients in 4
+bits (``bits``). Convergence is outside the simulator: the user supplies the number of steps.
+
+What is simulated. The schedule repeats every K = H/P inner steps, and every period is alike: one
+fragment (Psi/P parameters) is exchanged. So two programs: a plain inner step, and a "sync window"
+holding the fragment's outer gradient, its exchange on its own stream (``outer``, a separate
+communicator as DiLoCo implementations use), the tau inner steps it overlaps, and the outer step,
+which waits for both (tau = 0: the inner step before a blocking exchange). The window covers
+n = max(tau, 1) steps; weighted (K - n)/K and n/K per step, their mean is the time per inner step. The
+exchange shares the NICs with the inner steps' all-reduces in the engine; with ``inter_worker_gbps``
+the workers are instead joined by their own links (datacenters), priced as a ring over M workers:
+2(M-1)/M of the fragment's bytes through each worker's link plus 2(M-1) latencies.
+
+How the exchange is carried out. Every GPU of a worker holds the whole model, so the worker's n GPUs
+split the fragment and each all-reduces its 1/n with its peers in the other workers (M ranks, one per
+worker; the g GPUs of a node do so at once and share its NICs). At 16 and 32 bits NCCL sums natively;
+at 4 and 8 bits a sum of quantised values needs its own scales, so it is a reduce-scatter by
+all-to-all, a dequantise-add-requantise pass, and an all-gather: the bytes of a ring all-reduce at that
+width.
+
+Memory: inner Adam state (8 B/parameter) plus the fp32 outer copy and outer momentum (8 B), kept on
+the GPU as in the papers' setting (accelerators hold everything), and one fragment's staging buffers.
+"""
+
+from __future__ import annotations
+
+from clustersim.cost_models.kernel_bytes import (
+    DILOCO_OUTER_GRADIENT_BYTES,
+    DILOCO_OUTER_STEP_BYTES,
+    DILOCO_REDUCE_ACCUMULATOR_BYTES,
+    FUSED_ADAM,
+)
+from clustersim.errors import InputError
+from clustersim.optimizer_options import DiLoCoOptions
+from clustersim.simulator import offload
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.base import StepProgram, Strategy
+from clustersim.simulator.strategies.common import add_collective, add_ddp_gradient_sync, add_update_and_other
+from clustersim.topologies.cluster import GroupShape
+
+KEY = "training.optimizer_options"
+
+
+class DiLoCo(Strategy):
+    name = "diloco"
+    summary = (
+        "DiLoCo / Streaming DiLoCo: M workers, H inner Adam steps, outer sync of P fragments (tau, bits)"
+    )
+    Options = DiLoCoOptions
+    baseline = "adam"
+    update_bytes_per_param = FUSED_ADAM
+    state_bytes_per_param = 16.0  # inner Adam m, v (8) + fp32 outer copy and outer momentum (8)
+
+    def __init__(self, ctx, options: DiLoCoOptions):
+        super().__init__(ctx, options)
+        c = ctx.scenario.cluster
+        if offload.mode(ctx) != "none":
+            raise InputError(
+                "diloco with CPU offload is not modelled (neither paper offloads)",
+                key="training.offload.mode",
+            )
+        if c.nodes % options.workers:
+            raise InputError(
+                f"{options.workers} workers need a multiple of {options.workers} nodes (a worker is a group "
+                f"of whole nodes); the cluster has {c.nodes}",
+                key=f"{KEY}.workers",
+            )
+        if options.inner_steps % options.fragments:
+            raise InputError(
+                f"inner_steps {options.inner_steps} is not a multiple of fragments {options.fragments} "
+                "(one fragment is synchronised every inner_steps / fragments steps)",
+                key=f"{KEY}.fragments",
+            )
+        period = options.inner_steps // options.fragments
+        if options.overlap_steps > period:
+            raise InputError(
+                f"overlap_steps {options.overlap_steps} exceeds the {period} "
+                "inner steps between two fragment synchronisations",
+                key=f"{KEY}.overlap_steps",
+            )
+
+    # ---- the shapes ------------------------------------------------------------------------------
+    @property
+    def worker(self) -> GroupShape:
+        """One worker's GPUs: its inner all-reduce group."""
+        c = self.ctx.scenario.cluster
+        return GroupShape(c.nodes // self.options.workers, c.gpus_per_node)
+
+    @property
+    def fragment_params(self) -> float:
+        return self.ctx.params / self.options.fragments
+
+    @property
+    def period(self) -> int:
+        """K: inner steps between two fragment synchronisations."""
+        return self.options.inner_steps // self.options.fragments
+
+    def fragment_wire_bytes(self) -> float:
+        return self.fragment_params * self.options.bits / 8
+
+    # ---- programs ----------------------------------------------------------------------------------
+    def _inner_step(self, prog: Program) -> int:
+        """One Adam step with DDP inside the worker (after what the compute stream holds already: streams
+        run in order); returns the id of its last op."""
+        ctx = self.ctx
+        comm, _ = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap, self.worker)
+        return add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], self.update_bytes_per_param)
+
+    def _exchange(self, prog: Program, dep: int) -> int:
+        """The fragment's outer gradient averaged over the workers; returns the id of its last op."""
+        ctx, o = self.ctx, self.options
+        wire = o.bits / 8
+        if o.inter_worker_gbps is not None:
+            m = o.workers
+            nbytes = self.fragment_wire_bytes()
+            secs = 2 * (m - 1) / m * nbytes / (o.inter_worker_gbps * 1e9 / 8) + 2 * (m - 1) * (
+                o.inter_worker_latency_ms / 1e3
+            )
+            return prog.add(
+                f"outer all_reduce fragment ({o.bits}b, inter-worker links)",
+                "outer",
+                secs,
+                "communication",
+                (dep,),
+                meta={"op": "all_reduce", "bytes": nbytes, "ranks": m, "source": "inter_worker_gbps"},
+            )
+        c = ctx.scenario.cluster
+        shape = GroupShape(o.workers, 1, sharing=c.gpus_per_node)
+        per_gpu = self.fragment_params / self.worker.ranks  # elements this GPU exchanges
+        if o.bits >= 16:
+            return add_collective(
+                prog,
+                ctx,
+                f"outer all_reduce fragment ({o.bits}b)",
+                "all_reduce",
+                per_gpu * wire,
+                shape,
+                deps=(dep,),
+                stream="outer",
+            )
+        dep = add_collective(
+            prog,
+            ctx,
+            f"outer reduce_scatter fragment ({o.bits}b, all_to_all)",
+            "all_to_all",
+            per_gpu * wire,
+            shape,
+            deps=(dep,),
+            stream="outer",
+        )
+        shard = per_gpu / o.workers
+        dep = prog.add(
+            "outer dequantise + sum + requantise",
+            "outer",
+            ctx.device.stream_time(shard * (o.workers * wire + wire + DILOCO_REDUCE_ACCUMULATOR_BYTES)),
+            "compression",
+            (dep,),
+        )
+        return add_collective(
+            prog,
+            ctx,
+            f"outer all_gather fragment ({o.bits}b)",
+            "all_gather",
+            per_gpu * wire,
+            shape,
+            deps=(dep,),
+            stream="outer",
+        )
+
+    def sync_window(self) -> Program:
+        """Outer gradient of one fragment, its exchange beside the tau inner steps it overlaps, the outer
+        step after both (the next inner step starts from its result). With tau = 0 the exchange blocks:
+        the window is the inner step after which it runs, then the exchange and the outer step."""
+        ctx, o = self.ctx, self.options
+        prog = Program()
+        wire = o.bits / 8
+        last = self._inner_step(prog) if o.overlap_steps == 0 else None
+        start = prog.add(
+            "outer gradient + quantise (fragment)",
+            "compute",
+            ctx.device.stream_time(
+                self.fragment_params * (DILOCO_OUTER_GRADIENT_BYTES + wire), "diloco_outer"
+            ),
+            "compression",
+            (last,),
+        )
+        exchanged = self._exchange(prog, start)
+        last = start
+        for _ in range(o.overlap_steps):
+            last = self._inner_step(prog)
+        prog.add(
+            "outer Nesterov step + restart (fragment)",
+            "compute",
+            ctx.device.stream_time(
+                self.fragment_params * (wire + DILOCO_OUTER_STEP_BYTES + ctx.grad_bytes), "diloco_outer"
+            ),
+            "optimizer",
+            (exchanged, last),
+        )
+        return prog
+
+    @property
+    def window_steps(self) -> int:
+        """Inner steps the sync window holds."""
+        return max(1, self.options.overlap_steps)
+
+    def steps(self) -> list[StepProgram]:
+        k, n = self.period, self.window_steps
+        label = f"sync window ({self.options.overlap_steps} overlapped inner steps)"
+        steps = [StepProgram(label, n / k, self.sync_window(), covers=n)]
+        if k > n:  # the inner steps outside the window
+            inner = Program()
+            self._inner_step(inner)
+            steps.insert(0, StepProgram("inner step", (k - n) / k, inner))
+        return steps
+
+    def extra_gpu_memory(self) -> dict[str, float]:
+        """The fragment's outer gradient (fp32) and, below 32 bits, its quantised wire copy."""
+        bits = self.options.bits
+        return {"outer_fragment_buffers": self.fragment_params * (4 + (bits / 8 if bits < 32 else 0))}
+
+    def result_extra(self, per_step: list[dict]) -> tuple[dict, list[str]]:
+        """Bandwidth between workers: bytes per inner step (average and within the overlap window) and the
+        bandwidth at which the exchange hides behind the overlapped steps (the paper's reporting)."""
+        o, k = self.options, self.period
+        inner = next((s["iteration_time_s"] for s in per_step if s["label"] == "inner step"), None)
+        ring = 2 * (o.workers - 1) / o.workers
+        per_worker = ring * self.fragment_wire_bytes()  # through each worker's links per fragment
+        # The time the overlapped steps leave for moving bytes, after the ring's 2(M-1) latencies.
+        window = (
+            o.overlap_steps * inner - 2 * (o.workers - 1) * o.inter_worker_latency_ms / 1e3 if inner else 0
+        )
+        summary = {
+            "workers": o.workers,
+            "inner_steps": o.inner_steps,
+            "fragments": o.fragments,
+            "overlap_steps": o.overlap_steps,
+            "bits": o.bits,
+            "fragment_params": self.fragment_params,
+            "bytes_per_worker_per_inner_step": per_worker / k,
+            "inner_step_s": inner,
+            "hide_bandwidth_gbps": per_worker * 8 / window / 1e9 if window > 0 else None,
+        }
+        avg = per_worker * 8 / k / inner / 1e9 if inner else None
+        note = (
+            f"diloco: {o.workers} workers of {self.worker.ranks} GPUs; a fragment of "
+            f"{self.fragment_params / 1e6:,.1f}M parameters ({o.bits}b) every {k} inner steps: "
+            f"{per_worker / 1e9:.3g} GB through each worker's links per fragment"
+            + (f", {avg:.3g} Gb/s on average" if avg is not None else "")
+            + (
+                f"; it hides behind the {o.overlap_steps} overlapped steps at "
+                f"{summary['hide_bandwidth_gbps']:.3g} Gb/s or more per worker"
+                if summary["hide_bandwidth_gbps"]
+                else "; it cannot hide: "
+                + ("overlap_steps is 0" if not o.overlap_steps else "the latencies alone outlast the overlap")
+            )
+        )
+        return {"diloco": summary}, [note]

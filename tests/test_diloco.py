@@ -1,0 +1,130 @@
+"""DiLoCo / Streaming DiLoCo (simulator/strategies/diloco.py): the schedule's closed forms, invariants,
+the bandwidth it reports, and refusals."""
+
+import pytest
+from conftest import make_scenario
+
+from clustersim.cli import app
+from clustersim.errors import InputError
+from clustersim.simulator import simulate
+
+SLOW = {"cluster.nic.line_rate_gbps": 10, "cluster.nodes": 4}
+
+
+def diloco(**options):
+    opts = {"workers": 2, "inner_steps": 100, "fragments": 4, "overlap_steps": 1, "bits": 4, **options}
+    return make_scenario(**SLOW, **{"training.optimizer": "diloco", "training.optimizer_options": opts})
+
+
+def steps_of(result):
+    return {s["label"].split(" (")[0]: s for s in result.extra["steps"]}
+
+
+def test_inner_step_is_adam_ddp_on_one_worker():
+    """An inner step is an Adam step with DDP inside one worker: the same program as Adam on a cluster
+    of one worker's nodes."""
+    r = simulate(diloco(), uncertainty_samples=0)
+    one_worker = make_scenario(**{**SLOW, "cluster.nodes": 2})
+    adam = simulate(one_worker, uncertainty_samples=0)
+    assert steps_of(r)["inner step"]["iteration_time_s"] == pytest.approx(adam.iteration_time, rel=1e-9)
+
+
+@pytest.mark.parametrize("tau", [0, 1, 5])
+def test_mean_step_is_the_weighted_period(tau):
+    """Per inner step: ((K - n) * inner + window) / K with K = H/P and n = max(tau, 1) steps in the window."""
+    r = simulate(diloco(overlap_steps=tau), uncertainty_samples=0)
+    s = steps_of(r)
+    k, n = 25, max(tau, 1)
+    window = s["sync window"]["iteration_time_s"] * n  # the runner reports it per step
+    expected = ((k - n) * s["inner step"]["iteration_time_s"] + window) / k
+    assert r.iteration_time == pytest.approx(expected, rel=1e-9)
+
+
+def test_blocking_exchange_is_fully_exposed_at_tau_zero():
+    """tau = 0 over a slow inter-worker link: the window is the inner step plus the whole exchange
+    (ring closed form: 2(M-1)/M of the fragment's bytes plus 2(M-1) latencies) plus the outer kernels."""
+    gbps, lat_ms = 1.0, 30.0
+    r = simulate(
+        diloco(overlap_steps=0, inter_worker_gbps=gbps, inter_worker_latency_ms=lat_ms), uncertainty_samples=0
+    )
+    s = steps_of(r)
+    fragment_bytes = r.extra["diloco"]["fragment_params"] * 4 / 8
+    exchange = 2 * 1 / 2 * fragment_bytes / (gbps * 1e9 / 8) + 2 * 1 * lat_ms / 1e3
+    extra = s["sync window"]["iteration_time_s"] - s["inner step"]["iteration_time_s"]
+    assert extra >= exchange
+    assert extra == pytest.approx(exchange, rel=0.02)  # the outer kernels are milliseconds against seconds
+
+
+def test_overlap_hides_the_exchange_above_the_reported_bandwidth():
+    """The reported hide bandwidth is where the exchange stops costing time: above it the mean step is the
+    inner step plus the outer kernels only; well below it the exchange shows."""
+    probe = simulate(diloco(overlap_steps=2, inter_worker_gbps=100.0), uncertainty_samples=0)
+    hide = probe.extra["diloco"]["hide_bandwidth_gbps"]
+    inner = steps_of(probe)["inner step"]["iteration_time_s"]
+    fast = simulate(diloco(overlap_steps=2, inter_worker_gbps=hide * 1.05), uncertainty_samples=0)
+    slow = simulate(diloco(overlap_steps=2, inter_worker_gbps=hide / 4), uncertainty_samples=0)
+    assert fast.iteration_time == pytest.approx(inner, rel=0.01)
+    assert slow.iteration_time > fast.iteration_time * 1.05
+
+
+def test_more_bandwidth_and_more_overlap_are_never_slower():
+    times = [
+        simulate(diloco(inter_worker_gbps=g, overlap_steps=1), uncertainty_samples=0).iteration_time
+        for g in (0.5, 1, 2, 5, 20, 100)
+    ]
+    assert all(a >= b - 1e-12 for a, b in zip(times, times[1:]))
+    by_tau = [simulate(diloco(overlap_steps=t), uncertainty_samples=0).iteration_time for t in (0, 1, 2, 5)]
+    assert all(a >= b - 1e-12 for a, b in zip(by_tau, by_tau[1:]))
+
+
+def test_fewer_bits_and_more_fragments_send_less_per_fragment():
+    """Bytes per worker per inner step = 2(M-1)/M * Psi * bits/8 / H, whatever P (P spreads, not saves)."""
+    for bits in (4, 8, 16, 32):
+        for p in (1, 4):
+            r = simulate(diloco(bits=bits, fragments=p, overlap_steps=1), uncertainty_samples=0)
+            d = r.extra["diloco"]
+            psi = d["fragment_params"] * p
+            assert d["bytes_per_worker_per_inner_step"] == pytest.approx(2 * 1 / 2 * psi * bits / 8 / 100)
+
+
+def test_exchange_on_the_cluster_network_uses_the_nics():
+    """Without inter_worker_gbps the exchange runs over the cluster's NICs: its ops carry inter-node bytes
+    and low-bit widths go by all-to-all + all-gather."""
+    # one inner step per synchronisation: the window is the only (so the recorded) program
+    window = simulate(diloco(bits=4, overlap_steps=0, fragments=1, inner_steps=1), uncertainty_samples=0)
+    outer = [op for op in window.ops if op.stream == "outer"]
+    assert [op.meta.get("op") for op in outer if op.category == "communication"] == [
+        "all_to_all",
+        "all_gather",
+    ]
+    assert all(op.inter_node_bytes > 0 for op in outer if op.category == "communication")
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"workers": 3}, "training.optimizer_options.workers"),
+        ({"fragments": 3}, "training.optimizer_options.fragments"),
+        ({"fragments": 4, "overlap_steps": 26}, "training.optimizer_options.overlap_steps"),
+    ],
+)
+def test_impossible_schedules_name_their_key(options, key):
+    with pytest.raises(InputError) as exc:
+        simulate(diloco(**options), uncertainty_samples=0)
+    assert exc.value.key == key
+
+
+def test_cli_refusal_is_one_line(runner, tmp_path):
+    f = tmp_path / "d.yaml"
+    f.write_text(
+        "cluster: {nodes: 4, gpus_per_node: 4, gpu: A100-80GB}\n"
+        "workload: {model: BERT-Large, micro_batch: 8, seq_len: 128}\n"
+        "training: {optimizer: diloco, optimizer_options: {workers: 3}}\n"
+    )
+    res = runner.invoke(app, ["run", str(f), "--samples", "0"])
+    assert res.exit_code == 2
+    assert (
+        "workers" in res.output
+        and "Traceback" not in res.output
+        and len(res.output.strip().splitlines()) == 1
+    )
