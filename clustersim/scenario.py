@@ -144,6 +144,22 @@ class LayerSpec(_Strict):
     repeat: Count = Field(1, gt=0)
 
 
+class InputSpec(_Strict):
+    """The input pipeline over PCIe: each sample's features are gathered from host memory (as in GCN
+    training on large graphs: the sampled nodes' feature rows). ``host_gather``: CPU threads gather
+    the rows into a pinned buffer, then one H2D copy; ``zero_copy``: GPU threads read the rows from
+    host memory directly over PCIe (Min et al., VLDB 2021, "Large Graph Convolutional Network Training
+    with GPU-Oriented Data Communication Architecture")."""
+
+    bytes_per_sample: Number = Field(gt=0, description="feature bytes gathered from host memory per sample")
+    row_bytes: Number | None = Field(
+        None, gt=0, description="bytes of one gathered row (feature vector); default: one block per sample"
+    )
+    mode: Literal["host_gather", "zero_copy"] = "host_gather"
+    prefetch: bool = Field(True, description="load the next batch while this step runs (DataLoader prefetch)")
+    aligned: bool = Field(True, description="zero_copy: rows start on 128-byte boundaries (PyTorch-Direct)")
+
+
 class WorkloadSpec(_Strict):
     model: str | None = None
     layers: list[LayerSpec] | None = None
@@ -151,6 +167,7 @@ class WorkloadSpec(_Strict):
     seq_len: Count | None = Field(None, gt=0)
     precision: Precision = "fp16"
     gradient_accumulation: Count = Field(1, gt=0)
+    input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":

@@ -26,6 +26,10 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.workload.activation_bytes,
     }
+    if ctx.scenario.workload.input is not None:
+        from clustersim.simulator.input_pipeline import input_gpu_bytes
+
+        mem["input_batches"] = input_gpu_bytes(ctx)
     if offloaded and ctx.offload_placement is not None:
         from clustersim.simulator.offload import offload_memory
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.buckets import assign_buckets
 
@@ -59,9 +60,15 @@ def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> 
     steps = ctx.scenario.workload.gradient_accumulation
     last = None
     for micro in range(steps):
-        for layer in layers:
+        batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
+        for li, layer in enumerate(layers):
             prog.add(
-                f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro}
+                f"fwd {layer.name}",
+                "compute",
+                ctx.forward_time(layer),
+                "forward",
+                (batch,) if li == 0 and batch is not None else (),
+                meta={"micro": micro},
             )
         for li in reversed(range(len(layers))):
             last = prog.add(
