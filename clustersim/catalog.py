@@ -70,6 +70,9 @@ class GpuSpec(_Strict):
     memory_gib: float = Field(gt=0)
     nvlink: NvlinkSpec
     pcie_gen: int = Field(ge=3, le=6)
+    price_per_gpu_hour: float | None = Field(
+        None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
+    )
 
     def pcie_generation(self, override: int | None) -> int:
         """The host interface generation: the scenario's ``intra_node.pcie_gen`` if set, else the GPU's."""

@@ -23,6 +23,7 @@ from clustersim.cli_support import (
     console,
     emit_json,
     finite_option,
+    plain_help_when_piped,
     progress_bar,
     spinner,
     table,
@@ -483,6 +484,7 @@ def main() -> None:  # console-script entry point
     if hasattr(signal, "SIGPIPE"):
         # `clustersim run ... | head` : stop quietly when the reader goes away, as Unix tools do
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    plain_help_when_piped()
     app()
 
 

@@ -64,7 +64,17 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
         return
     console.print(f"[bold]{g.name}[/]: {g.description}")
     for k, v in g.model_dump(exclude={"name", "description"}).items():
-        console.print(f"  {k}: {v}")
+        console.print(f"  {k}: {_plain(v)}", highlight=False)
+
+
+def _plain(value) -> str:
+    """A catalog value as a reader writes it: ``fp16 989.4, bf16 989.4`` rather than a Python dict; unset
+    entries left out."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items() if v is not None) or "—"
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
 
 
 @models_app.command("list")

@@ -112,6 +112,35 @@ class HelpfulGroup(TyperGroup):
         tidy_help(self)
 
 
+def plain_help_when_piped() -> None:
+    """``--help`` into a pipe or a file: panels without box borders (a log or a grep should see the text,
+    not rounded corners). Patched into typer's help formatter on its first use, so commands that print no
+    help import nothing more."""
+    import sys
+
+    if sys.stdout.isatty():
+        return
+    from typer import core
+
+    def borderless(format_help):
+        @functools.wraps(format_help)
+        def wrapper(self, ctx, formatter):
+            from rich import box
+            from typer import rich_utils
+
+            if not getattr(rich_utils, "_clustersim_plain", False):
+                rich_utils.Panel = functools.partial(rich_utils.Panel, box=box.SIMPLE)
+                rich_utils._clustersim_plain = True
+            return format_help(self, ctx, formatter)
+
+        return wrapper
+
+    for cls in (core.TyperCommand, core.TyperGroup):
+        if not getattr(cls.format_help, "_clustersim_plain", False):
+            cls.format_help = borderless(cls.format_help)
+            cls.format_help._clustersim_plain = True
+
+
 def fail(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)

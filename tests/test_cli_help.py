@@ -48,3 +48,14 @@ def test_metavars_of_plain_click_parameters():
     assert value_metavar(click.Option(["--p"], type=click.Path())) == "PATH"
     assert value_metavar(click.Option(["--f"], is_flag=True)) == ""
     assert value_metavar(click.Argument(["files"], nargs=-1)) == "FILES..."
+
+
+def test_help_into_a_pipe_has_no_box_borders():
+    """`clustersim run --help | less` or into a CI log: the panels' text without rounded borders."""
+    import subprocess
+    import sys
+
+    code = "import sys; from clustersim.cli import main; sys.argv = ['clustersim', 'run', '--help']; main()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Usage: clustersim run" in out and "--samples" in out
+    assert not any(ch in out for ch in "╭╮╰╯│─")

@@ -400,3 +400,36 @@ def test_sweep_resume_refuses_a_changed_catalog(runner, tmp_path, user_catalog):
     user_catalog.write_text(yaml.safe_dump(data))
     r = invoke(runner, "sweep", path, "--out", out, "--json")  # another X100: another sweep
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+
+
+def test_a_user_gpu_carries_its_price_into_plan_and_report(tmp_path):
+    """A user catalog entry may name its price per GPU-hour; without one (and no --price) the message
+    says both ways to give it."""
+    from clustersim.errors import InputError
+    from clustersim.report.analysis import price_of
+
+    gpu = {
+        "chip": "X100",
+        "description": "test GPU",
+        "peak_tflops": {"fp32": 100, "bf16": 3000, "fp16": 3000},
+        "hbm_gbs": 12000,
+        "memory_gib": 256,
+        "nvlink": {"links": 18, "gbs_per_link": 80},
+        "pcie_gen": 5,
+    }
+    priced = write(tmp_path, "priced.yaml", {"X100": {**gpu, "price_per_gpu_hour": 20.0}})
+    unpriced = write(tmp_path, "unpriced.yaml", {"X100": gpu})
+    with catalog.user_catalogs([priced]):
+        assert price_of("X100", None) == 20.0
+        assert price_of("X100", 3.0) == 3.0  # --price wins
+    with catalog.user_catalogs([unpriced]), pytest.raises(InputError) as exc:
+        price_of("X100", None)
+    assert "price_per_gpu_hour" in str(exc.value) and "--price" in str(exc.value)
+    assert price_of("H100-SXM", None) == 12.29  # shipped GPUs keep prices.yaml
+
+
+def test_hardware_show_prints_values_as_a_reader_writes_them(runner):
+    res = invoke(runner, "hardware", "show", "H100-SXM")
+    assert res.exit_code == 0
+    assert "{" not in res.output and "'" not in res.output
+    assert "peak_tflops: fp32 66.9, tf32 494.7" in res.output

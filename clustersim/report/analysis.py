@@ -37,9 +37,20 @@ def price_of(gpu: str, price: float | None) -> float:
         if price <= 0:
             raise InputError(f"price per GPU-hour must be positive, got {price}", key="--price")
         return price
+    from clustersim import catalog
+
+    try:
+        own = catalog.gpu(gpu).price_per_gpu_hour  # a user catalog's entry may carry its price
+    except InputError:
+        own = None
+    if own is not None:
+        return own
     table = default_prices()
     if gpu not in table:
-        raise InputError(f"no default price for {gpu}; pass --price", key="--price")
+        raise InputError(
+            f"no default price for {gpu}; pass --price, or give its catalog entry price_per_gpu_hour",
+            key="--price",
+        )
     return table[gpu]
 
 
