@@ -19,6 +19,7 @@ class Stream(StrEnum):
     H2D = "h2d"
     D2H_STATE = "d2h_state"
     H2D_STATE = "h2d_state"
+    GATHER = "gather"  # ZeRO-3/FSDP parameter all-gathers: their own stream beside the reductions
 
 
 class Category(StrEnum):

@@ -15,6 +15,14 @@ from clustersim.units import format_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
+    from clustersim.simulator.sharding import layout, sharded_memory
+
+    lay = layout(ctx)
+    if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
+        mem = sharded_memory(ctx, strategy, lay)
+        mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
+        mem["capacity"] = ctx.gpu.memory_bytes
+        return mem
     P = ctx.params
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
@@ -56,10 +64,16 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
     )
     offload = ctx.scenario.training.offload.mode != "none"
-    hint = (
-        "; try training.offload (splitting one model copy over several GPUs is not modelled yet: "
-        "data parallel only)"
-    )
+    from clustersim.simulator.sharding import layout
+
+    lay = layout(ctx)
+    if lay is None or not lay.parameters:
+        hint = (
+            "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
+            "over the data-parallel ranks) or training.offload"
+        )
+    else:
+        hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]

@@ -1,0 +1,272 @@
+"""Sharded data parallelism as a layer over a full-precision optimizer: DeepSpeed ZeRO 1/2/3, FSDP.
+
+The optimizer (Adam, SGDM) keeps its update kernel and state bytes; this strategy changes what is
+communicated and on how much of the model the update runs. How each framework runs a step:
+
+* ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py): gradients are reduced in buckets of
+  ``reduce_bucket_size`` elements to the rank owning each partition (``average_tensor``: one
+  ``dist.reduce`` per partition slice, the volume of a reduce-scatter, priced as one). Stage 2 reduces
+  as backward fills each bucket, every micro-step (gradients are partitioned); stage 1 only at the
+  accumulation boundary (``reduce_ready_partitions_and_remove_grads``). With ``overlap_comm`` (default
+  off for stages 1-2) the reduction runs on a side stream, otherwise on the compute stream (it
+  blocks backward). Each rank updates its 1/N_d of the parameters, then the updated 16-bit
+  partitions are all-gathered in ``allgather_bucket_size`` chunks (``all_gather_dp_groups``).
+* ZeRO-3 (stage3.py, partitioned_param_coordinator.py): every layer's parameters are all-gathered
+  before its forward and again before its backward (released after use), the next ones prefetched
+  while up to ``stage3_prefetch_bucket_size`` elements ahead; gradients go to ``reduce_bucket_size``
+  buckets reduce-scattered on their own stream (overlap_comm defaults to true for stage 3). The
+  step updates the rank's partition; there is no all-gather after it (the next forward gathers).
+  The reuse-distance cache (``stage3_max_reuse_distance``), which can keep the last layers of forward
+  gathered into backward, is not modelled: every layer is gathered twice, the paper's 3Ψ.
+* FSDP (torch/distributed/fsdp): one flat parameter per wrapped unit (here a layer); FULL_SHARD
+  gathers each unit before forward and backward (``limit_all_gathers`` lets one all-gather run
+  ahead; BACKWARD_PRE prefetch issues the next unit's before the current backward), reduce-scatters
+  its gradient in the post-backward hook; SHARD_GRAD_OP keeps the gathered parameters from forward to
+  backward; HYBRID_SHARD shards within the node and all-reduces the gradient shards across nodes.
+
+Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
+use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
+FSDP's unshard and post-backward streams). ZeRO++ replaces pieces of ZeRO-3 (zeropp.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator.program import Program
+from clustersim.simulator.sharding import (
+    DEEPSPEED_BUCKET_ELEMENTS,
+    DEEPSPEED_PREFETCH_ELEMENTS,
+    Layout,
+    bucket_elements,
+    layout,
+)
+from clustersim.simulator.strategies import zeropp
+from clustersim.simulator.strategies.base import StepProgram, Strategy
+from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
+from clustersim.simulator.strategies.common import add_collective, add_other
+
+
+class Sharded(Strategy):
+    """``inner`` (a full-precision Strategy) run under ZeRO or FSDP; results keep the inner's name."""
+
+    def __init__(self, ctx, inner: Strategy):
+        super().__init__(ctx, inner.options)
+        self.inner = inner
+        self.name = inner.name
+        self.summary = inner.summary
+        self.update_bytes_per_param = inner.update_bytes_per_param
+        self.state_bytes_per_param = inner.state_bytes_per_param
+        self.gpu_state_with_offload = inner.gpu_state_with_offload
+        self.layout: Layout = layout(ctx)
+
+    def extra_gpu_memory(self) -> dict[str, float]:
+        return self.inner.extra_gpu_memory()
+
+    def steps(self) -> list[StepProgram]:
+        if self.ctx.scenario.training.offload.mode != "none":
+            # ZeRO-Offload is DeepSpeed's stage 1/2 CPU path (stage_1_and_2.py cpu_offload): the
+            # existing program already reduce-scatters, moves the shard and all-gathers.
+            return self.inner.steps()
+        prog = Program()
+        if self.layout.parameters:
+            ends, buckets = _stage3_program(prog, self.ctx, self.layout)
+        else:
+            ends, buckets = _stage12_program(prog, self.ctx, self.layout)
+        ends = self._update(prog, ends)
+        if not self.layout.parameters:
+            ends = _gather_updated(prog, self.ctx, self.layout, ends)
+        add_other(prog, self.ctx, ends, params=self.ctx.params / self.layout.degree)
+        return [StepProgram("step", 1.0, prog, buckets)]
+
+    def _update(self, prog: Program, deps) -> list[int]:
+        """The optimizer's own update kernel on this rank's 1/N_d of the parameters."""
+        ctx = self.ctx
+        part = ctx.params / self.layout.degree
+        return [
+            prog.add(
+                f"{self.name} update (1/{self.layout.degree} partition)",
+                "compute",
+                ctx.device.stream_time(self.update_bytes_per_param * part, "optimizer"),
+                "optimizer",
+                tuple(deps),
+            )
+        ]
+
+
+def _reduce_buckets(ctx, lay: Layout):
+    """Gradient buckets: FSDP reduces one unit at a time; DeepSpeed fills reduce_bucket_size buckets
+    (no small first bucket, unlike DDP)."""
+    if lay.per_unit:
+        return _unit_buckets(ctx.workload.layers)
+    sh = ctx.scenario.training.sharding
+    cap = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS) * ctx.grad_bytes
+    return assign_buckets(ctx.workload.layers, ctx.grad_bytes, cap / 2**20, cap / 2**20)
+
+
+def _unit_buckets(layers) -> list[Bucket]:
+    """One bucket per FSDP unit (layer), in the order backward finishes them."""
+    order = [li for li in reversed(range(len(layers))) if layers[li].params > 0]
+    return [Bucket(i, layers[li].params, li) for i, li in enumerate(order)]
+
+
+def _reduce(prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: str) -> list[int]:
+    """One bucket's gradient reduction: reduce-scatter over the shard group (qgZ's all-to-alls
+    instead when enabled), then for FSDP hybrid an all-reduce of the shard across nodes."""
+    nbytes = bucket.nbytes(ctx.grad_bytes)
+    sh = ctx.scenario.training.sharding
+    if sh.zeropp.quantized_gradients:
+        op = zeropp.quantized_gradient_reduce(prog, ctx, bucket, dep, stream)
+    else:
+        op = add_collective(
+            prog,
+            ctx,
+            f"reduce_scatter grads {bucket.index}",
+            "reduce_scatter",
+            nbytes,
+            lay.shard,
+            deps=(dep,),
+            stream=stream,
+            bucket=bucket.index,
+        )
+    info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
+    if lay.replicate is not None:
+        op = add_collective(
+            prog,
+            ctx,
+            f"all_reduce grad shard {bucket.index} across nodes",
+            "all_reduce",
+            nbytes / lay.shard.ranks,
+            lay.replicate,
+            deps=(op,),
+            stream=stream,
+            bucket=bucket.index,
+        )
+    return [op]
+
+
+def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[dict]]:
+    """ZeRO-1/2: forward/backward with bucketed gradient reduction to the partition owners."""
+    layers = ctx.workload.layers
+    micro_steps = ctx.scenario.workload.gradient_accumulation
+    buckets = _reduce_buckets(ctx, lay)
+    by_layer: dict[int, list] = {}
+    for b in buckets:
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    stream = "comm" if lay.overlap else "compute"
+    reduced: list[int] = []
+    info: list[dict] = []
+    last = None
+    for micro in range(micro_steps):
+        boundary = micro == micro_steps - 1
+        hooked = lay.gradients or (lay.overlap and boundary)  # stage 1 reduces only at the boundary
+        for layer in layers:
+            prog.add(
+                f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro}
+            )
+        for li in reversed(range(len(layers))):
+            last = prog.add(
+                f"bwd {layers[li].name}",
+                "compute",
+                ctx.backward_time(layers[li]),
+                "backward",
+                meta={"micro": micro},
+            )
+            if hooked:
+                for b in by_layer.get(li, []):
+                    ops = _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                    reduced += ops
+    if not lay.gradients and not lay.overlap:  # stage 1 without overlap_comm: after backward
+        for b in buckets:
+            reduced += _reduce(prog, ctx, lay, b, last, info, stream)
+    return [last, *reduced], info
+
+
+def _gather_updated(prog: Program, ctx, lay: Layout, deps) -> list[int]:
+    """Stage 1/2: all-gather the updated 16-bit partitions in allgather_bucket_size chunks."""
+    d = BYTES_PER_ELEMENT[ctx.precision]
+    sh = ctx.scenario.training.sharding
+    chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
+    count = max(1, math.ceil(ctx.params / chunk))
+    return [
+        add_collective(
+            prog,
+            ctx,
+            f"all_gather updated params {i}",
+            "all_gather",
+            ctx.params * d / count,
+            lay.shard,
+            deps=tuple(deps),
+        )
+        for i in range(count)
+    ]
+
+
+def _lookahead(sizes: list[int], window: float, per_unit: bool) -> list[int]:
+    """For each layer i (in the order they are computed), the first layer j <= i whose start may issue
+    i's all-gather: DeepSpeed prefetches while the layers after j up to i fit in the prefetch bucket;
+    FSDP lets one all-gather run ahead (j = i - 1)."""
+    if per_unit:
+        return [max(0, i - 1) for i in range(len(sizes))]
+    out = []
+    for i in range(len(sizes)):
+        j, ahead = i, 0.0
+        while j > 0 and ahead + sizes[j] <= window:
+            ahead += sizes[j]
+            j -= 1
+        out.append(j)
+    return out
+
+
+def _stage3_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[dict]]:
+    """ZeRO-3 / FSDP: per-layer parameter all-gathers (prefetched) around forward and backward."""
+    layers = ctx.workload.layers
+    d = BYTES_PER_ELEMENT[ctx.precision]
+    sh = ctx.scenario.training.sharding
+    window = bucket_elements(sh.prefetch_bucket_mb, d, DEEPSPEED_PREFETCH_ELEMENTS)
+    by_layer: dict[int, list] = {}
+    for b in _reduce_buckets(ctx, lay):
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    stream = "comm" if lay.overlap else "compute"
+    n = len(layers)
+    fwd_from = _lookahead([layer.params for layer in layers], window, lay.per_unit)
+    bwd_from = _lookahead([layers[n - 1 - k].params for k in range(n)], window, lay.per_unit)
+    reduced: list[int] = []
+    info: list[dict] = []
+    last = None
+    for micro in range(ctx.scenario.workload.gradient_accumulation):
+        boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
+        fwd: list[int] = []
+        for i, layer in enumerate(layers):
+            start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
+            gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
+            fwd.append(
+                prog.add(
+                    f"fwd {layer.name}",
+                    "compute",
+                    ctx.forward_time(layer),
+                    "forward",
+                    (gathered,),
+                    meta={"micro": micro},
+                )
+            )
+        bwd: list[int] = []
+        for k in range(n):
+            li = n - 1 - k
+            start = bwd[bwd_from[k] - 1] if bwd_from[k] > 0 else fwd[-1]
+            gathered = start
+            if lay.reshard_after_forward:
+                gathered = zeropp.gather_parameters(prog, ctx, lay, layers[li], start, forward=False)
+            last = prog.add(
+                f"bwd {layers[li].name}",
+                "compute",
+                ctx.backward_time(layers[li]),
+                "backward",
+                (gathered,),
+                meta={"micro": micro},
+            )
+            bwd.append(last)
+            for b in by_layer.get(li, []):
+                reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+    return [last, *reduced], info
