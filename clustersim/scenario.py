@@ -152,6 +152,9 @@ class WorkloadSpec(_Strict):
     seq_len: Count | None = Field(None, gt=0)
     precision: Precision = "fp16"
     gradient_accumulation: Count = Field(1, gt=0)
+    activation_checkpointing: bool = Field(
+        False, description="full recomputation: keep each block's input, run its forward again in backward"
+    )
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -199,7 +202,7 @@ class ShardingSpec(_Strict):
     """Sharded data parallelism: DeepSpeed ZeRO stages or PyTorch FSDP. Stage 0 is plain DDP.
 
     Defaults are DeepSpeed's (deepspeed/runtime/zero/config.py): reduce_bucket_size and
-    allgather_bucket_size 5e8 elements, stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9,
+    allgather_bucket_size 5e8 elements, stage3_prefetch_bucket_size 5e7,
     overlap_comm true for stage 3 and false for stages 1-2 (validator overlap_comm_valid). FSDP's
     default sharding strategy is FULL_SHARD (torch.distributed.fsdp.ShardingStrategy).
     """
@@ -218,7 +221,6 @@ class ShardingSpec(_Strict):
     prefetch_bucket_mb: Number | None = Field(
         None, ge=0, description="stage 3 parameter prefetch, MiB; default 5e7 elements"
     )
-    max_live_parameters: Number = Field(1e9, gt=0, description="stage 3: gathered parameters kept at once")
     overlap_comm: bool | None = Field(
         None, description="reduce on a side stream (DeepSpeed); default true for stage 3 only"
     )

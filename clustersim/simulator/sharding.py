@@ -8,9 +8,10 @@ training in 16 bits) plus the strategy's own ``state_bytes_per_param`` (Adam's m
 
 Beyond the model states, the frameworks hold transient buffers (named so, and freed before the
 optimizer step): DeepSpeed's gradient reduce bucket (``reduce_bucket_size`` elements, the ipg buffer of
-stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed plus the
-prefetch bucket, at most ``stage3_max_live_parameters``), FSDP's two unsharded units
-(``limit_all_gathers`` lets one all-gather run ahead) and its unsharded gradient of one unit.
+stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed, the
+prefetch bucket and the layer that overshoots it; ``stage3_max_live_parameters`` is not modelled),
+FSDP's two unsharded units (``limit_all_gathers`` lets one all-gather run ahead) and its unsharded
+gradient of one unit.
 ZeRO++'s hpZ keeps a secondary 16-bit copy of the weights partitioned over the node (+2Ψ/g, ZeRO++
 paper sec. 3.2); qgZ its int4 send/receive buffers of one reduce bucket (coalesced_collectives.py
 all_to_all_quant_reduce allocates both).
@@ -103,8 +104,9 @@ def sharded_memory(ctx, strategy, lay: Layout) -> dict[str, float]:
         mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
         if lay.parameters:
             prefetch = bucket_elements(sh.prefetch_bucket_mb, d, DEEPSPEED_PREFETCH_ELEMENTS)
-            live = min(largest + prefetch, max(sh.max_live_parameters, largest), P)
-            mem["gathered_parameters"] = live * d
+            # the layer computed, the prefetch bucket and the layer that overshoots it (zero.py _lookahead)
+            live = largest + (prefetch + largest if prefetch > 0 else 0.0)
+            mem["gathered_parameters"] = min(live, P) * d
         if sh.zeropp.hierarchical_partition:
             mem["hpz_secondary_parameters"] = P * d / hpz_group(ctx).ranks
         if sh.zeropp.quantized_gradients:

@@ -204,17 +204,20 @@ def _gather_updated(prog: Program, ctx, lay: Layout, deps) -> list[int]:
 
 
 def _lookahead(sizes: list[int], window: float, per_unit: bool) -> list[int]:
-    """For each layer i (in the order they are computed), the first layer j <= i whose start may issue
-    i's all-gather: DeepSpeed prefetches while the layers after j up to i fit in the prefetch bucket;
-    FSDP lets one all-gather run ahead (j = i - 1)."""
+    """For each layer i (in the order they are computed), the layer j <= i at whose start i's
+    all-gather is issued. DeepSpeed (partitioned_param_coordinator.py ``fetch_sub_module``) prefetches
+    the next parameters while fewer than ``stage3_prefetch_bucket_size`` elements are in flight, so at
+    least the next layer once the bucket is not 0; FSDP lets one all-gather run ahead (j = i - 1)."""
     if per_unit:
         return [max(0, i - 1) for i in range(len(sizes))]
     out = []
     for i in range(len(sizes)):
-        j, ahead = i, 0.0
-        while j > 0 and ahead + sizes[j] <= window:
-            ahead += sizes[j]
-            j -= 1
+        j = i
+        if window > 0 and i > 0:
+            j, ahead = i - 1, 0.0  # ahead: elements of layers j+1 .. i-1, in flight before i's
+            while j > 0 and ahead + sizes[j] < window:
+                ahead += sizes[j]
+                j -= 1
         out.append(j)
     return out
 
