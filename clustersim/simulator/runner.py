@@ -274,6 +274,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     ]
     sources = _sources(ctx, out.main_records)
     extra: dict = {"steps": out.per_step} if len(steps) > 1 else {}
+    extra.update(strategy.result_extra())
     if ctx.offload_placement is not None:
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.profile is not None:

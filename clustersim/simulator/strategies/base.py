@@ -59,6 +59,10 @@ class Strategy:
     def steps(self) -> list[StepProgram]:
         raise NotImplementedError
 
+    def result_extra(self) -> dict:
+        """What the strategy adds to ``SimulationResult.extra`` (the sharding layout, ...)."""
+        return {}
+
     def extra_gpu_memory(self) -> dict[str, float]:
         """Strategy-specific GPU memory (error-feedback buffers, ...), bytes per rank."""
         return {}

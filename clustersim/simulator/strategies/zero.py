@@ -64,6 +64,29 @@ class Sharded(Strategy):
     def extra_gpu_memory(self) -> dict[str, float]:
         return self.inner.extra_gpu_memory()
 
+    def result_extra(self) -> dict:
+        lay, zpp = self.layout, self.ctx.scenario.training.sharding.zeropp
+        quantized = zpp.quantized_gradients and not lay.per_unit
+        return {
+            "sharding": {
+                "layout": lay.label,
+                "shard_ranks": lay.degree,
+                "replicate_ranks": lay.replicate.nodes if lay.replicate else 1,
+                "partitioned": [
+                    k
+                    for k, on in (
+                        ("optimizer state", True),
+                        ("gradients", lay.gradients),
+                        ("parameters", lay.parameters),
+                    )
+                    if on
+                ],
+                "zeropp": [k for k, on in zpp.model_dump().items() if on],
+                "reduction": "int4 all-to-all (qgZ)" if quantized else "reduce-scatter",
+            },
+            **self.inner.result_extra(),
+        }
+
     def steps(self) -> list[StepProgram]:
         if self.ctx.scenario.training.offload.mode != "none":
             # ZeRO-Offload is DeepSpeed's stage 1/2 CPU path (stage_1_and_2.py cpu_offload): the
