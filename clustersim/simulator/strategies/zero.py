@@ -47,6 +47,8 @@ from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
 from clustersim.simulator.strategies.common import add_collective, add_other
 
+NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
+
 
 class Sharded(Strategy):
     """``inner`` (a full-precision Strategy) run under ZeRO or FSDP; results keep the inner's name."""
@@ -101,6 +103,7 @@ class Sharded(Strategy):
         if not self.layout.parameters:
             ends = _gather_updated(prog, self.ctx, self.layout, ends)
         add_other(prog, self.ctx, ends, params=self.ctx.params / self.layout.degree)
+        share_nics(prog, self.ctx)
         return [StepProgram("step", 1.0, prog, buckets)]
 
     def _update(self, prog: Program, deps) -> list[int]:
@@ -116,6 +119,25 @@ class Sharded(Strategy):
                 tuple(deps),
             )
         ]
+
+
+def share_nics(prog: Program, ctx) -> None:
+    """Make collectives that run at once on the two streams share the node's NICs.
+
+    A collective's cost already assumes it has the NICs to itself; a parameter all-gather beside a
+    gradient reduce-scatter (ZeRO-3, FSDP) must split them. Each op that crosses nodes pushes its
+    inter-node bytes per GPU / its duration through the rank's share of the NICs, whose capacity is
+    the node's injection bandwidth (topologies/cluster.py, max-flow to the NICs) over its GPUs, never
+    below what one op alone pushes (so an op alone runs exactly as priced)."""
+    g = ctx.scenario.cluster.gpus_per_node
+    rates = []
+    for op in prog.ops:
+        if op.inter_node_bytes > 0 and op.duration > 0:
+            rate = op.inter_node_bytes / g / op.duration
+            op.demands = {**op.demands, NIC_SHARE: rate}
+            rates.append(rate)
+    if rates:
+        prog.links[NIC_SHARE] = max(ctx.cluster.injection().bytes_per_s / g, *rates)
 
 
 def _reduce_buckets(ctx, lay: Layout):
