@@ -260,7 +260,10 @@ def test_activation_checkpointing_keeps_block_inputs_and_recomputes_forward():
 def test_concurrent_gathers_and_reductions_share_the_nics():
     """ZeRO-3 runs parameter all-gathers and gradient reduce-scatters on two streams at once; together
     they cannot push the node's inter-node bytes faster than its NICs inject them."""
-    scenario = _sharded({"stage": 3}, **{"cluster.nodes": 4, "cluster.nic.line_rate_gbps": 25})
+    scenario = _sharded(
+        {"stage": 3, "reduce_bucket_mb": 4},
+        **{"cluster.nodes": 4, "cluster.nic.line_rate_gbps": 10, "workload.micro_batch": 1},
+    )
     result = simulate(scenario)
     ctx = build_context(scenario)
     wire_s = result.bytes_per_link_kind["inter_node_per_node"] / ctx.cluster.injection().bytes_per_s
