@@ -268,3 +268,12 @@ def test_concurrent_gathers_and_reductions_share_the_nics():
     ctx = build_context(scenario)
     wire_s = result.bytes_per_link_kind["inter_node_per_node"] / ctx.cluster.injection().bytes_per_s
     assert result.iteration_time >= wire_s
+
+
+def test_compare_marks_refused_optimizers_and_runs_the_rest():
+    from clustersim.compare import compare
+
+    rows = compare(_sharded({"stage": 3}), ["adam", "onebit-adam"], [8])
+    by_name = {r.optimizer: r for r in rows}
+    assert by_name["adam"].error is None and by_name["adam"].iteration_time_s > 0
+    assert "not compatible with ZeRO" in by_name["onebit-adam"].error
