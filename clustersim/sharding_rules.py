@@ -13,7 +13,6 @@ combination, so a plan that cannot run is never simulated as if it could:
   zero_quantized_gradients; stage_1_and_2.py never does).
 * FSDP has no Deep Optimizer States (interleaved) and its CPUOffload moves parameters and gradients
   too (offload_params=True), which clustersim does not model; DeepSpeed's ZeRO-Offload does.
-* ZeRO-3 with optimizer offload (ZeRO-Infinity's CPU path) is not modelled yet: refused, not guessed.
 """
 
 from __future__ import annotations
@@ -54,9 +53,4 @@ def check_sharding(training) -> None:
         raise InputError(
             "ZeRO++ (qwZ/hpZ/qgZ) exists only in DeepSpeed ZeRO stage 3 (runtime/zero/stage3.py)",
             key="training.sharding.zeropp",
-        )
-    if sh.framework == "deepspeed" and sh.stage == 3 and training.offload.mode != "none":
-        raise InputError(
-            "ZeRO-3 with optimizer offload (ZeRO-Infinity) is not modelled yet; use stage 1 or 2 to offload",
-            key="training.offload.mode",
         )

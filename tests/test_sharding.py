@@ -202,10 +202,6 @@ REFUSED = {
         {"training.sharding": {"stage": 3, "fsdp_strategy": "full"}},
         "framework: fsdp",
     ),
-    "zero3_offload": (
-        {"training.sharding": {"stage": 3}, "training.offload": {"mode": "zero"}},
-        "ZeRO-Infinity",
-    ),
 }
 
 
@@ -277,3 +273,27 @@ def test_compare_marks_refused_optimizers_and_runs_the_rest():
     by_name = {r.optimizer: r for r in rows}
     assert by_name["adam"].error is None and by_name["adam"].iteration_time_s > 0
     assert "not compatible with ZeRO" in by_name["onebit-adam"].error
+
+
+def test_zero3_with_cpu_offload_moves_partitions_and_needs_no_gather_after_the_step():
+    scenario = load_scenario("preset:offload-llama7b-h100").with_changes(**{"cluster.nodes": 2})
+    zero2, zero3 = (
+        simulate(
+            scenario.with_changes(**{"training.sharding": {"stage": stage}, "training.offload.mode": "zero"})
+        )
+        for stage in (2, 3)
+    )
+    assert model_states(zero3.memory) < model_states(zero2.memory)
+    assert any(op.name.startswith("D2H gradients") for op in zero3.ops)
+    assert any(op.name.startswith("CPU update") for op in zero3.ops)
+    gathers = [op for op in zero3.ops if op.meta.get("op") == "all_gather"]
+    assert gathers and all(op.name.startswith("all_gather params") for op in gathers)
+
+
+def test_zero3_interleaved_offload_is_no_slower_than_all_on_the_cpu():
+    scenario = load_scenario("preset:offload-llama7b-h100").with_changes(
+        **{"cluster.nodes": 2, "training.sharding": {"stage": 3}}
+    )
+    interleaved = simulate(scenario)
+    cpu = simulate(scenario.with_changes(**{"training.offload.placement": "cpu"}))
+    assert interleaved.iteration_time <= cpu.iteration_time

@@ -82,12 +82,39 @@ def bucket_elements(mb: float | None, bytes_per_element: float, default: float) 
 
 def sharded_memory(ctx, strategy, lay: Layout) -> dict[str, float]:
     """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas."""
+    offloaded = ctx.scenario.training.offload.mode != "none"
+    state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
+    mem = _states_and_buffers(ctx, lay, state)
+    if offloaded and ctx.offload_placement is not None:
+        from clustersim.simulator.offload import offload_memory
+
+        plan = ctx.offload_placement
+        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
+        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
+        mem["offload_staging"] = extra["offload_staging_buffers"]
+    mem.update(strategy.extra_gpu_memory())
+    everything = sum(mem.values())
+    mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
+    mem["peak_update"] = everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
+    return mem
+
+
+def offload_budget(ctx, lay: Layout, gpu_keep: float) -> tuple[float, float]:
+    """GPU bytes at the forward/backward peak and during the update with the optimizer state offloaded
+    (``gpu_keep`` bytes per parameter of it stay, partitioned): what the offload planner may fill."""
+    mem = _states_and_buffers(ctx, lay, gpu_keep)
+    everything = sum(mem.values())
+    return everything, everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
+
+
+def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
+    """Partitioned model states (``state`` optimizer bytes per parameter on the GPU; the fp32 master
+    copy unless offloaded), activations and the frameworks' buffers."""
     sh = ctx.scenario.training.sharding
     P, n = ctx.params, lay.degree
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
     master = 4.0 if d < 4 and not offloaded else 0.0
-    state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
     largest = max(layer.params for layer in ctx.workload.layers)
     mem = {
         "parameters": P * d / (n if lay.parameters else 1) + master * P / n,
@@ -111,17 +138,6 @@ def sharded_memory(ctx, strategy, lay: Layout) -> dict[str, float]:
             mem["hpz_secondary_parameters"] = P * d / hpz_group(ctx).ranks
         if sh.zeropp.quantized_gradients:
             mem["qgz_buffers"] = 2 * min(bucket, P) * QGZ_BYTES
-    if offloaded and ctx.offload_placement is not None:
-        from clustersim.simulator.offload import offload_memory
-
-        plan = ctx.offload_placement
-        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
-        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
-        mem["offload_staging"] = extra["offload_staging_buffers"]
-    mem.update(strategy.extra_gpu_memory())
-    everything = sum(mem.values())
-    mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
-    mem["peak_update"] = everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
     return mem
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
     DEEPSPEED_BUCKET_ELEMENTS,
@@ -91,9 +92,11 @@ class Sharded(Strategy):
 
     def steps(self) -> list[StepProgram]:
         if self.ctx.scenario.training.offload.mode != "none":
-            # ZeRO-Offload is DeepSpeed's stage 1/2 CPU path (stage_1_and_2.py cpu_offload): the
-            # existing program already reduce-scatters, moves the shard and all-gathers.
-            return self.inner.steps()
+            if not self.layout.parameters:
+                # ZeRO-Offload is DeepSpeed's stage 1/2 CPU path (stage_1_and_2.py cpu_offload): the
+                # existing program already reduce-scatters, moves the shard and all-gathers.
+                return self.inner.steps()
+            return [self._stage3_offloaded()]
         prog = Program()
         if self.layout.parameters:
             ends, buckets = _stage3_program(prog, self.ctx, self.layout)
@@ -105,6 +108,44 @@ class Sharded(Strategy):
         add_other(prog, self.ctx, ends, params=self.ctx.params / self.layout.degree)
         share_nics(prog, self.ctx)
         return [StepProgram("step", 1.0, prog, buckets)]
+
+    def _stage3_offloaded(self) -> StepProgram:
+        """ZeRO-3 with the optimizer on the CPU (offload_optimizer, or interleaved as Deep Optimizer
+        States does on ZeRO-3): each reduced gradient partition is cast to fp32 on the GPU and copied to
+        the host as it is produced, every micro-step (stage3.py ``__partition_grads`` accumulates into
+        the fp32 host buffer); the offloaded update returns the rank's 16-bit partition, and the next
+        forward gathers it as usual (no all-gather after the step)."""
+        ctx, lay = self.ctx, self.layout
+        spec = self.inner.offload_spec()
+        partition = ctx.params / lay.degree
+        host = ctx.host
+        placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
+        ctx.offload_placement, ctx.offload_spec = placement, spec
+        on_cpu = 1.0 - offload.gpu_fraction(placement)
+        prog = Program()
+        moved: list[int] = []
+
+        def to_host(bucket, reduced: int) -> None:
+            shard = bucket.elements / lay.degree
+            cast = prog.add(
+                f"grad norm + fp32 cast partition {bucket.index}",
+                "compute",
+                ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
+                "other",
+                (reduced,),
+            )
+            secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
+            moved.append(
+                prog.add(f"D2H gradients {bucket.index}", "d2h", secs, "transfer", (cast,), demands=dem)
+            )
+
+        ends, buckets = _stage3_program(prog, ctx, lay, to_host)
+        ends = offload.add_offloaded_update(
+            prog, ctx, [*ends, *moved], spec, placement, host, partition, True, f"{self.name} update"
+        )
+        add_other(prog, ctx, ends, params=partition)
+        share_nics(prog, ctx)
+        return StepProgram("step", 1.0, prog, buckets)
 
     def _update(self, prog: Program, deps) -> list[int]:
         """The optimizer's own update kernel on this rank's 1/N_d of the parameters."""
@@ -267,8 +308,9 @@ def _lookahead(sizes: list[int], window: float, per_unit: bool) -> list[int]:
     return out
 
 
-def _stage3_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[dict]]:
-    """ZeRO-3 / FSDP: per-layer parameter all-gathers (prefetched) around forward and backward."""
+def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[list[int], list[dict]]:
+    """ZeRO-3 / FSDP: per-layer parameter all-gathers (prefetched) around forward and backward.
+    ``on_reduced(bucket, op)`` hooks in after each bucket's reduction (the offload's gradient copy)."""
     layers = ctx.workload.layers
     d = BYTES_PER_ELEMENT[ctx.precision]
     sh = ctx.scenario.training.sharding
@@ -317,4 +359,6 @@ def _stage3_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[di
             bwd.append(last)
             for b in by_layer.get(li, []):
                 reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                if on_reduced is not None:
+                    on_reduced(b, reduced[-1])
     return [last, *reduced], info
