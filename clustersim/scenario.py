@@ -202,8 +202,8 @@ class ShardingSpec(_Strict):
     """Sharded data parallelism: DeepSpeed ZeRO stages or PyTorch FSDP. Stage 0 is plain DDP.
 
     Defaults are DeepSpeed's (deepspeed/runtime/zero/config.py): reduce_bucket_size and
-    allgather_bucket_size 5e8 elements, stage3_prefetch_bucket_size 5e7,
-    overlap_comm true for stage 3 and false for stages 1-2 (validator overlap_comm_valid). FSDP's
+    allgather_bucket_size 5e8 elements, stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters
+    1e9, overlap_comm true for stage 3 and false for stages 1-2 (validator overlap_comm_valid). FSDP's
     default sharding strategy is FULL_SHARD (torch.distributed.fsdp.ShardingStrategy).
     """
 
@@ -220,6 +220,11 @@ class ShardingSpec(_Strict):
     )
     prefetch_bucket_mb: Number | None = Field(
         None, ge=0, description="stage 3 parameter prefetch, MiB; default 5e7 elements"
+    )
+    max_live_parameters: Number = Field(
+        1e9,
+        gt=0,
+        description="stage 3: gathered elements at most (stage3_max_live_parameters); limits prefetch",
     )
     overlap_comm: bool | None = Field(
         None, description="reduce on a side stream (DeepSpeed); default true for stage 3 only"

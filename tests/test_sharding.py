@@ -297,3 +297,24 @@ def test_zero3_interleaved_offload_is_no_slower_than_all_on_the_cpu():
     interleaved = simulate(scenario)
     cpu = simulate(scenario.with_changes(**{"training.offload.placement": "cpu"}))
     assert interleaved.iteration_time <= cpu.iteration_time
+
+
+def test_gather_schedule_prefetches_as_deepspeed_and_fsdp_do():
+    from clustersim.simulator.sharding import gather_schedule
+
+    sizes = [10.0, 10.0, 10.0, 10.0]
+    # No prefetch bucket: every layer gathered on demand, one at a time.
+    assert gather_schedule(sizes, 0.0, 1e9, False) == ([0, 1, 2, 3], 10.0)
+    # A bucket of 15 elements: each fetch issues the next layers until 15 are newly in flight.
+    assert gather_schedule(sizes, 15.0, 1e9, False) == ([0, 0, 0, 1], 30.0)
+    # A layer alone above max_live leaves no room to prefetch (stage3_max_live_parameters).
+    assert gather_schedule(sizes, 15.0, 10.0, False) == ([0, 1, 2, 3], 10.0)
+    # FSDP: one unit ahead.
+    assert gather_schedule(sizes, 0.0, 0.0, True) == ([0, 0, 1, 2], 20.0)
+
+
+def test_zero3_memory_holds_what_the_schedule_gathers():
+    scenario = _sharded({"stage": 3, "prefetch_bucket_mb": 0})
+    mem, _ = _memory(scenario)
+    largest = max(layer.params for layer in build_context(scenario).workload.layers)
+    assert mem["gathered_parameters"] == pytest.approx(2 * largest)  # fp16: one layer at a time

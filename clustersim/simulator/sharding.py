@@ -8,10 +8,9 @@ training in 16 bits) plus the strategy's own ``state_bytes_per_param`` (Adam's m
 
 Beyond the model states, the frameworks hold transient buffers (named so, and freed before the
 optimizer step): DeepSpeed's gradient reduce bucket (``reduce_bucket_size`` elements, the ipg buffer of
-stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed, the
-prefetch bucket and the layer that overshoots it; ``stage3_max_live_parameters`` is not modelled),
-FSDP's two unsharded units (``limit_all_gathers`` lets one all-gather run ahead) and its unsharded
-gradient of one unit.
+stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed and the
+prefetched ones, as gather_schedule issues them), FSDP's two unsharded units (``limit_all_gathers``
+lets one all-gather run ahead) and its unsharded gradient of one unit.
 ZeRO++'s hpZ keeps a secondary 16-bit copy of the weights partitioned over the node (+2Ψ/g, ZeRO++
 paper sec. 3.2); qgZ its int4 send/receive buffers of one reduce bucket (coalesced_collectives.py
 all_to_all_quant_reduce allocates both).
@@ -123,17 +122,14 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
         "activations": ctx.workload.activation_bytes,
     }
     if lay.per_unit:
-        gathered = P * d if not lay.reshard_after_forward else 2 * largest * d
+        gathered = P * d if not lay.reshard_after_forward else gathered_peak(ctx, lay) * d
         mem["gathered_parameters"] = min(gathered, P * d)
         mem["unsharded_gradients"] = largest * ctx.grad_bytes
     else:
         bucket = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS)
         mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
         if lay.parameters:
-            prefetch = bucket_elements(sh.prefetch_bucket_mb, d, DEEPSPEED_PREFETCH_ELEMENTS)
-            # the layer computed, the prefetch bucket and the layer that overshoots it (zero.py _lookahead)
-            live = largest + (prefetch + largest if prefetch > 0 else 0.0)
-            mem["gathered_parameters"] = min(live, P) * d
+            mem["gathered_parameters"] = gathered_peak(ctx, lay) * d
         if sh.zeropp.hierarchical_partition:
             mem["hpz_secondary_parameters"] = P * d / hpz_group(ctx).ranks
         if sh.zeropp.quantized_gradients:
@@ -141,9 +137,60 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
     return mem
 
 
+def gather_schedule(
+    sizes: list[float], window: float, max_live: float, per_unit: bool
+) -> tuple[list[int], float]:
+    """When each layer's parameters are gathered, for layers computed in the order of ``sizes``
+    (elements): ``issue_at[i]`` = the layer at whose start i's all-gather is issued (i itself: on
+    demand), and the most elements gathered at once (the layer computed and those in flight).
+
+    DeepSpeed (partitioned_param_coordinator.py ``fetch_sub_module``): at each layer's fetch, prefetch
+    the next parameters while the newly prefetched elements are below ``min(max_live -
+    available, prefetch_bucket)``, where ``available`` counts what is gathered or in flight
+    (``__n_available_params``): a bucket of 0, or a layer alone above ``stage3_max_live_parameters``,
+    means no prefetch. FSDP (``per_unit``): the next unit's all-gather runs one ahead
+    (``limit_all_gathers``, BACKWARD_PRE)."""
+    n = len(sizes)
+    issue_at = list(range(n))
+    issued, peak = -1, 0.0
+    for j in range(n):
+        if issued < j:
+            issued = j
+        available = sum(sizes[j : issued + 1])
+        new = 0.0
+        if per_unit:
+            if issued == j and j + 1 < n:
+                issued += 1
+                issue_at[issued] = j
+                new = sizes[issued]
+        else:
+            limit = min(window, max_live - available)
+            while issued + 1 < n and new < limit:
+                issued += 1
+                issue_at[issued] = j
+                new += sizes[issued]
+        peak = max(peak, available + new)
+    return issue_at, peak
+
+
 def model_states(mem: dict[str, float]) -> float:
     """Parameters (with the master copy), gradients and optimizer state: the ZeRO paper's sum."""
     return mem["parameters"] + mem["gradients"] + mem["optimizer_state"]
+
+
+def prefetch_window(ctx) -> float:
+    """stage3_prefetch_bucket_size in elements of the parameter dtype."""
+    sh = ctx.scenario.training.sharding
+    return bucket_elements(
+        sh.prefetch_bucket_mb, BYTES_PER_ELEMENT[ctx.precision], DEEPSPEED_PREFETCH_ELEMENTS
+    )
+
+
+def gathered_peak(ctx, lay: Layout) -> float:
+    """Most parameter elements gathered at once, forward or backward (gather_schedule)."""
+    sizes = [float(layer.params) for layer in ctx.workload.layers]
+    window, live = prefetch_window(ctx), ctx.scenario.training.sharding.max_live_parameters
+    return max(gather_schedule(s, window, live, lay.per_unit)[1] for s in (sizes, sizes[::-1]))
 
 
 def hpz_group(ctx) -> GroupShape:

@@ -13,8 +13,10 @@ communicated and on how much of the model the update runs. How each framework ru
   partitions are all-gathered in ``allgather_bucket_size`` chunks (``all_gather_dp_groups``).
 * ZeRO-3 (stage3.py, partitioned_param_coordinator.py): every layer's parameters are all-gathered
   before its forward and again before its backward (released after use), the next ones prefetched
-  while up to ``stage3_prefetch_bucket_size`` elements ahead; gradients go to ``reduce_bucket_size``
-  buckets reduce-scattered on their own stream (overlap_comm defaults to true for stage 3). The
+  as ``fetch_sub_module`` does (sharding.gather_schedule: up to ``stage3_prefetch_bucket_size``
+  elements at a time, never beyond ``stage3_max_live_parameters`` gathered); gradients go to
+  ``reduce_bucket_size`` buckets reduce-scattered on their own stream (overlap_comm defaults to true
+  for stage 3). The
   step updates the rank's partition; there is no all-gather after it (the next forward gathers).
   The reuse-distance cache (``stage3_max_reuse_distance``), which can keep the last layers of forward
   gathered into backward, is not modelled: every layer is gathered twice, the paper's 3Ψ.
@@ -38,10 +40,11 @@ from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
     DEEPSPEED_BUCKET_ELEMENTS,
-    DEEPSPEED_PREFETCH_ELEMENTS,
     Layout,
     bucket_elements,
+    gather_schedule,
     layout,
+    prefetch_window,
 )
 from clustersim.simulator.strategies import zeropp
 from clustersim.simulator.strategies.base import StepProgram, Strategy
@@ -289,39 +292,19 @@ def _gather_updated(prog: Program, ctx, lay: Layout, deps) -> list[int]:
     ]
 
 
-def _lookahead(sizes: list[int], window: float, per_unit: bool) -> list[int]:
-    """For each layer i (in the order they are computed), the layer j <= i at whose start i's
-    all-gather is issued. DeepSpeed (partitioned_param_coordinator.py ``fetch_sub_module``) prefetches
-    the next parameters while fewer than ``stage3_prefetch_bucket_size`` elements are in flight, so at
-    least the next layer once the bucket is not 0; FSDP lets one all-gather run ahead (j = i - 1)."""
-    if per_unit:
-        return [max(0, i - 1) for i in range(len(sizes))]
-    out = []
-    for i in range(len(sizes)):
-        j = i
-        if window > 0 and i > 0:
-            j, ahead = i - 1, 0.0  # ahead: elements of layers j+1 .. i-1, in flight before i's
-            while j > 0 and ahead + sizes[j] < window:
-                ahead += sizes[j]
-                j -= 1
-        out.append(j)
-    return out
-
-
 def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[list[int], list[dict]]:
     """ZeRO-3 / FSDP: per-layer parameter all-gathers (prefetched) around forward and backward.
     ``on_reduced(bucket, op)`` hooks in after each bucket's reduction (the offload's gradient copy)."""
     layers = ctx.workload.layers
-    d = BYTES_PER_ELEMENT[ctx.precision]
-    sh = ctx.scenario.training.sharding
-    window = bucket_elements(sh.prefetch_bucket_mb, d, DEEPSPEED_PREFETCH_ELEMENTS)
+    window, live = prefetch_window(ctx), ctx.scenario.training.sharding.max_live_parameters
     by_layer: dict[int, list] = {}
     for b in _reduce_buckets(ctx, lay):
         by_layer.setdefault(b.ready_layer, []).append(b)
     stream = "comm" if lay.overlap else "compute"
     n = len(layers)
-    fwd_from = _lookahead([layer.params for layer in layers], window, lay.per_unit)
-    bwd_from = _lookahead([layers[n - 1 - k].params for k in range(n)], window, lay.per_unit)
+    sizes = [float(layer.params) for layer in layers]
+    fwd_from = gather_schedule(sizes, window, live, lay.per_unit)[0]
+    bwd_from = gather_schedule(sizes[::-1], window, live, lay.per_unit)[0]
     reduced: list[int] = []
     info: list[dict] = []
     last = None
