@@ -19,7 +19,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
 
     lay = layout(ctx)
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
-        mem = sharded_memory(ctx, strategy, lay)
+        mem = sharded_memory(ctx, strategy, lay, _offloaded_parts(ctx))
         mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
         mem["capacity"] = ctx.gpu.memory_bytes
         return mem
@@ -34,13 +34,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.workload.activation_bytes,
     }
-    if offloaded and ctx.offload_placement is not None:
-        from clustersim.simulator.offload import offload_memory
-
-        plan = ctx.offload_placement
-        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
-        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
-        mem["offload_staging"] = extra["offload_staging_buffers"]
+    mem.update(_offloaded_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
     # Two peaks: forward/backward holds the activations; the update phase has freed them but holds
     # the offload staging buffers.
@@ -50,6 +44,20 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
+
+
+def _offloaded_parts(ctx) -> dict[str, float]:
+    """What an offloaded optimizer still keeps on the GPU: resident subgroups' state and staging."""
+    if ctx.scenario.training.offload.mode == "none" or ctx.offload_placement is None:
+        return {}
+    from clustersim.simulator.offload import offload_memory
+
+    plan = ctx.offload_placement
+    extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
+    return {
+        "optimizer_state_resident": extra["optimizer_state_resident_on_gpu"],
+        "offload_staging": extra["offload_staging_buffers"],
+    }
 
 
 def check_fits(ctx, mem: dict[str, float]) -> None:

@@ -79,18 +79,13 @@ def bucket_elements(mb: float | None, bytes_per_element: float, default: float) 
     return default if mb is None else mb * MIB / bytes_per_element
 
 
-def sharded_memory(ctx, strategy, lay: Layout) -> dict[str, float]:
-    """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas."""
+def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]) -> dict[str, float]:
+    """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas;
+    ``offloaded_parts``: the offload's resident state and staging buffers (memory.py)."""
     offloaded = ctx.scenario.training.offload.mode != "none"
     state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
     mem = _states_and_buffers(ctx, lay, state)
-    if offloaded and ctx.offload_placement is not None:
-        from clustersim.simulator.offload import offload_memory
-
-        plan = ctx.offload_placement
-        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
-        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
-        mem["offload_staging"] = extra["offload_staging_buffers"]
+    mem.update(offloaded_parts)
     mem.update(strategy.extra_gpu_memory())
     everything = sum(mem.values())
     mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
