@@ -103,7 +103,8 @@ def _print_result(r) -> None:
         shown = r.buckets if len(r.buckets) <= 12 else r.buckets[:6] + r.buckets[-6:]
         console.print(
             table(
-                f"Gradient all-reduce per bucket ({len(r.buckets)} buckets"
+                f"Gradient {r.extra.get('sharding', {}).get('reduction', 'all-reduce')} per bucket "
+                f"({len(r.buckets)} buckets"
                 f"{', first and last 6 shown' if len(r.buckets) > 12 else ''})",
                 ["bucket", "size", "start ms", "end ms"],
                 [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown],
@@ -126,6 +127,16 @@ def _print_result(r) -> None:
         f"(forward/backward peak {format_bytes(mem['peak_forward_backward'])}, "
         f"update peak {format_bytes(mem['peak_update'])})"
     )
+    if "sharding" in r.extra:
+        sh = r.extra["sharding"]
+        states = sum(mem.get(k, 0.0) for k in ("parameters", "gradients", "optimizer_state"))
+        console.print(
+            f"Sharding: {sh['layout']} over {sh['shard_ranks']} ranks"
+            + (f" x {sh['replicate_ranks']} replicas" if sh["replicate_ranks"] > 1 else "")
+            + f", partitioned: {', '.join(sh['partitioned'])}"
+            + (f"; ZeRO++: {', '.join(sh['zeropp'])}" if sh["zeropp"] else "")
+            + f"; model states {format_bytes(states)} per rank"
+        )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
     for k, v in r.sources.items():

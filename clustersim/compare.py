@@ -126,8 +126,8 @@ def compare(
         per_opt: dict[str, CompareRow] = {}
         scenarios: dict[str, Scenario] = {}
         for name in optimizers:
-            s = scenario_for_optimizer(sized, name, steps)
-            try:
+            try:  # an optimizer the scenario's sharding refuses fails its cell only
+                s = scenario_for_optimizer(sized, name, steps)
                 per_opt[name] = _row(s, gpus, name, steps, w, profile)
                 scenarios[name] = s
             except InputError as exc:  # this cell only: the rest of the table still prints

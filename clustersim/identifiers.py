@@ -20,6 +20,7 @@ class Stream(StrEnum):
     D2H_STATE = "d2h_state"
     H2D_STATE = "h2d_state"
     OUTER = "outer"  # DiLoCo's outer synchronisation: its own communicator, beside the inner all-reduces
+    GATHER = "gather"  # ZeRO-3/FSDP parameter all-gathers: their own stream beside the reductions
 
 
 class Category(StrEnum):

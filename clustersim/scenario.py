@@ -32,6 +32,7 @@ from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
 from clustersim.io import first_error, load_yaml, read_structured_file
 from clustersim.optimizer_options import parse_options
+from clustersim.sharding_rules import check_sharding
 
 PRESET_PREFIX = "preset:"
 
@@ -168,6 +169,9 @@ class WorkloadSpec(_Strict):
     precision: Precision = "fp16"
     gradient_accumulation: Count = Field(1, gt=0)
     input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
+    activation_checkpointing: bool = Field(
+        False, description="full recomputation: keep each block's input, run its forward again in backward"
+    )
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -193,6 +197,63 @@ class OffloadSpec(_Strict):
     )
 
 
+class ZeroPPSpec(_Strict):
+    """ZeRO++ (Wang et al. 2023, arXiv:2306.10209), DeepSpeed ZeRO stage 3 only. DeepSpeed's config
+    keys: zero_quantized_weights, zero_hpz_partition_size (here: the node), zero_quantized_gradients
+    (deepspeed/runtime/zero/config.py)."""
+
+    quantized_weights: bool = Field(False, description="qwZ: forward weight all-gather in int8 blocks")
+    hierarchical_partition: bool = Field(
+        False, description="hpZ: secondary fp16 weight shard within the node; backward all-gather intra-node"
+    )
+    quantized_gradients: bool = Field(
+        False, description="qgZ: int4 hierarchical all-to-all instead of the gradient reduce-scatter"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.quantized_weights or self.hierarchical_partition or self.quantized_gradients
+
+
+class ShardingSpec(_Strict):
+    """Sharded data parallelism: DeepSpeed ZeRO stages or PyTorch FSDP. Stage 0 is plain DDP.
+
+    Defaults are DeepSpeed's (deepspeed/runtime/zero/config.py): reduce_bucket_size and
+    allgather_bucket_size 5e8 elements, stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters
+    1e9, overlap_comm true for stage 3 and false for stages 1-2 (validator overlap_comm_valid). FSDP's
+    default sharding strategy is FULL_SHARD (torch.distributed.fsdp.ShardingStrategy).
+    """
+
+    stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage (DeepSpeed); 0 = DDP")
+    framework: Literal["deepspeed", "fsdp"] = "deepspeed"
+    fsdp_strategy: Literal["full", "grad_op", "hybrid"] | None = Field(
+        None, description="FSDP only: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD; default full"
+    )
+    reduce_bucket_mb: Number | None = Field(
+        None, gt=0, description="gradient reduce bucket, MiB; default DeepSpeed's 5e8 elements"
+    )
+    allgather_bucket_mb: Number | None = Field(
+        None, gt=0, description="stage 1/2 parameter all-gather bucket, MiB; default 5e8 elements"
+    )
+    prefetch_bucket_mb: Number | None = Field(
+        None, ge=0, description="stage 3 parameter prefetch, MiB; default 5e7 elements"
+    )
+    max_live_parameters: Number = Field(
+        1e9,
+        gt=0,
+        description="stage 3: gathered elements at most (stage3_max_live_parameters); limits prefetch",
+    )
+    overlap_comm: bool | None = Field(
+        None, description="reduce on a side stream (DeepSpeed); default true for stage 3 only"
+    )
+    zeropp: ZeroPPSpec = ZeroPPSpec()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether parameters, gradients or optimizer state are partitioned at all."""
+        return self.framework == "fsdp" or self.stage > 0
+
+
 class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
@@ -204,6 +265,7 @@ class TrainingSpec(_Strict):
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
+    sharding: ShardingSpec = ShardingSpec()
 
 
 class Scenario(_Strict):
@@ -326,6 +388,7 @@ def _check_semantics(s: Scenario) -> None:
         )
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
+    check_sharding(s.training)
 
 
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:

@@ -14,7 +14,7 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent / "clustersim"
 LAYERS = [
     ("errors", "units", "catalogs", "io", "identifiers"),
-    ("catalog", "scenario", "optimizer_options"),
+    ("catalog", "scenario", "optimizer_options", "sharding_rules"),
     ("workloads", "topologies", "model_import"),
     ("cost_models",),
     ("calibration",),

@@ -42,6 +42,13 @@ class SimulationContext:
         return GroupShape(c.nodes, c.gpus_per_node)
 
     @property
+    def data_parallel(self) -> GroupShape:
+        """The group gradients are reduced over (and ZeRO/FSDP shard over): every rank, for data
+        parallelism alone. Sharding strategies use this, never ``world``, so that model parallelism
+        can shrink it to world / (tensor x pipeline)."""
+        return self.world
+
+    @property
     def intra_node(self) -> GroupShape:
         return GroupShape(1, self.scenario.cluster.gpus_per_node)
 

@@ -15,6 +15,14 @@ from clustersim.units import format_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
+    from clustersim.simulator.sharding import layout, sharded_memory
+
+    lay = layout(ctx)
+    if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
+        mem = sharded_memory(ctx, strategy, lay, _side_parts(ctx))
+        mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
+        mem["capacity"] = ctx.gpu.memory_bytes
+        return mem
     P = ctx.params
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
@@ -26,17 +34,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.workload.activation_bytes,
     }
-    if ctx.scenario.workload.input is not None:
-        from clustersim.simulator.input_pipeline import input_gpu_bytes
-
-        mem["input_batches"] = input_gpu_bytes(ctx)
-    if offloaded and ctx.offload_placement is not None:
-        from clustersim.simulator.offload import offload_memory
-
-        plan = ctx.offload_placement
-        extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
-        mem["optimizer_state_resident"] = extra["optimizer_state_resident_on_gpu"]
-        mem["offload_staging"] = extra["offload_staging_buffers"]
+    mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
     # Two peaks: forward/backward holds the activations; the update phase has freed them but holds
     # the offload staging buffers.
@@ -46,6 +44,30 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
+
+
+def _side_parts(ctx) -> dict[str, float]:
+    """Buffers beside the model states: the offload's (below) and the input pipeline's batches."""
+    parts = _offloaded_parts(ctx)
+    if ctx.scenario.workload.input is not None:
+        from clustersim.simulator.input_pipeline import input_gpu_bytes
+
+        parts["input_batches"] = input_gpu_bytes(ctx)
+    return parts
+
+
+def _offloaded_parts(ctx) -> dict[str, float]:
+    """What an offloaded optimizer still keeps on the GPU: resident subgroups' state and staging."""
+    if ctx.scenario.training.offload.mode == "none" or ctx.offload_placement is None:
+        return {}
+    from clustersim.simulator.offload import offload_memory
+
+    plan = ctx.offload_placement
+    extra = offload_memory(ctx, ctx.offload_spec, plan, plan.partition_params)
+    return {
+        "optimizer_state_resident": extra["optimizer_state_resident_on_gpu"],
+        "offload_staging": extra["offload_staging_buffers"],
+    }
 
 
 def check_fits(ctx, mem: dict[str, float]) -> None:
@@ -60,10 +82,16 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
     )
     offload = ctx.scenario.training.offload.mode != "none"
-    hint = (
-        "; try training.offload (splitting one model copy over several GPUs is not modelled yet: "
-        "data parallel only)"
-    )
+    from clustersim.simulator.sharding import layout
+
+    lay = layout(ctx)
+    if lay is None or not lay.parameters:
+        hint = (
+            "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
+            "over the data-parallel ranks) or training.offload"
+        )
+    else:
+        hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]

@@ -74,7 +74,19 @@ def subgroup_count(params: float, size: float) -> int:
 
 
 def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[str, float]:
-    """GPU bytes without offloaded optimizer state, at the forward/backward peak and during the update."""
+    """GPU bytes without offloaded optimizer state, at the forward/backward peak and during the update
+    (under ZeRO/FSDP the partitioned states and buffers of simulator/sharding.py)."""
+    from clustersim.simulator.sharding import layout, offload_budget
+
+    lay = layout(ctx)
+    if lay is not None:
+        peak, update = offload_budget(ctx, lay, gpu_keep)
+        return {
+            "peak_without_state": peak,
+            "update_without_state": update,
+            "capacity": ctx.gpu.memory_bytes,
+            "partition_params": partition_params,
+        }
     P = ctx.params
     d = BYTES_PER_ELEMENT[ctx.precision]
     base = P * d + P * ctx.grad_bytes + P * gpu_keep

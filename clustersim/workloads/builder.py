@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from clustersim import catalog
@@ -37,7 +38,25 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
         )
     definition = catalog.user_model_definition(spec.model)
-    return _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition)
+    workload = _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition)
+    return recomputed(workload) if spec.activation_checkpointing else workload
+
+
+def recomputed(workload: Workload) -> Workload:
+    """Full activation recomputation (Megatron --recompute-granularity full, DeepSpeed
+    activation_checkpointing, torch.utils.checkpoint per block): a recomputed layer keeps only its
+    input for backward and runs its forward again before its backward; while it does, its full
+    activations are live (Korthikanti et al. 2022 sec. 4)."""
+    layers, peak = [], 0.0
+    for layer in workload.layers:
+        if layer.checkpoint_bytes is None:
+            layers.append(layer)
+            continue
+        peak = max(peak, layer.activation_bytes)
+        layers.append(
+            replace(layer, backward=layer.forward + layer.backward, activation_bytes=layer.checkpoint_bytes)
+        )
+    return replace(workload, layers=tuple(layers), recompute_peak_bytes=peak)
 
 
 @lru_cache(maxsize=256)

@@ -28,6 +28,9 @@ class Layer:
     forward: tuple[Kernel, ...]
     backward: tuple[Kernel, ...]
     activation_bytes: float = 0.0
+    #: kept for backward under full activation recomputation (the block's 16-bit input, Korthikanti
+    #: et al. 2022 sec. 4: 2sbh per layer); None: the layer is not recomputed
+    checkpoint_bytes: float | None = None
 
     @property
     def params(self) -> int:
@@ -51,6 +54,8 @@ class Workload:
     micro_batch: int
     seq_len: int
     precision: str
+    #: full recomputation: the largest recomputed layer's activations, live during its backward
+    recompute_peak_bytes: float = 0.0
 
     # Cached (the layers never change): strategies and the memory model ask for these many times.
     @cached_property
@@ -67,4 +72,4 @@ class Workload:
 
     @cached_property
     def activation_bytes(self) -> float:
-        return sum(layer.activation_bytes for layer in self.layers)
+        return sum(layer.activation_bytes for layer in self.layers) + self.recompute_peak_bytes

@@ -74,7 +74,7 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
         Kernel("elementwise", 0.0, 2 * elementwise),
     )
     activations = s * b * h * (34 + 5 * a * s / h) * d / 2
-    return Layer(f"block{index}", tensors, forward, backward, activations)
+    return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
 def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:

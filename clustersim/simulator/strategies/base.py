@@ -63,8 +63,9 @@ class Strategy:
         raise NotImplementedError
 
     def result_extra(self, per_step: list[dict]) -> tuple[dict, list[str]]:
-        """Strategy-specific results (``SimulationResult.extra``) and notes, from the simulated steps
-        (``per_step``: label, weight, iteration_time_s, breakdown_s, bytes of each step program)."""
+        """What the strategy adds to ``SimulationResult.extra`` (the sharding layout, DiLoCo's bandwidth,
+        ...) and its notes, from the simulated steps (``per_step``: label, weight, iteration_time_s,
+        breakdown_s, bytes of each step program)."""
         return {}, []
 
     def extra_gpu_memory(self) -> dict[str, float]:

@@ -173,11 +173,13 @@ def add_update_and_other(
     return add_other(prog, ctx, ends)
 
 
-def add_other(prog: Program, ctx: SimulationContext, deps) -> int:
-    P = ctx.params
+def add_other(prog: Program, ctx: SimulationContext, deps, params: float | None = None) -> int:
+    """zero_grad and loss scaling over ``params`` gradient elements (the rank's partition under
+    ZeRO/FSDP; every parameter by default)."""
+    P = ctx.params if params is None else params
     measured = ctx.measured_other()
     if measured is not None:
-        adam = ctx.device.stream_time(FUSED_ADAM * P, "optimizer")
+        adam = ctx.device.stream_time(FUSED_ADAM * ctx.params, "optimizer")
         return prog.add(
             "other (measured: loss scaling, data, bookkeeping)",
             "compute",

@@ -33,7 +33,8 @@ def zero_offload_program(
 ) -> tuple[Program, list[dict]]:
     """ZeRO-Offload: reduce-scatter per bucket, shard D2H during backward, offloaded update, all-gather."""
     prog = Program()
-    p = ctx.world_size
+    dp = ctx.data_parallel  # ZeRO-Offload partitions over the data-parallel ranks
+    p = dp.ranks
     partition = ctx.params / p
     host = ctx.host
     placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
@@ -57,6 +58,7 @@ def zero_offload_program(
                     f"reduce_scatter bucket{b.index}",
                     "reduce_scatter",
                     b.nbytes(ctx.grad_bytes),
+                    dp,
                     deps=(op,),
                     bucket=b.index,
                 )
@@ -88,6 +90,7 @@ def zero_offload_program(
                 "all_gather parameters",
                 "all_gather",
                 ctx.params * BYTES_PER_ELEMENT[ctx.precision],
+                dp,
                 deps=tuple(ends),
             )
         ]

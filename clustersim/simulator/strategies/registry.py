@@ -29,5 +29,11 @@ def get(name: str):
 
 
 def create(ctx):
+    """The optimizer's strategy; under training.sharding (ZeRO/FSDP) wrapped by the sharding layer."""
+    from clustersim.simulator.strategies.zero import Sharded
+
     cls = get(ctx.scenario.training.optimizer)
-    return cls(ctx, parse_options(cls.name, ctx.scenario.training.optimizer_options))
+    strategy = cls(ctx, parse_options(cls.name, ctx.scenario.training.optimizer_options))
+    if ctx.scenario.training.sharding.enabled:
+        return Sharded(ctx, strategy)
+    return strategy

@@ -1,0 +1,193 @@
+"""What a sharding setting partitions, over which group, and the GPU memory per rank it leaves.
+
+ZeRO (Rajbhandari et al., SC'20, sec. 5) for mixed-precision Adam, Ψ parameters, N_d ranks:
+DDP 2Ψ + 2Ψ + 12Ψ = 16Ψ; stage 1 (optimizer states partitioned) 4Ψ + 12Ψ/N_d; stage 2 (+ gradients)
+2Ψ + 14Ψ/N_d; stage 3 (+ parameters) 16Ψ/N_d. Here the 12 is the fp32 master copy (4 B, only when
+training in 16 bits) plus the strategy's own ``state_bytes_per_param`` (Adam's m and v: 8 B), and the
+2s are the workload's parameter and gradient dtypes, so other optimizers follow the same rule.
+
+Beyond the model states, the frameworks hold transient buffers (named so, and freed before the
+optimizer step): DeepSpeed's gradient reduce bucket (``reduce_bucket_size`` elements, the ipg buffer of
+stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed and the
+prefetched ones, as gather_schedule issues them), FSDP's two unsharded units (``limit_all_gathers``
+lets one all-gather run ahead) and its unsharded gradient of one unit.
+ZeRO++'s hpZ keeps a secondary 16-bit copy of the weights partitioned over the node (+2Ψ/g, ZeRO++
+paper sec. 3.2); qgZ its int4 send/receive buffers of one reduce bucket (coalesced_collectives.py
+all_to_all_quant_reduce allocates both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.topologies.cluster import GroupShape
+
+MIB = 2**20
+# DeepSpeed's defaults, in elements (deepspeed/runtime/zero/config.py): reduce_bucket_size,
+# allgather_bucket_size = 5e8; stage3_prefetch_bucket_size = 5e7.
+DEEPSPEED_BUCKET_ELEMENTS = 5e8
+DEEPSPEED_PREFETCH_ELEMENTS = 5e7
+# Bits on the wire for ZeRO++ (paper sec. 3.1, 3.3): int8 weights (qwZ), int4 gradients (qgZ).
+QWZ_BYTES = 1.0
+QGZ_BYTES = 0.5
+# qwZ's scales: one fp32 per group of at most ~8,000 weights (partition_parameters.py CUDAQuantizer,
+# target_group_size = 8000).
+QWZ_GROUP = 8000
+SCALE_BYTES = 4.0
+# Transient keys: held during forward/backward, freed before the optimizer step.
+TRANSIENT = ("reduce_bucket", "gathered_parameters", "unsharded_gradients", "qgz_buffers")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One sharding setting, resolved: what is partitioned over ``shard``, and how the step runs."""
+
+    label: str
+    shard: GroupShape  # parameters/gradients/optimizer state are split over these ranks
+    replicate: GroupShape | None  # FSDP hybrid: gradient shards all-reduced over these (one per node)
+    gradients: bool  # gradients partitioned (stage >= 2)
+    parameters: bool  # parameters partitioned (stage 3, FSDP)
+    reshard_after_forward: bool  # parameters gathered again for backward (stage 3, FULL_SHARD)
+    per_unit: bool  # FSDP: one all-gather / reduce-scatter per wrapped unit (a layer), no buckets
+    overlap: bool  # reductions on their own stream
+
+    @property
+    def degree(self) -> int:
+        return self.shard.ranks
+
+
+def layout(ctx) -> Layout | None:
+    """The layout of ``training.sharding``, None when nothing is sharded (DDP)."""
+    sh = ctx.scenario.training.sharding
+    dp = ctx.data_parallel
+    if sh.framework == "fsdp":
+        strategy = sh.fsdp_strategy or "full"
+        hybrid = strategy == "hybrid" and dp.nodes > 1
+        shard = GroupShape(1, dp.gpus_per_node) if hybrid else dp
+        replicate = GroupShape(dp.nodes, 1, sharing=dp.gpus_per_node) if hybrid else None
+        full = strategy != "grad_op"
+        return Layout(f"FSDP {strategy.upper()}", shard, replicate, True, True, full, True, True)
+    if sh.stage == 0:
+        return None
+    overlap = sh.overlap_comm if sh.overlap_comm is not None else sh.stage == 3
+    return Layout(f"ZeRO-{sh.stage}", dp, None, sh.stage >= 2, sh.stage == 3, sh.stage == 3, False, overlap)
+
+
+def bucket_elements(mb: float | None, bytes_per_element: float, default: float) -> float:
+    """A bucket given in MiB, as elements of ``bytes_per_element``; DeepSpeed's default when unset."""
+    return default if mb is None else mb * MIB / bytes_per_element
+
+
+def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]) -> dict[str, float]:
+    """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas;
+    ``offloaded_parts``: the offload's resident state and staging buffers (memory.py)."""
+    offloaded = ctx.scenario.training.offload.mode != "none"
+    state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
+    mem = _states_and_buffers(ctx, lay, state)
+    mem.update(offloaded_parts)
+    mem.update(strategy.extra_gpu_memory())
+    everything = sum(mem.values())
+    mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
+    mem["peak_update"] = everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
+    return mem
+
+
+def offload_budget(ctx, lay: Layout, gpu_keep: float) -> tuple[float, float]:
+    """GPU bytes at the forward/backward peak and during the update with the optimizer state offloaded
+    (``gpu_keep`` bytes per parameter of it stay, partitioned): what the offload planner may fill."""
+    mem = _states_and_buffers(ctx, lay, gpu_keep)
+    everything = sum(mem.values())
+    return everything, everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
+
+
+def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
+    """Partitioned model states (``state`` optimizer bytes per parameter on the GPU; the fp32 master
+    copy unless offloaded), activations and the frameworks' buffers."""
+    sh = ctx.scenario.training.sharding
+    P, n = ctx.params, lay.degree
+    d = BYTES_PER_ELEMENT[ctx.precision]
+    offloaded = ctx.scenario.training.offload.mode != "none"
+    master = 4.0 if d < 4 and not offloaded else 0.0
+    largest = max(layer.params for layer in ctx.workload.layers)
+    mem = {
+        "parameters": P * d / (n if lay.parameters else 1) + master * P / n,
+        "gradients": P * ctx.grad_bytes / (n if lay.gradients else 1),
+        "optimizer_state": P * state / n,
+        "activations": ctx.workload.activation_bytes,
+    }
+    if lay.per_unit:
+        gathered = P * d if not lay.reshard_after_forward else gathered_peak(ctx, lay) * d
+        mem["gathered_parameters"] = min(gathered, P * d)
+        mem["unsharded_gradients"] = largest * ctx.grad_bytes
+    else:
+        bucket = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS)
+        mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
+        if lay.parameters:
+            mem["gathered_parameters"] = gathered_peak(ctx, lay) * d
+        if sh.zeropp.hierarchical_partition:
+            mem["hpz_secondary_parameters"] = P * d / hpz_group(ctx).ranks
+        if sh.zeropp.quantized_gradients:
+            mem["qgz_buffers"] = 2 * min(bucket, P) * QGZ_BYTES
+    return mem
+
+
+def gather_schedule(
+    sizes: list[float], window: float, max_live: float, per_unit: bool
+) -> tuple[list[int], float]:
+    """When each layer's parameters are gathered, for layers computed in the order of ``sizes``
+    (elements): ``issue_at[i]`` = the layer at whose start i's all-gather is issued (i itself: on
+    demand), and the most elements gathered at once (the layer computed and those in flight).
+
+    DeepSpeed (partitioned_param_coordinator.py ``fetch_sub_module``): at each layer's fetch, prefetch
+    the next parameters while the newly prefetched elements are below ``min(max_live -
+    available, prefetch_bucket)``, where ``available`` counts what is gathered or in flight
+    (``__n_available_params``): a bucket of 0, or a layer alone above ``stage3_max_live_parameters``,
+    means no prefetch. FSDP (``per_unit``): the next unit's all-gather runs one ahead
+    (``limit_all_gathers``, BACKWARD_PRE)."""
+    n = len(sizes)
+    issue_at = list(range(n))
+    issued, peak = -1, 0.0
+    for j in range(n):
+        if issued < j:
+            issued = j
+        available = sum(sizes[j : issued + 1])
+        new = 0.0
+        if per_unit:
+            if issued == j and j + 1 < n:
+                issued += 1
+                issue_at[issued] = j
+                new = sizes[issued]
+        else:
+            limit = min(window, max_live - available)
+            while issued + 1 < n and new < limit:
+                issued += 1
+                issue_at[issued] = j
+                new += sizes[issued]
+        peak = max(peak, available + new)
+    return issue_at, peak
+
+
+def model_states(mem: dict[str, float]) -> float:
+    """Parameters (with the master copy), gradients and optimizer state: the ZeRO paper's sum."""
+    return mem["parameters"] + mem["gradients"] + mem["optimizer_state"]
+
+
+def prefetch_window(ctx) -> float:
+    """stage3_prefetch_bucket_size in elements of the parameter dtype."""
+    sh = ctx.scenario.training.sharding
+    return bucket_elements(
+        sh.prefetch_bucket_mb, BYTES_PER_ELEMENT[ctx.precision], DEEPSPEED_PREFETCH_ELEMENTS
+    )
+
+
+def gathered_peak(ctx, lay: Layout) -> float:
+    """Most parameter elements gathered at once, forward or backward (gather_schedule)."""
+    sizes = [float(layer.params) for layer in ctx.workload.layers]
+    window, live = prefetch_window(ctx), ctx.scenario.training.sharding.max_live_parameters
+    return max(gather_schedule(s, window, live, lay.per_unit)[1] for s in (sizes, sizes[::-1]))
+
+
+def hpz_group(ctx) -> GroupShape:
+    """hpZ's secondary partition: the data-parallel ranks of one node (zero_hpz_partition_size = g)."""
+    return GroupShape(1, ctx.data_parallel.gpus_per_node)

@@ -1,0 +1,348 @@
+"""Sharded data parallelism as a layer over a full-precision optimizer: DeepSpeed ZeRO 1/2/3, FSDP.
+
+The optimizer (Adam, SGDM) keeps its update kernel and state bytes; this strategy changes what is
+communicated and on how much of the model the update runs. How each framework runs a step:
+
+* ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py): gradients are reduced in buckets of
+  ``reduce_bucket_size`` elements to the rank owning each partition (``average_tensor``: one
+  ``dist.reduce`` per partition slice, the volume of a reduce-scatter, priced as one). Stage 2 reduces
+  as backward fills each bucket, every micro-step (gradients are partitioned); stage 1 only at the
+  accumulation boundary (``reduce_ready_partitions_and_remove_grads``). With ``overlap_comm`` (default
+  off for stages 1-2) the reduction runs on a side stream, otherwise on the compute stream (it
+  blocks backward). Each rank updates its 1/N_d of the parameters, then the updated 16-bit
+  partitions are all-gathered in ``allgather_bucket_size`` chunks (``all_gather_dp_groups``).
+* ZeRO-3 (stage3.py, partitioned_param_coordinator.py): every layer's parameters are all-gathered
+  before its forward and again before its backward (released after use), the next ones prefetched
+  as ``fetch_sub_module`` does (sharding.gather_schedule: up to ``stage3_prefetch_bucket_size``
+  elements at a time, never beyond ``stage3_max_live_parameters`` gathered); gradients go to
+  ``reduce_bucket_size`` buckets reduce-scattered on their own stream (overlap_comm defaults to true
+  for stage 3). The
+  step updates the rank's partition; there is no all-gather after it (the next forward gathers).
+  The reuse-distance cache (``stage3_max_reuse_distance``), which can keep the last layers of forward
+  gathered into backward, is not modelled: every layer is gathered twice, the paper's 3Ψ.
+* FSDP (torch/distributed/fsdp): one flat parameter per wrapped unit (here a layer); FULL_SHARD
+  gathers each unit before forward and backward (``limit_all_gathers`` lets one all-gather run
+  ahead; BACKWARD_PRE prefetch issues the next unit's before the current backward), reduce-scatters
+  its gradient in the post-backward hook; SHARD_GRAD_OP keeps the gathered parameters from forward to
+  backward; HYBRID_SHARD shards within the node and all-reduces the gradient shards across nodes.
+
+Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
+use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
+FSDP's unshard and post-backward streams). ZeRO++ replaces pieces of ZeRO-3 (zeropp.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator import offload
+from clustersim.simulator.program import Program
+from clustersim.simulator.sharding import (
+    DEEPSPEED_BUCKET_ELEMENTS,
+    Layout,
+    bucket_elements,
+    gather_schedule,
+    layout,
+    prefetch_window,
+)
+from clustersim.simulator.strategies import zeropp
+from clustersim.simulator.strategies.base import StepProgram, Strategy
+from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
+from clustersim.simulator.strategies.common import add_collective, add_other
+
+NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
+
+
+class Sharded(Strategy):
+    """``inner`` (a full-precision Strategy) run under ZeRO or FSDP; results keep the inner's name."""
+
+    def __init__(self, ctx, inner: Strategy):
+        super().__init__(ctx, inner.options)
+        self.inner = inner
+        self.name = inner.name
+        self.summary = inner.summary
+        self.update_bytes_per_param = inner.update_bytes_per_param
+        self.state_bytes_per_param = inner.state_bytes_per_param
+        self.gpu_state_with_offload = inner.gpu_state_with_offload
+        self.layout: Layout = layout(ctx)
+
+    def extra_gpu_memory(self) -> dict[str, float]:
+        return self.inner.extra_gpu_memory()
+
+    def result_extra(self, per_step: list[dict]) -> tuple[dict, list[str]]:
+        lay, zpp = self.layout, self.ctx.scenario.training.sharding.zeropp
+        quantized = zpp.quantized_gradients and not lay.per_unit
+        inner, notes = self.inner.result_extra(per_step)
+        return {
+            "sharding": {
+                "layout": lay.label,
+                "shard_ranks": lay.degree,
+                "replicate_ranks": lay.replicate.nodes if lay.replicate else 1,
+                "partitioned": [
+                    k
+                    for k, on in (
+                        ("optimizer state", True),
+                        ("gradients", lay.gradients),
+                        ("parameters", lay.parameters),
+                    )
+                    if on
+                ],
+                "zeropp": [k for k, on in zpp.model_dump().items() if on],
+                "reduction": "int4 all-to-all (qgZ)" if quantized else "reduce-scatter",
+            },
+            **inner,
+        }, notes
+
+    def steps(self) -> list[StepProgram]:
+        if self.ctx.scenario.training.offload.mode != "none":
+            if not self.layout.parameters:
+                # ZeRO-Offload is DeepSpeed's stage 1/2 CPU path (stage_1_and_2.py cpu_offload): the
+                # existing program already reduce-scatters, moves the shard and all-gathers.
+                return self.inner.steps()
+            return [self._stage3_offloaded()]
+        prog = Program()
+        if self.layout.parameters:
+            ends, buckets = _stage3_program(prog, self.ctx, self.layout)
+        else:
+            ends, buckets = _stage12_program(prog, self.ctx, self.layout)
+        ends = self._update(prog, ends)
+        if not self.layout.parameters:
+            ends = _gather_updated(prog, self.ctx, self.layout, ends)
+        add_other(prog, self.ctx, ends, params=self.ctx.params / self.layout.degree)
+        share_nics(prog, self.ctx)
+        return [StepProgram("step", 1.0, prog, buckets)]
+
+    def _stage3_offloaded(self) -> StepProgram:
+        """ZeRO-3 with the optimizer on the CPU (offload_optimizer, or interleaved as Deep Optimizer
+        States does on ZeRO-3): each reduced gradient partition is cast to fp32 on the GPU and copied to
+        the host as it is produced, every micro-step (stage3.py ``__partition_grads`` accumulates into
+        the fp32 host buffer); the offloaded update returns the rank's 16-bit partition, and the next
+        forward gathers it as usual (no all-gather after the step)."""
+        ctx, lay = self.ctx, self.layout
+        spec = self.inner.offload_spec()
+        partition = ctx.params / lay.degree
+        host = ctx.host
+        placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
+        ctx.offload_placement, ctx.offload_spec = placement, spec
+        on_cpu = 1.0 - offload.gpu_fraction(placement)
+        prog = Program()
+        moved: list[int] = []
+
+        def to_host(bucket, reduced: int) -> None:
+            shard = bucket.elements / lay.degree
+            cast = prog.add(
+                f"grad norm + fp32 cast partition {bucket.index}",
+                "compute",
+                ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
+                "other",
+                (reduced,),
+            )
+            secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
+            moved.append(
+                prog.add(f"D2H gradients {bucket.index}", "d2h", secs, "transfer", (cast,), demands=dem)
+            )
+
+        ends, buckets = _stage3_program(prog, ctx, lay, to_host)
+        ends = offload.add_offloaded_update(
+            prog, ctx, [*ends, *moved], spec, placement, host, partition, True, f"{self.name} update"
+        )
+        add_other(prog, ctx, ends, params=partition)
+        share_nics(prog, ctx)
+        return StepProgram("step", 1.0, prog, buckets)
+
+    def _update(self, prog: Program, deps) -> list[int]:
+        """The optimizer's own update kernel on this rank's 1/N_d of the parameters."""
+        ctx = self.ctx
+        part = ctx.params / self.layout.degree
+        return [
+            prog.add(
+                f"{self.name} update (1/{self.layout.degree} partition)",
+                "compute",
+                ctx.device.stream_time(self.update_bytes_per_param * part, "optimizer"),
+                "optimizer",
+                tuple(deps),
+            )
+        ]
+
+
+def share_nics(prog: Program, ctx) -> None:
+    """Make collectives that run at once on the two streams share the node's NICs.
+
+    A collective's cost already assumes it has the NICs to itself; a parameter all-gather beside a
+    gradient reduce-scatter (ZeRO-3, FSDP) must split them. Each op that crosses nodes pushes its
+    inter-node bytes per GPU / its duration through the rank's share of the NICs, whose capacity is
+    the node's injection bandwidth (topologies/cluster.py, max-flow to the NICs) over its GPUs, never
+    below what one op alone pushes (so an op alone runs exactly as priced)."""
+    g = ctx.scenario.cluster.gpus_per_node
+    rates = []
+    for op in prog.ops:
+        if op.inter_node_bytes > 0 and op.duration > 0:
+            rate = op.inter_node_bytes / g / op.duration
+            op.demands = {**op.demands, NIC_SHARE: rate}
+            rates.append(rate)
+    if rates:
+        prog.links[NIC_SHARE] = max(ctx.cluster.injection().bytes_per_s / g, *rates)
+
+
+def _reduce_buckets(ctx, lay: Layout):
+    """Gradient buckets: FSDP reduces one unit at a time; DeepSpeed fills reduce_bucket_size buckets
+    (no small first bucket, unlike DDP)."""
+    if lay.per_unit:
+        return _unit_buckets(ctx.workload.layers)
+    sh = ctx.scenario.training.sharding
+    cap = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS) * ctx.grad_bytes
+    return assign_buckets(ctx.workload.layers, ctx.grad_bytes, cap / 2**20, cap / 2**20)
+
+
+def _unit_buckets(layers) -> list[Bucket]:
+    """One bucket per FSDP unit (layer), in the order backward finishes them."""
+    order = [li for li in reversed(range(len(layers))) if layers[li].params > 0]
+    return [Bucket(i, layers[li].params, li) for i, li in enumerate(order)]
+
+
+def _reduce(prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: str) -> list[int]:
+    """One bucket's gradient reduction: reduce-scatter over the shard group (qgZ's all-to-alls
+    instead when enabled), then for FSDP hybrid an all-reduce of the shard across nodes."""
+    nbytes = bucket.nbytes(ctx.grad_bytes)
+    sh = ctx.scenario.training.sharding
+    if sh.zeropp.quantized_gradients:
+        op = zeropp.quantized_gradient_reduce(prog, ctx, bucket, dep, stream)
+    else:
+        op = add_collective(
+            prog,
+            ctx,
+            f"reduce_scatter grads {bucket.index}",
+            "reduce_scatter",
+            nbytes,
+            lay.shard,
+            deps=(dep,),
+            stream=stream,
+            bucket=bucket.index,
+        )
+    info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
+    if lay.replicate is not None:
+        op = add_collective(
+            prog,
+            ctx,
+            f"all_reduce grad shard {bucket.index} across nodes",
+            "all_reduce",
+            nbytes / lay.shard.ranks,
+            lay.replicate,
+            deps=(op,),
+            stream=stream,
+            bucket=bucket.index,
+        )
+    return [op]
+
+
+def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[dict]]:
+    """ZeRO-1/2: forward/backward with bucketed gradient reduction to the partition owners."""
+    layers = ctx.workload.layers
+    micro_steps = ctx.scenario.workload.gradient_accumulation
+    buckets = _reduce_buckets(ctx, lay)
+    by_layer: dict[int, list] = {}
+    for b in buckets:
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    stream = "comm" if lay.overlap else "compute"
+    reduced: list[int] = []
+    info: list[dict] = []
+    last = None
+    for micro in range(micro_steps):
+        boundary = micro == micro_steps - 1
+        hooked = lay.gradients or (lay.overlap and boundary)  # stage 1 reduces only at the boundary
+        for layer in layers:
+            prog.add(
+                f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro}
+            )
+        for li in reversed(range(len(layers))):
+            last = prog.add(
+                f"bwd {layers[li].name}",
+                "compute",
+                ctx.backward_time(layers[li]),
+                "backward",
+                meta={"micro": micro},
+            )
+            if hooked:
+                for b in by_layer.get(li, []):
+                    ops = _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                    reduced += ops
+    if not lay.gradients and not lay.overlap:  # stage 1 without overlap_comm: after backward
+        for b in buckets:
+            reduced += _reduce(prog, ctx, lay, b, last, info, stream)
+    return [last, *reduced], info
+
+
+def _gather_updated(prog: Program, ctx, lay: Layout, deps) -> list[int]:
+    """Stage 1/2: all-gather the updated 16-bit partitions in allgather_bucket_size chunks."""
+    d = BYTES_PER_ELEMENT[ctx.precision]
+    sh = ctx.scenario.training.sharding
+    chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
+    count = max(1, math.ceil(ctx.params / chunk))
+    return [
+        add_collective(
+            prog,
+            ctx,
+            f"all_gather updated params {i}",
+            "all_gather",
+            ctx.params * d / count,
+            lay.shard,
+            deps=tuple(deps),
+        )
+        for i in range(count)
+    ]
+
+
+def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[list[int], list[dict]]:
+    """ZeRO-3 / FSDP: per-layer parameter all-gathers (prefetched) around forward and backward.
+    ``on_reduced(bucket, op)`` hooks in after each bucket's reduction (the offload's gradient copy)."""
+    layers = ctx.workload.layers
+    window, live = prefetch_window(ctx), ctx.scenario.training.sharding.max_live_parameters
+    by_layer: dict[int, list] = {}
+    for b in _reduce_buckets(ctx, lay):
+        by_layer.setdefault(b.ready_layer, []).append(b)
+    stream = "comm" if lay.overlap else "compute"
+    n = len(layers)
+    sizes = [float(layer.params) for layer in layers]
+    fwd_from = gather_schedule(sizes, window, live, lay.per_unit)[0]
+    bwd_from = gather_schedule(sizes[::-1], window, live, lay.per_unit)[0]
+    reduced: list[int] = []
+    info: list[dict] = []
+    last = None
+    for micro in range(ctx.scenario.workload.gradient_accumulation):
+        boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
+        fwd: list[int] = []
+        for i, layer in enumerate(layers):
+            start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
+            gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
+            fwd.append(
+                prog.add(
+                    f"fwd {layer.name}",
+                    "compute",
+                    ctx.forward_time(layer),
+                    "forward",
+                    (gathered,),
+                    meta={"micro": micro},
+                )
+            )
+        bwd: list[int] = []
+        for k in range(n):
+            li = n - 1 - k
+            start = bwd[bwd_from[k] - 1] if bwd_from[k] > 0 else fwd[-1]
+            gathered = start
+            if lay.reshard_after_forward:
+                gathered = zeropp.gather_parameters(prog, ctx, lay, layers[li], start, forward=False)
+            last = prog.add(
+                f"bwd {layers[li].name}",
+                "compute",
+                ctx.backward_time(layers[li]),
+                "backward",
+                (gathered,),
+                meta={"micro": micro},
+            )
+            bwd.append(last)
+            for b in by_layer.get(li, []):
+                reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                if on_reduced is not None:
+                    on_reduced(b, reduced[-1])
+    return [last, *reduced], info
