@@ -354,6 +354,12 @@ def _check_parallelism(s: Scenario) -> None:
             f"tensor x pipeline = {t} x {p} = {t * p} does not divide the {c.world_size} GPUs",
             key=f"{key}.pipeline" if p > 1 else f"{key}.tensor",
         )
+    g = c.gpus_per_node
+    if (g % t if t <= g else t % g) and c.nodes > 1:
+        raise InputError(
+            f"a tensor-parallel group of {t} does not tile nodes of {g} GPUs (not modelled)",
+            key=f"{key}.tensor",
+        )
     if v > 1 and par.schedule != "interleaved":
         raise InputError("virtual_stages > 1 needs schedule: interleaved", key=f"{key}.schedule")
     if par.schedule == "interleaved":

@@ -50,6 +50,11 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
 
 def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float, label: str) -> Program:
     L = ctx.layout
+    if L.tensor > L.gpus_per_node:
+        ctx.notes.append(
+            f"tensor-parallel group of {L.tensor} spans nodes: its per-layer all-reduces cross the network "
+            "(Megatron-LM allows it; Narayanan et al. SC'21 keep t within a node)"
+        )
     prog = Program()
     w = ctx.workload
     activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
