@@ -196,7 +196,9 @@ class ParallelismSpec(_Strict):
 
     @property
     def model_parallel(self) -> bool:
-        return self.tensor > 1 or self.pipeline > 1
+        """Whether Megatron's program runs: tensor or pipeline parallelism, or recomputation (which
+        only that program models). Plain data parallelism otherwise keeps the DDP program."""
+        return self.tensor > 1 or self.pipeline > 1 or self.recompute != "none"
 
 
 class TrainingSpec(_Strict):
@@ -333,7 +335,8 @@ def _check_semantics(s: Scenario) -> None:
         )
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
-    if s.training.parallelism.model_parallel or s.training.parallelism.virtual_stages > 1:
+    par = s.training.parallelism
+    if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
 
 

@@ -115,7 +115,8 @@ class SimulationContext:
         return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
 
     def rank_backward_time(self, layer: Layer) -> float:
-        return self.device.kernels_time(self.layout.kernels(layer.backward), self.precision) * self._bwd_scale
+        kernels = self.layout.kernels(layer.backward, backward=True)
+        return self.device.kernels_time(kernels, self.precision) * self._bwd_scale
 
     def collective(
         self, op: str, nbytes: float, shape: GroupShape | None = None, algorithm: str | None = None

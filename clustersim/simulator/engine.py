@@ -89,8 +89,11 @@ class Engine:
     """Runs a Program; ``run()`` returns each op's start and end time (seconds). Past ``time_limit``
     simulated seconds (or at a NaN time) it stops with RunawaySimulation instead of running forever."""
 
-    def __init__(self, program: Program, time_limit: float = float("inf")):
+    def __init__(self, program: Program, time_limit: float = float("inf"), ranked: bool | None = None):
+        """``ranked``: use engine_ranked's path for a multi-rank program without shared links (None:
+        whenever it applies; False: always this general path, for comparing the two)."""
         self.program = program
+        self._ranked = ranked
         self.time_limit = time_limit
         self.env = simpy.Environment()
         self.start: dict[int, float] = {}
@@ -117,13 +120,25 @@ class Engine:
             last_on[lane] = op.id
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
+        if self._multi_rank and self._ranked is not False:
+            from clustersim.simulator import engine_ranked
+
+            if engine_ranked.applies(self.program):
+                self.start, self.end = engine_ranked.run_ranked(
+                    self.program, self._waiting, self._next, self.time_limit, RunawaySimulation
+                )
+                self._check_all_ran()
+                return self.start, self.end
         self._release([i for i, w in enumerate(self._waiting) if w == 0])
         self._update(None)
         self.env.run()
+        self._check_all_ran()
+        return self.start, self.end
+
+    def _check_all_ran(self) -> None:
         if len(self.end) < len(self.program.ops):
             missing = [op.name for op in self.program.ops if op.id not in self.end]
             raise RuntimeError(f"program deadlocked; ops never ran: {missing[:5]}")
-        return self.start, self.end
 
     def _release(self, ready: list[int]) -> None:
         """Start the ops in ``ready`` now; zero-length ones end at once and release their successors."""

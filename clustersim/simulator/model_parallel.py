@@ -158,22 +158,27 @@ class Layout:
         """The largest per-rank share (the stage that fills its GPU first)."""
         return max(self.stage_params(s) for s in range(self.pipeline))
 
-    def kernels(self, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
-        """One tensor-parallel rank's share of a layer's kernels: GEMMs, attention, embedding and
-        loss are split by t (Shoeybi et al. 2019); the LayerNorm/dropout/residual elementwise work
-        is replicated on every rank unless sequence parallelism splits it (Korthikanti et al. 2022)."""
+    def kernels(self, kernels: tuple[Kernel, ...], backward: bool = False) -> tuple[Kernel, ...]:
+        """One tensor-parallel rank's share of a layer's kernels: GEMMs, attention (heads), the
+        MLP's activation, embedding and loss are split by t (Shoeybi et al. 2019); the LayerNorm,
+        dropout and residual work on the b*s*h hidden states (14 T h elements read or written
+        forward, twice that backward, workloads/transformer.py) is replicated on every rank unless
+        sequence parallelism splits it too (Korthikanti et al. 2022)."""
         t = self.tensor
         if t == 1:
             return kernels
-        return tuple(
-            Kernel(
-                k.name,
-                k.flops / t,
-                k.bytes if k.name == "elementwise" and not self.sequence_parallel else k.bytes / t,
-                k.launches,
+        w = self.workload
+        replicated = 0.0
+        if not self.sequence_parallel:
+            tokens = w.micro_batch * w.seq_len
+            replicated = (
+                BYTES_PER_ELEMENT[w.precision] * 14 * tokens * self.arch.hidden * (2 if backward else 1)
             )
-            for k in kernels
-        )
+        out = []
+        for k in kernels:
+            rep = min(replicated, k.bytes) if k.name == "elementwise" else 0.0
+            out.append(Kernel(k.name, k.flops / t, rep + (k.bytes - rep) / t, k.launches))
+        return tuple(out)
 
     # ---- memory --------------------------------------------------------------------------------
     def block_activation_bytes(self) -> float:
