@@ -388,6 +388,10 @@ def _check_parallelism(s: Scenario) -> None:
         raise InputError(f"{s.workload.model} is not a transformer: Megatron splits transformers", key=key)
     if arch.heads % t:
         raise InputError(f"{arch.heads} attention heads are not divisible by tensor={t}", key=f"{key}.tensor")
+    if arch.kv_heads and arch.kv_heads % t:  # Megatron: num_query_groups % tensor size == 0
+        raise InputError(
+            f"{arch.kv_heads} key/value heads are not divisible by tensor={t}", key=f"{key}.tensor"
+        )
     if arch.layers % (p * v):
         raise InputError(
             f"{arch.layers} layers do not split evenly into pipeline x virtual_stages = {p} x {v} chunks",

@@ -163,6 +163,7 @@ def test_gpt3_175b_fits_with_3d_parallelism_and_not_without():
         ({"p": 4, "v": 4}, "training.parallelism.pipeline"),  # 24 layers over 16 chunks
         ({"p": 4, "v": 2, "m": 6}, "workload.gradient_accumulation"),  # interleaved: m % p
         ({"p": 1, "t": 2, "v": 2}, "training.parallelism.schedule"),  # interleaving needs p >= 2
+        ({"model_name": "LLaMA-2-70B", "t": 16, "p": 2}, "training.parallelism.tensor"),  # 8 kv heads
     ],
 )
 def test_impossible_layouts_are_refused_with_their_key(kw, key):
@@ -239,3 +240,58 @@ def test_megatron_weak_scaling_predictions():
     assert len(report.rows) == 10
     assert report.median_abs_error < 0.05
     assert report.max_abs_error < 0.10
+
+
+_LARGE = {
+    "LLaMA-2-70B, 64 H100, t8 p4 d2": {
+        "cluster.nodes": 8,
+        "workload.model": "LLaMA-2-70B",
+        "workload.seq_len": 4096,
+        "training.parallelism.pipeline": 4,
+        "workload.gradient_accumulation": 64,
+    },
+    "LLaMA-2-70B, 64 A100, t8 p4 d2": {
+        "cluster.nodes": 8,
+        "cluster.gpu": "A100-80GB",
+        "cluster.nic.line_rate_gbps": 200,
+        "workload.model": "LLaMA-2-70B",
+        "workload.seq_len": 4096,
+        "training.parallelism.pipeline": 4,
+        "workload.gradient_accumulation": 64,
+    },
+    "GPT-3 175B, 1024 A100, t8 p8 d16": {
+        "cluster.nodes": 128,
+        "cluster.gpu": "A100-80GB",
+        "cluster.nic.line_rate_gbps": 200,
+    },
+    "1T, 1024 H100, t8 p32 v2 interleaved": {
+        "cluster.nodes": 128,
+        "workload.model": "Megatron-GPT-1T",
+        "training.parallelism.pipeline": 32,
+        "training.parallelism.virtual_stages": 2,
+        "training.parallelism.schedule": "interleaved",
+        "workload.gradient_accumulation": 64,
+    },
+    "GPT-3 175B, 3072 H100, t8 p16 d24": {
+        "cluster.nodes": 384,
+        "training.parallelism.pipeline": 16,
+        "workload.gradient_accumulation": 64,
+    },
+}
+
+
+@pytest.mark.parametrize("label", sorted(_LARGE))
+def test_large_models_fit_and_run_at_plausible_utilisation(label):
+    """Issue #12's models on A100/H100 clusters of 64-3,072 GPUs with layouts people use: they fit in
+    80 GB, and the model FLOPs utilisation (6 x params per token, the recomputed forward not
+    counted) lands where published Megatron runs do, between 20% and 60% of dense peak."""
+    from clustersim.catalog import gpu
+    from clustersim.scenario import load_scenario
+
+    s = load_scenario("preset:dgx-h100-gpt3-175b-3d").with_changes(**_LARGE[label])
+    r = simulate(s)
+    assert r.memory["total"] <= r.memory["capacity"]
+    tokens = r.samples_per_iteration * s.workload.seq_len
+    params = build_context(s).params
+    mfu = 6 * params * tokens / (r.iteration_time * r.world_size * gpu(s.cluster.gpu).peak_flops("bf16"))
+    assert 0.2 < mfu < 0.6, mfu
