@@ -295,3 +295,9 @@ def test_large_models_fit_and_run_at_plausible_utilisation(label):
     params = build_context(s).params
     mfu = 6 * params * tokens / (r.iteration_time * r.world_size * gpu(s.cluster.gpu).peak_flops("bf16"))
     assert 0.2 < mfu < 0.6, mfu
+
+
+def test_samples_count_data_parallel_replicas_even_when_the_group_spans_nodes_unevenly():
+    # 24 GPUs, t=2, p=2: d=6 replicas; a data group is 4 ranks on one node and 2 on the next
+    s = _scenario(nodes=3, t=2, p=2, m=4)
+    assert simulate(s).samples_per_iteration == 1 * 4 * 6

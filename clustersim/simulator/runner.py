@@ -300,9 +300,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     if ctx.model_parallel:
         extra["parallelism"] = _parallelism_summary(ctx, main.program, out.main_times)
     # Samples: micro-batch x micro-batches x data-parallel replicas (tensor/pipeline ranks share one).
-    samples = (
-        scenario.workload.micro_batch * scenario.workload.gradient_accumulation * ctx.data_parallel.ranks
-    )
+    replicas = ctx.layout.data if ctx.model_parallel else scenario.cluster.world_size
+    samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * replicas
     return SimulationResult(
         scenario=scenario.name,
         optimizer=strategy.name,
