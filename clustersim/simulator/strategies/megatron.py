@@ -55,6 +55,11 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
             f"tensor-parallel group of {L.tensor} spans nodes: its per-layer all-reduces cross the network "
             "(Megatron-LM allows it; Narayanan et al. SC'21 keep t within a node)"
         )
+    if ctx.scenario.training.overlap:
+        ctx.notes.append(
+            "model parallel: gradients are all-reduced after the last backward (Megatron-LM's 2021 DDP); "
+            "training.overlap does not apply"
+        )
     prog = Program()
     w = ctx.workload
     activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
