@@ -365,9 +365,20 @@ def compare(
     console.print(
         table(
             f"{s.name}: iteration time split, ms (speedup over {base})",
-            ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
             [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 6]
+                "GPUs",
+                "optimizer",
+                "iter",
+                "compute",
+                "comm",
+                "compress",
+                "optim",
+                "idle",
+                "samples/s",
+                "speedup",
+            ],
+            [
+                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 7]
                 if r.error
                 else [
                     r.gpus,
@@ -377,6 +388,7 @@ def compare(
                     f"{r.exposed_communication_s * 1e3:,.0f}",
                     f"{r.compression_s * 1e3:,.0f}",
                     f"{r.optimizer_s * 1e3:,.0f}",
+                    f"{r.idle_s * 1e3:,.0f}",
                     f"{r.samples_per_s:,.0f}",
                     dash
                     if r.speedup is None
@@ -402,7 +414,7 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     console.print(
         "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
-        "optim = optimizer step and other per-step work[/]"
+        "optim = optimizer step and other per-step work; idle = nothing running (a pipeline's bubble)[/]"
     )
     cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (
         ["time to train", "speedup"] if steps else []
