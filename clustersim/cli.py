@@ -62,6 +62,24 @@ app.command()(user_errors(report))
 app.command("plan")(user_errors(plan_cmd))
 
 
+def _print_parallelism(par: dict) -> None:
+    """The model-parallel placement: the groups and where they sit, and the critical stage."""
+    console.print(
+        f"Model parallelism: tensor {par['tensor']} x data {par['data']} x pipeline {par['pipeline']} "
+        f"({par['schedule']}, {par['virtual_stages']} chunk(s) per stage of {par['layers_per_chunk']} "
+        f"layers, {par['micro_batches']} micro-batches; sequence parallel {par['sequence_parallel']}, "
+        f"recompute {par['recompute']})"
+    )
+    console.print(f"  rank = {par['rank_order']}")
+    for group in ("tensor", "data", "pipeline"):
+        console.print(f"  {group} group: {par[group + '_group']}")
+    crit = par["stages"][par["critical_stage"]]
+    console.print(
+        f"  critical stage {par['critical_stage']} (its end is the step; the breakdown above is its): "
+        f"ends {format_seconds(crit['end_s'])}, computes {format_seconds(crit['compute_s'])}"
+    )
+
+
 def _print_result(r) -> None:
     console.print(
         f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}"
@@ -139,6 +157,8 @@ def _print_result(r) -> None:
         )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
+    if "parallelism" in r.extra:
+        _print_parallelism(r.extra["parallelism"])
     for k, v in r.sources.items():
         console.print(f"[dim]source of {k}: {v}[/]")
     for n in r.notes:
@@ -357,9 +377,20 @@ def compare(
     console.print(
         table(
             f"{s.name}: iteration time split, ms (speedup over {base})",
-            ["GPUs", "optimizer", "iter", "compute", "comm", "compress", "optim", "samples/s", "speedup"],
             [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 6]
+                "GPUs",
+                "optimizer",
+                "iter",
+                "compute",
+                "comm",
+                "compress",
+                "optim",
+                "idle",
+                "samples/s",
+                "speedup",
+            ],
+            [
+                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 7]
                 if r.error
                 else [
                     r.gpus,
@@ -369,6 +400,7 @@ def compare(
                     f"{r.exposed_communication_s * 1e3:,.0f}",
                     f"{r.compression_s * 1e3:,.0f}",
                     f"{r.optimizer_s * 1e3:,.0f}",
+                    f"{r.idle_s * 1e3:,.0f}",
                     f"{r.samples_per_s:,.0f}",
                     dash
                     if r.speedup is None
@@ -394,7 +426,7 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     console.print(
         "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
-        "optim = optimizer step and other per-step work[/]"
+        "optim = optimizer step and other per-step work; idle = nothing running (a pipeline's bubble)[/]"
     )
     cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (
         ["time to train", "speedup"] if steps else []

@@ -42,6 +42,7 @@ class CompareRow:
     speedup_p10: float | None = None  # draw by draw against the baseline (paired)
     speedup_p90: float | None = None
     error: str | None = None
+    idle_s: float | None = None  # nothing running: a pipeline's bubble on its critical stage
 
     @classmethod
     def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
@@ -157,6 +158,7 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         exposed_communication_s=b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
         compression_s=b["compression"],
         optimizer_s=b["optimizer"] + b["other"],
+        idle_s=b["idle"],
         samples_per_s=r.samples_per_s,
         speedup=None,
         intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],

@@ -51,6 +51,7 @@ class CollectiveOp(StrEnum):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
     BROADCAST = "broadcast"
+    SEND_RECV = "send_recv"  # point to point between two ranks (pipeline stages)
 
 
 class Protocol(StrEnum):

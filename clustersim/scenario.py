@@ -254,6 +254,31 @@ class ShardingSpec(_Strict):
         return self.framework == "fsdp" or self.stage > 0
 
 
+class ParallelismSpec(_Strict):
+    """Megatron-LM model parallelism (Shoeybi et al. 2019; Narayanan et al. SC'21). The world is
+    tensor x data x pipeline ranks; the data-parallel degree is what is left: world / (tensor *
+    pipeline). ``workload.gradient_accumulation`` is the number of micro-batches m each pipeline runs
+    per step (Megatron's num_microbatches = global batch / (micro_batch * data-parallel degree)), so
+    the global batch is micro_batch * gradient_accumulation * data-parallel degree."""
+
+    tensor: Count = Field(1, gt=0, description="tensor-parallel degree t (ranks splitting each layer)")
+    pipeline: Count = Field(1, gt=0, description="pipeline stages p")
+    sequence_parallel: bool = Field(
+        False, description="Korthikanti et al. 2022: LayerNorm/dropout split by t"
+    )
+    schedule: Literal["1f1b", "interleaved"] = "1f1b"
+    virtual_stages: Count = Field(1, gt=0, description="model chunks per stage (interleaved schedule)")
+    recompute: Literal["none", "full"] = Field(
+        "none", description="full activation recomputation: backward re-runs each layer's forward"
+    )
+
+    @property
+    def model_parallel(self) -> bool:
+        """Whether Megatron's program runs: tensor or pipeline parallelism, or recomputation (which
+        only that program models). Plain data parallelism otherwise keeps the DDP program."""
+        return self.tensor > 1 or self.pipeline > 1 or self.recompute != "none"
+
+
 class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
@@ -266,6 +291,7 @@ class TrainingSpec(_Strict):
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()
+    parallelism: ParallelismSpec = ParallelismSpec()
 
 
 class Scenario(_Strict):
@@ -389,6 +415,100 @@ def _check_semantics(s: Scenario) -> None:
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
     check_sharding(s.training)
+    par = s.training.parallelism
+    if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
+        _check_parallelism(s)
+        _check_composition(s)
+
+
+def _check_composition(s: Scenario) -> None:
+    """Model parallelism (Megatron's program) beside the sharding layer and the other recompute key: what
+    the two programs do not model together is refused, with the key to change."""
+    par = s.training.parallelism
+    if s.training.sharding.enabled:
+        raise InputError(
+            "ZeRO/FSDP sharding together with tensor/pipeline parallelism is not modelled (Megatron's "
+            "distributed optimizer, ZeRO-1 over the data-parallel group, is not built yet); "
+            "use one or the other",
+            key="training.sharding.stage",
+        )
+    if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
+        raise InputError(
+            "with tensor/pipeline parallelism recomputation is Megatron's: set "
+            "training.parallelism.recompute: full instead",
+            key="workload.activation_checkpointing",
+        )
+
+
+# Optimizers whose programs compose with tensor/pipeline parallelism. The compressed optimizers'
+# programs model a data-parallel compressed all-reduce only; DeepSpeed's own 1-bit Adam tutorial says
+# its MPI-based implementation "is not compatible with pipeline parallelism"
+# (https://deepspeed.ai/tutorials/onebit-adam), and none of them is offered by Megatron-LM.
+_MODEL_PARALLEL_OPTIMIZERS = ("adam", "sgdm")
+
+
+def _check_parallelism(s: Scenario) -> None:
+    """Layouts Megatron-LM refuses (megatron/training/arguments.py and schedules.py asserts), and
+    combinations this simulator does not model, each with the key to change."""
+    par, c, key = s.training.parallelism, s.cluster, "training.parallelism"
+    t, p, v = par.tensor, par.pipeline, par.virtual_stages
+    if c.world_size % (t * p):
+        raise InputError(
+            f"tensor x pipeline = {t} x {p} = {t * p} does not divide the {c.world_size} GPUs",
+            key=f"{key}.pipeline" if p > 1 else f"{key}.tensor",
+        )
+    g = c.gpus_per_node
+    if (g % t if t <= g else t % g) and c.nodes > 1:
+        raise InputError(
+            f"a tensor-parallel group of {t} does not tile nodes of {g} GPUs (not modelled)",
+            key=f"{key}.tensor",
+        )
+    if v > 1 and par.schedule != "interleaved":
+        raise InputError("virtual_stages > 1 needs schedule: interleaved", key=f"{key}.schedule")
+    if par.schedule == "interleaved":
+        if p < 2 or v < 2:
+            raise InputError(
+                "the interleaved schedule needs pipeline >= 2 and virtual_stages >= 2", key=f"{key}.schedule"
+            )
+        m = s.workload.gradient_accumulation
+        if m % p:
+            # Megatron's interleaved schedule asserts num_microbatches % pipeline size == 0.
+            raise InputError(
+                f"the interleaved schedule needs the micro-batches ({m}, workload.gradient_accumulation) "
+                f"to be a multiple of pipeline ({p})",
+                key="workload.gradient_accumulation",
+            )
+    if s.workload.model is None:
+        raise InputError(
+            "tensor/pipeline parallelism needs a catalog transformer (custom layers have no heads to split)",
+            key="workload.layers",
+        )
+    arch = catalog.model(s.workload.model)
+    if arch.family != "transformer":
+        raise InputError(f"{s.workload.model} is not a transformer: Megatron splits transformers", key=key)
+    if arch.heads % t:
+        raise InputError(f"{arch.heads} attention heads are not divisible by tensor={t}", key=f"{key}.tensor")
+    if arch.kv_heads and arch.kv_heads % t:  # Megatron: num_query_groups % tensor size == 0
+        raise InputError(
+            f"{arch.kv_heads} key/value heads are not divisible by tensor={t}", key=f"{key}.tensor"
+        )
+    if arch.layers % (p * v):
+        raise InputError(
+            f"{arch.layers} layers do not split evenly into pipeline x virtual_stages = {p} x {v} chunks",
+            key=f"{key}.pipeline",
+        )
+    if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
+        raise InputError(
+            f"{s.training.optimizer} is modelled with data parallelism only (DeepSpeed: the MPI-based 1-bit "
+            "Adam is not compatible with pipeline parallelism; Megatron-LM offers none of the compressed "
+            "optimizers); use adam or sgdm with tensor/pipeline parallelism",
+            key="training.optimizer",
+        )
+    if s.training.offload.mode != "none":
+        raise InputError(
+            "CPU offload together with tensor/pipeline parallelism is not modelled",
+            key="training.offload.mode",
+        )
 
 
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:

@@ -21,6 +21,10 @@ from clustersim.workloads import build_workload
         ("GPT-3-175B", 175e9, 0.01),  # Brown et al. 2020
         ("GPT-3-13B", 13e9, 0.01),
         ("GPT-3-1.3B", 1.3e9, 0.03),
+        ("LLaMA-2-70B", 68_976_648_192, 1e-9),  # meta-llama/Llama-2-70b-hf: 68,976,648,192 exactly
+        ("Megatron-GPT-145.6B", 145.6e9, 0.001),  # Narayanan et al. SC'21 Table 1
+        ("Megatron-GPT-529.6B", 529.6e9, 0.001),
+        ("Megatron-GPT-1T", 1008.0e9, 0.001),
     ],
 )
 def test_parameter_counts_match_published(name, expected, tol):

@@ -34,7 +34,7 @@ def test_compare_table_rows_whole_when_piped(runner):
     split_rows = [
         row
         for row in rows
-        if len(row) == 9 and "MiB" not in row and row[1] == "onebit-adam" and row[-1].endswith("x")
+        if len(row) == 10 and "MiB" not in row and row[1] == "onebit-adam" and row[-1].endswith("x")
     ]
     assert len(split_rows) == 2, r.stdout  # each row of the split table on one line, speedup included
     title = next(line for line in r.stdout.splitlines() if "iteration time split" in line)

@@ -75,4 +75,5 @@ def busbw_factor(op: str, p: int) -> float:
         "reduce_scatter": (p - 1) / p,
         "all_to_all": (p - 1) / p,
         "broadcast": 1.0,
+        "send_recv": 1.0,
     }[op]

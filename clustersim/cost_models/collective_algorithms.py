@@ -77,6 +77,7 @@ NCCL_AUTO = {
     "reduce_scatter": ("ring",),
     "all_to_all": ("ring",),
     "broadcast": ("ring", "tree"),
+    "send_recv": ("ring",),
 }
 
 
@@ -265,3 +266,21 @@ def _broadcast_gloo_tree(x: Inputs) -> Decomposition:
     """gloo's binomial tree with concurrent sends: lg p rounds of latency; the critical path moves the
     array concurrent_binomial_depth(p) times through a rank's link."""
     return _broadcast(x, lg(x.p), concurrent_binomial_depth(x.p))
+
+
+# ---- send_recv -------------------------------------------------------------------------------------
+@register("send_recv", "ring")
+def _send_recv(x: Inputs) -> Decomposition:
+    """One rank sends ``nbytes`` to its peer (NCCL ncclSend/ncclRecv, a pipeline stage boundary): one
+    latency step and one transfer over the pair's link, a one-hop ring of two ranks. The shape is the
+    pair (1 node x 2 GPUs, or 2 nodes x 1 GPU with ``sharing`` senders per node)."""
+    ring = x.ring()
+    inter = x.nbytes if x.n > 1 else 0.0
+    return Decomposition(
+        ((1, x.step_class()),),
+        (Leg(x.nbytes, ring),),
+        False,
+        0.0 if x.n > 1 else x.nbytes,
+        inter,
+        ring.bottleneck,
+    )

@@ -33,6 +33,7 @@ class SimulationContext:
     offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
     offload_spec: object = None
     _host: object = None
+    _layout: object = None
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
 
@@ -42,11 +43,45 @@ class SimulationContext:
         return GroupShape(c.nodes, c.gpus_per_node)
 
     @property
+    def layout(self):
+        """Megatron's tensor x data x pipeline layout (simulator/model_parallel.py), built once."""
+        if self._layout is None:
+            from clustersim.simulator.model_parallel import Layout
+
+            self._layout = Layout.of(self.scenario, self.workload)
+        return self._layout
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.scenario.training.parallelism.model_parallel
+
+    @property
     def data_parallel(self) -> GroupShape:
-        """The group gradients are reduced over (and ZeRO/FSDP shard over): every rank, for data
-        parallelism alone. Sharding strategies use this, never ``world``, so that model parallelism
-        can shrink it to world / (tensor x pipeline)."""
-        return self.world
+        """The group gradients are reduced over: world / (tensor * pipeline) ranks at stride t
+        (Megatron's order: tensor fastest, then data, then pipeline). The whole world without model
+        parallelism."""
+        return self.layout.data_group() if self.model_parallel else self.world
+
+    @property
+    def tensor_parallel(self) -> GroupShape:
+        """The t ranks that split each layer (adjacent GPUs of one node when t <= GPUs per node)."""
+        return self.layout.tensor_group()
+
+    @property
+    def pipeline_pair(self) -> GroupShape:
+        """Two neighbouring pipeline stages, the pair a send/recv runs over."""
+        return self.layout.pipeline_pair()
+
+    @property
+    def rank_params(self) -> float:
+        """Parameters one rank holds: all of them with data parallelism, its stage's over t with
+        model parallelism (the largest stage)."""
+        return self.layout.rank_params if self.model_parallel else self.params
+
+    @property
+    def rank_activation_bytes(self) -> float:
+        """Activations one rank keeps for backward at its peak."""
+        return self.layout.activation_bytes if self.model_parallel else self.workload.activation_bytes
 
     @property
     def intra_node(self) -> GroupShape:
@@ -74,6 +109,14 @@ class SimulationContext:
 
     def backward_time(self, layer: Layer) -> float:
         return self.device.kernels_time(layer.backward, self.precision) * self._bwd_scale
+
+    def rank_forward_time(self, layer: Layer) -> float:
+        """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""
+        return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
+
+    def rank_backward_time(self, layer: Layer) -> float:
+        kernels = self.layout.kernels(layer.backward, backward=True)
+        return self.device.kernels_time(kernels, self.precision) * self._bwd_scale
 
     def collective(
         self, op: str, nbytes: float, shape: GroupShape | None = None, algorithm: str | None = None

@@ -17,6 +17,10 @@ predecessors rather than by a simpy process per stream waiting on events. Issue 
 run cost ~20 us per simpy event and 7.5 events per op (an ``AllOf`` per op, a ``timeout | wake``
 condition per step, a wake-up per start); this way a run has about one event per completion instant.
 
+A program may hold several ranks (``Op.rank``: pipeline stages simulated stage by stage): streams
+are then FIFO per (rank, stream) and a NCCL kernel's ``compute_slowdown`` applies to its own rank's
+compute only. A single-rank program takes exactly the old path.
+
 The cost per event is proportional to the number of running ops (a handful: one per stream), so a
 run costs O(ops), independent of how many GPUs the cluster has.
 """
@@ -55,7 +59,17 @@ class _Running:
     """A running op: work left (seconds at full speed), its current rate, and what the rate model reads
     precomputed once (rates are recomputed at every start and end; the op's fields never change)."""
 
-    __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "slowdown", "weight", "done_below")
+    __slots__ = (
+        "op",
+        "remaining",
+        "rate",
+        "demands",
+        "plain_compute",
+        "slowdown",
+        "weight",
+        "done_below",
+        "rank",
+    )
 
     def __init__(self, op: Op):
         self.op = op
@@ -68,14 +82,18 @@ class _Running:
         peak = max(op.demands.values()) if op.demands else 0.0
         self.weight = 1.0 / peak if peak > 0 else 0.0
         self.done_below = DONE_TOL * max(1.0, op.duration)
+        self.rank = op.rank
 
 
 class Engine:
     """Runs a Program; ``run()`` returns each op's start and end time (seconds). Past ``time_limit``
     simulated seconds (or at a NaN time) it stops with RunawaySimulation instead of running forever."""
 
-    def __init__(self, program: Program, time_limit: float = float("inf")):
+    def __init__(self, program: Program, time_limit: float = float("inf"), ranked: bool | None = None):
+        """``ranked``: use engine_ranked's path for a multi-rank program without shared links (None:
+        whenever it applies; False: always this general path, for comparing the two)."""
         self.program = program
+        self._ranked = ranked
         self.time_limit = time_limit
         self.env = simpy.Environment()
         self.start: dict[int, float] = {}
@@ -87,24 +105,40 @@ class Engine:
         # ended, and whom to tell when it ends. A dependency listed twice is counted and told twice.
         self._waiting = [len(op.deps) for op in program.ops]
         self._next: list[list[int]] = [[] for _ in range(n)]
-        last_on: dict[str, int] = {}
+        last_on: dict[tuple[int, str], int] = {}
+        self._multi_rank = False
         for op in program.ops:
             for d in op.deps:
                 self._next[d].append(op.id)
-            prev = last_on.get(op.stream)
+            lane = (op.rank, op.stream)
+            if op.rank:
+                self._multi_rank = True
+            prev = last_on.get(lane)
             if prev is not None:
                 self._next[prev].append(op.id)
                 self._waiting[op.id] += 1
-            last_on[op.stream] = op.id
+            last_on[lane] = op.id
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
+        if self._multi_rank and self._ranked is not False:
+            from clustersim.simulator import engine_ranked
+
+            if engine_ranked.applies(self.program):
+                self.start, self.end = engine_ranked.run_ranked(
+                    self.program, self._waiting, self._next, self.time_limit, RunawaySimulation
+                )
+                self._check_all_ran()
+                return self.start, self.end
         self._release([i for i, w in enumerate(self._waiting) if w == 0])
         self._update(None)
         self.env.run()
+        self._check_all_ran()
+        return self.start, self.end
+
+    def _check_all_ran(self) -> None:
         if len(self.end) < len(self.program.ops):
             missing = [op.name for op in self.program.ops if op.id not in self.end]
             raise RuntimeError(f"program deadlocked; ops never ran: {missing[:5]}")
-        return self.start, self.end
 
     def _release(self, ready: list[int]) -> None:
         """Start the ops in ``ready`` now; zero-length ones end at once and release their successors."""
@@ -163,12 +197,22 @@ class Engine:
 
     def _rerate(self) -> None:
         running = self._running
-        capped = 1.0 - max([r.slowdown for r in running])
         sharing = []
-        for r in running:
-            r.rate = capped if r.plain_compute else 1.0
-            if r.demands:
-                sharing.append(r)
+        if self._multi_rank:
+            slow: dict[int, float] = {}
+            for r in running:
+                if r.slowdown > slow.get(r.rank, 0.0):
+                    slow[r.rank] = r.slowdown
+            for r in running:
+                r.rate = 1.0 - slow.get(r.rank, 0.0) if r.plain_compute else 1.0
+                if r.demands:
+                    sharing.append(r)
+        else:
+            capped = 1.0 - max([r.slowdown for r in running])
+            for r in running:
+                r.rate = capped if r.plain_compute else 1.0
+                if r.demands:
+                    sharing.append(r)
         if sharing and self._contended(sharing):
             self._fill(sharing)
 
@@ -248,14 +292,14 @@ def contention_free_end(program: Program) -> float:
     Returns 0.0 (no bound) for a program whose ops wait for later ops.
     """
     end: list[float] = []
-    stream_end: dict[str, float] = {}
+    stream_end: dict[tuple[int, str], float] = {}
     for op in program.ops:
-        t = stream_end.get(op.stream, 0.0)
+        t = stream_end.get((op.rank, op.stream), 0.0)
         if op.deps:
             if max(op.deps) >= op.id:
                 return 0.0
             t = max(t, max([end[d] for d in op.deps]))
         t += op.duration if op.duration > _EPS else 0.0
         end.append(t)
-        stream_end[op.stream] = t
+        stream_end[(op.rank, op.stream)] = t
     return max(end, default=0.0)

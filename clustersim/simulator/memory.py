@@ -2,9 +2,11 @@
 
 Mixed precision (fp16/bf16) keeps an fp32 master copy of the parameters (4 B) beside the 16-bit
 weights (2 B); optimizer state is fp32. Activations are those kept for backward of one micro-batch
-(Korthikanti et al. 2022 for transformers). DDP buckets hold a second copy of the gradients. With
-CPU offload the master copy and the offloaded state live on the host; only what the strategy must
-keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups and staging buffers remain.
+(Korthikanti et al. 2022 for transformers). With tensor/pipeline parallelism a rank holds its
+stage's share over t and the activations of its in-flight micro-batches (model_parallel.py).
+DDP buckets hold a second copy of the gradients. With CPU offload the master copy and the offloaded
+state live on the host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum),
+resident subgroups and staging buffers remain.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
         mem["capacity"] = ctx.gpu.memory_bytes
         return mem
-    P = ctx.params
+    P = ctx.rank_params
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
     mem = {
@@ -32,7 +34,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         "ddp_buckets": 0.0 if offloaded else P * ctx.grad_bytes,
         "optimizer_state": P
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
-        "activations": ctx.workload.activation_bytes,
+        "activations": ctx.rank_activation_bytes,
     }
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
@@ -88,7 +90,7 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
     if lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
-            "over the data-parallel ranks) or training.offload"
+            "over the data-parallel ranks), training.parallelism (tensor/pipeline) or training.offload"
         )
     else:
         hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"

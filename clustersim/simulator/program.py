@@ -7,6 +7,10 @@ other ops run it can take longer: an op with ``compute_slowdown`` > 0 (a NCCL ke
 slows the compute stream by that fraction, and ops that push bytes through the same link share its
 capacity max-min fairly. ``demands`` says how many bytes/s an op pushes through each link when it
 runs alone at full speed; the program's ``links`` give each link's capacity in bytes/s.
+
+``rank`` says which rank (class) runs the op: 0 for the representative rank of a data-parallel
+program; the stage of a pipeline program simulated stage by stage. Streams are FIFO per (rank,
+stream), and a NCCL kernel slows only its own rank's compute.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Op:
     compute_slowdown: float = 0.0
     demands: dict[str, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    rank: int = 0
 
 
 class Program:
@@ -59,8 +64,13 @@ class Program:
         self.ops.append(op)
         return op.id
 
-    def last_on(self, stream: str) -> int | None:
+    def last_on(self, stream: str, rank: int = 0) -> int | None:
         for op in reversed(self.ops):
-            if op.stream == stream:
+            if op.stream == stream and op.rank == rank:
                 return op.id
         return None
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks the program simulates (1 for a representative-rank program)."""
+        return 1 + max((op.rank for op in self.ops), default=0)

@@ -157,11 +157,25 @@ def attribute_timeline(
     Each interval between consecutive start/end instants goes to the label of the highest-precedence
     op running through it (``_rank``; among equals the one that started first, in program order on
     ties), summed in time order. Ranks are computed once per op, not per interval (issue #15).
+
+    A program of several ranks (pipeline stages): the step ends when the slowest rank ends, and the
+    breakdown is that critical rank's (the one whose last op ends last; the lowest rank on ties), its
+    pipeline bubbles counted as idle.
     """
-    points = sorted({0.0, *start.values(), *end.values()})
     total = max(end.values(), default=0.0)
+    ops = program.ops
+    if any(o.rank for o in ops):
+        last: dict[int, float] = {}
+        for o in ops:
+            if end[o.id] > last.get(o.rank, -1.0):
+                last[o.rank] = end[o.id]
+        critical = min(r for r, e in last.items() if e == total)
+        ops = [o for o in ops if o.rank == critical]
+        points = sorted({0.0, total, *(start[o.id] for o in ops), *(end[o.id] for o in ops)})
+    else:
+        points = sorted({0.0, *start.values(), *end.values()})
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    spans = [(start[o.id], end[o.id], *_rank(o)) for o in program.ops if end[o.id] > start[o.id]]
+    spans = [(start[o.id], end[o.id], *_rank(o)) for o in ops if end[o.id] > start[o.id]]
     spans.sort(key=lambda s: s[0])
     active: list = []
     idx = 0

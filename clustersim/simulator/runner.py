@@ -190,8 +190,12 @@ def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _
         out.iteration += w * t
         for k, v in parts.items():
             out.breakdown[k] += w * v
-        s_intra = sum(op.intra_node_bytes for op in step.program.ops) / step.covers
-        s_inter = sum(op.inter_node_bytes for op in step.program.ops) / step.covers
+        # Per node: a program of p pipeline stages holds each stage's per-node traffic once; the
+        # stages occupy equal shares of the nodes, so a node's average is the mean over stages. A
+        # program covering several steps (DiLoCo's sync window) counts per step.
+        per = step.program.ranks * step.covers
+        s_intra = sum(op.intra_node_bytes for op in step.program.ops) / per
+        s_inter = sum(op.inter_node_bytes for op in step.program.ops) / per
         out.intra += w * s_intra
         out.inter += w * s_inter
         out.per_step.append(
@@ -259,6 +263,22 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     }
 
 
+def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
+    """The placement (which ranks form each group, inside or across nodes) and, per stage, when it
+    ends and how long it computes: the step is the slowest stage's end, the breakdown that stage's."""
+    start, end = times
+    summary = ctx.layout.describe()
+    busy: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for op in program.ops:
+        if op.stream == "compute":
+            busy[op.rank] = busy.get(op.rank, 0.0) + end[op.id] - start[op.id]
+        last[op.rank] = max(last.get(op.rank, 0.0), end[op.id])
+    summary["stages"] = [{"stage": s, "end_s": last[s], "compute_s": busy.get(s, 0.0)} for s in sorted(last)]
+    summary["critical_stage"] = max(last, key=lambda s: (last[s], -s))
+    return summary
+
+
 def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> SimulationResult:
     """Simulate ``ctx``; ``strategy``, its ``steps`` and checked ``memory`` when already built."""
     scenario = ctx.scenario
@@ -282,9 +302,11 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         sources["profile"] = ctx.profile.provenance.source
     own, own_notes = strategy.result_extra(out.per_step)
     extra.update(own)
-    samples = (
-        scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
-    )
+    if ctx.model_parallel:
+        extra["parallelism"] = _parallelism_summary(ctx, main.program, out.main_times)
+    # Samples: micro-batch x micro-batches x data-parallel replicas (tensor/pipeline ranks share one).
+    replicas = ctx.layout.data if ctx.model_parallel else scenario.cluster.world_size
+    samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * replicas
     return SimulationResult(
         scenario=scenario.name,
         optimizer=strategy.name,

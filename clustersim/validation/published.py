@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,6 +20,9 @@ class Row(BaseModel):
     optimizer: str
     gpus: int = Field(gt=0)
     published: float = Field(gt=0)
+    # the row's own published setup as dotted scenario keys (model, layout, micro-batches): what the
+    # paper ran, never a fitted factor
+    changes: dict[str, Any] = Field(default_factory=dict)
 
 
 class Dataset(BaseModel):
@@ -29,6 +33,7 @@ class Dataset(BaseModel):
     scenario: str
     metric: str = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
+    changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
 
 
@@ -87,13 +92,35 @@ def load_dataset(name: str) -> Dataset:
         raise InputError(f"dataset is invalid: {exc.errors()[0]['msg']}", source=name) from None
 
 
-def _band(result, metric: str) -> tuple[float | None, float | None]:
+def megatron_flops(scenario) -> float:
+    """FLOPs of one iteration as Narayanan et al. SC'21 (sec. 5.1, eq. 3) count them for Table 1:
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)), forward, backward and the recomputed forward of a GPT
+    with B sequences of s tokens, l layers, hidden h, vocabulary V."""
+    from clustersim.catalog import model
+
+    arch, w = model(scenario.workload.model), scenario.workload
+    par, c = scenario.training.parallelism, scenario.cluster
+    batch = w.micro_batch * w.gradient_accumulation * c.world_size // (par.tensor * par.pipeline)
+    s, h, layers = w.seq_len or arch.default_seq_len, arch.hidden, arch.layers
+    return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + arch.vocab / (16 * layers * h))
+
+
+def _metric(result, scenario, metric: str) -> float:
+    if metric == "tflops_per_gpu":  # Narayanan et al.'s achieved teraFLOP/s per GPU
+        return megatron_flops(scenario) / (result.iteration_time * result.world_size) / 1e12
+    return getattr(result, metric)
+
+
+def _band(result, metric: str, scenario=None) -> tuple[float | None, float | None]:
     iv = result.interval
     if iv is None:
         return None, None
     if metric == "samples_per_s":  # faster iteration, more samples: the time band inverts
         n = result.samples_per_iteration
         return n / iv.p90, n / iv.p10
+    if metric == "tflops_per_gpu":
+        work = megatron_flops(scenario) / result.world_size / 1e12
+        return work / iv.p90, work / iv.p10
     if metric == "iteration_time":
         return iv.p10, iv.p90
     return None, None
@@ -104,15 +131,22 @@ def validate(name: str, profile=None, samples: int = 16) -> ValidationReport:
     base = load_scenario(data.scenario)
     results = []
     for row in data.rows:
-        scenario = base.with_world_size(row.gpus).with_changes(
-            **{
-                "training.optimizer": row.optimizer,
-                "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
-            }
-        )
+        changes = {
+            "training.optimizer": row.optimizer,
+            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+            **data.changes,
+            **row.changes,
+        }
+        if data.changes or row.changes:  # one validation: a layout may only fit the row's GPU count
+            per_node = base.cluster.gpus_per_node
+            if row.gpus % per_node:
+                raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
+            scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
+        else:
+            scenario = base.with_world_size(row.gpus).with_changes(**changes)
         r = simulate(scenario, profile, uncertainty_samples=samples)
-        predicted = getattr(r, data.metric)
-        lo, hi = _band(r, data.metric)
+        predicted = _metric(r, scenario, data.metric)
+        lo, hi = _band(r, data.metric, scenario)
         results.append(
             RowResult(
                 row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1, lo, hi

@@ -20,10 +20,19 @@ def add_collective(
     deps=(),
     stream: str = "comm",
     algorithm: str | None = None,
+    rank: int = 0,
+    count: int = 1,
     **meta,
 ) -> int:
-    """One collective on the communication stream, with its traffic and its SM slowdown."""
-    shape = shape or ctx.world
+    """One collective on the communication stream, with its traffic and its SM slowdown; by default
+    over the data-parallel group (the world without model parallelism).
+
+    ``rank``: the pipeline stage that runs it, in a program of several stages; such programs leave
+    the representative rank's host links (PCIe, NIC share) out, since every stage is another GPU.
+    ``count``: that many identical collectives back to back as one op (a chunk's per-layer
+    tensor-parallel all-reduces), so a deep model does not cost an op per layer.
+    """
+    shape = shape or ctx.data_parallel
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
     # links carry ``sharing`` copies of its traffic.
@@ -31,13 +40,14 @@ def add_collective(
     return prog.add(
         name,
         stream,
-        cost.time,
+        cost.time * count,
         "communication",
         deps,
-        intra_node_bytes=cost.intra_node_bytes * shape.sharing,
-        inter_node_bytes=cost.inter_node_bytes * shape.sharing,
-        demands=ctx.host.nic_traffic(per_gpu, cost.time),
+        intra_node_bytes=cost.intra_node_bytes * shape.sharing * count,
+        inter_node_bytes=cost.inter_node_bytes * shape.sharing * count,
+        demands=ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
         compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+        rank=rank,
         meta={
             "op": op,
             "bytes": nbytes,
@@ -45,6 +55,7 @@ def add_collective(
             "protocol": cost.protocol,
             "ranks": shape.ranks,
             "source": cost.source,
+            **({"count": count} if count != 1 else {}),
             **meta,
         },
     )

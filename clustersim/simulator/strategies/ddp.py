@@ -26,6 +26,7 @@ from clustersim.simulator.strategies.common import (
     add_other,
     add_update_and_other,
 )
+from clustersim.simulator.strategies.megatron import model_parallel_program
 
 
 def zero_offload_program(
@@ -121,6 +122,8 @@ class AdamDDP(Strategy):
         return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)
 
     def build_program(self) -> tuple[Program, list[dict]]:
+        if self.ctx.model_parallel:
+            return model_parallel_program(self.ctx, self.update_bytes_per_param, f"{self.name} update"), []
         if offload.mode(self.ctx) != "none":
             return zero_offload_program(
                 self.ctx, self.offload_spec(), self.update_bytes_per_param, f"{self.name} update"

@@ -1,0 +1,251 @@
+"""Megatron-LM's tensor x data x pipeline layout: who talks to whom, what each rank holds and runs.
+
+Rank order (Megatron-LM, megatron/core/parallel_state.py, ``initialize_model_parallel``: with 16
+GPUs, tensor 2 and pipeline 4 it builds tensor groups [g0, g1], [g2, g3], ..., data groups [g0, g2],
+[g1, g3], [g4, g6], ... and pipeline groups [g0, g4, g8, g12], ...): tensor-parallel ranks vary
+fastest (adjacent GPUs of one node), then data-parallel, then pipeline, so global rank =
+tp + t * dp + t * d * pp. This module turns that order into the communicator shapes the collective
+model prices, splits the layers into stages and chunks, and gives each rank's share of the model and
+its activation memory (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", Table 2 and sec. 4.2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model
+from clustersim.scenario import Scenario
+from clustersim.topologies.cluster import GroupShape
+from clustersim.workloads.layers import Kernel, Layer, Workload
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One model chunk (virtual stage ``index`` of p * v): the layers it runs, in order."""
+
+    index: int
+    stage: int
+    layers: tuple[Layer, ...]
+    blocks: int  # transformer blocks among them
+    first: bool  # holds the embedding
+    last: bool  # holds the LM head
+
+
+@dataclass(frozen=True)
+class Layout:
+    tensor: int
+    pipeline: int
+    data: int
+    virtual: int
+    sequence_parallel: bool
+    schedule: str
+    recompute: bool
+    micro_batches: int
+    gpus_per_node: int
+    arch: TransformerArch
+    workload: Workload
+
+    @classmethod
+    def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
+        par, c = scenario.training.parallelism, scenario.cluster
+        arch = model(scenario.workload.model) if scenario.workload.model else None
+        return cls(
+            par.tensor,
+            par.pipeline,
+            c.world_size // (par.tensor * par.pipeline),
+            par.virtual_stages,
+            par.sequence_parallel and par.tensor > 1,
+            par.schedule,
+            par.recompute == "full",
+            scenario.workload.gradient_accumulation,
+            c.gpus_per_node,
+            arch,
+            workload,
+        )
+
+    # ---- communicators -------------------------------------------------------------------------
+    def tensor_group(self) -> GroupShape:
+        """t adjacent ranks: inside one node when t <= GPUs per node (gpus_per_node / t such groups
+        per node), else t / gpus_per_node whole nodes."""
+        t, g = self.tensor, self.gpus_per_node
+        if t <= g:
+            return GroupShape(1, t, max(1, g // t))
+        return GroupShape(-(-t // g), g)
+
+    def data_group(self) -> GroupShape:
+        """d ranks at stride t. With t >= GPUs per node each member is on its own node and the node's
+        g ranks run g such groups at once (sharing its NICs); else g / t members per node and t groups
+        per node. A group that spans part of a node's ranks unevenly is rounded up to whole nodes."""
+        t, d, g = self.tensor, self.data, self.gpus_per_node
+        if t >= g:
+            return GroupShape(d, 1, g)
+        per_node = g // t
+        if d <= per_node:
+            return GroupShape(1, d, max(1, g // d))
+        return GroupShape(-(-d // per_node), per_node, t)
+
+    def pipeline_pair(self) -> GroupShape:
+        """Two neighbouring stages, t * d ranks apart: on two nodes (every GPU of a node sending to
+        its peer at once) when t * d >= GPUs per node, else inside one node."""
+        span, g = self.tensor * self.data, self.gpus_per_node
+        if span >= g:
+            return GroupShape(2, 1, g)
+        return GroupShape(1, 2, max(1, g // 2))
+
+    def describe(self) -> dict:
+        """The placement, for ``run``'s output: which global ranks form each group, and where."""
+        t, d, p, g = self.tensor, self.data, self.pipeline, self.gpus_per_node
+
+        def where(shape: GroupShape) -> str:
+            return "inside one node" if shape.nodes == 1 else f"across {shape.nodes} nodes"
+
+        def ranks(members: list[int]) -> str:
+            shown = ", ".join(map(str, members[:4]))
+            return f"[{shown}{', ...' if len(members) > 4 else ''}]"
+
+        return {
+            "tensor": t,
+            "data": d,
+            "pipeline": p,
+            "virtual_stages": self.virtual,
+            "schedule": self.schedule,
+            "micro_batches": self.micro_batches,
+            "sequence_parallel": self.sequence_parallel,
+            "recompute": "full" if self.recompute else "none",
+            "rank_order": "tp + t*dp + t*d*pp (Megatron: tensor fastest, then data, then pipeline)",
+            "tensor_group": f"ranks {ranks(list(range(t)))} {where(self.tensor_group())}",
+            "data_group": f"ranks {ranks([i * t for i in range(d)])} {where(self.data_group())}",
+            "pipeline_group": f"ranks {ranks([i * t * d for i in range(p)])}, neighbours "
+            f"{'on different nodes' if t * d >= g else 'inside one node'}",
+            "layers_per_chunk": self.arch.layers // (p * self.virtual),
+        }
+
+    # ---- the model split -----------------------------------------------------------------------
+    @cached_property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """p * v chunks of equal transformer blocks; the embedding joins the first, the head the
+        last (Megatron's default split); chunk j runs on stage j mod p (the interleaved order)."""
+        layers = self.workload.layers
+        embedding, blocks, head = layers[0], layers[1:-1], layers[-1]
+        n = self.pipeline * self.virtual
+        per = len(blocks) // n
+        out = []
+        for j in range(n):
+            mine = list(blocks[j * per : (j + 1) * per])
+            if j == 0:
+                mine.insert(0, embedding)
+            if j == n - 1:
+                mine.append(head)
+            out.append(Chunk(j, j % self.pipeline, tuple(mine), per, j == 0, j == n - 1))
+        return tuple(out)
+
+    def stage_params(self, stage: int) -> float:
+        """Parameters one rank of ``stage`` holds: its chunks' over t. With a tied LM head, the last
+        stage keeps its own copy of the word embedding (Megatron's embedding group)."""
+        total = sum(layer.params for c in self.chunks if c.stage == stage for layer in c.layers)
+        if stage == self.pipeline - 1 and self.pipeline > 1 and self.tied_head:
+            total += self.arch.vocab * self.arch.hidden
+        return total / self.tensor
+
+    @property
+    def tied_head(self) -> bool:
+        return self.arch.style == "gpt" and self.arch.tied_head is not False
+
+    @cached_property
+    def rank_params(self) -> float:
+        """The largest per-rank share (the stage that fills its GPU first)."""
+        return max(self.stage_params(s) for s in range(self.pipeline))
+
+    def kernels(self, kernels: tuple[Kernel, ...], backward: bool = False) -> tuple[Kernel, ...]:
+        """One tensor-parallel rank's share of a layer's kernels: GEMMs, attention (heads), the
+        MLP's activation, embedding and loss are split by t (Shoeybi et al. 2019); the LayerNorm,
+        dropout and residual work on the b*s*h hidden states (14 T h elements read or written
+        forward, twice that backward, workloads/transformer.py) is replicated on every rank unless
+        sequence parallelism splits it too (Korthikanti et al. 2022)."""
+        t = self.tensor
+        if t == 1:
+            return kernels
+        w = self.workload
+        replicated = 0.0
+        if not self.sequence_parallel:
+            tokens = w.micro_batch * w.seq_len
+            replicated = (
+                BYTES_PER_ELEMENT[w.precision] * 14 * tokens * self.arch.hidden * (2 if backward else 1)
+            )
+        out = []
+        for k in kernels:
+            rep = min(replicated, k.bytes) if k.name == "elementwise" else 0.0
+            out.append(Kernel(k.name, k.flops / t, rep + (k.bytes - rep) / t, k.launches))
+        return tuple(out)
+
+    # ---- memory --------------------------------------------------------------------------------
+    def block_activation_bytes(self) -> float:
+        """Activations one block keeps for backward, per micro-batch, on one rank (Korthikanti et al.
+        2022, Table 2, 16-bit): sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh(34/t +
+        5as/(ht)); with full recomputation only the block's input, 2sbh (2sbh/t sequence-parallel).
+        Scaled by the element size for other precisions."""
+        w, a = self.workload, self.arch
+        s, b, h, t = w.seq_len, w.micro_batch, a.hidden, self.tensor
+        scale = BYTES_PER_ELEMENT[w.precision] / 2
+        if self.recompute:
+            return 2 * s * b * h / (t if self.sequence_parallel else 1) * scale
+        attention = 5 * a.heads * s / (h * t)
+        per = 34 / t + attention if self.sequence_parallel else 10 + 24 / t + attention
+        return s * b * h * per * scale
+
+    def in_flight(self, stage: int) -> int:
+        """Chunk-micro-batches whose activations ``stage`` holds at its peak: the warm-up forwards
+        plus one (Korthikanti et al. 2022 sec. 4.2.3: the first stage of 1F1B holds p micro-batches;
+        interleaved, p(1 + (p-1)/(pv)) chunks' worth)."""
+        return min(warmup(self, stage) + 1, self.micro_batches * self.virtual)
+
+    @cached_property
+    def activation_bytes(self) -> float:
+        """The peak over stages of the activations a rank holds."""
+        best = 0.0
+        block = self.block_activation_bytes()
+        for stage in range(self.pipeline):
+            chunks = [c for c in self.chunks if c.stage == stage]
+            per_chunk = max(
+                c.blocks * block
+                + sum(x.activation_bytes for x in c.layers if x.name in ("embedding", "head")) / self.tensor
+                for c in chunks
+            )
+            best = max(best, per_chunk * self.in_flight(stage))
+        return best
+
+
+def warmup(layout: Layout, stage: int) -> int:
+    """Forwards a stage runs before its first backward (Megatron-LM schedules.py): p - s - 1 for
+    1F1B; 2(p - s - 1) + (v - 1)p for the interleaved schedule (all of them when m == p)."""
+    p, m, v = layout.pipeline, layout.micro_batches, layout.virtual
+    if v == 1:
+        return min(p - stage - 1, m)
+    if m == p:
+        return m * v
+    return min(2 * (p - stage - 1) + (v - 1) * p, m * v)
+
+
+def schedule(layout: Layout, stage: int) -> list[tuple[bool, int, int]]:
+    """The order a stage runs its passes: (forward?, chunk index, micro-batch), as Megatron-LM's
+    forward_backward_pipelining_without_interleaving (1F1B) and ..._with_interleaving do."""
+    p, m, v = layout.pipeline, layout.micro_batches, layout.virtual
+    total = m * v
+
+    def task(k: int, forward: bool) -> tuple[bool, int, int]:
+        in_group = k % (p * v)
+        c = in_group // p
+        if not forward:
+            c = v - c - 1
+        micro = (k // (p * v)) * p + in_group % p if v > 1 else k
+        return forward, c * p + stage, micro
+
+    w = warmup(layout, stage)
+    order = [task(k, True) for k in range(w)]
+    for k in range(total - w):
+        order.append(task(w + k, True))
+        order.append(task(k, False))
+    order += [task(k, False) for k in range(total - w, total)]
+    return order

@@ -1,0 +1,157 @@
+"""Megatron-LM 3D parallelism: the pipeline simulated stage by stage, tensor parallelism inside each
+stage, data parallelism across pipelines (Shoeybi et al. 2019; Narayanan et al. SC'21).
+
+One program holds every pipeline stage (``Op.rank`` = stage; all data-parallel replicas and all
+tensor-parallel ranks of a stage run the same ops, so one rank stands for each stage). Each stage
+runs its passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pass is one
+compute op for its chunk's layers (kernels split by t) followed by one op for the chunk's
+tensor-parallel collectives, on the critical path: per block 2 all-reduces of b*s*h elements forward
+and 2 backward (sequence parallel: an all-gather and a reduce-scatter each), plus one for the
+vocab-parallel embedding forward and one for the LM head's input backward; full recomputation
+repeats the forward's in backward. The activation (forward) or its gradient (backward) then goes to
+the next chunk's stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al.
+sec. 4.1, scatter/gather optimisation). The receiving pass waits for it. After its last backward each
+stage all-reduces its gradients over the data-parallel group (after backward, not overlapped: the
+2021 Megatron-LM DDP the validation table measured), the tied word embedding's gradient between the
+first and last stage, then runs the optimizer update on its share of the parameters.
+"""
+
+from __future__ import annotations
+
+from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.model_parallel import Chunk, schedule
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.common import add_collective
+
+
+def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[str, int]]:
+    """The tensor-parallel collectives of one pass over ``chunk``: (op, how many)."""
+    L = ctx.layout
+    if L.tensor == 1:
+        return []
+    per_block = 2 * chunk.blocks
+    if forward:
+        n = per_block + (1 if chunk.first else 0)
+    else:
+        n = per_block * (2 if L.recompute else 1) + (1 if chunk.last else 0)
+    if L.sequence_parallel:
+        return [("all_gather", n), ("reduce_scatter", n)]
+    return [("all_reduce", n)]
+
+
+def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
+    fwd = sum(ctx.rank_forward_time(layer) for layer in chunk.layers)
+    bwd = sum(ctx.rank_backward_time(layer) for layer in chunk.layers)
+    if ctx.layout.recompute:  # the blocks' forward runs again before their backward
+        bwd += sum(ctx.rank_forward_time(layer) for layer in chunk.layers if layer.name.startswith("block"))
+    return fwd, bwd
+
+
+def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float, label: str) -> Program:
+    L = ctx.layout
+    if L.tensor > L.gpus_per_node:
+        ctx.notes.append(
+            f"tensor-parallel group of {L.tensor} spans nodes: its per-layer all-reduces cross the network "
+            "(Megatron-LM allows it; Narayanan et al. SC'21 keep t within a node)"
+        )
+    if ctx.scenario.training.overlap:
+        ctx.notes.append(
+            "model parallel: gradients are all-reduced after the last backward (Megatron-LM's 2021 DDP); "
+            "training.overlap does not apply"
+        )
+    prog = Program()
+    w = ctx.workload
+    activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    message = activation / L.tensor
+    times = {c.index: _pass_times(ctx, c) for c in L.chunks}
+    tp = {(c.index, f): _tp_ops(ctx, c, f) for c in L.chunks for f in (True, False)}
+    tp_shape, pair = ctx.tensor_parallel, ctx.pipeline_pair
+    n = len(L.chunks)
+    orders = [schedule(L, s) for s in range(L.pipeline)]
+    sent: dict[tuple[bool, int, int], int] = {}
+    tail: list[int | None] = [None] * L.pipeline
+    at = [0] * L.pipeline
+    left = sum(len(o) for o in orders)
+    # Add each stage's passes in its own order, a pass only once what it receives exists (list
+    # scheduling over the stages): ids stay topological and each (stage, stream) keeps its order.
+    while left:
+        moved = False
+        for s, order in enumerate(orders):
+            while at[s] < len(order):
+                forward, j, micro = order[at[s]]
+                need = (True, j - 1, micro) if forward and j > 0 else None
+                if not forward and j < n - 1:
+                    need = (False, j + 1, micro)
+                if need is not None and need not in sent:
+                    break
+                deps = [d for d in (sent.get(need) if need else None, tail[s]) if d is not None]
+                kind = "fwd" if forward else "bwd"
+                op = prog.add(
+                    f"{kind} chunk{j} mb{micro}",
+                    "compute",
+                    times[j][0 if forward else 1],
+                    "forward" if forward else "backward",
+                    deps,
+                    meta={"micro": micro, "chunk": j},
+                    rank=s,
+                )
+                for coll, count in tp[(j, forward)]:
+                    op = add_collective(
+                        prog, ctx, f"tp {coll} x{count} chunk{j}", coll, activation, tp_shape, (op,),
+                        rank=s, count=count, micro=micro,
+                    )  # fmt: skip
+                tail[s] = op
+                if forward and j < n - 1 or not forward and j > 0:
+                    sent[(forward, j, micro)] = add_collective(
+                        prog, ctx, f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
+                        "send_recv", message, pair, (op,), rank=s, micro=micro,
+                    )  # fmt: skip
+                at[s] += 1
+                left -= 1
+                moved = True
+        if not moved:  # pragma: no cover - Megatron's schedules never deadlock
+            raise RuntimeError("pipeline schedule deadlocked while building the program")
+    for s in range(L.pipeline):
+        _finish_stage(prog, ctx, s, tail[s], update_bytes_per_param, label)
+    return prog
+
+
+def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_bytes: float, label: str):
+    """Gradient all-reduce over the data-parallel group, the tied embedding's all-reduce between the
+    first and last stage, the update of this stage's parameters, zero_grad and loss scaling."""
+    L = ctx.layout
+    params = L.stage_params(s)
+    ends = [
+        add_collective(
+            prog, ctx, "all_reduce gradients (data parallel)", "all_reduce", params * ctx.grad_bytes,
+            ctx.data_parallel, (last,), rank=s,
+        )
+    ]  # fmt: skip
+    if L.pipeline > 1 and L.tied_head and s in (0, L.pipeline - 1):
+        embedding = L.arch.vocab * L.arch.hidden / L.tensor * ctx.grad_bytes
+        ends.append(
+            add_collective(
+                prog, ctx, "all_reduce tied embedding (first+last stage)", "all_reduce", embedding,
+                ctx.pipeline_pair, (ends[0],), rank=s,
+            )
+        )  # fmt: skip
+    update = prog.add(
+        label,
+        "compute",
+        ctx.device.stream_time(update_bytes * params, "optimizer"),
+        "optimizer",
+        ends,
+        rank=s,
+    )
+    other = params * ctx.grad_bytes  # zero_grad
+    if BYTES_PER_ELEMENT[ctx.precision] < 4:
+        other += 3 * params * ctx.grad_bytes  # loss-scale unscale (read+write) and overflow check (read)
+    prog.add(
+        "zero_grad + loss scaling",
+        "compute",
+        ctx.device.stream_time(other, "other"),
+        "other",
+        (update,),
+        rank=s,
+    )
