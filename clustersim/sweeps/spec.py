@@ -224,11 +224,14 @@ def row_id(values: dict[str, Any]) -> str:
 
 
 def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
-    """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples."""
-    p = scenario.cluster.world_size
+    """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples, split
+    over the data-parallel replicas (world / (tensor x pipeline): model-parallel ranks share a batch)."""
+    par = scenario.training.parallelism
+    p = scenario.cluster.world_size // (par.tensor * par.pipeline)
     if global_batch % p:
+        what = "GPUs" if p == scenario.cluster.world_size else "data-parallel replicas"
         raise InputError(
-            f"global batch {global_batch} does not split evenly over {p} GPUs", key="global_batch"
+            f"global batch {global_batch} does not split evenly over {p} {what}", key="global_batch"
         )
     share = global_batch // p
     mb = min(scenario.workload.micro_batch, share)
