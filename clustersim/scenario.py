@@ -187,6 +187,11 @@ class TrainingSpec(_Strict):
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
+    network: Literal["analytical", "flow"] = Field(
+        "analytical",
+        description="collective durations: analytical (closed-form α-β model, fast) or flow "
+        "(the algorithm's flows simulated over the topology, links shared max-min fairly)",
+    )
 
 
 class Scenario(_Strict):

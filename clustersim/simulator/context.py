@@ -33,6 +33,7 @@ class SimulationContext:
     offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
     offload_spec: object = None
     _host: object = None
+    network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
 
@@ -156,6 +157,10 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
+    if scenario.training.network == "flow":
+        from clustersim.simulator.network.flow import FlowBackend
+
+        ctx.network = FlowBackend(ctx)
     if perturbation is not None:
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale

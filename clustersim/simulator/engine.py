@@ -17,6 +17,11 @@ predecessors rather than by a simpy process per stream waiting on events. Issue 
 run cost ~20 us per simpy event and 7.5 events per op (an ``AllOf`` per op, a ``timeout | wake``
 condition per step, a wake-up per start); this way a run has about one event per completion instant.
 
+Collective ops carry a description (``Op.collective``); when a network backend is given
+(simulator/network/), the engine asks it for the op's duration as it starts the op, and scales the
+op's host-link demands to match. Without one (the analytical path) the op's own duration stands.
+Streams are FIFO per (rank class, stream).
+
 The cost per event is proportional to the number of running ops (a handful: one per stream), so a
 run costs O(ops), independent of how many GPUs the cluster has.
 """
@@ -57,26 +62,31 @@ class _Running:
 
     __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "slowdown", "weight", "done_below")
 
-    def __init__(self, op: Op):
+    def __init__(self, op: Op, duration: float | None = None):
         self.op = op
-        self.remaining = op.duration
+        self.remaining = op.duration if duration is None else duration
         self.rate = 1.0
         self.demands = op.demands
+        if duration is not None and duration != op.duration and op.demands:
+            # The same bytes over a longer (shorter) time: proportionally lower (higher) rates.
+            scale = op.duration / duration
+            self.demands = {k: v * scale for k, v in op.demands.items()}
         # Slowed by NCCL kernels: compute-stream ops that are not themselves NCCL kernels.
         self.plain_compute = op.stream == Stream.COMPUTE and op.compute_slowdown == 0.0
         self.slowdown = op.compute_slowdown
-        peak = max(op.demands.values()) if op.demands else 0.0
+        peak = max(self.demands.values()) if self.demands else 0.0
         self.weight = 1.0 / peak if peak > 0 else 0.0
-        self.done_below = DONE_TOL * max(1.0, op.duration)
+        self.done_below = DONE_TOL * max(1.0, self.remaining)
 
 
 class Engine:
     """Runs a Program; ``run()`` returns each op's start and end time (seconds). Past ``time_limit``
     simulated seconds (or at a NaN time) it stops with RunawaySimulation instead of running forever."""
 
-    def __init__(self, program: Program, time_limit: float = float("inf")):
+    def __init__(self, program: Program, time_limit: float = float("inf"), network=None):
         self.program = program
         self.time_limit = time_limit
+        self.network = network  # a NetworkBackend, or None: collectives keep their analytical time
         self.env = simpy.Environment()
         self.start: dict[int, float] = {}
         self.end: dict[int, float] = {}
@@ -87,15 +97,16 @@ class Engine:
         # ended, and whom to tell when it ends. A dependency listed twice is counted and told twice.
         self._waiting = [len(op.deps) for op in program.ops]
         self._next: list[list[int]] = [[] for _ in range(n)]
-        last_on: dict[str, int] = {}
+        last_on: dict[tuple[int, str], int] = {}
         for op in program.ops:
             for d in op.deps:
                 self._next[d].append(op.id)
-            prev = last_on.get(op.stream)
+            lane = (op.rank, op.stream)
+            prev = last_on.get(lane)
             if prev is not None:
                 self._next[prev].append(op.id)
                 self._waiting[op.id] += 1
-            last_on[op.stream] = op.id
+            last_on[lane] = op.id
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
         self._release([i for i, w in enumerate(self._waiting) if w == 0])
@@ -109,14 +120,18 @@ class Engine:
     def _release(self, ready: list[int]) -> None:
         """Start the ops in ``ready`` now; zero-length ones end at once and release their successors."""
         ops, now, waiting, nxt = self.program.ops, self.env.now, self._waiting, self._next
+        network = self.network
         while ready:
             i = ready.pop()
             self.start[i] = now
             op = ops[i]
-            if not op.duration < _INF:  # inf or NaN: a broken input, never a time
+            duration = op.duration
+            if network is not None and op.collective is not None and duration > 0:
+                duration = network.duration(op, now)
+            if not duration < _INF:  # inf or NaN: a broken input, never a time
                 raise RunawaySimulation(now, [op])
-            if op.duration > _EPS:
-                self._running.append(_Running(op))
+            if duration > _EPS:
+                self._running.append(_Running(op, duration if duration != op.duration else None))
                 continue
             self.end[i] = now
             for j in nxt[i]:
@@ -248,14 +263,14 @@ def contention_free_end(program: Program) -> float:
     Returns 0.0 (no bound) for a program whose ops wait for later ops.
     """
     end: list[float] = []
-    stream_end: dict[str, float] = {}
+    stream_end: dict[tuple[int, str], float] = {}
     for op in program.ops:
-        t = stream_end.get(op.stream, 0.0)
+        t = stream_end.get((op.rank, op.stream), 0.0)
         if op.deps:
             if max(op.deps) >= op.id:
                 return 0.0
             t = max(t, max([end[d] for d in op.deps]))
         t += op.duration if op.duration > _EPS else 0.0
         end.append(t)
-        stream_end[op.stream] = t
+        stream_end[(op.rank, op.stream)] = t
     return max(end, default=0.0)

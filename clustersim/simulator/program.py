@@ -7,6 +7,12 @@ other ops run it can take longer: an op with ``compute_slowdown`` > 0 (a NCCL ke
 slows the compute stream by that fraction, and ops that push bytes through the same link share its
 capacity max-min fairly. ``demands`` says how many bytes/s an op pushes through each link when it
 runs alone at full speed; the program's ``links`` give each link's capacity in bytes/s.
+
+A collective op also carries its description as data (``collective``: op, bytes, group shape,
+algorithm, protocol), so that a network backend (simulator/network/) can give its duration when the
+engine starts it; ``duration`` is the analytical cost model's time, which the default backend keeps.
+``rank`` is the rank class running the op (0: the representative rank); streams are FIFO per
+(rank, stream).
 """
 
 from __future__ import annotations
@@ -17,9 +23,22 @@ from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 
 # Breakdown categories, in the order they are attributed when several streams are busy at once.
 CATEGORIES = tuple(Category)
-__all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "Op", "Program"]
+__all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "CollectiveSpec", "Op", "Program"]
 _STREAM = {s.value: s for s in Stream}
 _CATEGORY = {c.value: c for c in Category}
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveSpec:
+    """What a collective does, not how long it takes: a network backend prices it. ``shape`` is the
+    communicator (topologies.GroupShape); ``algorithm`` and ``protocol`` are the ones the analytical
+    model chose (or the scenario forced), so every backend runs the same algorithm."""
+
+    op: str
+    nbytes: float
+    shape: object
+    algorithm: str
+    protocol: str
 
 
 @dataclass(slots=True)
@@ -35,6 +54,8 @@ class Op:
     compute_slowdown: float = 0.0
     demands: dict[str, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    rank: int = 0
+    collective: CollectiveSpec | None = None
 
 
 class Program:
@@ -59,8 +80,8 @@ class Program:
         self.ops.append(op)
         return op.id
 
-    def last_on(self, stream: str) -> int | None:
+    def last_on(self, stream: str, rank: int = 0) -> int | None:
         for op in reversed(self.ops):
-            if op.stream == stream:
+            if op.stream == stream and op.rank == rank:
                 return op.id
         return None

@@ -163,7 +163,7 @@ def _culprit(ctx: SimulationContext, op) -> str:
 
 def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
     try:
-        return Engine(program, time_limit=MAX_ITERATION_S).run()
+        return Engine(program, time_limit=MAX_ITERATION_S, network=ctx.network).run()
     except RunawaySimulation as exc:
         slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
         key = _culprit(ctx, slowest)

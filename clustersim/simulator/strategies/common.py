@@ -5,7 +5,7 @@ from __future__ import annotations
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
-from clustersim.simulator.program import Program
+from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
 
 
@@ -21,7 +21,9 @@ def add_collective(
     algorithm: str | None = None,
     **meta,
 ) -> int:
-    """One collective on the communication stream, with its traffic and its SM slowdown."""
+    """One collective on the communication stream, with its traffic and its SM slowdown. The op carries
+    its description (``Op.collective``) so that a network backend other than the analytical one can
+    price it when the engine starts it; ``duration`` is the analytical time."""
     shape = shape or ctx.world
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
@@ -37,6 +39,9 @@ def add_collective(
         inter_node_bytes=cost.inter_node_bytes * shape.sharing,
         demands=ctx.host.nic_traffic(per_gpu, cost.time),
         compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+        collective=CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
+        if cost.time > 0
+        else None,
         meta={
             "op": op,
             "bytes": nbytes,
