@@ -127,6 +127,17 @@ def _print_result(r) -> None:
     )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
+    if r.extra.get("hottest_links"):
+        console.print(
+            table(
+                "Hottest links (flow backend): bytes / (capacity x iteration time)",
+                ["link", "GB/s", "bytes", "utilisation"],
+                [
+                    [x["link"], f"{x['gbs']:.3g}", format_bytes(x["bytes"]), f"{100 * x['utilisation']:.1f}%"]
+                    for x in r.extra["hottest_links"]
+                ],
+            )
+        )
     for k, v in r.sources.items():
         console.print(f"[dim]source of {k}: {v}[/]")
     for n in r.notes:
@@ -144,6 +155,12 @@ def run(
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
+    network: Optional[str] = typer.Option(
+        None,
+        "--network",
+        help="analytical (closed-form, fast; the default) | flow (collectives simulated as flows over the "
+        "topology; shows the hottest links). Overrides the scenario's training.network.",
+    ),
 ):
     """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
     all-reduce, bytes per link."""
@@ -151,7 +168,12 @@ def run(
 
     if trace is not None:
         check_writable_file(trace)  # before the work; its folder is never created silently
-    result = simulate(_load(scenario), profile, uncertainty_samples=samples)
+    s = _load(scenario)
+    if network is not None:
+        if network not in ("analytical", "flow"):
+            raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
+        s = s.with_changes(**{"training.network": network})
+    result = simulate(s, profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
     if json_out:

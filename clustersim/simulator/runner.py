@@ -133,6 +133,7 @@ class _StepsOutcome:
     per_step: list = field(default_factory=list)
     main_records: list = field(default_factory=list)
     main_times: tuple = ({}, {})
+    hottest_links: list = field(default_factory=list)
 
 
 def _alone_time(op, links: dict[str, float]) -> float:
@@ -182,8 +183,12 @@ def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _
     for step in steps:
         # Every program shares the rank's host links (PCIe, switch uplink, DRAM); strategies need not know.
         step.program.links = {**links, **step.program.links}
+        if ctx.network is not None:
+            ctx.network.reset()
         start, end = _run_engine(ctx, step.program)
         t, parts = attribute_timeline(step.program, start, end)
+        if ctx.network is not None and step is main:
+            out.hottest_links = ctx.network.utilisation(t)
         w = step.weight / total_weight
         out.iteration += w * t
         for k, v in parts.items():
@@ -278,6 +283,13 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
+    if ctx.network is not None:
+        sources["collective durations"] = (
+            "flow backend: each algorithm's flows routed over the topology, links shared max-min fairly"
+        )
+        extra["hottest_links"] = out.hottest_links
+        for what in sorted(ctx.network.fallbacks):
+            ctx.notes.append(f"flow backend: no flow model for {what}; its analytical time is used")
     samples = (
         scenario.workload.micro_batch * scenario.workload.gradient_accumulation * scenario.cluster.world_size
     )
