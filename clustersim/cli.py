@@ -127,6 +127,16 @@ def _print_result(r) -> None:
     )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
+    if r.extra.get("straggler"):
+        st = r.extra["straggler"]
+        worst = st["worst"][0] if st["worst"] else None
+        console.print(
+            f"Slowest rank {st['rank']} (compute x{st['compute_factor']:.3g}, typical rank x"
+            f"{st['typical_factor']:.3g}) delays {st['collectives_delayed']} collective(s) by "
+            f"{format_seconds(st['delay_s'])} in all"
+            + (f", most {worst['op']} ({format_seconds(worst['delay_s'])})" if worst else "")
+            + f"; the typical rank idles {format_seconds(r.breakdown.get('idle', 0.0))}"
+        )
     if r.extra.get("hottest_links"):
         console.print(
             table(

@@ -106,6 +106,50 @@ class HostSpec(_Strict):
     memory_gib: Number = Field(512.0, gt=0)
 
 
+class SlowGpuSpec(_Strict):
+    """One GPU that computes slower than the others (thermal throttling, an older part)."""
+
+    rank: Count = Field(ge=0, description="global rank (node * gpus_per_node + local GPU)")
+    compute_factor: Number = Field(gt=0, description="its compute time multiplier: 1.2 = 20% slower")
+
+
+class DegradedNicSpec(_Strict):
+    """A NIC (and its switch port) running below its rate: a flapping cable, a port renegotiated down."""
+
+    node: Count = Field(ge=0)
+    nic: Count = Field(0, ge=0)
+    bandwidth_factor: Number = Field(gt=0, le=1, description="fraction of its bandwidth left")
+
+
+class BackgroundJobSpec(_Strict):
+    """Another job's traffic on the same fabric: greedy flows that take their max-min fair share of
+    the links they cross (flow backend)."""
+
+    links: Literal["nics", "leaf_uplinks"] = "nics"
+    nodes: list[Count] | None = Field(
+        None, description="nodes (for nics) or leaves (for leaf_uplinks) whose links it uses; default all"
+    )
+    flows_per_link: Count = Field(1, gt=0, description="its concurrent flows on each such link, each way")
+
+
+class JitterSpec(_Strict):
+    """Per-rank compute-speed variation: each rank's compute time is multiplied by one draw."""
+
+    distribution: Literal["lognormal", "normal"] = "lognormal"
+    sigma: Number = Field(gt=0, le=1, description="log-sigma (lognormal) or relative sigma (normal)")
+    seed: Count = Field(0, ge=0)
+
+
+class HeterogeneitySpec(_Strict):
+    """Stragglers and faults. Compute factors apply with either network backend; degraded NICs and
+    background jobs need the flow backend (training.network: flow)."""
+
+    slow_gpus: list[SlowGpuSpec] = Field(default_factory=list)
+    degraded_nics: list[DegradedNicSpec] = Field(default_factory=list)
+    background: list[BackgroundJobSpec] = Field(default_factory=list)
+    jitter: JitterSpec | None = None
+
+
 class ClusterSpec(_Strict):
     nodes: Count = Field(gt=0)
     gpus_per_node: Count = Field(gt=0)
@@ -123,6 +167,7 @@ class ClusterSpec(_Strict):
     nic: NicSpec = NicSpec()
     fabric: FabricSpec = FabricSpec()
     host: HostSpec = HostSpec()
+    heterogeneity: HeterogeneitySpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -271,6 +316,35 @@ def _check_limits(c: ClusterSpec) -> None:
             )
 
 
+def _check_heterogeneity(c: ClusterSpec) -> None:
+    """Every straggler and fault names a rank, node or NIC that exists."""
+    h = c.heterogeneity
+    key = "cluster.heterogeneity"
+    for i, g in enumerate(h.slow_gpus):
+        if g.rank >= c.world_size:
+            raise InputError(
+                f"rank {g.rank} does not exist (ranks 0..{c.world_size - 1})", key=f"{key}.slow_gpus.{i}.rank"
+            )
+    for i, d in enumerate(h.degraded_nics):
+        if d.node >= c.nodes:
+            raise InputError(
+                f"node {d.node} does not exist (nodes 0..{c.nodes - 1})", key=f"{key}.degraded_nics.{i}.node"
+            )
+        if d.nic >= c.nic.count:
+            raise InputError(
+                f"NIC {d.nic} does not exist ({c.nic.count} per node)", key=f"{key}.degraded_nics.{i}.nic"
+            )
+    leaves = -(-c.nodes // c.fabric.nodes_per_leaf) if c.fabric.kind != "single_switch" else 1
+    for i, b in enumerate(h.background):
+        limit = c.nodes if b.links == "nics" else leaves
+        for n in b.nodes or []:
+            if n >= limit:
+                what = "node" if b.links == "nics" else "leaf"
+                raise InputError(
+                    f"{what} {n} does not exist ({limit} in this cluster)", key=f"{key}.background.{i}.nodes"
+                )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -305,6 +379,8 @@ def _check_semantics(s: Scenario) -> None:
             key="cluster.gpus_per_node",
         )
     _check_limits(c)
+    if c.heterogeneity is not None:
+        _check_heterogeneity(c)
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:

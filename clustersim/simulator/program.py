@@ -18,6 +18,7 @@ engine starts it; ``duration`` is the analytical cost model's time, which the de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 
@@ -28,8 +29,7 @@ _STREAM = {s.value: s for s in Stream}
 _CATEGORY = {c.value: c for c in Category}
 
 
-@dataclass(frozen=True, slots=True)
-class CollectiveSpec:
+class CollectiveSpec(NamedTuple):
     """What a collective does, not how long it takes: a network backend prices it. ``shape`` is the
     communicator (topologies.GroupShape); ``algorithm`` and ``protocol`` are the ones the analytical
     model chose (or the scenario forced), so every backend runs the same algorithm."""

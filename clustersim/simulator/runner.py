@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
+from clustersim.simulator.stragglers import rank_factors, waiting, with_rank_classes
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
@@ -134,6 +136,7 @@ class _StepsOutcome:
     main_records: list = field(default_factory=list)
     main_times: tuple = ({}, {})
     hottest_links: list = field(default_factory=list)
+    straggler: dict = field(default_factory=dict)
 
 
 def _alone_time(op, links: dict[str, float]) -> float:
@@ -176,7 +179,9 @@ def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
         ) from None
 
 
-def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _StepsOutcome:
+def _simulate_steps(
+    ctx: SimulationContext, steps, links: dict[str, float], stragglers: dict | None = None
+) -> _StepsOutcome:
     out = _StepsOutcome()
     total_weight = sum(s.weight for s in steps)
     main = max(steps, key=lambda s: s.weight)
@@ -186,9 +191,14 @@ def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _
         if ctx.network is not None:
             ctx.network.reset()
         start, end = _run_engine(ctx, step.program)
-        t, parts = attribute_timeline(step.program, start, end)
+        view = step.program
+        if stragglers is not None:  # the typical rank's view; its waits for the slowest rank are idle
+            view = SimpleNamespace(ops=[op for op in step.program.ops if op.rank == 0])
+        t, parts = attribute_timeline(view, start, end)
         if ctx.network is not None and step is main:
             out.hottest_links = ctx.network.utilisation(t)
+        if stragglers is not None and step is main:
+            out.straggler = waiting(step.program, stragglers[id(step)], start, end)
         w = step.weight / total_weight
         out.iteration += w * t
         for k, v in parts.items():
@@ -262,6 +272,20 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     }
 
 
+def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
+    """With stragglers (cluster.heterogeneity), rewrite every step program for two rank classes
+    (simulator/stragglers.py); returns each program's collective waits and the straggler's summary."""
+    factors = rank_factors(ctx.scenario.cluster.heterogeneity, ctx.world_size)
+    if factors is None:
+        return None, {}
+    slow = int(np.argmax(factors))
+    typical = float(np.median(factors))
+    waits = {}
+    for step in steps:
+        step.program, waits[id(step)] = with_rank_classes(step.program, typical, float(factors[slow]))
+    return waits, {"rank": slow, "compute_factor": float(factors[slow]), "typical_factor": typical}
+
+
 def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> SimulationResult:
     """Simulate ``ctx``; ``strategy``, its ``steps`` and checked ``memory`` when already built."""
     scenario = ctx.scenario
@@ -270,7 +294,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         steps = strategy.steps()
         memory = gpu_memory(ctx, strategy)
         check_fits(ctx, memory)
-    out = _simulate_steps(ctx, steps, ctx.link_capacities())
+    stragglers, slow = _rank_classes(ctx, steps)
+    out = _simulate_steps(ctx, steps, ctx.link_capacities(), stragglers)
     main = max(steps, key=lambda s: s.weight)
     starts, ends = out.main_times
     buckets = [
@@ -283,6 +308,14 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
+    if slow:
+        extra["straggler"] = {**slow, **out.straggler}
+    hetero = scenario.cluster.heterogeneity
+    if ctx.network is None and hetero is not None and (hetero.degraded_nics or hetero.background):
+        ctx.notes.append(
+            "cluster.heterogeneity: degraded NICs and background jobs act on the flow backend only "
+            "(training.network: flow / run --network flow); the analytical model ignores them"
+        )
     if ctx.network is not None:
         sources["collective durations"] = (
             "flow backend: each algorithm's flows routed over the topology, links shared max-min fairly"

@@ -19,7 +19,7 @@ import numpy as np
 
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.network_params import class_key
-from clustersim.simulator.network import maxmin
+from clustersim.simulator.network import faults, maxmin
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.simulator.network.patterns import NotModelled, expand, ring_step
 from clustersim.simulator.program import CollectiveSpec, Op
@@ -82,7 +82,7 @@ class FlowBackend:
             net = self._nets[nodes] = FlowNetwork(self.cluster, nodes)
             self._match_measured_intra(net)
             if self.hetero is not None:
-                self.hetero.apply_to(net)
+                faults.apply_degraded(net, self.hetero)
         return net
 
     def _match_measured_intra(self, net: FlowNetwork) -> None:
@@ -110,7 +110,7 @@ class FlowBackend:
         """Seconds per byte of S and the bytes per link per byte of S."""
         net = self.network(shape.nodes)
         cap = self.capacity(net, op, protocol)
-        background = self.hetero.background_paths(net) if self.hetero is not None else []
+        background = faults.background_paths(net, self.hetero) if self.hetero is not None else []
         parts = expand(net, op, algorithm, shape)
         times, carried = [], np.zeros(net.n_links)
         for part in parts:

@@ -1,0 +1,123 @@
+"""Stragglers, degraded NICs, background jobs and an oversubscribed spine, against closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.cli import app
+from clustersim.errors import InputError
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+from clustersim.simulator.context import build_context
+from clustersim.simulator.program import CollectiveSpec
+from clustersim.topologies import GroupShape
+
+BIG = 1 << 34  # 16 GiB: the bandwidth term dwarfs the latency one (< 0.1% of it here)
+
+
+def _dgx(nodes: int = 2, **changes):
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**{"cluster.nodes": nodes})
+    return s.with_changes(**changes) if changes else s
+
+
+def _flow_time(scenario, op="all_reduce", shape=None, nbytes=BIG, algo="ring"):
+    ctx = build_context(scenario.with_changes(**{"training.network": "flow"}))
+    shape = shape or ctx.world
+    cost = ctx.collectives.cost(op, nbytes, shape, algo)
+    return ctx.network.time(CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol))
+
+
+COMPUTE = ("forward", "backward", "optimizer", "other")
+
+
+def test_one_gpu_20_percent_slower_makes_the_synchronous_step_at_least_20_percent_slower():
+    """Every collective waits for the slowest rank, whose compute chain alone takes 1.2x the typical
+    rank's: the step is at least 1.2 x the compute part of the symmetric step."""
+    base = simulate(_dgx())
+    slow = simulate(_dgx(**{"cluster.heterogeneity": {"slow_gpus": [{"rank": 11, "compute_factor": 1.2}]}}))
+    compute = sum(base.breakdown[k] for k in COMPUTE)
+    assert slow.iteration_time >= 1.2 * compute
+    assert slow.iteration_time > 1.15 * base.iteration_time
+    st = slow.extra["straggler"]
+    assert st["rank"] == 11 and st["compute_factor"] == 1.2 and st["delay_s"] > 0
+    assert base.extra.get("straggler") is None
+
+
+def test_jitter_makes_the_slowest_draw_the_straggler():
+    s = _dgx(**{"cluster.heterogeneity": {"jitter": {"sigma": 0.1, "seed": 3}}})
+    r = simulate(s)
+    st = r.extra["straggler"]
+    assert st["compute_factor"] > st["typical_factor"]
+    base = simulate(_dgx())
+    compute = sum(base.breakdown[k] for k in COMPUTE)
+    assert r.iteration_time >= st["compute_factor"] * compute * 0.999
+
+
+@pytest.mark.parametrize("ratio", [2.0, 4.0])
+def test_spine_oversubscription_slows_inter_node_all_reduce_by_the_ratio(ratio):
+    """32 nodes on leaves of 16: every ring hop between nodes crosses the spine (fabric.py placement),
+    and a leaf's uplinks carry 1/ratio of what its NICs can send. 256 GiB: the 510 ring steps'
+    latency is 0.4% of the time."""
+    fabric = {"cluster.fabric.kind": "leaf_spine", "cluster.fabric.nodes_per_leaf": 16}
+    flat = _flow_time(_dgx(32, **fabric), nbytes=1 << 38)
+    over = _flow_time(_dgx(32, **fabric, **{"cluster.fabric.oversubscription": ratio}), nbytes=1 << 38)
+    assert over / flat == pytest.approx(ratio, rel=0.03)
+
+
+def test_a_background_job_halves_the_bandwidth_of_the_links_it_shares():
+    """One greedy flow of another job beside each of the ring's NIC flows: max-min gives each half."""
+    alone = _flow_time(_dgx())
+    shared = _flow_time(_dgx(**{"cluster.heterogeneity": {"background": [{"links": "nics"}]}}))
+    assert shared / alone == pytest.approx(2.0, rel=0.03)
+    intra = GroupShape(1, 8)  # a node's own ring does not touch the NICs: unaffected
+    assert _flow_time(
+        _dgx(**{"cluster.heterogeneity": {"background": [{"links": "nics"}]}}), shape=intra
+    ) == (pytest.approx(_flow_time(_dgx(), shape=intra), rel=1e-9))
+
+
+def test_a_degraded_nic_gates_the_ring_through_it():
+    """A ring channel through a NIC at half rate takes twice as long; the collective ends with it."""
+    alone = _flow_time(_dgx())
+    slow = _dgx(
+        **{"cluster.heterogeneity": {"degraded_nics": [{"node": 1, "nic": 3, "bandwidth_factor": 0.5}]}}
+    )
+    assert _flow_time(slow) / alone == pytest.approx(2.0, rel=0.03)
+
+
+def test_network_faults_on_the_analytical_backend_are_noted_not_silently_ignored():
+    s = _dgx(**{"cluster.heterogeneity": {"degraded_nics": [{"node": 1, "bandwidth_factor": 0.5}]}})
+    assert any("flow backend only" in n for n in simulate(s).notes)
+
+
+@pytest.mark.parametrize(
+    "hetero,key",
+    [
+        ({"slow_gpus": [{"rank": 16, "compute_factor": 1.2}]}, "cluster.heterogeneity.slow_gpus.0.rank"),
+        (
+            {"degraded_nics": [{"node": 2, "bandwidth_factor": 0.5}]},
+            "cluster.heterogeneity.degraded_nics.0.node",
+        ),
+        (
+            {"degraded_nics": [{"node": 0, "nic": 8, "bandwidth_factor": 0.5}]},
+            "cluster.heterogeneity.degraded_nics.0.nic",
+        ),
+        ({"background": [{"links": "nics", "nodes": [5]}]}, "cluster.heterogeneity.background.0.nodes"),
+    ],
+)
+def test_a_fault_on_something_that_does_not_exist_is_refused_naming_the_key(hetero, key):
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": hetero})
+    assert err.value.key == key
+
+
+def test_cli_straggler_on_a_missing_rank_is_one_line_exit_2(runner, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 8, gpu: H100-SXM, nic: {count: 8, line_rate_gbps: 400},\n"
+        "  heterogeneity: {slow_gpus: [{rank: 99, compute_factor: 1.2}]}}\n"
+        "workload: {model: GPT-3-1.3B, micro_batch: 4, seq_len: 2048, precision: bf16}\n"
+    )
+    r = runner.invoke(app, ["run", str(path)])
+    assert r.exit_code == 2
+    assert "slow_gpus.0.rank" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
