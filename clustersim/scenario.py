@@ -95,6 +95,17 @@ class FabricSpec(_Strict):
     kind: Literal["single_switch", "leaf_spine"] = "single_switch"
     nodes_per_leaf: Count = Field(16, gt=0)
     oversubscription: Number = Field(1.0, ge=1.0, description="leaf downlink:uplink bandwidth ratio")
+    ports_per_switch: Count | None = Field(
+        None,
+        gt=1,
+        description="switch radix (leaf_spine); default: the largest real switch (hardware_defaults limits)",
+    )
+    leaves_per_pod: Count | None = Field(
+        None, gt=0, description="a third tier: leaves per pod, pods joined by core switches"
+    )
+    core_oversubscription: Number = Field(
+        1.0, ge=1.0, description="a pod's spine downlink:core uplink bandwidth ratio (three tiers)"
+    )
 
 
 class HostSpec(_Strict):
@@ -316,6 +327,49 @@ def _check_limits(c: ClusterSpec) -> None:
             )
 
 
+def _check_fabric(c: ClusterSpec) -> None:
+    """A leaf-spine fabric must hold the nodes with switches of its radix. Each NIC rail has its own
+    switches (rail-optimised, as DGX SuperPOD), so one switch of a leaf serves nodes_per_leaf NICs
+    and sends ceil(that / oversubscription) uplinks; a spine switch has one port per leaf (two
+    tiers), or per leaf of its pod plus its core uplinks (three tiers); a core switch one per pod."""
+    f = c.fabric
+    if f.kind != "leaf_spine":
+        return
+    ports = f.ports_per_switch or catalog.hardware_defaults()["limits"]["switch_radix"]
+    up = math.ceil(f.nodes_per_leaf / f.oversubscription)
+    if f.nodes_per_leaf + up > ports:
+        raise InputError(
+            f"a leaf of {f.nodes_per_leaf} nodes needs {f.nodes_per_leaf + up} ports per switch "
+            f"({f.nodes_per_leaf} down, {up} up), more than {ports}",
+            key="cluster.fabric.nodes_per_leaf",
+        )
+    leaves = -(-c.nodes // f.nodes_per_leaf)
+    if f.leaves_per_pod is None:
+        if leaves > ports:
+            raise InputError(
+                f"{c.nodes:,} nodes need {leaves:,} leaves; a two-tier leaf-spine of {ports}-port switches "
+                f"holds {ports} leaves ({ports * f.nodes_per_leaf:,} nodes): add a third tier with "
+                "cluster.fabric.leaves_per_pod",
+                key="cluster.nodes",
+            )
+        return
+    pod_up = math.ceil(f.leaves_per_pod / f.core_oversubscription)
+    if f.leaves_per_pod + pod_up > ports:
+        raise InputError(
+            f"a pod of {f.leaves_per_pod} leaves needs {f.leaves_per_pod + pod_up} ports per spine switch, "
+            f"more than {ports}",
+            key="cluster.fabric.leaves_per_pod",
+        )
+    pods = -(-leaves // f.leaves_per_pod)
+    if pods > ports:
+        per_pod = f.leaves_per_pod * f.nodes_per_leaf
+        raise InputError(
+            f"{c.nodes:,} nodes need {pods:,} pods of {per_pod:,} nodes; a core of {ports}-port switches "
+            f"holds {ports} pods ({ports * per_pod:,} nodes)",
+            key="cluster.nodes",
+        )
+
+
 def _check_heterogeneity(c: ClusterSpec) -> None:
     """Every straggler and fault names a rank, node or NIC that exists."""
     h = c.heterogeneity
@@ -379,6 +433,7 @@ def _check_semantics(s: Scenario) -> None:
             key="cluster.gpus_per_node",
         )
     _check_limits(c)
+    _check_fabric(c)
     if c.heterogeneity is not None:
         _check_heterogeneity(c)
     if c.nodes > 1 and c.nic.count == 0:

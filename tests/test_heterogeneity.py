@@ -121,3 +121,49 @@ def test_cli_straggler_on_a_missing_rank_is_one_line_exit_2(runner, tmp_path):
     assert r.exit_code == 2
     assert "slow_gpus.0.rank" in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+# ---- multi-tier fabrics ------------------------------------------------------------------------------
+def test_a_million_gpus_on_two_tiers_of_32_node_leaves_is_refused_naming_the_key():
+    """Issue #11: 125,000 DGX nodes on 32-node leaves need 3,907 leaves; a spine switch of the largest
+    radix (144 ports) joins 144. One line, exit 2, naming cluster.nodes and the way out."""
+    with pytest.raises(InputError) as err:
+        load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(1_000_000)
+    assert err.value.key == "cluster.nodes" and "leaves_per_pod" in str(err.value)
+
+
+def test_a_third_tier_holds_them_and_its_oversubscription_slows_groups_spanning_pods():
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**{"cluster.fabric.leaves_per_pod": 32})
+    big = s.with_world_size(1_000_000)
+    over = big.with_changes(**{"cluster.fabric.core_oversubscription": 4.0})
+    a, b = simulate(big), simulate(over)
+    assert b.iteration_time > a.iteration_time
+    shape = GroupShape(big.cluster.nodes, 8)
+    ca, cb = build_context(big), build_context(over)
+    assert cb.cluster.inter_node(shape).bytes_per_s == pytest.approx(
+        ca.cluster.inter_node(shape).bytes_per_s / 4
+    )
+
+
+def test_a_leaf_with_more_nodes_than_ports_is_refused():
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.fabric.ports_per_switch": 48})  # 32 nodes down + 32 up > 48
+    assert err.value.key == "cluster.fabric.nodes_per_leaf"
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.fabric.leaves_per_pod": 40, "cluster.fabric.ports_per_switch": 64})
+    assert err.value.key == "cluster.fabric.leaves_per_pod"
+
+
+def test_core_oversubscription_slows_a_ring_across_pods_by_its_ratio_in_both_backends():
+    """64 nodes, 8-node leaves, 2 leaves per pod: 4 pods, every ring hop crosses the core."""
+    fabric = {
+        "cluster.fabric.kind": "leaf_spine",
+        "cluster.fabric.nodes_per_leaf": 8,
+        "cluster.fabric.leaves_per_pod": 2,
+    }
+    flat = _dgx(64, **fabric)
+    over = _dgx(64, **fabric, **{"cluster.fabric.core_oversubscription": 2.0})
+    assert _flow_time(over, nbytes=1 << 38) / _flow_time(flat, nbytes=1 << 38) == pytest.approx(2.0, rel=0.03)
+    ctx = build_context(over)
+    ana = ctx.collectives.cost("all_reduce", 1 << 38, ctx.world, "ring").time
+    assert _flow_time(over, nbytes=1 << 38) == pytest.approx(ana, rel=0.03)

@@ -10,7 +10,9 @@ Placement (documented assumption, the analytical model's): a group of N nodes si
 leaves that hold it, ceil(N / nodes_per_leaf), and consecutive nodes are on different leaves (node i
 on leaf i mod leaves), so every inter-node hop of a ring crosses the spine, as the analytical model's
 "oversubscription applies once the group spans leaves" assumes. A group within one leaf never
-touches the spine.
+touches the spine. A three-tier fabric (leaves_per_pod) groups leaves into pods the same way (leaf
+l in pod l mod pods); a pod's core uplinks carry what its leaves' uplinks can send divided by the
+core oversubscription.
 """
 
 from __future__ import annotations
@@ -39,19 +41,26 @@ class FlowNetwork:
         fabric = spec.fabric
         per_leaf = fabric.nodes_per_leaf if fabric.kind != "single_switch" else max(nodes, 1)
         self.leaves = max(1, -(-nodes // per_leaf))
+        per_pod = fabric.leaves_per_pod if fabric.kind != "single_switch" and fabric.leaves_per_pod else None
+        self.pods = max(1, -(-self.leaves // per_pod)) if per_pod else 1
         self.nic_bw = nic_bandwidth(spec) if self.nics else 0.0
         self.rdma = (
             spec.nic.gpudirect_rdma if spec.nic.gpudirect_rdma is not None else spec.nic.kind == "infiniband"
         )
         self.nic_base = nodes * self.E
         self.leaf_base = self.nic_base + 2 * nodes * self.nics
-        self.n_links = self.leaf_base + 2 * self.leaves
+        self.pod_base = self.leaf_base + 2 * self.leaves
+        self.n_links = self.pod_base + 2 * self.pods
         cap = np.empty(self.n_links)
         node_caps = np.array([self.graph.edges[e]["capacity"] for e in self.edges], dtype=float)
         cap[: self.nic_base] = np.tile(node_caps, nodes)
         cap[self.nic_base : self.leaf_base] = self.nic_bw
         uplink = per_leaf * self.nics * self.nic_bw / fabric.oversubscription
-        cap[self.leaf_base :] = uplink if self.leaves > 1 else _INF
+        cap[self.leaf_base : self.pod_base] = uplink if self.leaves > 1 else _INF
+        if self.pods > 1:
+            cap[self.pod_base :] = per_pod * uplink / fabric.core_oversubscription
+        else:
+            cap[self.pod_base :] = _INF
         self.capacity = cap
         self.kind = np.empty(self.n_links, dtype=object)  # latency class per link, for calibration
         node_kinds = [self.graph.edges[e]["kind"].latency_class for e in self.edges]
@@ -70,6 +79,15 @@ class FlowNetwork:
     def leaf_of(self, node: int) -> int:
         return node % self.leaves
 
+    def pod_of(self, leaf: int) -> int:
+        return leaf % self.pods
+
+    def pod_up(self, pod: int) -> int:
+        return self.pod_base + 2 * pod
+
+    def pod_down(self, pod: int) -> int:
+        return self.pod_base + 2 * pod + 1
+
     def leaf_up(self, leaf: int) -> int:
         return self.leaf_base + 2 * leaf
 
@@ -86,8 +104,11 @@ class FlowNetwork:
             k, up = divmod(link - self.nic_base, 2)
             node, nic = divmod(k, self.nics)
             return f"node{node} nic{nic} {'-> leaf' if up == 0 else '<- leaf'}"
-        leaf, up = divmod(link - self.leaf_base, 2)
-        return f"leaf{leaf} {'-> spine' if up == 0 else '<- spine'}"
+        if link < self.pod_base:
+            leaf, up = divmod(link - self.leaf_base, 2)
+            return f"leaf{leaf} {'-> spine' if up == 0 else '<- spine'}"
+        pod, up = divmod(link - self.pod_base, 2)
+        return f"pod{pod} {'-> core' if up == 0 else '<- core'}"
 
     # ---- routes inside a node ----------------------------------------------------------------------
     def _local(self, a: str, b: str, via_pcie: bool) -> list[int]:
@@ -137,7 +158,9 @@ class FlowNetwork:
         links.append(self.nic_up(n1, nic))
         l1, l2 = self.leaf_of(n1), self.leaf_of(n2)
         if l1 != l2:
-            links += [self.leaf_up(l1), self.leaf_down(l2)]
+            p1, p2 = self.pod_of(l1), self.pod_of(l2)
+            pods = [self.pod_up(p1), self.pod_down(p2)] if p1 != p2 else []
+            links += [self.leaf_up(l1), *pods, self.leaf_down(l2)]
         links.append(self.nic_down(n2, nic))
         links += [n2 * self.E + e for e in self._local(f"nic{nic}", f"gpu{b}", True)]
         return links
