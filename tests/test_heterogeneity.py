@@ -167,3 +167,15 @@ def test_core_oversubscription_slows_a_ring_across_pods_by_its_ratio_in_both_bac
     ctx = build_context(over)
     ana = ctx.collectives.cost("all_reduce", 1 << 38, ctx.world, "ring").time
     assert _flow_time(over, nbytes=1 << 38) == pytest.approx(ana, rel=0.03)
+
+
+def test_the_trace_has_a_process_per_rank_class(tmp_path):
+    r = simulate(_dgx(**{"cluster.heterogeneity": {"slow_gpus": [{"rank": 3, "compute_factor": 1.5}]}}))
+    events = r.chrome_trace()["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert set(procs) == {0, 1} and procs[1].startswith("slowest rank")
+    slow_bwd = [e for e in events if e.get("ph") == "X" and e["pid"] == 1 and e["cat"] == "backward"]
+    typical_bwd = [e for e in events if e.get("ph") == "X" and e["pid"] == 0 and e["cat"] == "backward"]
+    assert sum(e["dur"] for e in slow_bwd) == pytest.approx(
+        1.5 * sum(e["dur"] for e in typical_bwd), rel=0.01
+    )

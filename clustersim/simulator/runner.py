@@ -229,6 +229,7 @@ def _simulate_steps(
                     op.meta,
                     op.intra_node_bytes,
                     op.inter_node_bytes,
+                    op.rank,
                 )
                 for op in step.program.ops
             ]
