@@ -211,6 +211,12 @@ def collective(
     group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
+    network: Optional[str] = typer.Option(
+        None,
+        "--network",
+        help="flow: also simulate the algorithm's flows over the topology (with the scenario's "
+        "cluster.heterogeneity: degraded NICs, background jobs)",
+    ),
 ):
     """Predicted time of one collective on the scenario's cluster, the algorithm chosen and its busbw."""
     from clustersim.simulator.context import build_context
@@ -261,6 +267,18 @@ def collective(
 
         band = collective_interval(ctx, op, nbytes, shapes[group], algo)
         data["time_interval_s"] = band.as_dict()
+    flow = None
+    if network not in (None, "analytical"):
+        if network != "flow":
+            raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
+        from clustersim.simulator.network.flow import FlowBackend
+        from clustersim.simulator.program import CollectiveSpec
+
+        backend = FlowBackend(ctx)
+        flow = backend.time(CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol))
+        data["flow_time_s"] = flow
+        if flow is not None:
+            data["flow_hottest_links"] = backend.utilisation(flow, top=4)
     if json_out:
         emit_json(data)
         return
@@ -273,6 +291,12 @@ def collective(
         f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}"
     )
     console.print(f"[dim]source: {cost.source}[/]")
+    if network == "flow":
+        if flow is None:
+            console.print("flow backend: no flow model for this case; the analytical time stands")
+        else:
+            hot = ", ".join(f"{x['link']} {100 * x['utilisation']:.0f}%" for x in data["flow_hottest_links"])
+            console.print(f"flow backend: [bold]{format_seconds(flow)}[/]; busiest links: {hot}")
 
 
 def _int_list(text: str, key: str) -> list[int]:

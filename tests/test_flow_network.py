@@ -160,3 +160,41 @@ def test_cli_network_flag(runner):
     assert out.exit_code == 0 and "Hottest links" in out.output
     bad = runner.invoke(app, ["run", "preset:dgx-h100-gpt3-1.3b", "--network", "packets"])
     assert bad.exit_code == 2 and "--network" in bad.output
+
+
+def test_a_sweep_varies_the_network_backend(tmp_path):
+    import csv
+
+    import yaml
+
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    path = tmp_path / "sweep.yaml"
+    data = {
+        "name": "nets",
+        "base": "preset:dgx-h100-gpt3-1.3b",
+        "vary": {"training.network": ["analytical", "flow"]},
+    }
+    path.write_text(yaml.safe_dump(data))
+    assert run_sweep(load_sweep(path), tmp_path / "out")["written"] == 2
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert all(r["status"] == "ok" for r in rows)
+    times = sorted(float(r["iteration_time_s"]) for r in rows)
+    assert times[1] == pytest.approx(times[0], rel=0.03)
+
+
+def test_cli_collective_with_the_flow_backend(runner):
+    import json
+
+    r = runner.invoke(
+        app,
+        ["collective", "preset:dgx-h100-gpt3-1.3b", "--bytes", "1GiB", "--network", "flow", "--json"],
+    )
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    assert data["flow_time_s"] == pytest.approx(data["time_s"], rel=0.04)
+    assert data["flow_hottest_links"][0]["utilisation"] > 0.5  # a 1 GiB all-reduce keeps its bottleneck busy
+    bad = runner.invoke(app, ["collective", "preset:dgx-h100-gpt3-1.3b", "--network", "packets"])
+    assert bad.exit_code == 2
