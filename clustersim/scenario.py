@@ -143,6 +143,13 @@ class BackgroundJobSpec(_Strict):
     flows_per_link: Count = Field(1, gt=0, description="its concurrent flows on each such link, each way")
 
 
+class NodeGpuSpec(_Strict):
+    """A node whose GPUs are another catalog type (mixed generations in one job)."""
+
+    node: Count = Field(ge=0)
+    gpu: str = Field(description="a catalog GPU name")
+
+
 class JitterSpec(_Strict):
     """Per-rank compute-speed variation: each rank's compute time is multiplied by one draw."""
 
@@ -159,6 +166,7 @@ class HeterogeneitySpec(_Strict):
     degraded_nics: list[DegradedNicSpec] = Field(default_factory=list)
     background: list[BackgroundJobSpec] = Field(default_factory=list)
     jitter: JitterSpec | None = None
+    node_gpus: list[NodeGpuSpec] = Field(default_factory=list)
 
 
 class ClusterSpec(_Strict):
@@ -388,6 +396,15 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
             raise InputError(
                 f"NIC {d.nic} does not exist ({c.nic.count} per node)", key=f"{key}.degraded_nics.{i}.nic"
             )
+    for i, n in enumerate(h.node_gpus):
+        if n.node >= c.nodes:
+            raise InputError(
+                f"node {n.node} does not exist (nodes 0..{c.nodes - 1})", key=f"{key}.node_gpus.{i}.node"
+            )
+        try:
+            catalog.gpu(n.gpu)
+        except InputError as exc:
+            raise exc.located(key_prefix=f"{key}.node_gpus.{i}.gpu") from None
     leaves = -(-c.nodes // c.fabric.nodes_per_leaf) if c.fabric.kind != "single_switch" else 1
     for i, b in enumerate(h.background):
         limit = c.nodes if b.links == "nics" else leaves

@@ -179,3 +179,18 @@ def test_the_trace_has_a_process_per_rank_class(tmp_path):
     assert sum(e["dur"] for e in slow_bwd) == pytest.approx(
         1.5 * sum(e["dur"] for e in typical_bwd), rel=0.01
     )
+
+
+def test_a_node_of_an_older_gpu_is_the_straggler_by_its_roofline_ratio():
+    """One node of A100s among H100s: its ranks compute slower by the ratio of the workload's
+    forward+backward roofline times, and the synchronous step is at least that times the compute."""
+    s = _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "A100-80GB"}]}})
+    r = simulate(s)
+    st = r.extra["straggler"]
+    assert st["rank"] // 8 == 1 and st["compute_factor"] > 1.5  # A100 bf16 dense: 312 vs 989 TFLOP/s peak
+    base = simulate(_dgx())
+    compute = sum(base.breakdown[k] for k in ("forward", "backward"))
+    assert r.iteration_time >= st["compute_factor"] * compute
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "Z100"}]}})
+    assert err.value.key.startswith("cluster.heterogeneity.node_gpus.0.gpu")

@@ -273,10 +273,25 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     }
 
 
+def _gpu_factor(ctx: SimulationContext, name: str) -> float:
+    """How much longer forward and backward take on catalog GPU ``name`` than on the cluster's GPU."""
+    from clustersim import catalog
+    from clustersim.cost_models.compute import DeviceCosts
+
+    other = DeviceCosts(catalog.gpu(name))
+    layers = ctx.workload.layers
+    mine = sum(ctx.device.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
+    theirs = sum(other.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
+    return theirs / mine if mine > 0 else 1.0
+
+
 def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
     """With stragglers (cluster.heterogeneity), rewrite every step program for two rank classes
     (simulator/stragglers.py); returns each program's collective waits and the straggler's summary."""
-    factors = rank_factors(ctx.scenario.cluster.heterogeneity, ctx.world_size)
+    c = ctx.scenario.cluster
+    factors = rank_factors(
+        c.heterogeneity, ctx.world_size, c.gpus_per_node, lambda name: _gpu_factor(ctx, name)
+    )
     if factors is None:
         return None, {}
     slow = int(np.argmax(factors))

@@ -9,6 +9,10 @@ duplicated per class, compute ops of class 1 stretched by its factor, and each c
 with the dependencies of both classes. Streams stay FIFO per (rank class, stream); class 1's host
 links are its own (suffix ``@1``), as on a real node each GPU has its own PCIe link.
 
+A node of another GPU type (node_gpus) is a compute factor on its ranks: the workload's forward and
+backward time on that GPU over the cluster's (roofline, default efficiencies). Its memory is not
+checked separately, and a faster GPU (factor < 1) is never the straggler.
+
 Jitter (cluster.heterogeneity.jitter) draws one factor per rank (seeded): the typical class gets
 the median draw and the slowest class the largest, combined with any slow GPU's own factor.
 """
@@ -23,9 +27,10 @@ from clustersim.simulator.program import Op, Program
 SUFFIX = "@1"
 
 
-def rank_factors(hetero, world_size: int) -> np.ndarray | None:
-    """Each rank's compute-time multiplier, or None without stragglers."""
-    if hetero is None or (not hetero.slow_gpus and hetero.jitter is None):
+def rank_factors(hetero, world_size: int, gpus_per_node: int = 1, gpu_factor=None) -> np.ndarray | None:
+    """Each rank's compute-time multiplier, or None without stragglers. ``gpu_factor(name)`` is how
+    much longer the workload's forward and backward take on another catalog GPU (node_gpus)."""
+    if hetero is None or (not hetero.slow_gpus and hetero.jitter is None and not hetero.node_gpus):
         return None
     factors = np.ones(world_size)
     j = hetero.jitter
@@ -37,6 +42,8 @@ def rank_factors(hetero, world_size: int) -> np.ndarray | None:
             factors = np.maximum(rng.normal(1.0, j.sigma, world_size), 0.05)
     for g in hetero.slow_gpus:
         factors[g.rank] *= g.compute_factor
+    for n in hetero.node_gpus:
+        factors[n.node * gpus_per_node : (n.node + 1) * gpus_per_node] *= gpu_factor(n.gpu)
     return factors
 
 
