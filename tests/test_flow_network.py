@@ -198,3 +198,16 @@ def test_cli_collective_with_the_flow_backend(runner):
     assert data["flow_hottest_links"][0]["utilisation"] > 0.5  # a 1 GiB all-reduce keeps its bottleneck busy
     bad = runner.invoke(app, ["collective", "preset:dgx-h100-gpt3-1.3b", "--network", "packets"])
     assert bad.exit_code == 2
+
+
+def test_an_nvlink_mesh_run_on_the_flow_backend_says_its_rings_are_single_path():
+    s = load_scenario("preset:default").with_changes(
+        **{
+            "cluster.gpu": "V100-SXM2",
+            "cluster.intra_node.fabric": "nvlink_mesh",
+            "cluster.gpus_per_node": 8,
+            "cluster.intra_node.measured_allreduce_busbw_gbs": None,
+            "training.network": "flow",
+        }
+    )
+    assert any("NVLink mesh" in n for n in simulate(s).notes)

@@ -337,6 +337,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
             "flow backend: each algorithm's flows routed over the topology, links shared max-min fairly"
         )
         extra["hottest_links"] = out.hottest_links
+        ctx.notes.extend(n for n in ctx.network.notes if n not in ctx.notes)
         for what in sorted(ctx.network.fallbacks):
             ctx.notes.append(f"flow backend: no flow model for {what}; its analytical time is used")
     samples = (

@@ -38,6 +38,13 @@ class FlowBackend:
         self._per_byte: dict[tuple, tuple[float, np.ndarray | None]] = {}
         self.link_bytes: dict[int, np.ndarray] = {}  # group nodes -> bytes per link since reset()
         self.fallbacks: set[str] = set()
+        self.notes: list[str] = []
+        if ctx.scenario.cluster.intra_node.fabric == "nvlink_mesh":
+            self.notes.append(
+                "flow backend on an NVLink mesh (DGX-1): a flow between two GPUs takes one route, so a "
+                "ring inside a node uses one NVLink per hop, where NCCL runs several rings over all of "
+                "them; intra-node collectives come out several times slower than the analytical model"
+            )
 
     # ---- the NetworkBackend protocol -----------------------------------------------------------------
     def duration(self, op: Op, now: float) -> float:
