@@ -211,3 +211,23 @@ def test_an_nvlink_mesh_run_on_the_flow_backend_says_its_rings_are_single_path()
         }
     )
     assert any("NVLink mesh" in n for n in simulate(s).notes)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_rings_inside_an_nvlink_mesh_node_use_all_its_links(op):
+    """DGX-1: the best set of rings over direct NVLinks moves each GPU's whole NVLink capacity, the
+    analytical model's bound (sum of a GPU's NVLinks to its peers)."""
+    s = load_scenario("preset:default").with_changes(
+        **{
+            "cluster.gpu": "V100-SXM2",
+            "cluster.intra_node.fabric": "nvlink_mesh",
+            "cluster.gpus_per_node": 8,
+            "cluster.intra_node.measured_allreduce_busbw_gbs": None,
+        }
+    )
+    ctx = build_context(s)
+    backend = FlowBackend(ctx)
+    for shape in (GroupShape(1, 8), GroupShape(1, 4)):
+        for nbytes in SIZES:
+            ana, flow = _pair(ctx, backend, op, nbytes, shape, "ring")
+            assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)

@@ -41,9 +41,10 @@ class FlowBackend:
         self.notes: list[str] = []
         if ctx.scenario.cluster.intra_node.fabric == "nvlink_mesh":
             self.notes.append(
-                "flow backend on an NVLink mesh (DGX-1): a flow between two GPUs takes one route, so a "
-                "ring inside a node uses one NVLink per hop, where NCCL runs several rings over all of "
-                "them; intra-node collectives come out several times slower than the analytical model"
+                "flow backend on an NVLink mesh (DGX-1): rings inside a node run over the best set of "
+                "NVLink rings (as NCCL's channels); other patterns inside a node (tree, halving-doubling, "
+                "all-to-all) take one route per flow and come out several times slower than the "
+                "analytical model, and rings across nodes up to ~20% slower"
             )
 
     # ---- the NetworkBackend protocol -----------------------------------------------------------------

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.topologies.cluster import GroupShape
 
@@ -76,7 +78,30 @@ def _order(net: FlowNetwork, members: list[int], nic: int) -> list[int]:
     if len(members) == 1:
         return members
     enter, leave = _ends(net, members, nic)
+    if net.cluster.spec.intra_node.fabric == "nvlink_mesh":
+        path = _mesh_path(net, members, enter, leave)
+        if path is not None:
+            return path
     return [enter] + [m for m in members if m not in (enter, leave)] + [leave]
+
+
+def _mesh_path(net: FlowNetwork, members: list[int], enter: int, leave: int) -> list[int] | None:
+    """A path over direct NVLinks from ``enter`` through every member to ``leave`` (NCCL's ring inside
+    a DGX-1 node follows NVLinks), or None."""
+    g = net.graph
+
+    def extend(path: list[int]) -> list[int] | None:
+        if len(path) == len(members):
+            return path if path[-1] == leave else None
+        for m in members:
+            last = m != leave or len(path) == len(members) - 1
+            if m not in path and last and g.has_edge(f"gpu{path[-1]}", f"gpu{m}"):
+                found = extend([*path, m])
+                if found:
+                    return found
+        return None
+
+    return extend([enter])
 
 
 def _route(net: FlowNetwork, a: tuple[int, int], b: tuple[int, int], nic: int | None) -> list[int]:
@@ -95,6 +120,61 @@ def _communicators(shape: GroupShape) -> list[list[int]]:
     return [[j * g + m for m in range(g)] for j in range(shape.sharing)]
 
 
+def _mesh_rings(net: FlowNetwork, members: list[int]) -> list[tuple[list[int], float]] | None:
+    """Rings over direct NVLinks for ``members`` of one node, with the share of the data each carries,
+    or None (not a mesh, fewer than three members, or no ring of direct links).
+
+    NCCL lays several rings (channels) over a DGX-1 mesh. Here the rings and their shares are the
+    best any set of rings can do: a linear program over every Hamiltonian cycle of direct links
+    (5,040 orders for 8 GPUs) maximising their total rate with no directed link over capacity."""
+    spec = net.cluster.spec
+    if spec.intra_node.fabric != "nvlink_mesh" or len(members) < 3:
+        return None
+    key = ("mesh", tuple(members))
+    hit = net._paths.get(key)
+    if hit is not None:
+        return hit or None
+    g = net.graph
+    cap = {
+        (a, b): g.edges[f"gpu{a}", f"gpu{b}"]["capacity"]
+        for a in members
+        for b in members
+        if a != b and g.has_edge(f"gpu{a}", f"gpu{b}")
+    }
+    cycles: list[list[int]] = []
+    first = members[0]
+
+    def extend(path: list[int]) -> None:
+        if len(path) == len(members):
+            if (path[-1], first) in cap:
+                cycles.append(list(path))
+            return
+        for m in members:
+            if m not in path and (path[-1], m) in cap:
+                extend([*path, m])
+
+    extend([first])
+    chosen: list[tuple[list[int], float]] = []
+    if cycles:
+        from scipy.optimize import linprog
+
+        edges = list(cap)
+        index = {e: i for i, e in enumerate(edges)}
+        use = np.zeros((len(edges), len(cycles)))
+        for j, c in enumerate(cycles):
+            for e in zip(c, c[1:] + c[:1]):
+                use[index[e], j] = 1.0
+        scale = max(cap.values())
+        lp = linprog(
+            -np.ones(len(cycles)), A_ub=use, b_ub=np.array([cap[e] / scale for e in edges]), bounds=(0, None)
+        )
+        if lp.success and lp.x.sum() > 0:
+            total = lp.x.sum()
+            chosen = [(cycles[j], x / total) for j, x in enumerate(lp.x) if x > 1e-9 * total]
+    net._paths[key] = chosen
+    return chosen or None
+
+
 def ring_step(net: FlowNetwork, shape: GroupShape, closed: bool = True) -> Phase:
     """One step of a ring (``closed``) or of a pipelined chain: every rank sends to the next; a chunk
     is split over the communicator's channels."""
@@ -102,10 +182,12 @@ def ring_step(net: FlowNetwork, shape: GroupShape, closed: bool = True) -> Phase
     N, s = shape.nodes, shape.sharing
     for j, members in enumerate(_communicators(shape)):
         if N == 1:
+            rings = _mesh_rings(net, members) or [(members, 1.0)]
             hops = len(members) if closed else len(members) - 1
-            for i in range(hops):
-                paths.append(net.intra(0, members[i], members[(i + 1) % len(members)]))
-                sizes.append(1.0)
+            for ring, share in rings:
+                for i in range(hops):
+                    paths.append(net.intra(0, ring[i], ring[(i + 1) % len(ring)]))
+                    sizes.append(share)
             continue
         nics = _nics(net, j, s)
         for nic in nics:
