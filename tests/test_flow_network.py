@@ -231,3 +231,29 @@ def test_rings_inside_an_nvlink_mesh_node_use_all_its_links(op):
         for nbytes in SIZES:
             ana, flow = _pair(ctx, backend, op, nbytes, shape, "ring")
             assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)
+
+
+def test_collectives_at_the_same_time_share_the_fabric_links_in_the_engine():
+    """Two 1 GiB all-reduces over the same 2 nodes started together (on two rank classes' comm
+    streams): their NICs carry both, so each needs twice the bandwidth time (the engine's fluid model
+    shares the links for the op's whole duration, so the two end between 2 x its bandwidth time and
+    that plus its latency); one alone takes the flow backend's time."""
+    from clustersim.simulator.engine import Engine
+    from clustersim.simulator.program import Program
+    from clustersim.simulator.strategies.common import add_collective
+
+    ctx = build_context(_dgx(2).with_changes(**{"training.network": "flow"}))
+    alone = Program()
+    add_collective(alone, ctx, "a", "all_reduce", 1 << 30, algorithm="ring")
+    _, end = Engine(alone, network=ctx.network).run()
+    spec = alone.ops[0].collective
+    assert end[0] == pytest.approx(ctx.network.time(spec), rel=1e-9)
+    both = Program()
+    add_collective(both, ctx, "a", "all_reduce", 1 << 30, algorithm="ring")
+    second = add_collective(both, ctx, "b", "all_reduce", 1 << 30, algorithm="ring")
+    both.ops[second].rank = 1
+    _, end2 = Engine(both, network=ctx.network).run()
+    latency = ctx.network._latency(spec)
+    bandwidth = end[0] - latency
+    for t in (end2[0], end2[1]):
+        assert 2 * bandwidth * (1 - 1e-6) <= t <= (latency + 2 * bandwidth) * (1 + 1e-6)

@@ -20,7 +20,9 @@ condition per step, a wake-up per start); this way a run has about one event per
 Collective ops carry a description (``Op.collective``); when a network backend is given
 (simulator/network/), the engine asks it for the op's duration as it starts the op, and scales the
 op's host-link demands to match. Without one (the analytical path) the op's own duration stands.
-Streams are FIFO per (rank class, stream).
+Streams are FIFO per (rank class, stream). A backend may also name the fabric links a collective keeps
+busy (``fabric_demands``: the flow backend's NICs, leaf and core uplinks); they join the op's demands,
+so collectives that run at the same time share those links max-min fairly like any other.
 
 The cost per event is proportional to the number of running ops (a handful: one per stream), so a
 run costs O(ops), independent of how many GPUs the cluster has.
@@ -62,7 +64,7 @@ class _Running:
 
     __slots__ = ("op", "remaining", "rate", "demands", "plain_compute", "slowdown", "weight", "done_below")
 
-    def __init__(self, op: Op, duration: float | None = None):
+    def __init__(self, op: Op, duration: float | None = None, fabric: dict[str, float] | None = None):
         self.op = op
         self.remaining = op.duration if duration is None else duration
         self.rate = 1.0
@@ -71,6 +73,8 @@ class _Running:
             # The same bytes over a longer (shorter) time: proportionally lower (higher) rates.
             scale = op.duration / duration
             self.demands = {k: v * scale for k, v in op.demands.items()}
+        if fabric:  # a network backend's fabric links (NICs, leaf uplinks), shared with other collectives
+            self.demands = {**self.demands, **fabric}
         # Slowed by NCCL kernels: compute-stream ops that are not themselves NCCL kernels.
         self.plain_compute = op.stream == Stream.COMPUTE and op.compute_slowdown == 0.0
         self.slowdown = op.compute_slowdown
@@ -126,12 +130,16 @@ class Engine:
             self.start[i] = now
             op = ops[i]
             duration = op.duration
+            fabric = None
             if network is not None and op.collective is not None and duration > 0:
                 duration = network.duration(op, now)
+                if hasattr(network, "fabric_demands") and duration > _EPS:
+                    fabric, capacity = network.fabric_demands(op, duration)
+                    self.program.links.update(capacity)
             if not duration < _INF:  # inf or NaN: a broken input, never a time
                 raise RunawaySimulation(now, [op])
             if duration > _EPS:
-                self._running.append(_Running(op, duration if duration != op.duration else None))
+                self._running.append(_Running(op, duration if duration != op.duration else None, fabric))
                 continue
             self.end[i] = now
             for j in nxt[i]:

@@ -66,6 +66,13 @@ class FlowNetwork:
         node_kinds = [self.graph.edges[e]["kind"].latency_class for e in self.edges]
         self.kind[: self.nic_base] = node_kinds * nodes
         self.kind[self.nic_base :] = "network"
+        # Links of node 0, leaf 0 and pod 0: the ones named when collectives share the fabric.
+        rep = np.zeros(self.n_links, dtype=bool)
+        rep[: self.E] = True
+        rep[self.nic_base : self.nic_base + 2 * self.nics] = True
+        rep[self.leaf_base : self.leaf_base + 2] = True
+        rep[self.pod_base : self.pod_base + 2] = True
+        self.representative = rep
         self._paths: dict[tuple, list[int]] = {}
         self._nearest: dict[int, list[int]] = {}
 

@@ -25,6 +25,10 @@ from clustersim.simulator.network.patterns import NotModelled, expand, ring_step
 from clustersim.simulator.program import CollectiveSpec, Op
 from clustersim.topologies.cluster import GroupShape
 
+# Links a collective keeps at least this busy when alone are the ones it competes for with collectives
+# running beside it (a selection threshold for the engine's sharing, not a hardware constant).
+HOT = 0.5
+
 
 class FlowBackend:
     name = "flow"
@@ -51,6 +55,28 @@ class FlowBackend:
     def duration(self, op: Op, now: float) -> float:
         t = self.time(op.collective)
         return op.duration if t is None else t
+
+    def fabric_demands(self, op: Op, duration: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Bytes/s the collective pushes through its busiest links (utilisation >= HOT alone) and their
+        capacities, for the engine to share between collectives that run at the same time: two
+        collectives through the same NICs each get half of them. Only the links of node 0 and of leaf
+        and pod 0 are named (every group starts at node 0 and is symmetric, so they stand for all)."""
+        spec = op.collective
+        hit = self._per_byte.get((spec.op, spec.algorithm, spec.protocol, spec.shape))
+        if hit is None or hit[1] is None or duration <= 0:
+            return {}, {}
+        per_byte, unit_bytes = hit
+        net = self.network(spec.shape.nodes)
+        frac = self.model._proto_bw[spec.protocol]
+        # wire bytes: a protocol moving a fraction of its bytes as data (LL: half) fills the wire faster
+        wire = unit_bytes * spec.nbytes / frac
+        busy = wire / (net.capacity * duration)
+        demands, capacity = {}, {}
+        for i in np.flatnonzero(busy[: len(net.representative)] * net.representative >= HOT):
+            name = net.name(int(i))
+            demands[name] = float(wire[i] / duration)
+            capacity[name] = float(net.capacity[i])
+        return demands, capacity
 
     # ---- pricing ---------------------------------------------------------------------------------------
     def time(self, spec: CollectiveSpec) -> float | None:
