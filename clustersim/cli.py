@@ -165,6 +165,11 @@ def run(
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
+    chakra: Optional[Path] = typer.Option(
+        None,
+        "--chakra",
+        help="Write the iteration as Chakra execution traces (one .et per rank class) into this folder.",
+    ),
     network: Optional[str] = typer.Option(
         None,
         "--network",
@@ -183,15 +188,24 @@ def run(
         if network not in ("analytical", "flow"):
             raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
         s = s.with_changes(**{"training.network": network})
+    if chakra is not None and not chakra.is_dir():
+        raise InputError(f"{chakra} is not an existing folder", key="--chakra")
     result = simulate(s, profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
+    chakra_files = []
+    if chakra is not None:
+        from clustersim.simulator.chakra import write_chakra
+
+        chakra_files = write_chakra(result, chakra)
     if json_out:
         emit_json(result.to_dict())
     else:
         _print_result(result)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        if chakra_files:
+            console.print(f"Chakra execution traces: {', '.join(str(p) for p in chakra_files)}")
 
 
 @app.command()

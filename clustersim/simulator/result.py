@@ -43,6 +43,7 @@ class OpRecord:
     intra_node_bytes: float = 0.0
     inter_node_bytes: float = 0.0
     rank: int = 0  # rank class: 0 the representative (typical) rank, 1 the slowest (stragglers)
+    deps: tuple[int, ...] = ()  # indices in ``SimulationResult.ops`` (program order) it waited for
 
 
 @dataclass

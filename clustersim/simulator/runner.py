@@ -230,6 +230,7 @@ def _simulate_steps(
                     op.intra_node_bytes,
                     op.inter_node_bytes,
                     op.rank,
+                    op.deps,
                 )
                 for op in step.program.ops
             ]
