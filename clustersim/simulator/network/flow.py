@@ -74,7 +74,8 @@ class FlowBackend:
         demands, capacity = {}, {}
         for i in np.flatnonzero(busy[: len(net.representative)] * net.representative >= HOT):
             name = net.name(int(i))
-            demands[name] = float(wire[i] / duration)
+            # never above the link (a calibrated efficiency above 1 would otherwise slow it when alone)
+            demands[name] = float(min(wire[i] / duration, net.capacity[i]))
             capacity[name] = float(net.capacity[i])
         return demands, capacity
 
