@@ -233,6 +233,27 @@ def test_rings_inside_an_nvlink_mesh_node_use_all_its_links(op):
             assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)
 
 
+@pytest.mark.parametrize("op,algo", [("all_reduce", "ring"), ("all_reduce", "tree"), ("all_gather", "ring")])
+def test_rings_and_trees_across_nvlink_mesh_nodes_agree(op, algo):
+    """Four DGX-1 nodes with 4 x 100 Gb/s InfiniBand: each NIC's channel crosses a node over NVLinks
+    the other channels use least, so the NVLinks never become the bottleneck the NICs are."""
+    s = load_scenario("preset:default").with_changes(
+        **{
+            "cluster.nodes": 4,
+            "cluster.gpu": "V100-SXM2",
+            "cluster.intra_node.fabric": "nvlink_mesh",
+            "cluster.gpus_per_node": 8,
+            "cluster.intra_node.measured_allreduce_busbw_gbs": None,
+            "cluster.nic": {"kind": "infiniband", "count": 4, "line_rate_gbps": 100},
+        }
+    )
+    ctx = build_context(s)
+    backend = FlowBackend(ctx)
+    for nbytes in SIZES:
+        ana, flow = _pair(ctx, backend, op, nbytes, GroupShape(4, 8), algo)
+        assert flow == pytest.approx(ana, rel=0.03), nbytes
+
+
 def test_collectives_at_the_same_time_share_the_fabric_links_in_the_engine():
     """Two 1 GiB all-reduces over the same 2 nodes started together (on two rank classes' comm
     streams): their NICs carry both, so each needs twice the bandwidth time (the engine's fluid model

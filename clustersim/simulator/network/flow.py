@@ -45,10 +45,10 @@ class FlowBackend:
         self.notes: list[str] = []
         if ctx.scenario.cluster.intra_node.fabric == "nvlink_mesh":
             self.notes.append(
-                "flow backend on an NVLink mesh (DGX-1): rings inside a node run over the best set of "
-                "NVLink rings (as NCCL's channels); other patterns inside a node (tree, halving-doubling, "
-                "all-to-all) take one route per flow and come out several times slower than the "
-                "analytical model, and rings across nodes up to ~20% slower"
+                "flow backend on an NVLink mesh (DGX-1): rings run over balanced sets of NVLink rings "
+                "and paths (as NCCL's channels) and agree with the analytical model; tree, "
+                "halving-doubling and all-to-all inside a node take one route per flow and come out "
+                "2-8x slower than it"
             )
 
     # ---- the NetworkBackend protocol -----------------------------------------------------------------

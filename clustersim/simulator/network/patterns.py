@@ -72,36 +72,51 @@ def _ends(net: FlowNetwork, members: list[int], nic: int) -> tuple[int, int]:
     return ties[(nic + 1) % len(ties)], leave
 
 
-def _order(net: FlowNetwork, members: list[int], nic: int) -> list[int]:
+def _order(net: FlowNetwork, members: list[int], nic: int, load: dict | None = None) -> list[int]:
     """A node's members in ring order for the channel through ``nic``: entering at one member nearest
     the NIC, through the others, leaving at another (NCCL's ring search)."""
     if len(members) == 1:
         return members
     enter, leave = _ends(net, members, nic)
     if net.cluster.spec.intra_node.fabric == "nvlink_mesh":
-        path = _mesh_path(net, members, enter, leave)
+        path = _mesh_path(net, members, enter, leave, {} if load is None else load)
         if path is not None:
             return path
     return [enter] + [m for m in members if m not in (enter, leave)] + [leave]
 
 
-def _mesh_path(net: FlowNetwork, members: list[int], enter: int, leave: int) -> list[int] | None:
+def _mesh_path(net: FlowNetwork, members: list[int], enter: int, leave: int, load: dict) -> list[int] | None:
     """A path over direct NVLinks from ``enter`` through every member to ``leave`` (NCCL's ring inside
-    a DGX-1 node follows NVLinks), or None."""
+    a DGX-1 node follows NVLinks), or None. Among all such paths, the one whose links are least
+    loaded (load / capacity) by the paths already chosen for this communicator's other channels, so
+    that channels spread over the mesh as NCCL's do."""
     g = net.graph
+    paths: list[list[int]] = []
 
-    def extend(path: list[int]) -> list[int] | None:
+    def extend(path: list[int]) -> None:
         if len(path) == len(members):
-            return path if path[-1] == leave else None
+            if path[-1] == leave:
+                paths.append(path)
+            return
         for m in members:
             last = m != leave or len(path) == len(members) - 1
             if m not in path and last and g.has_edge(f"gpu{path[-1]}", f"gpu{m}"):
-                found = extend([*path, m])
-                if found:
-                    return found
+                extend([*path, m])
+
+    extend([enter])
+    if not paths:
         return None
 
-    return extend([enter])
+    def cost(path: list[int]) -> float:
+        return max(
+            (load.get(e, 0.0) + 1) / g.edges[f"gpu{e[0]}", f"gpu{e[1]}"]["capacity"]
+            for e in zip(path, path[1:])
+        )
+
+    best = min(paths, key=cost)
+    for e in zip(best, best[1:]):
+        load[e] = load.get(e, 0.0) + 1
+    return best
 
 
 def _route(net: FlowNetwork, a: tuple[int, int], b: tuple[int, int], nic: int | None) -> list[int]:
@@ -190,8 +205,9 @@ def ring_step(net: FlowNetwork, shape: GroupShape, closed: bool = True) -> Phase
                     sizes.append(share)
             continue
         nics = _nics(net, j, s)
+        load: dict = {}  # NVLink use by this communicator's channels so far (mesh nodes)
         for nic in nics:
-            order = _order(net, members, nic)
+            order = _order(net, members, nic, load)
             for n in range(N):
                 for a, b in zip(order, order[1:]):
                     paths.append(net.intra(n, a, b))
@@ -238,8 +254,9 @@ def tree_allreduce(net: FlowNetwork, shape: GroupShape) -> Phase:
             continue
         nics = _nics(net, j, shape.sharing)
         share = 0.5 / len(nics)
+        load: dict = {}
         for nic in nics:
-            order = _order(net, members, nic)
+            order = _order(net, members, nic, load)
             for parent in double_tree(N):
                 for n in range(N):
                     for a, b in zip(order, order[1:]):
