@@ -159,6 +159,27 @@ def _print_result(r) -> None:
         _print_placement(r.extra["offload"])
     if "parallelism" in r.extra:
         _print_parallelism(r.extra["parallelism"])
+    if r.extra.get("straggler"):
+        st = r.extra["straggler"]
+        worst = st["worst"][0] if st["worst"] else None
+        console.print(
+            f"Slowest rank {st['rank']} (compute x{st['compute_factor']:.3g}, typical rank x"
+            f"{st['typical_factor']:.3g}) delays {st['collectives_delayed']} collective(s) by "
+            f"{format_seconds(st['delay_s'])} in all"
+            + (f", most {worst['op']} ({format_seconds(worst['delay_s'])})" if worst else "")
+            + f"; the typical rank idles {format_seconds(r.breakdown.get('idle', 0.0))}"
+        )
+    if r.extra.get("hottest_links"):
+        console.print(
+            table(
+                "Hottest links (flow backend): bytes / (capacity x iteration time)",
+                ["link", "GB/s", "bytes", "utilisation"],
+                [
+                    [x["link"], f"{x['gbs']:.3g}", format_bytes(x["bytes"]), f"{100 * x['utilisation']:.1f}%"]
+                    for x in r.extra["hottest_links"]
+                ],
+            )
+        )
     for k, v in r.sources.items():
         console.print(f"[dim]source of {k}: {v}[/]")
     for n in r.notes:
@@ -176,6 +197,17 @@ def run(
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
+    chakra: Optional[Path] = typer.Option(
+        None,
+        "--chakra",
+        help="Write the iteration as Chakra execution traces (one .et per rank class) into this folder.",
+    ),
+    network: Optional[str] = typer.Option(
+        None,
+        "--network",
+        help="analytical (closed-form, fast; the default) | flow (collectives simulated as flows over the "
+        "topology; shows the hottest links). Overrides the scenario's training.network.",
+    ),
 ):
     """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
     all-reduce, bytes per link."""
@@ -183,15 +215,29 @@ def run(
 
     if trace is not None:
         check_writable_file(trace)  # before the work; its folder is never created silently
-    result = simulate(_load(scenario), profile, uncertainty_samples=samples)
+    s = _load(scenario)
+    if network is not None:
+        if network not in ("analytical", "flow"):
+            raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
+        s = s.with_changes(**{"training.network": network})
+    if chakra is not None and not chakra.is_dir():
+        raise InputError(f"{chakra} is not an existing folder", key="--chakra")
+    result = simulate(s, profile, uncertainty_samples=samples)
     if trace is not None:
         result.write_trace(trace)
+    chakra_files = []
+    if chakra is not None:
+        from clustersim.simulator.chakra import write_chakra
+
+        chakra_files = write_chakra(result, chakra)
     if json_out:
         emit_json(result.to_dict())
     else:
         _print_result(result)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        if chakra_files:
+            console.print(f"Chakra execution traces: {', '.join(str(p) for p in chakra_files)}")
 
 
 @app.command()
@@ -211,6 +257,12 @@ def collective(
     group: str = typer.Option("world", "--group", help="world | intra (one node) | inter (one GPU per node)"),
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
+    network: Optional[str] = typer.Option(
+        None,
+        "--network",
+        help="flow: also simulate the algorithm's flows over the topology (with the scenario's "
+        "cluster.heterogeneity: degraded NICs, background jobs)",
+    ),
 ):
     """Predicted time of one collective on the scenario's cluster, the algorithm chosen and its busbw."""
     from clustersim.simulator.context import build_context
@@ -261,6 +313,18 @@ def collective(
 
         band = collective_interval(ctx, op, nbytes, shapes[group], algo)
         data["time_interval_s"] = band.as_dict()
+    flow = None
+    if network not in (None, "analytical"):
+        if network != "flow":
+            raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
+        from clustersim.simulator.network.flow import FlowBackend
+        from clustersim.simulator.program import CollectiveSpec
+
+        backend = FlowBackend(ctx)
+        flow = backend.time(CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol))
+        data["flow_time_s"] = flow
+        if flow is not None:
+            data["flow_hottest_links"] = backend.utilisation(flow, top=4)
     if json_out:
         emit_json(data)
         return
@@ -273,6 +337,12 @@ def collective(
         f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}"
     )
     console.print(f"[dim]source: {cost.source}[/]")
+    if network == "flow":
+        if flow is None:
+            console.print("flow backend: no flow model for this case; the analytical time stands")
+        else:
+            hot = ", ".join(f"{x['link']} {100 * x['utilisation']:.0f}%" for x in data["flow_hottest_links"])
+            console.print(f"flow backend: [bold]{format_seconds(flow)}[/]; busiest links: {hot}")
 
 
 def _int_list(text: str, key: str) -> list[int]:

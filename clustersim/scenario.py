@@ -96,6 +96,17 @@ class FabricSpec(_Strict):
     kind: Literal["single_switch", "leaf_spine"] = "single_switch"
     nodes_per_leaf: Count = Field(16, gt=0)
     oversubscription: Number = Field(1.0, ge=1.0, description="leaf downlink:uplink bandwidth ratio")
+    ports_per_switch: Count | None = Field(
+        None,
+        gt=1,
+        description="switch radix (leaf_spine); default: the largest real switch (hardware_defaults limits)",
+    )
+    leaves_per_pod: Count | None = Field(
+        None, gt=0, description="a third tier: leaves per pod, pods joined by core switches"
+    )
+    core_oversubscription: Number = Field(
+        1.0, ge=1.0, description="a pod's spine downlink:core uplink bandwidth ratio (three tiers)"
+    )
 
 
 class HostSpec(_Strict):
@@ -105,6 +116,58 @@ class HostSpec(_Strict):
     cores: Count = Field(48, gt=0, description="physical cores per node")
     dram_gbs: Number | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
     memory_gib: Number = Field(512.0, gt=0)
+
+
+class SlowGpuSpec(_Strict):
+    """One GPU that computes slower than the others (thermal throttling, an older part)."""
+
+    rank: Count = Field(ge=0, description="global rank (node * gpus_per_node + local GPU)")
+    compute_factor: Number = Field(gt=0, description="its compute time multiplier: 1.2 = 20% slower")
+
+
+class DegradedNicSpec(_Strict):
+    """A NIC (and its switch port) running below its rate: a flapping cable, a port renegotiated down."""
+
+    node: Count = Field(ge=0)
+    nic: Count = Field(0, ge=0)
+    bandwidth_factor: Number = Field(gt=0, le=1, description="fraction of its bandwidth left")
+
+
+class BackgroundJobSpec(_Strict):
+    """Another job's traffic on the same fabric: greedy flows that take their max-min fair share of
+    the links they cross (flow backend)."""
+
+    links: Literal["nics", "leaf_uplinks"] = "nics"
+    nodes: list[Count] | None = Field(
+        None, description="nodes (for nics) or leaves (for leaf_uplinks) whose links it uses; default all"
+    )
+    flows_per_link: Count = Field(1, gt=0, description="its concurrent flows on each such link, each way")
+
+
+class NodeGpuSpec(_Strict):
+    """A node whose GPUs are another catalog type (mixed generations in one job)."""
+
+    node: Count = Field(ge=0)
+    gpu: str = Field(description="a catalog GPU name")
+
+
+class JitterSpec(_Strict):
+    """Per-rank compute-speed variation: each rank's compute time is multiplied by one draw."""
+
+    distribution: Literal["lognormal", "normal"] = "lognormal"
+    sigma: Number = Field(gt=0, le=1, description="log-sigma (lognormal) or relative sigma (normal)")
+    seed: Count = Field(0, ge=0)
+
+
+class HeterogeneitySpec(_Strict):
+    """Stragglers and faults. Compute factors apply with either network backend; degraded NICs and
+    background jobs need the flow backend (training.network: flow)."""
+
+    slow_gpus: list[SlowGpuSpec] = Field(default_factory=list)
+    degraded_nics: list[DegradedNicSpec] = Field(default_factory=list)
+    background: list[BackgroundJobSpec] = Field(default_factory=list)
+    jitter: JitterSpec | None = None
+    node_gpus: list[NodeGpuSpec] = Field(default_factory=list)
 
 
 class ClusterSpec(_Strict):
@@ -124,6 +187,7 @@ class ClusterSpec(_Strict):
     nic: NicSpec = NicSpec()
     fabric: FabricSpec = FabricSpec()
     host: HostSpec = HostSpec()
+    heterogeneity: HeterogeneitySpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -292,6 +356,11 @@ class TrainingSpec(_Strict):
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()
     parallelism: ParallelismSpec = ParallelismSpec()
+    network: Literal["analytical", "flow"] = Field(
+        "analytical",
+        description="collective durations: analytical (closed-form α-β model, fast) or flow "
+        "(the algorithm's flows simulated over the topology, links shared max-min fairly)",
+    )
 
 
 class Scenario(_Strict):
@@ -371,6 +440,87 @@ def _check_limits(c: ClusterSpec) -> None:
             )
 
 
+def _check_fabric(c: ClusterSpec) -> None:
+    """A leaf-spine fabric must hold the nodes with switches of its radix. Each NIC rail has its own
+    switches (rail-optimised, as DGX SuperPOD), so one switch of a leaf serves nodes_per_leaf NICs
+    and sends ceil(that / oversubscription) uplinks; a spine switch has one port per leaf (two
+    tiers), or per leaf of its pod plus its core uplinks (three tiers); a core switch one per pod."""
+    f = c.fabric
+    if f.kind != "leaf_spine":
+        return
+    ports = f.ports_per_switch or catalog.hardware_defaults()["limits"]["switch_radix"]
+    up = math.ceil(f.nodes_per_leaf / f.oversubscription)
+    if f.nodes_per_leaf + up > ports:
+        raise InputError(
+            f"a leaf of {f.nodes_per_leaf} nodes needs {f.nodes_per_leaf + up} ports per switch "
+            f"({f.nodes_per_leaf} down, {up} up), more than {ports}",
+            key="cluster.fabric.nodes_per_leaf",
+        )
+    leaves = -(-c.nodes // f.nodes_per_leaf)
+    if f.leaves_per_pod is None:
+        if leaves > ports:
+            raise InputError(
+                f"{c.nodes:,} nodes need {leaves:,} leaves; a two-tier leaf-spine of {ports}-port switches "
+                f"holds {ports} leaves ({ports * f.nodes_per_leaf:,} nodes): add a third tier with "
+                "cluster.fabric.leaves_per_pod",
+                key="cluster.nodes",
+            )
+        return
+    pod_up = math.ceil(f.leaves_per_pod / f.core_oversubscription)
+    if f.leaves_per_pod + pod_up > ports:
+        raise InputError(
+            f"a pod of {f.leaves_per_pod} leaves needs {f.leaves_per_pod + pod_up} ports per spine switch, "
+            f"more than {ports}",
+            key="cluster.fabric.leaves_per_pod",
+        )
+    pods = -(-leaves // f.leaves_per_pod)
+    if pods > ports:
+        per_pod = f.leaves_per_pod * f.nodes_per_leaf
+        raise InputError(
+            f"{c.nodes:,} nodes need {pods:,} pods of {per_pod:,} nodes; a core of {ports}-port switches "
+            f"holds {ports} pods ({ports * per_pod:,} nodes)",
+            key="cluster.nodes",
+        )
+
+
+def _check_heterogeneity(c: ClusterSpec) -> None:
+    """Every straggler and fault names a rank, node or NIC that exists."""
+    h = c.heterogeneity
+    key = "cluster.heterogeneity"
+    for i, g in enumerate(h.slow_gpus):
+        if g.rank >= c.world_size:
+            raise InputError(
+                f"rank {g.rank} does not exist (ranks 0..{c.world_size - 1})", key=f"{key}.slow_gpus.{i}.rank"
+            )
+    for i, d in enumerate(h.degraded_nics):
+        if d.node >= c.nodes:
+            raise InputError(
+                f"node {d.node} does not exist (nodes 0..{c.nodes - 1})", key=f"{key}.degraded_nics.{i}.node"
+            )
+        if d.nic >= c.nic.count:
+            raise InputError(
+                f"NIC {d.nic} does not exist ({c.nic.count} per node)", key=f"{key}.degraded_nics.{i}.nic"
+            )
+    for i, n in enumerate(h.node_gpus):
+        if n.node >= c.nodes:
+            raise InputError(
+                f"node {n.node} does not exist (nodes 0..{c.nodes - 1})", key=f"{key}.node_gpus.{i}.node"
+            )
+        try:
+            catalog.gpu(n.gpu)
+        except InputError as exc:
+            raise exc.located(key_prefix=f"{key}.node_gpus.{i}.gpu") from None
+    leaves = -(-c.nodes // c.fabric.nodes_per_leaf) if c.fabric.kind != "single_switch" else 1
+    for i, b in enumerate(h.background):
+        limit = c.nodes if b.links == "nics" else leaves
+        for n in b.nodes or []:
+            if n >= limit:
+                what = "node" if b.links == "nics" else "leaf"
+                raise InputError(
+                    f"{what} {n} does not exist ({limit} in this cluster)", key=f"{key}.background.{i}.nodes"
+                )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -405,6 +555,9 @@ def _check_semantics(s: Scenario) -> None:
             key="cluster.gpus_per_node",
         )
     _check_limits(c)
+    _check_fabric(c)
+    if c.heterogeneity is not None:
+        _check_heterogeneity(c)
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:
@@ -431,6 +584,12 @@ def _check_composition(s: Scenario) -> None:
             "distributed optimizer, ZeRO-1 over the data-parallel group, is not built yet); "
             "use one or the other",
             key="training.sharding.stage",
+        )
+    if s.cluster.heterogeneity is not None:
+        raise InputError(
+            "stragglers and mixed hardware with tensor/pipeline parallelism are not modelled yet (both use "
+            "rank classes); remove cluster.heterogeneity or the model parallelism",
+            key="cluster.heterogeneity",
         )
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(

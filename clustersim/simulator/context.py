@@ -34,6 +34,7 @@ class SimulationContext:
     offload_spec: object = None
     _host: object = None
     _layout: object = None
+    network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
 
@@ -206,6 +207,10 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
+    if scenario.training.network == "flow":
+        from clustersim.simulator.network.flow import FlowBackend
+
+        ctx.network = FlowBackend(ctx)
     if perturbation is not None:
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale

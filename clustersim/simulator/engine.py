@@ -17,9 +17,16 @@ predecessors rather than by a simpy process per stream waiting on events. Issue 
 run cost ~20 us per simpy event and 7.5 events per op (an ``AllOf`` per op, a ``timeout | wake``
 condition per step, a wake-up per start); this way a run has about one event per completion instant.
 
-A program may hold several ranks (``Op.rank``: pipeline stages simulated stage by stage): streams
-are then FIFO per (rank, stream) and a NCCL kernel's ``compute_slowdown`` applies to its own rank's
-compute only. A single-rank program takes exactly the old path.
+Collective ops carry a description (``Op.collective``); when a network backend is given
+(simulator/network/), the engine asks it for the op's duration as it starts the op, and scales the
+op's host-link demands to match. Without one (the analytical path) the op's own duration stands.
+Streams are FIFO per (rank class, stream). A backend may also name the fabric links a collective keeps
+busy (``fabric_demands``: the flow backend's NICs, leaf and core uplinks); they join the op's demands,
+so collectives that run at the same time share those links max-min fairly like any other.
+
+A program may hold several ranks (``Op.rank``: pipeline stages simulated stage by stage, or a
+straggler's rank class): a NCCL kernel's ``compute_slowdown`` then applies to its own rank's compute
+only. A single-rank program takes exactly the old path.
 
 The cost per event is proportional to the number of running ops (a handful: one per stream), so a
 run costs O(ops), independent of how many GPUs the cluster has.
@@ -71,17 +78,23 @@ class _Running:
         "rank",
     )
 
-    def __init__(self, op: Op):
+    def __init__(self, op: Op, duration: float | None = None, fabric: dict[str, float] | None = None):
         self.op = op
-        self.remaining = op.duration
+        self.remaining = op.duration if duration is None else duration
         self.rate = 1.0
         self.demands = op.demands
+        if duration is not None and duration != op.duration and op.demands:
+            # The same bytes over a longer (shorter) time: proportionally lower (higher) rates.
+            scale = op.duration / duration
+            self.demands = {k: v * scale for k, v in op.demands.items()}
+        if fabric:  # a network backend's fabric links (NICs, leaf uplinks), shared with other collectives
+            self.demands = {**self.demands, **fabric}
         # Slowed by NCCL kernels: compute-stream ops that are not themselves NCCL kernels.
         self.plain_compute = op.stream == Stream.COMPUTE and op.compute_slowdown == 0.0
         self.slowdown = op.compute_slowdown
-        peak = max(op.demands.values()) if op.demands else 0.0
+        peak = max(self.demands.values()) if self.demands else 0.0
         self.weight = 1.0 / peak if peak > 0 else 0.0
-        self.done_below = DONE_TOL * max(1.0, op.duration)
+        self.done_below = DONE_TOL * max(1.0, self.remaining)
         self.rank = op.rank
 
 
@@ -89,12 +102,16 @@ class Engine:
     """Runs a Program; ``run()`` returns each op's start and end time (seconds). Past ``time_limit``
     simulated seconds (or at a NaN time) it stops with RunawaySimulation instead of running forever."""
 
-    def __init__(self, program: Program, time_limit: float = float("inf"), ranked: bool | None = None):
-        """``ranked``: use engine_ranked's path for a multi-rank program without shared links (None:
-        whenever it applies; False: always this general path, for comparing the two)."""
+    def __init__(
+        self, program: Program, time_limit: float = float("inf"), network=None, ranked: bool | None = None
+    ):
+        """``network``: a NetworkBackend (None: collectives keep their analytical time). ``ranked``: use
+        engine_ranked's path for a multi-rank program without shared links (None: whenever it applies
+        and no network backend is given; False: always this general path, for comparing the two)."""
         self.program = program
         self._ranked = ranked
         self.time_limit = time_limit
+        self.network = network  # a NetworkBackend, or None: collectives keep their analytical time
         self.env = simpy.Environment()
         self.start: dict[int, float] = {}
         self.end: dict[int, float] = {}
@@ -120,7 +137,7 @@ class Engine:
             last_on[lane] = op.id
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
-        if self._multi_rank and self._ranked is not False:
+        if self._multi_rank and self._ranked is not False and self.network is None:
             from clustersim.simulator import engine_ranked
 
             if engine_ranked.applies(self.program):
@@ -143,14 +160,22 @@ class Engine:
     def _release(self, ready: list[int]) -> None:
         """Start the ops in ``ready`` now; zero-length ones end at once and release their successors."""
         ops, now, waiting, nxt = self.program.ops, self.env.now, self._waiting, self._next
+        network = self.network
         while ready:
             i = ready.pop()
             self.start[i] = now
             op = ops[i]
-            if not op.duration < _INF:  # inf or NaN: a broken input, never a time
+            duration = op.duration
+            fabric = None
+            if network is not None and op.collective is not None and duration > 0:
+                duration = network.duration(op, now)
+                if hasattr(network, "fabric_demands") and duration > _EPS:
+                    fabric, capacity = network.fabric_demands(op, duration)
+                    self.program.links.update(capacity)
+            if not duration < _INF:  # inf or NaN: a broken input, never a time
                 raise RunawaySimulation(now, [op])
-            if op.duration > _EPS:
-                self._running.append(_Running(op))
+            if duration > _EPS:
+                self._running.append(_Running(op, duration if duration != op.duration else None, fabric))
                 continue
             self.end[i] = now
             for j in nxt[i]:

@@ -8,22 +8,38 @@ slows the compute stream by that fraction, and ops that push bytes through the s
 capacity max-min fairly. ``demands`` says how many bytes/s an op pushes through each link when it
 runs alone at full speed; the program's ``links`` give each link's capacity in bytes/s.
 
-``rank`` says which rank (class) runs the op: 0 for the representative rank of a data-parallel
-program; the stage of a pipeline program simulated stage by stage. Streams are FIFO per (rank,
-stream), and a NCCL kernel slows only its own rank's compute.
+A collective op also carries its description as data (``collective``: op, bytes, group shape,
+algorithm, protocol), so that a network backend (simulator/network/) can give its duration when the
+engine starts it; ``duration`` is the analytical cost model's time, which the default backend keeps.
+``rank`` is the rank (class) running the op: 0 for the representative rank; a pipeline stage when
+stages are simulated one by one; the slowest rank's class for stragglers. Streams are FIFO per
+(rank, stream), and a NCCL kernel slows only its own rank's compute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 
 # Breakdown categories, in the order they are attributed when several streams are busy at once.
 CATEGORIES = tuple(Category)
-__all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "Op", "Program"]
+__all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "CollectiveSpec", "Op", "Program"]
 _STREAM = {s.value: s for s in Stream}
 _CATEGORY = {c.value: c for c in Category}
+
+
+class CollectiveSpec(NamedTuple):
+    """What a collective does, not how long it takes: a network backend prices it. ``shape`` is the
+    communicator (topologies.GroupShape); ``algorithm`` and ``protocol`` are the ones the analytical
+    model chose (or the scenario forced), so every backend runs the same algorithm."""
+
+    op: str
+    nbytes: float
+    shape: object
+    algorithm: str
+    protocol: str
 
 
 @dataclass(slots=True)
@@ -40,6 +56,7 @@ class Op:
     demands: dict[str, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     rank: int = 0
+    collective: CollectiveSpec | None = None
 
 
 class Program:

@@ -42,6 +42,8 @@ class OpRecord:
     meta: dict
     intra_node_bytes: float = 0.0
     inter_node_bytes: float = 0.0
+    rank: int = 0  # rank class: 0 the representative (typical) rank, 1 the slowest (stragglers)
+    deps: tuple[int, ...] = ()  # indices in ``SimulationResult.ops`` (program order) it waited for
 
 
 @dataclass
@@ -99,20 +101,25 @@ class SimulationResult:
         return out
 
     def chrome_trace(self) -> dict:
-        """Chrome / Perfetto trace: one track (thread) per stream, times in microseconds."""
-        tids: dict[str, int] = {}
-        events = [
-            {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"rank 0 ({self.scenario})"}}
-        ]
+        """Chrome / Perfetto trace: one process per rank class (the representative rank; the slowest
+        rank where there are stragglers), one track (thread) per stream, times in microseconds."""
+        tids: dict[tuple[int, str], int] = {}
+        names = {0: f"rank 0 ({self.scenario})", 1: f"slowest rank ({self.scenario})"}
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": names[0]}}]
         for op in self.ops:
-            if op.stream not in tids:
-                tids[op.stream] = len(tids)
+            lane = (op.rank, op.stream)
+            if lane not in tids:
+                if op.rank and all(r != op.rank for r, _ in tids):
+                    events.append(
+                        {"name": "process_name", "ph": "M", "pid": op.rank, "args": {"name": names[op.rank]}}
+                    )
+                tids[lane] = len(tids)
                 events.append(
                     {
                         "name": "thread_name",
                         "ph": "M",
-                        "pid": 0,
-                        "tid": tids[op.stream],
+                        "pid": op.rank,
+                        "tid": tids[lane],
                         "args": {"name": op.stream},
                     }
                 )
@@ -121,8 +128,8 @@ class SimulationResult:
                     "name": op.name,
                     "cat": op.category,
                     "ph": "X",
-                    "pid": 0,
-                    "tid": tids[op.stream],
+                    "pid": op.rank,
+                    "tid": tids[lane],
                     "ts": op.start * 1e6,
                     "dur": max(op.end - op.start, 0.0) * 1e6,
                     "args": {k: v for k, v in op.meta.items() if isinstance(v, (int, float, str))},

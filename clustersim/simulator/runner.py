@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
+from clustersim.simulator.stragglers import rank_factors, waiting, with_rank_classes
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
@@ -133,6 +135,8 @@ class _StepsOutcome:
     per_step: list = field(default_factory=list)
     main_records: list = field(default_factory=list)
     main_times: tuple = ({}, {})
+    hottest_links: list = field(default_factory=list)
+    straggler: dict = field(default_factory=dict)
 
 
 def _alone_time(op, links: dict[str, float]) -> float:
@@ -163,7 +167,7 @@ def _culprit(ctx: SimulationContext, op) -> str:
 
 def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
     try:
-        return Engine(program, time_limit=MAX_ITERATION_S).run()
+        return Engine(program, time_limit=MAX_ITERATION_S, network=ctx.network).run()
     except RunawaySimulation as exc:
         slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
         key = _culprit(ctx, slowest)
@@ -175,17 +179,28 @@ def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
         ) from None
 
 
-def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _StepsOutcome:
+def _simulate_steps(
+    ctx: SimulationContext, steps, links: dict[str, float], stragglers: dict | None = None
+) -> _StepsOutcome:
     out = _StepsOutcome()
     total_weight = sum(s.weight for s in steps)
     main = max(steps, key=lambda s: s.weight)
     for step in steps:
         # Every program shares the rank's host links (PCIe, switch uplink, DRAM); strategies need not know.
         step.program.links = {**links, **step.program.links}
+        if ctx.network is not None:
+            ctx.network.reset()
         start, end = _run_engine(ctx, step.program)
-        t, parts = attribute_timeline(step.program, start, end)
+        view = step.program
+        if stragglers is not None:  # the typical rank's view; its waits for the slowest rank are idle
+            view = SimpleNamespace(ops=[op for op in step.program.ops if op.rank == 0])
+        t, parts = attribute_timeline(view, start, end)
         if step.covers != 1:  # per training step
             t, parts = t / step.covers, {k: v / step.covers for k, v in parts.items()}
+        if ctx.network is not None and step is main:
+            out.hottest_links = ctx.network.utilisation(t)
+        if stragglers is not None and step is main:
+            out.straggler = waiting(step.program, stragglers[id(step)], start, end)
         w = step.weight / total_weight
         out.iteration += w * t
         for k, v in parts.items():
@@ -220,6 +235,8 @@ def _simulate_steps(ctx: SimulationContext, steps, links: dict[str, float]) -> _
                     op.meta,
                     op.intra_node_bytes,
                     op.inter_node_bytes,
+                    op.rank,
+                    op.deps,
                 )
                 for op in step.program.ops
             ]
@@ -279,6 +296,35 @@ def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
     return summary
 
 
+def _gpu_factor(ctx: SimulationContext, name: str) -> float:
+    """How much longer forward and backward take on catalog GPU ``name`` than on the cluster's GPU."""
+    from clustersim import catalog
+    from clustersim.cost_models.compute import DeviceCosts
+
+    other = DeviceCosts(catalog.gpu(name))
+    layers = ctx.workload.layers
+    mine = sum(ctx.device.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
+    theirs = sum(other.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
+    return theirs / mine if mine > 0 else 1.0
+
+
+def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
+    """With stragglers (cluster.heterogeneity), rewrite every step program for two rank classes
+    (simulator/stragglers.py); returns each program's collective waits and the straggler's summary."""
+    c = ctx.scenario.cluster
+    factors = rank_factors(
+        c.heterogeneity, ctx.world_size, c.gpus_per_node, lambda name: _gpu_factor(ctx, name)
+    )
+    if factors is None:
+        return None, {}
+    slow = int(np.argmax(factors))
+    typical = float(np.median(factors))
+    waits = {}
+    for step in steps:
+        step.program, waits[id(step)] = with_rank_classes(step.program, typical, float(factors[slow]))
+    return waits, {"rank": slow, "compute_factor": float(factors[slow]), "typical_factor": typical}
+
+
 def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> SimulationResult:
     """Simulate ``ctx``; ``strategy``, its ``steps`` and checked ``memory`` when already built."""
     scenario = ctx.scenario
@@ -287,7 +333,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         steps = strategy.steps()
         memory = gpu_memory(ctx, strategy)
         check_fits(ctx, memory)
-    out = _simulate_steps(ctx, steps, ctx.link_capacities())
+    stragglers, slow = _rank_classes(ctx, steps)
+    out = _simulate_steps(ctx, steps, ctx.link_capacities(), stragglers)
     main = max(steps, key=lambda s: s.weight)
     starts, ends = out.main_times
     buckets = [
@@ -307,6 +354,23 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     # Samples: micro-batch x micro-batches x data-parallel replicas (tensor/pipeline ranks share one).
     replicas = ctx.layout.data if ctx.model_parallel else scenario.cluster.world_size
     samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * replicas
+
+    if slow:
+        extra["straggler"] = {**slow, **out.straggler}
+    hetero = scenario.cluster.heterogeneity
+    if ctx.network is None and hetero is not None and (hetero.degraded_nics or hetero.background):
+        ctx.notes.append(
+            "cluster.heterogeneity: degraded NICs and background jobs act on the flow backend only "
+            "(training.network: flow / run --network flow); the analytical model ignores them"
+        )
+    if ctx.network is not None:
+        sources["collective durations"] = (
+            "flow backend: each algorithm's flows routed over the topology, links shared max-min fairly"
+        )
+        extra["hottest_links"] = out.hottest_links
+        ctx.notes.extend(n for n in ctx.network.notes if n not in ctx.notes)
+        for what in sorted(ctx.network.fallbacks):
+            ctx.notes.append(f"flow backend: no flow model for {what}; its analytical time is used")
     return SimulationResult(
         scenario=scenario.name,
         optimizer=strategy.name,

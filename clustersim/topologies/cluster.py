@@ -10,7 +10,7 @@ one step. Bandwidths are derived from the graph:
 * between nodes, a node's injection bandwidth is the max-flow from its GPUs to the fabric through
   the NICs: GPUDirect RDMA flows GPU->switch->NIC; without it data is staged in host memory, so the
   flow must pass a CPU. A leaf-spine fabric divides it by the oversubscription once a group spans
-  more than one leaf.
+  more than one leaf, and a three-tier one (leaves_per_pod) by the core's once it spans pods.
 """
 
 from __future__ import annotations
@@ -183,6 +183,14 @@ class Cluster:
         ):
             bw /= fabric.oversubscription
             note += f", leaf uplinks oversubscribed {fabric.oversubscription:g}:1"
+        if (
+            fabric.kind == "leaf_spine"
+            and fabric.leaves_per_pod is not None
+            and shape.nodes > fabric.nodes_per_leaf * fabric.leaves_per_pod
+            and fabric.core_oversubscription > 1
+        ):
+            bw /= fabric.core_oversubscription
+            note += f", pod core uplinks oversubscribed {fabric.core_oversubscription:g}:1"
         return Bandwidth(bw, note, "network", inj.measured)
 
     # ---- a group as a whole ------------------------------------------------------------------

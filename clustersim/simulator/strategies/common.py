@@ -6,7 +6,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.input_pipeline import add_input
-from clustersim.simulator.program import Program
+from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
 
 
@@ -25,12 +25,15 @@ def add_collective(
     **meta,
 ) -> int:
     """One collective on the communication stream, with its traffic and its SM slowdown; by default
-    over the data-parallel group (the world without model parallelism).
+    over the data-parallel group (the world without model parallelism). The op carries its description
+    (``Op.collective``) so that a network backend other than the analytical one can price it when the
+    engine starts it; ``duration`` is the analytical time.
 
     ``rank``: the pipeline stage that runs it, in a program of several stages; such programs leave
     the representative rank's host links (PCIe, NIC share) out, since every stage is another GPU.
     ``count``: that many identical collectives back to back as one op (a chunk's per-layer
-    tensor-parallel all-reduces), so a deep model does not cost an op per layer.
+    tensor-parallel all-reduces), so a deep model does not cost an op per layer. Such a batched op
+    keeps its analytical time under the flow backend (its description is of one collective).
     """
     shape = shape or ctx.data_parallel
     cost = ctx.collective(op, nbytes, shape, algorithm)
@@ -48,6 +51,9 @@ def add_collective(
         demands=ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
         compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
         rank=rank,
+        collective=CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
+        if cost.time > 0 and count == 1
+        else None,
         meta={
             "op": op,
             "bytes": nbytes,

@@ -1,0 +1,191 @@
+"""The flow-level network backend: a collective's time from its flows simulated over the topology.
+
+When the engine starts a collective op, the backend expands its algorithm into steps of flows
+(patterns.py), routes them over every node's graph, the NICs, leaves and spine (fabric.py) and shares
+the links max-min fairly (maxmin.py). Time = the analytical model's launch and per-step latencies
+(the same α: NCCL's constants or the calibration's) + the simulated transfer time of every step,
+with link capacities scaled by the protocol's bandwidth fraction and any calibrated per-class
+efficiency, exactly as the analytical model scales its bottleneck.
+
+Speed: a step's makespan is linear in its bytes, so each (op, algorithm, protocol, group shape) is
+simulated once per run and scaled by the message size; identical steps of an algorithm (the 2(p-1)
+steps of a ring) are simulated once and multiplied. Heterogeneity (a degraded NIC, a background job)
+changes the link capacities and adds flows; it is read from the scenario (cluster.heterogeneity).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clustersim.cost_models import collective_algorithms as algos
+from clustersim.cost_models.network_params import class_key
+from clustersim.simulator.network import faults, maxmin
+from clustersim.simulator.network.fabric import FlowNetwork
+from clustersim.simulator.network.patterns import NotModelled, expand, ring_step
+from clustersim.simulator.program import CollectiveSpec, Op
+from clustersim.topologies.cluster import GroupShape
+
+# Links a collective keeps at least this busy when alone are the ones it competes for with collectives
+# running beside it (a selection threshold for the engine's sharing, not a hardware constant).
+HOT = 0.5
+
+
+class FlowBackend:
+    name = "flow"
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.cluster = ctx.cluster
+        self.model = ctx.collectives
+        self.hetero = getattr(ctx.scenario.cluster, "heterogeneity", None)
+        self._nets: dict[int, FlowNetwork] = {}
+        self._per_byte: dict[tuple, tuple[float, np.ndarray | None]] = {}
+        self.link_bytes: dict[int, np.ndarray] = {}  # group nodes -> bytes per link since reset()
+        self.fallbacks: set[str] = set()
+        self.notes: list[str] = []
+        if ctx.scenario.cluster.intra_node.fabric == "nvlink_mesh":
+            self.notes.append(
+                "flow backend on an NVLink mesh (DGX-1): rings run over balanced sets of NVLink rings "
+                "and paths (as NCCL's channels) and agree with the analytical model; tree, "
+                "halving-doubling and all-to-all inside a node take one route per flow and come out "
+                "2-8x slower than it"
+            )
+
+    # ---- the NetworkBackend protocol -----------------------------------------------------------------
+    def duration(self, op: Op, now: float) -> float:
+        t = self.time(op.collective)
+        return op.duration if t is None else t
+
+    def fabric_demands(self, op: Op, duration: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Bytes/s the collective pushes through its busiest links (utilisation >= HOT alone) and their
+        capacities, for the engine to share between collectives that run at the same time: two
+        collectives through the same NICs each get half of them. Only the links of node 0 and of leaf
+        and pod 0 are named (every group starts at node 0 and is symmetric, so they stand for all)."""
+        spec = op.collective
+        hit = self._per_byte.get((spec.op, spec.algorithm, spec.protocol, spec.shape))
+        if hit is None or hit[1] is None or duration <= 0:
+            return {}, {}
+        per_byte, unit_bytes = hit
+        net = self.network(spec.shape.nodes)
+        frac = self.model._proto_bw[spec.protocol]
+        # wire bytes: a protocol moving a fraction of its bytes as data (LL: half) fills the wire faster
+        wire = unit_bytes * spec.nbytes / frac
+        busy = wire / (net.capacity * duration)
+        demands, capacity = {}, {}
+        for i in np.flatnonzero(busy[: len(net.representative)] * net.representative >= HOT):
+            name = net.name(int(i))
+            # never above the link (a calibrated efficiency above 1 would otherwise slow it when alone)
+            demands[name] = float(min(wire[i] / duration, net.capacity[i]))
+            capacity[name] = float(net.capacity[i])
+        return demands, capacity
+
+    # ---- pricing ---------------------------------------------------------------------------------------
+    def time(self, spec: CollectiveSpec) -> float | None:
+        """Seconds of one collective, or None where the flow model does not apply (a measured fit, a
+        single rank, an algorithm it does not expand): the analytical time then stands."""
+        if spec.algorithm in ("none", "measured") or spec.nbytes <= 0 or spec.shape.ranks <= 1:
+            return None
+        key = (spec.op, spec.algorithm, spec.protocol, spec.shape)
+        hit = self._per_byte.get(key)
+        if hit is None:
+            try:
+                hit = self._simulate(*key)
+            except NotModelled as exc:
+                self.fallbacks.add(str(exc))
+                hit = (float("nan"), None)
+            self._per_byte[key] = hit
+        per_byte, unit_bytes = hit
+        if unit_bytes is None:
+            return None
+        acc = self.link_bytes.get(spec.shape.nodes)
+        if acc is None:
+            acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
+        acc += unit_bytes * spec.nbytes
+        return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale
+
+    def _latency(self, spec: CollectiveSpec) -> float:
+        """The analytical model's α terms for this algorithm and protocol (collectives.price)."""
+        m = self.model
+        plan = algos.REGISTRY[spec.op][spec.algorithm](algos.Inputs(self.cluster, spec.shape, spec.nbytes))
+        scale = m.params.op_latency_scale.get(spec.op, 1.0)
+        steps = sum(n * m.hop_latency(cls, spec.protocol) for n, cls in plan.latency_steps)
+        return m.base_latency(spec.protocol) + steps * scale
+
+    def network(self, nodes: int) -> FlowNetwork:
+        net = self._nets.get(nodes)
+        if net is None:
+            net = self._nets[nodes] = FlowNetwork(self.cluster, nodes)
+            self._match_measured_intra(net)
+            if self.hetero is not None:
+                faults.apply_degraded(net, self.hetero)
+        return net
+
+    def _match_measured_intra(self, net: FlowNetwork) -> None:
+        """A measured intra-node all-reduce bus bandwidth (cluster.intra_node.measured_allreduce_busbw_gbs)
+        overrides the topology in the analytical model; here it scales every link inside the nodes so
+        that a ring over one node's GPUs runs at the measured rate."""
+        spec = self.cluster.spec
+        measured = spec.intra_node.measured_allreduce_busbw_gbs
+        if measured is None or spec.gpus_per_node < 2:
+            return
+        step = ring_step(net, GroupShape(1, spec.gpus_per_node))
+        t, _ = maxmin.makespan(maxmin.FlowSet(step.paths, step.sizes), net.capacity)
+        net.capacity[: net.nic_base] *= measured * 1e9 * t
+
+    def capacity(self, net: FlowNetwork, op: str, protocol: str) -> np.ndarray:
+        """Link capacities as the analytical model scales its bottleneck: the protocol's bandwidth
+        fraction and the calibrated efficiency of each link's class."""
+        frac = self.model._proto_bw[protocol]
+        nic = self.cluster.spec.nic.kind
+        prm = self.model.params
+        factor = {k: prm.bandwidth_factor(class_key(k, nic), op) for k in set(net.kind)}
+        return net.capacity * frac * np.array([factor[k] for k in net.kind])
+
+    def _simulate(self, op, algorithm, protocol, shape) -> tuple[float, np.ndarray]:
+        """Seconds per byte of S and the bytes per link per byte of S."""
+        net = self.network(shape.nodes)
+        cap = self.capacity(net, op, protocol)
+        background = faults.background_paths(net, self.hetero) if self.hetero is not None else []
+        parts = expand(net, op, algorithm, shape)
+        times, carried = [], np.zeros(net.n_links)
+        for part in parts:
+            total = 0.0
+            for phase in part:
+                flows = maxmin.FlowSet(
+                    phase.paths + background, phase.sizes + [float("inf")] * len(background)
+                )
+                t, link_bytes = maxmin.makespan(flows, cap)
+                total += phase.repeat * t
+                if background:  # the other job's bytes are not this collective's
+                    mine = maxmin.FlowSet(phase.paths, phase.sizes)
+                    link_bytes = np.bincount(
+                        mine.entries, weights=mine.size[mine.owner], minlength=net.n_links
+                    )
+                carried += phase.repeat * link_bytes
+            times.append(total)
+        return max(times), carried
+
+    # ---- outputs -----------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.link_bytes = {}
+
+    def utilisation(self, seconds: float, top: int = 10) -> list[dict]:
+        """The ``top`` busiest links over ``seconds``: bytes carried / (capacity x seconds)."""
+        rows = []
+        for nodes, carried in self.link_bytes.items():
+            net = self.network(nodes)
+            cap = net.capacity
+            busy = np.where(np.isfinite(cap) & (cap > 0), carried / (cap * max(seconds, 1e-30)), 0.0)
+            for i in np.argsort(-busy)[:top]:
+                if carried[i] > 0:
+                    rows.append(
+                        {
+                            "link": net.name(int(i)),
+                            "group_nodes": nodes,
+                            "bytes": float(carried[i]),
+                            "gbs": float(cap[i] / 1e9),
+                            "utilisation": float(busy[i]),
+                        }
+                    )
+        rows.sort(key=lambda r: -r["utilisation"])
+        return rows[:top]
