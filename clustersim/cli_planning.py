@@ -176,7 +176,9 @@ def plan_cmd(
     ),
     json_out: bool = JsonOpt,
 ):
-    """The cheapest cluster and optimizer that meets the deadline (and budget), with runners-up and why."""
+    """The cheapest cluster, optimizer and parallel layout that meets the deadline (and budget), with
+    runners-up and why. Where data parallelism does not fit, each candidate is tried with the lowest ZeRO
+    stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit."""
     from clustersim.planning import plan, why_not
     from clustersim.report.build import parse_duration
 
@@ -188,6 +190,7 @@ def plan_cmd(
         )
         keep = (
             "optimizer",
+            "layout",
             "cluster",
             "world_size",
             "gpu",

@@ -14,10 +14,25 @@ from typing import Any, Callable
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
+from clustersim.layout_search import candidate_layouts, layout_label
 from clustersim.report import analysis
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.run import simulate_row
-from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref
+from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row
+
+
+def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[dict[str, Any]]:
+    """Each candidate row once per layout worth simulating on it (layout_search.py): itself when data
+    parallelism fits, else its ZeRO and tensor x pipeline layouts that fit. A row that cannot be resolved
+    or where nothing fits stays as it is, to be recorded with its reason."""
+    out = []
+    for values in rows:
+        try:
+            layouts = candidate_layouts(resolve_row(base, values, steps, global_batch), global_batch)
+        except InputError:
+            layouts = []
+        out.extend([{**values, **layout} for layout in layouts] or [values])
+    return out
 
 
 def candidate_sweep(path: Path | None) -> Sweep:
@@ -59,10 +74,12 @@ def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, p
     if profile is not None:
         base = base.with_changes(profile=resolve_profile_ref(profile))
     base_json = base.model_dump(mode="json")
-    rows = sweep.rows()
+    rows = with_layouts(base, sweep.rows(), steps, global_batch)
     records = []
     for i, values in enumerate(rows):
-        records.append(simulate_row(base_json, values, steps, None, global_batch))
+        rec = simulate_row(base_json, values, steps, None, global_batch)
+        rec["layout"] = layout_label(rec["scenario"]) if "scenario" in rec else "DP"
+        records.append(rec)
         if progress:
             progress(i + 1, len(rows))
     ok = [r for r in records if r["status"] == "ok"]
@@ -72,9 +89,10 @@ def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, p
             smallest = min(memory, key=lambda r: len(r["error"]))
             need = smallest["error"].split("does not fit in GPU memory: ")[-1].split(" per rank")[0]
             raise InputError(
-                f"none of the {len(records)} candidates can train {model}: with plain data parallelism "
-                f"each GPU needs {need} or more, beyond every candidate GPU's memory; give --candidates "
-                "a sweep whose base sets training.offload (mode: zero or interleaved)"
+                f"none of the {len(records)} candidates can train {model}: in every layout searched (data "
+                "parallel; ZeRO stages and tensor x pipeline splits within the candidates' GPU counts) it "
+                f"does not fit, e.g. {need} per GPU; give --candidates a sweep with more or larger GPUs, "
+                "or whose base sets training.offload (mode: zero or interleaved)"
             )
         raise InputError(
             f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}"

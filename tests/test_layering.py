@@ -19,7 +19,7 @@ LAYERS = [
     ("cost_models",),
     ("calibration",),
     ("simulator",),
-    ("compare", "breakeven", "validation", "sweeps", "planning", "report", "testbed"),
+    ("compare", "breakeven", "validation", "sweeps", "planning", "layout_search", "report", "testbed"),
     (
         "cli",
         "cli_support",

@@ -51,7 +51,8 @@ def test_recommendation_is_drawn_from_the_numbers(results):
     chosen = rec["chosen"]
     cheapest = min(r["cost"] for r in enriched)
     assert chosen["cost"] == cheapest or (
-        analysis.complexity(chosen) == (0, 0) and chosen["cost"] <= cheapest * (1 + analysis.EQUIVALENT_GAIN)
+        analysis.complexity(chosen) == (0, 0, 0)
+        and chosen["cost"] <= cheapest * (1 + analysis.EQUIVALENT_GAIN)
     )
     front = analysis.pareto(enriched)
     for p in front:  # nothing dominates a Pareto point
@@ -229,7 +230,7 @@ def test_plan_switches_when_the_gain_is_real():
 def test_plan_prefers_no_offload_when_equivalent():
     plain, offloaded = _option("adam", 1000.0), _option("adam", 985.0, offload="zero")
     assert analysis.recommendation([offloaded, plain])["chosen"] is plain
-    assert analysis.complexity(offloaded) > analysis.complexity(plain) == (0, 0)
+    assert analysis.complexity(offloaded) > analysis.complexity(plain) == (0, 0, 0)
 
 
 def test_figures_colours_ticks_and_header(results):

@@ -64,7 +64,10 @@ def network_label(row: dict[str, Any]) -> str:
 
 
 def cluster_label(row: dict[str, Any]) -> str:
-    return f"{row['world_size']} x {row['gpu']}, {network_label(row)}"
+    layout = row.get("layout")  # plan rows: the parallel layout, when it is not plain data parallelism
+    return f"{row['world_size']} x {row['gpu']}, {network_label(row)}" + (
+        f", {layout}" if layout and layout != "DP" else ""
+    )
 
 
 # Row fields that a sweep may vary beyond GPU count, GPU and network, as a cluster label shows them.
@@ -124,6 +127,7 @@ def enrich(
             r.get("model"),
             r.get("micro_batch"),
             r.get("gpus_per_node"),
+            r.get("layout"),  # plan rows: a baseline is compared within its own parallel layout
         )
 
     base = {key(r): r for r in ok if _is_baseline(r["optimizer"])}
@@ -147,10 +151,14 @@ def indistinguishable(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["ttt_p10_h"] <= b["ttt_p90_h"] and b["ttt_p10_h"] <= a["ttt_p90_h"]
 
 
-def complexity(row: dict[str, Any]) -> tuple[int, int]:
-    """How much a row asks of the user, to compare: (offloads, compressed optimizer); (0, 0) is plainest."""
+def complexity(row: dict[str, Any]) -> tuple[int, int, int]:
+    """How much a row asks of the user, to compare: (offloads, layout, compressed optimizer); (0, 0, 0) is
+    plainest. Layout: data parallelism 0, ZeRO/FSDP sharding 1 (a config switch), tensor/pipeline
+    parallelism 2 (a model written for it)."""
     offload = str(row.get("offload") or "none").lower() not in ("none", "off", "false")
-    return (int(offload), int(not _is_baseline(row["optimizer"])))
+    layout = str(row.get("layout") or "DP")
+    level = 2 if layout.startswith("TP") else 0 if layout == "DP" else 1
+    return (int(offload), level, int(not _is_baseline(row["optimizer"])))
 
 
 def equivalent(simpler: dict[str, Any], cheaper: dict[str, Any], gain: float = EQUIVALENT_GAIN) -> bool:

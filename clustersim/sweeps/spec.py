@@ -242,6 +242,10 @@ def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
     )
 
 
+# Dotted keys whose validation depends on the row's GPU count (tensor x pipeline must divide it).
+_AFTER_GPUS = ("training.parallelism.",)
+
+
 def resolve_row(
     base: Scenario, values: dict[str, Any], steps: int | None, global_batch: int | None = None
 ) -> Scenario:
@@ -250,8 +254,10 @@ def resolve_row(
 
     data = base.model_dump(mode="json")
     ordered = sorted(values, key=lambda a: (_ORDER.index(a) if a in _ORDER else len(_ORDER), a))
+    # A tensor x pipeline layout is checked against the row's GPU count: applied once that is set.
+    layout = {a: values[a] for a in ordered if a.startswith(_AFTER_GPUS)}
     for axis in ordered:
-        if axis in ("gpus", "optimizer"):
+        if axis in ("gpus", "optimizer") or axis in layout:
             continue
         key = AXES.get(axis) or axis
         node = data
@@ -267,6 +273,8 @@ def resolve_row(
     scenario = validate_scenario(data, source="row")
     if "gpus" in values:
         scenario = scenario.with_world_size(int(values["gpus"]))
+    if layout:
+        scenario = scenario.with_changes(**layout)
     if global_batch:
         scenario = split_global_batch(scenario, global_batch)
     optimizer = values.get("optimizer", scenario.training.optimizer)
