@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from clustersim import catalog
 from clustersim.calibration.profile import ComputePhases, Profile, load_profile
@@ -52,11 +53,11 @@ class SimulationContext:
             self._layout = Layout.of(self.scenario, self.workload)
         return self._layout
 
-    @property
+    @cached_property
     def model_parallel(self) -> bool:
         return self.scenario.training.parallelism.model_parallel
 
-    @property
+    @cached_property
     def data_parallel(self) -> GroupShape:
         """The group gradients are reduced over: world / (tensor * pipeline) ranks at stride t
         (Megatron's order: tensor fastest, then data, then pipeline). The whole world without model
