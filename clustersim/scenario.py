@@ -411,6 +411,9 @@ def _check_limits(c: ClusterSpec) -> None:
         "nvswitch": lim["nvswitch_gpus_per_node"],
         "nvlink_mesh": lim["nvswitch_gpus_per_node"],
         "pcie": lim["pcie_gpus_per_node"],
+        # the GCDs the catalog's Frontier node joins (frontier_infinity_fabric pairs)
+        "infinity_fabric": 1
+        + max(max(a, b) for a, b, _ in catalog.hardware_defaults()["frontier_infinity_fabric"]["pairs"]),
     }[str(c.intra_node.fabric)]
     checks = [
         ("cluster.gpus_per_node", c.gpus_per_node, per_node, f"GPUs in one {c.intra_node.fabric} node"),
@@ -545,6 +548,18 @@ def _check_semantics(s: Scenario) -> None:
             f"the DGX-1 hybrid cube-mesh holds 1, 2, 4 or 8 GPUs, not {c.gpus_per_node}",
             key="cluster.gpus_per_node",
         )
+    if intra.fabric == "infinity_fabric":
+        if gpu.dies_per_package != 2:
+            raise InputError(
+                f"fabric infinity_fabric is the Frontier node of MI250X GCDs; {gpu.name} is not one",
+                key="cluster.intra_node.fabric",
+            )
+        if c.gpus_per_node not in (2, 4, 6, 8) or intra.gpus_per_pcie_switch != 2:
+            raise InputError(
+                "a Frontier node holds 1-4 MI250X packages of 2 GCDs (gpus_per_node 2, 4, 6 or 8, "
+                f"gpus_per_pcie_switch 2), not {c.gpus_per_node} GCDs by {intra.gpus_per_pcie_switch}",
+                key="cluster.gpus_per_node",
+            )
     if (
         intra.fabric == "pcie"
         and c.gpus_per_node > intra.gpus_per_pcie_switch
