@@ -188,3 +188,20 @@ def test_frontier_preset_partitions():
         "gradients": "node",
         "optimizer_states": "world",
     }
+
+
+def test_narrow_parameters_rebuild_their_shards_during_the_first_forward():
+    """Parameters over a GCD pair, optimizer states over the world: each layer's updated slices are
+    gathered into its pair shard on the gather stream before that layer's forward gathers it, once per
+    step (not per micro-step); with the same level for both there is nothing to rebuild."""
+    r = simulate(frontier(partition={"parameters": "gcd_pair"}, **{"workload.gradient_accumulation": 2}))
+    ctx = build_context(frontier(partition={"parameters": "gcd_pair"}))
+    refresh = [op for op in r.ops if op.name.startswith("all_gather updated param slices")]
+    assert len(refresh) == sum(1 for layer in ctx.workload.layers if layer.params)
+    assert {op.stream for op in refresh} == {"gather"} and all(op.meta["ranks"] == W // 2 for op in refresh)
+    first_fwd = min(op.end for op in r.ops if op.name.startswith("fwd "))
+    assert min(op.start for op in refresh) < first_fwd
+    same = simulate(
+        frontier(partition=dict.fromkeys(("parameters", "gradients", "optimizer_states"), "node"))
+    )
+    assert not [op for op in same.ops if "updated param" in op.name]

@@ -119,12 +119,6 @@ class Sharded(Strategy):
         d = BYTES_PER_ELEMENT[ctx.precision]
         if not lay.parameters:
             ends = _gather_updated(prog, ctx, ends, ctx.params * d, lay.group("optimizer_states"))
-        elif lay.levels:
-            # parameters over fewer ranks than optimizer states: the updated slices of a parameter
-            # shard come from the ranks that hold the same shard index in the optimizer's group
-            group = across(ctx, lay.levels["parameters"], lay.levels["optimizer_states"])
-            if group is not None:
-                ends = _gather_updated(prog, ctx, ends, ctx.params * d / lay.ranks("parameters"), group)
         add_other(prog, ctx, ends, params=ctx.params / lay.ranks("optimizer_states"))
         share_nics(prog, ctx)
         self._programs = [prog]
@@ -349,9 +343,8 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
 
 
 def _gather_updated(prog: Program, ctx, deps, nbytes: float, shape) -> list[int]:
-    """All-gather the updated 16-bit partitions (``nbytes`` in all) over ``shape`` in
-    allgather_bucket_size chunks: stage 1/2 over the optimizer's group (DeepSpeed
-    all_gather_dp_groups); under hierarchical partitioning also stage 3's parameter shards."""
+    """Stage 1/2: all-gather the updated 16-bit partitions (``nbytes`` in all) over the optimizer's
+    group ``shape`` in allgather_bucket_size chunks (DeepSpeed all_gather_dp_groups)."""
     d = BYTES_PER_ELEMENT[ctx.precision]
     sh = ctx.scenario.training.sharding
     chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
@@ -387,11 +380,30 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
     reduced: list[int] = []
     info: list[dict] = []
     last = None
+    # Parameters partitioned over fewer ranks than the optimizer states (training.sharding.partition):
+    # each layer's shard is rebuilt from the slices the last step updated, by the ranks holding the
+    # same shard index in the optimizer's group, before the first forward gathers it (as ZeRO++'s hpZ
+    # fills its secondary partition during the forward), prefetched with the layer's gather.
+    refresh = None
+    if lay.levels:
+        refresh = across(ctx, lay.levels["parameters"], lay.levels["optimizer_states"])
     for micro in range(ctx.scenario.workload.gradient_accumulation):
         boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
         fwd: list[int] = []
         for i, layer in enumerate(layers):
             start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
+            if refresh is not None and micro == 0 and layer.params:
+                start = add_collective(
+                    prog,
+                    ctx,
+                    f"all_gather updated param slices {layer.name}",
+                    "all_gather",
+                    layer.params * BYTES_PER_ELEMENT[ctx.precision] / lay.ranks("parameters"),
+                    refresh,
+                    deps=(start,) if start is not None else (),
+                    stream="gather",
+                    span=span_of(refresh),
+                )
             gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
             fwd.append(
                 prog.add(
