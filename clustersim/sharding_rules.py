@@ -17,7 +17,8 @@ combination, so a plan that cannot run is never simulated as if it could:
   over more than optimizer states (each rank updates a slice of its own gradient shard and the updated
   slices make up its parameter shard; as hpZ/MiCS nest their groups). FSDP's own hierarchy is HYBRID
   (fsdp_strategy), ZeRO++'s hpZ its secondary partition; neither composes with it, nor does offload
-  (not modelled with it). gcd_pair needs GPUs whose packages hold two dies (MI250X).
+  (not modelled with it), nor stragglers (rank classes synchronise at every collective, which a
+  group-level collective does not). gcd_pair needs GPUs whose packages hold two dies (MI250X).
 * FSDP has no Deep Optimizer States (interleaved) and its CPUOffload moves parameters and gradients
   too (offload_params=True), which clustersim does not model; DeepSpeed's ZeRO-Offload does.
 """
@@ -93,6 +94,12 @@ def check_partition(training, cluster, gpu) -> None:
         raise InputError("partition levels do not compose with ZeRO++ (hpZ is its own partition)", key=key)
     if training.offload.mode != "none":
         raise InputError("partition levels with optimizer offload are not modelled", key=key)
+    if cluster.heterogeneity is not None:
+        raise InputError(
+            "stragglers with partition levels are not modelled (rank classes synchronise at every "
+            "collective; a GCD pair's or a node's do not wait for other groups)",
+            key="cluster.heterogeneity",
+        )
     allowed = _STAGE_STATES.get(sh.stage, ())
     for state in ("parameters", "gradients", "optimizer_states"):
         level = getattr(part, state)

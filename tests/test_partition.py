@@ -169,6 +169,11 @@ def test_pair_level_gathers_run_on_the_package_link():
             {"training.sharding": {"framework": "fsdp", "partition": {"parameters": "node"}}},
             "sharding.partition",
         ),
+        ({"training.offload": {"mode": "zero"}}, "sharding.partition"),
+        (
+            {"cluster.heterogeneity": {"slow_gpus": [{"rank": 3, "compute_factor": 1.5}]}},
+            "cluster.heterogeneity",
+        ),
     ],
 )
 def test_refusals_name_the_key(overrides, key):
@@ -205,3 +210,11 @@ def test_narrow_parameters_rebuild_their_shards_during_the_first_forward():
         frontier(partition=dict.fromkeys(("parameters", "gradients", "optimizer_states"), "node"))
     )
     assert not [op for op in same.ops if "updated param" in op.name]
+
+
+def test_out_of_memory_names_the_partition():
+    s = load_scenario("preset:frontier-gpt3-13b-zero3")
+    pair = dict.fromkeys(("parameters", "gradients", "optimizer_states"), "gcd_pair")
+    with pytest.raises(InputError, match="wider levels") as exc:
+        simulate(s.with_changes(**{"training.sharding.partition": pair}))
+    assert "\n" not in str(exc.value)
