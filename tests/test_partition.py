@@ -218,3 +218,14 @@ def test_out_of_memory_names_the_partition():
     with pytest.raises(InputError, match="wider levels") as exc:
         simulate(s.with_changes(**{"training.sharding.partition": pair}))
     assert "\n" not in str(exc.value)
+
+
+def test_topology_and_run_show_the_levels(runner):
+    from clustersim.cli import app
+
+    out = runner.invoke(app, ["topology", "show", "preset:frontier-gpt3-13b-zero3"])
+    assert out.exit_code == 0 and "GCD pair" in out.output and "200.00" in out.output
+    out = runner.invoke(app, ["run", "examples/frontier-hierarchical-partition.yaml", "--samples", "0"])
+    assert out.exit_code == 0, out.output
+    assert "parameters: node, gradients: node, optimizer states: world" in out.output
+    assert "Sharding collectives per node: inside GCD pairs 0 B" in out.output
