@@ -229,3 +229,20 @@ def test_topology_and_run_show_the_levels(runner):
     assert out.exit_code == 0, out.output
     assert "parameters: node, gradients: node, optimizer states: world" in out.output
     assert "Sharding collectives per node: inside GCD pairs 0 B" in out.output
+
+
+def test_stage_1_and_2_bytes_match_closed_forms():
+    """Stage 2, gradients in the node, optimizer states over the world: reduce-scatter M in the node,
+    the shard M/G reduce-scattered across nodes on G rails, the updated M all-gathered over the world.
+    Stage 1, optimizer states in the node: reduce-scatter M in the node, all-reduce of the shard M/G
+    across nodes, the updated M all-gathered in the node."""
+    s2 = frontier(2, {"gradients": "node", "optimizer_states": "world"})
+    M = 2 * build_context(s2).params
+    got = spans(simulate(s2))
+    world_gather = (W - 1) / W * M
+    assert got["inter_node"] == pytest.approx((N - 1) / N * M + world_gather, rel=1e-9)
+    assert got["node"] == pytest.approx((G - 1) * M + G * world_gather - world_gather, rel=1e-9)
+    got = spans(simulate(frontier(1, {"optimizer_states": "node"})))
+    assert got["inter_node"] == pytest.approx(2 * (N - 1) / N * M, rel=1e-9)
+    assert got["node"] == pytest.approx(2 * (G - 1) * M, rel=1e-9)
+    assert got["gcd_pair"] == 0.0
