@@ -25,6 +25,13 @@ communicated and on how much of the model the update runs. How each framework ru
   ahead; BACKWARD_PRE prefetch issues the next unit's before the current backward), reduce-scatters
   its gradient in the post-backward hook; SHARD_GRAD_OP keeps the gathered parameters from forward to
   backward; HYBRID_SHARD shards within the node and all-reduces the gradient shards across nodes.
+* Hierarchical partitioning (``training.sharding.partition``; the Frontier design of three bandwidth
+  levels, sharding.py ``level_group``): each state's collectives run over its level's group. Gradients
+  are reduce-scattered in theirs every micro-step; at the boundary the shard goes on to the optimizer's
+  group (reduce-scatter among the ranks with the same index, when wider) and is all-reduced across that
+  group's copies (when not the world); the update runs on the optimizer's slice; a narrower parameter
+  shard is rebuilt from the updated slices before the step's first forward, layer by layer on the
+  gather stream; stage 1/2 all-gather the updated parameters over the optimizer's group.
 
 Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
 use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
