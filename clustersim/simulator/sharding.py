@@ -99,7 +99,8 @@ def layout(ctx) -> Layout | None:
 
 
 def span_of(shape: GroupShape) -> str:
-    """Where a collective over ``shape`` runs: across nodes, inside a node, or inside a GCD pair."""
+    """Where a collective over ``shape`` runs: across nodes, inside a node, or between two GPUs of a
+    node (on a Frontier node the GCD pair of a package, the first two GCDs)."""
     if shape.nodes > 1:
         return "inter_node"
     return "gcd_pair" if shape.gpus_per_node == 2 else "node"
@@ -116,19 +117,19 @@ def level_group(ctx, level: str) -> GroupShape:
     return dp
 
 
-def across(ctx, inner: str, outer: str | None) -> GroupShape | None:
-    """The ranks holding the same index of an ``inner``-level group inside one ``outer``-level group
-    (``outer`` None: ranks that each hold the whole state): who exchanges a shard's pieces between the
-    levels. None when the two levels are the same (nothing to exchange)."""
+def across(ctx, inner: str, outer: str) -> GroupShape | None:
+    """The ranks holding the same index of an ``inner``-level group inside one ``outer``-level group:
+    who exchanges a shard's pieces between the levels. None when that is one rank (the same level, or
+    an outer group no larger than the inner one)."""
     dp = ctx.data_parallel
     g, n = dp.gpus_per_node, dp.nodes
-    if outer is None:
-        return level_group(ctx, inner)
-    if LEVELS.index(outer) <= LEVELS.index(inner) or (inner == "node" and n == 1):
+    if LEVELS.index(outer) <= LEVELS.index(inner):
         return None
     if inner == "gcd_pair":
-        return GroupShape(n if outer == "world" else 1, g // 2, sharing=2)
-    return GroupShape(n, 1, sharing=g)
+        shape = GroupShape(n if outer == "world" else 1, g // 2, sharing=2)
+    else:
+        shape = GroupShape(n, 1, sharing=g)
+    return shape if shape.ranks > 1 else None
 
 
 def bucket_elements(mb: float | None, bytes_per_element: float, default: float) -> float:
