@@ -70,6 +70,9 @@ class GpuSpec(_Strict):
     memory_gib: float = Field(gt=0)
     nvlink: NvlinkSpec
     pcie_gen: int = Field(ge=3, le=6)
+    dies_per_package: int = Field(
+        1, ge=1, le=2, description="devices (ranks) per package: 2 for an MI250X (two GCDs), else 1"
+    )
     price_per_gpu_hour: float | None = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )

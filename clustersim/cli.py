@@ -155,6 +155,13 @@ def _print_result(r) -> None:
             + (f"; ZeRO++: {', '.join(sh['zeropp'])}" if sh["zeropp"] else "")
             + f"; model states {format_bytes(states)} per rank"
         )
+        if "bytes_per_node_by_span" in sh:
+            span = sh["bytes_per_node_by_span"]
+            console.print(
+                f"Sharding collectives per node: inside GCD pairs {format_bytes(span['gcd_pair'])}, "
+                f"inside the node {format_bytes(span['node'])}, out of the NICs "
+                f"{format_bytes(span['inter_node'])}"
+            )
     if "offload" in r.extra:
         _print_placement(r.extra["offload"])
     if "parallelism" in r.extra:

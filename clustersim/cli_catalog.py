@@ -182,7 +182,10 @@ def topology_show(scenario: str = ScenarioArg, json_out: bool = JsonOpt):
     s = _load(scenario)
     cl = build_cluster(s.cluster)
     c = s.cluster
-    groups = {"intra-node (one node's GPUs)": GroupShape(1, c.gpus_per_node)}
+    groups = {}
+    if cl.gpu.dies_per_package == 2 and c.gpus_per_node >= 2:
+        groups["GCD pair (one package's two dies)"] = GroupShape(1, 2)
+    groups["intra-node (one node's GPUs)"] = GroupShape(1, c.gpus_per_node)
     if c.nodes > 1:
         groups["inter-node rail (one GPU per node)"] = GroupShape(c.nodes, 1)
         groups["world (all GPUs)"] = GroupShape(c.nodes, c.gpus_per_node)

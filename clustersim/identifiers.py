@@ -88,3 +88,4 @@ class IntraNodeFabric(StrEnum):
     NVSWITCH = "nvswitch"
     NVLINK_MESH = "nvlink_mesh"
     PCIE = "pcie"
+    INFINITY_FABRIC = "infinity_fabric"

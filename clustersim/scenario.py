@@ -32,7 +32,7 @@ from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
 from clustersim.io import first_error, load_yaml, read_structured_file
 from clustersim.optimizer_options import parse_options
-from clustersim.sharding_rules import check_sharding
+from clustersim.sharding_rules import check_partition, check_sharding
 
 PRESET_PREFIX = "preset:"
 
@@ -279,6 +279,26 @@ class ZeroPPSpec(_Strict):
         return self.quantized_weights or self.hierarchical_partition or self.quantized_gradients
 
 
+PartitionLevel = Literal["gcd_pair", "node", "world"]
+
+
+class PartitionSpec(_Strict):
+    """Hierarchical partitioning (the Frontier design for ZeRO: three levels of bandwidth): the group
+    each model state is partitioned over. gcd_pair: the two dies of a package (an MI250X's GCDs, joined
+    by its fastest Infinity Fabric link); node: the node's GPUs; world: every data-parallel rank (ZeRO's
+    own). Unset = world, DeepSpeed's behaviour. Only the states the ZeRO stage partitions may be set."""
+
+    parameters: PartitionLevel | None = Field(None, description="stage 3: parameters' partition group")
+    gradients: PartitionLevel | None = Field(None, description="stage 2-3: gradients' partition group")
+    optimizer_states: PartitionLevel | None = Field(
+        None, description="stage 1-3: optimizer states' (and fp32 master copy's) partition group"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return any(v is not None for v in (self.parameters, self.gradients, self.optimizer_states))
+
+
 class ShardingSpec(_Strict):
     """Sharded data parallelism: DeepSpeed ZeRO stages or PyTorch FSDP. Stage 0 is plain DDP.
 
@@ -311,6 +331,7 @@ class ShardingSpec(_Strict):
         None, description="reduce on a side stream (DeepSpeed); default true for stage 3 only"
     )
     zeropp: ZeroPPSpec = ZeroPPSpec()
+    partition: PartitionSpec = PartitionSpec()
 
     @property
     def enabled(self) -> bool:
@@ -411,6 +432,9 @@ def _check_limits(c: ClusterSpec) -> None:
         "nvswitch": lim["nvswitch_gpus_per_node"],
         "nvlink_mesh": lim["nvswitch_gpus_per_node"],
         "pcie": lim["pcie_gpus_per_node"],
+        # the GCDs the catalog's Frontier node joins (frontier_infinity_fabric pairs)
+        "infinity_fabric": 1
+        + max(max(a, b) for a, b, _ in catalog.hardware_defaults()["frontier_infinity_fabric"]["pairs"]),
     }[str(c.intra_node.fabric)]
     checks = [
         ("cluster.gpus_per_node", c.gpus_per_node, per_node, f"GPUs in one {c.intra_node.fabric} node"),
@@ -545,6 +569,18 @@ def _check_semantics(s: Scenario) -> None:
             f"the DGX-1 hybrid cube-mesh holds 1, 2, 4 or 8 GPUs, not {c.gpus_per_node}",
             key="cluster.gpus_per_node",
         )
+    if intra.fabric == "infinity_fabric":
+        if gpu.dies_per_package != 2:
+            raise InputError(
+                f"fabric infinity_fabric is the Frontier node of MI250X GCDs; {gpu.name} is not one",
+                key="cluster.intra_node.fabric",
+            )
+        if c.gpus_per_node not in (2, 4, 6, 8) or intra.gpus_per_pcie_switch != 2:
+            raise InputError(
+                "a Frontier node holds 1-4 MI250X packages of 2 GCDs (gpus_per_node 2, 4, 6 or 8, "
+                f"gpus_per_pcie_switch 2), not {c.gpus_per_node} GCDs by {intra.gpus_per_pcie_switch}",
+                key="cluster.gpus_per_node",
+            )
     if (
         intra.fabric == "pcie"
         and c.gpus_per_node > intra.gpus_per_pcie_switch
@@ -568,6 +604,7 @@ def _check_semantics(s: Scenario) -> None:
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
     check_sharding(s.training)
+    check_partition(s.training, c, gpu)
     par = s.training.parallelism
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)

@@ -101,3 +101,36 @@ def test_one_gpu_per_node_gets_one_rail_not_every_nic():
     assert (
         cl.inter_node(GroupShape(c.nodes, 4)).bytes_per_s < cl.injection().bytes_per_s
     )  # 4 GPUs, fewer NICs
+
+
+FRONTIER = {
+    "cluster.gpu": "MI250X",
+    "cluster.gpus_per_node": 8,
+    "cluster.intra_node.fabric": "infinity_fabric",
+    "cluster.intra_node.gpus_per_pcie_switch": 2,
+    "cluster.nic": {"kind": "ethernet_tcp", "count": 4, "line_rate_gbps": 200, "gpudirect_rdma": True},
+}
+
+
+def test_frontier_node_three_levels_of_bandwidth():
+    """GCD pair: the package's quad link (200 GB/s); 4 GCDs (two packages): their cut, two single links
+    0-2 and 1-3 (100 GB/s); the node: the least cut, a package's four external links 50+100+50+100;
+    between nodes: 4 NICs x 200 Gb/s x 0.94 (hardware_defaults nic.ethernet_tcp)."""
+    cl = cluster(**FRONTIER, **{"cluster.nodes": 2})
+    assert cl.intra_ring(2).bytes_per_s == pytest.approx(200e9)
+    assert cl.intra_ring(4).bytes_per_s == pytest.approx(100e9)
+    assert cl.intra_ring(8).bytes_per_s == pytest.approx(300e9)
+    assert cl.injection().bytes_per_s == pytest.approx(4 * 25e9 * 0.94)
+    assert cl.ring(GroupShape(2, 8)).latency_class == "network"
+    # one GCD reaches the NICs through its 36 GB/s Infinity Fabric link to the CPU
+    assert cl.injection(1).bytes_per_s == pytest.approx(36e9)
+
+
+def test_infinity_fabric_needs_gcds():
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError, match="MI250X GCDs") as exc:
+        cluster(**{**FRONTIER, "cluster.gpu": "A100-80GB"})
+    assert exc.value.key == "cluster.intra_node.fabric"
+    with pytest.raises(InputError, match="packages of 2 GCDs"):
+        cluster(**{**FRONTIER, "cluster.gpus_per_node": 3})

@@ -92,6 +92,11 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
             "over the data-parallel ranks), training.parallelism (tensor/pipeline) or training.offload"
         )
+    elif lay.levels and set(lay.levels.values()) != {"world"}:
+        hint = (
+            f"; {lay.label} divides each state by its level's ranks: partition over wider levels "
+            "(training.sharding.partition) or try more GPUs"
+        )
     else:
         hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
     key, why = "cluster.gpu", ""

@@ -383,7 +383,9 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         bytes_per_link_kind={
             "intra_node_per_node": out.intra,
             "inter_node_per_node": out.inter,
-            "intra_node_link": ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class,
+            "intra_node_link": "infinity_fabric"
+            if scenario.cluster.intra_node.fabric == "infinity_fabric"
+            else ctx.cluster.intra_ring(scenario.cluster.gpus_per_node).latency_class,
         },
         buckets=buckets,
         ops=out.main_records,

@@ -14,6 +14,11 @@ lets one all-gather run ahead) and its unsharded gradient of one unit.
 ZeRO++'s hpZ keeps a secondary 16-bit copy of the weights partitioned over the node (+2Ψ/g, ZeRO++
 paper sec. 3.2); qgZ its int4 send/receive buffers of one reduce bucket (coalesced_collectives.py
 all_to_all_quant_reduce allocates both).
+
+Hierarchical partitioning (``training.sharding.partition``, the Frontier design: GCD pair, node,
+world): parameters over s_p ranks, gradients over s_g, optimizer states (with the fp32 master copy)
+over s_o, s_p <= s_g <= s_o; per rank d·Ψ/s_p + g·Ψ/s_g + (4 + K)·Ψ/s_o, the ZeRO formulas with
+each state's own divisor (all world: ZeRO-3's 16Ψ/N_d).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim.sharding_rules import LEVELS, partition_levels
 from clustersim.topologies.cluster import GroupShape
 
 MIB = 2**20
@@ -51,10 +57,20 @@ class Layout:
     reshard_after_forward: bool  # parameters gathered again for backward (stage 3, FULL_SHARD)
     per_unit: bool  # FSDP: one all-gather / reduce-scatter per wrapped unit (a layer), no buckets
     overlap: bool  # reductions on their own stream
+    # Hierarchical partitioning: each state's level (gcd_pair | node | world) and group; None: ``shard``.
+    levels: dict[str, str] | None = None
+    groups: dict[str, GroupShape] | None = None
 
     @property
     def degree(self) -> int:
         return self.shard.ranks
+
+    def group(self, state: str) -> GroupShape:
+        """The ranks ``state`` (parameters | gradients | optimizer_states) is partitioned over."""
+        return self.groups[state] if self.groups and state in self.groups else self.shard
+
+    def ranks(self, state: str) -> int:
+        return self.group(state).ranks
 
 
 def layout(ctx) -> Layout | None:
@@ -71,7 +87,49 @@ def layout(ctx) -> Layout | None:
     if sh.stage == 0:
         return None
     overlap = sh.overlap_comm if sh.overlap_comm is not None else sh.stage == 3
-    return Layout(f"ZeRO-{sh.stage}", dp, None, sh.stage >= 2, sh.stage == 3, sh.stage == 3, False, overlap)
+    label = f"ZeRO-{sh.stage}"
+    levels = groups = None
+    if sh.partition.enabled:
+        levels = partition_levels(sh)
+        groups = {state: level_group(ctx, level) for state, level in levels.items()}
+        label += " (" + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in levels.items()) + ")"
+    return Layout(
+        label, dp, None, sh.stage >= 2, sh.stage == 3, sh.stage == 3, False, overlap, levels, groups
+    )
+
+
+def span_of(shape: GroupShape) -> str:
+    """Where a collective over ``shape`` runs: across nodes, inside a node, or between two GPUs of a
+    node (on a Frontier node the GCD pair of a package, the first two GCDs)."""
+    if shape.nodes > 1:
+        return "inter_node"
+    return "gcd_pair" if shape.gpus_per_node == 2 else "node"
+
+
+def level_group(ctx, level: str) -> GroupShape:
+    """A partition level's group: the two GCDs of a package (the node's g/2 pairs at once), the node's
+    data-parallel ranks, or all of them."""
+    dp = ctx.data_parallel
+    if level == "gcd_pair":
+        return GroupShape(1, 2, sharing=dp.gpus_per_node // 2)
+    if level == "node":
+        return GroupShape(1, dp.gpus_per_node)
+    return dp
+
+
+def across(ctx, inner: str, outer: str) -> GroupShape | None:
+    """The ranks holding the same index of an ``inner``-level group inside one ``outer``-level group:
+    who exchanges a shard's pieces between the levels. None when that is one rank (the same level, or
+    an outer group no larger than the inner one)."""
+    dp = ctx.data_parallel
+    g, n = dp.gpus_per_node, dp.nodes
+    if LEVELS.index(outer) <= LEVELS.index(inner):
+        return None
+    if inner == "gcd_pair":
+        shape = GroupShape(n if outer == "world" else 1, g // 2, sharing=2)
+    else:
+        shape = GroupShape(n, 1, sharing=g)
+    return shape if shape.ranks > 1 else None
 
 
 def bucket_elements(mb: float | None, bytes_per_element: float, default: float) -> float:
@@ -105,15 +163,16 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
     """Partitioned model states (``state`` optimizer bytes per parameter on the GPU; the fp32 master
     copy unless offloaded), activations and the frameworks' buffers."""
     sh = ctx.scenario.training.sharding
-    P, n = ctx.params, lay.degree
+    P = ctx.params
+    n_p, n_g, n_o = (lay.ranks(s) for s in ("parameters", "gradients", "optimizer_states"))
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
     master = 4.0 if d < 4 and not offloaded else 0.0
     largest = max(layer.params for layer in ctx.workload.layers)
     mem = {
-        "parameters": P * d / (n if lay.parameters else 1) + master * P / n,
-        "gradients": P * ctx.grad_bytes / (n if lay.gradients else 1),
-        "optimizer_state": P * state / n,
+        "parameters": P * d / (n_p if lay.parameters else 1) + master * P / n_o,
+        "gradients": P * ctx.grad_bytes / (n_g if lay.gradients else 1),
+        "optimizer_state": P * state / n_o,
         "activations": ctx.workload.activation_bytes,
     }
     if lay.per_unit:

@@ -84,7 +84,33 @@ class Cluster:
                     best = (cap, gname)
             if best and best[0] > 0:
                 return Bandwidth(best[0], f"{best[1]} NVLinks to group peers", "nvlink")
+        if fabric == "infinity_fabric":
+            return self._cut_bound(gpus)
         return self._routed_ring(gpus)
+
+    def _cut_bound(self, gpus: list[str]) -> Bandwidth:
+        """Bus bandwidth of rings over the members' direct GPU-GPU links (RCCL builds several rings over
+        the xGMI links): every ring crosses each cut of the group once per direction, so their sum is
+        at most the least capacity of any cut, over all splits of the group in two (8 GCDs: 127 cuts).
+        A single-GCD cut gives the mesh rule (its links to the peers); a package's cut bounds rings
+        over the node by the inter-package links. Theoretical link rates: a measured intra-node busbw
+        (intra_node.measured_allreduce_busbw_gbs) replaces it for the whole node."""
+        graph, n = self.graph, len(gpus)
+        best = None
+        for mask in range(1, 2 ** (n - 1)):  # gpus[-1] stays outside: each split once
+            inside = {gpus[i] for i in range(n) if mask >> i & 1}
+            cap = sum(
+                d["capacity"]
+                for a in inside
+                for _, b, d in graph.out_edges(a, data=True)
+                if b in gpus and b not in inside and d["kind"] == LinkKind.INFINITY_FABRIC
+            )
+            if best is None or cap < best[0]:
+                best = (cap, sorted(inside))
+        if best is None or best[0] <= 0:
+            return self._routed_ring(gpus)
+        side = "+".join(best[1])
+        return Bandwidth(best[0], f"Infinity Fabric cut {side} | rest of the group", "nvlink")
 
     def _routed_ring(self, gpus: list[str]) -> Bandwidth:
         """Route each ring hop; bottleneck = min over directed edges of capacity / flows on it."""

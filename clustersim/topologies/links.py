@@ -11,6 +11,7 @@ class LinkKind(str, Enum):
     PCIE = "pcie"  # GPU/NIC to PCIe switch, switch to CPU root complex
     SOCKET = "socket"  # CPU to CPU (UPI/QPI)
     NETWORK = "network"  # NIC to the fabric (InfiniBand or Ethernet)
+    INFINITY_FABRIC = "infinity_fabric"  # AMD GPU-GPU xGMI links (MI250X GCDs on a Frontier node)
 
     @property
     def latency_class(self) -> str:
@@ -21,6 +22,9 @@ class LinkKind(str, Enum):
             "pcie": "pcie",
             "socket": "pcie",
             "network": "network",
+            # RCCL over xGMI is priced with NCCL's NVLink hop latency: both are direct GPU-GPU
+            # load/store links (an approximation; RCCL's own tuning tables are not modelled).
+            "infinity_fabric": "nvlink",
         }[self.value]
 
 

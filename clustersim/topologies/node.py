@@ -88,6 +88,28 @@ def _nvlink_mesh(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
             )
 
 
+def _infinity_fabric(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
+    """A Frontier node (catalogs/hardware_defaults.yaml frontier_infinity_fabric): the GCDs' xGMI links,
+    and each GCD's own Infinity Fabric link to the CPU in place of a PCIe link (the ``pciesw`` of a
+    package, shared by its two GCDs and its NIC, stands for the package's attachment to the host: its
+    uplink carries both GCDs' CPU links)."""
+    node = hardware_defaults()["frontier_infinity_fabric"]
+    for a, b, gbs in node["pairs"]:
+        if a < n_gpu and b < n_gpu:
+            add_link(g, f"gpu{a}", f"gpu{b}", LinkKind.INFINITY_FABRIC, gbs * 1e9)
+    cpu_link = node["cpu_link_gbs"] * 1e9
+    for i in range(n_gpu):
+        for _, sw in list(g.out_edges(f"gpu{i}")):
+            if g.nodes[sw].get("role") == "pcie_switch":
+                g[f"gpu{i}"][sw]["capacity"] = g[sw][f"gpu{i}"]["capacity"] = cpu_link
+    for sw, data in list(g.nodes(data=True)):
+        if data.get("role") == "pcie_switch":
+            gcds = sum(1 for p in g.successors(sw) if g.nodes[p].get("role") == "gpu")
+            for _, cpu in list(g.out_edges(sw)):
+                if g.nodes[cpu].get("role") == "cpu":
+                    g[sw][cpu]["capacity"] = g[cpu][sw]["capacity"] = max(1, gcds) * cpu_link
+
+
 def _pcie_only(g: nx.DiGraph, n_gpu: int, gpu: GpuSpec) -> None:
     """No NVLink: GPUs reach each other through the PCIe tree built above."""
 
@@ -96,4 +118,5 @@ FABRICS = {
     IntraNodeFabric.NVSWITCH: _nvswitch,
     IntraNodeFabric.NVLINK_MESH: _nvlink_mesh,
     IntraNodeFabric.PCIE: _pcie_only,
+    IntraNodeFabric.INFINITY_FABRIC: _infinity_fabric,
 }

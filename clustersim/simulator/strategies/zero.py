@@ -25,6 +25,13 @@ communicated and on how much of the model the update runs. How each framework ru
   ahead; BACKWARD_PRE prefetch issues the next unit's before the current backward), reduce-scatters
   its gradient in the post-backward hook; SHARD_GRAD_OP keeps the gathered parameters from forward to
   backward; HYBRID_SHARD shards within the node and all-reduces the gradient shards across nodes.
+* Hierarchical partitioning (``training.sharding.partition``; the Frontier design of three bandwidth
+  levels, sharding.py ``level_group``): each state's collectives run over its level's group. Gradients
+  are reduce-scattered in theirs every micro-step; at the boundary the shard goes on to the optimizer's
+  group (reduce-scatter among the ranks with the same index, when wider) and is all-reduced across that
+  group's copies (when not the world); the update runs on the optimizer's slice; a narrower parameter
+  shard is rebuilt from the updated slices before the step's first forward, layer by layer on the
+  gather stream; stage 1/2 all-gather the updated parameters over the optimizer's group.
 
 Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
 use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
@@ -41,10 +48,13 @@ from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
     DEEPSPEED_BUCKET_ELEMENTS,
     Layout,
+    across,
     bucket_elements,
     gather_schedule,
     layout,
+    level_group,
     prefetch_window,
+    span_of,
 )
 from clustersim.simulator.strategies import zeropp
 from clustersim.simulator.strategies.base import StepProgram, Strategy
@@ -90,6 +100,11 @@ class Sharded(Strategy):
                 ],
                 "zeropp": [k for k, on in zpp.model_dump().items() if on],
                 "reduction": "int4 all-to-all (qgZ)" if quantized else "reduce-scatter",
+                **(
+                    {"partition": dict(lay.levels), "bytes_per_node_by_span": self.bytes_by_span()}
+                    if lay.levels
+                    else {}
+                ),
             },
             **inner,
         }, notes
@@ -102,16 +117,32 @@ class Sharded(Strategy):
                 return self.inner.steps()
             return [self._stage3_offloaded()]
         prog = Program()
-        if self.layout.parameters:
-            ends, buckets = _stage3_program(prog, self.ctx, self.layout)
+        ctx, lay = self.ctx, self.layout
+        if lay.parameters:
+            ends, buckets = _stage3_program(prog, ctx, lay)
         else:
-            ends, buckets = _stage12_program(prog, self.ctx, self.layout)
+            ends, buckets = _stage12_program(prog, ctx, lay)
         ends = self._update(prog, ends)
-        if not self.layout.parameters:
-            ends = _gather_updated(prog, self.ctx, self.layout, ends)
-        add_other(prog, self.ctx, ends, params=self.ctx.params / self.layout.degree)
-        share_nics(prog, self.ctx)
+        d = BYTES_PER_ELEMENT[ctx.precision]
+        if not lay.parameters:
+            ends = _gather_updated(prog, ctx, ends, ctx.params * d, lay.group("optimizer_states"))
+        add_other(prog, ctx, ends, params=ctx.params / lay.ranks("optimizer_states"))
+        share_nics(prog, ctx)
+        self._programs = [prog]
         return [StepProgram("step", 1.0, prog, buckets)]
+
+    def bytes_by_span(self) -> dict[str, float]:
+        """Bytes per node per step of the sharding's collectives, by where they run: inside a GCD pair,
+        inside a node (and the intra-node part of collectives across nodes), out of the NICs."""
+        out = {"gcd_pair": 0.0, "node": 0.0, "inter_node": 0.0}
+        for prog in getattr(self, "_programs", []):
+            for op in prog.ops:
+                span = op.meta.get("span")
+                if span is None:
+                    continue
+                out["inter_node"] += op.inter_node_bytes
+                out["gcd_pair" if span == "gcd_pair" else "node"] += op.intra_node_bytes
+        return out
 
     def _stage3_offloaded(self) -> StepProgram:
         """ZeRO-3 with the optimizer on the CPU (offload_optimizer, or interleaved as Deep Optimizer
@@ -154,10 +185,11 @@ class Sharded(Strategy):
     def _update(self, prog: Program, deps) -> list[int]:
         """The optimizer's own update kernel on this rank's 1/N_d of the parameters."""
         ctx = self.ctx
-        part = ctx.params / self.layout.degree
+        n = self.layout.ranks("optimizer_states")
+        part = ctx.params / n
         return [
             prog.add(
-                f"{self.name} update (1/{self.layout.degree} partition)",
+                f"{self.name} update (1/{n} partition)",
                 "compute",
                 ctx.device.stream_time(self.update_bytes_per_param * part, "optimizer"),
                 "optimizer",
@@ -201,11 +233,20 @@ def _unit_buckets(layers) -> list[Bucket]:
     return [Bucket(i, layers[li].params, li) for i, li in enumerate(order)]
 
 
-def _reduce(prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: str) -> list[int]:
+def _reduce(
+    prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: str, boundary: bool = True
+) -> list[int]:
     """One bucket's gradient reduction: reduce-scatter over the shard group (qgZ's all-to-alls
-    instead when enabled), then for FSDP hybrid an all-reduce of the shard across nodes."""
+    instead when enabled), then for FSDP hybrid an all-reduce of the shard across nodes.
+
+    Hierarchical partitioning: the reduce-scatter runs over the gradients' group every micro-step (a
+    rank accumulates its gradient shard); at the accumulation boundary the shard is reduce-scattered
+    on to the optimizer states' group when that is wider, then all-reduced across the groups of that
+    level (each holds the same slice) unless it is the world."""
     nbytes = bucket.nbytes(ctx.grad_bytes)
     sh = ctx.scenario.training.sharding
+    if lay.levels:
+        return _reduce_levels(prog, ctx, lay, bucket, nbytes, dep, info, stream, boundary)
     if sh.zeropp.quantized_gradients:
         op = zeropp.quantized_gradient_reduce(prog, ctx, bucket, dep, stream)
     else:
@@ -219,6 +260,7 @@ def _reduce(prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: st
             deps=(dep,),
             stream=stream,
             bucket=bucket.index,
+            span=span_of(lay.shard),
         )
     info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
     if lay.replicate is not None:
@@ -232,7 +274,41 @@ def _reduce(prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: st
             deps=(op,),
             stream=stream,
             bucket=bucket.index,
+            span=span_of(lay.replicate),
         )
+    return [op]
+
+
+def _reduce_levels(prog, ctx, lay: Layout, bucket, nbytes, dep, info, stream, boundary) -> list[int]:
+    """``_reduce`` under training.sharding.partition (stage 1 reduces over the optimizer's group)."""
+    g_level = lay.levels.get("gradients", lay.levels["optimizer_states"])
+    o_level = lay.levels["optimizer_states"]
+    steps = [("reduce_scatter", "grads", g_level, level_group(ctx, g_level), nbytes)]
+    if boundary:
+        shard = nbytes / level_group(ctx, g_level).ranks
+        wider = across(ctx, g_level, o_level)
+        if wider is not None:
+            steps.append(("reduce_scatter", f"grad shard {g_level}->{o_level}", o_level, wider, shard))
+            shard /= wider.ranks
+        rest = across(ctx, o_level, "world")
+        if rest is not None:
+            steps.append(("all_reduce", f"grad shard across {o_level}s", o_level, rest, shard))
+    op = dep
+    for i, (kind, what, _level, shape, size) in enumerate(steps):
+        op = add_collective(
+            prog,
+            ctx,
+            f"{kind} {what} {bucket.index}",
+            kind,
+            size,
+            shape,
+            deps=(op,),
+            stream=stream,
+            bucket=bucket.index,
+            span=span_of(shape),
+        )
+        if i == 0:
+            info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
     return [op]
 
 
@@ -265,7 +341,7 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
             )
             if hooked:
                 for b in by_layer.get(li, []):
-                    ops = _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                    ops = _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
                     reduced += ops
     if not lay.gradients and not lay.overlap:  # stage 1 without overlap_comm: after backward
         for b in buckets:
@@ -273,21 +349,23 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
     return [last, *reduced], info
 
 
-def _gather_updated(prog: Program, ctx, lay: Layout, deps) -> list[int]:
-    """Stage 1/2: all-gather the updated 16-bit partitions in allgather_bucket_size chunks."""
+def _gather_updated(prog: Program, ctx, deps, nbytes: float, shape) -> list[int]:
+    """Stage 1/2: all-gather the updated 16-bit partitions (``nbytes`` in all) over the optimizer's
+    group ``shape`` in allgather_bucket_size chunks (DeepSpeed all_gather_dp_groups)."""
     d = BYTES_PER_ELEMENT[ctx.precision]
     sh = ctx.scenario.training.sharding
     chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
-    count = max(1, math.ceil(ctx.params / chunk))
+    count = max(1, math.ceil(nbytes / d / chunk))
     return [
         add_collective(
             prog,
             ctx,
             f"all_gather updated params {i}",
             "all_gather",
-            ctx.params * d / count,
-            lay.shard,
+            nbytes / count,
+            shape,
             deps=tuple(deps),
+            span=span_of(shape),
         )
         for i in range(count)
     ]
@@ -309,11 +387,30 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
     reduced: list[int] = []
     info: list[dict] = []
     last = None
+    # Parameters partitioned over fewer ranks than the optimizer states (training.sharding.partition):
+    # each layer's shard is rebuilt from the slices the last step updated, by the ranks holding the
+    # same shard index in the optimizer's group, before the first forward gathers it (as ZeRO++'s hpZ
+    # fills its secondary partition during the forward), prefetched with the layer's gather.
+    refresh = None
+    if lay.levels:
+        refresh = across(ctx, lay.levels["parameters"], lay.levels["optimizer_states"])
     for micro in range(ctx.scenario.workload.gradient_accumulation):
         boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
         fwd: list[int] = []
         for i, layer in enumerate(layers):
             start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
+            if refresh is not None and micro == 0 and layer.params:
+                start = add_collective(
+                    prog,
+                    ctx,
+                    f"all_gather updated param slices {layer.name}",
+                    "all_gather",
+                    layer.params * BYTES_PER_ELEMENT[ctx.precision] / lay.ranks("parameters"),
+                    refresh,
+                    deps=(start,) if start is not None else (),
+                    stream="gather",
+                    span=span_of(refresh),
+                )
             gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
             fwd.append(
                 prog.add(
@@ -342,7 +439,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
             )
             bwd.append(last)
             for b in by_layer.get(li, []):
-                reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream)
+                reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
                 if on_reduced is not None:
                     on_reduced(b, reduced[-1])
     return [last, *reduced], info

@@ -25,7 +25,15 @@ from __future__ import annotations
 import math
 
 from clustersim.catalog import BYTES_PER_ELEMENT
-from clustersim.simulator.sharding import QGZ_BYTES, QWZ_BYTES, QWZ_GROUP, SCALE_BYTES, Layout, hpz_group
+from clustersim.simulator.sharding import (
+    QGZ_BYTES,
+    QWZ_BYTES,
+    QWZ_GROUP,
+    SCALE_BYTES,
+    Layout,
+    hpz_group,
+    span_of,
+)
 from clustersim.simulator.strategies.common import add_collective
 from clustersim.topologies.cluster import GroupShape
 
@@ -42,7 +50,7 @@ def gather_parameters(prog, ctx, lay: Layout, layer, start, forward: bool):
         return start
     d = BYTES_PER_ELEMENT[ctx.precision]
     zpp = ctx.scenario.training.sharding.zeropp
-    group = hpz_group(ctx) if zpp.hierarchical_partition and not forward else lay.shard
+    group = hpz_group(ctx) if zpp.hierarchical_partition and not forward else lay.group("parameters")
     phase = "fwd" if forward else "bwd"
     if not zpp.quantized_weights:
         return add_collective(
@@ -54,6 +62,7 @@ def gather_parameters(prog, ctx, lay: Layout, layer, start, forward: bool):
             group,
             deps=(start,),
             stream="gather",
+            span=span_of(group),
         )
     scales = math.ceil(layer.params / QWZ_GROUP) * SCALE_BYTES
     shard = layer.params / group.ranks
