@@ -194,3 +194,26 @@ def test_a_node_of_an_older_gpu_is_the_straggler_by_its_roofline_ratio():
     with pytest.raises(InputError) as err:
         _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "Z100"}]}})
     assert err.value.key.startswith("cluster.heterogeneity.node_gpus.0.gpu")
+
+
+DILOCO = {
+    "training.optimizer": "diloco",
+    "training.optimizer_options": {"workers": 2},
+    "workload.micro_batch": 3,
+}
+
+
+@pytest.mark.parametrize("optimizer", [{}, DILOCO])
+def test_a_straggler_does_not_change_the_bytes_each_node_moves(optimizer):
+    """The slowest rank's copy of the program carries no bytes; a node still moves what it moves
+    without the straggler (the two rank classes are not two pipeline stages to average over)."""
+    base = simulate(_dgx(**optimizer))
+    slow = simulate(
+        _dgx(**optimizer, **{"cluster.heterogeneity": {"slow_gpus": [{"rank": 3, "compute_factor": 1.2}]}})
+    )
+    for kind in ("intra_node_per_node", "inter_node_per_node"):
+        value = base.bytes_per_link_kind[kind]
+        assert value > 0
+        assert slow.bytes_per_link_kind[kind] == pytest.approx(value), kind
+    for b, s in zip(base.extra.get("steps", []), slow.extra.get("steps", [])):
+        assert s["inter_node_bytes"] == pytest.approx(b["inter_node_bytes"])
