@@ -288,7 +288,10 @@ class ShardingSpec(_Strict):
     default sharding strategy is FULL_SHARD (torch.distributed.fsdp.ShardingStrategy).
     """
 
-    stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage (DeepSpeed); 0 = DDP")
+    # true/false are not stages (a lax Literal would read true as 1); 3.0 is 3.
+    stage: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_whole), BeforeValidator(_not_bool)] = Field(
+        0, description="ZeRO stage (DeepSpeed); 0 = DDP"
+    )
     framework: Literal["deepspeed", "fsdp"] = "deepspeed"
     fsdp_strategy: Literal["full", "grad_op", "hybrid"] | None = Field(
         None, description="FSDP only: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD; default full"
@@ -425,6 +428,12 @@ def _check_limits(c: ClusterSpec) -> None:
         (
             "cluster.fabric.nodes_per_leaf",
             c.fabric.nodes_per_leaf,
+            lim["switch_radix"],
+            "ports of one switch",
+        ),
+        (
+            "cluster.fabric.ports_per_switch",
+            c.fabric.ports_per_switch or 0,
             lim["switch_radix"],
             "ports of one switch",
         ),
