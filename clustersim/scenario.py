@@ -665,6 +665,13 @@ def _check_parallelism(s: Scenario) -> None:
             f"{arch.layers} layers do not split evenly into pipeline x virtual_stages = {p} x {v} chunks",
             key=f"{key}.pipeline",
         )
+    if s.training.optimizer == "diloco":
+        raise InputError(
+            "diloco is modelled with data parallelism only: its workers are data-parallel replicas "
+            "(DDP inside each); tensor/pipeline parallelism inside a worker is not modelled; use adam or "
+            "sgdm with tensor/pipeline parallelism",
+            key="training.optimizer",
+        )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
         raise InputError(
             f"{s.training.optimizer} is modelled with data parallelism only (DeepSpeed: the MPI-based 1-bit "

@@ -172,6 +172,17 @@ def test_impossible_layouts_are_refused_with_their_key(kw, key):
     assert err.value.key.endswith(key)
 
 
+def test_diloco_with_model_parallelism_is_refused_for_its_own_reason():
+    """The refusal names DiLoCo's reason (workers are data-parallel replicas), not 1-bit Adam's."""
+    base = _scenario().model_dump()
+    options = {"workers": 2}
+    data = {**base, "training": {**base["training"], "optimizer": "diloco", "optimizer_options": options}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    assert err.value.key.endswith("training.optimizer")
+    assert "1-bit" not in str(err.value) and "worker" in str(err.value)
+
+
 def test_compressed_optimizers_and_offload_are_refused_with_model_parallelism():
     base = _scenario().model_dump()
     for optimizer in ("onebit-adam", "zero-one-adam", "binsgdm"):
