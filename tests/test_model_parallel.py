@@ -312,3 +312,14 @@ def test_samples_count_data_parallel_replicas_even_when_the_group_spans_nodes_un
     # 24 GPUs, t=2, p=2: d=6 replicas; a data group is 4 ranks on one node and 2 on the next
     s = _scenario(nodes=3, t=2, p=2, m=4)
     assert simulate(s).samples_per_iteration == 1 * 4 * 6
+
+
+def test_out_of_memory_with_model_parallelism_does_not_suggest_zero():
+    """ZeRO together with tensor/pipeline parallelism is refused, so the out-of-memory hint of a
+    model-parallel layout that does not fit points at more tensor/pipeline stages instead."""
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(nodes=4, t=8, p=2, m=8, model_name="GPT-3-175B"))
+    msg = str(err.value)
+    assert err.value.key == "workload.model" and "does not fit" in msg
+    assert "training.sharding" not in msg
+    assert "training.parallelism" in msg
