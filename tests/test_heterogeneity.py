@@ -217,3 +217,25 @@ def test_a_straggler_does_not_change_the_bytes_each_node_moves(optimizer):
         assert slow.bytes_per_link_kind[kind] == pytest.approx(value), kind
     for b, s in zip(base.extra.get("steps", []), slow.extra.get("steps", [])):
         assert s["inter_node_bytes"] == pytest.approx(b["inter_node_bytes"])
+
+
+def test_readme_worked_example_matches_a_run():
+    """README's shared-fabric worked example (its scenario and the numbers of its excerpt) is what
+    `run` prints for that scenario."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from clustersim.scenario import validate_scenario
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("Worked example:", 1)[1]
+    block, rest = section.split("```yaml\n", 1)[1].split("```\n", 1)
+    scenario = yaml.safe_load(block)
+    excerpt = rest.split("```\n", 1)[1].split("```", 1)[0]
+    r = simulate(validate_scenario(scenario), uncertainty_samples=0)
+    shown = re.search(r"iteration time ([\d.]+) ms", excerpt).group(1)
+    assert f"{r.iteration_time * 1e3:.2f}" == shown
+    idle = re.search(r"the typical rank idles ([\d.]+) ms", excerpt).group(1)
+    assert f"{r.breakdown['idle'] * 1e3:.2f}" == idle
