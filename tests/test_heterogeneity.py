@@ -239,3 +239,23 @@ def test_readme_worked_example_matches_a_run():
     assert f"{r.iteration_time * 1e3:.2f}" == shown
     idle = re.search(r"the typical rank idles ([\d.]+) ms", excerpt).group(1)
     assert f"{r.breakdown['idle'] * 1e3:.2f}" == idle
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_a_rank_no_slower_than_the_others_delays_nothing(stage):
+    """A 'straggler' at compute factor 1 delays no collective, also under ZeRO-3, whose gathers and
+    reduce-scatters queue on streams of their own (a wait is measured from the op before it on its
+    own stream, not from the previous collective of the program)."""
+    s = _dgx(
+        **{
+            "workload.model": "GPT-3-13B",
+            "workload.micro_batch": 1,
+            "workload.activation_checkpointing": True,
+            "training.sharding": {"stage": stage},
+            "cluster.heterogeneity": {"slow_gpus": [{"rank": 9, "compute_factor": 1.0}]},
+        }
+    )
+    if stage == 0:
+        s = s.with_changes(**{"workload.model": "GPT-3-1.3B"})
+    st = simulate(s).extra["straggler"]
+    assert st["delay_s"] == 0.0 and st["collectives_delayed"] == 0
