@@ -24,14 +24,23 @@ from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile
 def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[dict[str, Any]]:
     """Each candidate row once per layout worth simulating on it (layout_search.py): itself when data
     parallelism fits, else its ZeRO and tensor x pipeline layouts that fit. A row that cannot be resolved
-    or where nothing fits stays as it is, to be recorded with its reason."""
-    out = []
+    or where nothing fits stays as it is, to be recorded with its reason. Rows that come to the same
+    scenario (a candidates file varying tensor x pipeline names a layout the search also finds for
+    another row) are kept once."""
+    out, seen = [], set()
     for values in rows:
         try:
             layouts = candidate_layouts(resolve_row(base, values, steps, global_batch), global_batch)
         except InputError:
             layouts = []
-        out.extend([{**values, **layout} for layout in layouts] or [values])
+        for row in [{**values, **layout} for layout in layouts] or [values]:
+            try:
+                key = resolve_row(base, row, steps, global_batch).model_dump_json()
+            except InputError:
+                key = None  # recorded with its reason
+            if key is None or key not in seen:
+                out.append(row)
+                seen.add(key)
     return out
 
 

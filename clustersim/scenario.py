@@ -308,7 +308,10 @@ class ShardingSpec(_Strict):
     default sharding strategy is FULL_SHARD (torch.distributed.fsdp.ShardingStrategy).
     """
 
-    stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage (DeepSpeed); 0 = DDP")
+    # true/false are not stages (a lax Literal would read true as 1); 3.0 is 3.
+    stage: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_whole), BeforeValidator(_not_bool)] = Field(
+        0, description="ZeRO stage (DeepSpeed); 0 = DDP"
+    )
     framework: Literal["deepspeed", "fsdp"] = "deepspeed"
     fsdp_strategy: Literal["full", "grad_op", "hybrid"] | None = Field(
         None, description="FSDP only: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD; default full"
@@ -449,6 +452,12 @@ def _check_limits(c: ClusterSpec) -> None:
         (
             "cluster.fabric.nodes_per_leaf",
             c.fabric.nodes_per_leaf,
+            lim["switch_radix"],
+            "ports of one switch",
+        ),
+        (
+            "cluster.fabric.ports_per_switch",
+            c.fabric.ports_per_switch or 0,
             lim["switch_radix"],
             "ports of one switch",
         ),
@@ -692,6 +701,13 @@ def _check_parallelism(s: Scenario) -> None:
         raise InputError(
             f"{arch.layers} layers do not split evenly into pipeline x virtual_stages = {p} x {v} chunks",
             key=f"{key}.pipeline",
+        )
+    if s.training.optimizer == "diloco":
+        raise InputError(
+            "diloco is modelled with data parallelism only: its workers are data-parallel replicas "
+            "(DDP inside each); tensor/pipeline parallelism inside a worker is not modelled; use adam or "
+            "sgdm with tensor/pipeline parallelism",
+            key="training.optimizer",
         )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
         raise InputError(

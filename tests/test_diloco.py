@@ -134,3 +134,21 @@ def test_sharded_workers_are_refused_with_the_reason():
     with pytest.raises(InputError) as exc:  # refused where the scenario is read
         diloco().with_changes(**{"training.sharding.stage": 3})
     assert exc.value.key == "training.sharding.stage" and "diloco" in str(exc.value)
+
+
+def test_the_example_and_its_plain_diloco_variant_both_fit():
+    """examples/diloco-two-datacenters.yaml is README's table (micro-batch 3): Streaming DiLoCo as
+    shipped, and plain DiLoCo as its comment says (fragments/overlap_steps/bits 1/0/32), whose
+    whole-model outer gradient must still fit beside the weights."""
+    from pathlib import Path
+
+    from clustersim.scenario import load_scenario
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "diloco-two-datacenters.yaml"
+    streaming = load_scenario(str(path))
+    assert streaming.workload.micro_batch == 3
+    plain = {"fragments": 1, "overlap_steps": 0, "bits": 32}
+    options = {**streaming.training.optimizer_options, **plain}
+    for scenario in (streaming, streaming.with_changes(**{"training.optimizer_options": options})):
+        r = simulate(scenario, uncertainty_samples=0)
+        assert set(steps_of(r)) == {"inner step", "sync window"}

@@ -162,6 +162,11 @@ NONSENSE = {
     ),
     "huge_dram": ({"cluster.host.dram_gbs": 1e12}, "cluster.host.dram_gbs"),
     "inf_subgroup": ({"training.offload.subgroup_size": float("inf")}, "training.offload.subgroup_size"),
+    "bool_zero_stage": ({"training.sharding.stage": True}, "training.sharding.stage"),
+    "huge_switch": (
+        {"cluster.fabric": {"kind": "leaf_spine", "nodes_per_leaf": 2, "ports_per_switch": 100_000}},
+        "cluster.fabric.ports_per_switch",
+    ),
     "bool_optimizer_option": (
         {"training.optimizer": "onebit-adam", "training.optimizer_options": {"param_groups": True}},
         "param_groups",

@@ -194,3 +194,68 @@ def test_a_node_of_an_older_gpu_is_the_straggler_by_its_roofline_ratio():
     with pytest.raises(InputError) as err:
         _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "Z100"}]}})
     assert err.value.key.startswith("cluster.heterogeneity.node_gpus.0.gpu")
+
+
+DILOCO = {
+    "training.optimizer": "diloco",
+    "training.optimizer_options": {"workers": 2},
+    "workload.micro_batch": 3,
+}
+
+
+@pytest.mark.parametrize("optimizer", [{}, DILOCO])
+def test_a_straggler_does_not_change_the_bytes_each_node_moves(optimizer):
+    """The slowest rank's copy of the program carries no bytes; a node still moves what it moves
+    without the straggler (the two rank classes are not two pipeline stages to average over)."""
+    base = simulate(_dgx(**optimizer))
+    slow = simulate(
+        _dgx(**optimizer, **{"cluster.heterogeneity": {"slow_gpus": [{"rank": 3, "compute_factor": 1.2}]}})
+    )
+    for kind in ("intra_node_per_node", "inter_node_per_node"):
+        value = base.bytes_per_link_kind[kind]
+        assert value > 0
+        assert slow.bytes_per_link_kind[kind] == pytest.approx(value), kind
+    for b, s in zip(base.extra.get("steps", []), slow.extra.get("steps", [])):
+        assert s["inter_node_bytes"] == pytest.approx(b["inter_node_bytes"])
+
+
+def test_readme_worked_example_matches_a_run():
+    """README's shared-fabric worked example (its scenario and the numbers of its excerpt) is what
+    `run` prints for that scenario."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from clustersim.scenario import validate_scenario
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("Worked example:", 1)[1]
+    block, rest = section.split("```yaml\n", 1)[1].split("```\n", 1)
+    scenario = yaml.safe_load(block)
+    excerpt = rest.split("```\n", 1)[1].split("```", 1)[0]
+    r = simulate(validate_scenario(scenario), uncertainty_samples=0)
+    shown = re.search(r"iteration time ([\d.]+) ms", excerpt).group(1)
+    assert f"{r.iteration_time * 1e3:.2f}" == shown
+    idle = re.search(r"the typical rank idles ([\d.]+) ms", excerpt).group(1)
+    assert f"{r.breakdown['idle'] * 1e3:.2f}" == idle
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_a_rank_no_slower_than_the_others_delays_nothing(stage):
+    """A 'straggler' at compute factor 1 delays no collective, also under ZeRO-3, whose gathers and
+    reduce-scatters queue on streams of their own (a wait is measured from the op before it on its
+    own stream, not from the previous collective of the program)."""
+    s = _dgx(
+        **{
+            "workload.model": "GPT-3-13B",
+            "workload.micro_batch": 1,
+            "workload.activation_checkpointing": True,
+            "training.sharding": {"stage": stage},
+            "cluster.heterogeneity": {"slow_gpus": [{"rank": 9, "compute_factor": 1.0}]},
+        }
+    )
+    if stage == 0:
+        s = s.with_changes(**{"workload.model": "GPT-3-1.3B"})
+    st = simulate(s).extra["straggler"]
+    assert st["delay_s"] == 0.0 and st["collectives_delayed"] == 0

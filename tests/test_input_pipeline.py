@@ -114,3 +114,13 @@ def test_bad_input_spec_names_its_key():
     with pytest.raises(InputError) as exc:
         gcn(bytes_per_sample=-1)
     assert "workload.input.bytes_per_sample" in str(exc.value)
+
+
+def test_input_batches_that_do_not_fit_name_the_input_not_the_model():
+    """Batches too large for the GPU are the input's doing: the error names
+    workload.input.bytes_per_sample, not the model's weights and optimizer state."""
+    with pytest.raises(InputError) as err:
+        simulate(gcn(bytes_per_sample=1e12))
+    msg = str(err.value)
+    assert err.value.key == "workload.input.bytes_per_sample"
+    assert "input batches" in msg and "optimizer state alone" not in msg

@@ -108,3 +108,21 @@ def test_plan_trains_gpt3_175b_with_a_layout_and_says_which(runner, tmp_path):
     assert d["candidates"] > 4  # the two adam rows became several layouts each
     text = runner.invoke(app, [*args, "--candidates", str(cand)])
     assert text.exit_code == 0 and d["chosen"]["layout"] in text.output
+
+
+def test_candidates_that_search_into_the_same_layout_are_simulated_once():
+    """A candidates file that already varies tensor x pipeline: a row that does not fit is searched
+    into layouts another row already names (TP4·PP16 with recomputation); each is simulated once, so
+    the plan never lists the same option twice."""
+    from clustersim.planning import with_layouts
+    from clustersim.scenario import load_scenario
+
+    base = load_scenario("preset:dgx-h100-gpt3-175b-3d")
+    rows = [
+        {"gpus": 256, "training.parallelism.tensor": t, "training.parallelism.pipeline": p}
+        for t in (4, 8)
+        for p in (8, 16)
+    ]
+    out = with_layouts(base, rows, 1000, 256)
+    resolved = [resolve_row(base, r, 1000, 256).model_dump_json() for r in out]
+    assert len(resolved) == len(set(resolved))

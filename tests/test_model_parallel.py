@@ -172,6 +172,17 @@ def test_impossible_layouts_are_refused_with_their_key(kw, key):
     assert err.value.key.endswith(key)
 
 
+def test_diloco_with_model_parallelism_is_refused_for_its_own_reason():
+    """The refusal names DiLoCo's reason (workers are data-parallel replicas), not 1-bit Adam's."""
+    base = _scenario().model_dump()
+    options = {"workers": 2}
+    data = {**base, "training": {**base["training"], "optimizer": "diloco", "optimizer_options": options}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    assert err.value.key.endswith("training.optimizer")
+    assert "1-bit" not in str(err.value) and "worker" in str(err.value)
+
+
 def test_compressed_optimizers_and_offload_are_refused_with_model_parallelism():
     base = _scenario().model_dump()
     for optimizer in ("onebit-adam", "zero-one-adam", "binsgdm"):
@@ -301,3 +312,14 @@ def test_samples_count_data_parallel_replicas_even_when_the_group_spans_nodes_un
     # 24 GPUs, t=2, p=2: d=6 replicas; a data group is 4 ranks on one node and 2 on the next
     s = _scenario(nodes=3, t=2, p=2, m=4)
     assert simulate(s).samples_per_iteration == 1 * 4 * 6
+
+
+def test_out_of_memory_with_model_parallelism_does_not_suggest_zero():
+    """ZeRO together with tensor/pipeline parallelism is refused, so the out-of-memory hint of a
+    model-parallel layout that does not fit points at more tensor/pipeline stages instead."""
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(nodes=4, t=8, p=2, m=8, model_name="GPT-3-175B"))
+    msg = str(err.value)
+    assert err.value.key == "workload.model" and "does not fit" in msg
+    assert "training.sharding" not in msg
+    assert "training.parallelism" in msg

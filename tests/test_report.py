@@ -265,3 +265,27 @@ def test_figures_colours_ticks_and_header(results):
     html = render_html(meta, rows_ok, rec, figs, failed, 3.0)
     model = rows_ok[0]["model"]
     assert f"Model {model} · GPU {rows_ok[0]['gpu']} · global batch 1,024 samples · calibration: none" in html
+
+
+def test_report_labels_each_rows_layout(tmp_path):
+    """A sweep over training.sharding.stage (or training.parallelism.*): the report's rows, and so its
+    recommendation, name each row's layout, and a baseline is compared within its own layout (no
+    'adam ... faster than adam' between a ZeRO-3 row and a DDP row of the same cluster)."""
+    from clustersim.report.build import build_report
+
+    sweep = {
+        "name": "layouts",
+        "base": "preset:default",
+        "vary": {"gpus": [8, 32], "training.sharding.stage": [0, 3]},
+        "steps": 1000,
+        "global_batch": 256,
+        "samples": 0,
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    run_sweep(load_sweep(tmp_path / "s.yaml"), tmp_path / "out")
+    _meta, rows_ok, rec, _figs, _failed = build_report(tmp_path / "out", None, 3.0)
+    assert len(rows_ok) == 4
+    for r in rows_ok:
+        assert ("ZeRO-3" in r["cluster"]) == (r["training.sharding.stage"] == 3), r["cluster"]
+        assert r["baseline"] is r or r["baseline"]["cluster"] == r["cluster"]
+    assert len({r["cluster"] for r in rows_ok}) == 4

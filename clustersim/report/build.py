@@ -12,6 +12,7 @@ from plotly.offline import get_plotlyjs
 
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file, write_text_atomically
+from clustersim.layout_search import layout_label
 from clustersim.report import analysis, figures
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
@@ -25,6 +26,10 @@ def build_report(
     budget: float | None = None,
 ):
     meta, rows = read_results(results)
+    for r in rows:  # a sweep over sharding or tensor/pipeline sizes: each row's layout, as plan's rows
+        scenario = meta["scenarios"].get(r.get("row_id"))
+        if scenario is not None and "layout" not in r:
+            r["layout"] = layout_label(scenario)
     rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price, meta.get("warmup"))
     rec = analysis.recommendation(rows_ok, deadline_h, budget)
     focus = rec["chosen"] or rec["fastest"]

@@ -87,7 +87,13 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
     from clustersim.simulator.sharding import layout
 
     lay = layout(ctx)
-    if lay is None or not lay.parameters:
+    if ctx.model_parallel:  # ZeRO and offload are refused with tensor/pipeline parallelism
+        par = ctx.scenario.training.parallelism
+        hint = (
+            f"; try a larger training.parallelism.tensor or training.parallelism.pipeline (a rank holds "
+            f"1/(t x p) of the model states; now {par.tensor} x {par.pipeline})"
+        )
+    elif lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
             "over the data-parallel ranks), training.parallelism (tensor/pipeline) or training.offload"
@@ -102,7 +108,13 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]
-    if mem["peak_update"] > mem["capacity"]:
+    batches = mem.get("input_batches", 0.0)
+    if batches > 0 and mem["total"] - batches <= mem["capacity"]:
+        key = "workload.input.bytes_per_sample"
+        twice = " (two with prefetch)" if w.input.prefetch else ""
+        why = f"; the input batches of micro_batch {w.micro_batch}{twice} need {format_bytes(batches)}"
+        hint = ""
+    elif mem["peak_update"] > mem["capacity"]:
         key = "workload.model" if w.model is not None else "workload.layers"
         alone = format_bytes(mem["peak_update"])
         why = f"; the model's weights, gradients and optimizer state alone need {alone}"

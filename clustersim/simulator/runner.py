@@ -207,8 +207,9 @@ def _simulate_steps(
             out.breakdown[k] += w * v
         # Per node: a program of p pipeline stages holds each stage's per-node traffic once; the
         # stages occupy equal shares of the nodes, so a node's average is the mean over stages. A
-        # program covering several steps (DiLoCo's sync window) counts per step.
-        per = step.program.ranks * step.covers
+        # program covering several steps (DiLoCo's sync window) counts per step. Rank classes
+        # (stragglers) are not stages: only the typical rank's copy carries bytes.
+        per = (1 if stragglers is not None else step.program.ranks) * step.covers
         s_intra = sum(op.intra_node_bytes for op in step.program.ops) / per
         s_inter = sum(op.inter_node_bytes for op in step.program.ops) / per
         out.intra += w * s_intra

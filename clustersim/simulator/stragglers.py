@@ -97,15 +97,17 @@ def with_rank_classes(program: Program, typical: float, slowest: float) -> tuple
 
 def waiting(program: Program, waits: dict, start: dict, end: dict, top: int = 5) -> dict:
     """How long the typical rank waits at each collective for the slowest one: the collective's start
-    minus when the typical rank's own dependencies (and its comm stream) were done."""
+    minus when the typical rank's own dependencies and the op before it on its stream were done
+    (streams are FIFO per rank and stream: ZeRO-3's gathers and reduce-scatters queue on their own)."""
     rows = []
-    prev_comm = 0.0
+    prev: dict = {}  # the typical rank's last op end per stream, in program (= stream) order
     for op in program.ops:
-        if op.id not in waits:
+        if op.rank != 0:
             continue
-        ready = max([end[d] for d in waits[op.id]] + [prev_comm], default=0.0)
-        rows.append((start[op.id] - ready, op.name))
-        prev_comm = end[op.id]
+        if op.id in waits:
+            ready = max([end[d] for d in waits[op.id]] + [prev.get(op.stream, 0.0)])
+            rows.append((start[op.id] - ready, op.name))
+        prev[op.stream] = end[op.id]
     rows = [(w, n) for w, n in rows if w > 0]
     rows.sort(reverse=True)
     return {
