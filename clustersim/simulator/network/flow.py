@@ -43,6 +43,13 @@ class FlowBackend:
         self.link_bytes: dict[int, np.ndarray] = {}  # group nodes -> bytes per link since reset()
         self.fallbacks: set[str] = set()
         self.notes: list[str] = []
+        # Pipeline stages are ranks of one program on other GPUs: stage s starts at GPU s x (t x d) in
+        # Megatron's order, so stages whose GPUs lie on other nodes use other NICs (simulator/
+        # model_parallel.py). 0: a representative-rank program, every op on node 0's links.
+        self._stage_span = 0
+        if getattr(ctx, "model_parallel", False):
+            lay = ctx.layout
+            self._stage_span = lay.tensor * lay.data
         if ctx.scenario.cluster.intra_node.fabric == "nvlink_mesh":
             self.notes.append(
                 "flow backend on an NVLink mesh (DGX-1): rings run over balanced sets of NVLink rings "
@@ -53,8 +60,14 @@ class FlowBackend:
 
     # ---- the NetworkBackend protocol -----------------------------------------------------------------
     def duration(self, op: Op, now: float) -> float:
-        t = self.time(op.collective)
+        t = self.time(op.collective, count_bytes=self._first_node(op) == 0)
         return op.duration if t is None else t
+
+    def _first_node(self, op: Op) -> int:
+        """The first node of the GPUs that run ``op``: 0 but for a pipeline stage on other nodes."""
+        if not self._stage_span or not op.rank:
+            return 0
+        return op.rank * self._stage_span // self.ctx.scenario.cluster.gpus_per_node
 
     def fabric_demands(self, op: Op, duration: float) -> tuple[dict[str, float], dict[str, float]]:
         """Bytes/s the collective pushes through its busiest links (utilisation >= HOT alone) and their
@@ -72,17 +85,20 @@ class FlowBackend:
         wire = unit_bytes * spec.nbytes / frac
         busy = wire / (net.capacity * duration)
         demands, capacity = {}, {}
+        node = self._first_node(op)
         for i in np.flatnonzero(busy[: len(net.representative)] * net.representative >= HOT):
-            name = net.name(int(i))
+            # a stage on other nodes pushes through other NICs (and, taken as such, other uplinks)
+            name = net.name(int(i)) + (f" (stage on node {node})" if node else "")
             # never above the link (a calibrated efficiency above 1 would otherwise slow it when alone)
             demands[name] = float(min(wire[i] / duration, net.capacity[i]))
             capacity[name] = float(net.capacity[i])
         return demands, capacity
 
     # ---- pricing ---------------------------------------------------------------------------------------
-    def time(self, spec: CollectiveSpec) -> float | None:
+    def time(self, spec: CollectiveSpec, count_bytes: bool = True) -> float | None:
         """Seconds of one collective, or None where the flow model does not apply (a measured fit, a
-        single rank, an algorithm it does not expand): the analytical time then stands."""
+        single rank, an algorithm it does not expand): the analytical time then stands. ``count_bytes``:
+        add its bytes to node 0's links for the utilisation table (not for a stage on other nodes)."""
         if spec.algorithm in ("none", "measured") or spec.nbytes <= 0 or spec.shape.ranks <= 1:
             return None
         key = (spec.op, spec.algorithm, spec.protocol, spec.shape)
@@ -97,10 +113,11 @@ class FlowBackend:
         per_byte, unit_bytes = hit
         if unit_bytes is None:
             return None
-        acc = self.link_bytes.get(spec.shape.nodes)
-        if acc is None:
-            acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
-        acc += unit_bytes * spec.nbytes
+        if count_bytes:
+            acc = self.link_bytes.get(spec.shape.nodes)
+            if acc is None:
+                acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
+            acc += unit_bytes * spec.nbytes
         return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale
 
     def _latency(self, spec: CollectiveSpec) -> float:
