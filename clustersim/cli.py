@@ -23,6 +23,7 @@ from clustersim.cli_support import (
     console,
     emit_json,
     finite_option,
+    one_line_usage_errors,
     plain_help_when_piped,
     progress_bar,
     spinner,
@@ -50,6 +51,7 @@ app = typer.Typer(
     "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
     "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
 )
+one_line_usage_errors()  # a bad option value is one line, exit 2, like every other bad input
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 app.add_typer(topology_app, name="topology")

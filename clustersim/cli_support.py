@@ -112,6 +112,46 @@ class HelpfulGroup(TyperGroup):
         tidy_help(self)
 
 
+def one_line_usage_errors() -> None:
+    """A bad option value (``--samples -1``, ``--global-batch 0``, an unknown option) is one line on stderr
+    naming the option, and exit code 2, like every other bad input; typer prints a usage line, a hint and
+    a boxed panel. Patched around typer's main loop (typer.core._main) so that no rich import is paid
+    by commands that succeed."""
+    import sys
+
+    from typer import core
+
+    if getattr(core._main, "_clustersim_one_line", False):
+        return
+    original = core._main
+
+    def _main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return original(self, *args, standalone_mode=False, **kwargs)
+        try:
+            rv = original(self, *args, standalone_mode=False, **kwargs)
+        except core.Exit as exc:
+            sys.exit(exc.exit_code)
+        except core._click.exceptions.ClickException as exc:
+            if exc.__class__.__name__ == "NoArgsIsHelpError":  # typer printed the help already
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            from rich.markup import escape
+
+            err_console.print(
+                f"[bold red]error:[/] {escape(exc.format_message())}{hint}", highlight=False, soft_wrap=True
+            )
+            sys.exit(exc.exit_code)
+        except core.Abort:
+            err_console.print("Aborted.")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    _main._clustersim_one_line = True
+    core._main = _main
+
+
 def plain_help_when_piped() -> None:
     """``--help`` into a pipe or a file: panels without box borders (a log or a grep should see the text,
     not rounded corners). Patched into typer's help formatter on its first use, so commands that print no

@@ -59,3 +59,23 @@ def test_help_into_a_pipe_has_no_box_borders():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Usage: clustersim run" in out and "--samples" in out
     assert not any(ch in out for ch in "╭╮╰╯│─")
+
+
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["run", "preset:default", "--samples", "-1"], "--samples"),
+        (
+            ["plan", "--model", "GPT-3-1.3B", "--steps", "10", "--deadline", "1d", "--global-batch", "0"],
+            "--global-batch",
+        ),
+        (["run", "preset:default", "--bogus", "x"], "--bogus"),
+    ],
+)
+def test_a_bad_option_value_is_one_line_naming_it(runner, args, option):
+    """Typer's own parameter errors (a value out of range, an unknown option) are one line naming the
+    option and exit 2, like every other bad input: no usage box, no traceback."""
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and option in lines[0] and "╭" not in res.output and "Traceback" not in res.output
