@@ -1,5 +1,6 @@
 """Reports and plans: the HTML, the recommendation, a real headless Chromium, and `plan`."""
 
+import html
 import json
 import os
 import shutil
@@ -40,6 +41,33 @@ def test_report_is_self_contained(results, tmp_path, runner):
     for fig in ("speedup", "breakdown", "timeline", "bytes", "cost"):
         assert f'id="fig-{fig}"' in text
     assert "Recommendation" in text and "Pareto frontier" in text
+
+
+def test_report_shows_the_recommended_configurations_hottest_links(results):
+    """Issue #11: per-link utilisation in the report, from the flow backend (the sweep ran analytical,
+    so the report simulates the recommended configuration once more with flows): the links are the
+    busiest of that run, each at most fully used, and the table is in the page."""
+    from clustersim.report.build import build_report, render_html
+
+    meta, rows_ok, rec, figs, failed = build_report(results, price=3.0)
+    links = meta["hottest_links"]["links"]
+    assert links and all(0 < x["utilisation"] <= 1.0 + 1e-9 for x in links)
+    assert links == sorted(links, key=lambda x: -x["utilisation"])
+    page = render_html(meta, rows_ok, rec, figs, failed, 3.0)
+    assert 'id="links"' in page and html.escape(links[0]["link"]) in page
+
+
+def test_flow_rows_of_a_sweep_name_their_busiest_link(tmp_path):
+    from clustersim.sweeps.store import read_results
+
+    sweep = {**SWEEP, "vary": {"gpus": [16], "training.network": ["analytical", "flow"]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    run_sweep(load_sweep(tmp_path / "s.yaml"), tmp_path / "out")
+    _, rows = read_results(tmp_path / "out")
+    flow = [r for r in rows if r.get("training.network") == "flow"]
+    plain = [r for r in rows if r.get("training.network") == "analytical"]
+    assert flow and all(r["hottest_link"] and 0 < float(r["hottest_link_utilisation"]) <= 1 for r in flow)
+    assert plain and all(not r.get("hottest_link") for r in plain)
 
 
 def test_recommendation_is_drawn_from_the_numbers(results):

@@ -168,3 +168,23 @@ def test_global_batch_must_split(tmp_path):
     rec = simulate_row(load_sweep(write(tmp_path)).base.model_dump(mode="json"), {"gpus": 16}, 10, None, 100)
     assert rec["status"] == "invalid" and "does not split" in rec["error"]
     assert rec["row_id"] == row_id({"gpus": 16})
+
+
+def test_a_folder_begun_before_new_columns_resumes_in_its_own_columns(tmp_path):
+    """results.csv written by an older clustersim (without the hottest_link columns) is resumed with its
+    own header: appended rows stay aligned and the whole file reads back."""
+    from clustersim.sweeps.store import read_results
+
+    sweep = load_sweep(write(tmp_path))
+    run_sweep(sweep, tmp_path / "out", batch_size=1, stop_after=3)
+    path = tmp_path / "out" / "results.csv"
+    with path.open(newline="") as fh:
+        old = [r[:-2] for r in csv.reader(fh)]  # drop the two newest columns, as an older version wrote
+    assert old[0][-1] == "gpu_hours"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(old)
+    run_sweep(sweep, tmp_path / "out")
+    _, rows = read_results(tmp_path / "out")
+    assert len(rows) == len(sweep.rows()) and all(r["status"] in ("ok", "invalid") for r in rows)
+    with path.open(newline="") as fh:
+        assert {len(r) for r in csv.reader(fh)} == {len(old[0])}

@@ -16,6 +16,7 @@ from clustersim.layout_search import layout_label
 from clustersim.report import analysis, figures
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
+from clustersim.units import format_bytes
 
 
 def build_report(
@@ -36,15 +37,44 @@ def build_report(
     from clustersim.simulator import simulate
 
     scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=f"{results}/scenarios.jsonl")
+    focus_run = simulate(scenario)
+    meta["hottest_links"] = hottest_links(scenario, focus_run)
     figs = {
         "speedup": figures.speedup_vs_gpus(rows_ok),
         "breakdown": figures.breakdown_bars(rows_ok, focus["network"], focus["gpu"]),
-        "timeline": figures.timeline(simulate(scenario)),
+        "timeline": figures.timeline(focus_run),
         "bytes": figures.bytes_on_wire(rows_ok, focus["network"], focus["gpu"]),
         "cost": figures.cost_vs_time(rows_ok, rec["chosen"]),
     }
     failed = [r for r in rows if r.get("status") != "ok"]
     return meta, rows_ok, rec, figs, failed
+
+
+def hottest_links(scenario, run) -> dict:
+    """The recommended (or fastest) configuration's busiest links and their utilisation (bytes over
+    capacity x iteration time), from the flow backend (issue #11): the run itself when it used it, else
+    one more simulation of the same scenario with ``training.network: flow`` (no band)."""
+    from clustersim.simulator import simulate
+
+    if not run.extra.get("hottest_links"):
+        run = simulate(scenario.with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
+    return {"iteration_time_s": run.iteration_time, "links": run.extra.get("hottest_links") or []}
+
+
+def _links_html(hot: dict | None) -> str:
+    if not hot or not hot["links"]:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(x['link'])}</td><td>{x['gbs']:.3g}</td><td>{format_bytes(x['bytes'])}</td>"
+        f"<td>{100 * x['utilisation']:.1f}%</td></tr>"
+        for x in hot["links"]
+    )
+    return (
+        '<h2 id="links">Hottest links of the recommended configuration (flow backend)</h2>'
+        f"<p>Bytes over capacity x the flow backend's iteration time ({hot['iteration_time_s'] * 1e3:,.1f} ms); "
+        "collectives simulated flow by flow over the topology, links shared max-min fairly.</p>"
+        f"<table><tr><th>link</th><th>GB/s</th><th>bytes per iteration</th><th>utilisation</th></tr>{rows}</table>"
+    )
 
 
 def render_html(meta: dict, rows_ok, rec: dict, figs: dict, failed: list, price: float | None) -> str:
@@ -99,6 +129,7 @@ steps per run {rows_ok[0]["steps"]:,}; cost at {html.escape(price_note)}. cluste
 <h2>Pareto frontier (no other configuration is both faster and cheaper)</h2>
 <table><tr><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th><th>samples/s</th><th>speedup</th></tr>
 {table_rows}</table>
+{_links_html(meta.get("hottest_links"))}
 {"".join(parts)}
 </body></html>
 """

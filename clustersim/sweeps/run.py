@@ -89,6 +89,9 @@ def simulate_row(
                 "global_batch": r.samples_per_iteration,
             }
         )
+        hot = r.extra.get("hottest_links")
+        if hot:  # flow backend rows: their busiest link (issue #11)
+            rec["hottest_link"], rec["hottest_link_utilisation"] = hot[0]["link"], hot[0]["utilisation"]
         warm_opts = registry.get(r.optimizer).warmup_options(scenario.training.optimizer_options)
         if warm_opts is not None:
             warm = simulate(scenario.with_changes(**{"training.optimizer_options": warm_opts}))

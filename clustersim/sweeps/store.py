@@ -55,6 +55,8 @@ METRICS = [
     "time_to_train_p10_s",
     "time_to_train_p90_s",
     "gpu_hours",
+    "hottest_link",  # flow backend rows (training.network: flow): the busiest link and its utilisation
+    "hottest_link_utilisation",
 ]
 
 
@@ -141,6 +143,10 @@ class ResultsFolder:
             fcntl.flock(fh, fcntl.LOCK_UN)
             fh.close()
 
+    def _header(self) -> list[str]:
+        with self.csv_path.open(newline="") as fh:
+            return next(csv.reader(fh), [])
+
     def read_rows(self) -> list[dict[str, str]]:
         """Finished rows, one per row id (two sweeps that once ran into one folder wrote some twice)."""
         if not self.csv_path.exists():
@@ -152,9 +158,11 @@ class ResultsFolder:
         new = not self.csv_path.exists()
         self._drop_cut_line()
         size = 0 if new else self.csv_path.stat().st_size
+        # A folder begun by an older clustersim keeps its own columns (newer metrics are left out of it)
+        columns = self.columns if new else self._header() or self.columns
         try:
             with self.csv_path.open("a", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
+                writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
                 if new:
                     writer.writeheader()
                 for rec in records:
@@ -232,7 +240,7 @@ def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str
     return header, rows
 
 
-_TEXT = {"row_id", "status", "error", "gpu", "model", "optimizer", "nic_kind"}
+_TEXT = {"row_id", "status", "error", "gpu", "model", "optimizer", "nic_kind", "hottest_link"}
 _INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
 
 
