@@ -15,7 +15,8 @@ layouts the practice of the field says can win, each decided by a memory check t
     too), with activation checkpointing when nothing fits without it;
   - for each tensor-parallel size t of 1, 2, 4, 8 within a node (Narayanan et al., SC'21: keep TP inside
     a node, where NVLink carries its per-layer all-reduces), the fewest pipeline stages p that fit, first
-    without recomputation, then with it (fewer stages: a smaller bubble, fewer point-to-point hops).
+    without recomputation, then with it (fewer stages: a smaller bubble, fewer point-to-point hops),
+    with Megatron's distributed optimizer (ZeRO-1 over the data-parallel replicas).
 
 The memory check is made at micro-batch 1, the most favourable; the simulation then fits the micro-batch
 to the global batch as every plan row does (halving it while it does not fit).
@@ -113,11 +114,15 @@ def _fewest_stages_per_tensor_size(scenario: Scenario, global_batch: int | None)
 
 
 def _fitting_recompute(scenario: Scenario, t: int, p: int, global_batch: int | None) -> dict[str, Any] | None:
+    """Megatron's layout at (t, p) with its distributed optimizer (ZeRO-1 over the data-parallel replicas:
+    the reduce-scatter and all-gather move what the all-reduce moved, and the fp32 states shrink by the
+    data-parallel degree, as Megatron recommends for large models), recomputation only if needed."""
     for recompute in ("none", "full"):
         changes = {
             "training.parallelism.tensor": t,
             "training.parallelism.pipeline": p,
             "training.parallelism.recompute": recompute,
+            "training.parallelism.distributed_optimizer": True,
         }
         s = _try(scenario, changes)
         if s is not None and fits(s, global_batch):
@@ -132,9 +137,11 @@ def layout_label(scenario: dict[str, Any]) -> str:
     sh = training.get("sharding") or {}
     parts = []
     t, p = par.get("tensor", 1), par.get("pipeline", 1)
-    if t > 1 or p > 1:
+    if t > 1 or p > 1 or par.get("distributed_optimizer"):
         world = scenario["cluster"]["nodes"] * scenario["cluster"]["gpus_per_node"]
         parts.append(f"TP{t}·PP{p}·DP{world // (t * p)}")
+    if par.get("distributed_optimizer"):
+        parts.append("dist. optimizer")
     if sh.get("framework") == "fsdp":
         parts.append(f"FSDP {sh.get('fsdp_strategy') or 'full'}")
     elif sh.get("stage"):

@@ -356,15 +356,21 @@ class ParallelismSpec(_Strict):
     )
     schedule: Literal["1f1b", "interleaved"] = "1f1b"
     virtual_stages: Count = Field(1, gt=0, description="model chunks per stage (interleaved schedule)")
+    distributed_optimizer: bool = Field(
+        False,
+        description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
+        "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
+    )
     recompute: Literal["none", "full"] = Field(
         "none", description="full activation recomputation: backward re-runs each layer's forward"
     )
 
     @property
     def model_parallel(self) -> bool:
-        """Whether Megatron's program runs: tensor or pipeline parallelism, or recomputation (which
-        only that program models). Plain data parallelism otherwise keeps the DDP program."""
-        return self.tensor > 1 or self.pipeline > 1 or self.recompute != "none"
+        """Whether Megatron's program runs: tensor or pipeline parallelism, recomputation or the
+        distributed optimizer (which only that program models). Plain data parallelism otherwise keeps
+        the DDP program."""
+        return self.tensor > 1 or self.pipeline > 1 or self.recompute != "none" or self.distributed_optimizer
 
 
 class TrainingSpec(_Strict):
@@ -626,9 +632,8 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled:
         raise InputError(
-            "ZeRO/FSDP sharding together with tensor/pipeline parallelism is not modelled (Megatron's "
-            "distributed optimizer, ZeRO-1 over the data-parallel group, is not built yet); "
-            "use one or the other",
+            "ZeRO/FSDP sharding together with tensor/pipeline parallelism is not modelled; for ZeRO-1 "
+            "over the data-parallel group use Megatron's training.parallelism.distributed_optimizer",
             key="training.sharding.stage",
         )
     if s.cluster.heterogeneity is not None:

@@ -323,3 +323,37 @@ def test_out_of_memory_with_model_parallelism_does_not_suggest_zero():
     assert err.value.key == "workload.model" and "does not fit" in msg
     assert "training.sharding" not in msg
     assert "training.parallelism" in msg
+
+
+def test_distributed_optimizer_shards_the_fp32_states_over_the_data_parallel_replicas():
+    """Megatron's distributed optimizer is ZeRO stage 1 over the data-parallel group (Rajbhandari et al.
+    2020: 4Psi + 12Psi/N_d for mixed-precision Adam): the fp32 master weights and Adam's m, v shrink by
+    d, the 16-bit weights and the gradients do not; the reduce-scatter plus all-gather move what the
+    all-reduce moved (the ring's 2(d-1)/d each way), and the update runs on 1/d of the parameters."""
+    plain = _scenario(nodes=4, t=2, p=2, m=8)  # d = 32 / 4 = 8
+    dist = plain.with_changes(**{"training.parallelism.distributed_optimizer": True})
+    a, b = simulate(plain, uncertainty_samples=0), simulate(dist, uncertainty_samples=0)
+    ctx = build_context(plain)
+    P, d = ctx.rank_params, ctx.layout.data
+    assert d == 8
+    assert a.memory["optimizer_state"] == pytest.approx(8 * P)
+    assert b.memory["optimizer_state"] == pytest.approx(8 * P / d)
+    assert b.memory["parameters"] == pytest.approx(2 * P + 4 * P / d)  # fp16 weights + fp32 master / d
+    assert b.memory["gradients"] == a.memory["gradients"]
+    assert b.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(
+        a.bytes_per_link_kind["inter_node_per_node"], rel=0.02
+    )
+    names = [op.name for op in b.ops]
+    assert any("reduce_scatter gradients" in n for n in names) and any(
+        "all_gather parameters" in n for n in names
+    )
+    assert not any("all_reduce gradients" in n for n in names)
+    upd_a = sum(op.end - op.start for op in a.ops if op.category == "optimizer")
+    upd_b = sum(op.end - op.start for op in b.ops if op.category == "optimizer")
+    assert upd_b == pytest.approx(upd_a / d, rel=1e-6)
+
+
+def test_distributed_optimizer_alone_runs_megatrons_data_parallel_program():
+    s = _scenario(nodes=2, t=1, p=1, m=4).with_changes(**{"training.parallelism.distributed_optimizer": True})
+    r = simulate(s, uncertainty_samples=0)
+    assert any("reduce_scatter gradients" in op.name for op in r.ops)

@@ -28,11 +28,19 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     P = ctx.rank_params
     d = BYTES_PER_ELEMENT[ctx.precision]
     offloaded = ctx.scenario.training.offload.mode != "none"
+    # Megatron's distributed optimizer shards the fp32 master weights and the optimizer state over the
+    # data-parallel replicas (ZeRO stage 1: Rajbhandari et al. 2020, 4Psi + 12Psi/N_d for mixed Adam).
+    shards = (
+        ctx.layout.data
+        if ctx.model_parallel and ctx.scenario.training.parallelism.distributed_optimizer
+        else 1
+    )
     mem = {
-        "parameters": P * d + (4 * P if d < 4 and not offloaded else 0),
+        "parameters": P * d + (4 * P / shards if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
         "ddp_buckets": 0.0 if offloaded else P * ctx.grad_bytes,
         "optimizer_state": P
+        / shards
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.rank_activation_bytes,
     }

@@ -122,12 +122,21 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
     first and last stage, the update of this stage's parameters, zero_grad and loss scaling."""
     L = ctx.layout
     params = L.stage_params(s)
-    ends = [
-        add_collective(
-            prog, ctx, "all_reduce gradients (data parallel)", "all_reduce", params * ctx.grad_bytes,
-            ctx.data_parallel, (last,), rank=s,
-        )
-    ]  # fmt: skip
+    distributed = ctx.scenario.training.parallelism.distributed_optimizer and L.data > 1
+    if distributed:  # Megatron's distributed optimizer (ZeRO-1): reduce-scatter, update a shard, all-gather
+        ends = [
+            add_collective(
+                prog, ctx, "reduce_scatter gradients (distributed optimizer)", "reduce_scatter",
+                params * ctx.grad_bytes, ctx.data_parallel, (last,), rank=s,
+            )
+        ]  # fmt: skip
+    else:
+        ends = [
+            add_collective(
+                prog, ctx, "all_reduce gradients (data parallel)", "all_reduce", params * ctx.grad_bytes,
+                ctx.data_parallel, (last,), rank=s,
+            )
+        ]  # fmt: skip
     if L.pipeline > 1 and L.tied_head and s in (0, L.pipeline - 1):
         embedding = L.arch.vocab * L.arch.hidden / L.tensor * ctx.grad_bytes
         ends.append(
@@ -139,11 +148,16 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
     update = prog.add(
         label,
         "compute",
-        ctx.device.stream_time(update_bytes * params, "optimizer"),
+        ctx.device.stream_time(update_bytes * params / (L.data if distributed else 1), "optimizer"),
         "optimizer",
         ends,
         rank=s,
     )
+    if distributed:  # every replica gets the updated 16-bit weights of the others' shards
+        update = add_collective(
+            prog, ctx, "all_gather parameters (distributed optimizer)", "all_gather",
+            params * BYTES_PER_ELEMENT[ctx.precision], ctx.data_parallel, (update,), rank=s,
+        )  # fmt: skip
     other = params * ctx.grad_bytes  # zero_grad
     if BYTES_PER_ELEMENT[ctx.precision] < 4:
         other += 3 * params * ctx.grad_bytes  # loss-scale unscale (read+write) and overflow check (read)
