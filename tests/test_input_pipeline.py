@@ -124,3 +124,14 @@ def test_input_batches_that_do_not_fit_name_the_input_not_the_model():
     msg = str(err.value)
     assert err.value.key == "workload.input.bytes_per_sample"
     assert "input batches" in msg and "optimizer state alone" not in msg
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_sharded_programs_load_their_input_too(stage):
+    """ZeRO programs build their own forward passes (stage 3 gathers parameters before each layer): the
+    input pipeline applies there as well, so without prefetch the step grows by the batch's load."""
+    with_input = gcn().with_changes(**{"training.sharding.stage": stage})
+    without = plain().with_changes(**{"training.sharding.stage": stage})
+    t_in = simulate(with_input, uncertainty_samples=0).iteration_time
+    t_out = simulate(without, uncertainty_samples=0).iteration_time
+    assert t_in > t_out

@@ -67,11 +67,15 @@ def add_collective(
     )
 
 
-def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> int | None:
-    """Forward and backward of every micro-step on the compute stream.
+def add_micro_steps(
+    prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
+) -> int | None:
+    """Forward and backward of every micro-step on the compute stream (each micro-step's input batch
+    first, when the workload has an input pipeline).
 
     ``on_backward(layer_index, op_id)`` is called for each layer's backward in the last micro-step,
-    where gradient communication may hook in. Returns the id of the last backward op.
+    where gradient communication may hook in; with ``every_micro``, ``on_backward(layer_index, op_id,
+    micro)`` in every micro-step (ZeRO-2 reduces at each). Returns the id of the last backward op.
     """
     layers = ctx.workload.layers
     steps = ctx.scenario.workload.gradient_accumulation
@@ -95,7 +99,11 @@ def add_micro_steps(prog: Program, ctx: SimulationContext, on_backward=None) -> 
                 "backward",
                 meta={"micro": micro},
             )
-            if on_backward is not None and micro == steps - 1:
+            if on_backward is None:
+                continue
+            if every_micro:
+                on_backward(li, last, micro)
+            elif micro == steps - 1:
                 on_backward(li, last)
     return last
 
@@ -150,6 +158,24 @@ def add_ddp_gradient_sync(
         for b in buckets:
             launch(b, last)
     return comm_ops, info
+
+
+def add_gradient_to_host(
+    prog: Program, ctx: SimulationContext, spec, on_cpu: float, shard: float, dep, label: str
+):
+    """A reduced gradient partition of ``shard`` elements leaving the GPU for the offloaded update.
+    DeepSpeed (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage3.py likewise):
+    the gradient norm and src.float() run on the GPU, then copy_ moves fp32 (4 B) into the pinned host
+    buffer, the CPU's share (``on_cpu``) of it. Returns the copy's op id."""
+    cast = prog.add(
+        f"grad norm + fp32 cast {label}",
+        "compute",
+        ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
+        "other",
+        (dep,),
+    )
+    secs, dem = ctx.host.copy(shard * spec.to_host * on_cpu, to_host=True)
+    return prog.add(f"D2H gradients {label}", "d2h", secs, "transfer", (cast,), demands=dem)
 
 
 def add_update_and_other(

@@ -22,6 +22,7 @@ from clustersim.simulator.strategies.buckets import assign_buckets
 from clustersim.simulator.strategies.common import (
     add_collective,
     add_ddp_gradient_sync,
+    add_gradient_to_host,
     add_micro_steps,
     add_other,
     add_update_and_other,
@@ -64,19 +65,8 @@ def zero_offload_program(
                     bucket=b.index,
                 )
                 info.append({"bucket": b.index, "bytes": b.nbytes(ctx.grad_bytes), "op": dep})
-            shard = b.elements / p
-            # DeepSpeed (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu): the gradient
-            # norm and src.float() run on the GPU, then copy_ moves fp32 (4 B) into the pinned host buffer.
-            dep = prog.add(
-                f"grad norm + fp32 cast bucket{b.index}",
-                "compute",
-                ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
-                "other",
-                (dep,),
-            )
-            secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
             moved.append(
-                prog.add(f"D2H gradients bucket{b.index}", "d2h", secs, "transfer", (dep,), demands=dem)
+                add_gradient_to_host(prog, ctx, spec, on_cpu, b.elements / p, dep, f"bucket{b.index}")
             )
 
     last = add_micro_steps(prog, ctx, on_backward)

@@ -44,6 +44,7 @@ import math
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
+from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
     DEEPSPEED_BUCKET_ELEMENTS,
@@ -59,7 +60,12 @@ from clustersim.simulator.sharding import (
 from clustersim.simulator.strategies import zeropp
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
-from clustersim.simulator.strategies.common import add_collective, add_other
+from clustersim.simulator.strategies.common import (
+    add_collective,
+    add_gradient_to_host,
+    add_micro_steps,
+    add_other,
+)
 
 NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
 
@@ -162,16 +168,8 @@ class Sharded(Strategy):
 
         def to_host(bucket, reduced: int) -> None:
             shard = bucket.elements / lay.degree
-            cast = prog.add(
-                f"grad norm + fp32 cast partition {bucket.index}",
-                "compute",
-                ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
-                "other",
-                (reduced,),
-            )
-            secs, dem = host.copy(shard * spec.to_host * on_cpu, to_host=True)
             moved.append(
-                prog.add(f"D2H gradients {bucket.index}", "d2h", secs, "transfer", (cast,), demands=dem)
+                add_gradient_to_host(prog, ctx, spec, on_cpu, shard, reduced, f"partition {bucket.index}")
             )
 
         ends, buckets = _stage3_program(prog, ctx, lay, to_host)
@@ -314,7 +312,6 @@ def _reduce_levels(prog, ctx, lay: Layout, bucket, nbytes, dep, info, stream, bo
 
 def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[dict]]:
     """ZeRO-1/2: forward/backward with bucketed gradient reduction to the partition owners."""
-    layers = ctx.workload.layers
     micro_steps = ctx.scenario.workload.gradient_accumulation
     buckets = _reduce_buckets(ctx, lay)
     by_layer: dict[int, list] = {}
@@ -323,26 +320,14 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
     stream = "comm" if lay.overlap else "compute"
     reduced: list[int] = []
     info: list[dict] = []
-    last = None
-    for micro in range(micro_steps):
+
+    def on_backward(li: int, op: int, micro: int) -> None:
         boundary = micro == micro_steps - 1
-        hooked = lay.gradients or (lay.overlap and boundary)  # stage 1 reduces only at the boundary
-        for layer in layers:
-            prog.add(
-                f"fwd {layer.name}", "compute", ctx.forward_time(layer), "forward", meta={"micro": micro}
-            )
-        for li in reversed(range(len(layers))):
-            last = prog.add(
-                f"bwd {layers[li].name}",
-                "compute",
-                ctx.backward_time(layers[li]),
-                "backward",
-                meta={"micro": micro},
-            )
-            if hooked:
-                for b in by_layer.get(li, []):
-                    ops = _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
-                    reduced += ops
+        if lay.gradients or (lay.overlap and boundary):  # stage 1 reduces only at the boundary
+            for b in by_layer.get(li, []):
+                reduced.extend(_reduce(prog, ctx, lay, b, op, info if boundary else [], stream, boundary))
+
+    last = add_micro_steps(prog, ctx, on_backward, every_micro=True)
     if not lay.gradients and not lay.overlap:  # stage 1 without overlap_comm: after backward
         for b in buckets:
             reduced += _reduce(prog, ctx, lay, b, last, info, stream)
@@ -397,6 +382,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
     for micro in range(ctx.scenario.workload.gradient_accumulation):
         boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
         fwd: list[int] = []
+        batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
         for i, layer in enumerate(layers):
             start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
             if refresh is not None and micro == 0 and layer.params:
@@ -418,7 +404,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     "compute",
                     ctx.forward_time(layer),
                     "forward",
-                    (gathered,),
+                    (gathered, batch) if i == 0 and batch is not None else (gathered,),
                     meta={"micro": micro},
                 )
             )
