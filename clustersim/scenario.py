@@ -560,6 +560,23 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
                 )
 
 
+def _check_inputs_and_tiers(s: Scenario) -> None:
+    """Settings that would otherwise be silently meaningless."""
+    inp = s.workload.input
+    if inp is not None and inp.row_bytes is not None and inp.row_bytes > inp.bytes_per_sample:
+        raise InputError(
+            f"a row of {inp.row_bytes:g} bytes is larger than a sample's {inp.bytes_per_sample:g} bytes of "
+            "features (a sample gathers whole rows)",
+            key="workload.input.row_bytes",
+        )
+    f = s.cluster.fabric
+    if f.core_oversubscription != 1.0 and f.leaves_per_pod is None:
+        raise InputError(
+            "core_oversubscription applies to a third tier of core switches: set leaves_per_pod too",
+            key="cluster.fabric.core_oversubscription",
+        )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -616,6 +633,7 @@ def _check_semantics(s: Scenario) -> None:
             f"effective rate {c.nic.effective_gbps} Gb/s exceeds the line rate {c.nic.line_rate_gbps} Gb/s",
             key="cluster.nic.effective_gbps",
         )
+    _check_inputs_and_tiers(s)
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     parse_options(s.training.optimizer, s.training.optimizer_options)
     check_sharding(s.training)

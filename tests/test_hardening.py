@@ -605,3 +605,25 @@ def test_resuming_into_a_folder_with_a_damaged_sweep_json(runner, tmp_path, text
     before = (out / "results.csv").read_text()
     one_line_error(invoke(runner, "sweep", sweep_file, "--out", out), str(out / "sweep.json"))
     assert (out / "results.csv").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"workload.input": {"bytes_per_sample": 100, "row_bytes": 512}}, "workload.input.row_bytes"),
+        (
+            {"cluster.fabric": {"kind": "leaf_spine", "core_oversubscription": 2.0}},
+            "cluster.fabric.core_oversubscription",
+        ),
+    ],
+)
+def test_settings_that_would_mean_nothing_are_refused(overrides, key):
+    """A row larger than a sample's features, a core tier's oversubscription without a core tier: refused
+    naming the key instead of running as if they were not there."""
+    from conftest import make_scenario
+
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        make_scenario(**overrides)
+    assert key in str(exc.value)

@@ -317,3 +317,22 @@ def test_report_labels_each_rows_layout(tmp_path):
         assert ("ZeRO-3" in r["cluster"]) == (r["training.sharding.stage"] == 3), r["cluster"]
         assert r["baseline"] is r or r["baseline"]["cluster"] == r["cluster"]
     assert len({r["cluster"] for r in rows_ok}) == 4
+
+
+def test_short_times_to_train_read_in_minutes_not_zero_hours():
+    assert analysis._hours(0.04) == "2.4 min" and analysis._hours(2.0) == "2.0 h"
+    rows = [
+        {"optimizer": "adam", "cluster": "8 x A100", "ttt_h": 0.02, "cost": 1.0},
+        {"optimizer": "sgdm", "cluster": "8 x A100", "ttt_h": 0.03, "cost": 2.0},
+    ]
+    text = " ".join(analysis.recommendation(rows)["text"])
+    assert "0.0 h" not in text and "1.2 min" in text
+
+
+def test_rows_that_differ_only_in_network_backend_say_which():
+    rows = [
+        {"optimizer": "adam", "cluster": "8 x A100, InfiniBand 200 Gb/s", "training.network": n}
+        for n in ("analytical", "flow")
+    ]
+    analysis._disambiguate(rows)
+    assert rows[0]["cluster"] != rows[1]["cluster"] and "flow network backend" in rows[1]["cluster"]

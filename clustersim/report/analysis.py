@@ -72,6 +72,7 @@ def cluster_label(row: dict[str, Any]) -> str:
 
 # Row fields that a sweep may vary beyond GPU count, GPU and network, as a cluster label shows them.
 _DISTINGUISHING = (
+    ("training.network", "{} network backend"),  # a sweep over the analytical and flow backends
     ("gpus_per_node", "{} GPUs/node"),
     ("micro_batch_used", "micro-batch {}"),
     ("model", "{}"),
@@ -181,6 +182,11 @@ def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return front
 
 
+def _hours(h: float) -> str:
+    """A time to train as people say it: hours, or minutes below a tenth of an hour (not "0.0 h")."""
+    return f"{h:,.1f} h" if h >= 0.1 else f"{h * 60:,.1f} min"
+
+
 def recommendation(
     rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None
 ) -> dict:
@@ -202,7 +208,7 @@ def recommendation(
         why = []
         if deadline_h is not None:
             why.append(
-                f"the fastest option needs {fastest['ttt_h']:,.1f} h against a {deadline_h:,.1f} h deadline"
+                f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
             )
         if budget is not None:
             cheapest = min(rows, key=lambda r: r["cost"])
@@ -210,17 +216,17 @@ def recommendation(
         lines.append("No configuration meets the constraints: " + "; ".join(why) + ".")
     else:
         band = (
-            f" (P10–P90 {chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h)"
+            f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
             if "ttt_p10_h" in chosen
             else ""
         )
         lines.append(
-            f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {chosen['ttt_h']:,.1f} h to train"
+            f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
             f"{band}, ${chosen['cost']:,.0f}."
         )
         if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
             lines.append(
-                f"Risk: its P90 ({chosen['ttt_p90_h']:,.1f} h) is past the {deadline_h:,.1f} h deadline; "
+                f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
                 "a faster runner-up avoids that risk; a calibration of this cluster may narrow the band."
             )
         if chosen is not cheapest:
@@ -236,7 +242,7 @@ def recommendation(
                 f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
                 f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) "
                 "cheaper than "
-                f"{b['optimizer']} ({b['ttt_h']:,.1f} h, ${b['cost']:,.0f})"
+                f"{b['optimizer']} ({_hours(b['ttt_h'])}, ${b['cost']:,.0f})"
                 + (
                     "; within the model's uncertainty the two are indistinguishable (their P10–P90 bands "
                     "overlap)."
@@ -246,7 +252,7 @@ def recommendation(
             )
     if fastest is not chosen:
         lines.append(
-            f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({fastest['ttt_h']:,.1f} h, "
+            f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
             f"${fastest['cost']:,.0f})."
         )
     lines += advantage_limits(rows)
