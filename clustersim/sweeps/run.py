@@ -147,9 +147,13 @@ def simulate_batch(
     from clustersim.catalog import user_catalogs
 
     marker = os.environ.get(CRASH_ENV)
-    if marker and os.path.exists(marker) and multiprocessing.parent_process() is not None:
-        os.unlink(marker)
-        os._exit(1)  # a worker process dying mid-sweep (tests only)
+    if marker and multiprocessing.parent_process() is not None:
+        try:  # the one worker that takes the marker dies; two that saw it at once must not both try
+            os.unlink(marker)
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)  # a worker process dying mid-sweep (tests only)
     with user_catalogs(catalogs):
         return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
 
