@@ -408,15 +408,7 @@ def test_a_user_gpu_carries_its_price_into_plan_and_report(tmp_path):
     from clustersim.errors import InputError
     from clustersim.report.analysis import price_of
 
-    gpu = {
-        "chip": "X100",
-        "description": "test GPU",
-        "peak_tflops": {"fp32": 100, "bf16": 3000, "fp16": 3000},
-        "hbm_gbs": 12000,
-        "memory_gib": 256,
-        "nvlink": {"links": 18, "gbs_per_link": 80},
-        "pcie_gen": 5,
-    }
+    gpu = X100
     priced = write(tmp_path, "priced.yaml", {"X100": {**gpu, "price_per_gpu_hour": 20.0}})
     unpriced = write(tmp_path, "unpriced.yaml", {"X100": gpu})
     with catalog.user_catalogs([priced]):

@@ -30,7 +30,15 @@ import time
 from clustersim.calibration.microbench import pack_bits as _pack
 from clustersim.calibration.microbench import unpack_bits as _unpack
 from clustersim.cost_models.kernel_bytes import padded_elements
-from clustersim.testbed.ddp_job import build_model, finish, model_input, slowest, slowest_ranks, start
+from clustersim.testbed.ddp_job import (
+    build_model,
+    finish,
+    model_input,
+    slowest,
+    slowest_ranks,
+    start,
+    timed_steps,
+)
 
 
 def flatten(torch, params):
@@ -192,21 +200,14 @@ def _train(torch, dist, args) -> dict:
     x = model_input(torch, args)
     opt = (OneBitAdam if args.mode == "onebit" else BinSGDM)(torch, dist, model.parameters())
     keys = ("step", "forward", "backward", "state_update", "compressed_allreduce", "update", "collectives")
-    times: dict[str, list[float]] = {k: [] for k in keys}
-    for i in range(args.warmup + args.steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        loss = model(x).square().mean()
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
+
+    def update() -> tuple:
         opt.collectives_s = 0.0
         parts = (*opt.step(), opt.collectives_s)
         opt.grad.zero_()  # the flat gradient buffer that every parameter's .grad views (as zero_grad)
-        t3 = time.perf_counter()
-        if i >= args.warmup:
-            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, *parts)):
-                times[key].append(value)
+        return parts
+
+    times = timed_steps(dist, args, model, x, keys, update)
     return {"params": sum(q.numel() for q in model.parameters()), **slowest(torch, dist, times, keys)}
 
 

@@ -100,14 +100,11 @@ def finish(args, torch, dist, result: dict) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    args, torch, dist = start(argv, __doc__, ("ddp", "local"))
-    model = build_model(torch, args)
-    if args.mode == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = model_input(torch, args)
-    keys = ("step", "forward", "backward", "optimizer")
+def timed_steps(dist, args, model, x, keys, update) -> dict[str, list[float]]:
+    """``args.warmup`` untimed then ``args.steps`` timed training steps, all ranks starting together
+    (a barrier): per step its whole time, forward, backward, then ``update()``'s own parts (the
+    optimizer step, which returns the durations it measured inside itself, or () to be timed as one
+    part). ``keys`` names those columns in that order."""
     times: dict[str, list[float]] = {k: [] for k in keys}
     for i in range(args.warmup + args.steps):
         dist.barrier()
@@ -116,12 +113,29 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
+        parts = update()
         t3 = time.perf_counter()
         if i >= args.warmup:
-            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)):
+            for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, *(parts or (t3 - t2,)))):
                 times[key].append(value)
+    return times
+
+
+def main(argv=None) -> int:
+    args, torch, dist = start(argv, __doc__, ("ddp", "local"))
+    model = build_model(torch, args)
+    if args.mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = model_input(torch, args)
+    keys = ("step", "forward", "backward", "optimizer")
+
+    def update() -> tuple:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        return ()  # timed as a whole: "optimizer"
+
+    times = timed_steps(dist, args, model, x, keys, update)
     params = sum(p.numel() for p in model.parameters())
     job = {
         "model": args.model,
