@@ -120,3 +120,70 @@ def test_contention_free_end_is_a_lower_bound():
     assert contention_free_end(p) == pytest.approx(3.0)  # y alone; the compute chain is 2.5
     assert contention_free_end(p) <= max(end.values())
     assert max(end.values()) > 3.0  # the copies shared the link
+
+
+def test_one_pass_gives_up_where_a_later_kernel_slows_an_earlier_compute_op():
+    """engine_inorder evaluates in program order; a NCCL kernel added after a compute op it overlaps
+    would have slowed it, so the pass returns None and the event engine answers (same closed form as
+    test_nccl_kernel_slows_concurrent_compute, on a pipeline-stage rank)."""
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    p = Program()
+    p.add("stage 0", "compute", 0.1, "forward")
+    a = p.add("compute", "compute", 1.0, "backward", rank=1)
+    p.add("comm", "comm", 0.5, "communication", compute_slowdown=0.5, rank=1)
+    assert run_in_order(p) is None
+    _, end = Engine(p).run()
+    assert end[a] == pytest.approx(1.25)
+
+
+def test_one_pass_integrates_earlier_kernels_over_a_compute_op():
+    """Kernels added before the compute op: 0.5 s at half speed under the first, 0.2 s more at 0.7 of
+    full speed under the second (slowdown 0.3, starting at 0.5, ending at 0.9), then full speed:
+    0.25 + 0.28 = 0.53 s of work by 0.9 s, the remaining 0.47 s by 1.37 s."""
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    p = Program()
+    k1 = p.add("kernel 1", "comm", 0.5, "communication", compute_slowdown=0.5, rank=1)
+    p.add("kernel 2", "comm", 0.4, "communication", (k1,), compute_slowdown=0.3, rank=1)
+    a = p.add("compute", "compute", 1.0, "backward", rank=1)
+    start, end = run_in_order(p)
+    assert end[a] == pytest.approx(1.37)
+    general = Engine(p, ranked=False).run()
+    assert end == pytest.approx(general[1]) and start == pytest.approx(general[0])
+
+
+def test_one_pass_equals_the_event_engines_on_random_programs():
+    """Random multi-rank programs without shared links (dependencies on earlier ops and on other
+    ranks' ops, kernels that slow compute, zero-length ops): every path of the engine gives the same
+    start and end for every op, whether the one pass applies or gives up."""
+    import random
+
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    rng = random.Random(12)
+    applied = gave_up = 0
+    for _ in range(150):
+        p = Program()
+        for i in range(rng.randint(5, 40)):
+            stream = rng.choice(["compute", "compute", "comm", "d2h"])
+            deps = tuple(rng.sample(range(i), k=min(i, rng.randint(0, 2))))
+            p.add(
+                f"op{i}",
+                stream,
+                rng.choice([0.0, rng.uniform(0.01, 1.0), rng.uniform(0.01, 1.0)]),
+                "forward" if stream == "compute" else "communication",
+                deps,
+                compute_slowdown=rng.choice([0.0, 0.2, 0.5]) if stream == "comm" else 0.0,
+                rank=rng.randint(0, 2),
+            )
+        if all(op.rank == 0 for op in p.ops):
+            continue
+        one_pass = run_in_order(p)
+        applied, gave_up = applied + (one_pass is not None), gave_up + (one_pass is None)
+        general = Engine(p, ranked=False).run()
+        for start, end in (Engine(p).run(), Engine(p, in_order=False).run()):
+            for i in general[1]:
+                assert start[i] == pytest.approx(general[0][i], rel=1e-9, abs=1e-12)
+                assert end[i] == pytest.approx(general[1][i], rel=1e-9, abs=1e-12)
+    assert applied > 20 and gave_up > 20  # both branches were exercised

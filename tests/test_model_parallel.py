@@ -207,17 +207,31 @@ def test_step_is_the_slowest_stage_and_placement_is_reported():
     assert "inside one node" in par["tensor_group"]
 
 
-def test_ranked_engine_path_equals_the_general_engine():
-    """engine_ranked (multi-rank programs without shared links) against the general fluid engine on
-    the same program: sends slow their own rank's compute, so rates do change mid-op."""
-    ctx = build_context(_scenario(p=4, m=8, v=2))
+@pytest.mark.parametrize("v", [1, 2])
+def test_ranked_engine_paths_equal_the_general_engine(v):
+    """engine_inorder's one pass and engine_ranked's event loop (multi-rank programs without shared
+    links) against the general fluid engine on the same program: sends slow their own rank's compute,
+    so rates do change mid-op."""
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    ctx = build_context(_scenario(p=4, m=8, v=v))
     prog = registry.create(ctx).steps()[0].program
-    assert any(op.compute_slowdown > 0 for op in prog.ops if op.rank)
-    fast_start, fast_end = Engine(prog).run()
-    slow_start, slow_end = Engine(prog, ranked=False).run()
-    for i in slow_end:
-        assert fast_start[i] == pytest.approx(slow_start[i], rel=1e-9, abs=1e-12)
-        assert fast_end[i] == pytest.approx(slow_end[i], rel=1e-9, abs=1e-12)
+    slowed = [op for op in prog.ops if op.rank and op.compute_slowdown > 0]
+    assert slowed
+    assert run_in_order(prog) is not None  # Megatron's programs take the one pass
+    one_pass = Engine(prog).run()
+    events = Engine(prog, in_order=False).run()
+    general = Engine(prog, ranked=False).run()
+    for start, end in (one_pass, events):
+        for i in general[1]:
+            assert start[i] == pytest.approx(general[0][i], rel=1e-9, abs=1e-12)
+            assert end[i] == pytest.approx(general[1][i], rel=1e-9, abs=1e-12)
+    # Some compute op really ran slowed (otherwise the comparison would not test the integration).
+    assert any(
+        one_pass[1][op.id] - one_pass[0][op.id] > op.duration * (1 + 1e-6)
+        for op in prog.ops
+        if op.stream == "compute" and op.duration > 0
+    )
 
 
 def test_megatron_weak_scaling_table_is_the_papers_layouts():

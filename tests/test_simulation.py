@@ -112,3 +112,35 @@ def test_trace_has_one_track_per_stream(default_scenario, tmp_path):
     names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
     assert {"compute", "comm"} <= names
     assert sum(1 for e in data["traceEvents"] if e.get("ph") == "X") == len(r.ops)
+
+
+def test_op_records_read_as_the_list_they_stand_for():
+    """SimulationResult.ops is built when first read (result.OpRecords): length, indexing, slices,
+    iteration, equality, pickling (sweeps ship results between processes) and to_dict all see the
+    records of every op, in program order, with their times."""
+    import pickle
+
+    r = simulate(make_scenario())
+    n = len(r.ops)
+    assert n > 10
+    records = list(r.ops)
+    assert len(records) == n and r.ops[0] == records[0] and r.ops[-3:] == records[-3:]
+    assert all(a.end >= a.start for a in records)
+    assert max(a.end for a in records) == pytest.approx(r.iteration_time)
+    assert pickle.loads(pickle.dumps(r)).ops == records
+    assert len(r.to_dict(include_ops=True)["ops"]) == n
+
+
+def test_simulate_leaves_the_garbage_collector_as_it_found_it():
+    """simulate pauses Python's cyclic collector while it runs (runner._collector_paused)."""
+    import gc
+
+    assert gc.isenabled()
+    simulate(make_scenario())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(make_scenario())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

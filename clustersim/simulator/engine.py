@@ -103,13 +103,20 @@ class Engine:
     simulated seconds (or at a NaN time) it stops with RunawaySimulation instead of running forever."""
 
     def __init__(
-        self, program: Program, time_limit: float = float("inf"), network=None, ranked: bool | None = None
+        self,
+        program: Program,
+        time_limit: float = float("inf"),
+        network=None,
+        ranked: bool | None = None,
+        in_order: bool = True,
     ):
         """``network``: a NetworkBackend (None: collectives keep their analytical time). ``ranked``: use
         engine_ranked's path for a multi-rank program without shared links (None: whenever it applies
-        and no network backend is given; False: always this general path, for comparing the two)."""
+        and no network backend is given; False: always this general path, for comparing the two).
+        ``in_order``: on that path, first try engine_inorder's one pass (False: the event loop only)."""
         self.program = program
         self._ranked = ranked
+        self._in_order = in_order
         self.time_limit = time_limit
         self.network = network  # a NetworkBackend, or None: collectives keep their analytical time
         self.env = simpy.Environment()
@@ -117,19 +124,20 @@ class Engine:
         self.end: dict[int, float] = {}
         self._running: list[_Running] = []
         self._last = 0.0
+        self._multi_rank = any(op.rank for op in program.ops)
+
+    def _build_graph(self) -> None:
+        """Per op: how many predecessors (dependencies, and the previous op on its stream) have not
+        ended, and whom to tell when it ends. A dependency listed twice is counted and told twice."""
+        program = self.program
         n = len(program.ops)
-        # Per op: how many predecessors (dependencies, and the previous op on its stream) have not
-        # ended, and whom to tell when it ends. A dependency listed twice is counted and told twice.
         self._waiting = [len(op.deps) for op in program.ops]
         self._next: list[list[int]] = [[] for _ in range(n)]
         last_on: dict[tuple[int, str], int] = {}
-        self._multi_rank = False
         for op in program.ops:
             for d in op.deps:
                 self._next[d].append(op.id)
             lane = (op.rank, op.stream)
-            if op.rank:
-                self._multi_rank = True
             prev = last_on.get(lane)
             if prev is not None:
                 self._next[prev].append(op.id)
@@ -138,14 +146,21 @@ class Engine:
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
         if self._multi_rank and self._ranked is not False and self.network is None:
-            from clustersim.simulator import engine_ranked
+            from clustersim.simulator import engine_inorder, engine_ranked
 
+            # The one pass first: it gives up (None) on link demands too, before engine_ranked's check.
+            times = engine_inorder.run_in_order(self.program, self.time_limit) if self._in_order else None
+            if times is not None:
+                self.start, self.end = times
+                return times
             if engine_ranked.applies(self.program):
+                self._build_graph()
                 self.start, self.end = engine_ranked.run_ranked(
                     self.program, self._waiting, self._next, self.time_limit, RunawaySimulation
                 )
                 self._check_all_ran()
                 return self.start, self.end
+        self._build_graph()
         self._release([i for i, w in enumerate(self._waiting) if w == 0])
         self._update(None)
         self.env.run()

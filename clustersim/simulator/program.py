@@ -67,19 +67,24 @@ class Program:
     def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
         # Dict lookups, not Stream(stream) / Category(category): an Enum call costs microseconds and
         # programs have thousands of ops (StrEnum members hash and compare equal to their strings).
-        if category not in _CATEGORY:
-            raise ValueError(f"unknown op category {category!r}")
-        if stream not in _STREAM:
-            raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})")
-        stream, category = _STREAM[stream], _CATEGORY[category]
+        try:
+            category = _CATEGORY[category]
+        except KeyError:
+            raise ValueError(f"unknown op category {category!r}") from None
+        try:
+            stream = _STREAM[stream]
+        except KeyError:
+            raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})") from None
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
-        deps = tuple(deps)
+        if type(deps) is not tuple:
+            deps = tuple(deps)
         if None in deps:
             deps = tuple(d for d in deps if d is not None)
-        op = Op(len(self.ops), name, stream, float(duration), category, deps, **kw)
-        self.ops.append(op)
-        return op.id
+        ops = self.ops
+        i = len(ops)
+        ops.append(Op(i, name, stream, float(duration), category, deps, **kw))
+        return i
 
     def last_on(self, stream: str, rank: int = 0) -> int | None:
         for op in reversed(self.ops):

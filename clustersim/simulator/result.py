@@ -8,6 +8,7 @@ or transfers, else idle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,46 @@ class OpRecord:
     deps: tuple[int, ...] = ()  # indices in ``SimulationResult.ops`` (program order) it waited for
 
 
+class OpRecords(Sequence):
+    """The main program's ops with their times, made into OpRecords the first time they are read.
+
+    Most runs (sweeps, plan, compare, uncertainty draws) never read them, and a 1T-parameter pipeline
+    has 196k ops: building every record up front took a third of such a run (issue #12's speed target).
+    Behaves as the list it stands for (len, index, iterate, compare)."""
+
+    def __init__(self, ops, start, end):
+        self._source = (ops, start, end)
+        self._records: list[OpRecord] | None = None
+
+    def _all(self) -> list[OpRecord]:
+        if self._records is None:
+            ops, start, end = self._source
+            self._records = [
+                OpRecord(
+                    op.name, op.stream, op.category, start[op.id], end[op.id], op.meta,
+                    op.intra_node_bytes, op.inter_node_bytes, op.rank, op.deps,
+                )
+                for op in ops
+            ]  # fmt: skip
+            self._source = None
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self._source[0]) if self._records is None else len(self._records)
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"OpRecords({len(self)} ops)"
+
+
 @dataclass
 class SimulationResult:
     scenario: str
@@ -58,7 +99,7 @@ class SimulationResult:
     breakdown: dict[str, float]
     bytes_per_link_kind: dict[str, float]
     buckets: list[dict]
-    ops: list[OpRecord] = field(repr=False, default_factory=list)
+    ops: Sequence[OpRecord] = field(repr=False, default_factory=list)
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)

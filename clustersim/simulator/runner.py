@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -9,13 +11,13 @@ import numpy as np
 
 from clustersim.calibration.profile import Profile, load_profile
 from clustersim.errors import InputError
-from clustersim.identifiers import Category, PlacementKind
+from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
-from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecord, SimulationResult, attribute_timeline
+from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
 from clustersim.simulator.stragglers import rank_factors, waiting, with_rank_classes
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
@@ -37,9 +39,31 @@ def simulate(
     ``uncertainty_samples`` > 0 adds the P10/P50/P90 of the iteration time over that many draws
     (simulator/uncertainty.py) as ``result.interval``."""
     try:
-        return _simulate(scenario, profile, perturbation, uncertainty_samples)
+        with _collector_paused():
+            return _simulate(scenario, profile, perturbation, uncertainty_samples)
     except InputError as exc:  # name the scenario's file (a profile's own errors keep theirs)
         raise exc.located(source=scenario.source) from None
+
+
+@contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a simulation builds and runs its program.
+
+    A program's ops, their metadata and the engine's tables are hundreds of thousands of objects that
+    live for the whole run and form no reference cycles; the collector's passes, triggered by the
+    allocation count, walk them again and again: 40% of a 1T-parameter pipeline run (issue #12). What
+    the run frees is freed by reference counting as before. Afterwards what survived (the result's
+    records) goes straight to the oldest generation (freeze, then unfreeze: a list splice), where the
+    first young collection would otherwise walk all of it once more, and the collector resumes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: int) -> SimulationResult:
@@ -210,8 +234,9 @@ def _simulate_steps(
         # program covering several steps (DiLoCo's sync window) counts per step. Rank classes
         # (stragglers) are not stages: only the typical rank's copy carries bytes.
         per = (1 if stragglers is not None else step.program.ranks) * step.covers
-        s_intra = sum(op.intra_node_bytes for op in step.program.ops) / per
-        s_inter = sum(op.inter_node_bytes for op in step.program.ops) / per
+        ops = step.program.ops
+        s_intra = sum([op.intra_node_bytes for op in ops]) / per
+        s_inter = sum([op.inter_node_bytes for op in ops]) / per
         out.intra += w * s_intra
         out.inter += w * s_inter
         out.per_step.append(
@@ -226,38 +251,26 @@ def _simulate_steps(
         )
         if step is main:
             out.main_times = (start, end)
-            out.main_records = [
-                OpRecord(
-                    op.name,
-                    op.stream,
-                    op.category,
-                    start[op.id],
-                    end[op.id],
-                    op.meta,
-                    op.intra_node_bytes,
-                    op.inter_node_bytes,
-                    op.rank,
-                    op.deps,
-                )
-                for op in step.program.ops
-            ]
+            out.main_records = OpRecords(step.program.ops, start, end)
     return out
 
 
-def _sources(ctx: SimulationContext, records: list[OpRecord]) -> dict[str, str]:
+def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
     sources = dict(ctx.device.sources)
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+    communication = Category.COMMUNICATION
+    pairs = {(op.meta.get("source"), op.meta.get("op")) for op in ops if op.category == communication}
     by_source: dict[str, set] = {}
-    for r in records:
-        if r.category == Category.COMMUNICATION and r.meta.get("source") not in (None, "none"):
-            by_source.setdefault(r.meta["source"], set()).add(r.meta.get("op"))
-    for src, ops in sorted(by_source.items()):
+    for src, what in pairs:
+        if src not in (None, "none"):
+            by_source.setdefault(src, set()).add(what)
+    for src, what in sorted(by_source.items()):
         label = "collectives (measured fits)" if src.startswith("measured fit") else f"collectives ({src})"
-        sources[label] = ", ".join(sorted(o for o in ops if o))
+        sources[label] = ", ".join(sorted(o for o in what if o))
     return sources
 
 
@@ -288,10 +301,13 @@ def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
     summary = ctx.layout.describe()
     busy: dict[int, float] = {}
     last: dict[int, float] = {}
+    compute = Stream.COMPUTE
     for op in program.ops:
-        if op.stream == "compute":
-            busy[op.rank] = busy.get(op.rank, 0.0) + end[op.id] - start[op.id]
-        last[op.rank] = max(last.get(op.rank, 0.0), end[op.id])
+        rank, e = op.rank, end[op.id]
+        if op.stream == compute:
+            busy[rank] = busy.get(rank, 0.0) + e - start[op.id]
+        if e > last.get(rank, 0.0) or rank not in last:
+            last[rank] = e
     summary["stages"] = [{"stage": s, "end_s": last[s], "compute_s": busy.get(s, 0.0)} for s in sorted(last)]
     summary["critical_stage"] = max(last, key=lambda s: (last[s], -s))
     return summary
@@ -342,7 +358,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         {"bucket": b["bucket"], "bytes": b["bytes"], "start_s": starts[b["op"]], "end_s": ends[b["op"]]}
         for b in main.buckets
     ]
-    sources = _sources(ctx, out.main_records)
+    sources = _sources(ctx, main.program.ops)
     extra: dict = {"steps": out.per_step} if len(steps) > 1 else {}
     if ctx.offload_placement is not None:
         extra["offload"] = _offload_summary(ctx, sources)

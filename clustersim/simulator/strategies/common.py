@@ -2,12 +2,75 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
+
+
+class PricedCollective(NamedTuple):
+    """A collective's op fields that do not depend on when or where in the program it runs: its
+    analytical time and traffic, its SM slowdown, its description for a network backend, and its
+    metadata. A program of many identical collectives (a pipeline's sends, a chunk's tensor-parallel
+    all-reduces in every micro-batch) prices each kind once (price_collective) and adds it many times
+    (add_priced): pricing is most of what adding a collective costs."""
+
+    duration: float
+    fields: dict
+    meta: dict
+
+
+def price_collective(
+    ctx: SimulationContext, op: str, nbytes: float, shape=None, algorithm: str | None = None, count: int = 1
+) -> PricedCollective:
+    """Price ``count`` identical collectives back to back (see add_collective)."""
+    shape = shape or ctx.data_parallel
+    cost = ctx.collective(op, nbytes, shape, algorithm)
+    # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
+    # links carry ``sharing`` copies of its traffic.
+    per_gpu = cost.inter_node_bytes * shape.sharing / ctx.scenario.cluster.gpus_per_node
+    fields = {
+        "intra_node_bytes": cost.intra_node_bytes * shape.sharing * count,
+        "inter_node_bytes": cost.inter_node_bytes * shape.sharing * count,
+        "demands": ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
+        "compute_slowdown": ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+        "collective": CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
+        if cost.time > 0 and count == 1
+        else None,
+    }
+    meta = {
+        "op": op,
+        "bytes": nbytes,
+        "algorithm": cost.algorithm,
+        "protocol": cost.protocol,
+        "ranks": shape.ranks,
+        "source": cost.source,
+        **({"count": count} if count != 1 else {}),
+    }
+    return PricedCollective(cost.time * count, fields, meta)
+
+
+def add_priced(
+    prog: Program, name: str, priced: PricedCollective, deps=(), stream: str = "comm", rank: int = 0, **meta
+) -> int:
+    """Add a priced collective; ``meta`` joins its metadata (each op gets its own dicts)."""
+    fields = priced.fields
+    if fields["demands"]:
+        fields = {**fields, "demands": dict(fields["demands"])}
+    return prog.add(
+        name,
+        stream,
+        priced.duration,
+        "communication",
+        deps,
+        rank=rank,
+        meta={**priced.meta, **meta},
+        **fields,
+    )
 
 
 def add_collective(
@@ -35,36 +98,8 @@ def add_collective(
     tensor-parallel all-reduces), so a deep model does not cost an op per layer. Such a batched op
     keeps its analytical time under the flow backend (its description is of one collective).
     """
-    shape = shape or ctx.data_parallel
-    cost = ctx.collective(op, nbytes, shape, algorithm)
-    # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
-    # links carry ``sharing`` copies of its traffic.
-    per_gpu = cost.inter_node_bytes * shape.sharing / ctx.scenario.cluster.gpus_per_node
-    return prog.add(
-        name,
-        stream,
-        cost.time * count,
-        "communication",
-        deps,
-        intra_node_bytes=cost.intra_node_bytes * shape.sharing * count,
-        inter_node_bytes=cost.inter_node_bytes * shape.sharing * count,
-        demands=ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
-        compute_slowdown=ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
-        rank=rank,
-        collective=CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
-        if cost.time > 0 and count == 1
-        else None,
-        meta={
-            "op": op,
-            "bytes": nbytes,
-            "algorithm": cost.algorithm,
-            "protocol": cost.protocol,
-            "ranks": shape.ranks,
-            "source": cost.source,
-            **({"count": count} if count != 1 else {}),
-            **meta,
-        },
-    )
+    priced = price_collective(ctx, op, nbytes, shape, algorithm, count)
+    return add_priced(prog, name, priced, deps, stream, rank, **meta)
 
 
 def add_micro_steps(

@@ -22,7 +22,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies.common import add_collective
+from clustersim.simulator.strategies.common import add_collective, add_priced, price_collective
 
 
 def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[str, int]]:
@@ -65,8 +65,21 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
     activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
     message = activation / L.tensor
     times = {c.index: _pass_times(ctx, c) for c in L.chunks}
-    tp = {(c.index, f): _tp_ops(ctx, c, f) for c in L.chunks for f in (True, False)}
+    # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
+    # is priced once (a 1T-parameter step adds 130k of them).
     tp_shape, pair = ctx.tensor_parallel, ctx.pipeline_pair
+    tp = {
+        (c.index, f): [
+            (
+                f"tp {coll} x{count} chunk{c.index}",
+                price_collective(ctx, coll, activation, tp_shape, count=count),
+            )
+            for coll, count in _tp_ops(ctx, c, f)
+        ]
+        for c in L.chunks
+        for f in (True, False)
+    }
+    send = price_collective(ctx, "send_recv", message, pair)
     n = len(L.chunks)
     orders = [schedule(L, s) for s in range(L.pipeline)]
     sent: dict[tuple[bool, int, int], int] = {}
@@ -96,16 +109,13 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
                     meta={"micro": micro, "chunk": j},
                     rank=s,
                 )
-                for coll, count in tp[(j, forward)]:
-                    op = add_collective(
-                        prog, ctx, f"tp {coll} x{count} chunk{j}", coll, activation, tp_shape, (op,),
-                        rank=s, count=count, micro=micro,
-                    )  # fmt: skip
+                for name, priced in tp[(j, forward)]:
+                    op = add_priced(prog, name, priced, (op,), rank=s, micro=micro)
                 tail[s] = op
                 if forward and j < n - 1 or not forward and j > 0:
-                    sent[(forward, j, micro)] = add_collective(
-                        prog, ctx, f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
-                        "send_recv", message, pair, (op,), rank=s, micro=micro,
+                    sent[(forward, j, micro)] = add_priced(
+                        prog, f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
+                        send, (op,), rank=s, micro=micro,
                     )  # fmt: skip
                 at[s] += 1
                 left -= 1
