@@ -20,7 +20,11 @@ class PricedCollective(NamedTuple):
     (add_priced): pricing is most of what adding a collective costs."""
 
     duration: float
-    fields: dict
+    intra_node_bytes: float
+    inter_node_bytes: float
+    compute_slowdown: float
+    demands: dict
+    collective: CollectiveSpec | None
     meta: dict
 
 
@@ -33,15 +37,6 @@ def price_collective(
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
     # links carry ``sharing`` copies of its traffic.
     per_gpu = cost.inter_node_bytes * shape.sharing / ctx.scenario.cluster.gpus_per_node
-    fields = {
-        "intra_node_bytes": cost.intra_node_bytes * shape.sharing * count,
-        "inter_node_bytes": cost.inter_node_bytes * shape.sharing * count,
-        "demands": ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
-        "compute_slowdown": ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
-        "collective": CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
-        if cost.time > 0 and count == 1
-        else None,
-    }
     meta = {
         "op": op,
         "bytes": nbytes,
@@ -51,26 +46,30 @@ def price_collective(
         "source": cost.source,
         **({"count": count} if count != 1 else {}),
     }
-    return PricedCollective(cost.time * count, fields, meta)
+    return PricedCollective(
+        float(cost.time * count),
+        cost.intra_node_bytes * shape.sharing * count,
+        cost.inter_node_bytes * shape.sharing * count,
+        ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
+        ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
+        CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
+        if cost.time > 0 and count == 1
+        else None,
+        meta,
+    )
 
 
 def add_priced(
     prog: Program, name: str, priced: PricedCollective, deps=(), stream: str = "comm", rank: int = 0, **meta
 ) -> int:
     """Add a priced collective; ``meta`` joins its metadata (each op gets its own dicts)."""
-    fields = priced.fields
-    if fields["demands"]:
-        fields = {**fields, "demands": dict(fields["demands"])}
-    return prog.add(
-        name,
-        stream,
-        priced.duration,
-        "communication",
-        deps,
-        rank=rank,
-        meta={**priced.meta, **meta},
-        **fields,
-    )
+    if type(deps) is not tuple or None in deps:
+        deps = tuple(d for d in deps if d is not None)
+    return prog.add_op(
+        name, stream, priced.duration, "communication", deps, priced.intra_node_bytes,
+        priced.inter_node_bytes, priced.compute_slowdown, dict(priced.demands), {**priced.meta, **meta},
+        rank, priced.collective,
+    )  # fmt: skip
 
 
 def add_collective(

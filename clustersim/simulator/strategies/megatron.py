@@ -64,7 +64,7 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
     w = ctx.workload
     activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
     message = activation / L.tensor
-    times = {c.index: _pass_times(ctx, c) for c in L.chunks}
+    times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
     # is priced once (a 1T-parameter step adds 130k of them).
     tp_shape, pair = ctx.tensor_parallel, ctx.pipeline_pair
@@ -98,17 +98,12 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
                     need = (False, j + 1, micro)
                 if need is not None and need not in sent:
                     break
-                deps = [d for d in (sent.get(need) if need else None, tail[s]) if d is not None]
-                kind = "fwd" if forward else "bwd"
-                op = prog.add(
-                    f"{kind} chunk{j} mb{micro}",
-                    "compute",
-                    times[j][0 if forward else 1],
-                    "forward" if forward else "backward",
-                    deps,
-                    meta={"micro": micro, "chunk": j},
-                    rank=s,
-                )
+                deps = tuple(d for d in (sent.get(need) if need else None, tail[s]) if d is not None)
+                op = prog.add_op(
+                    f"{'fwd' if forward else 'bwd'} chunk{j} mb{micro}", "compute",
+                    times[j][0 if forward else 1], "forward" if forward else "backward", deps,
+                    0.0, 0.0, 0.0, {}, {"micro": micro, "chunk": j}, s, None,
+                )  # fmt: skip
                 for name, priced in tp[(j, forward)]:
                     op = add_priced(prog, name, priced, (op,), rank=s, micro=micro)
                 tail[s] = op
