@@ -171,8 +171,9 @@ def _print_result(r) -> None:
     if r.extra.get("straggler"):
         st = r.extra["straggler"]
         worst = st["worst"][0] if st["worst"] else None
+        where = f", stage {st['stage']} of replica {st['replica']}," if "stage" in st else ""
         console.print(
-            f"Slowest rank {st['rank']} (compute x{st['compute_factor']:.3g}, typical rank x"
+            f"Slowest rank {st['rank']}{where} (compute x{st['compute_factor']:.3g}, typical rank x"
             f"{st['typical_factor']:.3g}) delays {st['collectives_delayed']} collective(s) by "
             f"{format_seconds(st['delay_s'])} in all"
             + (f", most {worst['op']} ({format_seconds(worst['delay_s'])})" if worst else "")

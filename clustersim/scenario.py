@@ -654,12 +654,6 @@ def _check_composition(s: Scenario) -> None:
             "over the data-parallel group use Megatron's training.parallelism.distributed_optimizer",
             key="training.sharding.stage",
         )
-    if s.cluster.heterogeneity is not None:
-        raise InputError(
-            "stragglers and mixed hardware with tensor/pipeline parallelism are not modelled yet (both use "
-            "rank classes); remove cluster.heterogeneity or the model parallelism",
-            key="cluster.heterogeneity",
-        )
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "

@@ -371,3 +371,55 @@ def test_distributed_optimizer_alone_runs_megatrons_data_parallel_program():
     s = _scenario(nodes=2, t=1, p=1, m=4).with_changes(**{"training.parallelism.distributed_optimizer": True})
     r = simulate(s, uncertainty_samples=0)
     assert any("reduce_scatter gradients" in op.name for op in r.ops)
+
+
+def test_replica_factors_follow_megatrons_rank_order():
+    """rank = tp + t*dp + t*d*pp: with t=2, d=2, p=4 rank 13 is stage 3 of replica 0; a tensor-parallel
+    group computes at its slowest member's pace; the typical replica takes each stage's median."""
+    import numpy as np
+
+    from clustersim.simulator.stragglers import replica_factors
+
+    factors = np.ones(16)
+    factors[13] = 1.5
+    factors[4] = 1.2  # stage 1, replica 0 (rank 4 = 0 + 2*0 + 4*1)
+    typical, slowest, where = replica_factors(factors, tensor=2, data=2, pipeline=4)
+    assert where == (3, 0)
+    assert slowest == [1.0, 1.2, 1.0, 1.5]
+    assert typical == [1.0, 1.1, 1.0, 1.25]  # median of two replicas: their mean
+
+
+def _slow(ranks, factor=1.3, **kw):
+    s = _scenario(nodes=4, t=2, p=4, m=8, **kw)
+    return s.with_changes(
+        **{"cluster.heterogeneity": {"slow_gpus": [{"rank": r, "compute_factor": factor} for r in ranks]}}
+    )
+
+
+def test_a_slow_gpu_in_a_pipeline_slows_the_step_within_its_factor():
+    """Replicas meet at the data-parallel collectives, so one slow replica costs the step what slowing
+    that stage in every replica costs (t=2, d=4, p=4 on 32 GPUs: stage 2's groups are ranks 16-23,
+    replica r's is ranks 16+2r and 17+2r); and a step never gets faster, nor slower than the factor."""
+    base = simulate(_scenario(nodes=4, t=2, p=4, m=8)).iteration_time
+    one = simulate(_slow([17]))
+    every = simulate(_slow([17, 19, 21, 23]))
+    assert one.extra["straggler"]["stage"] == 2 and one.extra["straggler"]["replica"] == 0
+    assert one.iteration_time == pytest.approx(every.iteration_time, rel=1e-9)
+    assert base < one.iteration_time <= 1.3 * base
+    assert one.extra["straggler"]["delay_s"] > 0  # the typical replica waits at its all-reduces
+    assert "delay_s" not in every.extra["straggler"] or every.extra["straggler"]["delay_s"] == pytest.approx(
+        0
+    )
+    assert sum(one.breakdown.values()) == pytest.approx(one.iteration_time)
+    par = one.extra["parallelism"]
+    assert len(par["stages"]) == len(par["slowest_replica_stages"]) == 4
+
+
+def test_pipeline_traces_name_a_process_per_stage():
+    """Perfetto: one process per pipeline stage (and per stage of the slowest replica)."""
+    names = {
+        e["args"]["name"].split(" (")[0]
+        for e in simulate(_slow([17])).chrome_trace()["traceEvents"]
+        if e["name"] == "process_name"
+    }
+    assert names == {f"stage {s}" for s in range(4)} | {f"stage {s} of the slowest replica" for s in range(4)}

@@ -141,18 +141,32 @@ class SimulationResult:
             out["ops"] = [vars(o) for o in self.ops]
         return out
 
+    def _rank_name(self, rank: int) -> str:
+        """What an op rank stands for: a pipeline stage (of the slowest replica where there are
+        stragglers: ranks p .. 2p-1), else the representative rank or the slowest rank's class."""
+        par = self.extra.get("parallelism")
+        if par and par.get("stages"):
+            p = len(par["stages"])
+            return f"stage {rank % p}{' of the slowest replica' if rank >= p else ''} ({self.scenario})"
+        return f"rank 0 ({self.scenario})" if rank == 0 else f"slowest rank ({self.scenario})"
+
     def chrome_trace(self) -> dict:
         """Chrome / Perfetto trace: one process per rank class (the representative rank; the slowest
-        rank where there are stragglers), one track (thread) per stream, times in microseconds."""
+        rank where there are stragglers; each pipeline stage), one track (thread) per stream, times in
+        microseconds."""
         tids: dict[tuple[int, str], int] = {}
-        names = {0: f"rank 0 ({self.scenario})", 1: f"slowest rank ({self.scenario})"}
-        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": names[0]}}]
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": self._rank_name(0)}}]
         for op in self.ops:
             lane = (op.rank, op.stream)
             if lane not in tids:
                 if op.rank and all(r != op.rank for r, _ in tids):
                     events.append(
-                        {"name": "process_name", "ph": "M", "pid": op.rank, "args": {"name": names[op.rank]}}
+                        {
+                            "name": "process_name",
+                            "ph": "M",
+                            "pid": op.rank,
+                            "args": {"name": self._rank_name(op.rank)},
+                        }
                     )
                 tids[lane] = len(tids)
                 events.append(
@@ -217,7 +231,10 @@ def attribute_timeline(
         for o in ops:
             if end[o.id] > last.get(o.rank, -1.0):
                 last[o.rank] = end[o.id]
-        critical = min(r for r, e in last.items() if e == total)
+        # The rank ending last; in a straggler's typical view (the typical replica's stages) that
+        # may be before the total, which the slowest replica's stages set.
+        latest = max(last.values())
+        critical = min(r for r, e in last.items() if e == latest)
         ops = [o for o in ops if o.rank == critical]
         points = sorted({0.0, total, *(start[o.id] for o in ops), *(end[o.id] for o in ops)})
     else:

@@ -18,7 +18,7 @@ from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
-from clustersim.simulator.stragglers import rank_factors, waiting, with_rank_classes
+from clustersim.simulator.stragglers import rank_factors, replica_factors, waiting, with_rank_classes
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
@@ -216,15 +216,17 @@ def _simulate_steps(
             ctx.network.reset()
         start, end = _run_engine(ctx, step.program)
         view = step.program
+        # Op ranks per rank class: pipeline stages (the typical replica's are 0 .. p-1), else 1.
+        per_class = ctx.layout.pipeline if ctx.model_parallel else 1
         if stragglers is not None:  # the typical rank's view; its waits for the slowest rank are idle
-            view = SimpleNamespace(ops=[op for op in step.program.ops if op.rank == 0])
+            view = SimpleNamespace(ops=[op for op in step.program.ops if op.rank < per_class])
         t, parts = attribute_timeline(view, start, end)
         if step.covers != 1:  # per training step
             t, parts = t / step.covers, {k: v / step.covers for k, v in parts.items()}
         if ctx.network is not None and step is main:
             out.hottest_links = ctx.network.utilisation(t)
         if stragglers is not None and step is main:
-            out.straggler = waiting(step.program, stragglers[id(step)], start, end)
+            out.straggler = waiting(step.program, stragglers[id(step)], start, end, ranks=per_class)
         w = step.weight / total_weight
         out.iteration += w * t
         for k, v in parts.items():
@@ -233,7 +235,7 @@ def _simulate_steps(
         # stages occupy equal shares of the nodes, so a node's average is the mean over stages. A
         # program covering several steps (DiLoCo's sync window) counts per step. Rank classes
         # (stragglers) are not stages: only the typical rank's copy carries bytes.
-        per = (1 if stragglers is not None else step.program.ranks) * step.covers
+        per = (per_class if stragglers is not None else step.program.ranks) * step.covers
         ops = step.program.ops
         s_intra = sum([op.intra_node_bytes for op in ops]) / per
         s_inter = sum([op.inter_node_bytes for op in ops]) / per
@@ -308,8 +310,15 @@ def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
             busy[rank] = busy.get(rank, 0.0) + e - start[op.id]
         if e > last.get(rank, 0.0) or rank not in last:
             last[rank] = e
-    summary["stages"] = [{"stage": s, "end_s": last[s], "compute_s": busy.get(s, 0.0)} for s in sorted(last)]
-    summary["critical_stage"] = max(last, key=lambda s: (last[s], -s))
+    p = ctx.layout.pipeline
+    summary["stages"] = [
+        {"stage": s, "end_s": last[s], "compute_s": busy.get(s, 0.0)} for s in sorted(last) if s < p
+    ]
+    summary["critical_stage"] = max(last, key=lambda s: (last[s], -s)) % p
+    if max(last) >= p:  # stragglers: ranks p .. 2p-1 are the slowest replica's stages
+        summary["slowest_replica_stages"] = [
+            {"stage": s - p, "end_s": last[s], "compute_s": busy.get(s, 0.0)} for s in sorted(last) if s >= p
+        ]
     return summary
 
 
@@ -335,8 +344,22 @@ def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
     if factors is None:
         return None, {}
     slow = int(np.argmax(factors))
-    typical = float(np.median(factors))
     waits = {}
+    if ctx.model_parallel:  # classes of replicas, factors per stage (stragglers.replica_factors)
+        L = ctx.layout
+        typical, slowest, (stage, replica) = replica_factors(factors, L.tensor, L.data, L.pipeline)
+        dp = ctx.data_parallel
+
+        def over_replicas(op) -> bool:  # the data-parallel collectives; the rest run inside a replica
+            return op.collective is not None and op.collective.shape is dp
+
+        for step in steps:
+            step.program, waits[id(step)] = with_rank_classes(
+                step.program, typical, slowest, L.pipeline, over_replicas
+            )
+        summary = {"stage": stage, "replica": replica, "typical_factor": typical[stage]}
+        return waits, {"rank": slow, "compute_factor": float(factors[slow]), **summary}
+    typical = float(np.median(factors))
     for step in steps:
         step.program, waits[id(step)] = with_rank_classes(step.program, typical, float(factors[slow]))
     return waits, {"rank": slow, "compute_factor": float(factors[slow]), "typical_factor": typical}

@@ -15,6 +15,13 @@ checked separately, and a faster GPU (factor < 1) is never the straggler.
 
 Jitter (cluster.heterogeneity.jitter) draws one factor per rank (seeded): the typical class gets
 the median draw and the slowest class the largest, combined with any slow GPU's own factor.
+
+With tensor and pipeline parallelism (replica_factors) the classes are data-parallel replicas: a
+tensor-parallel group computes at its slowest member's pace (its all-reduces close every layer), a
+replica runs its own pipeline, and replicas meet only at the data-parallel gradient collectives. The
+slowest class is the replica holding the slowest rank (a 1F1B pipeline's steady state runs at the pace
+of its slowest stage, so to first order that replica ends last), with that rank's stage stretched;
+the typical replica takes, per stage, the median over replicas.
 """
 
 from __future__ import annotations
@@ -47,13 +54,26 @@ def rank_factors(hetero, world_size: int, gpus_per_node: int = 1, gpu_factor=Non
     return factors
 
 
+def replica_factors(factors: np.ndarray, tensor: int, data: int, pipeline: int):
+    """Per pipeline stage, the typical replica's compute factor and the slowest replica's, from each
+    rank's (Megatron's rank order: rank = tp + t*dp + t*d*pp), and the slowest rank's (stage, replica).
+    A tensor-parallel group's factor is its slowest member's."""
+    groups = factors.reshape(pipeline, data, tensor).max(axis=2)  # [stage, replica]
+    slow = int(np.argmax(factors))
+    stage, replica = slow // (tensor * data), (slow // tensor) % data
+    typical = [float(x) for x in np.median(groups, axis=1)]
+    slowest = [float(x) for x in groups[:, replica]]
+    return typical, slowest, (stage, replica)
+
+
 def _stretched(op: Op, factor: float) -> float:
     if op.stream == Stream.COMPUTE and op.category in COMPUTE_CATEGORIES and op.compute_slowdown == 0.0:
         return op.duration * factor
     return op.duration
 
 
-def _copy(prog: Program, op: Op, rank: int, factor: float, deps: tuple[int, ...]) -> int:
+def _copy(prog: Program, op: Op, rank: int, factor: float, deps: tuple[int, ...], ranks: int = 1) -> int:
+    """``op`` for rank class ``rank`` (1: the slowest), as op rank ``op.rank + rank * ranks``."""
     demands = {k + SUFFIX: v for k, v in op.demands.items()} if rank else dict(op.demands)
     new = Op(
         len(prog.ops),
@@ -67,47 +87,65 @@ def _copy(prog: Program, op: Op, rank: int, factor: float, deps: tuple[int, ...]
         op.compute_slowdown,
         demands,
         op.meta,
-        rank,
+        op.rank + rank * ranks,
         op.collective,
     )
     prog.ops.append(new)
     return new.id
 
 
-def with_rank_classes(program: Program, typical: float, slowest: float) -> tuple[Program, dict]:
+def with_rank_classes(
+    program: Program, typical, slowest, ranks: int = 1, synchronises=None
+) -> tuple[Program, dict]:
     """``program`` rewritten for a typical rank (compute factor ``typical``) and the slowest rank
     (``slowest``). Returns the program and, per collective's new id, its deps on the typical rank
-    (to report how long the typical rank waits for the slowest)."""
+    (to report how long the typical rank waits for the slowest).
+
+    A program of several ranks (pipeline stages, ``ranks`` of them) is rewritten for a typical
+    replica and the slowest one: the factors are then per stage (sequences indexed by ``op.rank``),
+    the slowest replica's ops get ranks offset by ``ranks``, and only the collectives for which
+    ``synchronises(op)`` holds (those over the data-parallel group) wait for both replicas; the
+    others (tensor-parallel all-reduces, sends between stages) run inside each replica."""
+    if synchronises is None:
+
+        def synchronises(op: Op) -> bool:
+            return op.collective is not None
+
+    def factor(of, op: Op) -> float:
+        return of if isinstance(of, float | int) else of[op.rank]
+
     out = Program({**program.links, **{k + SUFFIX: v for k, v in program.links.items()}})
     ids: list[tuple[int, int]] = []  # per old op: (its id for class 0, for class 1)
     waits: dict[int, tuple[int, ...]] = {}
     for op in program.ops:
-        if op.collective is not None:
+        if synchronises(op):
             deps0 = tuple(ids[d][0] for d in op.deps)
             deps = tuple(dict.fromkeys(deps0 + tuple(ids[d][1] for d in op.deps)))
             new = _copy(out, op, 0, 1.0, deps)
             waits[new] = deps0
             ids.append((new, new))
             continue
-        a = _copy(out, op, 0, typical, tuple(ids[d][0] for d in op.deps))
-        b = _copy(out, op, 1, slowest, tuple(ids[d][1] for d in op.deps))
+        a = _copy(out, op, 0, factor(typical, op), tuple(ids[d][0] for d in op.deps))
+        b = _copy(out, op, 1, factor(slowest, op), tuple(ids[d][1] for d in op.deps), ranks)
         ids.append((a, b))
     return out, waits
 
 
-def waiting(program: Program, waits: dict, start: dict, end: dict, top: int = 5) -> dict:
+def waiting(program: Program, waits: dict, start: dict, end: dict, top: int = 5, ranks: int = 1) -> dict:
     """How long the typical rank waits at each collective for the slowest one: the collective's start
     minus when the typical rank's own dependencies and the op before it on its stream were done
-    (streams are FIFO per rank and stream: ZeRO-3's gathers and reduce-scatters queue on their own)."""
+    (streams are FIFO per rank and stream: ZeRO-3's gathers and reduce-scatters queue on their own).
+    ``ranks``: op ranks per class (pipeline stages: the typical replica's stages are 0 .. ranks-1)."""
     rows = []
-    prev: dict = {}  # the typical rank's last op end per stream, in program (= stream) order
+    prev: dict = {}  # the typical class's last op end per (rank, stream), in program (= stream) order
     for op in program.ops:
-        if op.rank != 0:
+        if op.rank >= ranks:
             continue
+        lane = (op.rank, op.stream)
         if op.id in waits:
-            ready = max([end[d] for d in waits[op.id]] + [prev.get(op.stream, 0.0)])
+            ready = max([end[d] for d in waits[op.id]] + [prev.get(lane, 0.0)])
             rows.append((start[op.id] - ready, op.name))
-        prev[op.stream] = end[op.id]
+        prev[lane] = end[op.id]
     rows = [(w, n) for w, n in rows if w > 0]
     rows.sort(reverse=True)
     return {
