@@ -65,6 +65,7 @@ from clustersim.simulator.strategies.common import (
     add_gradient_to_host,
     add_micro_steps,
     add_other,
+    add_tensor_parallel,
 )
 
 NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
@@ -408,6 +409,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     meta={"micro": micro},
                 )
             )
+            add_tensor_parallel(prog, ctx, layer, True, micro)
         bwd: list[int] = []
         for k in range(n):
             li = n - 1 - k
@@ -424,6 +426,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                 meta={"micro": micro},
             )
             bwd.append(last)
+            add_tensor_parallel(prog, ctx, layers[li], False, micro)
             for b in by_layer.get(li, []):
                 reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
                 if on_reduced is not None:
