@@ -36,6 +36,11 @@ communicated and on how much of the model the update runs. How each framework ru
 Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
 use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
 FSDP's unshard and post-backward streams). ZeRO++ replaces pieces of ZeRO-3 (zeropp.py).
+
+Over tensor parallelism (Megatron-DeepSpeed; FSDP2 + DTensor) the same programs run one tensor rank's
+share of the model (``ctx.workload`` is model_parallel.py ``rank_workload``), the collectives above
+over the data-parallel group at stride t, and Megatron's per-layer tensor-parallel collectives after
+each layer's kernels (common.add_tensor_parallel).
 """
 
 from __future__ import annotations
