@@ -171,11 +171,13 @@ def test_more_network_bandwidth_is_never_slower(sharding):
     assert times[0] > times[2]
 
 
-def test_zero_offload_over_tensor_parallelism_updates_one_rank_partition_on_the_cpu():
-    """ZeRO-Offload with Megatron's model parallelism (Ren et al. ATC'21): each rank's CPU updates its
-    1/d of its tensor rank's parameters, P/(t d); the GPU keeps no optimizer state."""
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_zero_offload_over_tensor_parallelism_updates_one_rank_partition_on_the_cpu(stage):
+    """ZeRO-Offload with Megatron's model parallelism (Ren et al. ATC'21; stage 0 with offload is
+    ZeRO-Offload's stage 2, stage 3 offloads the partitioned optimizer): each rank's CPU updates its 1/d
+    of its tensor rank's parameters, P/(t d); the GPU keeps no optimizer state."""
     t = 2
-    scenario = _scenario(t, {"stage": 2}, **{"training.offload": {"mode": "zero"}})
+    scenario = _scenario(t, {"stage": stage}, **{"training.offload": {"mode": "zero"}})
     ctx = build_context(scenario)
     strategy = registry.create(ctx)
     strategy.steps()
