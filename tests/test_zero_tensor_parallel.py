@@ -281,3 +281,22 @@ def test_zero1_over_tensor_parallelism_moves_what_megatrons_distributed_optimize
     assert zero1.bytes_per_link_kind[inter] == pytest.approx(dist.bytes_per_link_kind[inter], rel=1e-9)
     assert zero1.memory["optimizer_state"] == pytest.approx(dist.memory["optimizer_state"], rel=1e-12)
     assert zero1.iteration_time == pytest.approx(dist.iteration_time, rel=0.02)
+
+
+def test_out_of_memory_under_zero3_over_tensor_parallelism_suggests_a_larger_tensor_size():
+    from clustersim.errors import InputError
+
+    scenario = _scenario(2, {"stage": 3}, **{"workload.model": "GPT-3-175B", "cluster.gpus_per_node": 2})
+    with pytest.raises(InputError) as err:
+        simulate(scenario)
+    assert err.value.key == "workload.model" and "training.parallelism.tensor" in str(err.value)
+
+
+def test_out_of_memory_with_tensor_parallelism_alone_suggests_zero3():
+    """Without a pipeline ZeRO composes with tensor parallelism, so the hint names it too (with a
+    pipeline it does not: test_model_parallel.py)."""
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(4, None, **{"workload.model": "GPT-3-175B"}))
+    assert "training.sharding.stage: 3" in str(err.value)

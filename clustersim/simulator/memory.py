@@ -115,6 +115,8 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         )
     else:
         hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
+        if ctx.tensor_sharded:  # over a tensor rank's 1/t of the model
+            hint += " or a larger training.parallelism.tensor"
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]
