@@ -793,10 +793,10 @@ def _check_sharded_model_parallel(s: Scenario) -> None:
             "of a node is a data-parallel rank)",
             key="training.sharding.partition",
         )
-    if sh.fsdp_strategy == "hybrid":
+    if sh.fsdp_strategy == "hybrid" and par.tensor >= s.cluster.gpus_per_node and s.cluster.nodes > 1:
         raise InputError(
-            "FSDP HYBRID_SHARD with tensor parallelism is not modelled (its shard group is the node's "
-            "GPUs, which tensor parallelism already splits); use full or grad_op",
+            f"FSDP HYBRID_SHARD shards over a node's data-parallel ranks; with tensor = {par.tensor} a "
+            f"node of {s.cluster.gpus_per_node} GPUs holds at most one: use full or grad_op",
             key="training.sharding.fsdp_strategy",
         )
 
