@@ -281,6 +281,13 @@ REFUSED = {
 }
 
 
+REFUSED["stragglers_zero_tensor"] = (
+    {"training.sharding": {"stage": 3}, "training.parallelism": {"tensor": 2}},
+    "stragglers with ZeRO/FSDP",
+    "cluster.heterogeneity",
+)
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_what_the_frameworks_refuse_exits_2_with_one_line(runner, tmp_path, case):
     import yaml
@@ -293,6 +300,8 @@ def test_what_the_frameworks_refuse_exits_2_with_one_line(runner, tmp_path, case
     }
     for k, value in overrides.items():
         data["training"][k.split(".")[1]] = value
+    if case.startswith("stragglers"):
+        data["cluster"]["heterogeneity"] = {"slow_gpus": [{"rank": 1, "compute_factor": 1.2}]}
     path = tmp_path / f"{case}.yaml"
     path.write_text(yaml.safe_dump(data))
     r = runner.invoke(app, ["run", str(path)])
