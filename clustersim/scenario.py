@@ -648,12 +648,8 @@ def _check_composition(s: Scenario) -> None:
     """Model parallelism (Megatron's program) beside the sharding layer and the other recompute key: what
     the two programs do not model together is refused, with the key to change."""
     par = s.training.parallelism
-    if s.training.sharding.enabled:
-        raise InputError(
-            "ZeRO/FSDP sharding together with tensor/pipeline parallelism is not modelled; for ZeRO-1 "
-            "over the data-parallel group use Megatron's training.parallelism.distributed_optimizer",
-            key="training.sharding.stage",
-        )
+    if s.training.sharding.enabled or s.training.offload.mode != "none":
+        _check_sharded_model_parallel(s)
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "
@@ -733,10 +729,75 @@ def _check_parallelism(s: Scenario) -> None:
             "optimizers); use adam or sgdm with tensor/pipeline parallelism",
             key="training.optimizer",
         )
-    if s.training.offload.mode != "none":
+
+
+# DeepSpeed's PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py):
+# ``assert self.zero_optimization_stage() < 2, "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+# parallelism"``.
+_DEEPSPEED_PIPE = (
+    'DeepSpeed\'s PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" '
+    "(deepspeed/runtime/pipe/engine.py)"
+)
+
+
+def _check_sharded_model_parallel(s: Scenario) -> None:
+    """ZeRO/FSDP or ZeRO-Offload beside Megatron's parallelism. With tensor parallelism and no
+    pipeline they compose (Megatron-DeepSpeed: DeepSpeed's ZeRO over Megatron's mpu; PyTorch FSDP2 over
+    DTensor tensor parallelism; ZeRO-Offload, Ren et al. ATC'21, with Megatron's model parallelism);
+    what the frameworks refuse, or this simulator does not model, is refused with the key to change."""
+    par, sh = s.training.parallelism, s.training.sharding
+    if par.distributed_optimizer:
         raise InputError(
-            "CPU offload together with tensor/pipeline parallelism is not modelled",
+            "distributed_optimizer is Megatron's own ZeRO-1; with training.sharding or training.offload "
+            "the ZeRO engine partitions the optimizer state: leave it false",
+            key="training.parallelism.distributed_optimizer",
+        )
+    if par.pipeline > 1:
+        if sh.framework == "fsdp":
+            raise InputError(
+                "FSDP with pipeline parallelism is not modelled (the pipeline program is Megatron-LM's, "
+                "which shards only through distributed_optimizer)",
+                key="training.sharding.framework",
+            )
+        if sh.stage >= 2:
+            raise InputError(
+                f"ZeRO-{sh.stage} with pipeline parallelism: {_DEEPSPEED_PIPE}", key="training.sharding.stage"
+            )
+        if sh.stage == 1:
+            raise InputError(
+                "with pipeline parallelism ZeRO-1 is Megatron's distributed optimizer (the same gradient "
+                "reduce-scatter, 1/d update and parameter all-gather over the data-parallel group): set "
+                "training.parallelism.distributed_optimizer: true and training.sharding.stage: 0",
+                key="training.sharding.stage",
+            )
+        raise InputError(
+            "CPU offload with pipeline parallelism is not modelled (DeepSpeed's PipelineEngine allows "
+            "only ZeRO stage < 2, whose offload path is not simulated with a pipeline)",
             key="training.offload.mode",
+        )
+    if s.cluster.heterogeneity is not None:
+        raise InputError(
+            "stragglers with ZeRO/FSDP or offload over tensor parallelism are not modelled (the rank "
+            "classes of tensor parallelism are built for Megatron's program)",
+            key="cluster.heterogeneity",
+        )
+    if sh.zeropp.enabled:
+        raise InputError(
+            "ZeRO++ with tensor parallelism is not modelled (hpZ's node partition and qgZ's intra-node "
+            "all-to-all assume every GPU of a node is a data-parallel rank)",
+            key="training.sharding.zeropp",
+        )
+    if sh.partition.enabled:
+        raise InputError(
+            "partition levels with tensor parallelism are not modelled (a level's group assumes every GPU "
+            "of a node is a data-parallel rank)",
+            key="training.sharding.partition",
+        )
+    if sh.fsdp_strategy == "hybrid" and par.tensor >= s.cluster.gpus_per_node and s.cluster.nodes > 1:
+        raise InputError(
+            f"FSDP HYBRID_SHARD shards over a node's data-parallel ranks; with tensor = {par.tensor} a "
+            f"node of {s.cluster.gpus_per_node} GPUs holds at most one: use full or grad_op",
+            key="training.sharding.fsdp_strategy",
         )
 
 

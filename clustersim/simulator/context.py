@@ -58,6 +58,17 @@ class SimulationContext:
         return self.scenario.training.parallelism.model_parallel
 
     @cached_property
+    def tensor_sharded(self) -> bool:
+        """ZeRO/FSDP (training.sharding) or ZeRO-Offload over a tensor-parallel layout without a
+        pipeline: the sharding layer's data-parallel program runs one tensor-parallel rank's share of
+        the model (``workload`` is ``layout.rank_workload``, build_context) with Megatron's per-layer
+        tensor-parallel collectives, instead of Megatron's own program (Megatron-DeepSpeed runs
+        DeepSpeed's ZeRO engine over Megatron's mpu; FSDP2 shards DTensor-parallel modules alike)."""
+        t = self.scenario.training
+        sharded = t.sharding.enabled or t.offload.mode != "none"
+        return self.model_parallel and sharded and t.parallelism.pipeline == 1
+
+    @cached_property
     def data_parallel(self) -> GroupShape:
         """The group gradients are reduced over: world / (tensor * pipeline) ranks at stride t
         (Megatron's order: tensor fastest, then data, then pipeline). The whole world without model
@@ -208,6 +219,8 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
+    if ctx.tensor_sharded:
+        _run_one_tensor_rank(ctx)
     if scenario.training.network == "flow":
         from clustersim.simulator.network.flow import FlowBackend
 
@@ -216,6 +229,17 @@ def build_context(
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
     return ctx
+
+
+def _run_one_tensor_rank(ctx: SimulationContext) -> None:
+    """Under ZeRO/FSDP or offload with tensor parallelism the data-parallel programs see one tensor-
+    parallel rank's model (``tensor_sharded``); the layout keeps the whole model it split."""
+    lay = ctx.layout  # built from the whole model before the swap
+    ctx.workload = lay.rank_workload
+    if lay.tensor > lay.gpus_per_node:
+        ctx.notes.append(
+            f"tensor-parallel group of {lay.tensor} spans nodes: its per-layer collectives cross the network"
+        )
 
 
 def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | None:

@@ -95,12 +95,14 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
     from clustersim.simulator.sharding import layout
 
     lay = layout(ctx)
-    if ctx.model_parallel:  # ZeRO and offload are refused with tensor/pipeline parallelism
+    if ctx.model_parallel and lay is None:
         par = ctx.scenario.training.parallelism
         hint = (
             f"; try a larger training.parallelism.tensor or training.parallelism.pipeline (a rank holds "
             f"1/(t x p) of the model states; now {par.tensor} x {par.pipeline})"
         )
+        if par.pipeline == 1:  # ZeRO composes with tensor parallelism only (scenario.py)
+            hint += ", or training.sharding.stage: 3 over the data-parallel ranks"
     elif lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
@@ -113,6 +115,8 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         )
     else:
         hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
+        if ctx.tensor_sharded:  # over a tensor rank's 1/t of the model
+            hint += " or a larger training.parallelism.tensor"
     key, why = "cluster.gpu", ""
     w = ctx.scenario.workload
     without_activations = mem["peak_forward_backward"] - mem["activations"]

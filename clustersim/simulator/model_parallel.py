@@ -12,7 +12,7 @@ Transformer Models", Table 2 and sec. 4.2.3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model
@@ -179,6 +179,49 @@ class Layout:
             rep = min(replicated, k.bytes) if k.name == "elementwise" else 0.0
             out.append(Kernel(k.name, k.flops / t, rep + (k.bytes - rep) / t, k.launches))
         return tuple(out)
+
+    def tensor_collectives(self, layer: Layer, forward: bool) -> list[tuple[str, int]]:
+        """The tensor-parallel collectives of one pass over ``layer``: (op, how many). Megatron's
+        per-chunk count (strategies/megatron.py ``_tp_ops``) layer by layer: 2 per block each way
+        (attention and MLP outputs forward, their inputs' gradients backward; again in backward under
+        full recomputation), 1 for the vocab-parallel embedding's output forward, 1 for the LM head's
+        input gradient backward; sequence parallel: an all-gather and a reduce-scatter for each."""
+        if self.tensor == 1:
+            return []
+        if layer.name.startswith("block"):
+            n = 2 if forward else 2 * (2 if self.recompute else 1)
+        elif layer.name == "embedding":
+            n = 1 if forward else 0
+        else:  # the head
+            n = 0 if forward else 1
+        if n == 0:
+            return []
+        if self.sequence_parallel:
+            return [("all_gather", n), ("reduce_scatter", n)]
+        return [("all_reduce", n)]
+
+    @cached_property
+    def rank_workload(self) -> Workload:
+        """One tensor-parallel rank's model, for the data-parallel programs that run over a tensor-
+        parallel layout without a pipeline (ZeRO/FSDP or ZeRO-Offload beside Megatron's mpu, as
+        Megatron-DeepSpeed and FSDP2 + DTensor do): every layer's parameters over t (as
+        ``stage_params``), its kernels as ``kernels`` splits them, a block's forward again in its
+        backward under full recomputation (as megatron.py ``_pass_times``), and the activations this
+        module's memory model keeps (``activation_bytes``), so the sharding layer's ZeRO formulas,
+        buckets and gathers apply to params/t unchanged."""
+        if self.pipeline != 1:
+            raise ValueError("a rank workload stands for the whole model only without a pipeline")
+        t, block = self.tensor, self.block_activation_bytes()
+        layers = []
+        for layer in self.workload.layers:
+            fwd, bwd = self.kernels(layer.forward), self.kernels(layer.backward, backward=True)
+            is_block = layer.name.startswith("block")
+            if is_block and self.recompute:
+                bwd = fwd + bwd
+            activations = block if is_block else layer.activation_bytes / t
+            tensors = tuple(p / t for p in layer.param_tensors)
+            layers.append(Layer(layer.name, tensors, fwd, bwd, activations))
+        return replace(self.workload, layers=tuple(layers), recompute_peak_bytes=0.0)
 
     # ---- memory --------------------------------------------------------------------------------
     def block_activation_bytes(self) -> float:

@@ -80,8 +80,11 @@ def layout(ctx) -> Layout | None:
     if sh.framework == "fsdp":
         strategy = sh.fsdp_strategy or "full"
         hybrid = strategy == "hybrid" and dp.nodes > 1
-        shard = GroupShape(1, dp.gpus_per_node) if hybrid else dp
-        replicate = GroupShape(dp.nodes, 1, sharing=dp.gpus_per_node) if hybrid else None
+        # HYBRID_SHARD: shard over the node's data-parallel ranks (all its GPUs, or over tensor
+        # parallelism g/t of them at stride t, t such groups per node: FSDP2's (replicate, shard, tp)
+        # mesh), replicate across nodes (every GPU of the node in one such group at once).
+        shard = GroupShape(1, dp.gpus_per_node, dp.sharing) if hybrid else dp
+        replicate = GroupShape(dp.nodes, 1, sharing=dp.gpus_per_node * dp.sharing) if hybrid else None
         full = strategy != "grad_op"
         return Layout(f"FSDP {strategy.upper()}", shard, replicate, True, True, full, True, True)
     if sh.stage == 0:

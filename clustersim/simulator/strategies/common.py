@@ -28,6 +28,11 @@ class PricedCollective(NamedTuple):
     meta: dict
 
 
+def _one_rank(ctx: SimulationContext) -> bool:
+    """Whether the program is one representative rank's (it then carries that rank's host links)."""
+    return not ctx.model_parallel or ctx.tensor_sharded
+
+
 def price_collective(
     ctx: SimulationContext, op: str, nbytes: float, shape=None, algorithm: str | None = None, count: int = 1
 ) -> PricedCollective:
@@ -51,7 +56,7 @@ def price_collective(
         cost.intra_node_bytes * shape.sharing * count,
         cost.inter_node_bytes * shape.sharing * count,
         ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
-        ctx.host.nic_traffic(per_gpu, cost.time) if not ctx.model_parallel else {},
+        ctx.host.nic_traffic(per_gpu, cost.time) if _one_rank(ctx) else {},
         CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
         if cost.time > 0 and count == 1
         else None,
@@ -101,6 +106,24 @@ def add_collective(
     return add_priced(prog, name, priced, deps, stream, rank, **meta)
 
 
+def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: bool, micro: int) -> None:
+    """Megatron's tensor-parallel collectives of one pass over ``layer`` (layout.tensor_collectives),
+    when the data-parallel program runs over tensor parallelism (``ctx.tensor_sharded``). They go on
+    the compute stream, right after the layer's kernels: Megatron's mappings.py calls
+    torch.distributed on the current stream, so the next layer's kernels wait for them (megatron.py
+    puts them on the critical path alike). Messages of b*s*h elements, as megatron.py prices them."""
+    if not ctx.tensor_sharded:
+        return
+    lay = ctx.layout
+    w = ctx.workload
+    activation = w.micro_batch * w.seq_len * lay.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    for coll, count in lay.tensor_collectives(layer, forward):
+        add_collective(
+            prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, activation,
+            ctx.tensor_parallel, stream="compute", count=count, micro=micro,
+        )  # fmt: skip
+
+
 def add_micro_steps(
     prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
 ) -> int | None:
@@ -125,6 +148,7 @@ def add_micro_steps(
                 (batch,) if li == 0 and batch is not None else (),
                 meta={"micro": micro},
             )
+            add_tensor_parallel(prog, ctx, layer, True, micro)
         for li in reversed(range(len(layers))):
             last = prog.add(
                 f"bwd {layers[li].name}",
@@ -133,6 +157,7 @@ def add_micro_steps(
                 "backward",
                 meta={"micro": micro},
             )
+            add_tensor_parallel(prog, ctx, layers[li], False, micro)
             if on_backward is None:
                 continue
             if every_micro:

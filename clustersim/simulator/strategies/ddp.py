@@ -112,7 +112,7 @@ class AdamDDP(Strategy):
         return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)
 
     def build_program(self) -> tuple[Program, list[dict]]:
-        if self.ctx.model_parallel:
+        if self.ctx.model_parallel and not self.ctx.tensor_sharded:  # else: ZeRO-Offload over TP
             return model_parallel_program(self.ctx, self.update_bytes_per_param, f"{self.name} update"), []
         if offload.mode(self.ctx) != "none":
             return zero_offload_program(

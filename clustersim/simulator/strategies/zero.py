@@ -36,6 +36,11 @@ communicated and on how much of the model the update runs. How each framework ru
 Parameter all-gathers run on their own stream (``gather``), reductions on ``comm``: both frameworks
 use separate streams for the two (stage3.py ``__allgather_stream`` / ``reduce_and_partition_stream``,
 FSDP's unshard and post-backward streams). ZeRO++ replaces pieces of ZeRO-3 (zeropp.py).
+
+Over tensor parallelism (Megatron-DeepSpeed; FSDP2 + DTensor) the same programs run one tensor rank's
+share of the model (``ctx.workload`` is model_parallel.py ``rank_workload``), the collectives above
+over the data-parallel group at stride t, and Megatron's per-layer tensor-parallel collectives after
+each layer's kernels (common.add_tensor_parallel).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from clustersim.simulator.strategies.common import (
     add_gradient_to_host,
     add_micro_steps,
     add_other,
+    add_tensor_parallel,
 )
 
 NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
@@ -408,6 +414,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     meta={"micro": micro},
                 )
             )
+            add_tensor_parallel(prog, ctx, layer, True, micro)
         bwd: list[int] = []
         for k in range(n):
             li = n - 1 - k
@@ -424,6 +431,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                 meta={"micro": micro},
             )
             bwd.append(last)
+            add_tensor_parallel(prog, ctx, layers[li], False, micro)
             for b in by_layer.get(li, []):
                 reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
                 if on_reduced is not None:
