@@ -242,3 +242,44 @@ def test_interleaved_rows_that_cannot_be_the_fastest_are_not_simulated():
     every = [simulate_row(base_json, r, 10_000, None, gb) for r in rows]
     best = min(r["iteration_time_s"] for r in every if r["status"] == "ok")
     assert min(r["iteration_time_s"] for r in records if r["status"] == "ok") == best
+
+
+def test_a_sweep_over_the_schedule_runs_interleaved_rows_and_the_report_names_them(tmp_path):
+    """A sweep row that sets an interleaved schedule is checked against the micro-batches the global
+    batch gives it (not the base's one micro-batch, which no pipeline of 4 divides); the HTML report
+    names each row's schedule and sequence parallelism (layout_label)."""
+    from clustersim.report.build import write_report
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    sweep = {
+        "name": "schedules",
+        "base": {
+            "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+            "workload": {"model": "Megatron-GPT-1.7B", "micro_batch": 1, "precision": "bf16"},
+            "training": {"parallelism": {"tensor": 2, "pipeline": 4, "sequence_parallel": True}},
+        },
+        "vary": {
+            "training.parallelism.schedule": ["1f1b", "interleaved"],
+            "training.parallelism.virtual_stages": [1, 2],
+        },
+        "steps": 1000,
+        "global_batch": 32,
+        "samples": 0,
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    run_sweep(load_sweep(tmp_path / "s.yaml"), tmp_path / "out")
+    ok = {
+        (r["training.parallelism.schedule"], r["training.parallelism.virtual_stages"])
+        for r in _ok_rows(tmp_path)
+    }
+    assert ok == {("1f1b", "1"), ("interleaved", "2")}  # the other two break Megatron's rules
+    write_report(tmp_path / "out", tmp_path / "r.html")
+    assert "TP2·PP4·DP1, interleaved v2, SP" in (tmp_path / "r.html").read_text()
+
+
+def _ok_rows(tmp_path):
+    import csv
+
+    with open(tmp_path / "out" / "results.csv") as f:
+        return [r for r in csv.DictReader(f) if r["status"] == "ok"]
