@@ -42,7 +42,7 @@ MODEL_PARALLEL_OPTIMIZERS = ("adam", "sgdm")  # scenario._MODEL_PARALLEL_OPTIMIZ
 # Model chunks per stage tried for the interleaved schedule. Its bubble is 1/v of 1F1B's (Narayanan et
 # al. SC'21, sec. 2.2.2) at v times the pipeline sends, so v = 2 already removes half of it and v = 4
 # three quarters: a larger v can gain at most a quarter of the bubble more while its sends (and this
-# simulation's work) keep growing in v. Megatron-LM's interleaving example in that section is v = 2.
+# simulation's work) keep growing in v. The paper's Fig. 4 illustrates the schedule with v = 2.
 VIRTUAL_STAGES = (2, 3, 4)
 
 

@@ -8,6 +8,7 @@ import yaml
 
 from clustersim import catalog
 from clustersim.cli import app
+from clustersim.errors import InputError
 from clustersim.layout_search import _fits_with, _megatron_changes, candidate_layouts, fits, layout_label
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.spec import resolve_row
@@ -283,3 +284,34 @@ def _ok_rows(tmp_path):
 
     with open(tmp_path / "out" / "results.csv") as f:
         return [r for r in csv.DictReader(f) if r["status"] == "ok"]
+
+
+def test_a_row_reshaping_an_interleaved_base_is_checked_as_the_row_it_becomes():
+    """A base with 2 stages of 16 chunks and a row of 4 stages of 2 chunks (96 layers split into 8):
+    the row's pipeline is not checked against the base's 16 chunks (64 would not divide 96), nor its
+    schedule against the base's micro-batches; what the row becomes is (sweeps.spec.with_layout)."""
+    base = validate_scenario(
+        {
+            "cluster": {"nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"},
+            "workload": {"model": "GPT-3-175B", "micro_batch": 1, "gradient_accumulation": 2},
+            "training": {
+                "parallelism": {"tensor": 8, "pipeline": 2, "schedule": "interleaved", "virtual_stages": 16}
+            },
+        }
+    )
+    row = {"training.parallelism.pipeline": 4, "training.parallelism.virtual_stages": 2}
+    s = resolve_row(base, row, 100, 64)
+    par = s.training.parallelism
+    assert (par.pipeline, par.schedule, par.virtual_stages, s.workload.gradient_accumulation) == (
+        4,
+        "interleaved",
+        2,
+        64,
+    )
+    bad = {**row, "training.parallelism.virtual_stages": 5}  # 96 layers do not split into 4 x 5
+    try:
+        resolve_row(base, bad, 100, 64)
+    except InputError as exc:
+        assert exc.key == "training.parallelism.pipeline"
+    else:
+        raise AssertionError("4 x 5 chunks of 96 layers accepted")

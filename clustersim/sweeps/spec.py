@@ -259,7 +259,7 @@ def halve_micro_batch(scenario: Scenario) -> Scenario:
 _AFTER_GPUS = ("training.parallelism.",)
 # Keys whose validation depends on the row's micro-batches too (the interleaved schedule needs their
 # count to be a multiple of the pipeline stages): applied once the global batch is split.
-AFTER_SPLIT = ("training.parallelism.schedule", "training.parallelism.virtual_stages")
+_SCHEDULE, _VIRTUAL = "training.parallelism.schedule", "training.parallelism.virtual_stages"
 
 
 def resolve_row(
@@ -296,10 +296,15 @@ def resolve_row(
 
 def with_layout(scenario: Scenario, layout: dict[str, Any], global_batch: int | None) -> Scenario:
     """``scenario`` with dotted parallelism changes and, with a global batch, its micro-batches split
-    over the layout's data-parallel replicas; the schedule keys come last, so an interleaved schedule is
-    checked against the micro-batches the row runs, not the ones it had before the split."""
-    late = {k: v for k, v in layout.items() if k in AFTER_SPLIT}
+    over the layout's data-parallel replicas. An interleaved schedule (the row's or the base's) is set
+    last, the rest under 1F1B: Megatron's rules for it are checked against the micro-batches the row
+    runs, not the ones it had before the split, and against the row's own pipeline x chunks."""
+    par = scenario.training.parallelism
+    late = {k: v for k, v in layout.items() if k in (_SCHEDULE, _VIRTUAL)}
     early = {k: v for k, v in layout.items() if k not in late}
+    if "interleaved" in (par.schedule, late.get(_SCHEDULE)):
+        late = {_SCHEDULE: par.schedule, _VIRTUAL: par.virtual_stages, **late}
+        early |= {_SCHEDULE: "1f1b", _VIRTUAL: 1}
     if early:
         scenario = scenario.with_changes(**early)
     if global_batch:
