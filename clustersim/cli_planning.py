@@ -178,7 +178,8 @@ def plan_cmd(
 ):
     """The cheapest cluster, optimizer and parallel layout that meets the deadline (and budget), with
     runners-up and why. Where data parallelism does not fit, each candidate is tried with the lowest ZeRO
-    stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit."""
+    stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel,
+    also without recomputation, and interleaved where that can pay)."""
     from clustersim.planning import plan, why_not
     from clustersim.report.build import parse_duration
 
@@ -264,5 +265,10 @@ def plan_cmd(
         )
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+    if result["interleaved_not_simulated"]:
+        console.print(
+            f"[dim]{result['interleaved_not_simulated']} interleaved layouts not simulated: their 1F1B twin "
+            "computes longer than the fastest layout on its cluster takes[/]"
+        )
     if chosen is None:
         raise typer.Exit(1)

@@ -14,12 +14,18 @@ layouts the practice of the field says can win, each decided by a memory check t
   - the lowest ZeRO stage that fits (stages 1 and 2 move what DDP moves; stage 3 gathers parameters
     too), with activation checkpointing when nothing fits without it;
   - for each tensor-parallel size t of 1, 2, 4, 8 within a node (Narayanan et al., SC'21: keep TP inside
-    a node, where NVLink carries its per-layer all-reduces), the fewest pipeline stages p that fit, first
-    without recomputation, then with it (fewer stages: a smaller bubble, fewer point-to-point hops),
-    with Megatron's distributed optimizer (ZeRO-1 over the data-parallel replicas).
+    a node, where NVLink carries its per-layer all-reduces), with Megatron's distributed optimizer
+    (ZeRO-1 over the data-parallel replicas) and, for t > 1, sequence parallelism (_megatron):
+    the fewest pipeline stages p that fit, first without recomputation, then with it (fewer stages: a
+    smaller bubble, fewer point-to-point hops); where that needs recomputation, also the fewest stages
+    that fit without it (a larger bubble against a third more compute: only the simulation can say);
+  - for each of those with p > 1, the interleaved schedule with v model chunks per stage, for the v
+    the layers allow, where the bubble it removes could be worth more than the 3% the plan needs to
+    prefer a more complex option (_interleaved).
 
 The memory check is made at micro-batch 1, the most favourable; the simulation then fits the micro-batch
-to the global batch as every plan row does (halving it while it does not fit).
+to the global batch as every plan row does (halving it while it does not fit), and the bubble estimate
+uses the micro-batch the row will run at (the same halving, memory check only).
 """
 
 from __future__ import annotations
@@ -27,26 +33,52 @@ from __future__ import annotations
 from typing import Any
 
 from clustersim.errors import InputError
+from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import Scenario
 
 TENSOR_SIZES = (1, 2, 4, 8)  # within a node (8-GPU NVLink/NVSwitch nodes): Narayanan et al. SC'21, sec. 3.3
 ZERO_STAGES = (1, 2, 3)
 MODEL_PARALLEL_OPTIMIZERS = ("adam", "sgdm")  # scenario._MODEL_PARALLEL_OPTIMIZERS, sharding_rules
+# Model chunks per stage tried for the interleaved schedule. Its bubble is 1/v of 1F1B's (Narayanan et
+# al. SC'21, sec. 2.2.2) at v times the pipeline sends, so v = 2 already removes half of it and v = 4
+# three quarters: a larger v can gain at most a quarter of the bubble more while its sends (and this
+# simulation's work) keep growing in v. The paper's Fig. 4 illustrates the schedule with v = 2.
+VIRTUAL_STAGES = (2, 3, 4)
 
 
 def fits(scenario: Scenario, global_batch: int | None = None) -> bool:
     """Whether one rank's memory fits at micro-batch 1 (no simulation); an invalid layout does not. With
     a global batch, the micro-batches per step follow from it as the plan's rows get them (a pipeline
     keeps up to p of them in flight)."""
+    return _fits_with(scenario, {}, global_batch)
+
+
+def _fits_with(scenario: Scenario, changes: dict[str, Any], global_batch: int | None) -> bool:
+    s = _resolved(scenario, changes, global_batch, micro_batch=1)
+    return s is not None and _memory_fits(s)
+
+
+def _resolved(
+    scenario: Scenario, changes: dict[str, Any], global_batch: int | None, micro_batch: int
+) -> Scenario | None:
+    """``scenario`` with a layout's changes at ``micro_batch``, the global batch split over its replicas
+    as a plan row does (sweeps.spec.with_layout); None for a layout the frameworks refuse (heads not
+    divisible by t, micro-batches not a multiple of p under interleaving: scenario._check_parallelism)."""
+    from clustersim.sweeps.spec import with_layout
+
+    try:
+        s = scenario.with_changes(**{"workload.micro_batch": micro_batch})
+        return with_layout(s, changes, global_batch)
+    except InputError:
+        return None
+
+
+def _memory_fits(s: Scenario) -> bool:
     from clustersim.simulator.context import build_context
     from clustersim.simulator.memory import gpu_memory
     from clustersim.simulator.strategies import registry
-    from clustersim.sweeps.spec import split_global_batch
 
     try:
-        s = scenario.with_changes(**{"workload.micro_batch": 1})
-        if global_batch:
-            s = split_global_batch(s, global_batch)
         ctx = build_context(s)
         mem = gpu_memory(ctx, registry.create(ctx))
     except InputError:
@@ -71,14 +103,15 @@ def _layers(scenario: Scenario) -> int:
 
 
 def candidate_layouts(scenario: Scenario, global_batch: int | None = None) -> list[dict[str, Any]]:
-    """The layouts worth simulating for ``scenario`` (a candidate cluster, optimizer and model), as
-    dotted scenario changes; [{}] (data parallelism) when it fits, [] when nothing does."""
+    """The layouts worth simulating for ``scenario`` (a candidate cluster, optimizer and model, at the
+    micro-batch its rows start from), as dotted scenario changes; [{}] (data parallelism) when it fits,
+    [] when nothing does."""
     if fits(scenario, global_batch):
         return [{}]
     if scenario.training.optimizer not in MODEL_PARALLEL_OPTIMIZERS:
         return []
     zero = _lowest_zero_stage(scenario, global_batch)
-    return ([zero] if zero else []) + _fewest_stages_per_tensor_size(scenario, global_batch)
+    return ([zero] if zero else []) + _megatron(scenario, global_batch)
 
 
 def _lowest_zero_stage(scenario: Scenario, global_batch: int | None) -> dict[str, Any] | None:
@@ -94,40 +127,108 @@ def _lowest_zero_stage(scenario: Scenario, global_batch: int | None) -> dict[str
     return None
 
 
-def _fewest_stages_per_tensor_size(scenario: Scenario, global_batch: int | None) -> list[dict[str, Any]]:
-    """For each tensor-parallel size within a node, the fewest pipeline stages that fit (recomputation
-    only where needed)."""
+def _megatron(scenario: Scenario, global_batch: int | None) -> list[dict[str, Any]]:
+    """Per tensor-parallel size within a node, the stage counts that fit (_stage_counts), each also
+    interleaved where that can pay (_interleaved)."""
     c = scenario.cluster
-    layers = _layers(scenario)
     out = []
     for t in TENSOR_SIZES:
         if t > c.gpus_per_node or c.world_size % t:
             continue
-        for p in (d for d in range(1, layers + 1) if layers % d == 0 and c.world_size % (t * d) == 0):
-            if t * p == 1:
-                continue
-            found = _fitting_recompute(scenario, t, p, global_batch)
-            if found:
-                out.append(found)
-                break
+        for layout in _stage_counts(scenario, t, global_batch):
+            out += [layout, *_interleaved(scenario, layout, global_batch)]
     return out
 
 
-def _fitting_recompute(scenario: Scenario, t: int, p: int, global_batch: int | None) -> dict[str, Any] | None:
-    """Megatron's layout at (t, p) with its distributed optimizer (ZeRO-1 over the data-parallel replicas:
+def _stage_counts(scenario: Scenario, t: int, global_batch: int | None) -> list[dict[str, Any]]:
+    """The fewest pipeline stages that fit at tensor size t (recomputation only where needed) and, when
+    those need recomputation, the fewest that fit without it."""
+    c = scenario.cluster
+    layers = _layers(scenario)
+    out: list[dict[str, Any]] = []
+    for p in (d for d in range(1, layers + 1) if layers % d == 0 and c.world_size % (t * d) == 0):
+        if t * p == 1:
+            continue
+        for recompute in ("none", "full") if not out else ("none",):
+            changes = _megatron_changes(t, p, recompute)
+            if _fits_with(scenario, changes, global_batch):
+                out.append(changes)
+                break
+        if out and out[-1]["training.parallelism.recompute"] == "none":
+            break
+    return out
+
+
+def _megatron_changes(t: int, p: int, recompute: str) -> dict[str, Any]:
+    """Megatron's layout at (t, p). Its distributed optimizer (ZeRO-1 over the data-parallel replicas:
     the reduce-scatter and all-gather move what the all-reduce moved, and the fp32 states shrink by the
-    data-parallel degree, as Megatron recommends for large models), recomputation only if needed."""
-    for recompute in ("none", "full"):
+    data-parallel degree, as Megatron recommends for large models). Sequence parallelism whenever t > 1,
+    not searched on and off: it swaps each per-layer all-reduce for an all-gather and a reduce-scatter
+    of the same bytes (a ring all-reduce is those two), splits the LayerNorm and dropout work and their
+    activations by t (Korthikanti et al. 2022, sec. 4.2.2 and Table 2), so at a given micro-batch it
+    costs no bytes or memory and often lets fewer stages or no recomputation fit; the paper trains its
+    22B to 1T models with it."""
+    return {
+        "training.parallelism.tensor": t,
+        "training.parallelism.pipeline": p,
+        "training.parallelism.recompute": recompute,
+        "training.parallelism.distributed_optimizer": True,
+        "training.parallelism.sequence_parallel": t > 1,
+    }
+
+
+def _interleaved(
+    scenario: Scenario, layout: dict[str, Any], global_batch: int | None
+) -> list[dict[str, Any]]:
+    """The interleaved schedule on ``layout`` for each v of VIRTUAL_STAGES that the frameworks accept
+    (layers a multiple of p x v, micro-batches a multiple of p: the scenario validator), that fits, and
+    whose bubble saving over 1F1B or the last v kept could pass the plan's 3% rule (_may_pay). Same
+    recomputation as the 1F1B layout: interleaving holds more activations (p(1 + (p-1)/(pv)) chunks'
+    worth on the first stage)."""
+    p = layout["training.parallelism.pipeline"]
+    if p < 2:
+        return []
+    kept = [(1, _micro_batches(scenario, layout, global_batch))]  # (v, micro-batches) of each kept
+    out: list[dict[str, Any]] = []
+    for v in VIRTUAL_STAGES:
         changes = {
-            "training.parallelism.tensor": t,
-            "training.parallelism.pipeline": p,
-            "training.parallelism.recompute": recompute,
-            "training.parallelism.distributed_optimizer": True,
+            **layout,
+            "training.parallelism.schedule": "interleaved",
+            "training.parallelism.virtual_stages": v,
         }
-        s = _try(scenario, changes)
-        if s is not None and fits(s, global_batch):
-            return changes
-    return None
+        m = _micro_batches(scenario, changes, global_batch)
+        if kept[-1][1] and m and _may_pay(p, kept[-1], (v, m)):
+            out.append(changes)
+            kept.append((v, m))
+    return out
+
+
+def _micro_batches(scenario: Scenario, changes: dict[str, Any], global_batch: int | None) -> int | None:
+    """Micro-batches per step the row will run: from its own micro-batch, halved while memory is short
+    (sweeps.run does the same, simulating); None when the row would be refused or nothing fits."""
+    from clustersim.sweeps.spec import halve_micro_batch
+
+    s = _resolved(scenario, changes, global_batch, scenario.workload.micro_batch)
+    while s is not None and not _memory_fits(s):
+        if s.workload.micro_batch == 1:
+            return None
+        try:
+            s = halve_micro_batch(s)
+        except InputError:  # the interleaved schedule's micro-batches no longer a multiple of p
+            return None
+    return None if s is None else s.workload.gradient_accumulation
+
+
+def _may_pay(p: int, fewer: tuple[int, int], more: tuple[int, int]) -> bool:
+    """Whether ``more`` = (v, m) chunks per stage and micro-batches could save more than EQUIVALENT_GAIN
+    of the step that ``fewer`` takes ((1, m): 1F1B), the margin the plan asks of the more complex option
+    (report.analysis.complexity): with m micro-batches the bubble is (p-1)/m of the ideal step, 1/v of
+    that interleaved (Narayanan et al. SC'21, sec. 2.2.1 and 2.2.2). An upper bound: the v-fold
+    pipeline sends and the slower small micro-batches (where memory makes the row use more) only take
+    from it. A v that could not beat the smaller one by that margin would be called equivalent to it,
+    and is not simulated."""
+    (v0, m0), (v, m) = fewer, more
+    return 1 - (1 + (p - 1) / (v * m)) / (1 + (p - 1) / (v0 * m0)) > EQUIVALENT_GAIN
 
 
 def layout_label(scenario: dict[str, Any]) -> str:
@@ -140,6 +241,10 @@ def layout_label(scenario: dict[str, Any]) -> str:
     if t > 1 or p > 1 or par.get("distributed_optimizer"):
         world = scenario["cluster"]["nodes"] * scenario["cluster"]["gpus_per_node"]
         parts.append(f"TP{t}·PP{p}·DP{world // (t * p)}")
+    if par.get("schedule") == "interleaved":
+        parts.append(f"interleaved v{par.get('virtual_stages', 1)}")
+    if par.get("sequence_parallel") and t > 1:
+        parts.append("SP")
     if par.get("distributed_optimizer"):
         parts.append("dist. optimizer")
     if sh.get("framework") == "fsdp":

@@ -18,22 +18,30 @@ from clustersim.layout_search import candidate_layouts, layout_label
 from clustersim.report import analysis
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.run import simulate_row
-from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row
+from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row, row_id
+
+# A row that fits in no layout even at micro-batch 1 (the compressed optimizers, data-parallel only, on
+# a model too large for a GPU) is recorded from one simulation at micro-batch 1, where the fixed global
+# batch's halving would end with the same "does not fit" reason, instead of one at each micro-batch.
+NOTHING_FITS = {"micro_batch": 1}
 
 
 def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[dict[str, Any]]:
     """Each candidate row once per layout worth simulating on it (layout_search.py): itself when data
-    parallelism fits, else its ZeRO and tensor x pipeline layouts that fit. A row that cannot be resolved
-    or where nothing fits stays as it is, to be recorded with its reason. Rows that come to the same
+    parallelism fits, else its ZeRO and tensor x pipeline layouts that fit (sequence parallel, 1F1B or
+    interleaved). A row that cannot be resolved stays as it is, to be recorded with its reason; one where
+    nothing fits even at micro-batch 1 is simulated there (NOTHING_FITS). Rows that come to the same
     scenario (a candidates file varying tensor x pipeline names a layout the search also finds for
     another row) are kept once."""
     out, seen = [], set()
     for values in rows:
         try:
-            layouts = candidate_layouts(resolve_row(base, values, steps, global_batch), global_batch)
+            resolve_row(base, values, steps, global_batch)  # a row that cannot run is recorded as it is
+            # searched from the micro-batch the row starts at, before the global batch is split
+            layouts = candidate_layouts(resolve_row(base, values, steps), global_batch) or [NOTHING_FITS]
         except InputError:
-            layouts = []
-        for row in [{**values, **layout} for layout in layouts] or [values]:
+            layouts = [{}]
+        for row in [{**values, **layout} for layout in layouts]:
             try:
                 key = resolve_row(base, row, steps, global_batch).model_dump_json()
             except InputError:
@@ -42,6 +50,61 @@ def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int
                 out.append(row)
                 seen.add(key)
     return out
+
+
+def simulate_rows(
+    base_json: dict,
+    rows: list[dict[str, Any]],
+    steps: int,
+    global_batch: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """Simulate the rows, the interleaved ones last and only those that could still be the fastest
+    layout on their cluster (where the fastest is also the cheapest): the interleaved schedule removes
+    idle pipeline time, not work, so a row whose 1F1B twin spends at least the cluster's best step time
+    computing (and updating) on its critical rank cannot win, and is not simulated. Returns the records
+    and how many rows were skipped so."""
+    later = [r for r in rows if r.get(SCHEDULE) == "interleaved"]
+    first = [r for r in rows if r.get(SCHEDULE) != "interleaved"]
+    records: list[dict[str, Any]] = []
+    fastest: dict[str, float] = {}
+    skipped = 0
+    for i, values in enumerate(first + later):
+        twin = _one_f_one_b_twin(values, records) if values.get(SCHEDULE) == "interleaved" else None
+        if twin is not None and _busy_s(twin) >= fastest.get(_cluster_id(values), float("inf")):
+            skipped += 1
+        else:
+            rec = simulate_row(base_json, values, steps, None, global_batch)
+            rec["layout"] = layout_label(rec["scenario"]) if "scenario" in rec else "DP"
+            records.append(rec)
+            if rec["status"] == "ok":
+                key = _cluster_id(values)
+                fastest[key] = min(fastest.get(key, float("inf")), rec["iteration_time_s"])
+        if progress:
+            progress(i + 1, len(rows))
+    return records, skipped
+
+
+SCHEDULE = "training.parallelism.schedule"
+_LAYOUT_KEYS = ("training.parallelism.", "training.sharding.", "workload.activation_checkpointing")
+
+
+def _cluster_id(values: dict[str, Any]) -> str:
+    """The candidate a row belongs to: its values without the layout the search added."""
+    return row_id({k: v for k, v in values.items() if not k.startswith(_LAYOUT_KEYS)})
+
+
+def _one_f_one_b_twin(values: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The simulated record of the same layout under 1F1B, if it ran."""
+    twin = {k: v for k, v in values.items() if k not in (SCHEDULE, "training.parallelism.virtual_stages")}
+    tid = row_id(twin)
+    return next((r for r in records if r["row_id"] == tid and r["status"] == "ok"), None)
+
+
+def _busy_s(rec: dict[str, Any]) -> float:
+    """What the critical rank computes per step (forward, backward with its recomputation, optimizer,
+    other): no schedule can take less on that stage, nor at a smaller micro-batch."""
+    return rec["forward_s"] + rec["backward_s"] + rec["optimizer_s"] + rec["other_s"]
 
 
 def candidate_sweep(path: Path | None) -> Sweep:
@@ -84,13 +147,7 @@ def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, p
         base = base.with_changes(profile=resolve_profile_ref(profile))
     base_json = base.model_dump(mode="json")
     rows = with_layouts(base, sweep.rows(), steps, global_batch)
-    records = []
-    for i, values in enumerate(rows):
-        rec = simulate_row(base_json, values, steps, None, global_batch)
-        rec["layout"] = layout_label(rec["scenario"]) if "scenario" in rec else "DP"
-        records.append(rec)
-        if progress:
-            progress(i + 1, len(rows))
+    records, skipped = simulate_rows(base_json, rows, steps, global_batch, progress)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         memory = [r for r in records if "does not fit in GPU memory" in r["error"]]
@@ -125,6 +182,7 @@ def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, p
         "candidates": len(records),
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
+        "interleaved_not_simulated": skipped,
         "chosen": rec["chosen"],
         "runners_up": runners_up,
         "fastest": rec["fastest"],
@@ -150,8 +208,6 @@ def _add_band(
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
-    from clustersim.sweeps.spec import row_id
-
     return row_id(values) == row.get("row_id")
 
 

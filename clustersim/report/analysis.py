@@ -155,10 +155,11 @@ def indistinguishable(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def complexity(row: dict[str, Any]) -> tuple[int, int, int]:
     """How much a row asks of the user, to compare: (offloads, layout, compressed optimizer); (0, 0, 0) is
     plainest. Layout: data parallelism 0, ZeRO/FSDP sharding 1 (a config switch), tensor/pipeline
-    parallelism 2 (a model written for it)."""
+    parallelism 2 (a model written for it), its interleaved schedule 3 (v times the pipeline messages,
+    more activations in flight, micro-batches tied to the stage count)."""
     offload = str(row.get("offload") or "none").lower() not in ("none", "off", "false")
     layout = str(row.get("layout") or "DP")
-    level = 2 if layout.startswith("TP") else 0 if layout == "DP" else 1
+    level = 0 if layout == "DP" else 1 if not layout.startswith("TP") else 3 if "interleaved" in layout else 2
     return (int(offload), level, int(not _is_baseline(row["optimizer"])))
 
 

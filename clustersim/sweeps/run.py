@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 from clustersim.errors import InputError
-from clustersim.sweeps.spec import Sweep, resolve_row, row_id
+from clustersim.sweeps.spec import Sweep, halve_micro_batch, resolve_row, row_id
 from clustersim.sweeps.store import ResultsFolder
 
 # tests: path of a marker file; the first task in a worker process (never the sweep's own) to see it dies
@@ -122,13 +122,7 @@ def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
             w = scenario.workload
             if not adapt or "does not fit in GPU memory" not in exc.message or w.micro_batch == 1:
                 raise
-            mb = w.micro_batch // 2
-            share = w.micro_batch * w.gradient_accumulation
-            while share % mb:
-                mb -= 1
-            scenario = scenario.with_changes(
-                **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
-            )
+            scenario = halve_micro_batch(scenario)
 
 
 def simulate_batch(

@@ -242,8 +242,24 @@ def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
     )
 
 
+def halve_micro_batch(scenario: Scenario) -> Scenario:
+    """The same samples per replica in smaller micro-batches (half, or the next smaller divisor of the
+    share), accumulating more: what a fixed-global-batch row does when its micro-batch does not fit."""
+    w = scenario.workload
+    mb = w.micro_batch // 2
+    share = w.micro_batch * w.gradient_accumulation
+    while share % mb:
+        mb -= 1
+    return scenario.with_changes(
+        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
+    )
+
+
 # Dotted keys whose validation depends on the row's GPU count (tensor x pipeline must divide it).
 _AFTER_GPUS = ("training.parallelism.",)
+# Keys whose validation depends on the row's micro-batches too (the interleaved schedule needs their
+# count to be a multiple of the pipeline stages): applied once the global batch is split.
+_SCHEDULE, _VIRTUAL = "training.parallelism.schedule", "training.parallelism.virtual_stages"
 
 
 def resolve_row(
@@ -273,12 +289,27 @@ def resolve_row(
     scenario = validate_scenario(data, source="row")
     if "gpus" in values:
         scenario = scenario.with_world_size(int(values["gpus"]))
-    if layout:
-        scenario = scenario.with_changes(**layout)
-    if global_batch:
-        scenario = split_global_batch(scenario, global_batch)
+    scenario = with_layout(scenario, layout, global_batch)
     optimizer = values.get("optimizer", scenario.training.optimizer)
     return scenario_for_optimizer(scenario, optimizer, steps)
+
+
+def with_layout(scenario: Scenario, layout: dict[str, Any], global_batch: int | None) -> Scenario:
+    """``scenario`` with dotted parallelism changes and, with a global batch, its micro-batches split
+    over the layout's data-parallel replicas. An interleaved schedule (the row's or the base's) is set
+    last, the rest under 1F1B: Megatron's rules for it are checked against the micro-batches the row
+    runs, not the ones it had before the split, and against the row's own pipeline x chunks."""
+    par = scenario.training.parallelism
+    late = {k: v for k, v in layout.items() if k in (_SCHEDULE, _VIRTUAL)}
+    early = {k: v for k, v in layout.items() if k not in late}
+    if "interleaved" in (par.schedule, late.get(_SCHEDULE)):
+        late = {_SCHEDULE: par.schedule, _VIRTUAL: par.virtual_stages, **late}
+        early |= {_SCHEDULE: "1f1b", _VIRTUAL: 1}
+    if early:
+        scenario = scenario.with_changes(**early)
+    if global_batch:
+        scenario = split_global_batch(scenario, global_batch)
+    return scenario.with_changes(**late) if late else scenario
 
 
 def resolve_profile_ref(ref: str) -> str:
