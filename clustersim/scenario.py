@@ -522,8 +522,22 @@ def _check_fabric(c: ClusterSpec) -> None:
         )
 
 
+def _check_once(items, what, key: str) -> None:
+    """Refuse a rank, node or NIC listed twice: the simulator would multiply its factors (1.2 and 1.5
+    became 1.8, and a node of two GPU types both ratios), which no one writes on purpose; the list
+    index names the second entry."""
+    first: dict = {}
+    for i, item in enumerate(items):
+        thing = what(item)
+        if thing in first:
+            raise InputError(
+                f"{thing} is already listed at {key}.{first[thing]}: give it once", key=f"{key}.{i}"
+            )
+        first[thing] = i
+
+
 def _check_heterogeneity(c: ClusterSpec) -> None:
-    """Every straggler and fault names a rank, node or NIC that exists."""
+    """Every straggler and fault names a rank, node or NIC that exists, once."""
     h = c.heterogeneity
     key = "cluster.heterogeneity"
     for i, g in enumerate(h.slow_gpus):
@@ -531,6 +545,9 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
             raise InputError(
                 f"rank {g.rank} does not exist (ranks 0..{c.world_size - 1})", key=f"{key}.slow_gpus.{i}.rank"
             )
+    _check_once(h.slow_gpus, lambda g: f"rank {g.rank}", f"{key}.slow_gpus")
+    _check_once(h.degraded_nics, lambda d: f"node {d.node} NIC {d.nic}", f"{key}.degraded_nics")
+    _check_once(h.node_gpus, lambda n: f"node {n.node}", f"{key}.node_gpus")
     for i, d in enumerate(h.degraded_nics):
         if d.node >= c.nodes:
             raise InputError(

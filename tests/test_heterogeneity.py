@@ -110,6 +110,36 @@ def test_a_fault_on_something_that_does_not_exist_is_refused_naming_the_key(hete
     assert err.value.key == key
 
 
+@pytest.mark.parametrize(
+    "hetero,key",
+    [
+        (
+            {"slow_gpus": [{"rank": 3, "compute_factor": 1.2}, {"rank": 3, "compute_factor": 1.5}]},
+            "cluster.heterogeneity.slow_gpus.1",
+        ),
+        (
+            {"node_gpus": [{"node": 1, "gpu": "A100-80GB"}, {"node": 1, "gpu": "B200"}]},
+            "cluster.heterogeneity.node_gpus.1",
+        ),
+        (
+            {
+                "degraded_nics": [
+                    {"node": 1, "nic": 2, "bandwidth_factor": 0.5},
+                    {"node": 1, "nic": 2, "bandwidth_factor": 0.5},
+                ]
+            },
+            "cluster.heterogeneity.degraded_nics.1",
+        ),
+    ],
+)
+def test_a_rank_node_or_nic_listed_twice_is_refused_not_multiplied(hetero, key):
+    """Two entries for one rank used to multiply (1.2 x 1.5 = 1.8), and a node listed with two GPU
+    types took both roofline ratios: refused, naming the second entry."""
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": hetero})
+    assert err.value.key == key and "already listed" in str(err.value)
+
+
 def test_cli_straggler_on_a_missing_rank_is_one_line_exit_2(runner, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(
