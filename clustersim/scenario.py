@@ -536,8 +536,9 @@ def _check_once(items, what, key: str) -> None:
         first[thing] = i
 
 
-def _check_heterogeneity(c: ClusterSpec) -> None:
-    """Every straggler and fault names a rank, node or NIC that exists, once."""
+def _check_heterogeneity(c: ClusterSpec, precision: str) -> None:
+    """Every straggler and fault names a rank, node or NIC that exists, once, and a node's other GPU
+    runs the workload's precision (its error names the node's entry, not workload.precision)."""
     h = c.heterogeneity
     key = "cluster.heterogeneity"
     for i, g in enumerate(h.slow_gpus):
@@ -566,6 +567,10 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
             catalog.gpu(n.gpu)
         except InputError as exc:
             raise exc.located(key_prefix=f"{key}.node_gpus.{i}.gpu") from None
+        try:
+            catalog.gpu(n.gpu).peak_flops(precision)
+        except InputError as exc:
+            raise InputError(exc.message, key=f"{key}.node_gpus.{i}.gpu") from None
     leaves = -(-c.nodes // c.fabric.nodes_per_leaf) if c.fabric.kind != "single_switch" else 1
     for i, b in enumerate(h.background):
         limit = c.nodes if b.links == "nics" else leaves
@@ -642,7 +647,7 @@ def _check_semantics(s: Scenario) -> None:
     _check_limits(c)
     _check_fabric(c)
     if c.heterogeneity is not None:
-        _check_heterogeneity(c)
+        _check_heterogeneity(c, s.workload.precision)
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:

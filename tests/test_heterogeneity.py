@@ -226,6 +226,14 @@ def test_a_node_of_an_older_gpu_is_the_straggler_by_its_roofline_ratio():
     assert err.value.key.startswith("cluster.heterogeneity.node_gpus.0.gpu")
 
 
+def test_a_node_gpu_without_the_workloads_precision_names_the_node_not_the_workload():
+    """A V100 node in a bf16 job: the V100 has no bf16 tensor cores. The error used to come from the
+    straggler's roofline ratio as workload.precision, which the user had not changed."""
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "V100-SXM2"}]}})
+    assert err.value.key == "cluster.heterogeneity.node_gpus.0.gpu" and "bf16" in str(err.value)
+
+
 DILOCO = {
     "training.optimizer": "diloco",
     "training.optimizer_options": {"workers": 2},
