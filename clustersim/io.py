@@ -86,9 +86,10 @@ def check_writable_file(path: Path) -> Path:
     return path
 
 
-def write_text_atomically(path: Path, text: str, mode: int | None = None) -> None:
+def write_text_atomically(path: Path, text: str | bytes, mode: int | None = None) -> None:
     """Write to a temporary file beside ``path`` and rename: a crash or a full disk never leaves half a
-    file behind; any failure is one InputError naming the file."""
+    file behind; any failure is one InputError naming the file. ``bytes`` are written as they are
+    (Chakra's protobuf traces)."""
     path = check_writable_file(path)
     tmp = None
     try:
@@ -96,7 +97,7 @@ def write_text_atomically(path: Path, text: str, mode: int | None = None) -> Non
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, (0o666 & ~umask) if mode is None else mode)  # mkstemp makes 0600
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
         tmp = None

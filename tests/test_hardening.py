@@ -335,6 +335,42 @@ def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no trace, no temporary file
 
 
+def test_disk_full_while_writing_chakra_traces_leaves_none_of_them(runner, tmp_path, monkeypatch):
+    """Two rank classes (a straggler): the second .et fails on a full disk. It used to end in an
+    OSError traceback with the first file and half the second left in the folder."""
+    import errno
+
+    import clustersim.io as io
+
+    real, calls = io.os.fdopen, []
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd, mode):
+        calls.append(mode)
+        return Full(real(fd, mode)) if len(calls) == 2 else real(fd, mode)
+
+    monkeypatch.setattr(io.os, "fdopen", fdopen)
+    out = tmp_path / "et"
+    out.mkdir()
+    slow = {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1.2}]}}
+    r = invoke(runner, "run", scenario_file(tmp_path, **slow), "--chakra", out, "--samples", "0")
+    one_line_error(r, ".1.et", "No space left on device")
+    assert calls == ["wb", "wb"] and list(out.iterdir()) == []  # no trace, no temporary file
+
+
 def test_nan_rows_in_nccl_tests_files(runner, tmp_path):
     text = (
         "#  out-of-place in-place\n"

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clustersim.errors import InputError
 from clustersim.identifiers import Category
+from clustersim.io import write_text_atomically
 
 VERSION = "0.0.4"  # the ET schema version Chakra's generators write in GlobalMetadata
 COMP_NODE, COMM_COLL_NODE = 4, 7  # et_def.proto NodeType
@@ -108,7 +110,7 @@ def write_chakra(result, folder: Path, name: str | None = None) -> list[Path]:
         waits_for = {ops[d].rank for d in rec.deps}
         return rank in waits_for and rec.rank in waits_for
 
-    written = []
+    blobs: list[tuple[Path, bytes]] = []
     for rank in ranks:
         keep = [i for i, r in enumerate(ops) if r.rank == rank or shared(r, rank)]
         kept = set(keep)
@@ -120,7 +122,16 @@ def write_chakra(result, folder: Path, name: str | None = None) -> list[Path]:
             data = [d for d in rec.deps if d in kept]
             blob += _message(_node(i, rec, ctrl, data))
             last_on[rec.stream] = i
-        path = folder / f"{name}.{rank}.et"
-        path.write_bytes(blob)
-        written.append(path)
+        blobs.append((folder / f"{name}.{rank}.et", blob))
+    # Each file atomically, and none of them when one fails (a full disk): half a set of rank classes
+    # is as misleading to the simulator that reads them as half a file.
+    written: list[Path] = []
+    try:
+        for path, blob in blobs:
+            write_text_atomically(path, blob)
+            written.append(path)
+    except InputError:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return written
