@@ -371,6 +371,21 @@ def test_disk_full_while_writing_chakra_traces_leaves_none_of_them(runner, tmp_p
     assert calls == ["wb", "wb"] and list(out.iterdir()) == []  # no trace, no temporary file
 
 
+def test_a_key_given_twice_is_refused_naming_the_line(runner, tmp_path):
+    """PyYAML keeps the last of two equal keys: a second training: block (here pasted at the end to try
+    another optimizer) silently replaced the first, and its sharding went with it."""
+    text = yaml.safe_dump(SMALL) + "training: {optimizer: sgdm}\n"
+    lines = text.splitlines()
+    r = invoke(runner, "run", scenario_file(tmp_path, text=text), "--samples", "0")
+    one_line_error(r, "s.yaml", f"line {len(lines)}", "'training' given twice")
+
+
+def test_yaml_merge_keys_may_still_be_overridden():
+    from clustersim.io import load_yaml
+
+    assert load_yaml("a: &a {x: 1, y: 2}\nb:\n  <<: *a\n  y: 3\n")["b"] == {"x": 1, "y": 3}
+
+
 def test_nan_rows_in_nccl_tests_files(runner, tmp_path):
     text = (
         "#  out-of-place in-place\n"
