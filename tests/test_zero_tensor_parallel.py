@@ -356,3 +356,12 @@ def test_out_of_memory_with_tensor_parallelism_alone_suggests_zero3():
     with pytest.raises(InputError) as err:
         simulate(_scenario(4, None, **{"workload.model": "GPT-3-175B"}))
     assert "training.sharding.stage: 3" in str(err.value)
+
+
+def test_without_a_pipeline_run_places_no_pipeline_neighbours():
+    """run printed "pipeline group: ranks [0], neighbours on different nodes" for ZeRO-3 over TP,
+    which has one stage and so no neighbours; a real pipeline still says where its neighbours sit."""
+    one = simulate(_scenario(4, {"stage": 3})).extra["parallelism"]["pipeline_group"]
+    assert one == "ranks [0], one stage: no pipeline neighbours"
+    two = simulate(_scenario(4, None, **{"training.parallelism.pipeline": 2})).extra["parallelism"]
+    assert two["pipeline_group"].endswith("neighbours on different nodes")
