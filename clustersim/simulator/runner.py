@@ -18,7 +18,13 @@ from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
-from clustersim.simulator.stragglers import rank_factors, replica_factors, waiting, with_rank_classes
+from clustersim.simulator.stragglers import (
+    rank_factors,
+    replica_factors,
+    typical_factor,
+    waiting,
+    with_rank_classes,
+)
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
@@ -359,7 +365,7 @@ def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
             )
         summary = {"stage": stage, "replica": replica, "typical_factor": typical[stage]}
         return waits, {"rank": slow, "compute_factor": float(factors[slow]), **summary}
-    typical = float(np.median(factors))
+    typical = float(typical_factor(factors, slow))
     for step in steps:
         step.program, waits[id(step)] = with_rank_classes(step.program, typical, float(factors[slow]))
     return waits, {"rank": slow, "compute_factor": float(factors[slow]), "typical_factor": typical}
