@@ -297,3 +297,35 @@ def test_a_rank_no_slower_than_the_others_delays_nothing(stage):
         s = s.with_changes(**{"workload.model": "GPT-3-1.3B"})
     st = simulate(s).extra["straggler"]
     assert st["delay_s"] == 0.0 and st["collectives_delayed"] == 0
+
+
+def test_run_names_no_straggler_when_no_rank_is_slower(runner, tmp_path):
+    """A GPU listed in slow_gpus with a factor below 1 is faster, not a straggler: run used to print
+    "Slowest rank 0 (compute x1, typical rank x1) delays 0 collective(s)", naming a rank no one
+    listed."""
+    path = tmp_path / "fast.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 8, gpu: H100-SXM, nic: {count: 8, line_rate_gbps: 400},\n"
+        "  heterogeneity: {slow_gpus: [{rank: 3, compute_factor: 0.5}]}}\n"
+        "workload: {model: GPT-3-1.3B, micro_batch: 4, seq_len: 2048, precision: bf16}\n"
+    )
+    r = runner.invoke(app, ["run", str(path), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    assert "Slowest rank" not in r.output and "no rank computes slower than the typical one" in r.output
+
+
+def test_run_says_a_pipelines_idle_includes_its_bubble(runner, tmp_path):
+    """Under a pipeline the breakdown's idle is the typical replica's critical stage's, its 1F1B
+    bubble included: "the typical rank idles" read as if the straggler cost all of it."""
+    path = tmp_path / "pp.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 4, gpu: A100-80GB, nic: {count: 1, line_rate_gbps: 200},\n"
+        "  heterogeneity: {slow_gpus: [{rank: 5, compute_factor: 1.3}]}}\n"
+        "workload: {model: GPT-3-1.3B, micro_batch: 1, seq_len: 512, gradient_accumulation: 4}\n"
+        "training: {parallelism: {tensor: 2, pipeline: 2}}\n"
+    )
+    r = runner.invoke(app, ["run", str(path), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("Slowest rank"))
+    assert line.startswith("Slowest rank 5 (stage 1 of replica 0; compute x1.3, typical rank x1)")
+    assert "critical stage idles" in line and "pipeline bubble included" in line
