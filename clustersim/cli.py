@@ -221,14 +221,18 @@ def run(
     scenario: str = ScenarioArg,
     json_out: bool = JsonOpt,
     trace: Optional[Path] = typer.Option(
-        None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."
+        None,
+        "--trace",
+        help="Write a Chrome/Perfetto trace: one process per rank class (the slowest rank's too, with "
+        "stragglers) or pipeline stage, one track per stream.",
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
     chakra: Optional[Path] = typer.Option(
         None,
         "--chakra",
-        help="Write the iteration as Chakra execution traces (one .et per rank class) into this folder.",
+        help="Write the iteration as Chakra execution traces into this existing folder: one .et per rank "
+        "class or pipeline stage (NAME.0.et, NAME.1.et, ...).",
     ),
     network: Optional[str] = typer.Option(
         None,
