@@ -76,6 +76,10 @@ def invoke(runner, *args):
             },
             "workload.layers",
         ),
+        (  # the slowest rank's compute: its factor, not the workload (found by the new-user trial)
+            {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1e9}]}},
+            "cluster.heterogeneity.slow_gpus.0.compute_factor",
+        ),
     ],
 )
 def test_absurdly_slow_iteration_stops_with_the_culprit(runner, tmp_path, dotted, key):

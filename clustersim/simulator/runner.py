@@ -190,6 +190,17 @@ def _culprit(ctx: SimulationContext, op) -> str:
         return "cluster.host.dram_gbs"
     if op.category == Category.TRANSFER or op.demands:
         return "cluster.intra_node.pcie_gen"
+    per_class = ctx.layout.pipeline if ctx.model_parallel else 1
+    h = c.heterogeneity
+    if h is not None and op.rank >= per_class:  # the slowest rank class's compute: its factor
+        if h.slow_gpus:
+            i = max(range(len(h.slow_gpus)), key=lambda i: h.slow_gpus[i].compute_factor)
+            return f"cluster.heterogeneity.slow_gpus.{i}.compute_factor"
+        return (
+            "cluster.heterogeneity.jitter.sigma"
+            if h.jitter is not None
+            else "cluster.heterogeneity.node_gpus"
+        )
     if ctx.profile is not None:
         return "profile"
     return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"
