@@ -88,6 +88,15 @@ def test_absurdly_slow_iteration_stops_with_the_culprit(runner, tmp_path, dotted
     one_line_error(r, path, key, "simulated time exceeded 1e+06 s")
 
 
+def test_an_error_line_keeps_brackets_in_names_and_paths(runner, tmp_path):
+    """The error line went through rich markup: the slowest rank's op 'fwd block0 [slowest rank]'
+    printed as 'fwd block0 ' and a file 'run[2].yaml' as 'run.yaml'."""
+    slow = {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1e9}]}}
+    path = scenario_file(tmp_path, name="run[2].yaml", **slow)
+    r = invoke(runner, "run", path, "--samples", "0")
+    one_line_error(r, "run[2].yaml", "[slowest rank]'")
+
+
 def test_absurdly_slow_host_dram_stops_run_and_offload_plan(runner, tmp_path):
     data = json.loads(load_scenario("preset:offload-llama7b-h100").model_dump_json())
     data["cluster"]["host"]["dram_gbs"] = 1e-9
