@@ -110,8 +110,11 @@ def _print_parallelism(par: dict) -> None:
 
 
 def _print_result(r) -> None:
+    from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
+
     console.print(
-        f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}"
+        f"[bold]{escape(r.scenario)}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), "
+        f"optimizer {r.optimizer}"
     )
     console.print(
         f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "

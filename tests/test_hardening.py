@@ -691,3 +691,11 @@ def test_settings_that_would_mean_nothing_are_refused(overrides, key):
     with pytest.raises(InputError) as exc:
         make_scenario(**overrides)
     assert key in str(exc.value)
+
+
+def test_a_scenario_name_with_brackets_prints_as_written(runner, tmp_path):
+    """run's header went through rich markup: a scenario named 'my[test]run' printed as 'myrun'."""
+    text = yaml.safe_dump({**SMALL, "name": "my[test]run"})
+    r = invoke(runner, "run", scenario_file(tmp_path, text=text), "--samples", "0")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("my[test]run: 8 GPUs"), r.output
