@@ -64,6 +64,33 @@ app.command()(user_errors(report))
 app.command("plan")(user_errors(plan_cmd))
 
 
+def _print_straggler(st: dict, idle: float) -> None:
+    """The slowest rank and what it costs. Where no rank is slower than the typical one (a faster GPU
+    listed in slow_gpus) there is no straggler to name (rank 0 was named, at x1). Under a pipeline
+    the breakdown's idle is the typical replica's critical stage's, its 1F1B bubble included, not
+    only the wait for the slowest replica."""
+    if st["compute_factor"] <= st["typical_factor"]:
+        console.print(
+            f"Stragglers: no rank computes slower than the typical one (x{st['typical_factor']:.3g}); "
+            "none delays a collective"
+        )
+        return
+    worst = st["worst"][0] if st["worst"] else None
+    where = f"stage {st['stage']} of replica {st['replica']}; " if "stage" in st else ""
+    idles = (
+        f"the typical replica's critical stage idles {format_seconds(idle)}, its pipeline bubble included"
+        if "stage" in st
+        else f"the typical rank idles {format_seconds(idle)}"
+    )
+    console.print(
+        f"Slowest rank {st['rank']} ({where}compute x{st['compute_factor']:.3g}, typical rank x"
+        f"{st['typical_factor']:.3g}) delays {st['collectives_delayed']} collective(s) by "
+        f"{format_seconds(st['delay_s'])} in all"
+        + (f", most {worst['op']} ({format_seconds(worst['delay_s'])})" if worst else "")
+        + f"; {idles}"
+    )
+
+
 def _print_parallelism(par: dict) -> None:
     """The model-parallel placement: the groups and where they sit, and the critical stage."""
     console.print(
@@ -83,8 +110,11 @@ def _print_parallelism(par: dict) -> None:
 
 
 def _print_result(r) -> None:
+    from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
+
     console.print(
-        f"[bold]{r.scenario}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), optimizer {r.optimizer}"
+        f"[bold]{escape(r.scenario)}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), "
+        f"optimizer {r.optimizer}"
     )
     console.print(
         f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
@@ -169,16 +199,7 @@ def _print_result(r) -> None:
     if "parallelism" in r.extra:
         _print_parallelism(r.extra["parallelism"])
     if r.extra.get("straggler"):
-        st = r.extra["straggler"]
-        worst = st["worst"][0] if st["worst"] else None
-        where = f", stage {st['stage']} of replica {st['replica']}," if "stage" in st else ""
-        console.print(
-            f"Slowest rank {st['rank']}{where} (compute x{st['compute_factor']:.3g}, typical rank x"
-            f"{st['typical_factor']:.3g}) delays {st['collectives_delayed']} collective(s) by "
-            f"{format_seconds(st['delay_s'])} in all"
-            + (f", most {worst['op']} ({format_seconds(worst['delay_s'])})" if worst else "")
-            + f"; the typical rank idles {format_seconds(r.breakdown.get('idle', 0.0))}"
-        )
+        _print_straggler(r.extra["straggler"], r.breakdown.get("idle", 0.0))
     if r.extra.get("hottest_links"):
         console.print(
             table(
@@ -203,14 +224,18 @@ def run(
     scenario: str = ScenarioArg,
     json_out: bool = JsonOpt,
     trace: Optional[Path] = typer.Option(
-        None, "--trace", help="Write a Chrome/Perfetto trace (one track per stream)."
+        None,
+        "--trace",
+        help="Write a Chrome/Perfetto trace: one process per rank class (the slowest rank's too, with "
+        "stragglers) or pipeline stage, one track per stream.",
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
     chakra: Optional[Path] = typer.Option(
         None,
         "--chakra",
-        help="Write the iteration as Chakra execution traces (one .et per rank class) into this folder.",
+        help="Write the iteration as Chakra execution traces into this existing folder: one .et per rank "
+        "class or pipeline stage (NAME.0.et, NAME.1.et, ...).",
     ),
     network: Optional[str] = typer.Option(
         None,

@@ -182,7 +182,12 @@ def plain_help_when_piped() -> None:
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """One error line on stderr, exit 2. The message is the user's text (paths, keys, op names), not
+    markup: rich read '[slowest rank]' in an op's name, or a file called 'run[2].yaml', as a style tag
+    and dropped it."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

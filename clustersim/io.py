@@ -42,13 +42,43 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
     return key, msg
 
 
+_LOADER = None
+
+
+def _loader():
+    """The safe loader, refusing a key given twice in one mapping. PyYAML keeps the last silently (the
+    YAML spec says keys are unique), so a second ``training:`` block dropped the first without a word.
+    Keys merged in with ``<<`` may still be overridden, as YAML means them to be."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            def construct_mapping(self, node, deep=False):
+                if isinstance(node, yaml.MappingNode):
+                    seen = set()
+                    for key_node, _ in node.value:
+                        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                            continue
+                        key = self.construct_object(key_node)
+                        if key in seen:
+                            raise yaml.constructor.ConstructorError(
+                                None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                            )
+                        seen.add(key)
+                return super().construct_mapping(node, deep)
+
+        _LOADER = UniqueKeyLoader
+    return _LOADER
+
+
 # libyaml's C parser when PyYAML was built with it (about 10x faster than the pure-Python one, and every
 # run parses a preset and three catalogs); the same safe constructor either way, so the same values.
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` through libyaml when available."""
+    """``yaml.safe_load`` through libyaml when available, refusing duplicate keys (``_loader``)."""
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return yaml.load(text, Loader=_loader())
 
 
 def read_structured_file(path: Path) -> Any:
@@ -86,9 +116,10 @@ def check_writable_file(path: Path) -> Path:
     return path
 
 
-def write_text_atomically(path: Path, text: str, mode: int | None = None) -> None:
+def write_text_atomically(path: Path, text: str | bytes, mode: int | None = None) -> None:
     """Write to a temporary file beside ``path`` and rename: a crash or a full disk never leaves half a
-    file behind; any failure is one InputError naming the file."""
+    file behind; any failure is one InputError naming the file. ``bytes`` are written as they are
+    (Chakra's protobuf traces)."""
     path = check_writable_file(path)
     tmp = None
     try:
@@ -96,7 +127,7 @@ def write_text_atomically(path: Path, text: str, mode: int | None = None) -> Non
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, (0o666 & ~umask) if mode is None else mode)  # mkstemp makes 0600
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
         tmp = None

@@ -522,8 +522,23 @@ def _check_fabric(c: ClusterSpec) -> None:
         )
 
 
-def _check_heterogeneity(c: ClusterSpec) -> None:
-    """Every straggler and fault names a rank, node or NIC that exists."""
+def _check_once(items, what, key: str) -> None:
+    """Refuse a rank, node or NIC listed twice: the simulator would multiply its factors (1.2 and 1.5
+    became 1.8, and a node of two GPU types both ratios), which no one writes on purpose; the list
+    index names the second entry."""
+    first: dict = {}
+    for i, item in enumerate(items):
+        thing = what(item)
+        if thing in first:
+            raise InputError(
+                f"{thing} is already listed at {key}.{first[thing]}: give it once", key=f"{key}.{i}"
+            )
+        first[thing] = i
+
+
+def _check_heterogeneity(c: ClusterSpec, precision: str) -> None:
+    """Every straggler and fault names a rank, node or NIC that exists, once, and a node's other GPU
+    runs the workload's precision (its error names the node's entry, not workload.precision)."""
     h = c.heterogeneity
     key = "cluster.heterogeneity"
     for i, g in enumerate(h.slow_gpus):
@@ -531,6 +546,9 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
             raise InputError(
                 f"rank {g.rank} does not exist (ranks 0..{c.world_size - 1})", key=f"{key}.slow_gpus.{i}.rank"
             )
+    _check_once(h.slow_gpus, lambda g: f"rank {g.rank}", f"{key}.slow_gpus")
+    _check_once(h.degraded_nics, lambda d: f"node {d.node} NIC {d.nic}", f"{key}.degraded_nics")
+    _check_once(h.node_gpus, lambda n: f"node {n.node}", f"{key}.node_gpus")
     for i, d in enumerate(h.degraded_nics):
         if d.node >= c.nodes:
             raise InputError(
@@ -549,6 +567,10 @@ def _check_heterogeneity(c: ClusterSpec) -> None:
             catalog.gpu(n.gpu)
         except InputError as exc:
             raise exc.located(key_prefix=f"{key}.node_gpus.{i}.gpu") from None
+        try:
+            catalog.gpu(n.gpu).peak_flops(precision)
+        except InputError as exc:
+            raise InputError(exc.message, key=f"{key}.node_gpus.{i}.gpu") from None
     leaves = -(-c.nodes // c.fabric.nodes_per_leaf) if c.fabric.kind != "single_switch" else 1
     for i, b in enumerate(h.background):
         limit = c.nodes if b.links == "nics" else leaves
@@ -625,7 +647,7 @@ def _check_semantics(s: Scenario) -> None:
     _check_limits(c)
     _check_fabric(c)
     if c.heterogeneity is not None:
-        _check_heterogeneity(c)
+        _check_heterogeneity(c, s.workload.precision)
     if c.nodes > 1 and c.nic.count == 0:
         raise InputError("a multi-node cluster needs at least one NIC per node", key="cluster.nic.count")
     if c.nic.effective_gbps is not None and c.nic.effective_gbps > c.nic.line_rate_gbps:

@@ -3,8 +3,10 @@ to. Written once with the code before the speed work of issue #15 (commit 70036b
 faster, never different. tests/test_golden.py compares against tests/data/golden_outputs.json.
 
 Regenerate only when a prediction is *meant* to change:  python -m tests.golden
-(re-recorded once since: the default CPU Adam rate became the Deep Optimizer States paper's measured
-1.75e9 parameters/s per node, issue #13, which changes the offload cases and nothing else).
+(re-recorded since: the default CPU Adam rate became the Deep Optimizer States paper's measured
+1.75e9 parameters/s per node, issue #13, which changes the offload cases and nothing else; the fp32
+cast of an offloaded gradient partition moved from the compute stream to the stream that reduced it,
+which changes offload-1.3b-2nodes/zero-one-adam alone, by 0.02%).
 """
 
 from __future__ import annotations

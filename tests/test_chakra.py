@@ -106,3 +106,38 @@ def test_stragglers_give_one_trace_per_rank_class(tmp_path, runner):
     assert sum(fwd_slow) == pytest.approx(1.3 * sum(fwd), rel=0.01)
     bad = runner.invoke(app, ["run", "preset:default", "--chakra", str(tmp_path / "missing")])
     assert bad.exit_code == 2 and "--chakra" in bad.output
+
+
+def test_a_pipeline_stage_trace_holds_its_own_collectives_and_the_shared_data_parallel_ones(tmp_path):
+    """With pipeline stages every op rank is one stage (of the typical or the slowest replica). A
+    stage's .et used to hold every collective of every stage (each rank's trace replayed all p stages'
+    tensor-parallel all-gathers); it holds its own ops, plus the data-parallel collectives its twin
+    in the other replica shares with it (one op, waiting for both replicas)."""
+    from tests.conftest import make_scenario
+
+    s = make_scenario(
+        **{
+            "workload.model": "GPT-3-1.3B",
+            "workload.micro_batch": 1,
+            "workload.seq_len": 512,
+            "workload.gradient_accumulation": 4,
+            "training.parallelism": {"tensor": 2, "pipeline": 2, "sequence_parallel": True},
+            "cluster.heterogeneity": {"slow_gpus": [{"rank": 5, "compute_factor": 1.3}]},
+        }
+    )
+    r = simulate(s)
+    p = 2
+    paths = write_chakra(r, tmp_path)
+    assert [x.name for x in paths] == [f"{s.name}.{k}.et" for k in range(2 * p)]
+    foreign = {}
+    for rank, path in enumerate(paths):
+        _, nodes = _read(path)
+        own = [i for i, o in enumerate(r.ops) if o.rank == rank]
+        assert [n[1] for n in nodes if r.ops[n[1]].rank == rank] == own
+        foreign[rank] = [n for n in nodes if r.ops[n[1]].rank != rank]
+        for n in foreign[rank]:  # shared: a collective waiting for this rank's ops and its own rank's
+            op = r.ops[n[1]]
+            assert n[3] == 7 and {rank, op.rank} <= {r.ops[d].rank for d in op.deps}
+    # the slowest replica's stages share their data-parallel all-reduces with the typical replica's
+    assert any("data parallel" in r.ops[n[1]].name for n in foreign[p])
+    assert not any("tp " in r.ops[n[1]].name for k in foreign for n in foreign[k])

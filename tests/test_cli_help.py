@@ -79,3 +79,13 @@ def test_a_bad_option_value_is_one_line_naming_it(runner, args, option):
     assert res.exit_code == 2
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and option in lines[0] and "╭" not in res.output and "Traceback" not in res.output
+
+
+def test_run_help_says_traces_have_a_process_or_file_per_pipeline_stage(runner):
+    """With tensor/pipeline parallelism the trace has a process per stage and the Chakra export a file
+    per stage; --help said only "one track per stream" and "one .et per rank class"."""
+    r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "one process per rank class" in text and "or pipeline stage, one track per stream" in text
+    assert "one .et per rank class or pipeline stage" in text

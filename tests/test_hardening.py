@@ -76,12 +76,25 @@ def invoke(runner, *args):
             },
             "workload.layers",
         ),
+        (  # the slowest rank's compute: its factor, not the workload (found by the new-user trial)
+            {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1e9}]}},
+            "cluster.heterogeneity.slow_gpus.0.compute_factor",
+        ),
     ],
 )
 def test_absurdly_slow_iteration_stops_with_the_culprit(runner, tmp_path, dotted, key):
     path = scenario_file(tmp_path, **dotted)
     r = invoke(runner, "run", path, "--samples", "0")
     one_line_error(r, path, key, "simulated time exceeded 1e+06 s")
+
+
+def test_an_error_line_keeps_brackets_in_names_and_paths(runner, tmp_path):
+    """The error line went through rich markup: the slowest rank's op 'fwd block0 [slowest rank]'
+    printed as 'fwd block0 ' and a file 'run[2].yaml' as 'run.yaml'."""
+    slow = {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1e9}]}}
+    path = scenario_file(tmp_path, name="run[2].yaml", **slow)
+    r = invoke(runner, "run", path, "--samples", "0")
+    one_line_error(r, "run[2].yaml", "[slowest rank]'")
 
 
 def test_absurdly_slow_host_dram_stops_run_and_offload_plan(runner, tmp_path):
@@ -333,6 +346,57 @@ def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkey
     r = invoke(runner, "run", scenario_file(tmp_path), "--trace", trace, "--samples", "0")
     one_line_error(r, str(trace), "No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no trace, no temporary file
+
+
+def test_disk_full_while_writing_chakra_traces_leaves_none_of_them(runner, tmp_path, monkeypatch):
+    """Two rank classes (a straggler): the second .et fails on a full disk. It used to end in an
+    OSError traceback with the first file and half the second left in the folder."""
+    import errno
+
+    import clustersim.io as io
+
+    real, calls = io.os.fdopen, []
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd, mode):
+        calls.append(mode)
+        return Full(real(fd, mode)) if len(calls) == 2 else real(fd, mode)
+
+    monkeypatch.setattr(io.os, "fdopen", fdopen)
+    out = tmp_path / "et"
+    out.mkdir()
+    slow = {"cluster.heterogeneity": {"slow_gpus": [{"rank": 1, "compute_factor": 1.2}]}}
+    r = invoke(runner, "run", scenario_file(tmp_path, **slow), "--chakra", out, "--samples", "0")
+    one_line_error(r, ".1.et", "No space left on device")
+    assert calls == ["wb", "wb"] and list(out.iterdir()) == []  # no trace, no temporary file
+
+
+def test_a_key_given_twice_is_refused_naming_the_line(runner, tmp_path):
+    """PyYAML keeps the last of two equal keys: a second training: block (here pasted at the end to try
+    another optimizer) silently replaced the first, and its sharding went with it."""
+    text = yaml.safe_dump(SMALL) + "training: {optimizer: sgdm}\n"
+    lines = text.splitlines()
+    r = invoke(runner, "run", scenario_file(tmp_path, text=text), "--samples", "0")
+    one_line_error(r, "s.yaml", f"line {len(lines)}", "'training' given twice")
+
+
+def test_yaml_merge_keys_may_still_be_overridden():
+    from clustersim.io import load_yaml
+
+    assert load_yaml("a: &a {x: 1, y: 2}\nb:\n  <<: *a\n  y: 3\n")["b"] == {"x": 1, "y": 3}
 
 
 def test_nan_rows_in_nccl_tests_files(runner, tmp_path):
@@ -627,3 +691,11 @@ def test_settings_that_would_mean_nothing_are_refused(overrides, key):
     with pytest.raises(InputError) as exc:
         make_scenario(**overrides)
     assert key in str(exc.value)
+
+
+def test_a_scenario_name_with_brackets_prints_as_written(runner, tmp_path):
+    """run's header went through rich markup: a scenario named 'my[test]run' printed as 'myrun'."""
+    text = yaml.safe_dump({**SMALL, "name": "my[test]run"})
+    r = invoke(runner, "run", scenario_file(tmp_path, text=text), "--samples", "0")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("my[test]run: 8 GPUs"), r.output

@@ -110,6 +110,36 @@ def test_a_fault_on_something_that_does_not_exist_is_refused_naming_the_key(hete
     assert err.value.key == key
 
 
+@pytest.mark.parametrize(
+    "hetero,key",
+    [
+        (
+            {"slow_gpus": [{"rank": 3, "compute_factor": 1.2}, {"rank": 3, "compute_factor": 1.5}]},
+            "cluster.heterogeneity.slow_gpus.1",
+        ),
+        (
+            {"node_gpus": [{"node": 1, "gpu": "A100-80GB"}, {"node": 1, "gpu": "B200"}]},
+            "cluster.heterogeneity.node_gpus.1",
+        ),
+        (
+            {
+                "degraded_nics": [
+                    {"node": 1, "nic": 2, "bandwidth_factor": 0.5},
+                    {"node": 1, "nic": 2, "bandwidth_factor": 0.5},
+                ]
+            },
+            "cluster.heterogeneity.degraded_nics.1",
+        ),
+    ],
+)
+def test_a_rank_node_or_nic_listed_twice_is_refused_not_multiplied(hetero, key):
+    """Two entries for one rank used to multiply (1.2 x 1.5 = 1.8), and a node listed with two GPU
+    types took both roofline ratios: refused, naming the second entry."""
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": hetero})
+    assert err.value.key == key and "already listed" in str(err.value)
+
+
 def test_cli_straggler_on_a_missing_rank_is_one_line_exit_2(runner, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(
@@ -196,6 +226,14 @@ def test_a_node_of_an_older_gpu_is_the_straggler_by_its_roofline_ratio():
     assert err.value.key.startswith("cluster.heterogeneity.node_gpus.0.gpu")
 
 
+def test_a_node_gpu_without_the_workloads_precision_names_the_node_not_the_workload():
+    """A V100 node in a bf16 job: the V100 has no bf16 tensor cores. The error used to come from the
+    straggler's roofline ratio as workload.precision, which the user had not changed."""
+    with pytest.raises(InputError) as err:
+        _dgx(**{"cluster.heterogeneity": {"node_gpus": [{"node": 1, "gpu": "V100-SXM2"}]}})
+    assert err.value.key == "cluster.heterogeneity.node_gpus.0.gpu" and "bf16" in str(err.value)
+
+
 DILOCO = {
     "training.optimizer": "diloco",
     "training.optimizer_options": {"workers": 2},
@@ -259,3 +297,35 @@ def test_a_rank_no_slower_than_the_others_delays_nothing(stage):
         s = s.with_changes(**{"workload.model": "GPT-3-1.3B"})
     st = simulate(s).extra["straggler"]
     assert st["delay_s"] == 0.0 and st["collectives_delayed"] == 0
+
+
+def test_run_names_no_straggler_when_no_rank_is_slower(runner, tmp_path):
+    """A GPU listed in slow_gpus with a factor below 1 is faster, not a straggler: run used to print
+    "Slowest rank 0 (compute x1, typical rank x1) delays 0 collective(s)", naming a rank no one
+    listed."""
+    path = tmp_path / "fast.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 8, gpu: H100-SXM, nic: {count: 8, line_rate_gbps: 400},\n"
+        "  heterogeneity: {slow_gpus: [{rank: 3, compute_factor: 0.5}]}}\n"
+        "workload: {model: GPT-3-1.3B, micro_batch: 4, seq_len: 2048, precision: bf16}\n"
+    )
+    r = runner.invoke(app, ["run", str(path), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    assert "Slowest rank" not in r.output and "no rank computes slower than the typical one" in r.output
+
+
+def test_run_says_a_pipelines_idle_includes_its_bubble(runner, tmp_path):
+    """Under a pipeline the breakdown's idle is the typical replica's critical stage's, its 1F1B
+    bubble included: "the typical rank idles" read as if the straggler cost all of it."""
+    path = tmp_path / "pp.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 4, gpu: A100-80GB, nic: {count: 1, line_rate_gbps: 200},\n"
+        "  heterogeneity: {slow_gpus: [{rank: 5, compute_factor: 1.3}]}}\n"
+        "workload: {model: GPT-3-1.3B, micro_batch: 1, seq_len: 512, gradient_accumulation: 4}\n"
+        "training: {parallelism: {tensor: 2, pipeline: 2}}\n"
+    )
+    r = runner.invoke(app, ["run", str(path), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("Slowest rank"))
+    assert line.startswith("Slowest rank 5 (stage 1 of replica 0; compute x1.3, typical rank x1)")
+    assert "critical stage idles" in line and "pipeline bubble included" in line

@@ -375,7 +375,9 @@ def test_distributed_optimizer_alone_runs_megatrons_data_parallel_program():
 
 def test_replica_factors_follow_megatrons_rank_order():
     """rank = tp + t*dp + t*d*pp: with t=2, d=2, p=4 rank 13 is stage 3 of replica 0; a tensor-parallel
-    group computes at its slowest member's pace; the typical replica takes each stage's median."""
+    group computes at its slowest member's pace; the typical replica takes each stage's median over
+    the other replicas (here the one other replica: the mean of the two, 1.1 and 1.25, was a replica
+    no rank runs at)."""
     import numpy as np
 
     from clustersim.simulator.stragglers import replica_factors
@@ -386,7 +388,10 @@ def test_replica_factors_follow_megatrons_rank_order():
     typical, slowest, where = replica_factors(factors, tensor=2, data=2, pipeline=4)
     assert where == (3, 0)
     assert slowest == [1.0, 1.2, 1.0, 1.5]
-    assert typical == [1.0, 1.1, 1.0, 1.25]  # median of two replicas: their mean
+    assert typical == [1.0, 1.0, 1.0, 1.0]  # replica 1's own factors
+    factors[6] = 1.4  # stage 1, replica 1: the typical replica is replica 1, whatever it runs at
+    typical, slowest, where = replica_factors(factors, tensor=2, data=2, pipeline=4)
+    assert where == (3, 0) and typical == [1.0, 1.4, 1.0, 1.0] and slowest == [1.0, 1.2, 1.0, 1.5]
 
 
 def _slow(ranks, factor=1.3, **kw):

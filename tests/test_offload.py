@@ -160,3 +160,19 @@ def test_offload_plan_cli(runner):
 
     d = json.loads(r.stdout)
     assert d["modes"]["none"]["fits"] is False and d["placement"]["subgroups"] == 674
+
+
+def test_zero3_offload_with_every_subgroup_resident_runs_as_zero3_alone():
+    """Interleaved offload on ZeRO-3 that keeps every subgroup's state on the GPU does what ZeRO-3
+    does: the only extra work is each reduced partition's fp32 cast, which DeepSpeed runs on the
+    reduction stream. On the compute stream it made backward wait for every bucket's reduce-scatter:
+    18.20 s instead of 14.74 s on the preset (3.5 s of exposed communication instead of 0.05 s)."""
+    base = load_scenario("preset:zero3-gpt3-175b-a100")
+    alone = simulate(base, uncertainty_samples=0)
+    offloaded = simulate(
+        base.with_changes(**{"training.offload": {"mode": "interleaved"}}), uncertainty_samples=0
+    )
+    placement = offloaded.extra["offload"]["placement"]
+    assert placement.get("gpu_resident", 0) == offloaded.extra["offload"]["subgroups"], placement
+    assert offloaded.iteration_time == pytest.approx(alone.iteration_time, rel=1e-3)
+    assert offloaded.breakdown["exposed_communication"] < 2 * alone.breakdown["exposed_communication"]

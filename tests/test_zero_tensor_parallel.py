@@ -333,6 +333,21 @@ def test_out_of_memory_under_zero3_over_tensor_parallelism_suggests_a_larger_ten
     assert err.value.key == "workload.model" and "training.parallelism.tensor" in str(err.value)
 
 
+@pytest.mark.parametrize("t", [1, 2])
+def test_out_of_memory_under_fsdp_hybrid_suggests_full_shard_not_more_gpus(t):
+    """HYBRID_SHARD holds 1/(GPUs per node) of the model states per rank however many nodes there are
+    (and 1/t over g/t ranks with tensor parallelism is the same): the hint said "try more GPUs" (and
+    "a larger tensor"), neither of which shrinks them."""
+    from clustersim.errors import InputError
+
+    hybrid = {"framework": "fsdp", "fsdp_strategy": "hybrid"}
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(t, hybrid, **{"workload.model": "GPT-3-175B"}))
+    message = str(err.value)
+    assert err.value.key == "workload.model" and "fsdp_strategy: full" in message
+    assert "more GPUs" not in message and "larger training.parallelism.tensor" not in message
+
+
 def test_out_of_memory_with_tensor_parallelism_alone_suggests_zero3():
     """Without a pipeline ZeRO composes with tensor parallelism, so the hint names it too (with a
     pipeline it does not: test_model_parallel.py)."""
@@ -341,3 +356,12 @@ def test_out_of_memory_with_tensor_parallelism_alone_suggests_zero3():
     with pytest.raises(InputError) as err:
         simulate(_scenario(4, None, **{"workload.model": "GPT-3-175B"}))
     assert "training.sharding.stage: 3" in str(err.value)
+
+
+def test_without_a_pipeline_run_places_no_pipeline_neighbours():
+    """run printed "pipeline group: ranks [0], neighbours on different nodes" for ZeRO-3 over TP,
+    which has one stage and so no neighbours; a real pipeline still says where its neighbours sit."""
+    one = simulate(_scenario(4, {"stage": 3})).extra["parallelism"]["pipeline_group"]
+    assert one == "ranks [0], one stage: no pipeline neighbours"
+    two = simulate(_scenario(4, None, **{"training.parallelism.pipeline": 2})).extra["parallelism"]
+    assert two["pipeline_group"].endswith("neighbours on different nodes")

@@ -1,7 +1,8 @@
 """One simulated iteration as Chakra execution traces, the format ASTRA-sim and its peers read.
 
 One ``.et`` file per rank class (``NAME.0.et`` the representative rank; ``NAME.1.et`` the slowest
-rank where there are stragglers): a stream of length-prefixed protobuf messages, a GlobalMetadata
+rank where there are stragglers; with pipeline stages one per stage, ``NAME.s.et``, and the slowest
+replica's stage s as ``NAME.(p+s).et``): a stream of length-prefixed protobuf messages, a GlobalMetadata
 then one Node per op, as Chakra's own tools write them (schema: mlcommons/chakra
 schema/protobuf/et_def.proto; attribute names as its converters use: ``is_cpu_op``, ``comm_type``,
 ``comm_size``). Compute and copies are COMP_NODEs with their simulated duration; collectives are
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clustersim.errors import InputError
 from clustersim.identifiers import Category
+from clustersim.io import write_text_atomically
 
 VERSION = "0.0.4"  # the ET schema version Chakra's generators write in GlobalMetadata
 COMP_NODE, COMM_COLL_NODE = 4, 7  # et_def.proto NodeType
@@ -90,23 +93,45 @@ def write_chakra(result, folder: Path, name: str | None = None) -> list[Path]:
     """Write one .et file per rank class of ``result`` (its main step) into ``folder``."""
     folder = Path(folder)
     name = name or result.scenario
-    ranks = sorted({r.rank for r in result.ops}) or [0]
-    written = []
+    ops = result.ops
+    ranks = sorted({r.rank for r in ops}) or [0]
+    par = result.extra.get("parallelism")
+    stages = bool(par and par.get("stages"))
+
+    def shared(rec, rank: int) -> bool:
+        """A collective of another op rank that this one takes part in. Data-parallel rank classes:
+        every collective (one op waits for both). Pipeline stages: a stage's tensor-parallel
+        collectives and sends are its own; a collective is shared only where it waits for ops of both
+        ranks (the data-parallel all-reduce of a stage and its twin in the slowest replica)."""
+        if not ("op" in rec.meta and rec.meta.get("ranks")):
+            return False
+        if not stages:
+            return True
+        waits_for = {ops[d].rank for d in rec.deps}
+        return rank in waits_for and rec.rank in waits_for
+
+    blobs: list[tuple[Path, bytes]] = []
     for rank in ranks:
-        # a collective is every rank class's (it waits for all); other ops belong to their class
-        keep = [
-            i for i, r in enumerate(result.ops) if r.rank == rank or "op" in r.meta and r.meta.get("ranks")
-        ]
+        keep = [i for i, r in enumerate(ops) if r.rank == rank or shared(r, rank)]
         kept = set(keep)
         last_on: dict[str, int] = {}
         blob = _message(_bytes(1, VERSION.encode()))
         for i in keep:
-            rec = result.ops[i]
+            rec = ops[i]
             ctrl = [last_on[rec.stream]] if rec.stream in last_on else []
             data = [d for d in rec.deps if d in kept]
             blob += _message(_node(i, rec, ctrl, data))
             last_on[rec.stream] = i
-        path = folder / f"{name}.{rank}.et"
-        path.write_bytes(blob)
-        written.append(path)
+        blobs.append((folder / f"{name}.{rank}.et", blob))
+    # Each file atomically, and none of them when one fails (a full disk): half a set of rank classes
+    # is as misleading to the simulator that reads them as half a file.
+    written: list[Path] = []
+    try:
+        for path, blob in blobs:
+            write_text_atomically(path, blob)
+            written.append(path)
+    except InputError:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return written

@@ -113,6 +113,15 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
             f"; {lay.label} divides each state by its level's ranks: partition over wider levels "
             "(training.sharding.partition) or try more GPUs"
         )
+    elif lay.replicate is not None:
+        # HYBRID_SHARD shards inside the node only: a rank holds 1/(gpus per node) of the model states
+        # whatever the node count, and with tensor parallelism 1/t of the model over g/t ranks is the
+        # same 1/g, so neither more GPUs nor a larger tensor size shrinks them.
+        hint = (
+            f"; {lay.label} shards model states over a node's data-parallel ranks only "
+            f"({ctx.data_parallel.gpus_per_node} here), so more nodes do not shrink them: try "
+            "training.sharding.fsdp_strategy: full"
+        )
     else:
         hint = f"; {lay.label} divides model states by the data-parallel size: try more GPUs"
         if ctx.tensor_sharded:  # over a tensor rank's 1/t of the model

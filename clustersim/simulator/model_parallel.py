@@ -117,8 +117,12 @@ class Layout:
             "rank_order": "tp + t*dp + t*d*pp (Megatron: tensor fastest, then data, then pipeline)",
             "tensor_group": f"ranks {ranks(list(range(t)))} {where(self.tensor_group())}",
             "data_group": f"ranks {ranks([i * t for i in range(d)])} {where(self.data_group())}",
-            "pipeline_group": f"ranks {ranks([i * t * d for i in range(p)])}, neighbours "
-            f"{'on different nodes' if t * d >= g else 'inside one node'}",
+            "pipeline_group": f"ranks {ranks([i * t * d for i in range(p)])}, "
+            + (
+                "one stage: no pipeline neighbours"  # p = 1 (ZeRO/FSDP or TP alone) has none to place
+                if p == 1
+                else f"neighbours {'on different nodes' if t * d >= g else 'inside one node'}"
+            ),
             "layers_per_chunk": self.arch.layers // (p * self.virtual),
         }
 

@@ -18,7 +18,13 @@ from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
-from clustersim.simulator.stragglers import rank_factors, replica_factors, waiting, with_rank_classes
+from clustersim.simulator.stragglers import (
+    rank_factors,
+    replica_factors,
+    typical_factor,
+    waiting,
+    with_rank_classes,
+)
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
@@ -184,6 +190,17 @@ def _culprit(ctx: SimulationContext, op) -> str:
         return "cluster.host.dram_gbs"
     if op.category == Category.TRANSFER or op.demands:
         return "cluster.intra_node.pcie_gen"
+    per_class = ctx.layout.pipeline if ctx.model_parallel else 1
+    h = c.heterogeneity
+    if h is not None and op.rank >= per_class:  # the slowest rank class's compute: its factor
+        if h.slow_gpus:
+            i = max(range(len(h.slow_gpus)), key=lambda i: h.slow_gpus[i].compute_factor)
+            return f"cluster.heterogeneity.slow_gpus.{i}.compute_factor"
+        return (
+            "cluster.heterogeneity.jitter.sigma"
+            if h.jitter is not None
+            else "cluster.heterogeneity.node_gpus"
+        )
     if ctx.profile is not None:
         return "profile"
     return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"
@@ -359,7 +376,7 @@ def _rank_classes(ctx: SimulationContext, steps) -> tuple[dict | None, dict]:
             )
         summary = {"stage": stage, "replica": replica, "typical_factor": typical[stage]}
         return waits, {"rank": slow, "compute_factor": float(factors[slow]), **summary}
-    typical = float(np.median(factors))
+    typical = float(typical_factor(factors, slow))
     for step in steps:
         step.program, waits[id(step)] = with_rank_classes(step.program, typical, float(factors[slow]))
     return waits, {"rank": slow, "compute_factor": float(factors[slow]), "typical_factor": typical}

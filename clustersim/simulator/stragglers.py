@@ -14,14 +14,15 @@ backward time on that GPU over the cluster's (roofline, default efficiencies). I
 checked separately, and a faster GPU (factor < 1) is never the straggler.
 
 Jitter (cluster.heterogeneity.jitter) draws one factor per rank (seeded): the typical class gets
-the median draw and the slowest class the largest, combined with any slow GPU's own factor.
+the median of the other draws (typical_factor) and the slowest class the largest, combined with any
+slow GPU's own factor.
 
 With tensor and pipeline parallelism (replica_factors) the classes are data-parallel replicas: a
 tensor-parallel group computes at its slowest member's pace (its all-reduces close every layer), a
 replica runs its own pipeline, and replicas meet only at the data-parallel gradient collectives. The
 slowest class is the replica holding the slowest rank (a 1F1B pipeline's steady state runs at the pace
 of its slowest stage, so to first order that replica ends last), with that rank's stage stretched;
-the typical replica takes, per stage, the median over replicas.
+the typical replica takes, per stage, the median over the other replicas (typical_factor).
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def rank_factors(hetero, world_size: int, gpus_per_node: int = 1, gpu_factor=Non
     return factors
 
 
+def typical_factor(factors: np.ndarray, slowest: int, axis: int = -1) -> np.ndarray:
+    """The typical member's factor: the median over the members other than the slowest (index
+    ``slowest`` along ``axis``), whom the slowest class stands for. Over all of them, two replicas at
+    1.0 and 1.3 made a typical replica of 1.15 that no rank runs at (hiding part of the wait for the
+    slow one); with one slow member among many the two agree. A lone member is its own typical."""
+    if factors.shape[axis] == 1:
+        return np.take(factors, 0, axis=axis)
+    return np.median(np.delete(factors, slowest, axis=axis), axis=axis)
+
+
 def replica_factors(factors: np.ndarray, tensor: int, data: int, pipeline: int):
     """Per pipeline stage, the typical replica's compute factor and the slowest replica's, from each
     rank's (Megatron's rank order: rank = tp + t*dp + t*d*pp), and the slowest rank's (stage, replica).
@@ -61,7 +72,7 @@ def replica_factors(factors: np.ndarray, tensor: int, data: int, pipeline: int):
     groups = factors.reshape(pipeline, data, tensor).max(axis=2)  # [stage, replica]
     slow = int(np.argmax(factors))
     stage, replica = slow // (tensor * data), (slow // tensor) % data
-    typical = [float(x) for x in np.median(groups, axis=1)]
+    typical = [float(x) for x in typical_factor(groups, replica, axis=1)]
     slowest = [float(x) for x in groups[:, replica]]
     return typical, slowest, (stage, replica)
 

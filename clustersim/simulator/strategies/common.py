@@ -225,10 +225,12 @@ def add_gradient_to_host(
     """A reduced gradient partition of ``shard`` elements leaving the GPU for the offloaded update.
     DeepSpeed (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage3.py likewise):
     the gradient norm and src.float() run on the GPU, then copy_ moves fp32 (4 B) into the pinned host
-    buffer, the CPU's share (``on_cpu``) of it. Returns the copy's op id."""
+    buffer, the CPU's share (``on_cpu``) of it. The cast runs on the stream that reduced the partition
+    (DeepSpeed calls it inside the reduction stream's context): on the compute stream it made backward
+    wait for every bucket's reduction. Returns the copy's op id."""
     cast = prog.add(
         f"grad norm + fp32 cast {label}",
-        "compute",
+        prog.ops[dep].stream,
         ctx.device.stream_time(shard * (2 * ctx.grad_bytes + 4), "grad_cast"),
         "other",
         (dep,),
