@@ -277,3 +277,53 @@ def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
     for name in ("onebit-adam", "binsgdm"):
         assert rows[name]["compressed_allreduce_measured_s"] > 2 * (packed / 2) / wire
     assert hosts.load_state() is None  # validate took its testbed down
+
+
+def test_a_gloo_fit_prices_reduce_scatter_as_the_all_reduce_it_is():
+    """gloo runs reduce_scatter as an all-reduce (2(p-1)/p·S per rank on the wire, measured on the
+    testbed). A gloo calibration knows it: on measurements generated that way (known parameters, 2%
+    noise, 2-4 hosts) it keeps via_all_reduce with an efficiency near 1, where a free choice of ring
+    had to halve ring's bandwidth (op_bw_eff 0.49 on a real sweep) and put half the bytes on the links."""
+    import math
+
+    import numpy as np
+
+    from clustersim.calibration.network_fit import fit_network
+    from clustersim.cost_models import collective_algorithms as algos
+    from clustersim.cost_models.collectives import CollectiveModel
+    from clustersim.cost_models.network_params import NetworkParams
+    from clustersim.scenario import ClusterSpec
+    from clustersim.topologies.cluster import GroupShape, build_cluster
+
+    spec = ClusterSpec(
+        nodes=4,
+        gpus_per_node=1,
+        gpu="CPU-2vCPU",
+        intra_node={"fabric": "pcie"},
+        nic={"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 0.2, "gpudirect_rdma": False},
+    )
+    true = NetworkParams(
+        hop_s={"net_ethernet_tcp": 200e-6},  # of the order the testbed's sweeps fit
+        bw_eff={"net_ethernet_tcp": 0.93},
+        base_s=50e-6,
+        algorithms={"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "via_all_reduce"},
+        protocols=("Simple",),
+    )
+    rng, recs = np.random.default_rng(5), []
+    for n in (2, 3, 4):
+        shape = GroupShape(n, 1)
+        model = CollectiveModel(build_cluster(spec.model_copy(update={"nodes": n})), None, true)
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for k in range(14, 24, 2):
+                t = model.cost(op, float(1 << k), shape).time * math.exp(rng.normal(0, 0.02))
+                recs.append(
+                    {"op": op, "nodes": n, "gpus_per_node": 1, "bytes": float(1 << k), "median_s": t}
+                    | {"p10_s": t * 0.975, "p90_s": t * 1.025, "repeats": 1}
+                )
+    net = fit_network(recs, spec, "gloo", "synthetic")
+    assert net["algorithms"]["reduce_scatter"] == "via_all_reduce"
+    assert net["parameters"].get("op_bw_eff.reduce_scatter", 1.0) == pytest.approx(1.0, abs=0.1)
+    plan = algos.REGISTRY["reduce_scatter"]["via_all_reduce"](
+        algos.Inputs(build_cluster(spec), GroupShape(4, 1), 8.0)
+    )
+    assert plan.inter_node_bytes == 2 * 3 / 4 * 8.0  # the ring all-reduce's bytes, not 3/4 of them
