@@ -166,6 +166,30 @@ def test_the_ddp_job_as_a_scenario_has_the_mlps_parameters_and_buckets():
     assert scenario_for(8, 2e8, Job(), "binsgdm").training.optimizer == "binsgdm"
 
 
+@pytest.mark.parametrize("n", [2, 8])
+def test_the_zero3_scenario_gathers_each_layer_twice_and_reduces_it_once(n):
+    """What FSDP2 does per step on CPU (ddp_job.shard), as the simulator runs it: per layer two blocking
+    all-gathers and one reduce-scatter of that layer alone, nothing gathered ahead; with NCCL's ring
+    reduce-scatter (no gloo calibration here) that is ZeRO-3's 3Ψ·(n-1)/n per rank."""
+    from clustersim.simulator import simulate
+    from clustersim.testbed.validate import Job, scenario_for
+
+    job = Job(model="mlp", layers=3, width=256, batch=32)
+    s = scenario_for(n, 2e8, job, "zero3")
+    assert s.training.sharding.stage == 3 and s.training.optimizer == "adam"
+    r = simulate(s, None, uncertainty_samples=0)
+    ops = [o for o in r.ops if o.rank == 0 and "op" in o.meta]
+    gathers = [o for o in ops if o.meta["op"] == "all_gather"]
+    reduces = [o for o in ops if o.meta["op"] == "reduce_scatter"]
+    layer = 4 * job.layer_params
+    assert [o.meta["bytes"] for o in gathers] == [layer] * 2 * job.layers
+    assert [o.meta["bytes"] for o in reduces] == [layer] * job.layers
+    assert r.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(3 * 4 * job.params * (n - 1) / n)
+    fwd = [o for o in r.ops if o.rank == 0 and o.name.startswith("fwd")]
+    for i in range(1, job.layers):  # nothing gathered ahead: layer i's waits for layer i-1's forward
+        assert gathers[i].start >= fwd[i - 1].end - 1e-12
+
+
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_the_scenario_counts_the_parameters_torch_builds(model):
     torch = pytest.importorskip("torch")
