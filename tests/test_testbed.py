@@ -417,3 +417,13 @@ def test_the_fsdp_job_trains_as_one_process_does(tmp_path, model):
 
     got, want = json.loads(out.read_text())["loss_after"], json.loads(single.stdout)
     assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_the_back_to_back_probe_refuses_bad_input_before_any_work(tmp_path, capsys):
+    """One line and exit 2, before a testbed is touched."""
+    from clustersim.testbed import back_to_back
+
+    assert back_to_back.main(["--hosts", "1,8", "--out", str(tmp_path / "p.json")]) == 2
+    assert back_to_back.main(["--rates", "fast", "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--hosts" in err[0] and "fast" in err[1]
