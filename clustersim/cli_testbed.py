@@ -101,7 +101,9 @@ def testbed_validate(
         "adam",
         "--optimizers",
         help="Comma-separated: adam (PyTorch DDP), onebit-adam (1-bit Adam's compression stage), "
-        "binsgdm; the compressed ones implement their compressed all-reduce in torch over gloo.",
+        "binsgdm; the compressed ones implement their compressed all-reduce in torch over gloo; zero3 "
+        "(Adam under PyTorch FSDP2, one unit per layer: ZeRO-3, predicted as training.sharding stage 3 "
+        "with blocking gathers and reduce-scatters, which is what FSDP2 does on CPU).",
     ),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Layers (mlp: 4, transformer: 2)."),
     width: Optional[int] = typer.Option(
@@ -241,6 +243,23 @@ def _print_validation(result: dict) -> None:
         f"fitted on groups of {result['rows'][-1]['network_fitted_on_ranks']} hosts; "
         "[dim]✓: the measured median is inside the predicted P10–P90[/]"
     )
+    for line in sharded_ratios(result["rows"]):
+        console.print(line)
+
+
+def sharded_ratios(rows: list[dict]) -> list[str]:
+    """ZeRO-3's step over DDP's, measured in the same run and predicted: a ratio of two jobs measured
+    minutes apart on the same hosts is steadier than either step on this shared machine."""
+    by = {(r["hosts"], r.get("optimizer", "adam")): r for r in rows}
+    lines = []
+    for (n, opt), r in sorted(by.items()):
+        ddp = by.get((n, "adam"))
+        if opt == "zero3" and ddp is not None:
+            lines.append(
+                f"{n} hosts: ZeRO-3 ÷ DDP step, measured {r['measured_s'] / ddp['measured_s']:.2f}×, "
+                f"predicted {r['predicted_s'] / ddp['predicted_s']:.2f}×"
+            )
+    return lines
 
 
 def _print(tb) -> None:

@@ -80,6 +80,7 @@ class CollectiveAlgorithm(StrEnum):
     HD = "hd"
     HIER = "hier"
     BINOMIAL_CONCURRENT = "binomial_concurrent"
+    VIA_ALL_REDUCE = "via_all_reduce"
 
 
 class IntraNodeFabric(StrEnum):

@@ -4,8 +4,9 @@
         --out profile.json
 
 NCCL on GPUs, gloo on CPUs. Each size is timed as the slowest rank's duration per repetition
-(barrier, op, device sync), median over repetitions after warm-up. Ops a backend lacks (gloo has no
-reduce_scatter) are recorded as skipped. With one GPU it measures NCCL's launch latency instead.
+(barrier, op, device sync), median over repetitions after warm-up. Ops a backend lacks are recorded as
+skipped (gloo had no reduce_scatter in older torch; torch 2.13's runs it as an all-reduce, see
+cost_models/collective_algorithms.py via_all_reduce). With one GPU it measures NCCL's launch latency instead.
 """
 
 from __future__ import annotations

@@ -43,6 +43,12 @@ REFERENCE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all
 # nearly free; efficiencies are factors near 1.
 PRIOR_SIGMA = {"base_s": 3.0, "hop_s": 3.0, "bw_eff": 1.0, "op_bw_eff": 1.0, "op_latency_scale": 1.0}
 MIN_POINT_SIGMA = 0.03  # relative noise floor per measured median (timer, scheduler)
+# What a backend is known to run, so not chosen by residual: torch's gloo reduce_scatter is an
+# all-reduce with each rank keeping its slice (collective_algorithms.py via_all_reduce: its bytes on the
+# wire, measured on the testbed). Its times alone cannot tell it from a ring reduce-scatter whose
+# bandwidth efficiency is fitted at one half (a 2+4-host testbed sweep did just that, op_bw_eff 0.49),
+# but the bytes it puts on the links (NIC sharing with concurrent all-gathers, bytes per link) differ.
+KNOWN_ALGORITHMS = {"gloo": {"reduce_scatter": "via_all_reduce"}}
 
 
 @dataclass
@@ -213,14 +219,17 @@ def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParam
     names = _free_names(points, classes)
     protocols = ("Simple",) if backend != "nccl" else None
     algorithms: dict[str, str] = {}
+    known = KNOWN_ALGORITHMS.get(backend, {})
     if backend != "nccl":
         # One algorithm per op, chosen by the fit: start from ring, try the others op by op.
         for op in sorted({p.op for p in points}):
             common = set.intersection(*(set(p.plans) for p in points if p.op == op))
-            algorithms[op] = "ring" if "ring" in common else sorted(common)[0]
+            algorithms[op] = (
+                known[op] if known.get(op) in common else "ring" if "ring" in common else sorted(common)[0]
+            )
     problem = _Problem(points, names, algorithms, protocols)
     best = problem.solve()
-    for op in list(algorithms):
+    for op in [op for op in algorithms if op not in known]:
         common = set.intersection(*(set(p.plans) for p in points if p.op == op))
         for alt in sorted(common - {algorithms[op]}):
             trial = _Problem(points, names, {**algorithms, op: alt}, protocols)

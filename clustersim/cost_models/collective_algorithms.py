@@ -189,6 +189,16 @@ for _op in ("all_gather", "reduce_scatter"):
     register(_op, "hd")(_gather_hd)
 
 
+@register("reduce_scatter", "via_all_reduce")
+def _reduce_scatter_via_all_reduce(x: Inputs) -> Decomposition:
+    """A reduce-scatter run as a ring all-reduce of the whole array, each rank keeping its slice:
+    what gloo does (torch 2.13's ProcessGroupGloo reduce_scatter). Measured on the emulated testbed
+    (/proc/net/dev, 4 MiB, 200 Mb/s): a rank sends 1.00·S on 2 hosts and 1.50·S on 4, exactly its
+    all-reduce's 2(p-1)/p·S and in the all-reduce's time, where a ring reduce-scatter sends (p-1)/p·S.
+    A gloo calibration uses it (calibration/network_fit.py KNOWN_ALGORITHMS); NCCL never does."""
+    return _allreduce_ring(x)
+
+
 # ---- all_to_all (S = bytes each rank sends in total) -----------------------------------------------
 @register("all_to_all", "ring")
 def _alltoall_pairwise(x: Inputs) -> Decomposition:

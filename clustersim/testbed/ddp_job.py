@@ -1,9 +1,12 @@
 """A real data-parallel training job to check predictions against: an MLP or a small transformer
-under PyTorch DDP over gloo.
+under PyTorch DDP or FSDP (ZeRO-3) over gloo.
 
 Run once per emulated host (testbed/sweep.py run_on_hosts). ``--mode ddp`` trains with
 DistributedDataParallel (its default 25 MiB buckets, 1 MiB first bucket, overlap with backward) and
-Adam, and records the step time (the slowest rank's, per step). ``--mode local`` runs the same model on
+Adam, and records the step time (the slowest rank's, per step). ``--mode fsdp`` trains the same model
+with Adam under PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``), one unit per layer (every
+Linear, or every encoder layer) and the root, default settings: see ``shard`` for what that does on
+CPU over gloo, which is what validate.py's ZeRO-3 scenario describes. ``--mode local`` runs the same model on
 every host at the same time without gradient communication, recording forward, backward and
 optimizer times: that is how fast each emulated host computes while its neighbours compute too (the
 hosts share this machine's cores), i.e. the compute calibration of the testbed's "device".
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -100,6 +104,44 @@ def finish(args, torch, dist, result: dict) -> int:
     return 0
 
 
+def wire_bytes() -> tuple[int, int]:
+    """Bytes sent and received so far on this host's testbed interface (``GLOO_SOCKET_IFNAME``, set by
+    run_on_hosts), from /proc/self/net/dev, which shows the calling process's network namespace (the
+    emulated host's), TCP/IP headers and the timing barriers included. (0, 0) outside the testbed."""
+    iface = os.environ.get("GLOO_SOCKET_IFNAME")
+    try:
+        with open("/proc/self/net/dev") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return 0, 0
+    for line in lines:
+        name, _, counters = line.partition(":")
+        if iface and name.strip() == iface:
+            fields = counters.split()
+            return int(fields[8]), int(fields[0])  # transmit bytes, receive bytes
+    return 0, 0
+
+
+def shard(torch, model):
+    """FSDP2 (``fully_shard``) on every layer, then on the root; default settings: parameters sharded
+    over all ranks, gathered before each layer's forward and again before its backward, freed after
+    each (``reshard_after_forward``), gradients reduce-scattered per layer, Adam on the rank's shard.
+
+    What that is on CPU over gloo (torch 2.13, fsdp/_fully_shard): the gather and reduce-scatter
+    "streams" are the CPU's one stream and the unshards are not async (``unshard_async_op`` False), so
+    every collective blocks the training thread: one all-gather (all_gather_single) per layer before its
+    forward and one before its backward (FSDP2's backward prefetch of the next layer is also a blocking
+    call, it only moves it earlier), one reduce-scatter (reduce_scatter_single) per layer right after
+    its backward. Nothing overlaps compute; no bucket spans two layers."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = model.layers if hasattr(model, "layers") else [m for m in model if list(m.parameters())]
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
 def timed_steps(dist, args, model, x, keys, update) -> dict[str, list[float]]:
     """``args.warmup`` untimed then ``args.steps`` timed training steps, all ranks starting together
     (a barrier): per step its whole time, forward, backward, then ``update()``'s own parts (the
@@ -108,6 +150,8 @@ def timed_steps(dist, args, model, x, keys, update) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {k: [] for k in keys}
     for i in range(args.warmup + args.steps):
         dist.barrier()
+        if i == args.warmup:
+            sent, received = wire_bytes()
         t0 = time.perf_counter()
         loss = model(x).square().mean()
         t1 = time.perf_counter()
@@ -118,14 +162,19 @@ def timed_steps(dist, args, model, x, keys, update) -> dict[str, list[float]]:
         if i >= args.warmup:
             for key, value in zip(keys, (t3 - t0, t1 - t0, t2 - t1, *(parts or (t3 - t2,)))):
                 times[key].append(value)
+    sent_after, received_after = wire_bytes()
+    times["wire_sent_bytes"] = [(sent_after - sent) / args.steps]
+    times["wire_received_bytes"] = [(received_after - received) / args.steps]
     return times
 
 
 def main(argv=None) -> int:
-    args, torch, dist = start(argv, __doc__, ("ddp", "local"))
+    args, torch, dist = start(argv, __doc__, ("ddp", "fsdp", "local"))
     model = build_model(torch, args)
     if args.mode == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
+    elif args.mode == "fsdp":
+        model = shard(torch, model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = model_input(torch, args)
     keys = ("step", "forward", "backward", "optimizer")
@@ -136,13 +185,18 @@ def main(argv=None) -> int:
         return ()  # timed as a whole: "optimizer"
 
     times = timed_steps(dist, args, model, x, keys, update)
-    params = sum(p.numel() for p in model.parameters())
+    loss = model(x).square().mean().item()  # after the steps: equal to a single process's (a test)
+    params = sum(p.numel() for p in model.parameters())  # FSDP2's DTensors count their global size
     job = {
         "model": args.model,
         "layers": args.layers,
         "width": args.width,
         "batch": args.batch,
         "params": params,
+        "loss_after": loss,
+        # per step, the most any rank sent (received), mean over the timed steps, barriers included
+        "wire_sent_bytes_per_step": slowest_ranks(torch, dist, times["wire_sent_bytes"])[0],
+        "wire_received_bytes_per_step": slowest_ranks(torch, dist, times["wire_received_bytes"])[0],
     }
     return finish(args, torch, dist, {**job, **slowest(torch, dist, times, keys)})
 

@@ -12,8 +12,10 @@ Protocol (nothing from the predicted job itself feeds the prediction's network s
    the compressed optimizers the calibration microbenchmarks of their kernels run the same way
    (compressed_job.py ``--mode kernels``), at the job's size, and become the profile's ``kernels_gbs``.
 4. The job is predicted (P10-P90 from the fit's uncertainty) and then run: under DDP with Adam
-   (ddp_job.py), or with 1-bit Adam's compression stage or BinSGDM (compressed_job.py), which do the
-   communication in the optimizer step, pass by pass as the strategies model it.
+   (ddp_job.py), under FSDP2 with Adam (``zero3``, ddp_job.py ``--mode fsdp``: ZeRO-3, its all-gathers
+   and reduce-scatters in the sweep too), or with 1-bit Adam's compression stage or BinSGDM
+   (compressed_job.py), which do the communication in the optimizer step, pass by pass as the
+   strategies model it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ JOBS = {
     "adam": ("clustersim.testbed.ddp_job", "ddp"),
     "onebit-adam": ("clustersim.testbed.compressed_job", "onebit"),
     "binsgdm": ("clustersim.testbed.compressed_job", "binsgdm"),
+    "zero3": ("clustersim.testbed.ddp_job", "fsdp"),
 }
 COMPRESSED = ("onebit-adam", "binsgdm")
+SHARDED = ("zero3",)  # Adam, its parameters, gradients and state sharded over the hosts
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,37 @@ class Job:
         return f"MLP ({self.layers} x Linear({self.width}, {self.width}))"
 
 
+def _training(job: Job, optimizer: str) -> dict:
+    """PyTorch DDP's default buckets (used by Adam; the compressed optimizers communicate in their
+    step), or for ``zero3`` the schedule FSDP2 runs on CPU over gloo (ddp_job.shard), written as
+    ZeRO-3 settings: each layer gathered before its forward and again before its backward with no
+    prefetch (``prefetch_bucket_mb: 0``: FSDP2's CPU all-gathers block, so nothing is gathered ahead
+    of the layer that needs it; its backward prefetch only moves a blocking call earlier), one
+    reduce-scatter per layer (``reduce_bucket_mb`` = one layer's fp32 gradient: FSDP2 reduces per
+    unit) that blocks the next backward (``overlap_comm: false``), Adam on the rank's 1/n.
+
+    One difference remains that no setting expresses: the simulated ZeRO-3 issues a layer's backward
+    all-gather on its gather stream as soon as the previous layer's backward ends (DeepSpeed does, on a
+    GPU), so it runs beside that layer's reduce-scatter, sharing the NIC; FSDP2 on CPU runs the two one
+    after the other. The prediction is short by up to L - 1 of those overlaps (README, testbed)."""
+    if optimizer in SHARDED:
+        return {
+            "optimizer": "adam",
+            "sharding": {
+                "stage": 3,
+                "framework": "deepspeed",
+                "prefetch_bucket_mb": 0,
+                "reduce_bucket_mb": job.layer_params * 4 / 2**20,  # exact: an integer over 2^20
+                "overlap_comm": False,
+            },
+        }
+    return {"optimizer": optimizer, "ddp_bucket_cap_mb": 25, "first_bucket_cap_mb": 1}
+
+
 def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
     """The job as a scenario: CPU hosts with one rank each, the model as custom layers (parameters and
-    per-sample forward FLOPs of each layer, as torch builds it), the optimizer, PyTorch DDP's default
-    buckets (used by Adam; the compressed optimizers communicate in their step)."""
+    per-sample forward FLOPs of each layer, as torch builds it), the optimizer and how it communicates
+    (``_training``)."""
     return validate_scenario(
         {
             "name": f"testbed-{job.model}-{n}-hosts",
@@ -119,7 +150,7 @@ def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
                 "micro_batch": job.batch,
                 "precision": "fp32",
             },
-            "training": {"optimizer": optimizer, "ddp_bucket_cap_mb": 25, "first_bucket_cap_mb": 1},
+            "training": _training(job, optimizer),
         },
         source="testbed validation",
     )
@@ -150,6 +181,8 @@ def _profile(raw: dict, fit_ranks: int, local: dict, job: Job, kernels: list[dic
 
 def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int], repeat: int) -> dict:
     ops = ["all_reduce"] + (["all_to_all", "all_gather"] if set(optimizers) & set(COMPRESSED) else [])
+    if set(optimizers) & set(SHARDED):
+        ops += [op for op in ("all_gather", "reduce_scatter") if op not in ops]
     with tempfile.TemporaryDirectory(prefix="cst-validate-") as tmp:
         return run_sweep(
             tb,
@@ -165,7 +198,7 @@ def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int
         )
 
 
-def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int]) -> dict:
+def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int], local: dict) -> dict:
     iv = result.interval or Interval(result.iteration_time, result.iteration_time, result.iteration_time, 0)
     step = measured["step"]
     row = {
@@ -182,7 +215,13 @@ def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int]) -
         "exposed_communication_s": result.breakdown["exposed_communication"],
         "predicted_breakdown_s": dict(result.breakdown),
         "measured_phases_s": {k: v["median_s"] for k, v in measured.items() if isinstance(v, dict)},
+        # the device calibration the prediction used: the model on every host at once, no communication
+        "calibration_phases_s": {k: local[k]["median_s"] for k in ("forward", "backward", "optimizer")},
         "network_fitted_on_ranks": fitted_on,
+        # bytes the busiest host put on its link per step (/proc/net/dev: TCP/IP headers, barriers), and
+        # what the simulated step sends out of each node's NIC (one rank per host)
+        "measured_wire_sent_bytes": measured.get("wire_sent_bytes_per_step"),
+        "predicted_wire_sent_bytes": result.bytes_per_link_kind["inter_node_per_node"],
     }
     if optimizer in COMPRESSED:
         b = result.breakdown
@@ -252,7 +291,7 @@ def validate(
                     count=n,
                 )
                 result = simulate(scenario_for(n, bits, job, optimizer), profile, uncertainty_samples=samples)
-                rows.append(_row(n, optimizer, measured, result, fitted_on))
+                rows.append(_row(n, optimizer, measured, result, fitted_on, local))
     finally:
         if created:
             tb_hosts.down(tb)

@@ -397,6 +397,8 @@ def expand(net: FlowNetwork, op: str, algorithm: str, shape: GroupShape) -> list
             return ring(1, 1.0, closed=False)
         if op == "all_to_all":
             return alltoall(net, shape)
+    if algorithm == "via_all_reduce" and op == "reduce_scatter":
+        return ring(2 * (p - 1), 1.0 / p)  # the ring all-reduce's flows (collective_algorithms.py)
     if algorithm == "tree" and op == "all_reduce":
         return [[tree_allreduce(net, shape)]]
     if algorithm == "tree" and op == "broadcast":
