@@ -390,6 +390,23 @@ def _int_list(text: str, key: str) -> list[int]:
     return values
 
 
+DEFAULT_COMPARE_GPUS = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _default_counts(s) -> list[int]:
+    """compare's GPU counts when none are given: the defaults the scenario can run at (a layout of
+    tensor x pipeline GPUs, or nodes of a size, holds only some), else its own count doubled twice."""
+    fits = []
+    for g in DEFAULT_COMPARE_GPUS:
+        try:
+            s.with_world_size(g)
+        except InputError:
+            continue
+        fits.append(g)
+    own = s.cluster.world_size
+    return fits or [own, 2 * own, 4 * own]
+
+
 @app.command()
 @user_errors
 @with_catalogs
@@ -400,8 +417,13 @@ def compare(
         "--optimizers",
         help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm.",
     ),
-    gpus: str = typer.Option(
-        "8,16,32,64,128,256,512,1024", "--gpus", help="Comma-separated total GPU counts."
+    gpus: Optional[str] = typer.Option(
+        None,
+        "--gpus",
+        help=(
+            "Comma-separated total GPU counts (default: those of 8, 16, ..., 1,024 the scenario's layout "
+            "can hold, e.g. multiples of tensor x pipeline; else the scenario's own count, x2, x4)."
+        ),
     ),
     steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
     warmup: Optional[float] = typer.Option(
@@ -439,7 +461,7 @@ def compare(
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
-    counts = _int_list(gpus, "--gpus")
+    counts = _int_list(gpus, "--gpus") if gpus is not None else _default_counts(s)
     for name in opts:  # check the arguments before any work starts
         try:
             registry.get(name)

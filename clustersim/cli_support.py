@@ -236,8 +236,8 @@ def table(
         t = Table(title=title, title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
+    for r in rows:  # cells are text, not markup: a name like 'stage 0 [slowest rank]' prints whole
+        t.add_row(*[x if isinstance(x, Text) else Text(str(x)) for x in r])
     return Group(Text(title), t) if piped else t
 
 

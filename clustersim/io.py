@@ -81,6 +81,19 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_loader())
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object gave a key twice: json keeps the last silently, as YAML would (refused there too)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_structured_file(path: Path) -> Any:
     """Parse YAML or JSON; errors name the file and the line."""
     import yaml
@@ -93,8 +106,12 @@ def read_structured_file(path: Path) -> Any:
         raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
         return load_yaml(text)
+    except _DuplicateKey as exc:
+        raise InputError(
+            f"invalid JSON: key {exc.args[0]!r} given twice in one object", source=str(path)
+        ) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=str(path)) from None
     except yaml.YAMLError as exc:

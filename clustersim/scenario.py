@@ -746,11 +746,24 @@ def _check_parallelism(s: Scenario) -> None:
         )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
         raise InputError(
-            f"{s.training.optimizer} is modelled with data parallelism only (DeepSpeed: the MPI-based 1-bit "
-            "Adam is not compatible with pipeline parallelism; Megatron-LM offers none of the compressed "
-            "optimizers); use adam or sgdm with tensor/pipeline parallelism",
+            f"{s.training.optimizer} is modelled with data parallelism only: "
+            f"{_COMPRESSED_WHY.get(s.training.optimizer, _COMPRESSED_WHY['other'])}; use adam or sgdm with "
+            "tensor/pipeline parallelism",
             key="training.optimizer",
         )
+
+
+# Why each compressed optimizer stays data-parallel here: its program models a data-parallel
+# compressed all-reduce, and the frameworks that ship it say what they support.
+_COMPRESSED_WHY = {
+    "onebit-adam": "DeepSpeed's MPI-based 1-bit Adam is not compatible with pipeline parallelism "
+    "(deepspeed.ai/tutorials/onebit-adam), and Megatron-LM does not offer it",
+    "zero-one-adam": "DeepSpeed's MPI-based 0/1 Adam is not compatible with pipeline parallelism "
+    "(deepspeed.ai/tutorials/zero-one-adam), and Megatron-LM does not offer it",
+    "binsgdm": "BinSGDM's hierarchical 1-bit all-reduce is over data-parallel replicas, and Megatron-LM "
+    "does not offer it",
+    "other": "Megatron-LM offers none of the compressed optimizers",
+}
 
 
 # DeepSpeed's PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py):

@@ -214,3 +214,16 @@ def test_a_closed_pipe_ends_the_command_quietly():
     # ended by SIGPIPE as Unix tools are (the shell shows 141), not exit 1 as a failed command
     assert proc.returncode in (0, -13), (proc.returncode, err)
     assert b"Traceback" not in err and b"Error" not in err, err
+
+
+def test_compare_defaults_to_gpu_counts_the_layout_can_hold(runner):
+    """The 3D preset (tensor 8 x pipeline 8) cannot run on 8-32 GPUs: without --gpus, compare takes the
+    default counts that hold the layout (multiples of 64) instead of failing on the first."""
+    r = invoke(
+        runner, "compare", "preset:dgx-h100-gpt3-175b-3d", "--optimizers", "adam", "--samples", "0", "--json"
+    )
+    assert r.exit_code == 0, r.output
+    counts = sorted({row["gpus"] for row in json.loads(r.stdout)["rows"]})
+    assert counts == [64, 128, 256, 512, 1024]
+    bad = invoke(runner, "compare", "preset:dgx-h100-gpt3-175b-3d", "--gpus", "8", "--samples", "0")
+    assert bad.exit_code == 2 and "--gpus" in bad.output  # a count given explicitly is still checked

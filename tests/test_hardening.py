@@ -699,3 +699,38 @@ def test_a_scenario_name_with_brackets_prints_as_written(runner, tmp_path):
     r = invoke(runner, "run", scenario_file(tmp_path, text=text), "--samples", "0")
     assert r.exit_code == 0, r.output
     assert r.output.startswith("my[test]run: 8 GPUs"), r.output
+
+
+def test_a_json_key_given_twice_is_refused(runner, tmp_path):
+    """json keeps the last of two equal keys silently, as PyYAML did: refused as in YAML."""
+    path = tmp_path / "s.json"
+    body = json.dumps(SMALL)
+    path.write_text(body[:-1] + ', "training": {"optimizer": "sgdm"}}')
+    r = invoke(runner, "run", str(path), "--samples", "0")
+    one_line_error(r, "s.json", "'training' given twice")
+
+
+def test_table_cells_are_text_not_markup(runner, tmp_path):
+    """A name in brackets is printed whole in a table (rich took '[x]' for a style tag and dropped it)."""
+    from clustersim.cli_support import console, table
+
+    with console.capture() as captured:
+        console.print(table("t", ["name", "value"], [["stage 0 [slowest rank]", 1]]))
+    assert "stage 0 [slowest rank]" in captured.get()
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "says"),
+    [
+        ("onebit-adam", "1-bit Adam is not compatible"),
+        ("zero-one-adam", "0/1 Adam is not compatible"),
+        ("binsgdm", "over data-parallel replicas"),
+    ],
+)
+def test_compressed_optimizers_with_model_parallelism_say_their_own_reason(optimizer, says):
+    from clustersim.errors import InputError
+    from clustersim.scenario import load_scenario
+
+    with pytest.raises(InputError) as exc:
+        load_scenario("preset:dgx-h100-gpt3-175b-3d").with_changes(**{"training.optimizer": optimizer})
+    assert says in str(exc.value) and exc.value.key.endswith("training.optimizer")
