@@ -320,28 +320,30 @@ def test_calibrate_out_into_a_folder(runner, tmp_path):
     one_line_error(invoke(runner, "calibrate", "import-nccl-tests", nccl, "--out", tmp_path), "folder")
 
 
-def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkeypatch):
-    import errno
+class _FullDisk:
+    """A file that writes ten bytes and then fails as a full disk does."""
 
+    def __init__(self, fh):
+        self.fh = fh
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+    def write(self, data):
+        import errno
+
+        self.fh.write(data[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkeypatch):
     import clustersim.io as io
 
     real = io.os.fdopen
-
-    class Full:
-        def __init__(self, fh):
-            self.fh = fh
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.fh.close()
-
-        def write(self, text):
-            self.fh.write(text[:10])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(io.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    monkeypatch.setattr(io.os, "fdopen", lambda fd, mode: _FullDisk(real(fd, mode)))
     trace = tmp_path / "t.json"
     r = invoke(runner, "run", scenario_file(tmp_path), "--trace", trace, "--samples", "0")
     one_line_error(r, str(trace), "No space left on device")
@@ -351,29 +353,13 @@ def test_disk_full_while_writing_a_trace_leaves_nothing(runner, tmp_path, monkey
 def test_disk_full_while_writing_chakra_traces_leaves_none_of_them(runner, tmp_path, monkeypatch):
     """Two rank classes (a straggler): the second .et fails on a full disk. It used to end in an
     OSError traceback with the first file and half the second left in the folder."""
-    import errno
-
     import clustersim.io as io
 
     real, calls = io.os.fdopen, []
 
-    class Full:
-        def __init__(self, fh):
-            self.fh = fh
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.fh.close()
-
-        def write(self, data):
-            self.fh.write(data[:10])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
     def fdopen(fd, mode):
         calls.append(mode)
-        return Full(real(fd, mode)) if len(calls) == 2 else real(fd, mode)
+        return _FullDisk(real(fd, mode)) if len(calls) == 2 else real(fd, mode)
 
     monkeypatch.setattr(io.os, "fdopen", fdopen)
     out = tmp_path / "et"
