@@ -154,20 +154,29 @@ def test_one_pass_integrates_earlier_kernels_over_a_compute_op():
 
 
 def test_one_pass_equals_the_event_engines_on_random_programs():
-    """Random multi-rank programs without shared links (dependencies on earlier ops and on other
-    ranks' ops, kernels that slow compute, zero-length ops): every path of the engine gives the same
-    start and end for every op, whether the one pass applies or gives up."""
+    """Random programs of one or several ranks (dependencies on earlier ops and on other ranks' ops,
+    kernels that slow compute, zero-length ops, copies and collectives pushing bytes through two links,
+    sometimes more than a link carries): every path of the engine gives the same start and end for
+    every op, whether the one pass applies or gives up."""
     import random
 
     from clustersim.simulator.engine_inorder import run_in_order
 
     rng = random.Random(12)
     applied = gave_up = 0
-    for _ in range(150):
-        p = Program()
+    for _ in range(300):
+        p = Program(links={"pcie": 10.0, "nic": 4.0})
         for i in range(rng.randint(5, 40)):
             stream = rng.choice(["compute", "compute", "comm", "d2h"])
             deps = tuple(rng.sample(range(i), k=min(i, rng.randint(0, 2))))
+            # Link demands on some copies and collectives: sometimes within capacity when alone
+            # (contention only where they overlap), sometimes over it (a slowed flow).
+            link = rng.choice(["pcie", "nic"])
+            demands = (
+                {link: rng.choice([1.0, 3.0, 6.0, 12.0])}
+                if stream != "compute" and rng.random() < 0.5
+                else {}
+            )
             p.add(
                 f"op{i}",
                 stream,
@@ -175,10 +184,9 @@ def test_one_pass_equals_the_event_engines_on_random_programs():
                 "forward" if stream == "compute" else "communication",
                 deps,
                 compute_slowdown=rng.choice([0.0, 0.2, 0.5]) if stream == "comm" else 0.0,
-                rank=rng.randint(0, 2),
+                rank=rng.randint(0, 2) if rng.random() < 0.5 else 0,
+                demands=demands,
             )
-        if all(op.rank == 0 for op in p.ops):
-            continue
         one_pass = run_in_order(p)
         applied, gave_up = applied + (one_pass is not None), gave_up + (one_pass is None)
         general = Engine(p, ranked=False).run()
@@ -186,4 +194,33 @@ def test_one_pass_equals_the_event_engines_on_random_programs():
             for i in general[1]:
                 assert start[i] == pytest.approx(general[0][i], rel=1e-9, abs=1e-12)
                 assert end[i] == pytest.approx(general[1][i], rel=1e-9, abs=1e-12)
-    assert applied > 20 and gave_up > 20  # both branches were exercised
+    assert applied > 40 and gave_up > 40  # both branches were exercised
+
+
+def test_one_pass_gives_up_where_a_later_op_shares_a_link_with_an_earlier_one():
+    """Link loads in program order: y (after a 2 s compute op) drops x's finished interval from the
+    PCIe link; z, added after y but starting at 0, would share the link with x (6 + 6 > 10 bytes/s).
+    The pass cannot see x any more, so it gives up and max-min sharing answers: x and z at 5/6 of
+    their rate while both run, 1.2 s each."""
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    p = Program(links={"pcie": 10.0})
+    w = p.add("w", "compute", 2.0, "forward")
+    x = p.add("x", "d2h", 1.0, "transfer", demands={"pcie": 6.0})
+    p.add("y", "h2d", 1.0, "transfer", (w,), demands={"pcie": 6.0})
+    z = p.add("z", "comm", 1.0, "communication", demands={"pcie": 6.0})
+    assert run_in_order(p) is None
+    _, end = Engine(p).run()
+    assert end[x] == pytest.approx(1.2) and end[z] == pytest.approx(1.2)
+
+
+def test_one_pass_takes_programs_whose_links_are_never_over_capacity():
+    """Two copies that together stay within the link run at full rate: the one pass places them."""
+    from clustersim.simulator.engine_inorder import run_in_order
+
+    p = Program(links={"pcie": 10.0})
+    x = p.add("x", "d2h", 1.0, "transfer", demands={"pcie": 6.0})
+    y = p.add("y", "h2d", 2.0, "transfer", demands={"pcie": 4.0})
+    start, end = run_in_order(p)
+    assert (end[x], end[y]) == (1.0, 2.0)
+    assert (start, end) == Engine(p, ranked=False).run()

@@ -113,7 +113,9 @@ class Engine:
         """``network``: a NetworkBackend (None: collectives keep their analytical time). ``ranked``: use
         engine_ranked's path for a multi-rank program without shared links (None: whenever it applies
         and no network backend is given; False: always this general path, for comparing the two).
-        ``in_order``: on that path, first try engine_inorder's one pass (False: the event loop only)."""
+        ``in_order``: without a network backend, first try engine_inorder's one pass, exact where no
+        link is ever over capacity and no kernel overlaps an earlier compute op (False: the event loops
+        only)."""
         self.program = program
         self._ranked = ranked
         self._in_order = in_order
@@ -145,14 +147,17 @@ class Engine:
             last_on[lane] = op.id
 
     def run(self) -> tuple[dict[int, float], dict[int, float]]:
-        if self._multi_rank and self._ranked is not False and self.network is None:
-            from clustersim.simulator import engine_inorder, engine_ranked
+        if self._ranked is not False and self.network is None and self._in_order:
+            from clustersim.simulator import engine_inorder
 
-            # The one pass first: it gives up (None) on link demands too, before engine_ranked's check.
-            times = engine_inorder.run_in_order(self.program, self.time_limit) if self._in_order else None
+            # The one pass first: it gives up (None) where it would not be exact.
+            times = engine_inorder.run_in_order(self.program, self.time_limit)
             if times is not None:
                 self.start, self.end = times
                 return times
+        if self._multi_rank and self._ranked is not False and self.network is None:
+            from clustersim.simulator import engine_ranked
+
             if engine_ranked.applies(self.program):
                 self._build_graph()
                 self.start, self.end = engine_ranked.run_ranked(

@@ -1,4 +1,4 @@
-"""The engine's exact shortcut for programs whose ops share no link: one pass in program order.
+"""The engine's exact shortcut for programs whose ops never contend for a link: one pass in program order.
 
 Without link demands (pipeline stages, each its own GPU; engine_ranked's programs) an op's rate can
 change only through a NCCL kernel's ``compute_slowdown`` on its own rank (engine.py): every op that
@@ -10,6 +10,10 @@ integrated over the known intervals of those kernels): no event queue, no rates 
 pipeline programs are built that way (a pass's tensor-parallel op and send come before the next
 pass), and the 1T-parameter layout's 196k ops cost about a microsecond each here instead of ~10 in
 engine_ranked's event loop (issue #12: a 3,072-GPU 3D-parallel run in under a second).
+
+Ops that push bytes through links (PCIe, NICs) take part when no link is ever asked for more than
+its capacity (_LinkLoads): max-min sharing then leaves every op at its own rate. Data-parallel
+programs, one bucket all-reduce at a time on the NICs, are such programs.
 
 Whether the order holds is only known during the pass: a kernel that starts before the last compute
 op already evaluated on its rank ended would have slowed that op. The pass then gives up and returns
@@ -39,8 +43,9 @@ def run_in_order(program: Program, time_limit: float = _INF) -> tuple[dict, dict
     compute_end: dict[int, float] = {}  # rank -> end of its last plain compute op evaluated
     compute = Stream.COMPUTE
     lane_end_get, compute_end_get = lane_end.get, compute_end.get
+    links = _LinkLoads(program.links)
     for i, op in enumerate(ops):
-        if op.id != i or op.demands:
+        if op.id != i:
             return None
         rank = op.rank
         lane = (rank, op.stream)
@@ -72,6 +77,8 @@ def run_in_order(program: Program, time_limit: float = _INF) -> tuple[dict, dict
                 kernels.setdefault(rank, []).append((t, e, slowdown))
         if not e <= time_limit:
             return None
+        if op.demands and e > t and not links.admit(t, e, op.demands):
+            return None
         start[i] = t
         end[i] = e
         lane_end[lane] = e
@@ -94,3 +101,42 @@ def _slowed_end(t: float, work: float, running: list[tuple[float, float, float]]
         work -= (p - now) * rate
         now = p
     return now + work
+
+
+class _LinkLoads:
+    """What the ops placed so far push through each link, to confirm that no link is ever asked for
+    more than its capacity: then max-min sharing (engine.py) leaves every op at its own rate and the
+    one pass is exact. Each link keeps the intervals (start, end, bytes/s) that may still overlap a
+    later op; those that ended before an op starts are dropped, and a later op starting before the
+    last of them ended makes the pass give up (ops on a link are placed close to time order)."""
+
+    def __init__(self, capacity: dict[str, float]):
+        self.capacity = capacity
+        self.active: dict[str, list[tuple[float, float, float]]] = {}
+        self.horizon: dict[str, float] = {}
+
+    def admit(self, t: float, e: float, demands: dict[str, float]) -> bool:
+        """Place an op pushing ``demands`` during [t, e); False if a link would be over capacity at
+        some instant, or the check cannot be made."""
+        for link, d in demands.items():
+            cap = self.capacity.get(link, _INF)
+            if d > cap or t < self.horizon.get(link, -_INF):
+                return False
+            placed = self.active.get(link, [])
+            kept = [iv for iv in placed if iv[1] > t]
+            if len(kept) < len(placed):
+                self.horizon[link] = max(iv[1] for iv in placed if iv[1] <= t)
+            overlapping = [iv for iv in kept if iv[0] < e]
+            if overlapping and _peak(t, overlapping) + d > cap:
+                return False
+            kept.append((t, e, d))
+            self.active[link] = kept
+        return True
+
+
+def _peak(t: float, intervals: list[tuple[float, float, float]]) -> float:
+    """The largest sum of rates of ``intervals`` (all ending after ``t``) at any instant from ``t`` on:
+    a sum can only rise where an interval starts, so it is enough to look at ``t`` and those starts."""
+    return max(
+        sum(r for a, b, r in intervals if a <= p < b) for p in {t, *(a for a, _, _ in intervals if a > t)}
+    )
