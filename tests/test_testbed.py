@@ -427,3 +427,17 @@ def test_the_back_to_back_probe_refuses_bad_input_before_any_work(tmp_path, caps
     assert back_to_back.main(["--rates", "fast", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--hosts" in err[0] and "fast" in err[1]
+
+
+@namespaces
+def test_a_job_that_fails_on_a_host_is_run_again_then_reported_naming_its_error(testbed):
+    """run_on_hosts: a host whose process exits with an error is named with its exit code and its own
+    last lines (not a host still waiting for it, nor torch's c10d warnings), after one more attempt."""
+    from clustersim.testbed.sweep import run_on_hosts
+
+    tb, _ = hosts.up(2, parse_rate("400mbit"))
+    with pytest.raises(InputError) as exc:
+        run_on_hosts(tb, "clustersim.testbed.no_such_job", [], {}, None, 60, "the test job")
+    msg = str(exc.value)
+    assert "the test job failed on host h" in msg and "(exit 1)" in msg and "(failed twice)" in msg
+    assert "No module named clustersim.testbed.no_such_job" in msg and "\n" not in msg
