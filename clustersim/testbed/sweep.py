@@ -97,57 +97,60 @@ def run_on_hosts(
     """Run ``python -m module args --out FILE`` once per host, as ranks 0..N-1 of one torch.distributed job
     (env:// rendezvous on host 0, gloo bound to each host's interface); returns the JSON rank 0 wrote.
 
-    A job that fails is run once more before the failure is reported: on a shared 2-core machine a
-    host's process has died once in a fresh-clone CI run where the same job passed in every other run
-    (tens of them). A job that fails both times is reported with the second failure; the retry only
-    costs time where a job cannot run at all."""
-    try:
-        return _run_on_hosts(tb, module, args, extra_env, progress, timeout_s, what, count, PORT)
-    except _JobFailed:
-        pass
-    try:  # on another port: the first job's rendezvous port may still be held on host 0
-        return _run_on_hosts(tb, module, args, extra_env, progress, timeout_s, what, count, PORT + 1)
-    except _JobFailed as exc:
-        raise InputError(f"{exc} (failed twice)", key="testbed") from None
+    A job that fails is run once more, on another rendezvous port (the first job's may still be held on
+    host 0), before the failure is reported: on a shared 2-core machine a host's process has died once
+    in a fresh-clone CI run where the same job passed in every other run (tens of them). A job that
+    fails both times is reported with the second failure; the retry only costs time where a job cannot
+    run at all."""
+    n_hosts = count or tb.hosts  # the first ``count`` hosts only, for a smaller job on a larger testbed
+    failure = None
+    for port in (PORT, PORT + 1):
+        envs = [_host_env(tb, i, n_hosts, port, extra_env) for i in range(n_hosts)]
+        try:
+            return _run_job(tb, [sys.executable, "-m", module, *args], envs, progress, timeout_s, what)
+        except _JobFailed as exc:
+            failure = exc
+    raise InputError(f"{failure} (failed twice)", key="testbed")
 
 
 class _JobFailed(Exception):
     """A host's process of a testbed job exited with an error (its message says which and why)."""
 
 
-def _run_on_hosts(
-    tb: Testbed,
-    module: str,
-    args: list[str],
-    extra_env: dict[str, str],
-    progress,
-    timeout_s: float,
-    what: str,
-    count: int | None,
-    port: int,
-) -> dict:
-    n_hosts = count or tb.hosts  # the first ``count`` hosts only, for a smaller job on a larger testbed
+def _host_env(tb: Testbed, i: int, n_hosts: int, port: int, extra_env: dict[str, str]) -> dict[str, str]:
+    """Host i's environment: its rank in the job, the rendezvous on host 0, gloo on its interface."""
+    return {
+        "RANK": str(i),
+        "WORLD_SIZE": str(n_hosts),
+        "MASTER_ADDR": tb.address(0),
+        "MASTER_PORT": str(port),
+        "GLOO_SOCKET_IFNAME": HOST_IFACE,
+        HOST_ENV: f"h{i}",
+        "OMP_NUM_THREADS": "1",
+        **extra_env,
+        "PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+
+def _run_job(tb: Testbed, cmd: list[str], envs: list[dict], progress, timeout_s: float, what: str) -> dict:
+    """``cmd --out FILE`` on host i with ``envs[i]``; the JSON rank 0 wrote, or _JobFailed naming the
+    host whose process exited with an error."""
     procs = []
     with tempfile.TemporaryDirectory(prefix="cst-run-") as tmp:
         out = Path(tmp) / "out.json"
         # one log per host process, open for the processes' lifetime and closed in `finally` below
-        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(n_hosts)]  # noqa: SIM115
+        logs = [open(Path(tmp) / f"h{i}.log", "w+") for i in range(len(envs))]  # noqa: SIM115
         try:
-            for i in range(n_hosts):
-                env = {
-                    "RANK": str(i),
-                    "WORLD_SIZE": str(n_hosts),
-                    "MASTER_ADDR": tb.address(0),
-                    "MASTER_PORT": str(port),
-                    "GLOO_SOCKET_IFNAME": HOST_IFACE,
-                    HOST_ENV: f"h{i}",
-                    "OMP_NUM_THREADS": "1",
-                    **extra_env,
-                    "PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                }
-                cmd = [sys.executable, "-m", module, *args, "--out", str(out)]
+            for i, env in enumerate(envs):
                 procs.append(
-                    tb_hosts.exec_in(tb.host(i), cmd, env=env, stdout=logs[i], stderr=logs[i], text=True)
+                    tb_hosts.exec_in(
+                        tb.host(i),
+                        [*cmd, "--out", str(out)],
+                        env=env,
+                        stdout=logs[i],
+                        stderr=logs[i],
+                        text=True,
+                    )
                 )
             _wait(procs, logs[0], progress, timeout_s)
             # The host whose process exited with an error, not one still waiting for it (_wait returns
