@@ -64,27 +64,32 @@ class Program:
         self.ops: list[Op] = []
         self.links: dict[str, float] = dict(links or {})
 
-    def add(self, name: str, stream: str, duration: float, category: str, deps=(), **kw) -> int:
-        # Dict lookups, not Stream(stream) / Category(category): an Enum call costs microseconds and
-        # programs have thousands of ops (StrEnum members hash and compare equal to their strings).
-        try:
-            category = _CATEGORY[category]
-        except KeyError:
-            raise ValueError(f"unknown op category {category!r}") from None
-        try:
-            stream = _STREAM[stream]
-        except KeyError:
-            raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})") from None
-        if duration < 0:
-            raise ValueError(f"op {name} has negative duration {duration}")
+    def add(
+        self,
+        name: str,
+        stream: str,
+        duration: float,
+        category: str,
+        deps=(),
+        *,
+        intra_node_bytes: float = 0.0,
+        inter_node_bytes: float = 0.0,
+        compute_slowdown: float = 0.0,
+        demands: dict[str, float] | None = None,
+        meta: dict | None = None,
+        rank: int = 0,
+        collective: CollectiveSpec | None = None,
+    ) -> int:
+        """Add an op; ``deps`` any iterable of op ids (None entries are dropped). Returns its id."""
         if type(deps) is not tuple:
             deps = tuple(deps)
         if None in deps:
             deps = tuple(d for d in deps if d is not None)
-        ops = self.ops
-        i = len(ops)
-        ops.append(Op(i, name, stream, float(duration), category, deps, **kw))
-        return i
+        return self.add_op(
+            name, stream, float(duration), category, deps, intra_node_bytes, inter_node_bytes,
+            compute_slowdown, {} if demands is None else demands, {} if meta is None else meta, rank,
+            collective,
+        )  # fmt: skip
 
     def add_op(
         self,
@@ -104,10 +109,16 @@ class Program:
         """``add`` with every field given, in Op's order: for builders that add ops by the hundred
         thousand (a pipeline's passes), where packing and unpacking keywords cost twice what making
         the op does. ``deps`` must be a tuple of op ids; stream, category and sign are checked."""
+        # Dict lookups, not Stream(stream) / Category(category): an Enum call costs microseconds and
+        # programs have thousands of ops (StrEnum members hash and compare equal to their strings).
         try:
-            stream, category = _STREAM[stream], _CATEGORY[category]
+            category = _CATEGORY[category]
         except KeyError:
-            raise ValueError(f"unknown stream {stream!r} or category {category!r}") from None
+            raise ValueError(f"unknown op category {category!r}") from None
+        try:
+            stream = _STREAM[stream]
+        except KeyError:
+            raise ValueError(f"unknown stream {stream!r} (known: {', '.join(Stream)})") from None
         if duration < 0:
             raise ValueError(f"op {name} has negative duration {duration}")
         ops = self.ops

@@ -22,7 +22,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies.common import add_collective, price_collective
+from clustersim.simulator.strategies.common import add_collective, add_priced, price_collective
 
 
 def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[str, int]]:
@@ -104,21 +104,19 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
                     times[j][0 if forward else 1], "forward" if forward else "backward", deps,
                     0.0, 0.0, 0.0, {}, {"micro": micro, "chunk": j}, s, None,
                 )  # fmt: skip
-                # The collectives as add_priced adds them, except that every pass of a kind shares its
-                # priced metadata (read-only everywhere; the compute op each follows says the micro-batch,
-                # as a send's name does): a 1T step's 130k copies were a fifth of the program's memory.
-                for name, pr in tp[(j, forward)]:
-                    op = prog.add_op(
-                        name, "comm", pr.duration, "communication", (op,), pr.intra_node_bytes,
-                        pr.inter_node_bytes, pr.compute_slowdown, {}, pr.meta, s, pr.collective,
-                    )  # fmt: skip
+                # Every pass of a kind shares its collectives' priced metadata (add_priced without
+                # meta); the compute op each follows says the micro-batch, as a send's name does.
+                for name, priced in tp[(j, forward)]:
+                    op = add_priced(prog, name, priced, (op,), rank=s)
                 tail[s] = op
                 if forward and j < n - 1 or not forward and j > 0:
-                    sent[(forward, j, micro)] = prog.add_op(
-                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}", "comm",
-                        send.duration, "communication", (op,), send.intra_node_bytes, send.inter_node_bytes,
-                        send.compute_slowdown, {}, send.meta, s, send.collective,
-                    )  # fmt: skip
+                    sent[(forward, j, micro)] = add_priced(
+                        prog,
+                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
+                        send,
+                        (op,),
+                        rank=s,
+                    )
                 at[s] += 1
                 left -= 1
                 moved = True
