@@ -479,6 +479,18 @@ def _check_limits(c: ClusterSpec) -> None:
             )
 
 
+def _check_ports(down: int, oversubscription: float, ports: int, what: str, key: str) -> None:
+    """A switch with ``down`` ports facing down sends ceil(down / oversubscription) up: both on its
+    ``ports`` (a leaf switch: its nodes and spine uplinks; a spine switch of a pod: its leaves and core
+    uplinks)."""
+    up = math.ceil(down / oversubscription)
+    if down + up > ports:
+        raise InputError(
+            f"{what} needs {down + up} ports per switch ({down} down, {up} up), more than {ports}",
+            key=f"cluster.fabric.{key}",
+        )
+
+
 def _check_fabric(c: ClusterSpec) -> None:
     """A leaf-spine fabric must hold the nodes with switches of its radix. Each NIC rail has its own
     switches (rail-optimised, as DGX SuperPOD), so one switch of a leaf serves nodes_per_leaf NICs
@@ -488,13 +500,9 @@ def _check_fabric(c: ClusterSpec) -> None:
     if f.kind != "leaf_spine":
         return
     ports = f.ports_per_switch or catalog.hardware_defaults()["limits"]["switch_radix"]
-    up = math.ceil(f.nodes_per_leaf / f.oversubscription)
-    if f.nodes_per_leaf + up > ports:
-        raise InputError(
-            f"a leaf of {f.nodes_per_leaf} nodes needs {f.nodes_per_leaf + up} ports per switch "
-            f"({f.nodes_per_leaf} down, {up} up), more than {ports}",
-            key="cluster.fabric.nodes_per_leaf",
-        )
+    _check_ports(
+        f.nodes_per_leaf, f.oversubscription, ports, f"a leaf of {f.nodes_per_leaf} nodes", "nodes_per_leaf"
+    )
     leaves = -(-c.nodes // f.nodes_per_leaf)
     if f.leaves_per_pod is None:
         if leaves > ports:
@@ -505,13 +513,13 @@ def _check_fabric(c: ClusterSpec) -> None:
                 key="cluster.nodes",
             )
         return
-    pod_up = math.ceil(f.leaves_per_pod / f.core_oversubscription)
-    if f.leaves_per_pod + pod_up > ports:
-        raise InputError(
-            f"a pod of {f.leaves_per_pod} leaves needs {f.leaves_per_pod + pod_up} ports per spine switch, "
-            f"more than {ports}",
-            key="cluster.fabric.leaves_per_pod",
-        )
+    _check_ports(
+        f.leaves_per_pod,
+        f.core_oversubscription,
+        ports,
+        f"a pod of {f.leaves_per_pod} leaves",
+        "leaves_per_pod",
+    )
     pods = -(-leaves // f.leaves_per_pod)
     if pods > ports:
         per_pod = f.leaves_per_pod * f.nodes_per_leaf
