@@ -400,19 +400,31 @@ def test_the_fsdp_job_trains_as_one_process_does(tmp_path, model):
     )
     assert single.returncode == 0, single.stderr[-2000:]
     out = tmp_path / "fsdp.json"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
-            *("--master-port", str(29640 + len(model)), "-m", "clustersim.testbed.ddp_job"),
-            *("--mode", "fsdp", "--model", model, "--layers", "2", "--width", "32", "--heads", "2"),
-            *("--batch", "8", "--seq", "4", "--warmup", "1", "--steps", "2", "--out", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    # Two fresh-clone CI runs of 5 lost a rank of this job to SIGABRT inside torch/gloo, which tens of
+    # runs here never reproduced; a rank killed by a signal gets the job run once more (as the testbed's
+    # run_on_hosts does), on another port. Anything else fails at once; the loss is checked as before.
+    for attempt in range(2):
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
+                *(
+                    "--master-port",
+                    str(29640 + len(model) + 10 * attempt),
+                    "-m",
+                    "clustersim.testbed.ddp_job",
+                ),
+                *("--mode", "fsdp", "--model", model, "--layers", "2", "--width", "32", "--heads", "2"),
+                *("--batch", "8", "--seq", "4", "--warmup", "1", "--steps", "2", "--out", str(out)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        if run.returncode == 0 or "Signal " not in run.stderr:
+            break
+    # the head of stderr holds a C++ abort's reason ("terminate called ..."), the tail torchrun's summary
+    assert run.returncode == 0, run.stderr[:2000] + " ... " + run.stderr[-1000:]
     import json
 
     got, want = json.loads(out.read_text())["loss_after"], json.loads(single.stdout)
