@@ -14,7 +14,7 @@ import pytest
 
 from clustersim.calibration.fit import build_profile
 from clustersim.calibration.network_fit import fit_network
-from clustersim.calibration.profile import parse_profile
+from clustersim.calibration.profile import FORMAT_VERSION, parse_profile
 from clustersim.cost_models.collectives import CollectiveModel
 from clustersim.cost_models.network_params import NetworkParams
 from clustersim.errors import InputError
@@ -205,7 +205,7 @@ def test_profile_carries_the_network_model_and_the_simulation_uses_it(tmp_path):
     recs = _records(TCP, TRUE_TCP, [GroupShape(n, 1) for n in (2, 4)], OPS, rng)
     data = build_profile(_raw(recs))
     prof = parse_profile(data, "p.json")
-    assert prof.format_version == 3 and prof.network is not None
+    assert prof.format_version == FORMAT_VERSION and prof.network is not None
     params = network_params(prof, "p.json")
     cl = build_cluster(TCP.model_copy(update={"nodes": 32}))
     cost = CollectiveModel(cl, None, params).cost("all_reduce", 2**24, GroupShape(32, 1))
@@ -235,7 +235,7 @@ def test_v2_profile_still_loads_and_migrates():
     from clustersim.calibration.profile import load_profile
 
     prof = load_profile("builtin:v100-bert-large-published")
-    assert prof.format_version == 3 and prof.network is None
+    assert prof.format_version == FORMAT_VERSION and prof.network is None
 
 
 def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, runner):

@@ -25,7 +25,7 @@ from clustersim.errors import InputError
 from clustersim.io import first_error
 
 FORMAT = "clustersim-profile"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -194,6 +194,84 @@ class HostMeasurements(_Strict):
     copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
+class Fingerprint(_Strict):
+    """What a compute measurement depends on besides the model: a step timed under other software
+    or settings (another torch, eager against CUDA graphs, another attention kernel) is another
+    measurement. The simulator warns when a scenario asks for settings that differ from these."""
+
+    device: str = Field(description="the device's own name, e.g. 'NVIDIA H200' or 'cpu'")
+    torch: str | None = None
+    cuda: str | None = None
+    precision: str = Field(description="fp32 | fp16 | bf16: the autocast dtype (fp32: no autocast)")
+    autocast: bool = True
+    attention: str | None = Field(None, description="sdpa | eager | flash_attention_2 | ...")
+    execution: Literal["eager", "compiled", "cuda_graphs"] = "eager"
+
+
+class Linear(_Strict):
+    """time = intercept_s + per_sample_s x micro_batch (least squares over the measured sizes)."""
+
+    intercept_s: float = Field(ge=0)
+    per_sample_s: float = Field(ge=0)
+
+    def at(self, micro_batch: float) -> float:
+        return self.intercept_s + self.per_sample_s * micro_batch
+
+
+class PhaseMeasurement(_Strict):
+    """One phase (forward, backward or optimizer) of one micro-step, split into the two resources
+    that bound an eager step: the host thread that dispatches ops and the device that runs kernels."""
+
+    host_s: Linear = Field(description="host dispatch time of the phase (profiler overhead removed)")
+    device_s: Linear = Field(description="device busy time of the phase (sum of its kernels)")
+    kernels: int = Field(ge=0, description="kernels launched by the phase")
+    wall_s: Linear | None = Field(None, description="the phase's measured wall time (synchronised), if timed")
+
+
+class ModelHoldout(_Strict):
+    """One measured micro-batch left out of the fit and predicted from it."""
+
+    micro_batch: int = Field(gt=0)
+    measured_s: float = Field(gt=0)
+    predicted_s: float = Field(gt=0)
+    rel_error: float
+
+
+class ModelCompute(_Strict):
+    """A model's own measured compute (``calibrate model`` or ``calibrate import-trace``): per phase,
+    host dispatch and device time as functions of the micro-batch at one sequence length."""
+
+    model: str = Field(description="catalog model name (or the user's label) the scenario names")
+    seq_len: int = Field(gt=0, description="sequence length measured (ResNet: image side)")
+    micro_batches: list[int] = Field(description="the micro-batch sizes measured (and fitted)")
+    forward: PhaseMeasurement
+    backward: PhaseMeasurement
+    optimizer: PhaseMeasurement
+    fingerprint: Fingerprint
+    holdout: ModelHoldout | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "ModelCompute":
+        if not self.micro_batches or any(b <= 0 for b in self.micro_batches):
+            raise ValueError("micro_batches must list the positive sizes measured")
+        return self
+
+
+class DispatchRates(_Strict):
+    """Per-op costs of the framework on this device, for models that were not measured: host time per
+    launched kernel (forward runs Python; backward runs the autograd engine's C++ thread), the
+    device's fixed cost per kernel, and the optimizer's host time per parameter tensor."""
+
+    host_s_per_kernel_forward: float = Field(gt=0)
+    host_s_per_kernel_backward: float = Field(gt=0)
+    device_s_per_kernel: float = Field(ge=0)
+    host_s_per_param_tensor: float = Field(ge=0, description="optimizer step + zero_grad, per tensor")
+    fingerprint: Fingerprint
+    spread_rel: float = Field(0.0, ge=0, description="p10-p90 half-width of the measurements, relative")
+    source: str = ""
+
+
 class Profile(_Strict):
     format: Literal["clustersim-profile"]
     format_version: int
@@ -211,6 +289,10 @@ class Profile(_Strict):
     compute_model: dict[str, GemmModel] = Field(
         default_factory=dict, description="GEMM shape model per precision, used for any model (v3)"
     )
+    model_compute: list[ModelCompute] = Field(
+        default_factory=list, description="models' own measured phases by micro-batch (v4)"
+    )
+    dispatch: DispatchRates | None = Field(None, description="per-op host and kernel costs (v4)")
     raw: dict = Field(default_factory=dict, description="the medians the fits were made from")
     _source: str = PrivateAttr("")  # the file or builtin name it was read from, for messages
 
@@ -227,6 +309,8 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 2
     if data.get("format_version") == 2:  # v2 -> v3 adds the optional fitted network model
         data["format_version"] = 3
+    if data.get("format_version") == 3:  # v3 -> v4 adds the optional model compute and dispatch rates
+        data["format_version"] = 4
     return data
 
 
