@@ -76,6 +76,11 @@ class GpuSpec(_Strict):
     price_per_gpu_hour: float | None = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )
+    asynchronous_launch: bool = Field(
+        True,
+        description="kernels run while the host dispatches the next ones (GPUs); false for a CPU device, "
+        "where the thread that dispatches an op also runs its kernels",
+    )
 
     def pcie_generation(self, override: int | None) -> int:
         """The host interface generation: the scenario's ``intra_node.pcie_gen`` if set, else the GPU's."""
@@ -168,6 +173,35 @@ def _shipped_models() -> dict[str, ModelArch]:
 @lru_cache(maxsize=None)
 def hardware_defaults() -> dict:
     return _load_yaml("hardware_defaults.yaml")
+
+
+class ExecutionMode(_Strict):
+    """How a step's ops reach the device (catalogs/execution.yaml): host time per launched kernel,
+    the device's fixed cost per kernel, and how many of eager's pointwise kernels remain."""
+
+    host_s_per_kernel_forward: float = Field(ge=0)
+    host_s_per_kernel_backward: float = Field(ge=0)
+    host_s_per_param_tensor: float = Field(ge=0)
+    device_s_per_kernel: float = Field(ge=0)
+    elementwise_kernel_factor: float = Field(gt=0, le=1)
+
+
+@lru_cache(maxsize=None)
+def execution() -> dict:
+    """catalogs/execution.yaml: modes, eager kernel counts per layer kind, kernel-class efficiencies."""
+    raw = _load_yaml("execution.yaml")
+    raw["modes"] = {name: ExecutionMode(**entry) for name, entry in raw["modes"].items()}
+    return raw
+
+
+def execution_mode(name: str) -> ExecutionMode:
+    return execution()["modes"][name]
+
+
+def eager_kernels(style: str, part: str) -> tuple[int, int]:
+    """Kernels an eager PyTorch step launches for one layer, (forward, backward)."""
+    fwd, bwd = execution()["kernels"][style][part]
+    return int(fwd), int(bwd)
 
 
 def _lookup(kind: str, name: str, table: dict):

@@ -13,6 +13,7 @@ class Stream(StrEnum):
     COMPUTE = "compute"
     COMM = "comm"
     HOST = "host"
+    DISPATCH = "dispatch"  # the host thread that launches the rank's kernels (eager PyTorch's main thread)
     CPU = "cpu"
     COPY = "copy"
     D2H = "d2h"

@@ -236,6 +236,11 @@ class WorkloadSpec(_Strict):
     activation_checkpointing: bool = Field(
         False, description="full recomputation: keep each block's input, run its forward again in backward"
     )
+    execution: Literal["eager", "compiled", "cuda_graphs"] = Field(
+        "eager",
+        description="how the step reaches the GPU: eager PyTorch (an op dispatched by the host per kernel), "
+        "torch.compile (fused pointwise kernels), or a captured CUDA graph (no per-kernel host dispatch)",
+    )
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":

@@ -235,7 +235,7 @@ def test_interleaved_rows_that_cannot_be_the_fastest_are_not_simulated():
     from clustersim.planning import simulate_rows, with_layouts
     from clustersim.sweeps.run import simulate_row
 
-    base, gb = base_scenario("LLaMA-2-70B", "H100-SXM"), 256
+    base, gb = base_scenario("LLaMA-2-70B", "A100-80GB"), 256
     base_json = base.model_dump(mode="json")
     rows = with_layouts(base, [{"gpus": 64}], 10_000, gb)
     records, skipped = simulate_rows(base_json, rows, 10_000, gb)

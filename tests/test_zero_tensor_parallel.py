@@ -314,14 +314,17 @@ def test_what_the_frameworks_refuse_exits_2_with_one_line(runner, tmp_path, case
 def test_zero1_over_tensor_parallelism_moves_what_megatrons_distributed_optimizer_moves():
     """ZeRO-1 over TP (DeepSpeed's reduce to partition owners, update 1/d, all-gather) and Megatron's
     distributed optimizer at p = 1 are the same partitioning: the same inter-node bytes, the same
-    optimizer state per rank, and steps within 2% (bucketing and DDP buffers differ, nothing else)."""
+    optimizer state per rank, and steps within 5%: bucketing and DDP buffers differ, and where the host's
+    dispatch is the longer side of a pass, the data-parallel program's dispatch lane runs on while the
+    tensor-parallel collectives do, where Megatron's one op per pass takes max(host, device) before them
+    (host-bound here at micro-batch 1: 3.6% apart; 1% before host dispatch was modelled)."""
     common = {"training.parallelism.sequence_parallel": True, "workload.gradient_accumulation": 2}
     zero1 = simulate(_scenario(GPN, {"stage": 1}, **common))
     dist = simulate(_scenario(GPN, None, **common, **{"training.parallelism.distributed_optimizer": True}))
     inter = "inter_node_per_node"
     assert zero1.bytes_per_link_kind[inter] == pytest.approx(dist.bytes_per_link_kind[inter], rel=1e-9)
     assert zero1.memory["optimizer_state"] == pytest.approx(dist.memory["optimizer_state"], rel=1e-12)
-    assert zero1.iteration_time == pytest.approx(dist.iteration_time, rel=0.02)
+    assert zero1.iteration_time == pytest.approx(dist.iteration_time, rel=0.05)
 
 
 def test_out_of_memory_under_zero3_over_tensor_parallelism_suggests_a_larger_tensor_size():

@@ -1,6 +1,12 @@
 """Compute costs on one GPU: a roofline per kernel, with measured rates where a profile has them.
 
-time(kernel) = max(FLOPs / (peak x matmul efficiency), bytes / (HBM bandwidth x memory efficiency))
+time(kernel group) = launches x device cost per kernel
+                     + max(FLOPs / (peak x class efficiency), bytes / (HBM bandwidth x class efficiency))
+
+The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-up, tail: ~3 us on a
+recent GPU, catalogs/execution.yaml); eager PyTorch launches tens of kernels per transformer block, so
+at small micro-batches it is a large part of the device time. Convolutions and batch-norm have their
+own efficiencies (cuDNN at ResNet shapes, the statistics pass of batch-norm); GEMMs the matmul one.
 
 Efficiencies default to the catalog's documented constants. A profile measured on the same GPU
 replaces them with the measured rates; one measured on another GPU is scaled by peak FLOP/s
@@ -16,14 +22,26 @@ from clustersim.calibration.profile import Profile
 from clustersim.catalog import GpuSpec, hardware_defaults
 from clustersim.workloads.layers import Kernel
 
+# Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
+_POINTWISE = frozenset({"elementwise", "bn_relu", "loss", "gather", "scatter_add"})
+
 
 class DeviceCosts:
-    def __init__(self, gpu: GpuSpec, profile: Profile | None = None):
+    def __init__(self, gpu: GpuSpec, profile: Profile | None = None, execution: str = "eager"):
         self.gpu = gpu
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
         self.matmul_eff = {p: eff["matmul"] for p in gpu.peak_tflops}
         self.memory_eff = eff["memory"]
+        mode = catalog.execution_mode(execution)
+        classes = catalog.execution()["efficiency"]
+        self.conv_eff = classes["conv"]
+        self.bn_relu_eff = classes["bn_relu_memory"]
+        self.kernel_overhead_s = mode.device_s_per_kernel
+        self.pointwise_factor = mode.elementwise_kernel_factor
+        dispatch = profile.dispatch if profile is not None else None
+        if dispatch is not None and dispatch.fingerprint.execution == execution:
+            self.kernel_overhead_s = dispatch.device_s_per_kernel
         self.kernel_bw: dict[str, float] = {}
         self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
         self.sources: dict[str, str] = {"matmul": "default efficiency", "memory": "default efficiency"}
@@ -75,23 +93,40 @@ class DeviceCosts:
     def memory_rate(self) -> float:
         return self.gpu.hbm_bytes_per_s * self.memory_eff
 
+    def launches(self, kernel: Kernel) -> float:
+        """Kernels the group launches in this execution mode (pointwise ones fused when compiled)."""
+        if kernel.name in _POINTWISE:
+            return kernel.launches * self.pointwise_factor
+        return kernel.launches
+
+    def kernels_launched(self, kernels: Iterable[Kernel]) -> float:
+        return sum(self.launches(k) for k in kernels)
+
     def kernel_time(self, kernel: Kernel, precision: str) -> float:
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
-        model = self.gemm_model.get(precision) if kernel.flops > 0 else None
+        model = self.gemm_model.get(precision) if kernel.flops > 0 and kernel.name != "conv" else None
         if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
             r_max, launch, mem = model
             return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)
         # The roofline's two rates, once per precision: a program prices thousands of kernels and
-        # the rates are fixed once the profile is applied (issue #15). Same values as computed here.
+        # the rates are fixed once the profile is applied. Same values as computed here.
         rates = self._roofline.get(precision)
         if rates is None:
             rates = self._roofline[precision] = (self.flops_rate(precision), self.memory_rate)
-        return max(kernel.flops / rates[0], kernel.bytes / rates[1])
+        flop_rate, byte_rate = rates
+        if kernel.name == "conv":
+            flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
+        elif kernel.name == "bn_relu":
+            byte_rate = self.gpu.hbm_bytes_per_s * self.bn_relu_eff
+        fixed = self.launches(kernel) * self.kernel_overhead_s
+        return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
         return sum(self.kernel_time(k, precision) for k in kernels)
 
     def stream_time(self, nbytes: float, name: str = "stream") -> float:
         """A memory-bound pass (copy, scale, elementwise update) over ``nbytes`` of HBM traffic."""
-        return self.kernel_time(Kernel(name, 0.0, nbytes), "fp32")
+        # A pass over a whole buffer: its launch is negligible beside its bytes (and the host's side of
+        # it is counted per parameter tensor, Dispatch.optimizer_time), so no per-kernel cost.
+        return self.kernel_time(Kernel(name, 0.0, nbytes, 0), "fp32")

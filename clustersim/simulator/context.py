@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from clustersim import catalog
-from clustersim.calibration.profile import ComputePhases, Profile, load_profile
+from clustersim.calibration.profile import ComputePhases, ModelCompute, Profile, load_profile
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
+from clustersim.cost_models.dispatch import Dispatch
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
@@ -30,6 +31,9 @@ class SimulationContext:
     collectives: CollectiveModel
     profile: Profile | None
     phases: ComputePhases | None
+    dispatch: Dispatch | None = None
+    #: the model's own measured compute (profile v4), when the profile has this model
+    model_compute: ModelCompute | None = None
     notes: list[str] = field(default_factory=list)
     offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
     offload_spec: object = None
@@ -38,6 +42,9 @@ class SimulationContext:
     network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
+    _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
+    _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
+    _host_bwd_scale: float = 1.0
 
     @property
     def world(self) -> GroupShape:
@@ -123,6 +130,29 @@ class SimulationContext:
     def backward_time(self, layer: Layer) -> float:
         return self.device.kernels_time(layer.backward, self.precision) * self._bwd_scale
 
+    def host_forward_time(self, layer: Layer) -> float:
+        """Host dispatch time of ``layer``'s forward (its kernels, at the dispatch rate)."""
+        kernels = self.device.kernels_launched(layer.forward)
+        return self.dispatch.pass_time(kernels, True) * self._host_fwd_scale * self._host_scale
+
+    def host_backward_time(self, layer: Layer) -> float:
+        kernels = self.device.kernels_launched(layer.backward)
+        return self.dispatch.pass_time(kernels, False) * self._host_bwd_scale * self._host_scale
+
+    def host_optimizer_time(self, param_tensors: int | None = None) -> float:
+        """Host time of the optimizer step and zero_grad (over the rank's parameter tensors)."""
+        mc = self.model_compute
+        if mc is not None:
+            return mc.optimizer.host_s.at(self.workload.micro_batch) * self._host_scale
+        if self.phases is not None:  # measured phases: "other" holds the optimizer's host time
+            return 0.0
+        n = self.param_tensors if param_tensors is None else param_tensors
+        return self.dispatch.optimizer_time(n) * self._host_scale
+
+    @cached_property
+    def param_tensors(self) -> int:
+        return sum(len(layer.param_tensors) for layer in self.workload.layers)
+
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""
         return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
@@ -194,7 +224,8 @@ def build_context(
     device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
     workload = build_workload(scenario.workload)
-    device = DeviceCosts(gpu, prof)
+    execution = scenario.workload.execution
+    device = DeviceCosts(gpu, prof, execution)
     c = scenario.cluster
     measured = MeasuredCollectives.for_cluster(prof.collectives, c.nodes, c.gpus_per_node) if prof else None
     params = perturbation.network if perturbation else network_params(prof, _profile_label(ref, prof))
@@ -207,12 +238,18 @@ def build_context(
         CollectiveModel(cluster, measured, params),
         prof,
         _matching_phases(prof, scenario, workload),
+        Dispatch.of(gpu, execution, prof),
+        _matching_model_compute(prof, workload),
     )
-    if ctx.phases is not None:
+    if ctx.model_compute is not None:
+        _apply_model_compute(ctx, ctx.model_compute)
+    elif ctx.phases is not None:
         fwd = sum(device.kernels_time(layer.forward, ctx.precision) for layer in workload.layers)
         bwd = sum(device.kernels_time(layer.backward, ctx.precision) for layer in workload.layers)
         ctx._fwd_scale = ctx.phases.forward_s / fwd
         ctx._bwd_scale = ctx.phases.backward_s / bwd
+        # measured wall times of the phases already hold the host's dispatch
+        ctx._host_fwd_scale = ctx._host_bwd_scale = 0.0
         ctx.notes.append(
             f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
             "spread over layers in proportion to the roofline"
@@ -228,7 +265,54 @@ def build_context(
     if perturbation is not None:
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
+        ctx._host_scale = perturbation.compute_scale
     return ctx
+
+
+def _matching_model_compute(profile: Profile | None, workload: Workload) -> ModelCompute | None:
+    """The profile's measurement of this model at this sequence length and precision (any micro-batch:
+    each phase is a line in the micro-batch)."""
+    if profile is None:
+        return None
+    for mc in profile.model_compute:
+        if (
+            mc.model == workload.name
+            and mc.seq_len == workload.seq_len
+            and mc.fingerprint.precision == workload.precision
+        ):
+            return mc
+    return None
+
+
+def _apply_model_compute(ctx: SimulationContext, mc: ModelCompute) -> None:
+    """Scale the layers' device and host times so each phase sums to the measured line at this
+    micro-batch: the split over layers stays the model's, the totals are the measurement's."""
+    b = ctx.workload.micro_batch
+    layers = ctx.workload.layers
+    fwd = sum(ctx.device.kernels_time(layer.forward, ctx.precision) for layer in layers)
+    bwd = sum(ctx.device.kernels_time(layer.backward, ctx.precision) for layer in layers)
+    host_fwd = sum(ctx.host_forward_time(layer) for layer in layers)
+    host_bwd = sum(ctx.host_backward_time(layer) for layer in layers)
+    ctx._fwd_scale = mc.forward.device_s.at(b) / fwd
+    ctx._bwd_scale = mc.backward.device_s.at(b) / bwd
+    ctx._host_fwd_scale = mc.forward.host_s.at(b) / host_fwd if host_fwd > 0 else 1.0
+    ctx._host_bwd_scale = mc.backward.host_s.at(b) / host_bwd if host_bwd > 0 else 1.0
+    fp = mc.fingerprint
+    measured_at = ", ".join(str(m) for m in mc.micro_batches)
+    ctx.notes.append(
+        f"compute of {mc.model} from its own measurement ({mc.source or ctx.profile.label}: micro-batches "
+        f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, {fp.execution})"
+    )
+    if fp.execution != ctx.scenario.workload.execution:
+        ctx.notes.append(
+            f"warning: the profile measured {mc.model} with execution {fp.execution}, the scenario asks for "
+            f"{ctx.scenario.workload.execution} (workload.execution): the measurement is used as it is"
+        )
+    if b not in mc.micro_batches and not (min(mc.micro_batches) <= b <= max(mc.micro_batches)):
+        ctx.notes.append(
+            f"micro-batch {b} is outside the measured {min(mc.micro_batches)}-{max(mc.micro_batches)}: "
+            "the measured lines are extrapolated"
+        )
 
 
 def _run_one_tensor_rank(ctx: SimulationContext) -> None:

@@ -14,8 +14,12 @@ and written: d*(14*T*h + 2*T*f + 4*b*a*s^2) forward, twice that backward.
 
 from __future__ import annotations
 
-from clustersim.catalog import TransformerArch
+from clustersim.catalog import TransformerArch, eager_kernels
 from clustersim.workloads.layers import Kernel, Layer
+
+# Kernel launches: each kernel group carries how many kernels eager PyTorch launches for it
+# (catalogs/execution.yaml, per architecture style); the pointwise group takes what the GEMMs and
+# attention leave of a layer's count, so the layer's total is the catalog's.
 
 
 def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
@@ -31,11 +35,12 @@ def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     fwd_bytes = d * tokens * h * (tables + 1 + (2 if arch.style == "bert" else 0))
     # Backward scatters token gradients into a dense table gradient that DDP reduces whole.
     bwd_bytes = d * (tokens * h * (tables + 2) + arch.vocab * h)
+    n_fwd, n_bwd = eager_kernels(arch.style, "embedding")
     return Layer(
         name="embedding",
         param_tensors=tuple(tensors),
-        forward=(Kernel("gather", 0.0, fwd_bytes),),
-        backward=(Kernel("scatter_add", 0.0, bwd_bytes),),
+        forward=(Kernel("gather", 0.0, fwd_bytes, n_fwd),),
+        backward=(Kernel("scatter_add", 0.0, bwd_bytes, n_bwd),),
         activation_bytes=d * tokens * h,
     )
 
@@ -63,15 +68,16 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
     # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
     # backward computes the input and the weight gradient of each. Attention: QK^T and AV forward.
     n_gemm = 2 + (3 if arch.style == "llama" else 2)
+    n_fwd, n_bwd = eager_kernels(arch.style, "block")
     forward = (
         Kernel("gemm", gemm_flops, weight_bytes + gemm_io, n_gemm),
         Kernel("attention", attn_flops, attn_bytes, 2),
-        Kernel("elementwise", 0.0, elementwise),
+        Kernel("elementwise", 0.0, elementwise, max(1, n_fwd - n_gemm - 2)),
     )
     backward = (
         Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes, 2 * n_gemm),
         Kernel("attention", 2 * attn_flops, 2 * attn_bytes, 4),
-        Kernel("elementwise", 0.0, 2 * elementwise),
+        Kernel("elementwise", 0.0, 2 * elementwise, max(1, n_bwd - 2 * n_gemm - 4)),
     )
     activations = s * b * h * (34 + 5 * a * s / h) * d / 2
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
@@ -93,13 +99,14 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
         tensors = (h, v * h) if not arch.tied_head else (h,)
         gemm_flops = 2 * tokens * h * v
     logits_bytes = d * tokens * v
+    n_fwd, n_bwd = eager_kernels(arch.style, "head")
     forward = (
         Kernel("gemm", gemm_flops, d * (h * v + tokens * h) + logits_bytes),
-        Kernel("loss", 0.0, 4 * logits_bytes),
+        Kernel("loss", 0.0, 4 * logits_bytes, max(1, n_fwd - 1)),
     )
     backward = (
         Kernel("gemm", 2 * gemm_flops, 2 * d * (h * v + tokens * h) + 2 * logits_bytes),
-        Kernel("loss", 0.0, 2 * logits_bytes),
+        Kernel("loss", 0.0, 2 * logits_bytes, max(1, n_bwd - 1)),
     )
     return Layer("head", tensors, forward, backward, logits_bytes + d * tokens * h)
 

@@ -126,6 +126,42 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         )  # fmt: skip
 
 
+def add_dispatch(prog: Program, ctx: SimulationContext, name: str, seconds: float) -> int | None:
+    """Host dispatch work of ``seconds`` on the rank's dispatch thread (stream "dispatch"); None when
+    there is none (CUDA graphs). On a synchronous device (a CPU) the thread first finishes the kernels
+    it ran before."""
+    if seconds <= 0:
+        return None
+    deps = () if ctx.dispatch.asynchronous else (prog.last_on("compute"),)
+    return prog.add(name, "dispatch", seconds, "host", deps)
+
+
+def add_pass(
+    prog: Program, ctx: SimulationContext, layer, forward: bool, deps: tuple = (), meta: dict | None = None
+) -> int:
+    """One layer's forward or backward: its host dispatch, then its kernels on the compute stream.
+
+    The kernels start no earlier than the end of the dispatch op before this layer's (when the
+    layer's first kernel is queued) and, on an asynchronous device, run while the host dispatches the
+    rest: over a stack of layers the phase takes about max(host, device), as eager PyTorch does. A
+    layer's last kernel may so end before its own dispatch does, by at most that layer's dispatch;
+    the next layer waits for the dispatch, so the error does not accumulate (one op per layer and
+    lane, never one per kernel). On a synchronous device the kernels run after their dispatch."""
+    if forward:
+        name, device_s, category = f"fwd {layer.name}", ctx.forward_time(layer), "forward"
+        host_s = ctx.host_forward_time(layer)
+    else:
+        name, device_s, category = f"bwd {layer.name}", ctx.backward_time(layer), "backward"
+        host_s = ctx.host_backward_time(layer)
+    if host_s > 0:
+        queued = prog.last_on("dispatch") if ctx.dispatch.asynchronous else None
+        own = add_dispatch(prog, ctx, f"dispatch {name}", host_s)
+        launch = queued if ctx.dispatch.asynchronous else own
+        if launch is not None:
+            deps = (*deps, launch)
+    return prog.add(name, "compute", device_s, category, deps, meta=meta)
+
+
 def add_micro_steps(
     prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
 ) -> int | None:
@@ -142,23 +178,11 @@ def add_micro_steps(
     for micro in range(steps):
         batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
         for li, layer in enumerate(layers):
-            prog.add(
-                f"fwd {layer.name}",
-                "compute",
-                ctx.forward_time(layer),
-                "forward",
-                (batch,) if li == 0 and batch is not None else (),
-                meta={"micro": micro},
-            )
+            deps = (batch,) if li == 0 and batch is not None else ()
+            add_pass(prog, ctx, layer, True, deps, meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layer, True, micro)
         for li in reversed(range(len(layers))):
-            last = prog.add(
-                f"bwd {layers[li].name}",
-                "compute",
-                ctx.backward_time(layers[li]),
-                "backward",
-                meta={"micro": micro},
-            )
+            last = add_pass(prog, ctx, layers[li], False, meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layers[li], False, micro)
             if on_backward is None:
                 continue
@@ -179,6 +203,9 @@ def add_ddp_gradient_sync(
     engine), all buckets are reduced after backward. Returns the collective op ids and bucket info.
     """
     t = ctx.scenario.training
+    if (shape or ctx.world).ranks == 1:  # one GPU trains without DDP: nothing to reduce or copy
+        add_micro_steps(prog, ctx)
+        return [], []
     buckets = assign_buckets(
         ctx.workload.layers, bytes_per_element, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb
     )
@@ -262,26 +289,27 @@ def add_update_and_other(
     from clustersim.simulator.offload import add_update
 
     P = ctx.params
+    host = add_dispatch(prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time())
+    deps = [*deps, host]
     if offload is not None:
         ends = add_update(
             prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host, kernel
         )
     else:
-        ends = [
-            prog.add(
-                label,
-                "compute",
-                ctx.device.stream_time(update_bytes_per_param * P, kernel),
-                "optimizer",
-                tuple(d for d in deps if d is not None),
-            )
-        ]
+        mc = ctx.model_compute
+        seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel)
+        if mc is not None and kernel == "optimizer":  # the model's own optimizer phase was measured
+            seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch)
+        ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
     return add_other(prog, ctx, ends)
 
 
 def add_other(prog: Program, ctx: SimulationContext, deps, params: float | None = None) -> int:
-    """zero_grad and loss scaling over ``params`` gradient elements (the rank's partition under
-    ZeRO/FSDP; every parameter by default)."""
+    """Loss scaling over ``params`` gradient elements (the rank's partition under ZeRO/FSDP; every
+    parameter by default): fp16 training unscales the gradients and checks them for inf/NaN
+    (torch.amp.GradScaler, DeepSpeed's dynamic loss scaler); bf16 and fp32 need no loss scaling.
+    zero_grad sets gradients to None (PyTorch's default since 2.0): no kernel, its host loop is part
+    of the optimizer's host time."""
     P = ctx.params if params is None else params
     measured = ctx.measured_other()
     if measured is not None:
@@ -293,12 +321,11 @@ def add_other(prog: Program, ctx: SimulationContext, deps, params: float | None 
             "other",
             tuple(deps),
         )
-    gb = ctx.grad_bytes
-    other_bytes = P * gb  # zero_grad
-    if BYTES_PER_ELEMENT[ctx.precision] < 4:
-        other_bytes += 3 * P * gb  # loss-scale unscale (read+write) and overflow check (read)
+    if ctx.precision != "fp16":
+        return prog.add("no loss scaling (bf16/fp32)", "compute", 0.0, "other", tuple(deps))
+    other_bytes = 3 * P * ctx.grad_bytes  # loss-scale unscale (read+write) and overflow check (read)
     return prog.add(
-        "zero_grad + loss scaling",
+        "loss scaling (unscale + inf check)",
         "compute",
         ctx.device.stream_time(other_bytes, "other"),
         "other",

@@ -41,11 +41,20 @@ def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[s
 
 
 def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
+    """A chunk's forward and backward on one tensor-parallel rank: its kernels' device time, or the
+    host's dispatch of them where that is longer. A pass runs a stack of like blocks, over which the
+    host runs ahead of the device (common.add_pass), so max(host, device) is the pass's time; each
+    rank launches every kernel of its layers (tensor parallelism splits their work, not their count).
+    One op per pass keeps the pipeline's programs as small as before."""
+    blocks = [layer for layer in chunk.layers if layer.name.startswith("block")]
     fwd = sum(ctx.rank_forward_time(layer) for layer in chunk.layers)
     bwd = sum(ctx.rank_backward_time(layer) for layer in chunk.layers)
+    host_fwd = sum(ctx.host_forward_time(layer) for layer in chunk.layers)
+    host_bwd = sum(ctx.host_backward_time(layer) for layer in chunk.layers)
     if ctx.layout.recompute:  # the blocks' forward runs again before their backward
-        bwd += sum(ctx.rank_forward_time(layer) for layer in chunk.layers if layer.name.startswith("block"))
-    return fwd, bwd
+        bwd += sum(ctx.rank_forward_time(layer) for layer in blocks)
+        host_bwd += sum(ctx.host_forward_time(layer) for layer in blocks)
+    return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
 def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float, label: str) -> Program:
@@ -168,8 +177,8 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
             prog, ctx, "all_gather parameters (distributed optimizer)", "all_gather",
             params * BYTES_PER_ELEMENT[ctx.precision], ctx.data_parallel, (update,), rank=s,
         )  # fmt: skip
-    other = params * ctx.grad_bytes  # zero_grad
-    if BYTES_PER_ELEMENT[ctx.precision] < 4:
+    other = params * ctx.grad_bytes  # zero_grad: Megatron zeroes its contiguous gradient buffer
+    if ctx.precision == "fp16":  # bf16 runs without a loss scaler (Megatron-LM: grad_scaler is None)
         other += 3 * params * ctx.grad_bytes  # loss-scale unscale (read+write) and overflow check (read)
     prog.add(
         "zero_grad + loss scaling",

@@ -1,0 +1,65 @@
+"""The host thread that dispatches a rank's kernels.
+
+Eager PyTorch runs the model's Python on one host thread per rank (the autograd engine's thread
+in backward): every op goes through Python, the dispatcher and autocast before its kernel is queued,
+tens of microseconds per kernel. The GPU runs kernels as they arrive, so a phase takes about
+max(host dispatch, device time) and a small model at a small micro-batch is bound by the host: a
+BERT-Large step at micro-batch 16 on an H200 keeps the GPU busy 21 ms of 56 (catalogs/execution.yaml).
+
+Rates, in order of preference: the profile's own measured ones (``calibrate model`` or
+``calibrate import-trace``) when their execution mode is the scenario's, else the catalog's for the
+mode. Every kernel counted by the workload is one dispatch (pointwise ones fewer when compiled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clustersim import catalog
+from clustersim.catalog import GpuSpec
+
+if TYPE_CHECKING:  # annotation only: profiles are read above this layer
+    from clustersim.calibration.profile import Profile
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    execution: str
+    host_s_per_kernel_forward: float
+    host_s_per_kernel_backward: float
+    host_s_per_param_tensor: float
+    #: False for a CPU device: the thread that dispatches an op also runs its kernels
+    asynchronous: bool
+    source: str
+
+    @classmethod
+    def of(cls, gpu: GpuSpec, execution: str, profile: Profile | None) -> "Dispatch":
+        measured = profile.dispatch if profile is not None else None
+        if measured is not None and measured.fingerprint.execution == execution:
+            return cls(
+                execution,
+                measured.host_s_per_kernel_forward,
+                measured.host_s_per_kernel_backward,
+                measured.host_s_per_param_tensor,
+                gpu.asynchronous_launch,
+                f"measured ({measured.source or profile.label})",
+            )
+        mode = catalog.execution_mode(execution)
+        return cls(
+            execution,
+            mode.host_s_per_kernel_forward,
+            mode.host_s_per_kernel_backward,
+            mode.host_s_per_param_tensor,
+            gpu.asynchronous_launch,
+            f"default for {execution} execution (catalogs/execution.yaml)",
+        )
+
+    def pass_time(self, kernels: float, forward: bool) -> float:
+        """Host time to dispatch ``kernels`` kernels of a forward or backward pass."""
+        return kernels * (self.host_s_per_kernel_forward if forward else self.host_s_per_kernel_backward)
+
+    def optimizer_time(self, param_tensors: int) -> float:
+        """Host time of the optimizer step and zero_grad over ``param_tensors`` tensors (Python loops
+        over parameters and their states, outside the update's kernels)."""
+        return param_tensors * self.host_s_per_param_tensor
