@@ -38,7 +38,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem = {
         "parameters": P * d + (4 * P / shards if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
-        "ddp_buckets": 0.0 if offloaded else P * ctx.grad_bytes,
+        # one GPU trains without DDP (strategies.common.add_ddp_gradient_sync): no bucket copy
+        "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 else P * ctx.grad_bytes,
         "optimizer_state": P
         / shards
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),

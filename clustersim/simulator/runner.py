@@ -26,7 +26,7 @@ from clustersim.simulator.stragglers import (
     with_rank_classes,
 )
 from clustersim.simulator.strategies import registry
-from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
+from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
 # (a NIC of 1 bit/s) with a clear error instead of running forever; at 1e6 s the clock's resolution
@@ -278,6 +278,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
     sources = dict(ctx.device.sources)
+    mc = ctx.model_compute
+    sources["host dispatch"] = f"{mc.model}'s own measured phases" if mc is not None else ctx.dispatch.source
+    sources["compute band"] = compute_band_source(ctx)
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck

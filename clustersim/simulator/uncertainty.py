@@ -58,6 +58,8 @@ class Interval:
 
 
 def compute_sigma(ctx: SimulationContext) -> float:
+    if ctx.model_compute is not None:
+        return _model_compute_sigma(ctx.model_compute)
     if ctx.phases is not None:
         return MEASURED_PHASES_SIGMA
     models = ctx.profile.compute_model if ctx.profile is not None else {}
@@ -67,6 +69,37 @@ def compute_sigma(ctx: SimulationContext) -> float:
         transfer = model.holdout.median_abs_rel_error if model.holdout else 0.0
         return math.hypot(model.log_sigma, transfer)
     return DEFAULT_COMPUTE_SIGMA
+
+
+# A lognormal factor's P10-P90 is exp(+-1.2816 sigma).
+_Z90 = 1.2816
+
+
+def _model_compute_sigma(mc) -> float:
+    """A model's own measurement: the held-out micro-batch's error is how far the fitted lines carry,
+    so the band is +- that (at least 2%, the repeat-to-repeat spread of a timed step)."""
+    if mc.holdout is None:
+        return MEASURED_PHASES_SIGMA
+    return max(abs(mc.holdout.rel_error), 0.02) / _Z90
+
+
+def compute_band_source(ctx: SimulationContext) -> str:
+    """One line for `run`: how wide the compute part of the band is, and why."""
+    half = math.exp(_Z90 * compute_sigma(ctx)) - 1
+    if ctx.model_compute is not None:
+        h = ctx.model_compute.holdout
+        why = "measured"
+        if h is not None:
+            why = f"held-out micro-batch {h.micro_batch} predicted within {abs(h.rel_error):.1%}"
+        return f"+-{half:.0%} (P10-P90): {why}"
+    if ctx.phases is not None:
+        return f"+-{half:.0%} (P10-P90): measured phases, two measurements of one step differ ~10%"
+    if ctx.profile is not None and ctx.profile.compute_model:
+        return f"+-{half:.0%} (P10-P90): the profile's GEMM model, its scatter and hold-out error"
+    return (
+        f"+-{half:.0%} (P10-P90): default compute rates, from their errors against published and measured "
+        "single-GPU steps (`clustersim calibrate model` measures this model and narrows it)"
+    )
 
 
 def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturbation]:
