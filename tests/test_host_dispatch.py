@@ -135,3 +135,89 @@ def test_synchronous_device_runs_dispatch_and_kernels_in_series():
     result = simulate(sc)
     busy = sum(o.end - o.start for o in result.ops if o.stream in ("compute", "dispatch"))
     assert result.iteration_time == pytest.approx(busy, rel=1e-9)
+
+
+def _model_compute_profile(device: str, fingerprint_device: str, execution: str = "eager") -> dict:
+    def phase(h0, h1, d0, d1, kernels):
+        return {
+            "host_s": {"intercept_s": h0, "per_sample_s": h1},
+            "device_s": {"intercept_s": d0, "per_sample_s": d1},
+            "kernels": kernels,
+        }
+
+    fingerprint = {"device": fingerprint_device, "torch": "2.13.0", "precision": "fp32", "execution": execution}
+    return {
+        "format": "clustersim-profile",
+        "format_version": 4,
+        "device": device,
+        "provenance": {"source": "test"},
+        "model_compute": [
+            {
+                "model": "BERT-Base",
+                "seq_len": 32,
+                "micro_batches": [1, 2, 4],
+                "forward": phase(0.010, 0.0005, 0.002, 0.004, 300),
+                "backward": phase(0.020, 0.001, 0.004, 0.008, 500),
+                "optimizer": phase(0.003, 0.0, 0.005, 0.0, 20),
+                "fingerprint": fingerprint,
+                "holdout": {"micro_batch": 8, "measured_s": 0.2, "predicted_s": 0.206, "rel_error": 0.03},
+            }
+        ],
+    }
+
+
+def _cpu_scenario(micro_batch: int, execution: str = "eager"):
+    return validate_scenario(
+        {
+            "name": "cpu",
+            "cluster": {
+                "nodes": 1,
+                "gpus_per_node": 1,
+                "gpu": "CPU-2vCPU",
+                "intra_node": {"fabric": "pcie"},
+                "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
+            },
+            "workload": {
+                "model": "BERT-Base",
+                "micro_batch": micro_batch,
+                "seq_len": 32,
+                "precision": "fp32",
+                "execution": execution,
+            },
+            "training": {"optimizer": "sgdm"},
+        },
+        "test",
+    )
+
+
+@pytest.mark.parametrize("micro_batch", [1, 3, 8])
+def test_a_models_own_measurement_gives_its_step_at_any_micro_batch(micro_batch):
+    """On a synchronous device the step is the sum of every phase's host and device lines at that
+    micro-batch: the closed form the profile's measurement implies."""
+    from clustersim.calibration.profile import parse_profile
+
+    profile = parse_profile(_model_compute_profile("CPU-2vCPU", "cpu"), "test-profile")
+    result = simulate(_cpu_scenario(micro_batch), profile)
+    b = micro_batch
+    expected = (0.010 + 0.0005 * b + 0.002 + 0.004 * b) + (0.020 + 0.001 * b + 0.004 + 0.008 * b) + 0.008
+    assert result.iteration_time == pytest.approx(expected, rel=1e-9)
+    assert "measured phases" in result.sources["host dispatch"]
+    assert "held-out micro-batch 8" in result.sources["compute band"]
+
+
+def test_a_measurement_under_another_execution_mode_is_named():
+    from clustersim.calibration.profile import parse_profile
+
+    profile = parse_profile(_model_compute_profile("CPU-2vCPU", "cpu", "cuda_graphs"), "test-profile")
+    result = simulate(_cpu_scenario(2), profile)
+    assert any("execution cuda_graphs" in n and "workload.execution" in n for n in result.notes)
+
+
+def test_profile_v3_migrates_to_v4_without_model_compute():
+    from clustersim.calibration.profile import FORMAT_VERSION, parse_profile
+
+    data = _model_compute_profile("CPU-2vCPU", "cpu")
+    data["format_version"] = 3
+    del data["model_compute"]
+    profile = parse_profile(data, "old")
+    assert profile.format_version == FORMAT_VERSION == 4 and profile.model_compute == []
