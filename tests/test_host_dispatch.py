@@ -145,7 +145,12 @@ def _model_compute_profile(device: str, fingerprint_device: str, execution: str 
             "kernels": kernels,
         }
 
-    fingerprint = {"device": fingerprint_device, "torch": "2.13.0", "precision": "fp32", "execution": execution}
+    fingerprint = {
+        "device": fingerprint_device,
+        "torch": "2.13.0",
+        "precision": "fp32",
+        "execution": execution,
+    }
     return {
         "format": "clustersim-profile",
         "format_version": 4,
@@ -221,3 +226,34 @@ def test_profile_v3_migrates_to_v4_without_model_compute():
     del data["model_compute"]
     profile = parse_profile(data, "old")
     assert profile.format_version == FORMAT_VERSION == 4 and profile.model_compute == []
+
+
+@pytest.mark.parametrize(
+    "preset, changes",
+    [
+        ("preset:default", {}),
+        ("preset:default", {"training.optimizer": "zero-one-adam"}),
+        ("preset:dgx-h100-gpt3-1.3b", {}),
+        ("preset:zero3-gpt3-175b-a100", {}),
+    ],
+)
+def test_one_dispatch_op_per_pass_where_the_host_stays_ahead_changes_nothing(monkeypatch, preset, changes):
+    """dispatch_lane: a pass whose dispatch never falls behind its device work is one dispatch op; the
+    same program with one dispatch op per layer gives the same step, every op at the same time."""
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import dispatch_lane
+
+    scenario = load_scenario(preset).with_changes(**changes)
+    coalesced = simulate(scenario)
+    monkeypatch.setattr(dispatch_lane, "_host_stays_ahead", lambda host, device: False)
+    per_layer = simulate(scenario)
+    assert per_layer.iteration_time == pytest.approx(coalesced.iteration_time, rel=1e-12)
+    assert sum(o.stream == "dispatch" for o in per_layer.ops) > sum(
+        o.stream == "dispatch" for o in coalesced.ops
+    )
+
+    def compute_ops(result):
+        return [(o.name, o.start, o.end) for o in result.ops if o.stream == "compute"]
+
+    for a, b in zip(compute_ops(per_layer), compute_ops(coalesced), strict=True):
+        assert a[0] == b[0] and a[1:] == pytest.approx(b[1:], rel=1e-12, abs=1e-15)

@@ -48,6 +48,8 @@ class DeviceCosts:
         if profile is not None:
             self._apply(profile)
         self._roofline: dict[str, tuple[float, float]] = {}  # precision -> (FLOP/s, bytes/s)
+        self._priced: dict[tuple[int, str], tuple[object, float]] = {}
+        self._launched: dict[int, tuple[object, float]] = {}
 
     def _apply(self, profile: Profile) -> None:
         ref = catalog.gpus().get(profile.device)
@@ -100,7 +102,12 @@ class DeviceCosts:
         return kernel.launches
 
     def kernels_launched(self, kernels: Iterable[Kernel]) -> float:
-        return sum(self.launches(k) for k in kernels)
+        hit = self._launched.get(id(kernels))
+        if hit is not None and hit[0] is kernels:
+            return hit[1]
+        n = sum(self.launches(k) for k in kernels)
+        self._launched[id(kernels)] = (kernels, n)  # the reference keeps the id from being reused
+        return n
 
     def kernel_time(self, kernel: Kernel, precision: str) -> float:
         if kernel.name in self.kernel_bw:
@@ -123,7 +130,15 @@ class DeviceCosts:
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
-        return sum(self.kernel_time(k, precision) for k in kernels)
+        """The time of a layer's kernel groups, once per (groups, precision): a program prices the same
+        layer in every micro-step and step kind (the cache holds the groups, so their id stays theirs)."""
+        key = (id(kernels), precision)
+        hit = self._priced.get(key)
+        if hit is not None and hit[0] is kernels:
+            return hit[1]
+        t = sum(self.kernel_time(k, precision) for k in kernels)
+        self._priced[key] = (kernels, t)
+        return t
 
     def stream_time(self, nbytes: float, name: str = "stream") -> float:
         """A memory-bound pass (copy, scale, elementwise update) over ``nbytes`` of HBM traffic."""

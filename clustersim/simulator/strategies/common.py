@@ -7,6 +7,7 @@ from typing import NamedTuple
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.dispatch_lane import PassSequence, add_dispatch
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
@@ -126,42 +127,6 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         )  # fmt: skip
 
 
-def add_dispatch(prog: Program, ctx: SimulationContext, name: str, seconds: float) -> int | None:
-    """Host dispatch work of ``seconds`` on the rank's dispatch thread (stream "dispatch"); None when
-    there is none (CUDA graphs). On a synchronous device (a CPU) the thread first finishes the kernels
-    it ran before."""
-    if seconds <= 0:
-        return None
-    deps = () if ctx.dispatch.asynchronous else (prog.last_on("compute"),)
-    return prog.add(name, "dispatch", seconds, "host", deps)
-
-
-def add_pass(
-    prog: Program, ctx: SimulationContext, layer, forward: bool, deps: tuple = (), meta: dict | None = None
-) -> int:
-    """One layer's forward or backward: its host dispatch, then its kernels on the compute stream.
-
-    The kernels start no earlier than the end of the dispatch op before this layer's (when the
-    layer's first kernel is queued) and, on an asynchronous device, run while the host dispatches the
-    rest: over a stack of layers the phase takes about max(host, device), as eager PyTorch does. A
-    layer's last kernel may so end before its own dispatch does, by at most that layer's dispatch;
-    the next layer waits for the dispatch, so the error does not accumulate (one op per layer and
-    lane, never one per kernel). On a synchronous device the kernels run after their dispatch."""
-    if forward:
-        name, device_s, category = f"fwd {layer.name}", ctx.forward_time(layer), "forward"
-        host_s = ctx.host_forward_time(layer)
-    else:
-        name, device_s, category = f"bwd {layer.name}", ctx.backward_time(layer), "backward"
-        host_s = ctx.host_backward_time(layer)
-    if host_s > 0:
-        queued = prog.last_on("dispatch") if ctx.dispatch.asynchronous else None
-        own = add_dispatch(prog, ctx, f"dispatch {name}", host_s)
-        launch = queued if ctx.dispatch.asynchronous else own
-        if launch is not None:
-            deps = (*deps, launch)
-    return prog.add(name, "compute", device_s, category, deps, meta=meta)
-
-
 def add_micro_steps(
     prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
 ) -> int | None:
@@ -177,12 +142,14 @@ def add_micro_steps(
     last = None
     for micro in range(steps):
         batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
+        forward = PassSequence(prog, ctx, layers, True)
         for li, layer in enumerate(layers):
             deps = (batch,) if li == 0 and batch is not None else ()
-            add_pass(prog, ctx, layer, True, deps, meta={"micro": micro})
+            forward.add(layer, deps, meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layer, True, micro)
+        backward = PassSequence(prog, ctx, layers[::-1], False)
         for li in reversed(range(len(layers))):
-            last = add_pass(prog, ctx, layers[li], False, meta={"micro": micro})
+            last = backward.add(layers[li], meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layers[li], False, micro)
             if on_backward is None:
                 continue

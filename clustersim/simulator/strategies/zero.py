@@ -49,6 +49,7 @@ import math
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
+from clustersim.simulator.dispatch_lane import PassSequence
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
@@ -389,6 +390,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
         boundary = micro == ctx.scenario.workload.gradient_accumulation - 1
         fwd: list[int] = []
         batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
+        forward = PassSequence(prog, ctx, layers, True)
         for i, layer in enumerate(layers):
             start = fwd[fwd_from[i] - 1] if fwd_from[i] > 0 else last
             if refresh is not None and micro == 0 and layer.params:
@@ -404,31 +406,19 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     span=span_of(refresh),
                 )
             gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
-            fwd.append(
-                prog.add(
-                    f"fwd {layer.name}",
-                    "compute",
-                    ctx.forward_time(layer),
-                    "forward",
-                    (gathered, batch) if i == 0 and batch is not None else (gathered,),
-                    meta={"micro": micro},
-                )
-            )
+            deps = (gathered, batch) if i == 0 and batch is not None else (gathered,)
+            fwd.append(forward.add(layer, tuple(d for d in deps if d is not None), meta={"micro": micro}))
             add_tensor_parallel(prog, ctx, layer, True, micro)
         bwd: list[int] = []
+        backward = PassSequence(prog, ctx, layers[::-1], False)
         for k in range(n):
             li = n - 1 - k
             start = bwd[bwd_from[k] - 1] if bwd_from[k] > 0 else fwd[-1]
             gathered = start
             if lay.reshard_after_forward:
                 gathered = zeropp.gather_parameters(prog, ctx, lay, layers[li], start, forward=False)
-            last = prog.add(
-                f"bwd {layers[li].name}",
-                "compute",
-                ctx.backward_time(layers[li]),
-                "backward",
-                (gathered,),
-                meta={"micro": micro},
+            last = backward.add(
+                layers[li], (gathered,) if gathered is not None else (), meta={"micro": micro}
             )
             bwd.append(last)
             add_tensor_parallel(prog, ctx, layers[li], False, micro)

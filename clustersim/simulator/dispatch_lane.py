@@ -1,0 +1,75 @@
+"""The rank's host dispatch thread as a lane of the program: a layer's kernels wait for their launch.
+
+Eager PyTorch dispatches every op from one host thread (the autograd engine's in backward), and the
+GPU runs the kernels as they arrive (cost_models/dispatch.py). In the program a layer's pass is a
+dispatch op on stream "dispatch" (its kernels times the host's cost per kernel) and a compute op that
+starts no earlier than the end of the dispatch op before it, when the layer's first kernel is queued;
+on an asynchronous device the host goes on dispatching while the kernels run, so over a stack of
+layers a phase takes about max(host, device). A layer's last kernel may so end before its own
+dispatch does, by at most that layer's dispatch; the next layer waits for it, so the error does not
+accumulate. On a synchronous device (a CPU) the thread runs its kernels after dispatching them.
+
+One op per layer and lane, never one per kernel, and fewer still where the device is the bottleneck:
+when at every layer of a pass the dispatch done so far is no longer than the device work done so
+far, no kernel can ever wait for its launch (the host starts first and stays ahead), so the pass's
+dispatch is one op and only its first kernel waits for the host. That is exact for this model: a
+NCCL kernel slowing the compute stream or a late start only widens the host's lead.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+from clustersim.simulator.context import SimulationContext
+from clustersim.simulator.program import Program
+
+
+def add_dispatch(prog: Program, ctx: SimulationContext, name: str, seconds: float) -> int | None:
+    """Host dispatch work of ``seconds`` on the rank's dispatch thread; None when there is none (CUDA
+    graphs). On a synchronous device the thread first finishes the kernels it ran before."""
+    if seconds <= 0:
+        return None
+    deps = () if ctx.dispatch.asynchronous else (prog.last_on("compute"),)
+    return prog.add(name, "dispatch", seconds, "host", deps)
+
+
+class PassSequence:
+    """One micro-step's forward (or backward) over ``layers``, added in that order by ``add``."""
+
+    def __init__(self, prog: Program, ctx: SimulationContext, layers, forward: bool) -> None:
+        self.prog, self.ctx, self.forward = prog, ctx, forward
+        if forward:
+            self.device = [ctx.forward_time(layer) for layer in layers]
+            self.host = [ctx.host_forward_time(layer) for layer in layers]
+        else:
+            self.device = [ctx.backward_time(layer) for layer in layers]
+            self.host = [ctx.host_backward_time(layer) for layer in layers]
+        self.coalesced = ctx.dispatch.asynchronous and _host_stays_ahead(self.host, self.device)
+        self.index = 0
+
+    def add(self, layer, deps: tuple = (), meta: dict | None = None) -> int:
+        """The next layer's pass; returns its compute op's id."""
+        i, prog, ctx = self.index, self.prog, self.ctx
+        self.index += 1
+        prefix = "fwd" if self.forward else "bwd"
+        name = f"{prefix} {layer.name}"
+        category = "forward" if self.forward else "backward"
+        launch = None
+        if self.coalesced:
+            if i == 0:
+                launch = prog.last_on("dispatch")
+                n = len(self.host)
+                add_dispatch(prog, ctx, f"dispatch {prefix} ({n} layers)", sum(self.host))
+        elif self.host[i] > 0:
+            queued = prog.last_on("dispatch") if ctx.dispatch.asynchronous else None
+            own = add_dispatch(prog, ctx, f"dispatch {name}", self.host[i])
+            launch = queued if ctx.dispatch.asynchronous else own
+        if launch is not None:
+            deps = (*deps, launch)
+        return prog.add(name, "compute", self.device[i], category, deps, meta=meta)
+
+
+def _host_stays_ahead(host: list[float], device: list[float]) -> bool:
+    """Whether the dispatch of layers 0..i-1 never takes longer than their device work, for every i:
+    then layer i's kernels are always queued before the device is free for them."""
+    return all(h <= d for h, d in zip(accumulate(host[:-1]), accumulate(device[:-1])))
