@@ -4,6 +4,7 @@ its source and catalog entries, and the numbers pass the checks a mis-copied cel
 import copy
 from collections import defaultdict
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_rows_are_distinct():
 
 
 def test_a_spread_of_gpus_precisions_and_models():
-    assert {r.gpu for r in ROWS} >= {"V100-SXM2", "A100-40GB", "A100-80GB"}
+    assert {r.gpu for r in ROWS} >= {"V100-SXM2", "A100-40GB", "A100-80GB", "H100-SXM"}
     assert {r.precision for r in ROWS} >= {"fp32", "tf32", "fp16"}
     assert {r.model for r in ROWS} == {"BERT-Large", "ResNet-50"}
     assert len({r.micro_batch for r in ROWS}) >= 8
@@ -134,3 +135,15 @@ def test_a_row_overrides_its_table():
     raw["tables"][0]["rows"][0]["notes"] = "row note"
     rows = parse_gpu_throughput(raw).rows
     assert rows[0].notes == "row note" and rows[1].notes == raw["tables"][0]["notes"]
+
+
+def test_the_docs_page_lists_every_row():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "validation-gpu-throughput.md").read_text()
+    lines = [
+        line for line in page.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
+    assert len(lines) == len(ROWS)
+    for line, r in zip(lines, ROWS):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert (cells[1], cells[3], int(cells[4]), cells[5]) == (r.model, r.gpu, r.gpus, r.precision)
+        assert float(cells[10].replace(",", "")) == pytest.approx(r.throughput, abs=0.005)
