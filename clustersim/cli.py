@@ -603,9 +603,14 @@ def validate(
     samples: int = SamplesOpt,
 ):
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
-    how often the published value falls inside the predicted P10–P90 band."""
+    how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
+    paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), and single-GPU
+    and single-node training throughputs of BERT-Large and ResNet-50 (gpu_throughput)."""
     from clustersim.validation.published import validate as run_validate
 
+    if dataset == "gpu_throughput":
+        _validate_throughput(json_out, profile, samples)
+        return
     report = run_validate(dataset, profile, samples)
     d = report.dataset
     if json_out:
@@ -644,6 +649,43 @@ def validate(
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
         f"largest {100 * report.max_abs_error:.1f}%"
+        + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
+    )
+
+
+def _validate_throughput(json_out: bool, profile, samples: int) -> None:
+    from clustersim.validation.gpu_throughput import validate_throughput
+
+    report = validate_throughput(profile, samples)
+    if json_out:
+        emit_json(
+            {
+                "dataset": report.name,
+                "rows": [r.as_dict() for r in report.rows],
+                "median_abs_error": report.median_abs_error,
+                "max_abs_error": report.max_abs_error,
+                "p10_p90_coverage": report.coverage,
+                "scored_rows": len(report.scored),
+            }
+        )
+        return
+    console.print(f"[bold]{report.description}[/]")
+    rows = []
+    for r in report.rows:
+        band = "-" if r.p10 is None else f"{r.p10:,.0f}–{r.p90:,.0f}" + (" ✓" if r.inside else " ✗")
+        rows.append(
+            [
+                f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
+                f"{r.published:,.1f}", f"{r.predicted:,.1f}", band,
+                f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
+            ]
+        )  # fmt: skip
+    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "published", "predicted", "P10–P90"]
+    console.print(table("samples/s: predicted vs published", [*header, "error"], rows, left=6))
+    cov = report.coverage
+    console.print(
+        f"{len(report.scored)} scored rows (binned-length rows are shown, not scored): median absolute error "
+        f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
 

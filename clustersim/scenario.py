@@ -236,6 +236,12 @@ class WorkloadSpec(_Strict):
     activation_checkpointing: bool = Field(
         False, description="full recomputation: keep each block's input, run its forward again in backward"
     )
+    attention: Literal["fused", "unfused"] = Field(
+        "fused",
+        description="fused: one kernel that never stores the s x s scores (FlashAttention, PyTorch's "
+        "scaled_dot_product_attention, the default since PyTorch 2.0); unfused: scores written and read "
+        "back through softmax and dropout (eager attention, pre-2022 Megatron-LM and BERT code)",
+    )
     execution: Literal["eager", "compiled", "cuda_graphs"] = Field(
         "eager",
         description="how the step reaches the GPU: eager PyTorch (an op dispatched by the host per kernel), "

@@ -122,7 +122,8 @@ class DeviceCosts:
         if rates is None:
             rates = self._roofline[precision] = (self.flops_rate(precision), self.memory_rate)
         flop_rate, byte_rate = rates
-        if kernel.name == "conv":
+        if kernel.name == "conv" and precision != "fp32":
+            # tensor-core convolutions; fp32 ones run on the SIMT cores at the GEMM's efficiency
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
         elif kernel.name == "bn_relu":
             byte_rate = self.gpu.hbm_bytes_per_s * self.bn_relu_eff

@@ -272,14 +272,14 @@ def build_context(
 def _matching_model_compute(profile: Profile | None, workload: Workload) -> ModelCompute | None:
     """The profile's measurement of this model at this sequence length and precision (any micro-batch:
     each phase is a line in the micro-batch)."""
-    if profile is None:
+    if profile is None or not profile.model_compute:
         return None
+    seq = workload.seq_len
+    arch = catalog.models().get(workload.name)
+    if isinstance(arch, catalog.ResNetArch):  # a CNN's "sequence" is its image side
+        seq = arch.image_size
     for mc in profile.model_compute:
-        if (
-            mc.model == workload.name
-            and mc.seq_len == workload.seq_len
-            and mc.fingerprint.precision == workload.precision
-        ):
+        if mc.model == workload.name and mc.seq_len == seq and mc.fingerprint.precision == workload.precision:
             return mc
     return None
 

@@ -46,6 +46,7 @@ class Layout:
     gpus_per_node: int
     arch: TransformerArch
     workload: Workload
+    fused_attention: bool = True
 
     @classmethod
     def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
@@ -63,6 +64,7 @@ class Layout:
             c.gpus_per_node,
             arch,
             workload,
+            scenario.workload.attention == "fused",
         )
 
     # ---- communicators -------------------------------------------------------------------------
@@ -238,7 +240,8 @@ class Layout:
         scale = BYTES_PER_ELEMENT[w.precision] / 2
         if self.recompute:
             return 2 * s * b * h / (t if self.sequence_parallel else 1) * scale
-        attention = 5 * a.heads * s / (h * t)
+        # fused attention (FlashAttention) keeps no s^2 scores
+        attention = 0.0 if self.fused_attention else 5 * a.heads * s / (h * t)
         per = 34 / t + attention if self.sequence_parallel else 10 + 24 / t + attention
         return s * b * h * per * scale
 

@@ -38,7 +38,9 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
         )
     definition = catalog.user_model_definition(spec.model)
-    workload = _catalog_workload(spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition)
+    workload = _catalog_workload(
+        spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition, spec.attention == "fused"
+    )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
 
@@ -61,7 +63,12 @@ def recomputed(workload: Workload) -> Workload:
 
 @lru_cache(maxsize=256)
 def _catalog_workload(
-    model: str, micro_batch: int, seq_len: int | None, precision: str, definition: str | None = None
+    model: str,
+    micro_batch: int,
+    seq_len: int | None,
+    precision: str,
+    definition: str | None = None,
+    fused_attention: bool = True,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again (issue #15). ``definition`` keys a user
@@ -73,5 +80,5 @@ def _catalog_workload(
         layers = resnet_layers(arch, micro_batch, d)
         seq = 1
     else:
-        layers = transformer_layers(arch, micro_batch, seq, d)
+        layers = transformer_layers(arch, micro_batch, seq, d, fused_attention)
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -5,11 +5,12 @@ FLOP counts follow the usual convention (Kaplan et al. 2020; Narayanan et al. 20
   GEMMs per block:   2T(4h^2 + 2hf)   (SwiGLU: 2T(4h^2 + 3hf); with grouped-query attention,
                      kv_heads of heads, K and V are h x h*kv_heads/heads, so 4h^2 becomes
                      2h^2 + 2h^2*kv_heads/heads)
-  attention scores:  4Ths             (QK^T and PV)
+  attention scores:  4Ths             (QK^T and PV; fused attention's backward recomputes them: 2.5x)
 Saved activations per block follow Korthikanti et al. 2022, eq. 1 (no recomputation, 16-bit):
-  s*b*h*(34 + 5*a*s/h) bytes, scaled by the element size for other precisions.
+  s*b*h*(34 + 5*a*s/h) bytes with unfused attention, s*b*h*34 with fused (no s^2 scores kept),
+  scaled by the element size for other precisions.
 Memory-bound kernels (LayerNorm, residual adds, dropout, GeLU, softmax) are counted as bytes read
-and written: d*(14*T*h + 2*T*f + 4*b*a*s^2) forward, twice that backward.
+and written: d*(14*T*h + 2*T*f + 4*b*a*s^2) forward (no s^2 term when fused), twice that backward.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     )
 
 
-def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
+def _block(arch: TransformerArch, index: int, b: int, s: int, d: int, fused: bool) -> Layer:
+    """``fused``: attention as one kernel that never writes the b*a*s*s scores to memory (FlashAttention,
+    PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
+    recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
+    activations. Unfused (eager attention, Megatron-LM's 2021 softmax kernels) writes the scores,
+    reads them back through scale, mask, softmax and dropout, and keeps them for backward
+    (Korthikanti et al. 2022's 5as/h term)."""
     h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
     kv = h * (arch.kv_heads or a) // a  # width of K and V (grouped-query attention: fewer heads)
     qkv = h * h + 2 * h * kv
@@ -63,8 +70,11 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
     attn_flops = 4 * tokens * s * h
     weight_bytes = d * sum(tensors)
     gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
-    attn_bytes = d * (2 * b * a * s * s + 3 * tokens * h)
-    elementwise = d * (14 * tokens * h + 2 * tokens * f + 4 * b * a * s * s + extra_elementwise)
+    scores = 0 if fused else b * a * s * s
+    attn_bytes = d * (2 * scores + (4 if fused else 3) * tokens * h)
+    elementwise = d * (14 * tokens * h + 2 * tokens * f + 4 * scores + extra_elementwise)
+    attn_bwd_flops = 2.5 * attn_flops if fused else 2 * attn_flops
+    attn_bwd_bytes = d * 8 * tokens * h if fused else 2 * attn_bytes
     # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
     # backward computes the input and the weight gradient of each. Attention: QK^T and AV forward.
     n_gemm = 2 + (3 if arch.style == "llama" else 2)
@@ -76,10 +86,10 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int) -> Layer:
     )
     backward = (
         Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes, 2 * n_gemm),
-        Kernel("attention", 2 * attn_flops, 2 * attn_bytes, 4),
+        Kernel("attention", attn_bwd_flops, attn_bwd_bytes, 4),
         Kernel("elementwise", 0.0, 2 * elementwise, max(1, n_bwd - 2 * n_gemm - 4)),
     )
-    activations = s * b * h * (34 + 5 * a * s / h) * d / 2
+    activations = s * b * h * (34 + (0 if fused else 5 * a * s / h)) * d / 2
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
@@ -112,10 +122,10 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
 
 
 def transformer_layers(
-    arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int
+    arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int, fused_attention: bool = True
 ) -> list[Layer]:
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
-    layers += [_block(arch, i, b, s, d) for i in range(arch.layers)]
+    layers += [_block(arch, i, b, s, d, fused_attention) for i in range(arch.layers)]
     layers.append(_head(arch, b, s, d))
     return layers

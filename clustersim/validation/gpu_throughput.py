@@ -1,0 +1,128 @@
+"""Single-GPU and single-node training throughput, predicted against published measurements.
+
+Each row of validation/data/gpu_throughput.yaml (NVIDIA DeepLearningExamples' BERT-Large and
+ResNet-50 tables, MLPerf Training logs) becomes a scenario with the row's own published settings:
+GPU and count, model, micro-batch, gradient accumulation, sequence length, precision and execution
+mode. What the row's code does that the workload cannot express is mapped once for all rows, never
+per row:
+
+* optimizer: LAMB is priced as Adam (the same fp32 states; its trust ratios add two reductions, under
+  0.5% of a step at the tables' 32-512 accumulated micro-batches), LARS as SGD with momentum;
+* attention: DeepLearningExamples' BERT (modeling.py, 2020-2022) writes the attention scores and runs
+  softmax and dropout over them: ``workload.attention: unfused``;
+* a DGX-1's V100s are an NVLink mesh, DGX A100/H100 nodes an NVSwitch.
+
+Rows whose sequences are binned by length (``variable_length``) run shorter sequences than their
+``seq_len`` on average, which a fixed-length workload cannot represent: they are predicted and shown
+but not scored.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from clustersim.scenario import validate_scenario
+from clustersim.simulator import simulate
+from clustersim.validation.throughput_data import ThroughputRow, load_gpu_throughput
+
+OPTIMIZER = {"lamb": "adam", "adam": "adam", "sgd_momentum": "sgdm", "sgdm": "sgdm", "lars": "sgdm"}
+
+
+@dataclass
+class ThroughputResult:
+    model: str
+    gpu: str
+    gpus: int
+    micro_batch: int
+    seq_len: int | None
+    precision: str
+    execution: str
+    published: float
+    predicted: float
+    error: float
+    p10: float | None
+    p90: float | None
+    scored: bool
+    source: str
+
+    @property
+    def inside(self) -> bool | None:
+        return None if self.p10 is None else self.p10 <= self.published <= self.p90
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "inside": self.inside}
+
+
+@dataclass
+class ThroughputReport:
+    name: str
+    description: str
+    rows: list[ThroughputResult]
+
+    @property
+    def scored(self) -> list[ThroughputResult]:
+        return [r for r in self.rows if r.scored]
+
+    @property
+    def median_abs_error(self) -> float:
+        return statistics.median(abs(r.error) for r in self.scored)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(abs(r.error) for r in self.scored)
+
+    @property
+    def coverage(self) -> float | None:
+        flags = [r.inside for r in self.scored if r.inside is not None]
+        return sum(flags) / len(flags) if flags else None
+
+
+def scenario_for(row: ThroughputRow, name: str = "published row"):
+    """The row's own published setup as a scenario (module docstring: what is mapped and why)."""
+    workload = {
+        "model": row.model,
+        "micro_batch": row.micro_batch,
+        "precision": row.precision,
+        "gradient_accumulation": row.gradient_accumulation,
+        "execution": row.execution,
+    }
+    if row.seq_len is not None:
+        workload["seq_len"] = row.seq_len
+        workload["attention"] = "unfused"
+    return validate_scenario(
+        {
+            "name": name,
+            "cluster": {
+                "nodes": row.nodes,
+                "gpus_per_node": row.gpus // row.nodes,
+                "gpu": row.gpu,
+                "intra_node": {"fabric": "nvlink_mesh" if row.gpu.startswith("V100") else "nvswitch"},
+                "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 200},
+            },
+            "workload": workload,
+            "training": {"optimizer": OPTIMIZER[row.optimizer]},
+        },
+        name,
+    )
+
+
+def validate_throughput(profile=None, samples: int = 16, progress=None) -> ThroughputReport:
+    data = load_gpu_throughput()
+    results = []
+    for i, row in enumerate(data.rows):
+        result = simulate(scenario_for(row), profile, uncertainty_samples=samples)
+        predicted = row.samples_per_step / result.iteration_time
+        lo = hi = None
+        if result.interval is not None:
+            lo, hi = row.samples_per_step / result.interval.p90, row.samples_per_step / result.interval.p10
+        results.append(
+            ThroughputResult(
+                row.model, row.gpu, row.gpus, row.micro_batch, row.seq_len or row.image_size, row.precision,
+                row.execution, row.throughput, predicted, predicted / row.throughput - 1, lo, hi,
+                not row.variable_length, row.source,
+            )
+        )  # fmt: skip
+        if progress is not None:
+            progress(i + 1, len(data.rows))
+    return ThroughputReport(data.name, data.description, results)
