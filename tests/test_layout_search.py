@@ -17,10 +17,12 @@ GB = 1024
 
 
 def base_scenario(model: str, gpu: str = "A100-80GB"):
+    """The papers' setting these layouts are checked against (Narayanan et al. 2021, Korthikanti et al.
+    2022): attention scores written and kept for backward, the memory sequence parallelism splits."""
     return validate_scenario(
         {
             "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": gpu, "nic": {"count": 8}},
-            "workload": {"model": model, "micro_batch": 8, "precision": "bf16"},
+            "workload": {"model": model, "micro_batch": 8, "precision": "bf16", "attention": "unfused"},
             "training": {"optimizer": "adam"},
         }
     )

@@ -128,8 +128,10 @@ def test_memory_per_rank_follows_the_split_and_korthikanti():
     last = (ctx.workload.layers[-1].params + sum(b.params for b in blocks[-arch.layers // p :])) / t
     assert L.stage_params(p - 1) == pytest.approx(last + arch.vocab * arch.hidden / t)  # tied copy
     s, b, h, a = 2048, 1, arch.hidden, arch.heads
-    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    per_layer = s * b * h * (10 + 24 / t)  # fused attention (the default) keeps no s^2 scores
     assert L.block_activation_bytes() == pytest.approx(per_layer)
+    unfused = build_context(_scenario(t=t, p=p, m=m).with_changes(**{"workload.attention": "unfused"})).layout
+    assert unfused.block_activation_bytes() == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
     # 1F1B: the first stage holds p micro-batches of its L/p layers (plus the embedding's output)
     emb = ctx.workload.layers[0].activation_bytes / t
     assert L.activation_bytes == pytest.approx(p * (arch.layers // p * per_layer + emb))
@@ -138,7 +140,7 @@ def test_memory_per_rank_follows_the_split_and_korthikanti():
     assert interleaved.in_flight(0) == 2 * (p - 1) + p + 1
     assert interleaved.in_flight(0) * chunk_layers == pytest.approx(arch.layers * (1 + (p - 1) / (p * 2)))
     sp = build_context(_scenario(t=t, p=p, m=m, sequence_parallel=True)).layout
-    assert sp.block_activation_bytes() == pytest.approx(s * b * h * (34 / t + 5 * a * s / (h * t)))
+    assert sp.block_activation_bytes() == pytest.approx(s * b * h * 34 / t)
     full = build_context(_scenario(t=t, p=p, m=m, recompute="full")).layout
     assert full.block_activation_bytes() == pytest.approx(2 * s * b * h)
 

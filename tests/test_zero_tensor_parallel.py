@@ -80,18 +80,24 @@ def test_fsdp_hybrid_over_tensor_parallelism_shards_over_the_nodes_data_parallel
 
 
 @pytest.mark.parametrize("sequence_parallel", [False, True])
-def test_activations_are_korthikantis_per_tensor_rank(sequence_parallel):
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_activations_are_korthikantis_per_tensor_rank(sequence_parallel, attention):
     """Korthikanti et al. 2022, Table 2 (16 bit): per block sbh(10 + 24/t + 5as/(ht)), sequence
-    parallel sbh(34/t + 5as/(ht)); the embedding's and head's activations split by t; one micro-batch
-    in flight without a pipeline."""
+    parallel sbh(34/t + 5as/(ht)), without the 5as/(ht) scores under fused attention; the embedding's
+    and head's activations split by t; one micro-batch in flight without a pipeline."""
     t = 4
-    scenario = _scenario(t, {"stage": 3}, **{"training.parallelism.sequence_parallel": sequence_parallel})
+    scenario = _scenario(
+        t,
+        {"stage": 3},
+        **{"training.parallelism.sequence_parallel": sequence_parallel, "workload.attention": attention},
+    )
     ctx = build_context(scenario)
     mem = gpu_memory(ctx, registry.create(ctx))
-    whole = build_context(make_scenario(**GPT)).workload
+    whole = build_context(make_scenario(**GPT, **{"workload.attention": attention})).workload
     arch = ctx.layout.arch
     s, b, h, a = 512, 1, arch.hidden, arch.heads
-    per = (34 / t if sequence_parallel else 10 + 24 / t) + 5 * a * s / (h * t)
+    scores = 5 * a * s / (h * t) if attention == "unfused" else 0.0
+    per = (34 / t if sequence_parallel else 10 + 24 / t) + scores
     ends = sum(x.activation_bytes for x in whole.layers if x.name in ("embedding", "head")) / t
     assert mem["activations"] == pytest.approx(arch.layers * s * b * h * per + ends, rel=1e-12)
 
