@@ -27,8 +27,8 @@ from clustersim.simulator.context import Perturbation, SimulationContext
 from clustersim.topologies.cluster import GroupShape
 
 # Default log-sigma of forward/backward time without a measured compute model: the roofline with
-# the catalog's 0.7 / 0.8 efficiencies vs measured steps scatters by about 10-15% (README: the
-# published single-GPU BERT-Large row implies 178 ms of compute where the paper's own 64-GPU profile
+# the catalog's 0.7 / 0.8 efficiencies vs measured steps scatters by about 10-15% (docs/validation.md:
+# the published single-GPU BERT-Large row implies 178 ms of compute where the paper's own 64-GPU profile
 # gives 162 ms, a 10% disagreement between two measurements of one machine).
 DEFAULT_COMPUTE_SIGMA = 0.15
 # Measured forward/backward phases are medians of another run of the same model: the 1-bit Adam
