@@ -4,14 +4,15 @@
 #               Debian when missing and running as root (the report is tested in a real headless
 #               browser through Playwright, which drives /usr/bin/chromium: no browser download),
 #               then lint (ruff: pyflakes, bugbear, simplify, isort, complexity, line length 110;
-#               a violation fails the run) and run the tests.
+#               a violation fails the run), build the docs site (mkdocs --strict: a broken link or a
+#               page missing from it fails the run) and run the tests.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup setup-test run lint test bench clean
+.PHONY: setup setup-test run lint docs test bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +39,14 @@ lint: setup-test
 	$(BIN)/ruff check clustersim tests benchmarks
 	$(BIN)/ruff format --check clustersim tests benchmarks
 
-test: lint
+# --strict: a warning (a link to a missing page or anchor) fails the build; the site goes to site/
+docs: setup-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs
 	$(BIN)/python -m pytest -q -rs   # -rs: every skipped test says why (e.g. no root for the testbed)
 
-# Old (the commit before the speed work, issue #15) against new, interleaved in one run; see
+# Each benchmark times a baseline commit against the working tree, interleaved in one run; see
 # benchmarks/_abtest.py. On a shared machine prefix with `nice -n 19` and read only the ratios.
 bench: setup
 	$(BIN)/python benchmarks/bench_run.py
@@ -50,4 +55,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache site

@@ -4,6 +4,46 @@ Data flows one way: a validated :class:`~clustersim.scenario.Scenario` and the h
 catalogs feed the topology and cost models; a strategy (the optimizer) turns them into a
 :class:`~clustersim.simulator.program.Program` of ops for one representative rank; the engine
 executes the program and returns a :class:`~clustersim.simulator.result.SimulationResult`.
+
+The Python API (docs/api.md) is ``from clustersim import load_scenario, simulate, compare, sweep,
+plan``. Its names are imported on first use (module ``__getattr__``), so ``import clustersim`` and
+``clustersim --help`` do not pay for pydantic, simpy or the catalogs.
 """
 
+import sys
+import types
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "compare", "load_scenario", "plan", "simulate", "sweep"]
+
+_API = frozenset(__all__) - {"__version__"}
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from clustersim import api
+
+        value = getattr(api, name)
+        globals()[name] = value  # once imported, an ordinary attribute
+        return value
+    raise AttributeError(f"module 'clustersim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _API)
+
+
+class _Package(types.ModuleType):
+    """The package keeps the API's names for the API. ``clustersim.compare`` is also a submodule (the
+    comparison engine), and importing a submodule binds it as an attribute of its package, which would
+    replace the function ``compare`` after its first call; the submodule stays in ``sys.modules``
+    (``from clustersim.compare import ...`` is unaffected)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

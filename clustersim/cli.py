@@ -45,7 +45,7 @@ app = typer.Typer(
     name="clustersim",
     cls=HelpfulGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     rich_markup_mode="rich",
     help="Simulate distributed deep-learning training on a cluster: iteration time, where it goes, "
     "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
@@ -59,6 +59,25 @@ app.add_typer(presets_app, name="presets")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(offload_app, name="offload")
 app.add_typer(testbed_app, name="testbed")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from clustersim import __version__
+
+        console.print(f"clustersim {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """The options before a command (--version; typer adds --install-completion, --show-completion)."""
+
+
 app.command()(user_errors(sweep))
 app.command()(user_errors(report))
 app.command("plan")(user_errors(plan_cmd))
@@ -606,12 +625,14 @@ def validate(
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), and single-GPU
     and single-node training throughputs of BERT-Large and ResNet-50 (gpu_throughput)."""
+    from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
 
     if dataset == "gpu_throughput":
         _validate_throughput(json_out, profile, samples)
         return
-    report = run_validate(dataset, profile, samples)
+    with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
+        report = run_validate(dataset, profile, samples, progress=update)
     d = report.dataset
     if json_out:
         emit_json(
@@ -655,8 +676,11 @@ def validate(
 
 def _validate_throughput(json_out: bool, profile, samples: int) -> None:
     from clustersim.validation.gpu_throughput import validate_throughput
+    from clustersim.validation.throughput_data import load_gpu_throughput
 
-    report = validate_throughput(profile, samples)
+    rows = len(load_gpu_throughput().rows)
+    with progress_bar("validate", "rows", rows, disabled=json_out) as update:
+        report = validate_throughput(profile, samples, progress=update)
     if json_out:
         emit_json(
             {
@@ -688,6 +712,24 @@ def _validate_throughput(json_out: bool, profile, samples: int) -> None:
         f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
+
+
+@app.command()
+def schema(
+    markdown: bool = typer.Option(
+        False, "--markdown", help="The scenario reference (docs/scenario-reference.md) instead of JSON."
+    ),
+):
+    """Print the JSON Schema of a scenario file (from the model that validates it), e.g. for an editor's
+    completion and checks: `clustersim schema > scenario.schema.json`."""
+    import json
+
+    from clustersim.scenario_reference import reference_markdown, scenario_schema
+
+    if markdown:
+        print(reference_markdown())
+    else:
+        print(json.dumps(scenario_schema(), indent=2))
 
 
 def main() -> None:  # console-script entry point

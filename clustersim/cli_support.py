@@ -26,6 +26,7 @@ PIPED_WIDTH = 10_000  # characters per line when the output is a file or a pipe:
 PROGRESS_EVERY_S = 5.0  # off a terminal, a plain progress line on stderr at least this often ...
 PROGRESS_STEP = 0.1  # ... and at every further 10% of the work,
 PROGRESS_MIN_GAP_S = 1.0  # but at most one line a second (a short job prints only its last line)
+HEARTBEAT_AFTER_S = 2.0  # a command silent longer than this looks hung: say it is working (heartbeat)
 
 
 class CliConsole(Console):
@@ -104,12 +105,22 @@ def tidy_help(command: click.Command) -> None:
     command.get_help_option = get_help_option
 
 
+class _TidyParams(list):
+    """A command's parameter list that gives a parameter appended later its plain metavar: typer adds
+    --install-completion and --show-completion after the group is built."""
+
+    def append(self, param: click.Parameter) -> None:
+        param.metavar = value_metavar(param)
+        super().append(param)
+
+
 class HelpfulGroup(TyperGroup):
     """The top-level command group: tidies every command's help once the tree is built."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         tidy_help(self)
+        self.params = _TidyParams(self.params)
 
 
 def one_line_usage_errors() -> None:
@@ -191,13 +202,26 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+NO_HEARTBEAT = {"testbed_exec"}  # its output is the user's own command's: no progress lines between
+
+
+def _command_label(fn) -> str:
+    """The command as typed after `clustersim` ('validate', 'calibrate run'), for progress lines: the
+    function's name (`calibrate_run`, `plan_cmd`) spelled as the command."""
+    return fn.__name__.removesuffix("_cmd").replace("_", " ")
+
+
 def user_errors(fn):
-    """Turn InputError into one line on stderr and exit code 2 (no traceback)."""
+    """Every command's frame: InputError as one line on stderr and exit code 2 (no traceback), and the
+    heartbeat (progress on stderr for a command silent for HEARTBEAT_AFTER_S; none with --json, whose
+    output is JSON only)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        quiet = bool(kwargs.get("json_out")) or fn.__name__ in NO_HEARTBEAT
         try:
-            return fn(*args, **kwargs)
+            with heartbeat(_command_label(fn), disabled=quiet):
+                return fn(*args, **kwargs)
         except InputError as exc:
             fail(str(exc))
 
@@ -294,6 +318,37 @@ def ms(t: float) -> str:
     return f"{t * 1e3:,.2f}"
 
 
+_progress_shown = threading.Event()  # set when a command shows progress of its own (the heartbeat stops)
+
+
+@contextmanager
+def heartbeat(label: str, disabled: bool = False):
+    """Progress for every command: one that has shown none of its own after HEARTBEAT_AFTER_S seconds
+    gets a plain line on stderr then and every PROGRESS_EVERY_S seconds (``validate: working, 2.0 s
+    elapsed``) until it ends or starts its own bar, spinner or progress lines. stdout is untouched."""
+    if disabled:
+        yield
+        return
+    _progress_shown.clear()
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def beat() -> None:
+        wait = HEARTBEAT_AFTER_S
+        while not stop.wait(wait) and not _progress_shown.is_set():
+            sys.stderr.write(f"{label}: working, {time.monotonic() - start:,.1f} s elapsed\n")
+            sys.stderr.flush()
+            wait = PROGRESS_EVERY_S
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class PlainProgress:
     """Progress as plain lines on stderr, for when the output is not a terminal (a CI log, ``| tee``): a
     line at each further 10% of a known total (at most one per ``min_gap_s``) and at least every
@@ -310,6 +365,7 @@ class PlainProgress:
     ):
         self.label, self.unit, self.total, self.every_s = label, unit, total, every_s
         self.min_gap_s = min_gap_s
+        _progress_shown.set()
         self.done = 0
         self.message: str | None = None
         self.start = self.last_print = time.monotonic()
@@ -383,6 +439,7 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
     if disabled:
         yield lambda done, total=None: None
         return
+    _progress_shown.set()
     if not console.is_terminal:
         plain = PlainProgress(label, unit, total)
         try:
@@ -426,6 +483,8 @@ def spinner(description: str, disabled: bool = False):
     terminal: each new stage, and the current one every few seconds, as a plain line on stderr."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    if not disabled:
+        _progress_shown.set()
     if not disabled and not console.is_terminal:
         plain = PlainProgress(description)
         try:

@@ -182,7 +182,7 @@ def test_profile_version_checks_and_migration(tmp_path):
 
 
 def test_profile_scales_across_gpus():
-    """Memory-bound rates scale by HBM bandwidth, compute-bound by peak FLOP/s (README: Calibration)."""
+    """Memory-bound rates scale by HBM bandwidth, compute-bound by peak FLOP/s (docs/calibration.md)."""
     a100, h100 = gpu("A100-80GB"), gpu("H100-SXM")
     prof = parse_profile(
         {

@@ -131,9 +131,9 @@ def test_calibrate_cli_round_trip_and_simulated_collective(runner, tmp_path):
     assert sim["time_s"] == pytest.approx(predict(fit.segments, measured["bytes"]))
     # The fit against the measurements, over every size: the median |error| within 10%, or within 1.5x
     # the measurements' median p10-p90 spread where this host's loopback timings are noisier than that
-    # (see README: Calibration on a noisy host). Not one size alone: the fit is robust (soft-L1) over
-    # all sizes, and on a loaded CI machine one disturbed size sat 0.64 spreads from it (twice), and
-    # once, in a fresh-clone CI run, the largest size's median came out 10x the others' trend.
+    # (see docs/calibration.md: Calibration on a noisy host). Not one size alone: the fit is robust
+    # (soft-L1) over all sizes, and on a loaded CI machine one disturbed size sat 0.64 spreads from it
+    # (twice), and once, in a fresh-clone CI run, the largest size's median came out 10x the others' trend.
     points = [m for m in json.loads(raw.read_text())["collectives"] if m["op"] == "all_reduce"]
     errors = [abs(predict(fit.segments, m["bytes"]) / m["median_s"] - 1) for m in points]
     spreads = [(m["p90_s"] - m["p10_s"]) / m["median_s"] for m in points]

@@ -137,9 +137,9 @@ def test_sharded_workers_are_refused_with_the_reason():
 
 
 def test_the_example_and_its_plain_diloco_variant_both_fit():
-    """examples/diloco-two-datacenters.yaml is README's table (micro-batch 3): Streaming DiLoCo as
-    shipped, and plain DiLoCo as its comment says (fragments/overlap_steps/bits 1/0/32), whose
-    whole-model outer gradient must still fit beside the weights."""
+    """examples/diloco-two-datacenters.yaml is docs/compressed-optimizers.md's table (micro-batch 3):
+    Streaming DiLoCo as shipped, and plain DiLoCo as its comment says (fragments/overlap_steps/bits
+    1/0/32), whose whole-model outer gradient must still fit beside the weights."""
     from pathlib import Path
 
     from clustersim.scenario import load_scenario

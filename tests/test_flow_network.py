@@ -193,7 +193,7 @@ def test_cli_collective_with_the_flow_backend(runner):
         ["collective", "preset:dgx-h100-gpt3-1.3b", "--bytes", "1GiB", "--network", "flow", "--json"],
     )
     assert r.exit_code == 0
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     assert data["flow_time_s"] == pytest.approx(data["time_s"], rel=0.04)
     assert data["flow_hottest_links"][0]["utilisation"] > 0.5  # a 1 GiB all-reduce keeps its bottleneck busy
     bad = runner.invoke(app, ["collective", "preset:dgx-h100-gpt3-1.3b", "--network", "packets"])

@@ -258,8 +258,8 @@ def test_a_straggler_does_not_change_the_bytes_each_node_moves(optimizer):
 
 
 def test_readme_worked_example_matches_a_run():
-    """README's shared-fabric worked example (its scenario and the numbers of its excerpt) is what
-    `run` prints for that scenario."""
+    """The shared-fabric worked example of docs/network.md (its scenario and the numbers of its excerpt)
+    is what `run` prints for that scenario."""
     import re
     from pathlib import Path
 
@@ -267,7 +267,7 @@ def test_readme_worked_example_matches_a_run():
 
     from clustersim.scenario import validate_scenario
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "network.md").read_text()
     section = readme.split("Worked example:", 1)[1]
     block, rest = section.split("```yaml\n", 1)[1].split("```\n", 1)
     scenario = yaml.safe_load(block)

@@ -1,6 +1,6 @@
 """Layers import downward only, and nothing imports in a circle (function-level imports included).
 
-The order, bottom to top (README "How the model works"): plain helpers; catalogs and the scenario
+The order, bottom to top (docs/architecture.md): plain helpers; catalogs and the scenario
 schema; workloads and topologies; cost models; calibration (measures and fits, reads profiles);
 the simulator; what runs simulations (compare, validation, sweeps, planning, report, testbed); the CLI.
 A module may import its own layer or any layer below it.
@@ -14,12 +14,22 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent / "clustersim"
 LAYERS = [
     ("errors", "units", "catalogs", "io", "identifiers"),
-    ("catalog", "scenario", "optimizer_options", "sharding_rules"),
+    ("catalog", "scenario", "optimizer_options", "sharding_rules", "scenario_reference"),
     ("workloads", "topologies", "model_import"),
     ("cost_models",),
     ("calibration",),
     ("simulator",),
-    ("compare", "breakeven", "validation", "sweeps", "planning", "layout_search", "report", "testbed"),
+    (
+        "compare",
+        "breakeven",
+        "validation",
+        "sweeps",
+        "planning",
+        "layout_search",
+        "report",
+        "testbed",
+        "api",
+    ),
     (
         "cli",
         "cli_support",

@@ -249,7 +249,7 @@ def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, ru
     write_json_atomically(tmp_path / "raw.json", raw)
     res = runner.invoke(app, ["calibrate", "check", str(tmp_path / "raw.json"), "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["train_ranks"] == [2, 4] and data["test_ranks"] == [8]
     assert len(data["rows"]) == len(OPS) * 6
     assert data["summary"]["median_abs_rel_error"] < 0.05 and data["summary"]["max_abs_rel_error"] < 0.15

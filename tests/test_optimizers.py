@@ -247,7 +247,8 @@ def test_validation_targets():
 
     report = validate("onebit_adam_ethernet")
     assert len(report.rows) == 12
-    # Measured in this model: median 10.7%, 11 of 12 rows within 25% (Adam at 32 GPUs is +45%, see README).
+    # Measured in this model: median 10.7%, 11 of 12 rows within 25% (Adam at 32 GPUs is +45%, see
+    # docs/validation.md).
     assert report.median_abs_error < 0.11
     assert sum(abs(r.error) <= 0.25 for r in report.rows) >= 11
     onebit32 = next(r for r in report.rows if r.optimizer == "onebit-adam" and r.gpus == 32)

@@ -15,7 +15,7 @@ from clustersim.simulator.uncertainty import DEFAULT_COMPUTE_SIGMA, Interval
 def test_run_json_has_an_interval_around_the_prediction(runner):
     res = runner.invoke(app, ["run", "preset:dgx-h100-gpt3-1.3b", "--json", "--samples", "24"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     iv = data["iteration_time_interval_s"]
     assert iv["samples"] == 24
     assert iv["p10"] < data["iteration_time_s"] < iv["p90"]
@@ -40,14 +40,14 @@ def test_band_width_follows_the_documented_default_compute_width():
 
 def test_samples_zero_turns_the_band_off(runner):
     res = runner.invoke(app, ["run", "preset:default", "--json", "--samples", "0"])
-    assert "iteration_time_interval_s" not in json.loads(res.output)
+    assert "iteration_time_interval_s" not in json.loads(res.stdout)
 
 
 def test_collective_reports_interval_and_source(runner):
     res = runner.invoke(
         app, ["collective", "preset:default", "--op", "all_to_all", "--bytes", "8MiB", "--json"]
     )
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["time_interval_s"]["p10"] < data["time_s"] < data["time_interval_s"]["p90"]
     assert data["source"] == "topology model, default constants"
 
@@ -59,7 +59,7 @@ def test_group_inter_on_one_node_is_an_error(runner):
 
 def test_validate_reports_coverage(runner):
     res = runner.invoke(app, ["validate", "--json", "--samples", "8"])
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert 0.0 <= data["p10_p90_coverage"] <= 1.0
     assert all(r["p10"] <= r["predicted"] <= r["p90"] for r in data["rows"])
 

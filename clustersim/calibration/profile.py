@@ -5,7 +5,7 @@ bandwidth, named kernels' bandwidth, per-micro-step compute phases of a model, c
 where it came from (provenance). The simulator prefers measured values over catalog defaults and
 reports which ones it used.
 
-Scaling to another GPU type (documented in the README): a compute-bound measurement keeps its
+Scaling to another GPU type (documented in docs/calibration.md): a compute-bound measurement keeps its
 *efficiency* (measured / the measuring GPU's peak) and is applied to the target's peak FLOP/s; a
 memory-bound one keeps its fraction of HBM bandwidth and is applied to the target's HBM bandwidth.
 Compute phases and collective fits apply only to the device and cluster they were measured on.

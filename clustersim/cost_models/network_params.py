@@ -30,7 +30,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 #   alone were 12-17% off at the median and up to 40% for all-to-all (issue #9 measurement), so a
 #   log-sigma of 0.20 puts about two thirds of cases within +-20%.
 # * NVLink / PCIe: the topology model gives H100 8-GPU ring busbw 370.8 GB/s vs published 360-370,
-#   A100 240 vs 228-235 (README): 3-5% off; 0.10 is a conservative width.
+#   A100 240 vs 228-235 (docs/uncertainty.md): 3-5% off; 0.10 is a conservative width.
 # * Per-hop latency: NCCL's own tuning constants are coarse (tuning.cc); a factor of ~1.6 (0.5).
 DEFAULT_SIGMA = {"bw_eff.net": 0.20, "bw_eff.intra": 0.10, "hop_s": 0.5}
 

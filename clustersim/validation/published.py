@@ -126,7 +126,8 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
     return None, None
 
 
-def validate(name: str, profile=None, samples: int = 16) -> ValidationReport:
+def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
+    """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
     base = load_scenario(data.scenario)
     results = []
@@ -152,4 +153,6 @@ def validate(name: str, profile=None, samples: int = 16) -> ValidationReport:
                 row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1, lo, hi
             )
         )
+        if progress:
+            progress(len(results), len(data.rows))
     return ValidationReport(data, results)

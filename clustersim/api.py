@@ -1,0 +1,239 @@
+"""The Python API: what the CLI's commands do, as functions that return plain result objects.
+
+``from clustersim import load_scenario, simulate, compare, sweep, plan`` is the stable surface (see
+docs/api.md). Each result has ``to_dict()`` (the shape the command's ``--json`` prints) and, when
+pandas is installed, ``to_dataframe()`` (one row per breakdown part, comparison cell, sweep row or
+plan candidate). The functions are thin: validation, errors (:class:`clustersim.errors.InputError`,
+naming the file and key) and numbers are the same as the CLI's, which calls the same modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from clustersim.errors import InputError
+from clustersim.scenario import Scenario, validate_scenario
+from clustersim.scenario import load_scenario as _load_ref
+from clustersim.simulator import simulate as _simulate
+from clustersim.simulator.result import SimulationResult
+
+# The optimizers `compare` puts side by side when none are named: the CLI's default.
+DEFAULT_OPTIMIZERS = ("adam", "onebit-adam", "zero-one-adam", "binsgdm")
+# Draws of the uncertain parameters per comparison cell and plan candidate: the CLI's defaults.
+DEFAULT_SAMPLES = 8
+
+
+def _dataframe(records: list[dict[str, Any]]):
+    try:
+        import pandas as pd
+    except ImportError:  # an optional extra, said in one line
+        raise ImportError("to_dataframe() needs pandas: pip install 'clustersim[dataframe]'") from None
+    return pd.DataFrame.from_records(records)
+
+
+def load_scenario(source: str | Path | dict | Scenario, changes: dict[str, Any] | None = None) -> Scenario:
+    """A validated scenario from ``preset:NAME``, a YAML/JSON file, or a mapping in the file's schema;
+    ``changes`` replaces dotted keys (``{"cluster.nodes": 4, "training.optimizer": "binsgdm"}``)."""
+    if isinstance(source, Scenario):
+        scenario = source
+    elif isinstance(source, dict):
+        scenario = validate_scenario(source, source="<dict>")
+    else:
+        scenario = _load_ref(source)
+    return scenario.with_changes(**changes) if changes else scenario
+
+
+@dataclass
+class Simulation:
+    """One simulated iteration. The fields most users want are properties; ``result`` is the full
+    :class:`~clustersim.simulator.result.SimulationResult` (buckets, memory, op records, trace)."""
+
+    scenario: Scenario
+    result: SimulationResult
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.result.iteration_time
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.result.samples_per_s
+
+    @property
+    def breakdown_s(self) -> dict[str, float]:
+        """Where the iteration goes, in seconds; the parts add up to the iteration time."""
+        return dict(self.result.breakdown)
+
+    @property
+    def p10_p90_s(self) -> tuple[float, float] | None:
+        """The iteration time's P10-P90 band, when simulated with ``samples`` > 0."""
+        iv = self.result.interval
+        return None if iv is None else (iv.p10, iv.p90)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.result.to_dict()
+
+    def to_dataframe(self):
+        """The breakdown: one row per part, with its seconds and share of the iteration."""
+        total = self.result.iteration_time
+        return _dataframe(
+            [
+                {"part": k, "seconds": v, "share": v / total if total else 0.0}
+                for k, v in self.breakdown_s.items()
+            ]
+        )
+
+    def write_trace(self, path: str | Path) -> None:
+        """A Chrome/Perfetto trace of the iteration, as ``run --trace`` writes it."""
+        self.result.write_trace(Path(path))
+
+
+def simulate(
+    scenario: str | Path | dict | Scenario, profile: str | None = None, samples: int = 0
+) -> Simulation:
+    """One training iteration of ``scenario`` (anything :func:`load_scenario` takes); ``profile`` a
+    calibration profile (path or ``builtin:NAME``); ``samples`` > 0 adds the P10-P90 band from that many
+    draws of the uncertain parameters (the CLI's ``run`` uses 16)."""
+    s = load_scenario(scenario)
+    return Simulation(s, _simulate(s, profile, uncertainty_samples=samples))
+
+
+@dataclass
+class Comparison:
+    """Optimizers side by side per GPU count: the cells of ``clustersim compare``'s table. A cell that
+    could not be simulated (out of GPU memory, say) has ``error`` set and no numbers."""
+
+    rows: list[Any]
+    optimizers: list[str]
+    gpu_counts: list[int]
+
+    def row(self, optimizer: str, gpus: int):
+        """The cell of one optimizer at one GPU count."""
+        for r in self.rows:
+            if r.optimizer == optimizer and r.gpus == gpus:
+                return r
+        raise KeyError(f"no cell for {optimizer} at {gpus} GPUs")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [r.as_dict() for r in self.rows]}
+
+    def to_dataframe(self):
+        return _dataframe([r.as_dict() for r in self.rows])
+
+
+def compare(
+    scenario: str | Path | dict | Scenario,
+    optimizers: Iterable[str] = DEFAULT_OPTIMIZERS,
+    gpus: Iterable[int] | None = None,
+    *,
+    profile: str | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    **options: Any,
+) -> Comparison:
+    """``clustersim compare``: each optimizer at each GPU count (default: the scenario's own), with
+    speedups over the baseline and their paired P10-P90 (``samples`` draws; 0 turns bands off).
+    ``options`` go to :func:`clustersim.compare.compare` as they are (``steps``, ``warmup``, ...)."""
+    from clustersim.compare import compare as _compare
+
+    s = load_scenario(scenario)
+    names = list(optimizers)
+    counts = [s.cluster.world_size] if gpus is None else list(gpus)
+    rows = _compare(s, names, counts, profile=profile, samples=samples, **options)
+    return Comparison(rows, names, counts)
+
+
+@dataclass
+class SweepResults:
+    """A finished sweep's folder: what was swept (``meta``, sweep.json) and one dict per row
+    (results.csv, typed), invalid combinations included with their reason."""
+
+    out: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), **self.counts, "meta": self.meta, "rows": self.rows}
+
+    def to_dataframe(self):
+        return _dataframe(self.rows)
+
+
+def sweep(
+    sweep_file: str | Path,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    profile: str | None = None,
+    samples: int | None = None,
+) -> SweepResults:
+    """``clustersim sweep``: run the rows of ``sweep_file`` not yet in the results folder ``out``
+    (created; a re-run resumes it) on ``workers`` processes (default one per core) or a Dask
+    ``scheduler``, and read the folder back."""
+    from clustersim.sweeps.run import default_workers, run_sweep
+    from clustersim.sweeps.spec import load_sweep
+    from clustersim.sweeps.store import read_results
+
+    sw = load_sweep(sweep_file, profile=profile, samples=samples)
+    with sw.catalogs_in_use():
+        counts = run_sweep(sw, Path(out), scheduler, workers or default_workers())
+    meta, rows = read_results(Path(out))
+    return SweepResults(Path(out), meta, rows, counts)
+
+
+@dataclass
+class Plan:
+    """``clustersim plan``'s answer: the chosen candidate (None when nothing meets the constraints), the
+    runners-up, the fastest, the recommendation's text, and counts of what was simulated."""
+
+    summary: dict[str, Any]
+
+    @property
+    def chosen(self) -> dict[str, Any] | None:
+        return self.summary["chosen"]
+
+    @property
+    def runners_up(self) -> list[dict[str, Any]]:
+        return list(self.summary["runners_up"])
+
+    @property
+    def text(self) -> list[str]:
+        return self.summary["text"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.summary)
+
+    def to_dataframe(self):
+        """The chosen candidate and the runners-up, one row each, ``role`` saying which."""
+        rows = [{"role": "chosen", **self.chosen}] if self.chosen else []
+        rows += [{"role": "runner-up", **r} for r in self.runners_up]
+        return _dataframe(rows)
+
+
+def plan(
+    model: str,
+    steps: int,
+    deadline: str | float,
+    *,
+    budget: float | None = None,
+    candidates: str | Path | None = None,
+    global_batch: int = 1024,
+    price: float | None = None,
+    profile: str | None = None,
+    samples: int = DEFAULT_SAMPLES,
+) -> Plan:
+    """``clustersim plan``: the cheapest candidate cluster, optimizer and layout that trains ``model``
+    for ``steps`` steps of ``global_batch`` samples within ``deadline`` (``"5d"``, ``"72h"``, or hours
+    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid)."""
+    from clustersim.planning import plan as _plan
+    from clustersim.report.build import parse_duration
+
+    hours = parse_duration(deadline) if isinstance(deadline, str) else float(deadline)
+    if not 0 < hours < float("inf"):
+        raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
+    path = None if candidates is None else Path(candidates)
+    summary = _plan(model, steps, hours, budget, path, global_batch, price, profile=profile, samples=samples)
+    return Plan(summary)

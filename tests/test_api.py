@@ -1,0 +1,126 @@
+"""The Python API (`from clustersim import ...`): the same numbers as the CLI, plain results with
+to_dict()/to_dataframe(), errors as InputError, and `import clustersim` that imports nothing heavy."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import clustersim
+from clustersim import compare, load_scenario, plan, simulate, sweep
+from clustersim.cli import app
+from clustersim.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_is_light():
+    """`import clustersim` loads neither the API nor pydantic, simpy or the catalogs (lazy names)."""
+    code = (
+        "import sys, clustersim; "
+        "print(sorted(m for m in ('pydantic', 'simpy', 'numpy', 'clustersim.api') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+    assert set(clustersim.__all__) == {"__version__", "load_scenario", "simulate", "compare", "sweep", "plan"}
+    assert set(clustersim.__all__) <= set(dir(clustersim))
+
+
+def test_the_names_stay_functions_after_the_engine_module_is_imported():
+    """clustersim/compare.py is also a submodule; importing it must not replace the API's compare()."""
+    import importlib
+
+    engine = importlib.import_module("clustersim.compare")
+    assert hasattr(engine, "CompareRow")
+    from clustersim import compare as again
+
+    assert callable(again) and again is compare
+    with pytest.raises(AttributeError):
+        clustersim.no_such_name  # noqa: B018
+
+
+def test_simulate_is_what_run_prints(runner):
+    result = simulate("preset:default")
+    r = runner.invoke(app, ["run", "preset:default", "--json", "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    assert result.to_dict() == json.loads(r.stdout)
+    assert result.iteration_time_s == pytest.approx(sum(result.breakdown_s.values()))
+    assert result.p10_p90_s is None
+
+
+def test_load_scenario_takes_presets_files_mappings_and_changes(tmp_path):
+    base = load_scenario("preset:default")
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(base.model_dump(mode="json")))
+    same = [s.model_dump() for s in (load_scenario(path), load_scenario(base.model_dump(mode="json")), base)]
+    assert same[0] == same[1] == same[2]
+    changed = load_scenario(base, {"cluster.nodes": 2, "training.optimizer": "binsgdm"})
+    assert changed.cluster.world_size == 8 and changed.training.optimizer == "binsgdm"
+    assert simulate(changed).to_dict()["optimizer"] == "binsgdm"
+
+
+def test_bad_input_is_an_input_error_naming_the_key(tmp_path):
+    with pytest.raises(InputError, match="cluster.nodes"):
+        load_scenario("preset:default", {"cluster.nodes": -1})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {nodes: 1}\n")
+    with pytest.raises(InputError, match="bad.yaml"):
+        simulate(bad)
+    with pytest.raises(InputError, match="deadline"):
+        plan("BERT-Large", steps=10, deadline="soon")
+
+
+def test_compare_is_what_compare_prints(runner):
+    table = compare("preset:default", ["adam", "binsgdm"], gpus=[8, 32], samples=0)
+    r = runner.invoke(
+        app,
+        ["compare", "preset:default", "--optimizers", "adam,binsgdm", "--gpus", "8,32"]
+        + ["--samples", "0", "--break-even-at", "0", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    assert table.to_dict()["rows"] == json.loads(r.stdout)["rows"]
+    assert table.row("binsgdm", 32).speedup > 1
+    with pytest.raises(KeyError):
+        table.row("sgdm", 8)
+
+
+def test_compare_defaults_to_the_scenarios_own_gpu_count():
+    table = compare("preset:default", ["adam"], samples=0)
+    assert table.gpu_counts == [32] and [r.gpus for r in table.rows] == [32]
+
+
+def test_sweep_runs_resumes_and_reads_back(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("name: t\nbase: preset:default\nvary: {gpus: [8, 16], optimizer: [adam, sgdm]}\n")
+    first = sweep(spec, tmp_path / "out", workers=1, samples=0)
+    assert first.counts["written"] == 4 and len(first.rows) == 4
+    again = sweep(spec, tmp_path / "out", workers=1, samples=0)
+    assert again.counts["skipped"] == 4 and again.counts["written"] == 0
+    assert again.rows == first.rows
+    assert json.loads(json.dumps(first.to_dict(), default=str))["rows"][0]["status"] == "ok"
+
+
+def test_plan_chooses_within_the_deadline():
+    answer = plan("BERT-Large", steps=100_000, deadline=72.0, global_batch=4096, samples=0)
+    assert answer.chosen["ttt_h"] <= 72 and answer.text[0].startswith("Recommended")
+    assert answer.to_dict()["chosen"] is answer.chosen
+    assert all(r["cost"] >= answer.chosen["cost"] for r in answer.runners_up)
+
+
+def test_to_dataframe_with_pandas():
+    pd = pytest.importorskip("pandas")
+    run = simulate("preset:default")
+    frame = run.to_dataframe()
+    assert isinstance(frame, pd.DataFrame)
+    assert frame["seconds"].sum() == pytest.approx(run.iteration_time_s)
+    assert frame["share"].sum() == pytest.approx(1.0)
+    table = compare("preset:default", ["adam", "onebit-adam"], gpus=[8], samples=0).to_dataframe()
+    assert list(table["optimizer"]) == ["adam", "onebit-adam"]
+
+
+def test_to_dataframe_without_pandas_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now fails, as when not installed
+    with pytest.raises(ImportError, match=r"pip install 'clustersim\[dataframe\]'"):
+        simulate("preset:default").to_dataframe()
