@@ -206,7 +206,12 @@ def _plan(
         if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
             rec = analysis.recommendation(enriched, deadline_h, budget)
     chosen = rec["chosen"]
-    runners_up = [r for r in feasible if r is not chosen and not _same_numbers(r, chosen)][:4]
+    runners_up: list[dict[str, Any]] = []
+    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
+        if r is not chosen and not any(_same_numbers(r, o) for o in [chosen, *runners_up]):
+            runners_up.append(r)
+        if len(runners_up) == 4:
+            break
     return {
         "model": model,
         "steps": steps,
@@ -227,16 +232,12 @@ def _plan(
     }
 
 
-def _same_numbers(row: dict[str, Any], chosen: dict[str, Any] | None) -> bool:
-    """A runner-up that reads as the choice again ("$0 (0.0%) more, 0.0 h faster"): same optimizer,
-    cost and time to the shown precision; it adds nothing to the table."""
-    if chosen is None:
+def _same_numbers(row: dict[str, Any], other: dict[str, Any] | None) -> bool:
+    """Whether ``row`` reads as ``other`` in the runners-up table ("$0 (0.0%) more, 0.0 h slower"): the
+    same cost and time to train to the precision shown (e.g. one node, where the network is unused)."""
+    if other is None:
         return False
-    return (
-        row["optimizer"] == chosen["optimizer"]
-        and round(row["cost"]) == round(chosen["cost"])
-        and round(row["ttt_h"], 1) == round(chosen["ttt_h"], 1)
-    )
+    return round(row["cost"]) == round(other["cost"]) and round(row["ttt_h"], 1) == round(other["ttt_h"], 1)
 
 
 def _nothing_runs(records: list[dict[str, Any]], model: str) -> None:

@@ -210,7 +210,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px
 h1 {{ margin-bottom: 0.2rem; }} .meta {{ color: #666; margin-top: 0; }}
 .recommendation {{ background: #f4f8ff; border-left: 4px solid #4C78A8; padding: 0.6rem 1.2rem; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }} td, th {{ border: 1px solid #ddd; padding: 0.3rem 0.6rem; }}
-th {{ background: #f6f6f6; }} .fig {{ margin: 1.5rem 0; }} h2.model {{ border-top: 2px solid #4C78A8; padding-top: 1rem; }}
+th {{ background: #f6f6f6; }} td {{ white-space: nowrap; }} .fig {{ margin: 1.5rem 0; }} h2.model {{ border-top: 2px solid #4C78A8; padding-top: 1rem; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>

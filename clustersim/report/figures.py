@@ -119,7 +119,8 @@ def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
     fig = go.Figure()
     groups: dict[tuple, list] = {}
     for r in sorted(rows, key=lambda r: (r["optimizer"], network_order(r), r["gpu"])):
-        if r.get("speedup") is not None:
+        # the baseline itself is the dotted 1x line, not three more legend entries
+        if r.get("speedup") is not None and r["baseline"]["optimizer"] != r["optimizer"]:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
     colors = optimizer_colors(rows)
     dashes = _styles(_networks(rows), DASHES)
@@ -259,8 +260,8 @@ def pareto_labels(front: list[dict[str, Any]]) -> list[str]:
 
 def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = "") -> go.Figure:
     """Every configuration (colour: optimizer); the Pareto frontier's points are numbered as in the
-    report's table (labels inside the plot, none overlapping), and every point names its cluster on
-    hover. Both axes logarithmic, ticked at decades."""
+    report's table (labels inside the plot, none overlapping, drawn over the recommended star), and
+    every point names its cluster on hover. Both axes logarithmic, ticked at decades."""
     fig = go.Figure()
     colors = optimizer_colors(rows)
     for opt in sorted({r["optimizer"] for r in rows}):
@@ -278,21 +279,6 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
                 error_x=err and {**err, "color": colors[opt]},
             )
         )
-    front = pareto(rows)
-    fig.add_trace(
-        go.Scatter(
-            x=[p["ttt_h"] for p in front],
-            y=[p["cost"] for p in front],
-            mode="lines+text",
-            name="Pareto frontier (# as in the table)",
-            line={"color": "black", "dash": "dash"},
-            text=pareto_labels(front),
-            textposition="top right",
-            textfont={"size": 11},
-            cliponaxis=True,
-            hoverinfo="skip",
-        )
-    )
     if chosen is not None:
         fig.add_trace(
             go.Scatter(
@@ -308,6 +294,21 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
                 },
             )
         )
+    front = pareto(rows)
+    fig.add_trace(
+        go.Scatter(
+            x=[p["ttt_h"] for p in front],
+            y=[p["cost"] for p in front],
+            mode="lines+text",
+            name="Pareto frontier (# as in the table)",
+            line={"color": "black", "dash": "dash"},
+            text=pareto_labels(front),
+            textposition="top right",
+            textfont={"size": 11},
+            cliponaxis=True,
+            hoverinfo="skip",
+        )
+    )
     fig = _layout(fig, f"Cost vs time to train{suffix}", "time to train (h)", "cost (USD)")
     xs = [r["ttt_h"] for r in rows] + [r.get("ttt_p90_h", r["ttt_h"]) for r in rows]
     xs += [r.get("ttt_p10_h", r["ttt_h"]) for r in rows]
