@@ -15,7 +15,6 @@ from clustersim.cli_support import (
     emit_json,
     finite_option,
     progress_bar,
-    spinner,
     table,
     with_catalogs,
 )
@@ -177,11 +176,9 @@ def report(
     finite_option(budget, "--budget")
     hours = parse_duration(deadline) if deadline is not None else None
     plan = StepsPlan.parse(steps)
-    with spinner("report", disabled=json_out) as say:
-        say("speedup bands and figures")
-        info = write_report(
-            results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples
-        )
+    info = write_report(
+        results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples
+    )
     if json_out:
         emit_json(info)
         return
