@@ -190,7 +190,7 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     base_json = base.model_dump(mode="json")
-    rows = with_layouts(base, sweep.rows(), steps, global_batch)
+    rows = with_layouts(base, _for_model(sweep.rows(), model, recipe["notes"]), steps, global_batch)
     records, skipped = simulate_rows(base_json, rows, steps, global_batch, progress)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
@@ -232,6 +232,19 @@ def _plan(
     }
 
 
+def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:
+    """The candidates for ``model`` only: a candidates file that varies ``model`` (a sweep file reused)
+    has that axis dropped, each remaining row once, and a note saying so."""
+    if not any("model" in r for r in rows):
+        return rows
+    notes.append(f"--model {model} replaces the candidates file's model axis")
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        kept = {k: v for k, v in r.items() if k not in ("model", "seq_len")}
+        out.setdefault(row_id(kept), kept)
+    return list(out.values())
+
+
 def _same_numbers(row: dict[str, Any], other: dict[str, Any] | None) -> bool:
     """Whether ``row`` reads as ``other`` in the runners-up table ("$0 (0.0%) more, 0.0 h slower"): the
     same cost and time to train to the precision shown (e.g. one node, where the network is unused)."""
@@ -262,12 +275,16 @@ def _add_band(
     global_batch: int,
     samples: int,
 ) -> None:
-    """Re-simulate one candidate with parameter draws; its time-to-train band in hours."""
+    """Re-simulate one candidate with parameter draws; its time-to-train band in hours, scaled from the
+    step's band as the report scales it (analysis.enrich), so it holds the row's own step count."""
     values = next(v for v in rows if _same_row(v, row))
     banded = simulate_row(base_json, values, steps, None, global_batch, samples)
-    if banded.get("time_to_train_p10_s") is not None:
-        row["ttt_p10_h"] = banded["time_to_train_p10_s"] / 3600
-        row["ttt_p90_h"] = banded["time_to_train_p90_s"] / 3600
+    lo, hi, mid = (
+        banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
+    )
+    if lo is not None and hi is not None and mid:
+        row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+        row["ttt_p90_h"] = row["ttt_h"] * hi / mid
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

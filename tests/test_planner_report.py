@@ -339,3 +339,19 @@ def test_the_planners_answer_in_headless_chromium(results, tmp_path):
     assert html.escape("P10–P90") in out.read_text()
     page_text = render_html(*build_report(results), None)
     assert "GPT-2-1.5B" in page_text
+
+
+def test_plan_on_the_example_sweep_keeps_to_the_model_asked_for(runner):
+    """The planning guide's candidates file varies `model`: plan --model takes one model's rows only
+    (it used to simulate both models and mix them into one choice), and says so."""
+    args = ["plan", "--model", "GPT-2-1.5B", "--deadline", "3d", "--samples", "2", "--json"]
+    r = runner.invoke(app, [*args, "--candidates", "examples/planner-bert-gpt-ethernet.yaml"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["candidates"] == 36 and d["global_batch"] == 4096 and d["steps"] == 100_000
+    assert "--model GPT-2-1.5B replaces the candidates file's model axis" in d["recipe_notes"]
+    chosen = d["chosen"]
+    assert (
+        chosen["ttt_p10_h"] <= chosen["ttt_p90_h"]
+    )  # (the nominal run may lie below P10: draws are not symmetric)
+    assert chosen["cost"] == pytest.approx(chosen["gpu_cost"] + chosen["network_cost"])
