@@ -105,11 +105,6 @@ def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None
     return scenario.with_changes(**{"training.optimizer": optimizer, "training.optimizer_options": opts})
 
 
-def baseline_of_list(optimizers: list[str]) -> str:
-    """The first uncompressed optimizer given (Adam, SGD-momentum), else the first optimizer."""
-    return next((n for n in optimizers if registry.get(n).baseline is None), optimizers[0])
-
-
 def is_uncompressed(optimizer: str) -> bool:
     """A full-precision optimizer (its strategy names no baseline): what others are measured against."""
     return registry.get(optimizer).baseline is None

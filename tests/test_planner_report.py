@@ -355,3 +355,32 @@ def test_plan_on_the_example_sweep_keeps_to_the_model_asked_for(runner):
         chosen["ttt_p10_h"] <= chosen["ttt_p90_h"]
     )  # (the nominal run may lie below P10: draws are not symmetric)
     assert chosen["cost"] == pytest.approx(chosen["gpu_cost"] + chosen["network_cost"])
+
+
+def test_network_prices_from_the_users_quotes_or_none(results, runner, tmp_path):
+    out = tmp_path / "r.html"
+    quotes = tmp_path / "quotes.yaml"
+    quotes.write_text(
+        yaml.safe_dump(
+            {
+                "amortisation_years": 4,
+                "hours_per_year": 8766,
+                "ethernet_tcp": {100: {"nic": 1000, "switch_port": 500}},
+            }
+        )
+    )
+    args = ["report", str(results), "--out", str(out), "--samples", "0", "--json"]
+    bad = runner.invoke(app, [*args, "--network-prices", str(quotes)])
+    assert bad.exit_code == 2 and "ethernet_tcp.100.cable" in bad.output and "Traceback" not in bad.output
+    quotes.write_text(quotes.read_text().replace("switch_port: 500", "switch_port: 500\n    cable: 50"))
+    mine = json.loads(runner.invoke(app, [*args, "--network-prices", str(quotes)]).stdout)
+    free = json.loads(runner.invoke(app, [*args, "--network-prices", "none"]).stdout)
+    shipped = json.loads(runner.invoke(app, args).stdout)
+    cell = {
+        name: d["models"]["BERT-Large"]["by_network"][-1]
+        for name, d in (("m", mine), ("f", free), ("s", shipped))
+    }
+    assert cell["f"]["network_cost"] == 0.0
+    assert cell["m"]["network_cost"] > 0 and cell["m"]["network_cost"] != pytest.approx(
+        cell["s"]["network_cost"]
+    )

@@ -10,7 +10,6 @@ and the faster one always wins.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,6 @@ def price_of(gpu: str, price: float | None) -> float:
     return found
 
 
-@lru_cache(maxsize=8)
 def network_catalog(path: str | None = None) -> dict[str, Any]:
     """The shipped network price catalog, or a copy with the user's quotes (``path``)."""
     if path is None:
