@@ -82,10 +82,15 @@ def network_order(row: dict[str, Any]) -> tuple:
 
 def pick_baseline(rows: list[dict[str, Any]], preferred: str | None) -> str | None:
     """The optimizer speedups are measured against: ``preferred`` (--baseline, or the sweep's base
-    optimizer) when it is uncompressed and in the rows, else the first uncompressed optimizer there."""
+    optimizer; for a compressed one, the optimizer it replaces) when it is in the rows, else the first
+    uncompressed optimizer there."""
+    from clustersim.compare import choose_baseline
+
     present = {r["optimizer"] for r in rows}
-    if preferred is not None and preferred in present and _is_baseline(preferred):
-        return preferred
+    if preferred is not None:
+        preferred = choose_baseline(preferred)  # a compressed base optimizer: the one it replaces
+        if preferred in present:
+            return preferred
     return next((o for o in sorted(present) if _is_baseline(o)), None)
 
 
