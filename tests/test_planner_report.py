@@ -303,8 +303,8 @@ def test_the_planners_answer_in_headless_chromium(results, tmp_path):
         boxes = page.evaluate(
             """() => Array.from(document.querySelectorAll('[id^="plot-cost"]')).map(plot => {
                 const bg = plot.querySelector('.bglayer rect, .draglayer .nsewdrag').getBoundingClientRect();
-                const texts = Array.from(plot.querySelectorAll('.scatterlayer .textpoint text'))
-                    .filter(t => t.textContent).map(t => t.getBoundingClientRect());
+                const texts = Array.from(plot.querySelectorAll('.annotation .annotation-text-g'))
+                    .map(t => t.getBoundingClientRect());
                 return {bg: [bg.left, bg.top, bg.right, bg.bottom],
                         texts: texts.map(r => [r.left, r.top, r.right, r.bottom])};
             })"""

@@ -292,8 +292,8 @@ def test_figures_colours_ticks_and_header(results):
     for name in ("forward", "backward", "optimizer"):
         assert phase[name] == timeline[name]  # one colour per phase in every figure
     assert phase["exposed communication"] == timeline["communication"]
-    front = next(t for t in figs["cost"].data if t.name.startswith("Pareto frontier"))
-    assert "text" in front.mode and front.text[0] == "1"  # numbered as in the Pareto table
+    assert any(t.name.startswith("Pareto frontier") for t in figs["cost"].data)
+    assert figs["cost"].layout.annotations[0].text == "1"  # numbered as in the Pareto table
     html = render_html(meta, rows_ok, sections, failed, 3.0)
     model = rows_ok[0]["model"]
     assert f"Model {model} · GPU {rows_ok[0]['gpu']} · global batch 1,024 samples · calibration: none" in html

@@ -299,16 +299,30 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
         go.Scatter(
             x=[p["ttt_h"] for p in front],
             y=[p["cost"] for p in front],
-            mode="lines+text",
+            mode="lines",
             name="Pareto frontier (# as in the table)",
             line={"color": "black", "dash": "dash"},
-            text=pareto_labels(front),
-            textposition="top right",
-            textfont={"size": 11},
-            cliponaxis=True,
             hoverinfo="skip",
         )
     )
+    for p, label in zip(front, pareto_labels(front)):
+        if label:  # a boxed number above the other markers; plotly places log-axis annotations in log10
+            fig.add_annotation(
+                x=math.log10(p["ttt_h"]),
+                y=math.log10(p["cost"]),
+                text=label,
+                showarrow=True,
+                arrowhead=0,
+                arrowwidth=1,
+                ax=14,
+                ay=-18,
+                bgcolor="white",
+                bordercolor="black",
+                borderwidth=1,
+                borderpad=1,
+                font={"size": 11},
+                name="pareto-label",
+            )
     fig = _layout(fig, f"Cost vs time to train{suffix}", "time to train (h)", "cost (USD)")
     xs = [r["ttt_h"] for r in rows] + [r.get("ttt_p90_h", r["ttt_h"]) for r in rows]
     xs += [r.get("ttt_p10_h", r["ttt_h"]) for r in rows]
