@@ -541,12 +541,26 @@ def compare(
     if why_none:
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
-        w = warmup_fraction(s, plan.of(s.training.optimizer, base), warmup)
+        _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+
+
+def _time_to_train_notes(s, rows, base: str, plan, warmup, global_batch) -> None:
+    """What compare's time to train assumed: the warmup, each optimizer's steps (convergence is not
+    modelled), and, without --global-batch, that the batch grows with the GPU count."""
+    from clustersim.compare import warmup_fraction
+
+    w = warmup_fraction(s, plan.of(s.training.optimizer, base), warmup)
+    console.print(
+        f"[dim]time to train: each optimizer's steps x its mean step; 1-bit Adam's warmup "
+        f"fraction {w:.2f} runs at its warmup-stage speed[/]"
+    )
+    console.print(f"[dim]{plan.assumption([r.optimizer for r in rows], base)}[/]")
+    batches = sorted({round(r.samples_per_s * r.iteration_time_s) for r in rows if not r.error})
+    if not global_batch and len(batches) > 1:
         console.print(
-            f"[dim]time to train: each optimizer's steps x its mean step; 1-bit Adam's warmup "
-            f"fraction {w:.2f} runs at its warmup-stage speed[/]"
+            "[dim]without --global-batch each GPU keeps its micro-batch, so the batch grows with the "
+            f"GPUs ({batches[0]:,} to {batches[-1]:,} samples per step): another recipe at each count[/]"
         )
-        console.print(f"[dim]{plan.assumption([r.optimizer for r in rows], base)}[/]")
 
 
 def _band(x: float | None, lo: float | None, hi: float | None) -> str:

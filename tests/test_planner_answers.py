@@ -103,6 +103,16 @@ def test_a_fixed_global_batch_trains_faster_on_more_gpus():
     assert per_step[512] == pytest.approx(8 * per_step[64])  # without it the batch grows with the GPUs
 
 
+def test_compare_says_when_the_batch_grows_with_the_gpus(runner):
+    args = ["compare", "preset:default", "--gpus", "64,512", "--steps", "1000", "--samples", "0"]
+    grows = runner.invoke(app, [*args, "--break-even-at", "0"])
+    assert grows.exit_code == 0 and "the batch grows with the GPUs (1,024 to 8,192 samples" in grows.stdout
+    fixed = runner.invoke(app, [*args, "--break-even-at", "0", "--global-batch", "4096"])
+    assert fixed.exit_code == 0 and "grows" not in fixed.stdout and "global batch 4,096" in fixed.stdout
+    odd = runner.invoke(app, [*args, "--global-batch", "1000"])
+    assert odd.exit_code == 2 and "--global-batch" in odd.output and "does not split evenly" in odd.output
+
+
 def test_compare_bands_are_paired_and_narrower_than_unpaired():
     s = load_scenario("preset:default")
     rows = {r.optimizer: r for r in compare(s, ["onebit-adam"], [64], steps=1000, samples=8)}
