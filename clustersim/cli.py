@@ -444,7 +444,24 @@ def compare(
             "can hold, e.g. multiples of tensor x pipeline; else the scenario's own count, x2, x4)."
         ),
     ),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Total training steps, for time-to-train."),
+    steps: Optional[str] = typer.Option(
+        None,
+        "--steps",
+        help="Training steps for time-to-train: 100000, or per optimizer, e.g. adam=100000,binsgdm=110000 "
+        "(convergence is not modelled: say how many steps each needs to the same loss).",
+    ),
+    baseline: Optional[str] = typer.Option(
+        None,
+        "--baseline",
+        help="Uncompressed optimizer every speedup is measured against (default: the scenario's, e.g. adam).",
+    ),
+    global_batch: Optional[int] = typer.Option(
+        None,
+        "--global-batch",
+        min=1,
+        help="Samples per step, the same at every GPU count (strong scaling); default: the scenario's "
+        "micro-batch per GPU, so the batch grows with the GPUs.",
+    ),
     warmup: Optional[float] = typer.Option(
         None,
         "--warmup",
@@ -471,9 +488,10 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
 ):
-    """Optimizers side by side per GPU count: time split, samples/s, speedup with its P10–P90, bytes on the
-    wire, time-to-train, and the NIC bandwidth below which each compressed optimizer beats its baseline."""
-    from clustersim.compare import baseline_of_list, warmup_fraction
+    """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
+    paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
+    optimizer beats the baseline."""
+    from clustersim.compare import StepsPlan, choose_baseline, split_global_batch, warmup_fraction
     from clustersim.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
 
@@ -486,18 +504,29 @@ def compare(
             registry.get(name)
         except InputError as exc:
             raise InputError(exc.message, key="--optimizers") from None
-    warmup_fraction(s, steps, warmup)
+    plan = StepsPlan.parse(steps)
+    base = choose_baseline(s.training.optimizer, baseline)
+    opts = ([] if base in opts else [base]) + opts
+    warmup_fraction(s, plan and plan.of(s.training.optimizer, base), warmup)
     at = max(counts) if break_even_at is None else break_even_at
     for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
         try:
-            s.with_world_size(g)  # a clear error before any work
+            sized = s.with_world_size(g)  # a clear error before any work
+            if global_batch:
+                split_global_batch(sized, global_batch, key="--global-batch")
         except InputError as exc:
-            raise InputError(f"{g}: {exc.message}", key=key) from None
+            raise InputError(
+                f"{g}: {exc.message}",
+                key="--global-batch" if global_batch and exc.key == "--global-batch" else key,
+            ) from None
+    run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
-        rows = run_compare(s, opts, counts, steps, warmup, profile, samples=samples)
-        evens, why_none = _break_evens(s, opts, at, profile, samples)
+        rows = run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch)
+        evens, why_none = _break_evens(s, opts, at, profile, samples, base, global_batch)
         emit_json(
             {
+                "baseline": base,
+                "global_batch": global_batch,
                 "rows": [r.as_dict() for r in rows],
                 "break_even": [b.as_dict() | {"gpus": at} for b in evens],
                 "break_even_error": why_none,
@@ -512,57 +541,17 @@ def compare(
 
     with progress_bar("compare", "simulations", len(opts) * len(counts)) as update:
         rows = run_compare(
-            s, opts, counts, steps, warmup, profile, progress=lambda: one_more(update), samples=samples
+            *run_args,
+            progress=lambda: one_more(update),
+            samples=samples,
+            baseline=base,
+            global_batch=global_batch,
         )
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at} GPUs")
-        evens, why_none = _break_evens(s, opts, at, profile, samples)
-    base = baseline_of_list(opts)
-    dash = "—"
-    console.print(
-        table(
-            f"{s.name}: iteration time split, ms (speedup over {base})",
-            [
-                "GPUs",
-                "optimizer",
-                "iter",
-                "compute",
-                "comm",
-                "compress",
-                "optim",
-                "idle",
-                "samples/s",
-                "speedup",
-            ],
-            [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 7]
-                if r.error
-                else [
-                    r.gpus,
-                    r.optimizer,
-                    f"{r.iteration_time_s * 1e3:,.0f}",
-                    f"{r.compute_s * 1e3:,.0f}",
-                    f"{r.exposed_communication_s * 1e3:,.0f}",
-                    f"{r.compression_s * 1e3:,.0f}",
-                    f"{r.optimizer_s * 1e3:,.0f}",
-                    f"{r.idle_s * 1e3:,.0f}",
-                    f"{r.samples_per_s:,.0f}",
-                    dash
-                    if r.speedup is None
-                    else f"{r.speedup:.2f}x"
-                    + (f" ({r.speedup_p10:.2f}–{r.speedup_p90:.2f})" if r.speedup_p10 is not None else ""),
-                ]
-                for r in rows
-            ],
-            left=2,
-        )
-    )
-    if samples:
-        console.print(
-            f"[dim]speedup (P10–P90): every optimizer simulated under the same {samples} draws of the "
-            "uncertain hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]"
-        )
+        evens, why_none = _break_evens(s, opts, at, profile, samples, base, global_batch)
+    _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
             console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
@@ -570,45 +559,131 @@ def compare(
         console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
     if why_none:
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
+    if plan:
+        _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+
+
+def _time_to_train_notes(s, rows, base: str, plan, warmup, global_batch) -> None:
+    """What compare's time to train assumed: the warmup, each optimizer's steps (convergence is not
+    modelled), and, without --global-batch, that the batch grows with the GPU count."""
+    from clustersim.compare import warmup_fraction
+
+    w = warmup_fraction(s, plan.of(s.training.optimizer, base), warmup)
     console.print(
-        "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
-        "optim = optimizer step and other per-step work; idle = nothing running (a pipeline's bubble)[/]"
+        f"[dim]time to train: each optimizer's steps x its mean step; 1-bit Adam's warmup "
+        f"fraction {w:.2f} runs at its warmup-stage speed[/]"
     )
-    cols = ["GPUs", "optimizer", "intra-node/step", "inter-node/step"] + (
-        ["time to train", "speedup"] if steps else []
-    )
+    console.print(f"[dim]{plan.assumption([r.optimizer for r in rows], base)}[/]")
+    batches = sorted({round(r.samples_per_s * r.iteration_time_s) for r in rows if not r.error})
+    if not global_batch and len(batches) > 1:
+        console.print(
+            "[dim]without --global-batch each GPU keeps its micro-batch, so the batch grows with the "
+            f"GPUs ({batches[0]:,} to {batches[-1]:,} samples per step): another recipe at each count[/]"
+        )
+
+
+def _band(x: float | None, lo: float | None, hi: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.2f}x" + (f" ({lo:.2f}–{hi:.2f})" if lo is not None else "")
+
+
+def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch: int | None) -> None:
+    """compare's three tables, each narrow enough for an 80-column terminal without cutting a cell:
+    where the time goes, what it buys (speedups with their paired bands), and bytes on the wire."""
+    dash = "—"
+    ok = [r for r in rows if not r.error]
+    parts = ["compute", "comm", "compress", "optim", "idle"]
     console.print(
         table(
-            "Bytes per node per step" + (f" and time to train ({steps:,} steps)" if steps else ""),
-            cols,
+            f"{name}: iteration time split, ms",
+            ["GPUs", "optimizer", "iter", *parts],
             [
-                [r.gpus, r.optimizer, format_bytes(r.intra_node_bytes), format_bytes(r.inter_node_bytes)]
-                + ([f"{r.time_to_train_s / 3600:,.1f} h", _times(r.time_to_train_speedup)] if steps else [])
+                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 5]
+                if r.error
+                else [
+                    r.gpus,
+                    r.optimizer,
+                    *[
+                        f"{x * 1e3:,.0f}"
+                        for x in (
+                            r.iteration_time_s,
+                            r.compute_s,
+                            r.exposed_communication_s,
+                            r.compression_s,
+                            r.optimizer_s,
+                            r.idle_s,
+                        )
+                    ],
+                ]
                 for r in rows
-                if not r.error
             ],
             left=2,
         )
     )
-    if steps:
-        console.print(
-            f"[dim]time to train over {steps:,} steps; 1-bit Adam warmup fraction "
-            f"{warmup_fraction(s, steps, warmup):.2f} at its warmup-stage speed[/]"
+    console.print(
+        "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
+        "optim = optimizer step and other per-step work; idle = nothing running (a pipeline's bubble)[/]"
+    )
+    batch = f", global batch {global_batch:,}" if global_batch else ""
+    cols = ["GPUs", "optimizer", "step speedup"] + (["train", "train speedup"] if plan else [])
+    console.print(
+        table(
+            f"Speedup over {base} on the same GPUs{batch}" + (" (P10–P90, paired draws)" if samples else ""),
+            cols,
+            [
+                [r.gpus, r.optimizer, _band(r.speedup, r.speedup_p10, r.speedup_p90)]
+                + (
+                    [
+                        f"{r.time_to_train_s / 3600:,.1f} h",
+                        _band(
+                            r.time_to_train_speedup, r.time_to_train_speedup_p10, r.time_to_train_speedup_p90
+                        ),
+                    ]
+                    if plan
+                    else []
+                )
+                for r in ok
+            ],
+            left=2,
         )
+    )
+    if samples:
+        console.print(
+            f"[dim]P10–P90: every optimizer simulated under the same {samples} draws of the uncertain "
+            "hardware parameters; a band that contains 1.00x means the two are indistinguishable[/]"
+        )
+    console.print(
+        table(
+            "Throughput and bytes per node per step",
+            ["GPUs", "optimizer", "samples/s", "intra-node", "inter-node"],
+            [
+                [
+                    r.gpus,
+                    r.optimizer,
+                    f"{r.samples_per_s:,.0f}",
+                    format_bytes(r.intra_node_bytes),
+                    format_bytes(r.inter_node_bytes),
+                ]
+                for r in ok
+            ],
+            left=2,
+        )
+    )
 
 
 def _times(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
 
-def _break_evens(s, opts, at, profile, samples) -> tuple[list, str | None]:
+def _break_evens(s, opts, at, profile, samples, base, global_batch) -> tuple[list, str | None]:
     """Break-even bandwidths at ``at`` GPUs, or why there are none (a cell that cannot be simulated)."""
     from clustersim.compare import break_evens
 
     if not at:
         return [], None
     try:
-        return break_evens(s, opts, at, profile, samples), None
+        return break_evens(s, opts, at, profile, samples, base, global_batch), None
     except InputError as exc:
         return [], exc.message
 

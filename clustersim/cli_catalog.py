@@ -62,9 +62,19 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
     if json_out:
         emit_json(g.model_dump())
         return
+    from clustersim.report.prices import gpu_price
+
     console.print(f"[bold]{g.name}[/]: {g.description}")
-    for k, v in g.model_dump(exclude={"name", "description"}).items():
+    for k, v in g.model_dump(exclude={"name", "description", "price_per_gpu_hour"}).items():
         console.print(f"  {k}: {_plain(v)}", highlight=False)
+    price = gpu_price(g.name)
+    where = "this catalog entry" if g.price_per_gpu_hour is not None else "catalogs/prices.yaml, on-demand"
+    console.print(
+        f"  price_per_gpu_hour: {price:g} USD ({where})"
+        if price is not None
+        else "  price_per_gpu_hour: not priced (plan/report --price, or price_per_gpu_hour in a catalog)",
+        highlight=False,
+    )
 
 
 def _plain(value) -> str:

@@ -113,6 +113,23 @@ def _say_invalid(out: Path) -> None:
         console.print(f"  {n} x {reason[:160]}")
 
 
+NetworkPricesOpt = typer.Option(
+    None,
+    "--network-prices",
+    help="Network price catalog (a copy of catalogs/network_prices.yaml with your quotes), or 'none' "
+    "for GPU-hours only; default: the shipped one.",
+)
+BaselineOpt = typer.Option(
+    None,
+    "--baseline",
+    help="Uncompressed optimizer speedups are measured against (default: the scenario's, e.g. adam).",
+)
+
+
+def _network(value: Optional[str]):
+    return "default" if value is None else None if value.strip().lower() == "none" else value
+
+
 def report(
     results: Path = typer.Argument(..., help="A sweep's results folder."),
     out: Path = typer.Option(
@@ -121,49 +138,115 @@ def report(
     price: Optional[float] = typer.Option(
         None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices per GPU type."
     ),
-    steps: Optional[int] = typer.Option(
-        None, "--steps", min=1, help="Training steps for time-to-train; default: the sweep's, else 100,000."
+    steps: Optional[str] = typer.Option(
+        None,
+        "--steps",
+        help="Training steps for time-to-train: 100000 or per optimizer (adam=100000,binsgdm=110000); "
+        "default: the sweep's, else 100,000.",
+    ),
+    deadline: Optional[str] = typer.Option(
+        None, "--deadline", help="Wall-clock limit the recommendation must meet: 3d, 72h, 90m."
+    ),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
+    baseline: Optional[str] = BaselineOpt,
+    network_prices: Optional[str] = NetworkPricesOpt,
+    samples: Optional[int] = typer.Option(
+        None,
+        "--samples",
+        min=0,
+        max=1000,
+        help="Parameter draws for the paired speedup bands (default: the sweep's `samples`; 0: none).",
     ),
     png: Optional[Path] = typer.Option(
         None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."
     ),
     json_out: bool = JsonOpt,
 ):
-    """Capacity-planning report (self-contained HTML): speedups, breakdowns, timeline, bytes, cost vs time,
-    advice.
+    """Capacity-planning report (self-contained HTML), one section per model: the recommendation, what to
+    run at each NIC speed with its speedup over the baseline (paired P10–P90) and cost (GPU-hours plus
+    the network, amortised), the Pareto frontier, and figures.
 
     Figures: speedup vs GPU count per optimizer and network; the iteration breakdown as stacked bars; a
     timeline of one iteration; bytes on the wire; cost against time-to-train with the Pareto frontier.
     """
-    from clustersim.report.build import write_report
+    from clustersim.compare import StepsPlan
+    from clustersim.report.build import parse_duration, write_report
 
     finite_option(price, "--price")
-    info = write_report(results, out, steps, price, png)
+    finite_option(budget, "--budget")
+    hours = parse_duration(deadline) if deadline is not None else None
+    plan = StepsPlan.parse(steps)
+    info = write_report(
+        results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples
+    )
     if json_out:
         emit_json(info)
         return
     console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
-    for line in info["recommendation"]:
-        console.print(f"  • {line}")
+    for model, part in info["models"].items():
+        if len(info["models"]) > 1:
+            console.print(f"[bold]{model}[/]")
+        for line in part["recommendation"]:
+            console.print(f"  • {line}")
+        console.print(_by_network_table(model, part["by_network"]))
     if info["png"]:
         console.print(info["png"]["message"])
+
+
+def _by_network_table(model: str, cells: list[dict]):
+    """The report's per-network answer in the terminal: at each NIC speed and GPU count, the cheapest
+    optimizer, its speedup over the baseline (paired P10–P90), time and cost; fits 80 columns."""
+    return table(
+        f"{model}: cheapest optimizer per network and GPU count",
+        ["network", "GPUs", "optimizer", "speedup (P10–P90)", "train", "cost"],
+        [
+            [
+                c["network"].replace("Ethernet ", "Eth ").replace("InfiniBand ", "IB "),
+                c["gpus"],
+                c["optimizer"],
+                "—"
+                if c["speedup"] is None
+                else f"{c['speedup']:.2f}x"
+                + (
+                    f" ({c['speedup_p10']:.2f}–{c['speedup_p90']:.2f})"
+                    if c["speedup_p10"] is not None
+                    else ""
+                ),
+                f"{c['ttt_h']:,.1f} h",
+                f"${c['cost']:,.0f}",
+            ]
+            for c in cells
+        ],
+        left=3,
+    )
 
 
 @with_catalogs
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
-    steps: int = typer.Option(..., "--steps", help="Training steps."),
+    steps: Optional[str] = typer.Option(
+        None,
+        "--steps",
+        help="Training steps: 100000 or per optimizer (adam=100000,binsgdm=110000); default: the "
+        "candidates file's `steps`.",
+    ),
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
     budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
     candidates: Optional[Path] = typer.Option(
         None, "--candidates", help="Sweep file of candidate clusters (default: built-in grid)."
     ),
-    global_batch: int = typer.Option(
-        1024, "--global-batch", min=1, help="Samples per step, the same on every candidate."
+    global_batch: Optional[int] = typer.Option(
+        None,
+        "--global-batch",
+        min=1,
+        help="Samples per step, the same on every candidate; default: the candidates file's "
+        "`global_batch`, else 1,024.",
     ),
     price: Optional[float] = typer.Option(
         None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."
     ),
+    baseline: Optional[str] = BaselineOpt,
+    network_prices: Optional[str] = NetworkPricesOpt,
     profile: Optional[str] = ProfileOpt,
     samples: int = typer.Option(
         8,
@@ -185,10 +268,15 @@ def plan_cmd(
 
     hours = parse_duration(deadline)
     finite_option(price, "--price")
+    args = (model, steps, hours, budget, candidates, global_batch, price)
+    extra = {
+        "profile": profile,
+        "samples": samples,
+        "baseline": baseline,
+        "network": _network(network_prices),
+    }
     if json_out:
-        result = plan(
-            model, steps, hours, budget, candidates, global_batch, price, profile=profile, samples=samples
-        )
+        result = plan(*args, **extra)
         keep = (
             "optimizer",
             "layout",
@@ -200,8 +288,12 @@ def plan_cmd(
             "ttt_p10_h",
             "ttt_p90_h",
             "cost",
+            "gpu_cost",
+            "network_cost",
             "samples_per_s",
             "speedup",
+            "speedup_p10",
+            "speedup_p90",
         )
         emit_json(
             {
@@ -213,33 +305,20 @@ def plan_cmd(
         )
         return
     with progress_bar("plan", "candidates") as update:
-        result = plan(
-            model,
-            steps,
-            hours,
-            budget,
-            candidates,
-            global_batch,
-            price,
-            progress=update,
-            profile=profile,
-            samples=samples,
-        )
+        result = plan(*args, progress=update, **extra)
+    per = result["steps_per_optimizer"]
+    steps_text = ", ".join(f"{o} {n:,}" for o, n in per.items()) if per else f"{result['steps']:,}"
     console.print(
-        f"[bold]{model}[/], {steps:,} steps of {global_batch:,} samples, deadline {hours:,.1f} h"
+        f"[bold]{model}[/], {steps_text} steps of {result['global_batch']:,} samples, deadline {hours:,.1f} h"
         + (f", budget ${budget:,.0f}" if budget else "")
         + f": {result['simulated']} candidates simulated"
         + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else "")
     )
+    for note in result["recipe_notes"]:
+        console.print(f"[dim]{note}[/]")
     for line in result["text"]:
         console.print(f"  • {line}")
     chosen = result["chosen"]
-    if chosen is not None and chosen.get("ttt_p10_h") is not None:
-        console.print(
-            "  • P10–P90 time to train of the choice: "
-            f"{chosen['ttt_p10_h']:,.1f}–{chosen['ttt_p90_h']:,.1f} h "
-            "(parameter uncertainty of the hardware model; see README 'How sure')"
-        )
     if chosen is not None and result["runners_up"]:
         console.print(
             table(

@@ -1,5 +1,15 @@
 """Compare optimizers across GPU counts: iteration split, throughput, bytes, time-to-train.
 
+Every optimizer is measured against one baseline: the uncompressed optimizer the team runs today (the
+scenario's, or ``--baseline``), so BinSGDM on a transformer trained with Adam is compared with Adam,
+not with the SGD-momentum its paper replaced. Speedup bands pair the draws (the same hardware draw
+for both optimizers), as two runs on one real cluster would.
+
+Convergence is not modelled: an optimizer's time to train is its step time x the steps it is given
+(``StepsPlan``: one count for all, or one per optimizer when the team knows a compressed optimizer
+needs more steps to the same loss). With a ``global_batch`` every GPU count trains the same recipe
+(``split_global_batch``), so more GPUs means fewer samples each, not a larger batch.
+
 Time-to-train over N steps: the baselines and BinSGDM run every step alike; 1-bit Adam runs its first
 ``w·N`` steps in the warmup stage (full-precision Adam) and the rest compressed; 0/1 Adam's average
 step already weighs its schedule over ``total_steps = N``. With a warmup step as fast as the
@@ -41,6 +51,9 @@ class CompareRow:
     iteration_time_p90_s: float | None = None
     speedup_p10: float | None = None  # draw by draw against the baseline (paired)
     speedup_p90: float | None = None
+    time_to_train_speedup_p10: float | None = None  # paired too, with each optimizer's steps
+    time_to_train_speedup_p90: float | None = None
+    steps: int | None = None  # the steps this optimizer's time to train assumes
     error: str | None = None
     idle_s: float | None = None  # nothing running: a pipeline's bubble on its critical stage
 
@@ -92,22 +105,132 @@ def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None
     return scenario.with_changes(**{"training.optimizer": optimizer, "training.optimizer_options": opts})
 
 
-def baseline_of_list(optimizers: list[str]) -> str:
-    """What speedups are measured against: the first baseline optimizer given (Adam, SGD-momentum),
-    else the first optimizer."""
-    return next((n for n in optimizers if registry.get(n).baseline is None), optimizers[0])
+def is_uncompressed(optimizer: str) -> bool:
+    """A full-precision optimizer (its strategy names no baseline): what others are measured against."""
+    return registry.get(optimizer).baseline is None
+
+
+def choose_baseline(scenario_optimizer: str, override: str | None = None, key: str = "--baseline") -> str:
+    """What every speedup is measured against: ``override`` when given (an uncompressed optimizer), else
+    the scenario's optimizer when it is uncompressed, else the one that compressed optimizer replaces."""
+    if override is not None:
+        try:
+            strategy = registry.get(override)
+        except InputError as exc:
+            raise InputError(exc.message, key=key) from None
+        if strategy.baseline is not None:
+            raise InputError(
+                f"{override} is a compressed optimizer; the baseline must be an uncompressed one "
+                f"(e.g. {strategy.baseline})",
+                key=key,
+            )
+        return override
+    return (
+        scenario_optimizer
+        if is_uncompressed(scenario_optimizer)
+        else registry.get(scenario_optimizer).baseline
+    )
+
+
+@dataclass(frozen=True)
+class StepsPlan:
+    """Training steps per optimizer: ``default`` for any optimizer not named in ``per``. An optimizer
+    with neither takes its baseline's count (the same loss in as many steps: convergence is not
+    modelled, and saying so is the caller's job, see ``assumption``)."""
+
+    default: int | None = None
+    per: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def parse(cls, text: "str | int | StepsPlan | None", key: str = "--steps") -> "StepsPlan | None":
+        """``100000``, ``adam=100000,binsgdm=110000`` or both (``100000,binsgdm=110000``)."""
+        if text is None or isinstance(text, StepsPlan):
+            return text
+        if isinstance(text, int):
+            cls._checked(text, None, key)
+            return cls(default=text)
+        default, per = None, {}
+        for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+            name, _, value = part.rpartition("=")
+            try:
+                n = int(value.replace("_", ""))
+            except ValueError:
+                raise InputError(
+                    f"cannot read {part!r}: give steps as 100000 or adam=100000,binsgdm=110000", key=key
+                ) from None
+            cls._checked(n, name or None, key)
+            if name:
+                try:
+                    registry.get(name.strip())
+                except InputError as exc:
+                    raise InputError(exc.message, key=key) from None
+                per[name.strip()] = n
+            else:
+                default = n
+        if default is None and not per:
+            raise InputError("no steps given", key=key)
+        return cls(default=default, per=tuple(sorted(per.items())))
+
+    @staticmethod
+    def _checked(n: int, name: str | None, key: str) -> bool:
+        if n <= 0:
+            raise InputError(f"steps must be positive, got {n}" + (f" for {name}" if name else ""), key=key)
+        return True
+
+    def of(self, optimizer: str, baseline: str | None = None) -> int | None:
+        own = dict(self.per)
+        if optimizer in own:
+            return own[optimizer]
+        if self.default is not None:
+            return self.default
+        return own.get(baseline) if baseline else None
+
+    def assumption(self, optimizers: list[str], baseline: str) -> str:
+        """The caveat any recommendation that changes the optimizer must carry: which steps it assumed."""
+        others = [o for o in dict.fromkeys(optimizers) if o != baseline]
+        counts = ", ".join(f"{o} {_count(self.of(o, baseline))}" for o in [baseline, *others])
+        example = f"{baseline}=N," + ",".join(f"{o}=M" for o in others[:1])
+        return (
+            f"Convergence is not modelled: time to train assumes the same loss after {counts} steps; "
+            f"give --steps {example} with the counts your runs need."
+        )
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
+def split_global_batch(scenario: Scenario, global_batch: int, key: str = "global_batch") -> Scenario:
+    """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples, split
+    over the data-parallel replicas (world / (tensor x pipeline): model-parallel ranks share a batch)."""
+    par = scenario.training.parallelism
+    p = scenario.cluster.world_size // (par.tensor * par.pipeline)
+    if global_batch % p:
+        what = "GPUs" if p == scenario.cluster.world_size else "data-parallel replicas"
+        raise InputError(f"global batch {global_batch} does not split evenly over {p} {what}", key=key)
+    share = global_batch // p
+    mb = min(scenario.workload.micro_batch, share)
+    while share % mb:
+        mb -= 1
+    return scenario.with_changes(
+        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
+    )
 
 
 def compare(
     scenario: Scenario,
     optimizers: list[str],
     gpu_counts: list[int],
-    steps: int | None = None,
+    steps: "int | str | StepsPlan | None" = None,
     warmup: float | None = None,
     profile=None,
     progress=None,
     samples: int = 0,
+    baseline: str | None = None,
+    global_batch: int | None = None,
 ) -> list[CompareRow]:
+    """One row per GPU count and optimizer, speedups over ``baseline`` (``choose_baseline``; simulated
+    first when not among ``optimizers``). ``global_batch`` fixes the samples per step at every count."""
     if not optimizers:
         raise InputError("no optimizers given", key="--optimizers")
     for name in optimizers:
@@ -115,36 +238,49 @@ def compare(
             registry.get(name)
         except InputError as exc:
             raise InputError(exc.message, key="--optimizers") from None
-    if steps is not None and steps <= 0:
-        raise InputError(f"steps must be positive, got {steps}", key="--steps")
-    w = warmup_fraction(scenario, steps, warmup)
-    baseline = baseline_of_list(optimizers)
+    plan = StepsPlan.parse(steps)
+    base_name = choose_baseline(scenario.training.optimizer, baseline)
+    optimizers = ([] if base_name in optimizers else [base_name]) + list(optimizers)
+    w = warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base_name), warmup)
     rows: list[CompareRow] = []
     for gpus in gpu_counts:
         if gpus <= 0:
             raise InputError(f"GPU counts must be positive, got {gpus}", key="--gpus")
         sized = scenario.with_world_size(gpus)
+        if global_batch:
+            sized = split_global_batch(sized, global_batch, key="--global-batch")
         per_opt: dict[str, CompareRow] = {}
         scenarios: dict[str, Scenario] = {}
         for name in optimizers:
+            n = plan and plan.of(name, base_name)
             try:  # an optimizer the scenario's sharding refuses fails its cell only
-                s = scenario_for_optimizer(sized, name, steps)
-                per_opt[name] = _row(s, gpus, name, steps, w, profile)
+                s = scenario_for_optimizer(sized, name, n)
+                per_opt[name] = _row(s, gpus, name, n, w, profile)
                 scenarios[name] = s
             except InputError as exc:  # this cell only: the rest of the table still prints
                 per_opt[name] = CompareRow.failed(gpus, name, exc.message)
             if progress:
                 progress()
-        base = per_opt[baseline]
-        if samples > 0 and baseline in scenarios:
-            _add_bands(per_opt, scenarios, baseline, profile, samples)
+        base = per_opt[base_name]
         for row in per_opt.values():
             if row.error is None and base.error is None:
                 row.speedup = base.iteration_time_s / row.iteration_time_s
-                if steps:
+                if plan:
                     row.time_to_train_speedup = base.time_to_train_s / row.time_to_train_s
             rows.append(row)
+        if samples > 0 and base_name in scenarios:
+            _add_bands(per_opt, scenarios, base_name, profile, samples, plan, w)
     return rows
+
+
+def _add_bands(per_opt, scenarios, base_name, profile, samples, plan, w) -> None:
+    for name, s in scenarios.items():
+        band = paired_band(scenarios[base_name], s, profile, samples, plan, w)
+        row = per_opt[name]
+        row.iteration_time_p10_s, row.iteration_time_p90_s = band["iteration"]
+        row.speedup_p10, row.speedup_p90 = band["speedup"]
+        if plan:
+            row.time_to_train_speedup_p10, row.time_to_train_speedup_p90 = band["ttt_speedup"]
 
 
 def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile) -> CompareRow:
@@ -163,6 +299,7 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         speedup=None,
         intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
         inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
+        steps=steps,
     )
     warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
     if warm_opts is not None:
@@ -175,36 +312,69 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
     return row
 
 
-def _add_bands(
-    per_opt: dict[str, CompareRow], scenarios: dict[str, Scenario], baseline: str, profile, samples: int
-) -> None:
-    """P10-P90 of each optimizer's step and of its speedup, all under the same parameter draws."""
+def paired_band(
+    baseline: Scenario,
+    other: Scenario,
+    profile,
+    samples: int,
+    steps: "StepsPlan | None" = None,
+    warmup: float | None = None,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """P10-P90 of ``other``'s step, of its step speedup over ``baseline`` and (with ``steps``) of its
+    time-to-train speedup, draw by draw under the same parameter draws (simulator/uncertainty.py): what
+    is uncertain about the hardware moves both, so only what differs between them widens the band. An
+    optimizer with a warmup stage (1-bit Adam) has that stage simulated under the same draws too."""
     import numpy as np
 
     from clustersim.simulator.runner import paired_times
     from clustersim.simulator.uncertainty import QUANTILES
 
-    names = list(scenarios)
-    times = paired_times([scenarios[n] for n in names], profile, samples)
-    base = times[names.index(baseline)]
-    for i, name in enumerate(names):
-        row = per_opt[name]
-        lo, _, hi = np.quantile(times[i], QUANTILES)
-        row.iteration_time_p10_s, row.iteration_time_p90_s = float(lo), float(hi)
-        slo, _, shi = np.quantile(base / times[i], QUANTILES)
-        row.speedup_p10, row.speedup_p90 = float(slo), float(shi)
+    name, base_name = other.training.optimizer, baseline.training.optimizer
+    scenarios = [baseline, other]
+    warm_opts = registry.get(name).warmup_options(other.training.optimizer_options)
+    if warm_opts is not None:
+        scenarios.append(other.with_changes(**{"training.optimizer_options": warm_opts}))
+    times = paired_times(scenarios, profile, samples, seed)
+    tb, to = times[0], times[1]
+    out = {
+        "iteration": _p10_p90(np.quantile(to, QUANTILES)),
+        "speedup": _p10_p90(np.quantile(tb / to, QUANTILES)),
+    }
+    if steps is not None:
+        warm = times[2] if warm_opts is not None else None
+        w = DEFAULT_WARMUP if warmup is None else warmup
+        per_step = to if warm is None else w * warm + (1 - w) * to
+        ratio = steps.of(base_name, base_name) * tb / (steps.of(name, base_name) * per_step)
+        out["ttt_speedup"] = _p10_p90(np.quantile(ratio, QUANTILES))
+    return out
 
 
-def break_evens(scenario: Scenario, optimizers: list[str], gpus: int, profile=None, samples: int = 8) -> list:
-    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against its baseline, at
-    ``gpus`` GPUs: Adam for the Adam family, SGD with momentum for BinSGDM."""
+def _p10_p90(q) -> tuple[float, float]:
+    return float(q[0]), float(q[-1])
+
+
+def break_evens(
+    scenario: Scenario,
+    optimizers: list[str],
+    gpus: int,
+    profile=None,
+    samples: int = 8,
+    baseline: str | None = None,
+    global_batch: int | None = None,
+) -> list:
+    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
+    (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
+    ``gpus`` GPUs."""
     from clustersim.breakeven import break_even
 
+    base = choose_baseline(scenario.training.optimizer, baseline)
     sized = scenario.with_world_size(gpus)
+    if global_batch:
+        sized = split_global_batch(sized, global_batch, key="--global-batch")
     out = []
     for name in optimizers:
-        base = registry.get(name).baseline
-        if base is None:
+        if is_uncompressed(name):
             continue
         comp = scenario_for_optimizer(sized, name, None)
         out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))

@@ -115,80 +115,156 @@ def candidate_sweep(path: Path | None) -> Sweep:
     return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
 
 
+DEFAULT_GLOBAL_BATCH = 1024  # plan's samples per step when neither --global-batch nor the file sets one
+
+
 def plan(
     model: str,
-    steps: int,
+    steps,
     deadline_h: float,
     budget: float | None,
     candidates: Path | None,
-    global_batch: int,
+    global_batch: int | None,
     price: float | None,
     progress: Callable[[int, int], None] | None = None,
     profile: str | None = None,
     samples: int = 8,
+    baseline: str | None = None,
+    network="default",
 ) -> dict[str, Any]:
     """Simulate every candidate once and choose; then give the five cheapest that meet the constraints (and
     the choice) their P10-P90 time-to-train (``samples`` draws each; banding every candidate would cost 9x
-    more) and choose again: a cheaper but more complex option (compressed optimizer, offload) is only
-    recommended when it saves more than analysis.EQUIVALENT_GAIN or its band does not overlap."""
+    more) and the choice its paired speedup band over its baseline, and choose again: a cheaper but more
+    complex option (compressed optimizer, offload) is only recommended when it saves more than
+    analysis.EQUIVALENT_GAIN or its band does not overlap.
+
+    ``steps`` (an int, "adam=100000,binsgdm=110000" or a StepsPlan) and ``global_batch`` default to the
+    candidates file's ``steps`` and ``global_batch``; a value given here wins, and the result says which
+    was used (``recipe``)."""
     sweep = candidate_sweep(candidates)
+    recipe = _recipe(sweep, steps, global_batch)
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
-        return _plan(sweep, model, steps, deadline_h, budget, global_batch, price, progress, profile, samples)
+        return _plan(
+            sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network
+        )
 
 
-def _plan(sweep: Sweep, model, steps, deadline_h, budget, global_batch, price, progress, profile, samples):
+def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
+    """Steps and global batch: the command's, else the candidates file's, else (batch only) the default;
+    with where each came from, and a note when the command overrides the file."""
+    from clustersim.compare import StepsPlan
+
+    notes = []
+    file_steps, file_batch = sweep.spec.steps, sweep.spec.global_batch
+    plan_steps = StepsPlan.parse(steps)
+    if plan_steps is None:
+        if file_steps is None:
+            raise InputError("give the training steps (the candidates file sets no `steps`)", key="--steps")
+        plan_steps = StepsPlan(default=file_steps)
+        notes.append(f"steps {file_steps:,} from the candidates file")
+    elif file_steps is not None and plan_steps != StepsPlan(default=file_steps):
+        notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
+    if global_batch is None:
+        global_batch = file_batch or DEFAULT_GLOBAL_BATCH
+        if file_batch:
+            notes.append(f"global batch {file_batch:,} from the candidates file")
+    elif file_batch is not None and global_batch != file_batch:
+        notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
+    return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
+
+
+def _plan(
+    sweep: Sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network
+):
+    steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     catalog.model(model)  # a clear error for an unknown model before any work
-    if steps <= 0:
-        raise InputError("steps must be positive", key="--steps")
     if budget is not None and not 0 < budget < float("inf"):  # NaN fails too
         raise InputError("budget must be positive and finite", key="--budget")
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
     if profile is not None:
         base = base.with_changes(profile=resolve_profile_ref(profile))
+    preferred = baseline or base.training.optimizer
+    if baseline is not None:
+        from clustersim.compare import choose_baseline
+
+        choose_baseline(baseline, baseline)
+    steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     base_json = base.model_dump(mode="json")
-    rows = with_layouts(base, sweep.rows(), steps, global_batch)
+    rows = with_layouts(base, _for_model(sweep.rows(), model, recipe["notes"]), steps, global_batch)
     records, skipped = simulate_rows(base_json, rows, steps, global_batch, progress)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
-        memory = [r for r in records if "does not fit in GPU memory" in r["error"]]
-        if len(memory) == len(records):
-            smallest = min(memory, key=lambda r: len(r["error"]))
-            need = smallest["error"].split("does not fit in GPU memory: ")[-1].split(" per rank")[0]
-            raise InputError(
-                f"none of the {len(records)} candidates can train {model}: in every layout searched (data "
-                "parallel; ZeRO stages and tensor x pipeline splits within the candidates' GPU counts) it "
-                f"does not fit, e.g. {need} per GPU; give --candidates a sweep with more or larger GPUs, "
-                "or whose base sets training.offload (mode: zero or interleaved)"
-            )
-        raise InputError(
-            f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}"
-        )
-    enriched = analysis.enrich(ok, steps, price)
+        _nothing_runs(records, model)
+    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
     if samples > 0:
         banded = feasible[:5] + [r for r in (rec["chosen"],) if r is not None and r not in feasible[:5]]
         for row in banded:
             _add_band(row, base_json, rows, steps, global_batch, samples)
+        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in banded if r.get("baseline")])
         if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
             rec = analysis.recommendation(enriched, deadline_h, budget)
-    runners_up = [r for r in feasible if r is not rec["chosen"]][:4]
+    chosen = rec["chosen"]
+    runners_up: list[dict[str, Any]] = []
+    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
+        if r is not chosen and not any(_same_numbers(r, o) for o in [chosen, *runners_up]):
+            runners_up.append(r)
+        if len(runners_up) == 4:
+            break
     return {
         "model": model,
         "steps": steps,
+        "steps_per_optimizer": dict(steps_plan.per),
         "global_batch": global_batch,
+        "recipe_notes": recipe["notes"],
         "deadline_h": deadline_h,
         "budget": budget,
         "candidates": len(records),
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "interleaved_not_simulated": skipped,
-        "chosen": rec["chosen"],
+        "chosen": chosen,
         "runners_up": runners_up,
         "fastest": rec["fastest"],
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
     }
+
+
+def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:
+    """The candidates for ``model`` only: a candidates file that varies ``model`` (a sweep file reused)
+    has that axis dropped, each remaining row once, and a note saying so."""
+    if not any("model" in r for r in rows):
+        return rows
+    notes.append(f"--model {model} replaces the candidates file's model axis")
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        kept = {k: v for k, v in r.items() if k not in ("model", "seq_len")}
+        out.setdefault(row_id(kept), kept)
+    return list(out.values())
+
+
+def _same_numbers(row: dict[str, Any], other: dict[str, Any] | None) -> bool:
+    """Whether ``row`` reads as ``other`` in the runners-up table ("$0 (0.0%) more, 0.0 h slower"): the
+    same cost and time to train to the precision shown (e.g. one node, where the network is unused)."""
+    if other is None:
+        return False
+    return round(row["cost"]) == round(other["cost"]) and round(row["ttt_h"], 1) == round(other["ttt_h"], 1)
+
+
+def _nothing_runs(records: list[dict[str, Any]], model: str) -> None:
+    memory = [r for r in records if "does not fit in GPU memory" in r["error"]]
+    if len(memory) == len(records):
+        smallest = min(memory, key=lambda r: len(r["error"]))
+        need = smallest["error"].split("does not fit in GPU memory: ")[-1].split(" per rank")[0]
+        raise InputError(
+            f"none of the {len(records)} candidates can train {model}: in every layout searched (data "
+            "parallel; ZeRO stages and tensor x pipeline splits within the candidates' GPU counts) it "
+            f"does not fit, e.g. {need} per GPU; give --candidates a sweep with more or larger GPUs, "
+            "or whose base sets training.offload (mode: zero or interleaved)"
+        )
+    raise InputError(f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}")
 
 
 def _add_band(
@@ -199,12 +275,16 @@ def _add_band(
     global_batch: int,
     samples: int,
 ) -> None:
-    """Re-simulate one candidate with parameter draws; its time-to-train band in hours."""
+    """Re-simulate one candidate with parameter draws; its time-to-train band in hours, scaled from the
+    step's band as the report scales it (analysis.enrich), so it holds the row's own step count."""
     values = next(v for v in rows if _same_row(v, row))
     banded = simulate_row(base_json, values, steps, None, global_batch, samples)
-    if banded.get("time_to_train_p10_s") is not None:
-        row["ttt_p10_h"] = banded["time_to_train_p10_s"] / 3600
-        row["ttt_p90_h"] = banded["time_to_train_p90_s"] / 3600
+    lo, hi, mid = (
+        banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
+    )
+    if lo is not None and hi is not None and mid:
+        row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+        row["ttt_p90_h"] = row["ttt_h"] * hi / mid
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -5,12 +5,14 @@ All functions take the typed rows of a results folder (sweeps/store.py:read_resu
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import load_yaml
+from clustersim.report.prices import default_prices, network_catalog, network_per_node_hour, price_of
+
+__all__ = ["default_prices", "price_of"]  # kept importable from here
 
 DEFAULT_STEPS = 100_000
 EQUIVALENT_GAIN = 0.03
@@ -18,40 +20,15 @@ EQUIVALENT_GAIN = 0.03
 instead of none) must save more than this fraction of the cost, or fall outside the simpler option's
 P10-P90 band, to be recommended; otherwise the two are called equivalent and the simpler one is kept.
 3% is below the simulator's typical prediction error (README 'How sure'), so a smaller gain is noise."""
+MAX_BULLETS = 6  # a recommendation a planner reads whole; the per-network table holds the rest
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=16)
 def _is_baseline(optimizer: str) -> bool:
     """A full-precision optimizer the others are measured against (its strategy names no baseline)."""
     from clustersim.simulator.strategies import registry
 
     return registry.get(optimizer).baseline is None
-
-
-def default_prices() -> dict[str, float]:
-    return load_yaml(resources.files("clustersim.catalogs").joinpath("prices.yaml").read_text())
-
-
-def price_of(gpu: str, price: float | None) -> float:
-    if price is not None:
-        if price <= 0:
-            raise InputError(f"price per GPU-hour must be positive, got {price}", key="--price")
-        return price
-    from clustersim import catalog
-
-    try:
-        own = catalog.gpu(gpu).price_per_gpu_hour  # a user catalog's entry may carry its price
-    except InputError:
-        own = None
-    if own is not None:
-        return own
-    table = default_prices()
-    if gpu not in table:
-        raise InputError(
-            f"no default price for {gpu}; pass --price, or give its catalog entry price_per_gpu_hour",
-            key="--price",
-        )
-    return table[gpu]
 
 
 _KIND_NAMES = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}
@@ -93,24 +70,78 @@ def _disambiguate(rows: list[dict[str, Any]]) -> None:
             r["cluster"] += "".join(f", {fmt.format(r.get(k))}" for k, fmt in fields)
 
 
+def rate_of(row: dict[str, Any]) -> float:
+    """A row's per-NIC rate as its network label shows it (effective when measured, else line rate)."""
+    return float(row.get("nic_effective_gbps") or row.get("nic_gbps") or 0.0)
+
+
+def network_order(row: dict[str, Any]) -> tuple:
+    """Networks in numeric order (25 before 100), not as strings ("100" before "25")."""
+    return (str(row.get("nic_kind")), rate_of(row))
+
+
+def pick_baseline(rows: list[dict[str, Any]], preferred: str | None) -> str | None:
+    """The optimizer speedups are measured against: ``preferred`` (--baseline, or the sweep's base
+    optimizer; for a compressed one, the optimizer it replaces) when it is in the rows, else the first
+    uncompressed optimizer there."""
+    from clustersim.compare import choose_baseline
+
+    present = {r["optimizer"] for r in rows}
+    if preferred is not None:
+        preferred = choose_baseline(preferred)  # a compressed base optimizer: the one it replaces
+        if preferred in present:
+            return preferred
+    return next((o for o in sorted(present) if _is_baseline(o)), None)
+
+
+def _cluster_of(row: dict[str, Any], scenarios: dict[str, Any]) -> dict[str, Any]:
+    """A row's cluster section: its scenario's when known, else what the results columns say."""
+    scenario = row.get("scenario") or scenarios.get(row.get("row_id")) or {}
+    if "cluster" in scenario:
+        return scenario["cluster"]
+    return {
+        "nodes": row["nodes"],
+        "nic": {"kind": row.get("nic_kind"), "line_rate_gbps": row.get("nic_gbps"), "count": 1},
+    }
+
+
 def enrich(
-    rows: list[dict[str, Any]], steps: int | None, price: float | None, warmup: float | None = None
+    rows: list[dict[str, Any]],
+    steps: Any,
+    price: float | None,
+    warmup: float | None = None,
+    baseline: str | None = None,
+    network: Any = "default",
+    scenarios: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Keep simulated rows; add time-to-train (h), cost ($) and speedup over the baseline optimizer.
-    ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default)."""
-    from clustersim.compare import mean_step_time
+    """Keep simulated rows; add time-to-train (h), cost ($: GPU-hours plus the network, report/prices.py)
+    and speedup over the baseline optimizer on the same cluster.
+
+    ``steps``: an int, a ``compare.StepsPlan`` (steps per optimizer) or None (the row's, else
+    DEFAULT_STEPS). ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default).
+    ``baseline``: see ``pick_baseline``. ``network``: "default" (the shipped network price catalog),
+    a path to a copy of it, or None (GPU-hours only)."""
+    from clustersim.compare import StepsPlan, mean_step_time
 
     ok = [dict(r) for r in rows if r.get("status") == "ok"]
     if not ok:
         raise InputError("no successfully simulated rows to report on")
+    plan = StepsPlan.parse(steps)
+    base_name = pick_baseline(ok, baseline)
+    catalog = None if network is None else network_catalog(None if network == "default" else str(network))
+    scenarios = scenarios or {}
     for r in ok:
-        n = steps or r.get("steps") or DEFAULT_STEPS
+        n = (plan and plan.of(r["optimizer"], base_name)) or r.get("steps") or DEFAULT_STEPS
         per_step = mean_step_time(
             r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), warmup
         )
         r["steps"] = n
         r["ttt_h"] = n * per_step / 3600
-        r["cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
+        r["gpu_cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
+        r["network_cost"] = (
+            r["ttt_h"] * r["nodes"] * network_per_node_hour(_cluster_of(r, scenarios), catalog)
+        )
+        r["cost"] = r["gpu_cost"] + r["network_cost"]
         lo, hi = r.get("iteration_time_p10_s"), r.get("iteration_time_p90_s")
         if isinstance(lo, float) and isinstance(hi, float) and r["iteration_time_s"] > 0:
             # The band scales the run's mean step as it scales the iteration (sweeps/run.py).
@@ -118,35 +149,71 @@ def enrich(
             r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
         r["network"] = network_label(r)
         r["cluster"] = cluster_label(r)
-    _disambiguate(ok)
-
-    def key(r):
-        return (
-            r["world_size"],
-            r["gpu"],
-            r["network"],
-            r.get("model"),
-            r.get("micro_batch"),
-            r.get("gpus_per_node"),
-            r.get("layout"),  # plan rows: a baseline is compared within its own parallel layout
-        )
-
-    base = {key(r): r for r in ok if _is_baseline(r["optimizer"])}
+    for model in {r.get("model") for r in ok}:  # a report section is one model: no "..., BERT-Large"
+        _disambiguate([r for r in ok if r.get("model") == model])
+    base = {_same_cluster(r): r for r in ok if r["optimizer"] == base_name}
     for r in ok:
-        b = base.get(key(r))
+        b = base.get(_same_cluster(r))
         r["speedup"] = b["ttt_h"] / r["ttt_h"] if b else None
         r["baseline"] = b
-        if b and "ttt_p10_h" in r and "ttt_p10_h" in b:
-            # Unpaired: the ratio of the two bands' ends, so wider than compare's paired band.
-            r["speedup_p10"], r["speedup_p90"] = (
-                b["ttt_p10_h"] / r["ttt_p90_h"],
-                b["ttt_p90_h"] / r["ttt_p10_h"],
-            )
     return ok
 
 
+def _same_cluster(r: dict[str, Any]) -> tuple:
+    return (
+        r["world_size"],
+        r["gpu"],
+        r["network"],
+        r.get("model"),
+        r.get("micro_batch"),
+        r.get("gpus_per_node"),
+        r.get("layout"),  # plan rows: a baseline is compared within its own parallel layout
+        r.get("training.network"),
+    )
+
+
+def add_paired_bands(
+    rows: list[dict[str, Any]],
+    scenarios: dict[str, Any],
+    samples: int,
+    steps: Any = None,
+    warmup: float | None = None,
+    only: list[dict[str, Any]] | None = None,
+) -> None:
+    """Each row's P10-P90 time-to-train speedup over its baseline, as ``compare`` computes it: both
+    simulated under the same parameter draws (compare.paired_band), never the ratio of two separately
+    drawn bands (which called a real 1.18x "indistinguishable"). ``only``: just these rows."""
+    from clustersim.compare import StepsPlan, paired_band
+    from clustersim.scenario import validate_scenario
+
+    if samples <= 0:
+        return
+    for r in only if only is not None else rows:
+        b = r.get("baseline")
+        if b is None or b is r:
+            continue
+        mine = r.get("scenario") or scenarios.get(r.get("row_id"))
+        theirs = b.get("scenario") or scenarios.get(b.get("row_id"))
+        if mine is None or theirs is None:
+            continue
+        plan = StepsPlan(per=((r["optimizer"], r["steps"]), (b["optimizer"], b["steps"])))
+        band = paired_band(
+            validate_scenario(theirs, source="baseline row"),
+            validate_scenario(mine, source="row"),
+            None,
+            samples,
+            plan,
+            warmup,
+        )
+        r["speedup_p10"], r["speedup_p90"] = band["ttt_speedup"]
+
+
 def indistinguishable(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two rows' time-to-train P10-P90 bands overlap (False when either has no band)."""
+    """Whether two rows cannot be told apart: the paired speedup band of one over the other (its
+    baseline) contains 1, or, without one, their time-to-train P10-P90 bands overlap (False with no bands)."""
+    for x, y in ((a, b), (b, a)):
+        if x.get("baseline") is y and x is not y and "speedup_p10" in x:
+            return x["speedup_p10"] <= 1.0 <= x["speedup_p90"]
     if "ttt_p10_h" not in a or "ttt_p10_h" not in b:
         return False
     return a["ttt_p10_h"] <= b["ttt_p90_h"] and b["ttt_p10_h"] <= a["ttt_p90_h"]
@@ -156,11 +223,14 @@ def complexity(row: dict[str, Any]) -> tuple[int, int, int]:
     """How much a row asks of the user, to compare: (offloads, layout, compressed optimizer); (0, 0, 0) is
     plainest. Layout: data parallelism 0, ZeRO/FSDP sharding 1 (a config switch), tensor/pipeline
     parallelism 2 (a model written for it), its interleaved schedule 3 (v times the pipeline messages,
-    more activations in flight, micro-batches tied to the stage count)."""
+    more activations in flight, micro-batches tied to the stage count). Optimizer: any other than the
+    baseline the team runs (SGD-momentum for an Adam team is a change too)."""
     offload = str(row.get("offload") or "none").lower() not in ("none", "off", "false")
     layout = str(row.get("layout") or "DP")
     level = 0 if layout == "DP" else 1 if not layout.startswith("TP") else 3 if "interleaved" in layout else 2
-    return (int(offload), level, int(not _is_baseline(row["optimizer"])))
+    b = row.get("baseline")
+    changed = b["optimizer"] != row["optimizer"] if b is not None else not _is_baseline(row["optimizer"])
+    return (int(offload), level, int(changed))
 
 
 def equivalent(simpler: dict[str, Any], cheaper: dict[str, Any], gain: float = EQUIVALENT_GAIN) -> bool:
@@ -188,10 +258,34 @@ def _hours(h: float) -> str:
     return f"{h:,.1f} h" if h >= 0.1 else f"{h * 60:,.1f} min"
 
 
+def speedup_text(r: dict[str, Any]) -> str:
+    """``1.18x (P10–P90 1.14–1.22)``: the speedup over the baseline with its paired band."""
+    if r.get("speedup") is None:
+        return "—"
+    band = f" (P10–P90 {r['speedup_p10']:.2f}–{r['speedup_p90']:.2f})" if "speedup_p10" in r else ""
+    return f"{r['speedup']:.2f}x{band}"
+
+
+def convergence_caveat(rows: list[dict[str, Any]], chosen: dict[str, Any]) -> str | None:
+    """The line any recommendation that changes the optimizer carries: which steps it assumed."""
+    b = chosen.get("baseline")
+    if b is None or b["optimizer"] == chosen["optimizer"]:
+        return None
+    same = chosen["steps"] == b["steps"]
+    return (
+        f"Convergence is not modelled: {chosen['optimizer']} is assumed to reach {b['optimizer']}'s loss "
+        f"in {'the same' if same else 'the given'} {chosen['steps']:,} steps ({b['optimizer']}: "
+        f"{b['steps']:,}); check that on your model, and give --steps {b['optimizer']}=N,"
+        f"{chosen['optimizer']}=M if it needs more."
+    )
+
+
 def recommendation(
     rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None
 ) -> dict:
-    """The cheapest row meeting the constraints, the fastest row, and where compression stops paying."""
+    """The cheapest row meeting the constraints, the fastest row, and where compression stops paying:
+    at most MAX_BULLETS lines, the most important first (the choice, its speedup, the convergence
+    caveat), then one line per compressed optimizer."""
     feasible = [
         r
         for r in rows
@@ -206,115 +300,142 @@ def recommendation(
     fastest = min(rows, key=lambda r: r["ttt_h"])
     lines: list[str] = []
     if chosen is None:
-        why = []
-        if deadline_h is not None:
-            why.append(
-                f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
-            )
-        if budget is not None:
-            cheapest = min(rows, key=lambda r: r["cost"])
-            why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
-        lines.append("No configuration meets the constraints: " + "; ".join(why) + ".")
+        lines.append(_nothing_meets(rows, fastest, deadline_h, budget))
     else:
-        band = (
-            f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
-            if "ttt_p10_h" in chosen
+        lines += _chosen_lines(rows, chosen, cheapest, deadline_h)
+    if fastest is not chosen and fastest["ttt_h"] < (chosen or fastest)["ttt_h"] * (1 - EQUIVALENT_GAIN):
+        lines.append(
+            f"Fastest: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
+            f"${fastest['cost']:,.0f})."
+        )
+    lines += optimizer_lines(rows)
+    return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
+
+
+def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
+    why = []
+    if deadline_h is not None:
+        why.append(
+            f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
+        )
+    if budget is not None:
+        cheapest = min(rows, key=lambda r: r["cost"])
+        why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
+    return "No configuration meets the constraints: " + "; ".join(why) + "."
+
+
+def _chosen_lines(rows, chosen, cheapest, deadline_h) -> list[str]:
+    band = (
+        f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
+        if "ttt_p10_h" in chosen
+        else ""
+    )
+    net = f", of which ${chosen['network_cost']:,.0f} network" if chosen.get("network_cost") else ""
+    lines = [
+        f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
+        f"{band}, ${chosen['cost']:,.0f}{net}."
+    ]
+    b = chosen.get("baseline")
+    if b is not None and b is not chosen:
+        same = (
+            "; within the model's uncertainty the two are indistinguishable"
+            if indistinguishable(chosen, b)
             else ""
         )
         lines.append(
-            f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
-            f"{band}, ${chosen['cost']:,.0f}."
+            f"Over {b['optimizer']} on the same cluster: {speedup_text(chosen)} faster, "
+            f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) cheaper "
+            f"({b['optimizer']}: {_hours(b['ttt_h'])}, ${b['cost']:,.0f}){same}."
         )
-        if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
-            lines.append(
-                f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
-                "a faster runner-up avoids that risk; a calibration of this cluster may narrow the band."
-            )
-        if chosen is not cheapest:
-            saving = 1 - cheapest["cost"] / chosen["cost"]
-            lines.append(
-                f"{cheapest['optimizer']} on {cheapest['cluster']} would cost {100 * saving:.1f}% less "
-                f"(${cheapest['cost']:,.0f}); below the {100 * EQUIVALENT_GAIN:.0f}% threshold and within "
-                "the model's uncertainty the options are equivalent, so the simpler one is kept."
-            )
-        b = chosen.get("baseline")
-        if b is not None and b is not chosen:
-            lines.append(
-                f"On the same cluster it is {b['ttt_h'] / chosen['ttt_h']:.2f}x faster and "
-                f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) "
-                "cheaper than "
-                f"{b['optimizer']} ({_hours(b['ttt_h'])}, ${b['cost']:,.0f})"
-                + (
-                    "; within the model's uncertainty the two are indistinguishable (their P10–P90 bands "
-                    "overlap)."
-                    if indistinguishable(chosen, b)
-                    else "."
-                )
-            )
-    if fastest is not chosen:
+    caveat = convergence_caveat(rows, chosen)
+    if caveat:
+        lines.append(caveat)
+    if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
         lines.append(
-            f"Fastest overall: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
-            f"${fastest['cost']:,.0f})."
+            f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
+            "a faster runner-up avoids that risk; a calibration of this cluster may narrow the band."
         )
-    lines += advantage_limits(rows)
-    lines += break_even_lines(rows)
-    return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines}
+    if chosen is not cheapest:
+        saving = 1 - cheapest["cost"] / chosen["cost"]
+        lines.append(
+            f"{cheapest['optimizer']} on {cheapest['cluster']} would cost {100 * saving:.1f}% less "
+            f"(${cheapest['cost']:,.0f}); within {100 * EQUIVALENT_GAIN:.0f}% and the model's uncertainty "
+            "the two are equivalent, so the simpler one is kept."
+        )
+    return lines
 
 
-def break_even_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Where a sweep over NIC rates crosses speedup 1: the bandwidth below which each compressed optimizer
-    beats its baseline on that cluster, interpolated in log(bandwidth) between the two swept rates
-    around the crossing (`clustersim compare` bisects it with full simulations instead)."""
-    import math
+def optimizer_lines(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:
+    """One line per compressed optimizer: its speedup range over the baseline, where it drops below
+    ``threshold``, and its break-even NIC rate (break_evens), de-duplicated across clusters."""
+    out = []
+    evens = break_evens(rows)
+    for opt in sorted(o for o in {r["optimizer"] for r in rows} if not _is_baseline(o)):
+        mine = [r for r in rows if r["optimizer"] == opt and r.get("speedup") is not None]
+        if not mine:
+            continue
+        base = mine[0]["baseline"]["optimizer"]
+        lo, hi = min(r["speedup"] for r in mine), max(r["speedup"] for r in mine)
+        lost = [r for r in mine if r["speedup"] < threshold]
+        text = f"{opt} vs {base}: {lo:.2f}–{hi:.2f}x faster across the sweep"
+        if lost:
+            nets = ", ".join(dict.fromkeys(r["network"] for r in sorted(lost, key=network_order)))
+            sizes = ", ".join(str(n) for n in sorted({r["world_size"] for r in lost}))
+            text += f"; under {threshold:.2f}x on {nets} at {sizes} GPUs"
+        if opt in evens:
+            text += f"; {evens[opt]}"
+        out.append(text + ".")
+    return out
 
+
+def break_evens(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Where a sweep over NIC rates crosses speedup 1, per compressed optimizer: the bandwidth below
+    which it beats the baseline, interpolated in log(bandwidth) between the two swept rates around the
+    crossing (`clustersim compare` bisects it with full simulations instead), given once per optimizer
+    as the range over the clusters where it crosses."""
     groups: dict[tuple, list] = {}
     for r in rows:
-        rate = r.get("nic_effective_gbps") or r.get("nic_gbps")
+        rate = rate_of(r)
         if (
             r.get("speedup") is not None
             and rate
             and not _is_baseline(r["optimizer"])
             and r.get("nodes", 2) > 1
         ):
-            groups.setdefault((r["optimizer"], r["world_size"], r["gpu"], r.get("nic_kind")), []).append(
-                (rate, r)
-            )
-    lines = []
-    for (opt, n, gpu, kind), pts in sorted(groups.items()):
+            key = (r["optimizer"], r.get("model"), r["world_size"], r["gpu"], r.get("nic_kind"))
+            groups.setdefault(key, []).append((rate, r))
+    found: dict[str, list[tuple[float, int]]] = {}
+    for (opt, _, n, _, _), pts in groups.items():
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
-            if a["speedup"] >= 1.0 > b["speedup"]:
+            if r2 > r1 and a["speedup"] >= 1.0 > b["speedup"]:
                 f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
-                cross = math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1)))
-                lines.append(
-                    f"Break-even: {opt} beats its baseline on {n} x {gpu} over {_KIND_NAMES.get(kind, kind)} "
-                    f"below about {cross:,.3g} Gb/s "
-                    f"per NIC (between the swept {r1:g} and {r2:g} Gb/s)."
+                found.setdefault(opt, []).append(
+                    (math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1))), n)
                 )
                 break
-    return lines
+    out = {}
+    for opt, crossings in found.items():
+        rates = sorted(c for c, _ in crossings)
+        sizes = sorted({n for _, n in crossings})
+        span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
+        where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+        out[opt] = f"it beats the baseline only below about {span} Gb/s per NIC (at {where} GPUs)"
+    return out
 
 
-def advantage_limits(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:
-    """Where each compressed optimizer's speedup over the baseline falls below ``threshold``."""
+def by_network(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The planner's table: per network and GPU count, the cheapest optimizer (the simpler one when the
+    saving is within EQUIVALENT_GAIN and the bands, as ``recommendation``), its speedup over the baseline
+    with the paired band, time to train and cost (network included); networks in numeric order."""
+    cells: dict[tuple, list] = {}
+    for r in rows:
+        cells.setdefault((network_order(r), r["network"], r["world_size"], r["gpu"]), []).append(r)
     out = []
-    for opt in sorted(o for o in {r["optimizer"] for r in rows} if not _is_baseline(o)):
-        mine = [r for r in rows if r["optimizer"] == opt and r.get("speedup") is not None]
-        if not mine:
-            continue
-        lost = [r for r in mine if r["speedup"] < threshold]
-        best = max(mine, key=lambda r: r["speedup"])
-        if not lost:
-            out.append(
-                f"{opt} is at least {threshold:.2f}x faster than the baseline everywhere in this sweep "
-                f"(up to {best['speedup']:.1f}x on {best['cluster']})."
-            )
-            continue
-        nets = sorted({r["network"] for r in lost})
-        sizes = sorted({r["world_size"] for r in lost})
-        out.append(
-            f"{opt}'s advantage disappears (< {threshold:.2f}x) on {len(lost)} of {len(mine)} clusters: "
-            f"networks {', '.join(nets)}; GPU counts {', '.join(map(str, sizes))} "
-            f"(best: {best['speedup']:.1f}x on {best['cluster']})."
-        )
+    for (_, net, n, gpu), group in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3])):
+        best = min(group, key=lambda r: (r["cost"], r["ttt_h"]))
+        simpler = [r for r in group if complexity(r) < complexity(best) and equivalent(r, best)]
+        if simpler:  # as the recommendation: a saving within the noise does not change the optimizer
+            best = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
+        out.append({"network": net, "world_size": n, "gpu": gpu, "best": best})
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import plotly
@@ -18,89 +19,182 @@ from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
 from clustersim.units import format_bytes
 
+MIN_LINK_UTILISATION = 0.05  # links busier than this are worth a planner's look; the rest is noise
+
+
+@dataclass
+class Section:
+    """One model's part of the report: its rows, recommendation, figures and the focus run's links."""
+
+    model: str
+    rows: list
+    rec: dict
+    figs: dict
+    hottest_links: dict | None = None
+    table: list = field(default_factory=list)
+
 
 def build_report(
     results: Path,
-    steps: int | None = None,
+    steps=None,
     price: float | None = None,
     deadline_h: float | None = None,
     budget: float | None = None,
+    baseline: str | None = None,
+    network="default",
+    samples: int | None = None,
 ):
+    """The report's content: one Section per model in the sweep (a recommendation never picks across
+    models, a line never joins two of them). ``samples``: draws for the paired speedup bands (default:
+    the sweep's, 0 for none)."""
     meta, rows = read_results(results)
     for r in rows:  # a sweep over sharding or tensor/pipeline sizes: each row's layout, as plan's rows
         scenario = meta["scenarios"].get(r.get("row_id"))
         if scenario is not None and "layout" not in r:
             r["layout"] = layout_label(scenario)
-    rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price, meta.get("warmup"))
-    rec = analysis.recommendation(rows_ok, deadline_h, budget)
-    focus = rec["chosen"] or rec["fastest"]
+    preferred = baseline or ((meta.get("base") or {}).get("training") or {}).get("optimizer")
+    if baseline is not None:
+        from clustersim.compare import choose_baseline
+
+        choose_baseline(baseline, baseline)  # a compressed or unknown name: one clear line
+        if baseline not in {r.get("optimizer") for r in rows}:
+            raise InputError(f"{baseline} is not among the sweep's optimizers", key="--baseline")
+    rows_ok = analysis.enrich(
+        rows, steps or meta.get("steps"), price, meta.get("warmup"), preferred, network, meta["scenarios"]
+    )
+    n = meta.get("samples", 8) if samples is None else samples
+    analysis.add_paired_bands(rows_ok, meta["scenarios"], n, None, meta.get("warmup"))
+    models = sorted({str(r.get("model")) for r in rows_ok})
+    sections = []
+    for model in models:
+        mine = [r for r in rows_ok if str(r.get("model")) == model]
+        sections.append(_section(model, mine, meta, results, deadline_h, budget, len(models) > 1))
+    failed = [r for r in rows if r.get("status") != "ok"]
+    return meta, rows_ok, sections, failed
+
+
+def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> Section:
     from clustersim.simulator import simulate
 
+    rec = analysis.recommendation(rows, deadline_h, budget)
+    focus = rec["chosen"] or rec["fastest"]
     scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=f"{results}/scenarios.jsonl")
     focus_run = simulate(scenario)
-    meta["hottest_links"] = hottest_links(scenario, focus_run)
+    suffix = f" — {model}" if several else ""
     figs = {
-        "speedup": figures.speedup_vs_gpus(rows_ok),
-        "breakdown": figures.breakdown_bars(rows_ok, focus["network"], focus["gpu"]),
+        "speedup": figures.speedup_vs_gpus(rows, suffix),
+        "breakdown": figures.breakdown_bars(rows, focus["network"], focus["gpu"], suffix),
         "timeline": figures.timeline(focus_run),
-        "bytes": figures.bytes_on_wire(rows_ok, focus["network"], focus["gpu"]),
-        "cost": figures.cost_vs_time(rows_ok, rec["chosen"]),
+        "bytes": figures.bytes_on_wire(rows, focus["network"], focus["gpu"], suffix),
+        "cost": figures.cost_vs_time(rows, rec["chosen"], suffix),
     }
-    failed = [r for r in rows if r.get("status") != "ok"]
-    return meta, rows_ok, rec, figs, failed
+    return Section(model, rows, rec, figs, hottest_links(scenario, focus_run), analysis.by_network(rows))
 
 
 def hottest_links(scenario, run) -> dict:
     """The recommended (or fastest) configuration's busiest links and their utilisation (bytes over
-    capacity x iteration time), from the flow backend (issue #11): the run itself when it used it, else
-    one more simulation of the same scenario with ``training.network: flow`` (no band)."""
+    capacity x iteration time), from the flow backend: the run itself when it used it, else one more
+    simulation of the same scenario with ``training.network: flow`` (no band). Links under
+    MIN_LINK_UTILISATION are counted, not listed."""
     from clustersim.simulator import simulate
 
     if not run.extra.get("hottest_links"):
         run = simulate(scenario.with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
-    return {"iteration_time_s": run.iteration_time, "links": run.extra.get("hottest_links") or []}
+    links = run.extra.get("hottest_links") or []
+    busy = [x for x in links if x["utilisation"] >= MIN_LINK_UTILISATION]
+    return {"iteration_time_s": run.iteration_time, "links": busy, "quiet": len(links) - len(busy)}
 
 
-def _links_html(hot: dict | None) -> str:
-    if not hot or not hot["links"]:
+def _links_html(hot: dict | None, anchor: str) -> str:
+    if not hot or not (hot["links"] or hot.get("quiet")):
         return ""
+    quiet = (
+        f" {hot['quiet']} more link(s) under {100 * MIN_LINK_UTILISATION:.0f}% utilisation are not listed."
+        if hot.get("quiet")
+        else ""
+    )
     rows = "".join(
         f"<tr><td>{html.escape(x['link'])}</td><td>{x['gbs']:.3g}</td><td>{format_bytes(x['bytes'])}</td>"
         f"<td>{100 * x['utilisation']:.1f}%</td></tr>"
         for x in hot["links"]
     )
-    return (
-        '<h2 id="links">Hottest links of the recommended configuration (flow backend)</h2>'
-        f"<p>Bytes over capacity x the flow backend's iteration time ({hot['iteration_time_s'] * 1e3:,.1f} ms); "
-        "collectives simulated flow by flow over the topology, links shared max-min fairly.</p>"
+    table = (
         f"<table><tr><th>link</th><th>GB/s</th><th>bytes per iteration</th><th>utilisation</th></tr>{rows}</table>"
+        if rows
+        else ""
+    )
+    return (
+        f'<h3 id="{anchor}">Hottest links of the recommended configuration (flow backend)</h3>'
+        f"<p>Bytes over capacity x the flow backend's iteration time ({hot['iteration_time_s'] * 1e3:,.1f} ms); "
+        f"collectives simulated flow by flow over the topology, links shared max-min fairly.{quiet}</p>{table}"
     )
 
 
-def render_html(meta: dict, rows_ok, rec: dict, figs: dict, failed: list, price: float | None) -> str:
-    parts = []
-    for name, fig in figs.items():
-        parts.append(
-            f'<section class="fig" id="fig-{name}">'
-            + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}")
-            + "</section>"
-        )
-    rec_html = "".join(f"<li>{html.escape(line)}</li>" for line in rec["text"])
-    front = analysis.pareto(rows_ok)
+def _by_network_html(section: Section) -> str:
+    """Per network and GPU count: what to run, how much faster than the baseline, time and cost."""
+    rows = "".join(
+        f"<tr><td>{html.escape(c['network'])}</td><td>{c['world_size']} x {html.escape(c['gpu'])}</td>"
+        f"<td>{html.escape(c['best']['optimizer'])}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
+        f"<td>{analysis._hours(c['best']['ttt_h'])}</td><td>${c['best']['cost']:,.0f}</td>"
+        f"<td>${c['best'].get('network_cost', 0.0):,.0f}</td></tr>"
+        for c in section.table
+    )
+    base = next((r["baseline"]["optimizer"] for r in section.rows if r.get("baseline")), "the baseline")
+    return (
+        f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer</th>'
+        f"<th>speedup over {html.escape(base)} (P10–P90, paired)</th><th>time to train</th><th>cost</th>"
+        f"<th>of which network</th></tr>{rows}</table>"
+    )
 
-    def speedup(r) -> str:
-        return "" if r.get("speedup") is None else f"{r['speedup']:.2f}x"
 
+def _section_html(section: Section, index: int, several: bool) -> str:
+    tag = f"-{index}" if several else ""
+    parts = [
+        f'<section class="fig" id="fig-{name}{tag}">'
+        + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}{tag}")
+        + "</section>"
+        for name, fig in section.figs.items()
+    ]
+    rec_html = "".join(f"<li>{html.escape(line)}</li>" for line in section.rec["text"])
+    front = analysis.pareto(section.rows)
     table_rows = "".join(
-        f"<tr><td>{html.escape(r['optimizer'])}</td><td>{html.escape(r['cluster'])}</td>"
+        f"<tr><td>{i}</td><td>{html.escape(r['optimizer'])}</td><td>{html.escape(r['cluster'])}</td>"
         f"<td>{r['ttt_h']:,.1f}</td><td>${r['cost']:,.0f}</td><td>{r['samples_per_s']:,.0f}</td>"
-        f"<td>{speedup(r)}</td></tr>"
-        for r in front
+        f"<td>{html.escape(analysis.speedup_text(r))}</td></tr>"
+        for i, r in enumerate(front, 1)
     )
-    price_note = (
+    title = f'<h2 class="model" id="model{tag}">{html.escape(section.model)}</h2>' if several else ""
+    return f"""<div class="section" data-model="{html.escape(section.model)}">{title}
+<div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
+<h3>By network: what to run at each NIC speed and GPU count</h3>
+{_by_network_html(section)}
+<h3>Pareto frontier (no other configuration is both faster and cheaper; # as in the cost figure)</h3>
+<table class="pareto"><tr><th>#</th><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th>
+<th>samples/s</th><th>speedup</th></tr>
+{table_rows}</table>
+{_links_html(section.hottest_links, "links" + tag)}
+{"".join(parts)}
+</div>"""
+
+
+def render_html(
+    meta: dict, rows_ok, sections: list, failed: list, price: float | None, network="default"
+) -> str:
+    from clustersim.report.prices import network_catalog, network_note
+
+    several = len(sections) > 1
+    body = "".join(_section_html(sec, i, several) for i, sec in enumerate(sections, 1))
+    gpu_note = (
         f"${price:g} per GPU-hour for every GPU"
         if price
         else "default on-demand prices per GPU type (catalogs/prices.yaml)"
+    )
+    net = network_note(
+        None if network is None else network_catalog(None if network == "default" else str(network))
+    )
+    steps = sorted({(r["optimizer"], r["steps"]) for r in rows_ok})
+    steps_note = (
+        ", ".join(f"{o} {n:,}" for o, n in steps) if len({n for _, n in steps}) > 1 else f"{steps[0][1]:,}"
     )
     header = html.escape(describe_runs(meta, rows_ok))
     skipped = (
@@ -116,21 +210,17 @@ body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px
 h1 {{ margin-bottom: 0.2rem; }} .meta {{ color: #666; margin-top: 0; }}
 .recommendation {{ background: #f4f8ff; border-left: 4px solid #4C78A8; padding: 0.6rem 1.2rem; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }} td, th {{ border: 1px solid #ddd; padding: 0.3rem 0.6rem; }}
-th {{ background: #f6f6f6; }} .fig {{ margin: 1.5rem 0; }}
+th {{ background: #f6f6f6; }} td {{ white-space: nowrap; }} .fig {{ margin: 1.5rem 0; }} h2.model {{ border-top: 2px solid #4C78A8; padding-top: 1rem; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <h1>Capacity plan: {html.escape(meta.get("name", "sweep"))}</h1>
 <p class="runs" id="runs">{header}</p>
 <p class="meta">{len(rows_ok)} simulated configurations over {html.escape(", ".join(meta.get("axes", [])))};
-steps per run {rows_ok[0]["steps"]:,}; cost at {html.escape(price_note)}. clustersim, plotly {plotly.__version__}.</p>
-<div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
+steps per run {html.escape(steps_note)}; cost: GPUs at {html.escape(gpu_note)}, {html.escape(net)}.
+clustersim, plotly {plotly.__version__}.</p>
 {skipped}
-<h2>Pareto frontier (no other configuration is both faster and cheaper)</h2>
-<table><tr><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th><th>samples/s</th><th>speedup</th></tr>
-{table_rows}</table>
-{_links_html(meta.get("hottest_links"))}
-{"".join(parts)}
+{body}
 </body></html>
 """
 
@@ -159,17 +249,59 @@ def describe_runs(meta: dict, rows_ok: list[dict]) -> str:
 def write_report(
     results: Path,
     out: Path,
-    steps: int | None = None,
+    steps=None,
     price: float | None = None,
     png_dir: Path | None = None,
+    deadline_h: float | None = None,
+    budget: float | None = None,
+    baseline: str | None = None,
+    network="default",
+    samples: int | None = None,
 ) -> dict:
     check_writable_file(out)  # before the work
-    meta, rows_ok, rec, figs, failed = build_report(results, steps, price)
-    text = render_html(meta, rows_ok, rec, figs, failed, price)
+    meta, rows_ok, sections, failed = build_report(
+        results, steps, price, deadline_h, budget, baseline, network, samples
+    )
+    text = render_html(meta, rows_ok, sections, failed, price, network)
     out = Path(out)
     write_text_atomically(out, text, mode=0o644)
+    figs = {
+        (name if len(sections) == 1 else f"{name}-{i}"): fig
+        for i, sec in enumerate(sections, 1)
+        for name, fig in sec.figs.items()
+    }
     png = export_png(figs, png_dir) if png_dir is not None else None
-    return {"out": str(out), "figures": list(figs), "recommendation": rec["text"], "png": png}
+    return {
+        "out": str(out),
+        "figures": list(figs),
+        "recommendation": [line for sec in sections for line in _labelled(sec, len(sections) > 1)],
+        "models": {
+            sec.model: {
+                "recommendation": sec.rec["text"],
+                "by_network": [
+                    {
+                        "network": c["network"],
+                        "gpus": c["world_size"],
+                        "gpu": c["gpu"],
+                        "optimizer": c["best"]["optimizer"],
+                        "speedup": c["best"].get("speedup"),
+                        "speedup_p10": c["best"].get("speedup_p10"),
+                        "speedup_p90": c["best"].get("speedup_p90"),
+                        "ttt_h": c["best"]["ttt_h"],
+                        "cost": c["best"]["cost"],
+                        "network_cost": c["best"].get("network_cost"),
+                    }
+                    for c in sec.table
+                ],
+            }
+            for sec in sections
+        },
+        "png": png,
+    }
+
+
+def _labelled(section: Section, several: bool) -> list[str]:
+    return [f"{section.model}: {line}" if several else line for line in section.rec["text"]]
 
 
 def export_png(figs: dict, folder: Path) -> dict:

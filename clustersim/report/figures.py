@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
 
 from clustersim.identifiers import Stream
-from clustersim.report.analysis import pareto
+from clustersim.report.analysis import network_order, pareto
 
 # One colour per phase of an iteration, the same in the breakdown bars and in the timeline.
 PHASE_COLORS = {
@@ -44,8 +45,36 @@ def optimizer_colors(rows: list[dict[str, Any]]) -> dict[str, str]:
     return dict(zip(names, OPTIMIZER_PALETTE))
 
 
-def _styles(values: set[str], styles: list[str]) -> dict[str, str]:
-    return {v: styles[i % len(styles)] for i, v in enumerate(sorted(values))}
+def _styles(values: list[str], styles: list[str]) -> dict[str, str]:
+    """One style per value, in the order given (networks slowest first, so legends read 25, 50, 100)."""
+    return {v: styles[i % len(styles)] for i, v in enumerate(dict.fromkeys(values))}
+
+
+def _networks(rows: list[dict[str, Any]]) -> list[str]:
+    """Network labels in numeric order of their rate."""
+    return [r["network"] for r in sorted(rows, key=network_order)]
+
+
+def log_ticks(values: list[float]) -> list[float]:
+    """Tick values for a log axis over ``values``: the decades (1, 10, 100, ...) it spans, plus 2 and 5
+    times each when it spans less than two decades, so an axis never reads "2 3 ... 10 2 3" and never
+    has fewer than two ticks."""
+    lo, hi = min(values), max(values)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    steps = (1,) if last - first > 2 else (1, 2, 5)
+    ticks = [m * 10.0**e for e in range(first, last + 1) for m in steps]
+    inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5]
+    return inside if len(inside) >= 2 else ticks
+
+
+def _tick_text(t: float) -> str:
+    return f"{t:,.0f}" if t >= 1 else f"{t:g}"
+
+
+def _log_axis(fig: go.Figure, axis: str, values: list[float]) -> None:
+    ticks = log_ticks(values)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    update(type="log", tickmode="array", tickvals=ticks, ticktext=[_tick_text(t) for t in ticks])
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
@@ -84,17 +113,19 @@ def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | N
     }
 
 
-def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
-    """Speedup per optimizer (colour), network (dash) and GPU type (marker) against the GPU count."""
+def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
+    """Speedup per optimizer (colour), network (dash) and GPU type (marker) against the GPU count;
+    legend entries by optimizer, then network in numeric order."""
     fig = go.Figure()
     groups: dict[tuple, list] = {}
-    for r in rows:
-        if r.get("speedup") is not None:
+    for r in sorted(rows, key=lambda r: (r["optimizer"], network_order(r), r["gpu"])):
+        # the baseline itself is the dotted 1x line, not three more legend entries
+        if r.get("speedup") is not None and r["baseline"]["optimizer"] != r["optimizer"]:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
     colors = optimizer_colors(rows)
-    dashes = _styles({net for _, net, _ in groups}, DASHES)
-    markers = _styles({gpu for _, _, gpu in groups}, MARKERS)
-    for (opt, net, gpu), pts in sorted(groups.items()):
+    dashes = _styles(_networks(rows), DASHES)
+    markers = _styles(sorted({gpu for _, _, gpu in groups}), MARKERS)
+    for (opt, net, gpu), pts in groups.items():
         pts.sort(key=lambda r: r["world_size"])
         err = _error_bars(pts, "speedup", "")
         fig.add_trace(
@@ -110,10 +141,11 @@ def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
             )
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    gpus = " · ".join(sorted(markers))
+    gpus = " · ".join(markers)
+    base = next((r["baseline"]["optimizer"] for r in rows if r.get("baseline")), "the baseline")
     _layout(
         fig,
-        f"Time-to-train speedup over the baseline optimizer on the same cluster ({gpus})",
+        f"Time-to-train speedup over {base} on the same cluster ({gpus}){suffix}",
         "GPUs",
         "speedup (x)",
         log_x=True,
@@ -122,7 +154,7 @@ def speedup_vs_gpus(rows: list[dict[str, Any]]) -> go.Figure:
     return fig
 
 
-def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Figure:
+def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str, suffix: str = "") -> go.Figure:
     sel = sorted(
         [r for r in rows if r["network"] == network and r["gpu"] == gpu],
         key=lambda r: (r["world_size"], r["optimizer"]),
@@ -140,7 +172,7 @@ def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Fig
         )
     fig.update_layout(barmode="stack")
     return _layout(
-        fig, f"Where one iteration goes ({gpu}, {network})", "optimizer @ GPUs", "ms per iteration"
+        fig, f"Where one iteration goes ({gpu}, {network}){suffix}", "optimizer @ GPUs", "ms per iteration"
     )
 
 
@@ -179,7 +211,7 @@ def timeline(result) -> go.Figure:
     )
 
 
-def bytes_on_wire(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Figure:
+def bytes_on_wire(rows: list[dict[str, Any]], network: str, gpu: str, suffix: str = "") -> go.Figure:
     sel = [r for r in rows if r["network"] == network and r["gpu"] == gpu]
     colors = optimizer_colors(rows)
     fig = go.Figure()
@@ -195,7 +227,10 @@ def bytes_on_wire(rows: list[dict[str, Any]], network: str, gpu: str) -> go.Figu
         )
     fig.update_layout(barmode="group")
     return _layout(
-        fig, f"Bytes each node sends over the network per step ({gpu}, {network})", "GPUs", "GiB per step"
+        fig,
+        f"Bytes each node sends over the network per step ({gpu}, {network}){suffix}",
+        "GPUs",
+        "GiB per step",
     )
 
 
@@ -203,9 +238,30 @@ def _point_label(r: dict[str, Any]) -> str:
     return f"{r['world_size']}×{r['gpu']}, {r['network']}"
 
 
-def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
-    """Every configuration (colour: optimizer); the Pareto frontier's points are labelled with their
-    cluster, and every point names it on hover."""
+LABEL_GAP = 0.06  # of each log axis's span: closer Pareto labels would overlap (10 px text, 480 px plot)
+
+
+def pareto_labels(front: list[dict[str, Any]]) -> list[str]:
+    """The frontier's labels: its number in the report's Pareto table, left out for a point closer than
+    LABEL_GAP (in both log axes) to one already labelled, so no two labels overlap."""
+    xs = [math.log10(p["ttt_h"]) for p in front]
+    ys = [math.log10(p["cost"]) for p in front]
+    dx = max(max(xs) - min(xs), 1e-9) * LABEL_GAP
+    dy = max(max(ys) - min(ys), 1e-9) * LABEL_GAP
+    kept: list[int] = []
+    out = []
+    for i in range(len(front)):
+        clash = any(abs(xs[i] - xs[j]) < dx and abs(ys[i] - ys[j]) < dy for j in kept)
+        out.append("" if clash else str(i + 1))
+        if not clash:
+            kept.append(i)
+    return out
+
+
+def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = "") -> go.Figure:
+    """Every configuration (colour: optimizer); the Pareto frontier's points are numbered as in the
+    report's table (labels inside the plot, none overlapping, drawn over the recommended star), and
+    every point names its cluster on hover. Both axes logarithmic, ticked at decades."""
     fig = go.Figure()
     colors = optimizer_colors(rows)
     for opt in sorted({r["optimizer"] for r in rows}):
@@ -223,20 +279,6 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
                 error_x=err and {**err, "color": colors[opt]},
             )
         )
-    front = pareto(rows)
-    fig.add_trace(
-        go.Scatter(
-            x=[p["ttt_h"] for p in front],
-            y=[p["cost"] for p in front],
-            mode="lines+text",
-            name="Pareto frontier",
-            line={"color": "black", "dash": "dash"},
-            text=[f"{p['optimizer']}: {_point_label(p)}" for p in front],
-            textposition="top right",
-            textfont={"size": 10},
-            hoverinfo="skip",
-        )
-    )
     if chosen is not None:
         fig.add_trace(
             go.Scatter(
@@ -252,6 +294,42 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None) -> go.Figure:
                 },
             )
         )
-    fig = _layout(fig, "Cost vs time to train", "time to train (h)", "cost (USD)", log_x=True)
-    fig.update_yaxes(type="log")
+    front = pareto(rows)
+    fig.add_trace(
+        go.Scatter(
+            x=[p["ttt_h"] for p in front],
+            y=[p["cost"] for p in front],
+            mode="lines",
+            name="Pareto frontier (# as in the table)",
+            line={"color": "black", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    )
+    for p, label in zip(front, pareto_labels(front)):
+        if label:  # a boxed number above the other markers; plotly places log-axis annotations in log10
+            fig.add_annotation(
+                x=math.log10(p["ttt_h"]),
+                y=math.log10(p["cost"]),
+                text=label,
+                showarrow=True,
+                arrowhead=0,
+                arrowwidth=1,
+                ax=14,
+                ay=-18,
+                bgcolor="white",
+                bordercolor="black",
+                borderwidth=1,
+                borderpad=1,
+                font={"size": 11},
+                name="pareto-label",
+            )
+    fig = _layout(fig, f"Cost vs time to train{suffix}", "time to train (h)", "cost (USD)")
+    xs = [r["ttt_h"] for r in rows] + [r.get("ttt_p90_h", r["ttt_h"]) for r in rows]
+    xs += [r.get("ttt_p10_h", r["ttt_h"]) for r in rows]
+    ys = [r["cost"] for r in rows]
+    _log_axis(fig, "x", xs)
+    _log_axis(fig, "y", ys)
+    # room above and right of the highest and rightmost points, so every label is inside the plot
+    fig.update_xaxes(range=[math.log10(min(xs)) - 0.05, math.log10(max(xs)) + 0.15])
+    fig.update_yaxes(range=[math.log10(min(ys)) - 0.05, math.log10(max(ys)) + 0.12])
     return fig

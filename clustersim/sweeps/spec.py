@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from clustersim.compare import split_global_batch
 from clustersim.errors import InputError
 from clustersim.io import first_error
 from clustersim.scenario import (
@@ -221,25 +222,6 @@ class Sweep:
 
 def row_id(values: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def split_global_batch(scenario: Scenario, global_batch: int) -> Scenario:
-    """Micro-batch and gradient accumulation so that every step trains ``global_batch`` samples, split
-    over the data-parallel replicas (world / (tensor x pipeline): model-parallel ranks share a batch)."""
-    par = scenario.training.parallelism
-    p = scenario.cluster.world_size // (par.tensor * par.pipeline)
-    if global_batch % p:
-        what = "GPUs" if p == scenario.cluster.world_size else "data-parallel replicas"
-        raise InputError(
-            f"global batch {global_batch} does not split evenly over {p} {what}", key="global_batch"
-        )
-    share = global_batch // p
-    mb = min(scenario.workload.micro_batch, share)
-    while share % mb:
-        mb -= 1
-    return scenario.with_changes(
-        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
-    )
 
 
 def halve_micro_batch(scenario: Scenario) -> Scenario:
