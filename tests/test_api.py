@@ -106,7 +106,9 @@ def test_plan_chooses_within_the_deadline():
     answer = plan("BERT-Large", steps=100_000, deadline=72.0, global_batch=4096, samples=0)
     assert answer.chosen["ttt_h"] <= 72 and answer.text[0].startswith("Recommended")
     assert answer.to_dict()["chosen"] is answer.chosen
-    assert all(r["cost"] >= answer.chosen["cost"] for r in answer.runners_up)
+    # plan keeps the team's optimizer over one within 3% of its cost (the model's uncertainty): no runner-up
+    # is cheaper by more than that
+    assert all(r["cost"] >= 0.97 * answer.chosen["cost"] for r in answer.runners_up)
 
 
 def test_to_dataframe_with_pandas():
