@@ -117,21 +117,7 @@ def test_more_hbm_bandwidth_is_never_slower():
 
 def test_synchronous_device_runs_dispatch_and_kernels_in_series():
     """On a CPU 'device' the thread that dispatches an op also runs its kernels: no overlap."""
-    sc = validate_scenario(
-        {
-            "name": "cpu",
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "gpu": "CPU-2vCPU",
-                "intra_node": {"fabric": "pcie"},
-                "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
-            },
-            "workload": {"model": "BERT-Base", "micro_batch": 2, "seq_len": 32, "precision": "fp32"},
-            "training": {"optimizer": "sgdm"},
-        },
-        "test",
-    )
+    sc = _cpu_scenario(2)
     result = simulate(sc)
     busy = sum(o.end - o.start for o in result.ops if o.stream in ("compute", "dispatch"))
     assert result.iteration_time == pytest.approx(busy, rel=1e-9)
