@@ -150,6 +150,115 @@ def calibrate_import(
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")
 
 
+@calibrate_app.command("import-trace")
+@user_errors
+def calibrate_import_trace(
+    trace: Path = typer.Argument(..., help="torch.profiler Kineto JSON trace (.json or .json.gz)."),
+    et: Optional[Path] = typer.Option(
+        None, "--et", help="The same job's PyTorch execution trace (parameter tensors and count)."
+    ),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name the scenario uses."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Micro-batch of the trace."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, help="Sequence length (ResNet: image side)."
+    ),
+    step_time: Optional[float] = typer.Option(
+        None,
+        "--step-time",
+        help="The same step timed without the profiler, in seconds (measures its overhead).",
+    ),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists)."),
+    base: Optional[Path] = typer.Option(
+        None, "--profile", help="Profile to add to (default: --out when it exists)."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """A model's measured compute from your own training job's torch.profiler trace: per phase
+    (forward, backward, optimizer) host dispatch time, device busy time and kernel count, and the
+    per-op dispatch rates, stored in a profile."""
+    import sys
+
+    from clustersim.calibration.trace_import import import_trace
+    from clustersim.cli_support import finite_option
+
+    check_writable_file(out)
+    step_time = finite_option(step_time, "--step-time")
+    profile, report = import_trace(
+        trace, out, et, model, micro_batch, seq_len, step_time, base, "clustersim " + " ".join(sys.argv[1:])
+    )
+    if json_out:
+        emit_json(report)
+        return
+    phases = report["phases"]
+    console.print(
+        table(
+            f"{trace.name}: {report['steps_used']} of {report['steps_in_trace']} step(s), {report['device']}",
+            ["phase", "profiled ms", "ops", "kernels", "host ms", "device ms"],
+            [
+                [
+                    name,
+                    _ms(p["profiled_wall_s"]),
+                    f"{p['ops']:,.0f}",
+                    f"{p['kernels']:,.0f}",
+                    _ms(p["host_s"]),
+                    _ms(p["device_s"]),
+                ]
+                for name, p in phases.items()
+            ],
+        )
+    )
+    console.print(
+        f"profiler overhead {report['profiler_overhead_s_per_op'] * 1e6:.2f} µs per op "
+        f"({report['profiler_overhead_source']})"
+    )
+    _print_compute(profile)
+    note = "" if report["model_compute"] else " (dispatch rates only: name --model, --micro-batch, --seq-len)"
+    console.print(f"profile written to [bold]{out}[/]{note}")
+
+
+def _print_compute(p) -> None:
+    """A profile's measured model compute and dispatch rates."""
+    for m in p.model_compute:
+        fp = m.fingerprint
+        console.print(
+            table(
+                f"{m.model} seq {m.seq_len}, micro-batches {m.micro_batches} on {fp.device} "
+                f"({fp.precision}, {fp.execution}{', ' + fp.attention if fp.attention else ''}): "
+                "time = intercept + per-sample x micro-batch",
+                ["phase", "host ms", "host ms/sample", "device ms", "device ms/sample", "kernels"],
+                [
+                    [
+                        name,
+                        _ms(ph.host_s.intercept_s),
+                        _ms(ph.host_s.per_sample_s),
+                        _ms(ph.device_s.intercept_s),
+                        _ms(ph.device_s.per_sample_s),
+                        ph.kernels,
+                    ]
+                    for name, ph in (
+                        ("forward", m.forward),
+                        ("backward", m.backward),
+                        ("optimizer", m.optimizer),
+                    )
+                ],
+            )
+        )
+        if m.holdout is not None:
+            h = m.holdout
+            console.print(
+                f"held out micro-batch {h.micro_batch}: measured {_ms(h.measured_s)} ms, predicted "
+                f"{_ms(h.predicted_s)} ms ({100 * h.rel_error:+.1f}%)"
+            )
+    d = p.dispatch
+    if d is not None:
+        console.print(
+            f"dispatch rates ({d.fingerprint.device}): host {d.host_s_per_kernel_forward * 1e6:.1f} µs per "
+            f"forward kernel, {d.host_s_per_kernel_backward * 1e6:.1f} µs per backward kernel, "
+            f"{d.host_s_per_param_tensor * 1e6:.1f} µs per parameter tensor in the optimizer; device "
+            f"{d.device_s_per_kernel * 1e6:.2f} µs fixed per kernel"
+        )
+
+
 @calibrate_app.command("check")
 @user_errors
 def calibrate_check(
@@ -320,6 +429,8 @@ def _print_profile(p) -> None:
                 ],
             )
         )
+    if p.model_compute or p.dispatch is not None:
+        _print_compute(p)
     if p.collectives:
         rows = []
         for f in p.collectives:
