@@ -264,4 +264,38 @@ def test_hf_config_needs_transformers(runner, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "bert", "architectures": ["BertForPreTraining"]}))
     result = runner.invoke(app, ["calibrate", "model", "--hf-config", str(config), "--device", "cpu"])
-    assert result.exit_code == 2 and "pip install transformers" in result.output
+    assert result.exit_code == 2 and "needs the transformers package" in result.output
+
+
+def test_a_hugging_face_config(runner, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "tiny-bert"
+    transformers.BertConfig(
+        vocab_size=500,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        architectures=["BertForPreTraining"],
+    ).save_pretrained(folder)
+    out = tmp_path / "p.json"
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "model",
+            "--hf-config",
+            str(folder / "config.json"),
+            "--seq-len",
+            "16",
+            "--out",
+            str(out),
+        ]
+        + QUICK
+        + ["--micro-batches", "1,2,3", "--holdout", "4"],
+    )
+    assert result.exit_code == 0, result.output
+    (mc,) = load_profile(str(out)).model_compute
+    assert (mc.model, mc.seq_len) == ("tiny-bert", 16)
+    assert mc.fingerprint.attention in ("sdpa", "eager") and mc.forward.kernels > 0

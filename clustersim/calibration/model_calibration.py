@@ -152,7 +152,8 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
         import transformers
     except ImportError:
         raise InputError(
-            "--hf-config needs the transformers package: pip install transformers", key="--hf-config"
+            "--hf-config needs the transformers package: pip install 'clustersim[hf]' (or transformers)",
+            key="--hf-config",
         ) from None
     path = Path(choice.hf_config)
     try:
@@ -172,6 +173,8 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
     def make(micro_batch: int):
         if "model" not in cache:
             cache["model"] = cls._from_config(config).to(device)
+            # the attention kernel is chosen when the model is made ("sdpa", "eager", ...)
+            runner.attention = getattr(cache["model"].config, "_attn_implementation", None)
         ids = torch.randint(0, vocab, (micro_batch, seq), device=device)
         batch = {"input_ids": ids, "labels": ids}
         if "ForPreTraining" in (architecture or "") and hasattr(config, "type_vocab_size"):
@@ -183,7 +186,7 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
         loss=lambda m, b: _loss(_call(m, b)),
         attention=getattr(config, "_attn_implementation", None),
     )
-    name = choice.name or getattr(config, "name_or_path", None) or architecture or path.name
+    name = choice.name or (path.parent.name if path.is_file() else path.name)
     return Resolved(runner, name, seq, None, lambda: len(list(cache["model"].parameters())))
 
 
