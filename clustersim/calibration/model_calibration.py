@@ -229,25 +229,29 @@ def calibrate_model(
     say = progress or (lambda message: None)
     say(f"per-op dispatch and profiler cost on {device}")
     costs = model_timing.op_costs(torch, device)
-    measured = []
     sizes = sorted(set(micro_batches)) + ([holdout] if holdout is not None else [])
-    for b in sizes:
-        say(
-            f"{resolved.name}: micro-batch {b} ({len(measured) + 1} of {len(sizes)}), "
-            f"{steps} steps on {device}"
+    say(f"{resolved.name}: micro-batches {', '.join(map(str, sizes))} on {device}, {steps} steps each")
+    try:
+        measured = model_timing.measure(
+            torch,
+            resolved.runner,
+            sizes,
+            device,
+            precision,
+            optimizer,
+            steps,
+            warmup,
+            costs,
+            progress=lambda message: say(f"{resolved.name}: {message}"),
         )
-        try:
-            m = model_timing.measure_micro_batch(
-                torch, resolved.runner, b, device, precision, optimizer, steps, warmup, costs
-            )
-        except (RuntimeError, ValueError) as exc:  # out of memory, a shape the model refuses
-            raise InputError(
-                f"micro-batch {b} failed on {device}: {str(exc).splitlines()[0][:200]}", key="--micro-batches"
-            ) from None
-        measured.append(m)
+    except (RuntimeError, ValueError) as exc:  # out of memory, a shape the model refuses
+        raise InputError(
+            f"the model failed on {device}: {str(exc).splitlines()[0][:200]}", key="--micro-batches"
+        ) from None
+    for m in measured:
         p = m.phases
         say(
-            f"{resolved.name}: micro-batch {b}: step {m.step_wall_s() * 1e3:.2f} ms (forward "
+            f"{resolved.name}: micro-batch {m.micro_batch}: step {m.step_wall_s() * 1e3:.2f} ms (forward "
             f"{p['forward'].wall_s * 1e3:.2f}, backward {p['backward'].wall_s * 1e3:.2f}, optimizer "
             f"{p['optimizer'].wall_s * 1e3:.2f})"
         )

@@ -160,35 +160,42 @@ def _autocast(torch, device: str, precision: str):
     return torch.autocast(device_type=device, dtype=dtype)
 
 
-def measure_micro_batch(
+def measure(
     torch,
     runner: Runner,
-    micro_batch: int,
+    micro_batches: list[int],
     device: str,
     precision: str,
     optimizer: str,
     steps: int,
     warmup: int,
     costs: OpCosts,
-) -> Measured:
-    """Time ``steps`` steps without the profiler and ``max(3, steps // 2)`` under it (after ``warmup``);
-    ``costs`` are this machine's per-op costs (``op_costs``)."""
-    model, batch = runner.make(micro_batch)
-    model.train()
-    opt = _optimizer(torch, [p for p in model.parameters() if p.requires_grad], optimizer, device)
+    progress=None,
+) -> list[Measured]:
+    """Time every micro-batch size: ``warmup`` steps each, then ``steps`` rounds of one unprofiled
+    step per size (interleaved, so that a machine's changing load or clock touches every size
+    alike), then ``max(3, steps // 2)`` profiled steps per size. ``costs``: ``op_costs``."""
     sync = _sync(torch, device)
-    record = torch.profiler.record_function
     # One CPU thread does all the work when torch uses one: its CPU time is the phase's time, which
     # other processes on a shared machine do not inflate (wall time would count their time slices).
     clock = time.thread_time if device == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+    contexts, optimizers = {}, {}
+    for b in micro_batches:
+        model, batch = runner.make(b)
+        model.train()
+        if id(model) not in optimizers:  # one optimizer per model: sizes that share it share its state
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizers[id(model)] = _optimizer(torch, params, optimizer, device)
+        contexts[b] = (model, batch, optimizers[id(model)])
+    say = progress or (lambda message: None)
 
-    def step(marks: bool):
+    def step(b: int, marks: bool):
+        model, batch, opt = contexts[b]
         times = {}
         for name in PHASES:
             sync()
             t0 = clock()
-            ctx = record(PHASE_LABEL.format(name)) if marks else _null()
-            with ctx:
+            with torch.profiler.record_function(PHASE_LABEL.format(name)) if marks else _null():
                 if name == "forward":
                     with _autocast(torch, device, precision):
                         loss = runner.loss(model, batch)
@@ -202,20 +209,35 @@ def measure_micro_batch(
             times[name] = (t1 - t0, clock() - t0)
         return times
 
-    for _ in range(warmup):
-        step(False)
-    plain = [step(False) for _ in range(steps)]
+    for b in micro_batches:
+        say(f"micro-batch {b}: {warmup} warm-up steps")
+        for _ in range(warmup):
+            step(b, False)
+    plain: dict[int, list] = {b: [] for b in micro_batches}
+    for i in range(steps):
+        say(f"round {i + 1} of {steps}: one step at each of {len(micro_batches)} micro-batch sizes")
+        for b in micro_batches:
+            plain[b].append(step(b, False))
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    profiled_steps = max(3, steps // 2)
-    with torch.profiler.profile(activities=activities) as prof:
-        profiled = [step(True) for _ in range(profiled_steps)]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-    phases = _phases_from_trace(trace, device, dispatch_only_ops(torch))
+    dispatch_only = dispatch_only_ops(torch)
+    out = []
+    for b in micro_batches:
+        say(f"micro-batch {b}: profiled steps")
+        with torch.profiler.profile(activities=activities) as prof:
+            profiled = [step(b, True) for _ in range(max(3, steps // 2))]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            trace = json.loads(path.read_text())
+        out.append(
+            _summarise(b, plain[b], profiled, _phases_from_trace(trace, device, dispatch_only), device, costs)
+        )
+    return out
+
+
+def _summarise(b: int, plain: list, profiled: list, phases: dict, device: str, costs: "OpCosts") -> Measured:
     out = {}
     for name in PHASES:
         wall = statistics.median(t[name][1] for t in plain)
@@ -238,7 +260,7 @@ def measure_micro_batch(
             profiled_wall_s=statistics.median(t[name][1] for t in profiled),
             kernel_durations_s=got["durations"],
         )
-    return Measured(micro_batch, out)
+    return Measured(b, out)
 
 
 @dataclass(frozen=True)
