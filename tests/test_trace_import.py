@@ -258,3 +258,18 @@ def test_a_profile_of_another_device_is_refused(runner, tmp_path):
     )
     result = runner.invoke(app, ["calibrate", "import-trace", str(RESNET), "--out", str(out)])
     assert "A100-SXM" in _one_line(result, str(out))
+
+
+def test_optimizer_annotations_split_steps_with_zero_grad_first():
+    """A loop that calls zero_grad before the forward: each step still gets one zero_grad and one
+    optimizer step, and the forward starts after the zero_grad."""
+    events = []
+    for i in range(3):
+        t0 = 100.0 * i
+        events.append(_span("user_annotation", "Optimizer.zero_grad#SGD.zero_grad", t0, 2))
+        events += _synthetic_step(t0 + 5, 10 * i)
+    a = ti.analyse({"traceEvents": events}, "synthetic")
+    assert len(a.steps) == 3
+    for step in a.steps[1:]:
+        assert {p: step.phases[p].kernels for p in ti.PHASES} == {"forward": 1, "backward": 1, "optimizer": 1}
+        assert step.phases["forward"].events == 1 and step.phases["optimizer"].events == 1
