@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors
+from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors, with_catalogs
 from clustersim.cli_support import ms as _ms
+from clustersim.errors import InputError
 from clustersim.io import check_writable_file
 from clustersim.units import format_bytes
 
@@ -148,6 +149,231 @@ def calibrate_import(
     parsed = [parse_file(f, op, ranks, nodes) for f in files]
     profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out, _cluster(cluster))
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")
+
+
+@calibrate_app.command("model")
+@user_errors
+@with_catalogs
+def calibrate_model(
+    model: Optional[str] = typer.Option(None, "--model", help="Catalog model (shipped or --catalog)."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="Scenario file or preset: its workload."),
+    hf_config: Optional[Path] = typer.Option(
+        None, "--hf-config", help="Hugging Face config.json (needs transformers)."
+    ),
+    module: Optional[str] = typer.Option(
+        None, "--module", help="MODULE:FUNCTION returning (nn.Module, batch); see docs/gpu-compute.md."
+    ),
+    name: Optional[str] = typer.Option(None, "--name", help="Name to store it under (default: the model's)."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Fewer layers (stored as NAME-<N>L)."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, help="Default: the model's (ResNet: image side)."
+    ),
+    micro_batches: str = typer.Option("2,4,8", "--micro-batches", help="At least 3 sizes to fit."),
+    holdout: Optional[int] = typer.Option(
+        6, "--holdout", min=1, help="A size left out of the fit and predicted."
+    ),
+    device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
+    precision: Optional[str] = typer.Option(
+        None,
+        "--precision",
+        help="fp32 | bf16 | fp16 autocast (default: the scenario's, else bf16 on cuda, fp32 on cpu).",
+    ),
+    attention: str = typer.Option("sdpa", "--attention", help="Catalog transformers: sdpa | eager."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw (fused on cuda) | sgd (momentum 0.9)."),
+    steps: int = typer.Option(10, "--steps", min=2, help="Timed steps per micro-batch (median)."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (cpu)."),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists)."),
+    base: Optional[Path] = typer.Option(
+        None, "--profile", help="Profile to add to (default: --out when it exists)."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Time your model on this machine: per phase (forward, backward, optimizer) host dispatch time,
+    device busy time and kernel count at several micro-batch sizes, fitted linear in the micro-batch,
+    one size held out and predicted, stored in a profile with the software's fingerprint."""
+    import sys
+
+    from clustersim.calibration.model_calibration import ModelChoice, calibrate_model
+
+    check_writable_file(out)
+    if attention not in ("sdpa", "eager"):
+        raise InputError(f"unknown attention {attention!r} (sdpa or eager)", key="--attention")
+    if optimizer not in ("adamw", "sgd"):
+        raise InputError(f"unknown optimizer {optimizer!r} (adamw or sgd)", key="--optimizer")
+    sizes = _int_list(micro_batches, "--micro-batches")
+    choice = ModelChoice(model, scenario, hf_config, module, layers, name)
+    command = "clustersim " + " ".join(sys.argv[1:])
+    with spinner("calibrate model", json_out) as progress:
+        profile, report = calibrate_model(
+            choice,
+            device,
+            sizes,
+            holdout,
+            seq_len,
+            precision,
+            attention,
+            optimizer,
+            steps,
+            warmup,
+            out,
+            base,
+            threads,
+            progress=progress,
+            command=command,
+        )
+    if json_out:
+        emit_json(report)
+        return
+    rows = []
+    for m in report["measured"]:
+        for phase, p in m["phases"].items():
+            rows.append(
+                [
+                    f"{m['micro_batch']}{' (held out)' if m['held_out'] else ''}",
+                    phase,
+                    _ms(p["wall_s"]),
+                    _ms(p["host_s"]),
+                    _ms(p["device_s"]),
+                    p["kernels"],
+                    p["ops"],
+                    _ms(p["profiled_wall_s"]),
+                ]
+            )
+    console.print(
+        table(
+            f"{report['model']} seq {report['seq_len']} on {report['device']} "
+            f"({report['precision']}), times in ms",
+            ["micro-batch", "phase", "wall", "host", "device", "kernels", "ops", "profiled"],
+            rows,
+        )
+    )
+    if report["profiler_overhead_s_per_op"] is not None:
+        console.print(
+            f"profiler cost {report['profiler_overhead_s_per_op'] * 1e6:.2f} µs per recorded op "
+            "(measured here, removed from the host times)"
+        )
+    _print_compute(profile)
+    console.print(f"profile written to [bold]{out}[/]")
+
+
+def _int_list(text: str, key: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{text!r} is not a comma-separated list of integers", key=key) from None
+    if any(v <= 0 for v in values):
+        raise InputError("sizes must be positive", key=key)
+    return values
+
+
+@calibrate_app.command("import-trace")
+@user_errors
+def calibrate_import_trace(
+    trace: Path = typer.Argument(..., help="torch.profiler Kineto JSON trace (.json or .json.gz)."),
+    et: Optional[Path] = typer.Option(
+        None, "--et", help="The same job's PyTorch execution trace (parameter tensors and count)."
+    ),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name the scenario uses."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Micro-batch of the trace."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", min=1, help="Sequence length (ResNet: image side)."
+    ),
+    step_time: Optional[float] = typer.Option(
+        None,
+        "--step-time",
+        help="The same step timed without the profiler, in seconds (measures its overhead).",
+    ),
+    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists)."),
+    base: Optional[Path] = typer.Option(
+        None, "--profile", help="Profile to add to (default: --out when it exists)."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """A model's measured compute from your own training job's torch.profiler trace: per phase
+    (forward, backward, optimizer) host dispatch time, device busy time and kernel count, and the
+    per-op dispatch rates, stored in a profile."""
+    import sys
+
+    from clustersim.calibration.trace_import import import_trace
+    from clustersim.cli_support import finite_option
+
+    check_writable_file(out)
+    step_time = finite_option(step_time, "--step-time")
+    profile, report = import_trace(
+        trace, out, et, model, micro_batch, seq_len, step_time, base, "clustersim " + " ".join(sys.argv[1:])
+    )
+    if json_out:
+        emit_json(report)
+        return
+    phases = report["phases"]
+    console.print(
+        table(
+            f"{trace.name}: {report['steps_used']} of {report['steps_in_trace']} step(s), {report['device']}",
+            ["phase", "profiled ms", "ops", "kernels", "host ms", "device ms"],
+            [
+                [
+                    name,
+                    _ms(p["profiled_wall_s"]),
+                    f"{p['ops']:,.0f}",
+                    f"{p['kernels']:,.0f}",
+                    _ms(p["host_s"]),
+                    _ms(p["device_s"]),
+                ]
+                for name, p in phases.items()
+            ],
+        )
+    )
+    console.print(
+        f"profiler overhead {report['profiler_overhead_s_per_op'] * 1e6:.2f} µs per op "
+        f"({report['profiler_overhead_source']})"
+    )
+    _print_compute(profile)
+    note = "" if report["model_compute"] else " (dispatch rates only: name --model, --micro-batch, --seq-len)"
+    console.print(f"profile written to [bold]{out}[/]{note}")
+
+
+def _print_compute(p) -> None:
+    """A profile's measured model compute and dispatch rates."""
+    for m in p.model_compute:
+        fp = m.fingerprint
+        console.print(
+            table(
+                f"{m.model} seq {m.seq_len}, micro-batches {m.micro_batches} on {fp.device} "
+                f"({fp.precision}, {fp.execution}{', ' + fp.attention if fp.attention else ''}): "
+                "time = intercept + per-sample x micro-batch",
+                ["phase", "host ms", "host ms/sample", "device ms", "device ms/sample", "kernels"],
+                [
+                    [
+                        name,
+                        _ms(ph.host_s.intercept_s),
+                        _ms(ph.host_s.per_sample_s),
+                        _ms(ph.device_s.intercept_s),
+                        _ms(ph.device_s.per_sample_s),
+                        ph.kernels,
+                    ]
+                    for name, ph in (
+                        ("forward", m.forward),
+                        ("backward", m.backward),
+                        ("optimizer", m.optimizer),
+                    )
+                ],
+            )
+        )
+        if m.holdout is not None:
+            h = m.holdout
+            console.print(
+                f"held out micro-batch {h.micro_batch}: measured {_ms(h.measured_s)} ms, predicted "
+                f"{_ms(h.predicted_s)} ms ({100 * h.rel_error:+.1f}%)"
+            )
+    d = p.dispatch
+    if d is not None:
+        console.print(
+            f"dispatch rates ({d.fingerprint.device}): host {d.host_s_per_kernel_forward * 1e6:.1f} µs per "
+            f"forward kernel, {d.host_s_per_kernel_backward * 1e6:.1f} µs per backward kernel, "
+            f"{d.host_s_per_param_tensor * 1e6:.1f} µs per parameter tensor in the optimizer; device "
+            f"{d.device_s_per_kernel * 1e6:.2f} µs fixed per kernel"
+        )
 
 
 @calibrate_app.command("check")
@@ -320,6 +546,8 @@ def _print_profile(p) -> None:
                 ],
             )
         )
+    if p.model_compute or p.dispatch is not None:
+        _print_compute(p)
     if p.collectives:
         rows = []
         for f in p.collectives:

@@ -53,14 +53,14 @@ def _op_fn(dist, torch, op: str, nbytes: int, world: int, device: str, group=Non
         src = dist.get_global_rank(group, 0) if group is not None else 0
         return lambda: dist.broadcast(x, src=src, group=group)
     if op == "all_gather":
-        shard = x[: n // world].clone()
-        out = [torch.empty_like(shard) for _ in range(world)]
+        shard = torch.ones(n // world, device=device)
+        out = [torch.empty(n // world, device=device) for _ in range(world)]
         return lambda: dist.all_gather(out, shard, group=group)
     if op == "reduce_scatter":
         out = torch.empty(n // world, device=device)
         return lambda: dist.reduce_scatter_tensor(out, x, group=group)
     if op == "all_to_all":
-        out = torch.empty_like(x)
+        out = torch.empty(n, device=device)
         return lambda: dist.all_to_all_single(out, x, group=group)
     raise ValueError(op)
 
@@ -73,8 +73,8 @@ def subgroups(hosts: list[str], subgroups: bool) -> list[tuple[list[int], int, i
     by_node = {h: [r for r, x in enumerate(hosts) if x == h] for h in order}
     per_node = min(len(v) for v in by_node.values())
     groups = [(list(range(len(hosts))), len(order), len(hosts) // len(order))]
-    if not subgroups:
-        return groups
+    if not subgroups:  # a group of one rank has no collective to time (main() measures launch latency)
+        return [g for g in groups if len(g[0]) > 1]
     k = 2
     while k < len(order):
         groups.append(([r for h in order[:k] for r in by_node[h]], k, per_node))
@@ -160,7 +160,8 @@ def _sweep_group(
             # Time a batch of k back-to-back ops per sample so the skew with which ranks leave the
             # barrier (tens to hundreds of microseconds on loaded hosts) is amortised; k is agreed
             # across ranks from the slowest rank's single-op time.
-            probe = torch.tensor([_timed(fn, sync)], dtype=torch.float64)
+            # Every tensor a collective sees lives on the sweep's device: NCCL has no CPU backend.
+            probe = torch.tensor([_timed(fn, sync)], dtype=torch.float64, device=device)
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
             k = max(1, min(200, int(batch_s / max(probe.item(), 1e-7))))
             durations = []
@@ -171,10 +172,10 @@ def _sweep_group(
                     fn()
                 sync()
                 durations.append((time.perf_counter() - t0) / k)
-            t = torch.tensor(durations, dtype=torch.float64)
-            slowest = [torch.zeros_like(t) for _ in range(size)]
+            t = torch.tensor(durations, dtype=torch.float64, device=device)
+            slowest = [torch.zeros(len(durations), dtype=torch.float64, device=device) for _ in range(size)]
             dist.all_gather(slowest, t, group=group)
-            per_rep = torch.stack(slowest).max(dim=0).values.tolist()
+            per_rep = [max(col) for col in zip(*(s.tolist() for s in slowest))]
             timing = summarize(per_rep)
             n = max(size, nbytes // 4)
             n -= n % size

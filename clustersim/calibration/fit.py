@@ -216,13 +216,16 @@ def build_profile(raw: dict, cluster=None) -> dict:
                 copies[key] = r
         host["copy_gbs"] = {k: r["bytes"] / r["median_s"] / 1e9 for k, r in copies.items()}
     profile["host"] = host
-    if raw.get("collectives"):
+    # A single rank moves no data between devices: its "collective" times are launch latency, not
+    # bandwidth, so one-rank records are never fitted (launch_latency_s carries them).
+    shared = [r for r in raw.get("collectives") or [] if int(r["nodes"]) * int(r["gpus_per_node"]) > 1]
+    if shared:
         src = f"{raw.get('backend', 'torch.distributed')} sweep, {prov.get('source', '')}".strip(", ")
-        profile["collectives"] = [f.model_dump() for f in fit_collectives(raw["collectives"], src)]
+        profile["collectives"] = [f.model_dump() for f in fit_collectives(shared, src)]
         spec = measured_cluster(raw, cluster)
         if spec is not None:
             backend = "nccl" if str(raw.get("backend", "nccl")).startswith("nccl") else str(raw["backend"])
-            network = fit_network(raw["collectives"], spec, backend, src)
+            network = fit_network(shared, spec, backend, src)
             if network is not None:
                 profile["network"] = network
     if raw.get("launch_latency_s") is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,19 +62,38 @@ def run_collective_sweep(ranks: int, device: str, quick: bool, progress=None, op
             cmd += ["--ops", ops]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        tail: list[str] = []
+        lines: list[str] = []
         assert proc.stdout is not None
         for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-8:]
+            lines = (lines + [line.rstrip()])[-400:]
             if progress:
                 progress(f"collectives: {line.strip()[:70]}")
         if proc.wait() != 0 or not out.exists():
             raise InputError(
-                f"the collective sweep failed (torchrun exit {proc.returncode}): "
-                + " | ".join(t for t in tail if t)[-400:],
+                f"the collective sweep failed (torchrun exit {proc.returncode}): {worker_error(lines)}",
                 key="collectives",
             )
         return json.loads(out.read_text())
+
+
+# "RuntimeError: ...", "torch.distributed.DistBackendError: ...", optionally behind torchrun's
+# "[rank0]: " prefix; torchrun's own ChildFailedError only says that a child failed, not why.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b:?.*)$"
+)
+
+
+def worker_error(lines: list[str]) -> str:
+    """The worker's own error from torchrun's output: the last exception line of a traceback that is
+    not torchrun's summary, else the last non-empty lines (a C++ abort prints no Python traceback)."""
+    found = [
+        m.group(1).strip()
+        for m in (_EXCEPTION_LINE.match(line.strip()) for line in lines)
+        if m and "ChildFailedError" not in m.group(1)
+    ]
+    if found:
+        return found[-1][:400]
+    return " | ".join(t for t in lines[-8:] if t.strip())[-400:]
 
 
 def calibrate(
@@ -91,12 +111,24 @@ def calibrate(
     raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
     raw.update(run_local(torch, device, quick, progress))
     n = ranks if ranks is not None else (torch.cuda.device_count() if device == "cuda" else 2)
-    if n >= 1 and (n > 1 or device == "cuda"):
+    if not (n >= 1 and (n > 1 or device == "cuda")):
+        return _write(raw, torch, device, command, n, out, raw_out, cluster)
+    # The local measurements are written before the collective sweep starts: a sweep that fails
+    # (a backend, a port, a driver) loses none of them, and a later run can redo only the sweep.
+    _write(raw, torch, device, command, n, out, raw_out, cluster)
+    try:
         sweep = run_collective_sweep(n, device, quick, progress)
-        for key in ("collectives", "collectives_skipped", "topology", "launch_latency_s", "backend"):
-            if key in sweep:
-                raw[key] = sweep[key]
-    raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=n)
+    except InputError as exc:
+        kept = f"{out}" + (f" and {raw_out}" if raw_out is not None else "")
+        raise InputError(f"{exc.message}; the local measurements are in {kept}", key=exc.key) from None
+    for key in ("collectives", "collectives_skipped", "topology", "launch_latency_s", "backend"):
+        if key in sweep:
+            raw[key] = sweep[key]
+    return _write(raw, torch, device, command, n, out, raw_out, cluster)
+
+
+def _write(raw: dict, torch, device: str, command: str, ranks: int, out: Path, raw_out, cluster) -> Profile:
+    raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=ranks)
     if raw_out is not None:
         write_json_atomically(raw_out, raw)
     return save_profile(raw, out, cluster)

@@ -1,0 +1,65 @@
+"""Store a model's measured compute (ModelCompute) and per-op dispatch rates in a profile.
+
+``calibrate model`` and ``calibrate import-trace`` add to a profile rather than replace it: the
+GEMM, memory and collective measurements of ``calibrate run`` stay, an entry for the same model,
+sequence length and precision is replaced, others are kept. A profile of another device is refused,
+since a profile describes one device type.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clustersim.calibration.profile import (
+    FORMAT,
+    FORMAT_VERSION,
+    DispatchRates,
+    ModelCompute,
+    Profile,
+    load_profile,
+    parse_profile,
+)
+from clustersim.errors import InputError
+from clustersim.io import write_json_atomically
+
+
+def same_entry(a: ModelCompute, b: ModelCompute) -> bool:
+    """Entries the simulator would look up by the same key (model, sequence length, precision)."""
+    return (a.model, a.seq_len, a.fingerprint.precision) == (b.model, b.seq_len, b.fingerprint.precision)
+
+
+def store(
+    out: Path,
+    device: str,
+    provenance: dict,
+    model_compute: ModelCompute | None,
+    dispatch: DispatchRates | None,
+    base: Path | None = None,
+) -> Profile:
+    """Merge into ``base`` (default: ``out`` when it exists) and write ``out`` atomically."""
+    source = base if base is not None else (out if Path(out).exists() else None)
+    if source is not None:
+        data = load_profile(str(source)).model_dump()
+        if data["device"] != device:
+            raise InputError(
+                f"this profile is for device {data['device']!r} but the measurement is from {device!r}; "
+                "a profile holds one device type (write another --out)",
+                source=str(source),
+                key="device",
+            )
+        data["format_version"] = FORMAT_VERSION
+    else:
+        data = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "device": device,
+            "provenance": provenance,
+        }
+    if model_compute is not None:
+        kept = [m for m in data.get("model_compute", []) if not same_entry(ModelCompute(**m), model_compute)]
+        data["model_compute"] = kept + [model_compute.model_dump()]
+    if dispatch is not None:
+        data["dispatch"] = dispatch.model_dump()
+    profile = parse_profile(data, str(out))
+    write_json_atomically(out, profile.model_dump(mode="json"))
+    return profile

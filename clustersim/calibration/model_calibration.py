@@ -1,0 +1,311 @@
+"""Which model ``calibrate model`` times, and the run from measurement to the stored profile entry.
+
+A model comes from one of: a catalog name (shipped or a ``--catalog`` file's, optionally with fewer
+``--layers`` for a quick run, stored under its own name), a scenario's ``workload.model``, a Hugging
+Face ``config.json`` (through ``transformers``, when installed), or ``module:function``, the user's
+own code, called as ``function(micro_batch=..., seq_len=..., device=...)`` and returning
+``(nn.Module, batch)``; the module's output, called with the batch (a dict as keyword arguments, a
+tuple as positional ones, else one argument), is the loss or has a ``loss``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from clustersim.calibration.model_timing import Runner
+from clustersim.errors import InputError
+
+
+@dataclass
+class ModelChoice:
+    catalog: str | None = None
+    scenario: str | None = None
+    hf_config: Path | None = None
+    module: str | None = None
+    layers: int | None = None
+    name: str | None = None
+
+    def check(self) -> None:
+        given = [x for x in (self.catalog, self.scenario, self.hf_config, self.module) if x is not None]
+        if len(given) != 1:
+            raise InputError(
+                "name exactly one model: --model NAME, --scenario FILE, --hf-config PATH "
+                "or --module MOD:FUNC",
+                key="--model",
+            )
+        if self.layers is not None and self.catalog is None and self.scenario is None:
+            raise InputError("--layers applies to a catalog model (--model or --scenario)", key="--layers")
+
+
+@dataclass
+class Resolved:
+    runner: Runner
+    name: str
+    seq_len: int
+    precision: str | None  # the scenario's, when it names one
+    param_tensors: Callable[[], int]
+
+
+def resolve(torch, choice: ModelChoice, seq_len: int | None, device: str, attention: str) -> Resolved:
+    choice.check()
+    if choice.module is not None:
+        return _user_module(torch, choice, seq_len, device)
+    if choice.hf_config is not None:
+        return _hugging_face(torch, choice, seq_len, device)
+    precision = None
+    name = choice.catalog
+    if choice.scenario is not None:
+        from clustersim.scenario import load_scenario
+
+        workload = load_scenario(choice.scenario).workload
+        if workload.model is None:
+            raise InputError(
+                "the scenario's workload has custom layers, not a model to build", key="workload.model"
+            )
+        name, precision = workload.model, workload.precision
+        seq_len = seq_len or workload.seq_len
+    return _catalog(torch, name, choice, seq_len, device, attention, precision)
+
+
+def _catalog(torch, name, choice, seq_len, device, attention, precision) -> Resolved:
+    from clustersim import catalog
+    from clustersim.calibration.torch_models import batch, build, loss_of
+
+    arch = catalog.model(name)
+    name = next(k for k in catalog.models() if k.lower() == name.lower())
+    if choice.layers is not None:
+        if arch.family != "transformer":
+            raise InputError("--layers applies to transformer models", key="--layers")
+        arch = arch.model_copy(update={"layers": choice.layers})
+        name = f"{name}-{choice.layers}L"
+    if seq_len is None:
+        seq_len = arch.image_size if arch.family == "resnet" else arch.default_seq_len
+    if arch.family == "transformer" and arch.max_positions and seq_len > arch.max_positions:
+        raise InputError(
+            f"--seq-len {seq_len} is longer than the model's {arch.max_positions} positions", key="--seq-len"
+        )
+    cache: dict = {}
+
+    def make(micro_batch: int):
+        if "model" not in cache:
+            cache["model"] = build(torch, arch, device, attention)
+        return cache["model"], batch(torch, arch, micro_batch, seq_len, device)
+
+    runner = Runner(make=make, loss=loss_of, attention=attention if arch.family == "transformer" else None)
+    return Resolved(
+        runner, choice.name or name, seq_len, precision, lambda: len(list(cache["model"].parameters()))
+    )
+
+
+def _call(model, batch):
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def _loss(output):
+    if hasattr(output, "loss") and output.loss is not None:
+        return output.loss
+    if isinstance(output, dict) and output.get("loss") is not None:
+        return output["loss"]
+    if hasattr(output, "backward") and getattr(output, "ndim", 1) == 0:
+        return output
+    raise InputError("the model's output is neither a scalar loss nor has a 'loss'", key="--module")
+
+
+def _user_module(torch, choice: ModelChoice, seq_len: int | None, device: str) -> Resolved:
+    spec = choice.module
+    mod_name, _, fn_name = spec.partition(":")
+    if not mod_name or not fn_name:
+        raise InputError(f"--module {spec!r} is not MODULE:FUNCTION", key="--module")
+    try:
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+    except ImportError as exc:
+        raise InputError(f"cannot import {mod_name!r} ({exc})", key="--module") from None
+    except AttributeError:
+        raise InputError(f"module {mod_name!r} has no {fn_name!r}", key="--module") from None
+    seq = seq_len or 1
+    cache: dict = {}
+
+    def make(micro_batch: int):
+        result = fn(micro_batch=micro_batch, seq_len=seq, device=device)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+            raise InputError(f"{spec} must return (nn.Module, batch)", key="--module")
+        model = result[0].to(device)
+        cache["model"] = model
+        return model, result[1]
+
+    runner = Runner(make=make, loss=lambda m, b: _loss(_call(m, b)), attention=None)
+    return Resolved(runner, choice.name or spec, seq, None, lambda: len(list(cache["model"].parameters())))
+
+
+def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) -> Resolved:
+    """A Hugging Face model from its config.json (random weights: timing needs no checkpoint)."""
+    try:
+        import transformers
+    except ImportError:
+        raise InputError(
+            "--hf-config needs the transformers package: pip install 'clustersim[hf]' (or transformers)",
+            key="--hf-config",
+        ) from None
+    path = Path(choice.hf_config)
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"not a Hugging Face config ({str(exc).splitlines()[0][:160]})", source=str(path)
+        ) from None
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    cls = getattr(transformers, architecture, None) if architecture else None
+    if cls is None:
+        cls = transformers.AutoModelForCausalLM
+    seq = seq_len or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
+    vocab = config.vocab_size
+    cache: dict = {}
+
+    def make(micro_batch: int):
+        if "model" not in cache:
+            cache["model"] = cls._from_config(config).to(device)
+            # the attention kernel is chosen when the model is made ("sdpa", "eager", ...)
+            runner.attention = getattr(cache["model"].config, "_attn_implementation", None)
+        ids = torch.randint(0, vocab, (micro_batch, seq), device=device)
+        batch = {"input_ids": ids, "labels": ids}
+        if "ForPreTraining" in (architecture or "") and hasattr(config, "type_vocab_size"):
+            batch["next_sentence_label"] = torch.zeros(micro_batch, dtype=torch.long, device=device)
+        return cache["model"], batch
+
+    runner = Runner(
+        make=make,
+        loss=lambda m, b: _loss(_call(m, b)),
+        attention=getattr(config, "_attn_implementation", None),
+    )
+    name = choice.name or (path.parent.name if path.is_file() else path.name)
+    return Resolved(runner, name, seq, None, lambda: len(list(cache["model"].parameters())))
+
+
+def calibrate_model(
+    choice: ModelChoice,
+    device: str,
+    micro_batches: list[int],
+    holdout: int | None,
+    seq_len: int | None,
+    precision: str | None,
+    attention: str,
+    optimizer: str,
+    steps: int,
+    warmup: int,
+    out: Path,
+    base: Path | None = None,
+    threads: int | None = None,
+    progress=None,
+    command: str = "clustersim calibrate model",
+):
+    """Measure, fit, store; returns (profile, report)."""
+    from clustersim.calibration import model_timing
+    from clustersim.calibration.compute_store import store
+    from clustersim.calibration.profile import Fingerprint
+    from clustersim.calibration.provenance import provenance
+    from clustersim.calibration.torch_support import catalog_name_for, require_torch, resolve_device
+
+    torch = require_torch()
+    device = resolve_device(torch, device)
+    if len(set(micro_batches)) < 3:
+        raise InputError("give at least 3 different micro-batch sizes to fit", key="--micro-batches")
+    if holdout is not None and holdout in micro_batches:
+        raise InputError("the held-out micro-batch must not be one of the fitted sizes", key="--holdout")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    resolved = resolve(torch, choice, seq_len, device, attention)
+    precision = precision or resolved.precision or ("bf16" if device == "cuda" else "fp32")
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise InputError(f"precision {precision!r}: fp32, bf16 or fp16", key="--precision")
+    say = progress or (lambda message: None)
+    say(f"per-op dispatch and profiler cost on {device}")
+    costs = model_timing.op_costs(torch, device)
+    sizes = sorted(set(micro_batches)) + ([holdout] if holdout is not None else [])
+    say(f"{resolved.name}: micro-batches {', '.join(map(str, sizes))} on {device}, {steps} steps each")
+    try:
+        measured = model_timing.measure(
+            torch,
+            resolved.runner,
+            sizes,
+            device,
+            precision,
+            optimizer,
+            steps,
+            warmup,
+            costs,
+            progress=lambda message: say(f"{resolved.name}: {message}"),
+        )
+    except (RuntimeError, ValueError) as exc:  # out of memory, a shape the model refuses
+        raise InputError(
+            f"the model failed on {device}: {str(exc).splitlines()[0][:200]}", key="--micro-batches"
+        ) from None
+    for m in measured:
+        p = m.phases
+        say(
+            f"{resolved.name}: micro-batch {m.micro_batch}: step {m.step_wall_s() * 1e3:.2f} ms (forward "
+            f"{p['forward'].wall_s * 1e3:.2f}, backward {p['backward'].wall_s * 1e3:.2f}, optimizer "
+            f"{p['optimizer'].wall_s * 1e3:.2f})"
+        )
+    held = measured.pop() if holdout is not None else None
+    fp = Fingerprint(
+        device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        torch=torch.__version__,
+        cuda=torch.version.cuda if device == "cuda" else None,
+        precision=precision,
+        autocast=precision != "fp32",
+        attention=resolved.runner.attention,
+        execution="eager",
+    )
+    overhead = model_timing.profiler_overhead_s(measured)
+    source = (
+        f"{command}: {len(measured)} micro-batches, {steps} steps each (median); a trivial op: "
+        f"{costs.dispatch_s * 1e6:.2f} us, the profiler's cost {costs.profiler_s * 1e6:.2f} us per op"
+    )
+    mc, rates = model_timing.fit(
+        measured, held, device, resolved.name, resolved.seq_len, fp, resolved.param_tensors(), source
+    )
+    prov = provenance(torch, device, command)
+    prov_fields = ("source", "date", "device_name", "device_count", "driver", "cuda", "torch", "cpu", "host")
+    prov = {k: v for k, v in prov.items() if k in prov_fields}
+    prov.setdefault("date", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    profile = store(out, catalog_name_for(torch, device), prov, mc, rates, base)
+    report = {
+        "model": resolved.name,
+        "seq_len": resolved.seq_len,
+        "device": fp.device,
+        "precision": precision,
+        "profiler_overhead_s_per_op": costs.profiler_s,
+        "trivial_op_s": costs.dispatch_s,
+        "profiler_overhead_in_steps_s_per_op": overhead,
+        "measured": [
+            {
+                "micro_batch": m.micro_batch,
+                "held_out": m is held,
+                "step_s": m.step_wall_s(),
+                "phases": {
+                    name: {
+                        "wall_s": p.wall_s,
+                        "host_s": p.host_s,
+                        "device_s": p.device_s,
+                        "kernels": p.kernels,
+                        "ops": p.ops,
+                        "profiled_wall_s": p.profiled_wall_s,
+                    }
+                    for name, p in m.phases.items()
+                },
+            }
+            for m in measured + ([held] if held is not None else [])
+        ],
+        "model_compute": mc.model_dump(),
+        "dispatch": rates.model_dump(exclude={"fingerprint"}),
+    }
+    return profile, report

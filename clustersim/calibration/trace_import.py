@@ -1,0 +1,518 @@
+"""`clustersim calibrate import-trace`: a model's measured compute from a user's own torch.profiler trace.
+
+A Kineto JSON trace (``torch.profiler`` with CPU and CUDA activities, what ``export_chrome_trace``
+or ``tensorboard_trace_handler`` writes) of a real training job holds every op the host dispatched
+and every kernel the device ran. Per training step it is split into phases:
+
+- steps: ``ProfilerStep#N`` annotations when the job called ``prof.step()``; else the optimizer's
+  own annotations (``Optimizer.step#...``, ``Optimizer.zero_grad#...``), one step per
+  ``Optimizer.step`` with the ``zero_grad`` that follows it;
+- forward: from the step's start on the main thread (the one that runs the optimizer) until the
+  autograd engine's thread starts the backward; backward: from then until the optimizer starts;
+  optimizer: its annotations (else what the main thread runs after the backward);
+- kernels, memsets and copies belong to the phase whose host thread launched them (the launch
+  is found through its correlation id); device busy = the union of their intervals.
+
+Host time is the phase's wall time on the host minus time blocked in synchronising calls (waiting
+for the device) minus the profiler's own cost, which is per recorded op: ``PROFILER_OVERHEAD_S`` by
+default (measured on an H200, see below), or derived from ``--step-time``, the same step measured
+without the profiler. The first step of a trace pays the profiler's warm-up, so with two or more
+steps the later ones are used (the median per quantity).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clustersim.calibration.profile import DispatchRates, Fingerprint, Linear, ModelCompute, PhaseMeasurement
+from clustersim.errors import InputError
+
+# The profiler's cost per recorded cpu_op event, from one NVIDIA H200 (PyTorch 2.11 eager, bf16
+# autocast, BERT-Large seq 128 micro-batch 16; ../shared/gpu/h200-dev-steps.json and its trace):
+# profiled forward 32.6 ms with 4,151 cpu_op events against 19.74 ms unprofiled, backward 64.1 ms
+# with 10,193 events against 31.32 ms; pooled: (12.86 + 32.78) ms / 14,344 events.
+PROFILER_OVERHEAD_S = (0.0326 - 0.01974 + 0.0641 - 0.03132) / (4151 + 10193)
+
+PHASES = ("forward", "backward", "optimizer")
+DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+# Host calls that block until the device catches up: their time is the device's, not dispatch.
+SYNC_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaStreamWaitEvent",
+    "cudaMemcpy",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+)
+
+
+@dataclass
+class Phase:
+    """One phase of one step as the trace shows it (times in seconds, profiled)."""
+
+    wall_s: float
+    sync_s: float
+    events: int
+    kernels: int
+    device_busy_s: float
+    kernel_durations_s: list[float] = field(default_factory=list, repr=False)
+
+    def host_s(self, overhead_s: float) -> float:
+        return max(0.0, self.wall_s - self.sync_s - overhead_s * self.events)
+
+
+@dataclass
+class Step:
+    phases: dict[str, Phase]
+    param_tensors: int
+
+
+@dataclass
+class TraceAnalysis:
+    source: str
+    steps: list[Step]
+    device_name: str
+    device_memory_gb: float | None
+    cuda: str | None
+    precision: str
+    attention: str | None
+    execution: str
+    params: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def used(self) -> list[Step]:
+        """The steps measured from: all but the first (the profiler's warm-up) when there are two or more."""
+        return self.steps[1:] if len(self.steps) > 1 else self.steps
+
+    def median(self, phase: str, what: str) -> float:
+        return statistics.median(getattr(s.phases[phase], what) for s in self.used)
+
+    def host_s(self, phase: str, overhead_s: float) -> float:
+        return statistics.median(s.phases[phase].host_s(overhead_s) for s in self.used)
+
+    def profiled_step_s(self) -> float:
+        return statistics.median(sum(p.wall_s for p in s.phases.values()) for s in self.used)
+
+    def events(self) -> float:
+        return statistics.median(sum(p.events for p in s.phases.values()) for s in self.used)
+
+
+def read_json(path: Path, what: str) -> dict:
+    """A JSON object from ``path``, gzipped or not; any damage is one InputError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{what} not found", source=str(path))
+    if not path.is_file():
+        raise InputError(f"{what} is not a regular file", source=str(path))
+    try:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gz else open
+        with opener(path, "rb") as fh:
+            data = json.loads(fh.read())
+    except (EOFError, gzip.BadGzipFile, OSError) as exc:
+        raise InputError(
+            f"cannot read {what} (truncated or corrupt gzip: {exc.__class__.__name__})", source=str(path)
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{what} is not JSON ({exc.__class__.__name__})", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} is not a JSON object", source=str(path))
+    return data
+
+
+def analyse(trace: dict, source: str) -> TraceAnalysis:
+    """Split a Kineto trace into steps and phases (see the module docstring)."""
+    events = trace.get("traceEvents")
+    if not isinstance(events, list):
+        raise InputError(
+            "no traceEvents list: not a torch.profiler (Kineto) trace", source=source, key="traceEvents"
+        )
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and _is_span(e)]
+    device_events = [e for e in spans if e.get("cat") in DEVICE_CATEGORIES]
+    if not any(e["cat"] == "kernel" for e in device_events):
+        raise InputError(
+            "no GPU kernels in the trace: profile with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
+            source=source,
+            key="traceEvents",
+        )
+    ops = [e for e in spans if e.get("cat") == "cpu_op"]
+    annotations = sorted((e for e in spans if e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
+    optimizer = [e for e in annotations if str(e.get("name", "")).startswith("Optimizer.")]
+    profiler_steps = [e for e in annotations if str(e.get("name", "")).startswith("ProfilerStep#")]
+    anchor = (profiler_steps or optimizer or [None])[0]
+    if anchor is None:
+        raise InputError(
+            "no training step found: neither ProfilerStep# (call prof.step() each step) nor "
+            "Optimizer.step# annotations",
+            source=source,
+        )
+    main = (anchor["pid"], anchor["tid"])
+    autograd = _autograd_threads(events, ops, main)
+    windows = (
+        [(e["ts"], e["ts"] + e["dur"]) for e in profiler_steps]
+        if profiler_steps
+        else _optimizer_windows(optimizer, ops, main)
+    )
+    launches = {
+        e["args"]["correlation"]: e
+        for e in spans
+        if e.get("cat") in LAUNCH_CATEGORIES
+        and isinstance(e.get("args"), dict)
+        and "correlation" in e["args"]
+    }
+    steps = []
+    for start, end in windows:
+        step = _step(start, end, ops, optimizer, launches, device_events, spans, main, autograd)
+        if step is not None:
+            steps.append(step)
+    if not steps:
+        raise InputError(
+            "no complete training step (forward, a backward on the autograd thread, optimizer)",
+            source=source,
+        )
+    props = (
+        (trace.get("deviceProperties") or [{}])[0] if isinstance(trace.get("deviceProperties"), list) else {}
+    )
+    names = [str(e.get("name", "")) for e in spans]
+    return TraceAnalysis(
+        source=source,
+        steps=steps,
+        device_name=str(props.get("name") or "unknown GPU"),
+        device_memory_gb=(props["totalGlobalMem"] / 2**30) if props.get("totalGlobalMem") else None,
+        cuda=_cuda_version(trace.get("cuda_runtime_version")),
+        precision=_precision(names),
+        attention=_attention(names),
+        execution=_execution(names),
+    )
+
+
+def _is_span(e: dict) -> bool:
+    return isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+
+
+def _autograd_threads(events: list, ops: list, main: tuple) -> set:
+    """Threads named by the profiler as the autograd engine's (pt_autograd_N); else every other thread
+    that ran ops."""
+    named = {
+        (e.get("pid"), e.get("tid"))
+        for e in events
+        if isinstance(e, dict)
+        and e.get("ph") == "M"
+        and e.get("name") == "thread_name"
+        and "autograd" in str((e.get("args") or {}).get("name", ""))
+    }
+    return named or {(e["pid"], e["tid"]) for e in ops} - {main}
+
+
+def _optimizer_windows(optimizer: list, ops: list, main: tuple) -> list[tuple[float, float]]:
+    """One step per Optimizer.step annotation on the main thread, ending after the zero_grad that
+    follows it."""
+    mine = [e for e in optimizer if (e["pid"], e["tid"]) == main]
+    first = min((e["ts"] for e in ops if (e["pid"], e["tid"]) == main), default=mine[0]["ts"])
+    windows, start = [], first
+    for i, e in enumerate(mine):
+        if ".step#" not in e["name"] and not e["name"].startswith("Optimizer.step"):
+            continue
+        end = e["ts"] + e["dur"]
+        nxt = mine[i + 1] if i + 1 < len(mine) else None
+        if nxt is not None and nxt["name"].startswith("Optimizer.zero_grad"):
+            end = nxt["ts"] + nxt["dur"]
+        windows.append((start, end))
+        start = end
+    return windows
+
+
+def _step(start, end, ops, optimizer, launches, device_events, spans, main, autograd) -> Step | None:
+    inside = [e for e in ops if start <= e["ts"] < end]
+    backward_ops = [e for e in inside if (e["pid"], e["tid"]) in autograd]
+    if not backward_ops:
+        return None
+    b0 = min(e["ts"] for e in backward_ops)
+    b1 = max(e["ts"] + e["dur"] for e in backward_ops)
+    opt = [e for e in optimizer if start <= e["ts"] < end and (e["pid"], e["tid"]) == main and e["ts"] >= b0]
+    o0 = min((e["ts"] for e in opt), default=b1)
+    bounds = {"forward": (start, b0), "backward": (b0, o0), "optimizer": (o0, end)}
+    phases = {}
+    for name, (a, b) in bounds.items():
+        phases[name] = _phase(
+            a, b, inside, launches, device_events, spans, main if name != "backward" else None, autograd
+        )
+    param_tensors = sum(
+        1
+        for e in backward_ops
+        if str(e.get("name", "")).startswith("autograd::engine::evaluate_function: ")
+        and str(e["name"]).endswith("AccumulateGrad")
+    )
+    return Step(phases, param_tensors)
+
+
+def _phase(a, b, inside, launches, device_events, spans, host_thread, autograd) -> Phase:
+    threads = {host_thread} if host_thread is not None else autograd
+    mine = [e for e in inside if a <= e["ts"] < b]
+    sync = sum(
+        e["dur"]
+        for e in spans
+        if e.get("cat") in LAUNCH_CATEGORIES
+        and e.get("name") in SYNC_CALLS
+        and a <= e["ts"] < b
+        and (e["pid"], e["tid"]) in threads
+    )
+    launched = [
+        e
+        for e in device_events
+        if (launch := launches.get((e.get("args") or {}).get("correlation"))) is not None
+        and a <= launch["ts"] < b
+    ]
+    kernels = [e["dur"] * 1e-6 for e in launched if e["cat"] == "kernel"]
+    return Phase(
+        wall_s=(b - a) * 1e-6,
+        sync_s=sync * 1e-6,
+        events=len(mine),
+        kernels=len(kernels),
+        device_busy_s=_union([(e["ts"], e["ts"] + e["dur"]) for e in launched]) * 1e-6,
+        kernel_durations_s=kernels,
+    )
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def _cuda_version(v) -> str | None:
+    """Kineto's cuda_runtime_version is an int like 13000 (13.0)."""
+    if isinstance(v, int) and v > 0:
+        return f"{v // 1000}.{v % 1000 // 10}"
+    return None
+
+
+def _precision(names: list[str]) -> str:
+    """The autocast dtype as the kernels show it: bf16 kernels, else fp16 ones, else fp32."""
+    text = " ".join(n for n in names if "copy" in n or "gemm" in n.lower() or "cutlass" in n)
+    if "bfloat16" in text or "bf16" in text:
+        return "bf16"
+    if "Half" in text or "half" in text or "fp16" in text or "f16" in text:
+        return "fp16"
+    return "fp32"
+
+
+def _attention(names: list[str]) -> str | None:
+    joined = set(names)
+    if any("flash_attn" in n for n in joined):
+        return "flash_attention_2"
+    if any("scaled_dot_product" in n for n in joined):
+        return "sdpa"
+    if any(n == "aten::softmax" or n == "aten::_softmax" for n in joined) and any(
+        n == "aten::bmm" for n in joined
+    ):
+        return "eager"
+    return None
+
+
+def _execution(names: list[str]) -> str:
+    if any(n.startswith("cudaGraphLaunch") or n.startswith("cuGraphLaunch") for n in names):
+        return "cuda_graphs"
+    if any("CompiledFunction" in n or "Torch-Compiled Region" in n for n in names):
+        return "compiled"
+    return "eager"
+
+
+def read_execution_trace(path: Path) -> dict:
+    """What an execution trace adds: the parameter tensors and parameter count the optimizer updates,
+    which a Kineto trace does not record. They are the largest tensor list a fused or foreach
+    optimizer op takes first (its step counters are lists of scalars)."""
+    data = read_json(path, "execution trace")
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise InputError("no nodes list: not a PyTorch execution trace", source=str(path), key="nodes")
+    best: dict = {}
+    for node in nodes:
+        name = str(node.get("name", "")) if isinstance(node, dict) else ""
+        if not (name.startswith("aten::_fused_") or name.startswith("aten::_foreach_")):
+            continue
+        shapes = ((node.get("inputs") or {}).get("shapes") or [None])[0]
+        if not (isinstance(shapes, list) and shapes and all(isinstance(s, list) for s in shapes)):
+            continue
+        params = sum(math.prod(int(d) for d in s) for s in shapes)
+        if params > best.get("params", 0):
+            best = {"param_tensors": len(shapes), "params": params, "op": name}
+    return best
+
+
+def overhead_from_step_time(analysis: TraceAnalysis, step_time_s: float) -> float:
+    """The profiler's cost per recorded op that makes the profiled step equal ``step_time_s``."""
+    profiled = analysis.profiled_step_s()
+    if step_time_s >= profiled:
+        raise InputError(
+            f"--step-time {step_time_s * 1e3:.2f} ms is not shorter than the profiled step "
+            f"({profiled * 1e3:.2f} ms): it should be the same step measured without the profiler",
+            key="--step-time",
+        )
+    return (profiled - step_time_s) / analysis.events()
+
+
+def fingerprint(analysis: TraceAnalysis, torch_version: str | None = None) -> Fingerprint:
+    return Fingerprint(
+        device=analysis.device_name,
+        torch=torch_version,
+        cuda=analysis.cuda,
+        precision=analysis.precision,
+        autocast=analysis.precision != "fp32",
+        attention=analysis.attention,
+        execution=analysis.execution,
+    )
+
+
+def model_compute(
+    analysis: TraceAnalysis, overhead_s: float, model: str, micro_batch: int, seq_len: int, source: str
+) -> ModelCompute:
+    """One measured micro-batch: host time as the intercept (dispatch does not grow with the batch in
+    eager mode), device time as per-sample (the simplest scaling one point allows)."""
+
+    def phase(name: str) -> PhaseMeasurement:
+        return PhaseMeasurement(
+            host_s=Linear(intercept_s=analysis.host_s(name, overhead_s), per_sample_s=0.0),
+            device_s=Linear(
+                intercept_s=0.0, per_sample_s=analysis.median(name, "device_busy_s") / micro_batch
+            ),
+            kernels=round(analysis.median(name, "kernels")),
+        )
+
+    return ModelCompute(
+        model=model,
+        seq_len=seq_len,
+        micro_batches=[micro_batch],
+        forward=phase("forward"),
+        backward=phase("backward"),
+        optimizer=phase("optimizer"),
+        fingerprint=fingerprint(analysis),
+        source=source,
+    )
+
+
+def dispatch_rates(
+    analysis: TraceAnalysis, overhead_s: float, param_tensors: int | None, source: str
+) -> DispatchRates:
+    """Per-op costs: host time per launched kernel (forward, backward), the device's fixed cost per
+    kernel (the 10th percentile of kernel durations: the shortest kernels are almost only that cost),
+    and the optimizer's host time per parameter tensor."""
+    for name in ("forward", "backward"):
+        if analysis.median(name, "kernels") <= 0:
+            raise InputError(f"the {name} phase launched no kernels", source=analysis.source)
+    tensors = param_tensors or statistics.median(s.param_tensors for s in analysis.used)
+    durations = sorted(d for s in analysis.used for p in s.phases.values() for d in p.kernel_durations_s)
+    p10 = durations[len(durations) // 10]
+    per_kernel = {
+        name: [s.phases[name].host_s(overhead_s) / s.phases[name].kernels for s in analysis.used]
+        for name in ("forward", "backward")
+    }
+    spread = 0.0
+    if len(analysis.used) >= 2:
+        values = per_kernel["forward"]
+        spread = (max(values) - min(values)) / 2 / statistics.median(values)
+    return DispatchRates(
+        host_s_per_kernel_forward=statistics.median(per_kernel["forward"]),
+        host_s_per_kernel_backward=statistics.median(per_kernel["backward"]),
+        device_s_per_kernel=p10,
+        host_s_per_param_tensor=(analysis.host_s("optimizer", overhead_s) / tensors) if tensors else 0.0,
+        fingerprint=fingerprint(analysis),
+        spread_rel=spread,
+        source=source,
+    )
+
+
+def import_trace(
+    trace_path: Path,
+    out: Path,
+    et_path: Path | None = None,
+    model: str | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+    step_time_s: float | None = None,
+    base: Path | None = None,
+    command: str = "clustersim calibrate import-trace",
+):
+    """Analyse a trace, write its ModelCompute (when the model, micro-batch and sequence length are
+    named) and DispatchRates into ``out``; returns (profile, report)."""
+    from datetime import datetime, timezone
+
+    from clustersim.calibration.compute_store import store
+    from clustersim.calibration.torch_support import catalog_name_from_string
+
+    named = [model is not None, micro_batch is not None, seq_len is not None]
+    if any(named) and not all(named):
+        raise InputError(
+            "--model, --micro-batch and --seq-len go together (a model's entry needs all three)",
+            key="--model",
+        )
+    analysis = analyse(read_json(trace_path, "trace"), str(trace_path))
+    et = read_execution_trace(et_path) if et_path is not None else {}
+    if step_time_s is not None:
+        overhead = overhead_from_step_time(analysis, step_time_s)
+        profiled = analysis.profiled_step_s() * 1e3
+        overhead_source = (
+            f"from --step-time {step_time_s * 1e3:.2f} ms against the profiled {profiled:.2f} ms"
+        )
+    else:
+        overhead = PROFILER_OVERHEAD_S
+        overhead_source = (
+            "default, measured on an NVIDIA H200 (PyTorch 2.11 eager, BERT-Large); "
+            "pass --step-time to measure it"
+        )
+    steps = len(analysis.used)
+    source = (
+        f"{command}: {Path(trace_path).name}, {steps} step(s)"
+        + (" after the first" if len(analysis.steps) > 1 else "")
+        + f", profiler overhead {overhead * 1e6:.2f} us per op ({overhead_source.split(',')[0]})"
+    )
+    mc = model_compute(analysis, overhead, model, micro_batch, seq_len, source) if all(named) else None
+    rates = dispatch_rates(analysis, overhead, et.get("param_tensors"), source)
+    device = catalog_name_from_string(analysis.device_name, analysis.device_memory_gb)
+    provenance = {
+        "source": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device_name": analysis.device_name,
+        "cuda": analysis.cuda,
+    }
+    profile = store(out, device, provenance, mc, rates, base)
+    report = {
+        "trace": str(trace_path),
+        "steps_in_trace": len(analysis.steps),
+        "steps_used": steps,
+        "device": analysis.device_name,
+        "fingerprint": fingerprint(analysis).model_dump(),
+        "profiler_overhead_s_per_op": overhead,
+        "profiler_overhead_source": overhead_source,
+        "phases": {
+            name: {
+                "profiled_wall_s": analysis.median(name, "wall_s"),
+                "sync_s": analysis.median(name, "sync_s"),
+                "ops": analysis.median(name, "events"),
+                "kernels": analysis.median(name, "kernels"),
+                "host_s": analysis.host_s(name, overhead),
+                "device_s": analysis.median(name, "device_busy_s"),
+            }
+            for name in PHASES
+        },
+        "param_tensors": et.get("param_tensors") or statistics.median(s.param_tensors for s in analysis.used),
+        "params": et.get("params"),
+        "dispatch": rates.model_dump(exclude={"fingerprint", "source"}),
+        "model_compute": mc is not None,
+    }
+    return profile, report
