@@ -15,9 +15,16 @@ if TYPE_CHECKING:  # pydantic and PyYAML are imported when used: `--help` and `p
     from pydantic import ValidationError
 
 
-def first_error(exc: ValidationError) -> tuple[str, str]:
+def _dotted(loc, tags: tuple[str, ...] = ()) -> str:
+    """A pydantic location as a dotted key, without the parts that are not keys the user wrote: a
+    tagged union's tag (``tags``) and the ``[key]`` marker of a dict key's error."""
+    return ".".join(str(p) for p in loc if p not in tags and p != "[key]")
+
+
+def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, str]:
     """The first pydantic error as (dotted key, one-line reason). A misspelt key shows up as an unknown
-    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo."""
+    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo.
+    ``tags``: the tags of tagged unions, which pydantic puts in the location."""
     import difflib
 
     errors = exc.errors()
@@ -28,9 +35,9 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
         siblings = [str(m[-1]) for m in missing if m[:-1] == e["loc"][:-1]]
         match = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
         if match:
-            return ".".join(str(p) for p in e["loc"]), f"unknown key (did you mean {match[0]}?)"
+            return _dotted(e["loc"], tags), f"unknown key (did you mean {match[0]}?)"
     err = errors[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    key = _dotted(err["loc"], tags) or "(top level)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         return key, "unknown key"
@@ -94,31 +101,138 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def read_structured_file(path: Path) -> Any:
-    """Parse YAML or JSON; errors name the file and the line."""
+# The largest file any command reads as input. The biggest legitimate inputs are raw calibration files
+# and nccl-tests logs of a few MB (a full sweep of 8 collectives x 30 sizes x 4 shapes is ~1 MB of
+# JSON) and sweep results of 1e5 rows (~30 MB of CSV); 256 MiB is ten times that, and keeps a device or
+# a mistaken disk image from being read into memory.
+MAX_INPUT_BYTES = 256 * 2**20
+# Nesting of mappings and lists in a structured input. The deepest schema (a scenario's
+# training.optimizer_options.scheme.N.bits, a profile's collectives.N.quality.alpha_ci95_s.N) is 6
+# levels deep; 64 is far above any real file and far below Python's recursion limit (1000), which a
+# deeply nested file used to hit inside the parser or the validator (RecursionError).
+MAX_DEPTH = 64
+
+
+def _refuse_special(path: Path) -> int:
+    """The file's size, after refusing what is not a regular file: a named pipe blocks its reader
+    forever and /dev/zero never ends, so both are refused before the first byte is read."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("file not found", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(
+            f"cannot read ({exc.strerror or exc.__class__.__name__})", source=str(path)
+        ) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder; give a file", source=str(path))
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise InputError(f"is {kind}, not a regular file; give a file", source=str(path))
+    if st.st_size > MAX_INPUT_BYTES:
+        raise InputError(
+            f"{st.st_size:,} bytes is more than an input file may hold ({MAX_INPUT_BYTES:,})",
+            source=str(path),
+        )
+    return st.st_size
+
+
+def read_input_text(path: str | Path) -> str:
+    """The text of an input file: a regular file (not a pipe or device), at most MAX_INPUT_BYTES, UTF-8.
+    Every error names the file and never shows its content."""
+    path = Path(path)
+    _refuse_special(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read ({exc.strerror or exc.__class__.__name__})", source=str(path)
+        ) from None
+    if len(data) > MAX_INPUT_BYTES:  # it grew after the check
+        raise InputError(f"more than an input file may hold ({MAX_INPUT_BYTES:,} bytes)", source=str(path))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 text (an invalid byte on line {line})", source=str(path)) from None
+
+
+def check_depth(data: Any, source: str | None = None) -> Any:
+    """Refuse nesting deeper than MAX_DEPTH (iteratively: the check itself cannot overflow the stack)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+        stack.extend((child, depth + 1) for child in children)
+    return data
+
+
+def _too_deep(source: str) -> InputError:
+    return InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON text with unique keys and bounded nesting; errors name ``source`` and the line."""
+    try:
+        return check_depth(json.loads(text, object_pairs_hook=_unique_keys), source)
+    except _DuplicateKey as exc:
+        raise InputError(
+            f"invalid JSON: key {exc.args[0]!r} given twice in one object", source=source
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=source) from None
+    except RecursionError:
+        raise _too_deep(source) from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text (the safe loader, unique keys) with bounded nesting; errors name ``source`` and the
+    line, and say what is wrong without quoting the file."""
     import yaml
 
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text, object_pairs_hook=_unique_keys)
-        return load_yaml(text)
-    except _DuplicateKey as exc:
-        raise InputError(
-            f"invalid JSON: key {exc.args[0]!r} given twice in one object", source=str(path)
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=str(path)) from None
+        return check_depth(load_yaml(text), source)
+    except RecursionError:
+        raise _too_deep(source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError(f"invalid YAML{where}: {problem}", source=str(path)) from None
+        raise InputError(f"invalid YAML{where}: {problem}", source=source) from None
+
+
+def read_structured_file(path: str | Path, fmt: str | None = None) -> Any:
+    """Parse a YAML or JSON input file (``fmt`` "json" or "yaml"; default: by its suffix, .json is JSON)
+    through read_input_text and the parsers above: the one reader of structured input."""
+    path = Path(path)
+    text = read_input_text(path)
+    if (fmt or ("json" if path.suffix.lower() == ".json" else "yaml")) == "json":
+        return parse_json(text, str(path))
+    return parse_yaml(text, str(path))
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+    """A JSON-lines file as (line number, value) pairs, blank lines skipped; a damaged line is an
+    InputError naming the file and the line."""
+    path = Path(path)
+    out = []
+    for n, line in enumerate(read_input_text(path).splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((n, parse_json(line, str(path))))
+            except InputError as exc:
+                raise InputError(f"line {n}: {exc.message}", source=str(path)) from None
+    return out
 
 
 def check_writable_file(path: Path) -> Path:
