@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from clustersim.errors import InputError
-from clustersim.io import first_error, load_yaml, read_structured_file
+from clustersim.io import first_error, load_yaml, read_structured_file, shown_key
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -379,6 +379,12 @@ def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, M
     found_gpus: dict[str, GpuSpec] = {}
     found_models: dict[str, ModelArch] = {}
     for name, entry in raw.items():
+        if shown_key(name) != str(name):
+            raise InputError(
+                "an entry's name is not a name (letters, digits and _ . + - / ( ) or spaces, at most 64): "
+                "is this a catalog file?",
+                source=src,
+            )
         if isinstance(entry, dict) and "family" in entry:
             found_models[str(name)] = parse_model_entry(entry, src, str(name))
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,10 +16,22 @@ if TYPE_CHECKING:  # pydantic and PyYAML are imported when used: `--help` and `p
     from pydantic import ValidationError
 
 
+# What a key named in an error may look like. A key of another shape (``root:$6$...``: the first line
+# of a file that is not an input at all, read as a YAML key) is not shown, so an error never prints a
+# line of a file given by mistake.
+_KEY_SHAPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-/() ]{0,63}")
+
+
+def shown_key(key: object) -> str:
+    """``key`` as an error may print it: itself if it looks like a key or a name, else a placeholder."""
+    text = str(key)
+    return text if isinstance(key, int) or _KEY_SHAPE.fullmatch(text) else "(a key that is not a name)"
+
+
 def _dotted(loc, tags: tuple[str, ...] = ()) -> str:
     """A pydantic location as a dotted key, without the parts that are not keys the user wrote: a
     tagged union's tag (``tags``) and the ``[key]`` marker of a dict key's error."""
-    return ".".join(str(p) for p in loc if p not in tags and p != "[key]")
+    return ".".join(shown_key(p) for p in loc if p not in tags and p != "[key]")
 
 
 def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, str]:
@@ -208,6 +221,8 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
+        if "nesting depth" in problem:  # libyaml's own limit (1000), before the reader's
+            raise _too_deep(source) from None
         raise InputError(f"invalid YAML{where}: {problem}", source=source) from None
 
 

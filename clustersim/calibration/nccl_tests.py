@@ -8,13 +8,14 @@ Times are microseconds. The ranks and nodes come from the ``#  Rank N ... on HOS
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
+from clustersim import io
 from clustersim.calibration.torch_support import catalog_name_from_string
 from clustersim.errors import InputError
+from clustersim.io import read_input_text
 
 _OPS = {
     "all_reduce": "all_reduce",
@@ -152,19 +153,10 @@ def parse_json(data: dict, source: str, op: str | None = None) -> dict:
 
 
 def parse_file(path: Path, op: str | None = None, ranks: int | None = None, nodes: int | None = None) -> dict:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    text = read_input_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
-        parsed = parse_json(data, str(path), op)
+        parsed = parse_json(io.parse_json(text, str(path)), str(path), op)
     else:
         parsed = parse_text(text, str(path), op)
     parsed["op"] = op or parsed["op"] or _op_from(Path(path).name)

@@ -13,16 +13,14 @@ Compute phases and collective fits apply only to the device and cluster they wer
 
 from __future__ import annotations
 
-import json
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.io import first_error, parse_json, read_input_text
 
 FORMAT = "clustersim-profile"
 FORMAT_VERSION = 3
@@ -245,13 +243,7 @@ def _read(ref: str) -> tuple[str, str]:
         return ref, resources.files("clustersim.calibration").joinpath("profiles").joinpath(
             f"{name}.json"
         ).read_text()
-    path = Path(ref)
-    try:
-        return str(path), path.read_text()
-    except FileNotFoundError:
-        raise InputError("profile file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read profile ({exc.__class__.__name__})", source=str(path)) from None
+    return ref, read_input_text(ref)
 
 
 def parse_profile(data: object, source: str) -> Profile:
@@ -276,12 +268,6 @@ def parse_profile(data: object, source: str) -> Profile:
 
 def load_profile(ref: str) -> Profile:
     source, text = _read(ref)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source
-        ) from None
-    profile = parse_profile(data, source)
+    profile = parse_profile(parse_json(text, source), source)
     profile._source = source
     return profile

@@ -22,7 +22,7 @@ from clustersim.calibration.profile import Profile, parse_profile
 from clustersim.calibration.provenance import provenance
 from clustersim.calibration.torch_support import require_torch, resolve_device
 from clustersim.errors import InputError
-from clustersim.io import write_json_atomically
+from clustersim.io import read_structured_file, write_json_atomically
 
 RAW_FORMAT = "clustersim-raw"
 
@@ -111,14 +111,7 @@ def save_profile(raw: dict, out: Path, cluster=None) -> Profile:
 
 
 def read_raw(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    data = read_structured_file(Path(path), fmt="json")
     if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
         raise InputError(
             f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}")',

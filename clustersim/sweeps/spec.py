@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.io import first_error, read_input_text
 from clustersim.scenario import (
     PRESET_PREFIX,
     Scenario,
@@ -215,7 +215,7 @@ class Sweep:
             "samples": self.spec.samples,
         }
         if self.catalogs:  # another catalog content is another sweep
-            payload["catalogs"] = [Path(p).read_text() for p in self.catalogs]
+            payload["catalogs"] = [read_input_text(p) for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
