@@ -20,6 +20,7 @@ from clustersim.calibration.fit import build_profile
 from clustersim.calibration.microbench import run_local
 from clustersim.calibration.profile import Profile, parse_profile
 from clustersim.calibration.provenance import provenance
+from clustersim.calibration.raw_file import check_raw
 from clustersim.calibration.torch_support import require_torch, resolve_device
 from clustersim.errors import InputError
 from clustersim.io import read_structured_file, write_json_atomically
@@ -124,10 +125,7 @@ def read_raw(path: Path) -> dict:
             source=str(path),
             key="format_version",
         )
-    for i, r in enumerate(data.get("collectives") or []):
-        missing = {"op", "nodes", "gpus_per_node", "bytes", "median_s"} - set(r)
-        if missing:
-            raise InputError(f"missing {sorted(missing)}", source=str(path), key=f"collectives.{i}")
+    check_raw(data, str(path))
     return data
 
 

@@ -1,0 +1,107 @@
+"""The schema of a raw measurement file (``calibrate run --raw-out``, the torchrun sweep's ``--out``,
+a testbed sweep, an nccl-tests import), checked before anything is fitted.
+
+The fits divide by times and sizes and take logarithms, so a record with a zero, negative or missing
+time or size used to end in a ZeroDivisionError, a KeyError or a profile of NaNs. Each record kind
+names the keys the fits read; a record may carry more (the timing statistics of every measurement).
+A collective's group needs two sizes at least, each measured once: one point fixes no slope, and a
+size given twice is two answers to one question (the measuring tools write the median of repeats).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from clustersim.catalog import Count, Number
+from clustersim.errors import InputError
+from clustersim.io import first_error
+
+Positive = Annotated[Number, Field(gt=0)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+
+class GemmRecord(_Record):
+    precision: str
+    m: Count = Field(gt=0)
+    n: Count | None = Field(None, gt=0)
+    k: Count | None = Field(None, gt=0)
+    flops: Positive
+    median_s: Positive
+
+
+class MemoryRecord(_Record):
+    bytes: Positive
+    traffic_bytes: Positive
+    median_s: Positive
+
+
+class KernelRecord(_Record):
+    name: str
+    elements: Count = Field(gt=0)
+    bytes: Positive
+    median_s: Positive
+
+
+class HostAdamRecord(_Record):
+    threads: Count = Field(gt=0)
+    params_per_s: Positive
+
+
+class HostCopyRecord(_Record):
+    direction: str
+    pinned: StrictBool
+    bytes: Positive
+    median_s: Positive
+
+
+class CollectiveRecord(_Record):
+    op: str
+    nodes: Count = Field(gt=0)
+    gpus_per_node: Count = Field(gt=0)
+    bytes: Positive
+    median_s: Positive
+    p10_s: Annotated[Number, Field(ge=0)] | None = None
+    p90_s: Annotated[Number, Field(ge=0)] | None = None
+
+
+class RawFile(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    gemm: list[GemmRecord] | None = None
+    memory: list[MemoryRecord] | None = None
+    kernels: list[KernelRecord] | None = None
+    host_adam: list[HostAdamRecord] | None = None
+    host_copies: list[HostCopyRecord] | None = None
+    collectives: list[CollectiveRecord] | None = None
+    launch_latency_s: Annotated[Number, Field(ge=0)] | None = None
+
+
+def check_raw(data: dict, source: str) -> None:
+    """Refuse a raw file the fits cannot use, naming ``source`` and the record's key."""
+    try:
+        raw = RawFile.model_validate(data)
+    except ValidationError as exc:
+        key, msg = first_error(exc)
+        raise InputError(msg, source=source, key=key) from None
+    groups: dict[tuple, dict[float, int]] = {}
+    for i, r in enumerate(raw.collectives or []):
+        sizes = groups.setdefault((r.op, r.nodes, r.gpus_per_node), {})
+        if r.bytes in sizes:
+            raise InputError(
+                f"{r.op} on {r.nodes} x {r.gpus_per_node} at {r.bytes:g} bytes is already measured at "
+                f"collectives.{sizes[r.bytes]}: give each size once (the median of its repeats)",
+                source=source,
+                key=f"collectives.{i}.bytes",
+            )
+        sizes[r.bytes] = i
+    for (op, nodes, per_node), sizes in groups.items():
+        if len(sizes) < 2:
+            raise InputError(
+                f"{op} on {nodes} x {per_node} has one size; a fit needs two sizes at least",
+                source=source,
+                key=f"collectives.{next(iter(sizes.values()))}",
+            )

@@ -1,0 +1,79 @@
+"""The input battery, calibration: raw measurement files for ``calibrate fit``, profiles for
+``--profile`` and nccl-tests logs for ``calibrate import-nccl-tests``. Each damaged record is refused
+with the file and the record's key before anything is fitted (they used to end in ZeroDivisionError,
+KeyError, a fit of NaNs, or an error naming the provenance command instead of the file)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.inputs_support import DELETE, changed, invoke, refused, write_json
+
+SIZES = [2**k for k in range(16, 26)]
+
+
+def _raw() -> dict:
+    """A raw file of every record kind, with plausible synthetic numbers (a 100 GB/s, 10 us link; a
+    100 TFLOP/s GEMM; 1 TB/s memory)."""
+    gemm = []
+    for m, n, k in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 1024, 4096)]:
+        flops = 2.0 * m * n * k
+        gemm.append(
+            {"precision": "fp16", "m": m, "n": n, "k": k, "flops": flops, "median_s": flops / 1e14 + 5e-6}
+        )
+    return {
+        "format": "clustersim-raw",
+        "format_version": 1,
+        "device_name": "cpu",
+        "provenance": {"source": "synthetic"},
+        "gemm": gemm,
+        "memory": [{"bytes": 4e8, "traffic_bytes": 8e8, "median_s": 8e-4}],
+        "kernels": [{"name": "adam", "elements": 1e8, "bytes": 1.6e9, "median_s": 2e-3}],
+        "host_adam": [{"threads": 4, "params": 1e7, "params_per_s": 1e9}],
+        "host_copies": [{"direction": "h2d", "pinned": True, "bytes": 4e8, "median_s": 0.016}],
+        "collectives": [
+            {"op": "all_reduce", "nodes": 1, "gpus_per_node": 2, "bytes": s, "median_s": 1e-5 + s / 1e11}
+            for s in SIZES
+        ],
+    }
+
+
+# (dotted key, bad value, key named, words)
+BAD_RAW = [
+    ("collectives.3.median_s", 0, "collectives.3.median_s", "greater than 0"),
+    ("collectives.3.median_s", -1, "collectives.3.median_s", "greater than 0"),
+    ("collectives.3.median_s", float("nan"), "collectives.3.median_s", "finite"),
+    ("collectives.3.bytes", 0, "collectives.3.bytes", "greater than 0"),
+    ("collectives.3.nodes", True, "collectives.3.nodes", "integer"),
+    ("collectives.3.median_s", DELETE, "collectives.3.median_s", "missing"),
+    ("collectives", [1, 2], "collectives.0", ""),
+    ("collectives", [_raw()["collectives"][0]], "collectives.0", "two sizes"),
+    ("collectives.4.bytes", SIZES[3], "collectives.4.bytes", "already measured"),
+    ("gemm.0.median_s", DELETE, "gemm.0.median_s", "missing"),
+    ("gemm.1.flops", DELETE, "gemm.1.flops", "missing"),
+    ("gemm.1.m", 0, "gemm.1.m", "greater than 0"),
+    ("memory.0.traffic_bytes", DELETE, "memory.0.traffic_bytes", "missing"),
+    ("memory.0.median_s", 0, "memory.0.median_s", "greater than 0"),
+    ("kernels.0.bytes", DELETE, "kernels.0.bytes", "missing"),
+    ("host_adam.0.params_per_s", DELETE, "host_adam.0.params_per_s", "missing"),
+    ("host_adam.0.threads", -4, "host_adam.0.threads", "greater than 0"),
+    ("host_copies.0.pinned", "yes", "host_copies.0.pinned", "boolean"),
+    ("launch_latency_s", -1e-6, "launch_latency_s", "greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize("key,value,where,words", BAD_RAW, ids=[f"{k}={v!r}" for k, v, *_ in BAD_RAW])
+def test_calibrate_fit_refuses_a_damaged_raw_file(tmp_path, key, value, where, words):
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps(changed(_raw(), key, value)))  # NaN as JSON's NaN, as json.dumps writes it
+    out = tmp_path / "p.json"
+    refused(invoke("calibrate", "fit", path, "--out", out), str(path), where, words)
+    assert not out.exists()
+
+
+def test_calibrate_fit_on_the_undamaged_raw_file_works(tmp_path):
+    path = write_json(tmp_path / "raw.json", _raw())
+    r = invoke("calibrate", "fit", path, "--out", tmp_path / "p.json")
+    assert r.exit_code == 0, r.output
