@@ -77,3 +77,62 @@ def test_calibrate_fit_on_the_undamaged_raw_file_works(tmp_path):
     path = write_json(tmp_path / "raw.json", _raw())
     r = invoke("calibrate", "fit", path, "--out", tmp_path / "p.json")
     assert r.exit_code == 0, r.output
+
+
+@pytest.fixture(scope="module")
+def profile() -> dict:
+    """A profile of every section: the fit of the raw file above plus a fitted network model."""
+    import numpy as np
+
+    from clustersim.calibration.fit import build_profile
+    from clustersim.topologies.cluster import GroupShape
+    from tests.test_network_calibration import OPS, TCP, TRUE_TCP, _records
+    from tests.test_network_calibration import _raw as network_raw
+
+    recs = _records(TCP, TRUE_TCP, [GroupShape(2, 1), GroupShape(4, 1)], OPS[:1], np.random.default_rng(5))
+    data = build_profile({**_raw(), **{k: v for k, v in network_raw(recs).items() if k != "collectives"}})
+    data["network"] = build_profile(network_raw(recs))["network"]
+    return data
+
+
+def _not_psd(p):
+    k = len(p["network"]["parameters"])
+    return [[1.0 if i == j else 0.0 for j in range(k)] for i in range(k - 1)] + [[0.0] * (k - 1) + [-1.0]]
+
+
+# (dotted key or a function of the profile, bad value, key named, words)
+BAD_PROFILE = [
+    (
+        "collectives.0.segments",
+        [[1e6, 1e-5, 1e-11], [0.0, 1e-5, 1e-11]],
+        "collectives.0.segments",
+        "ascending",
+    ),
+    ("host.cpu_adam_params_per_s", {"-4": 1e9}, "host.cpu_adam_params_per_s", "greater than 0"),
+    ("host.cpu_adam_params_per_s", {"4": -1e9}, "host.cpu_adam_params_per_s.4", "greater than 0"),
+    ("network.backend", "carrier_pigeon", "network.backend", "nccl"),
+    ("network.log_covariance", _not_psd, "network", "positive semi-definite"),
+    ("compute_model.fp16.log_covariance", [[1.0, 2.0], [2.0, 1.0]], "compute_model.fp16", "semi-definite"),
+    ("compute_model.fp16.log_covariance", [[1.0, 0.5], [0.0, 1.0]], "compute_model.fp16", "symmetric"),
+    ("memory_gbs", -5, "memory_gbs", "greater than 0"),
+]
+
+
+@pytest.mark.parametrize(
+    "key,value,where,words", BAD_PROFILE, ids=[f"{k}-{i}" for i, (k, *_) in enumerate(BAD_PROFILE)]
+)
+def test_a_damaged_profile_is_refused(tmp_path, profile, key, value, where, words):
+    data = changed(profile, key, value(profile) if callable(value) else value)
+    path = write_json(tmp_path / "profile.json", data)
+    refused(invoke("run", "preset:default", "--samples", "0", "--profile", path), path, where, words)
+
+
+def test_the_undamaged_profile_loads(tmp_path, profile):
+    from clustersim.calibration.profile import load_profile
+
+    assert load_profile(write_json(tmp_path / "profile.json", profile)).network is not None
+
+
+def test_a_raw_file_of_an_unknown_backend_is_refused(tmp_path):
+    path = write_json(tmp_path / "raw.json", {**_raw(), "backend": "carrier_pigeon"})
+    refused(invoke("calibrate", "fit", path, "--out", tmp_path / "p.json"), path, "backend")

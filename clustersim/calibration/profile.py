@@ -17,7 +17,15 @@ import math
 from importlib import resources
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from clustersim.errors import InputError
 from clustersim.io import first_error, parse_json, read_input_text
@@ -93,22 +101,46 @@ class CollectiveFit(_Strict):
         description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table",
     )
 
-    @model_validator(mode="after")
-    def _physical(self) -> "CollectiveFit":
-        if not self.segments:
+    @field_validator("segments")
+    @classmethod
+    def _physical(cls, segments: list) -> list:
+        if not segments:
             raise ValueError("a fit needs at least one segment")
-        for start, alpha, beta in self.segments:
+        for start, alpha, beta in segments:
             for name, v in (("min_bytes", start), ("alpha_s", alpha), ("beta_s_per_byte", beta)):
                 _finite(v, name)
                 if v < 0:
                     raise ValueError(f"{name} {v:g} is negative: a collective cannot take negative time")
-        return self
+        starts = [seg[0] for seg in segments]
+        if any(b <= a for a, b in zip(starts, starts[1:])):
+            raise ValueError("segments must be in ascending order of min_bytes, each size in one segment")
+        return segments
 
 
 def _finite(value: float, what: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{what} must be a finite number")
     return value
+
+
+def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
+    """A covariance of ``k`` parameters: k x k, finite, symmetric and positive semi-definite. Intervals
+    are drawn from it (a Cholesky factor), which a matrix of another shape or sign cannot give."""
+    import numpy as np
+
+    if len(matrix) != k or any(len(row) != k for row in matrix):
+        raise ValueError(f"{what} must be {k} x {k}, one row and column per parameter")
+    for row in matrix:
+        for v in row:
+            _finite(v, f"{what} entry")
+    if k == 0:
+        return
+    m = np.asarray(matrix, float)
+    scale = max(float(np.abs(m).max()), 1e-300)
+    if not np.allclose(m, m.T, rtol=1e-6, atol=1e-12 * scale):
+        raise ValueError(f"{what} is not symmetric: not a covariance")
+    if float(np.linalg.eigvalsh(m).min()) < -1e-9 * scale:
+        raise ValueError(f"{what} has a negative eigenvalue: not a covariance (not positive semi-definite)")
 
 
 class ExtrapolationCheck(_Strict):
@@ -128,7 +160,9 @@ class NetworkCalibration(_Strict):
     scale: per link class effective bandwidth factor and hop latency, launch latency, per-op
     efficiency and latency factor, with the covariance of their logarithms."""
 
-    backend: str = Field(description="nccl | gloo | ...: whose algorithms and protocols were measured")
+    backend: Literal["nccl", "gloo"] = Field(
+        description="whose algorithms and protocols were measured (the two the collective model knows)"
+    )
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
     parameters: dict[str, float] = Field(
@@ -149,12 +183,7 @@ class NetworkCalibration(_Strict):
             _finite(value, name)
             if value <= 0:
                 raise ValueError(f"parameter {name} must be positive (got {value:g})")
-        k = len(self.parameters)
-        if len(self.log_covariance) != k or any(len(row) != k for row in self.log_covariance):
-            raise ValueError(f"log_covariance must be {k} x {k}, one row and column per parameter")
-        for row in self.log_covariance:
-            for v in row:
-                _finite(v, "log_covariance entry")
+        _covariance(self.log_covariance, len(self.parameters), "log_covariance")
         _finite(self.residual_sigma, "residual_sigma")
         return self
 
@@ -182,13 +211,17 @@ class GemmModel(_Strict):
     def _finite_values(self) -> "GemmModel":
         for name in ("r_max_tflops", "launch_s", "memory_gbs", "log_sigma"):
             _finite(getattr(self, name), name)
+        if self.log_covariance:  # log r_max and log launch
+            _covariance(self.log_covariance, 2, "log_covariance")
         return self
 
 
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
-    cpu_adam_params_per_s: dict[int, Positive] = Field(default_factory=dict, description="by thread count")
+    cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], Positive] = Field(
+        default_factory=dict, description="by thread count"
+    )
     copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 

@@ -71,6 +71,7 @@ class CollectiveRecord(_Record):
 
 class RawFile(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    backend: str | None = Field(None, pattern="^(nccl|gloo)", description="nccl, nccl-tests or gloo")
     gemm: list[GemmRecord] | None = None
     memory: list[MemoryRecord] | None = None
     kernels: list[KernelRecord] | None = None
