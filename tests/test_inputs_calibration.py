@@ -136,3 +136,37 @@ def test_the_undamaged_profile_loads(tmp_path, profile):
 def test_a_raw_file_of_an_unknown_backend_is_refused(tmp_path):
     path = write_json(tmp_path / "raw.json", {**_raw(), "backend": "carrier_pigeon"})
     refused(invoke("calibrate", "fit", path, "--out", tmp_path / "p.json"), path, "backend")
+
+
+def _nccl_json(sizes, **extra) -> dict:
+    return {
+        "nranks": 4,
+        "nnodes": 2,
+        "collective": "all_reduce",
+        "results": [{"size": s, "out_of_place": {"time": 5.0 + s / 1e4, "nwrong": 0}} for s in sizes],
+        **extra,
+    }
+
+
+# (file content, extra options, key or words named)
+BAD_NCCL = [
+    (_nccl_json(SIZES), ("--op", "magic"), "--op: unknown collective 'magic'"),
+    (_nccl_json(SIZES, nranks="four"), (), "nranks: expected a positive whole number"),
+    (_nccl_json(SIZES, nnodes=-2), (), "nnodes: expected a positive whole number"),
+    (_nccl_json([*SIZES, SIZES[2]]), (), "appears twice"),
+    (_nccl_json(SIZES[:1]), (), "two sizes"),
+]
+
+
+@pytest.mark.parametrize("content,options,words", BAD_NCCL, ids=[w for *_, w in BAD_NCCL])
+def test_import_nccl_tests_refuses_bad_input(tmp_path, content, options, words):
+    path = write_json(tmp_path / "all_reduce.json", content)
+    out = tmp_path / "p.json"
+    refused(invoke("calibrate", "import-nccl-tests", path, "--out", out, *options), words)
+    assert not out.exists()
+
+
+def test_import_nccl_tests_accepts_the_spellings_of_a_collective(tmp_path):
+    path = write_json(tmp_path / "x.json", _nccl_json(SIZES))
+    r = invoke("calibrate", "import-nccl-tests", path, "--out", tmp_path / "p.json", "--op", "AllReduce")
+    assert r.exit_code == 0, r.output

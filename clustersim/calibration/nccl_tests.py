@@ -142,17 +142,50 @@ def parse_json(data: dict, source: str, op: str | None = None) -> dict:
         _check_row(size, t_us, r["out_of_place"].get("nwrong"), source, f"results.{i}")
         rows.append((size, t_us * 1e-6))
     op = op or _op_from(str(data.get("collective") or data.get("name") or ""))
-    ranks = int(data.get("nranks") or data.get("nRanks") or 0) or None
+    ranks_key = "nRanks" if "nRanks" in data else "nranks"
+    ranks = _positive_int(data.get(ranks_key), source, ranks_key)
     return {
         "op": op,
         "ranks": ranks,
-        "nodes": int(data.get("nnodes") or 1),
+        "nodes": _positive_int(data.get("nnodes"), source, "nnodes") or 1,
         "rows": rows,
         "device": catalog_name_from_string(str(data.get("device") or "")),
     }
 
 
+def _positive_int(value, source: str, key: str) -> int | None:
+    """A count from nccl-tests JSON (absent: None); anything but a positive whole number is refused."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or value != int(value):
+        raise InputError("expected a positive whole number", source=source, key=key)
+    return int(value)
+
+
+def _collective(op: str) -> str:
+    """``--op`` as the collective it names (all_reduce, allreduce, ...): another name is refused, never
+    written into a profile the simulator would not look up."""
+    name = _OPS.get(op.lower())
+    if name is None:
+        known = ", ".join(sorted(set(_OPS.values())))
+        raise InputError(f"unknown collective {op!r} (known: {known})", key="--op")
+    return name
+
+
+def _check_sizes(rows: list[tuple[float, float]], source: str) -> None:
+    """Two sizes at least, each once: the fit needs a slope, and one size twice is two answers."""
+    seen: set[float] = set()
+    for size, _ in rows:
+        if size in seen:
+            raise InputError(f"size {size:g} bytes appears twice; give each size once", source=source)
+        seen.add(size)
+    if len(seen) < 2:
+        raise InputError("one message size; a fit needs two sizes at least", source=source)
+
+
 def parse_file(path: Path, op: str | None = None, ranks: int | None = None, nodes: int | None = None) -> dict:
+    if op is not None:
+        op = _collective(op)
     text = read_input_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -162,6 +195,7 @@ def parse_file(path: Path, op: str | None = None, ranks: int | None = None, node
     parsed["op"] = op or parsed["op"] or _op_from(Path(path).name)
     if parsed["op"] is None:
         raise InputError("cannot tell which collective this is; pass --op", source=str(path))
+    _check_sizes(parsed["rows"], str(path))
     if ranks:
         parsed["ranks"] = ranks
     if nodes:
