@@ -48,11 +48,23 @@ def _whole(value: Any) -> Any:
     return value
 
 
+# Integers above 2**53 are not exact as floats, and every count is multiplied into float costs:
+# ``micro_batch: 1e308`` overflowed there (OverflowError). No count of anything a training job holds
+# (samples, GPUs, layers, steps) comes near 9e15.
+MAX_COUNT = 2**53
+
+
+def _exact(value: int) -> int:
+    if value > MAX_COUNT:
+        raise ValueError(f"{value:.3g} is more than 2**53 ({MAX_COUNT:.3g}), beyond any count a job holds")
+    return value
+
+
 # Numbers in every input schema (catalog entries, scenarios): finite (allow_inf_nan=False in the
 # models), never true/false; integers stay integers (``nodes: true`` is not one node, ``nodes: 2.5`` not
-# two; ``nodes: 8.0`` is eight).
+# two; ``nodes: 8.0`` is eight) and at most MAX_COUNT.
 Number = Annotated[float, BeforeValidator(_not_bool)]
-Count = Annotated[StrictInt, BeforeValidator(_whole)]
+Count = Annotated[StrictInt, BeforeValidator(_whole), AfterValidator(_exact)]
 
 
 def _within(limit: str, what: str):

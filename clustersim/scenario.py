@@ -612,6 +612,25 @@ def _check_model(s: Scenario) -> None:
         )
 
 
+def _blocks(s: Scenario) -> int:
+    """The model's layers a fragment is made of: transformer blocks, ResNet bottleneck blocks, or the
+    custom layers with their repeats."""
+    if s.workload.layers is not None:
+        return sum(layer.repeat for layer in s.workload.layers)
+    arch = catalog.model(s.workload.model)
+    return arch.layers if arch.family == "transformer" else sum(arch.blocks)
+
+
+def _check_fragments(s: Scenario, fragments: int) -> None:
+    """Streaming DiLoCo synchronises fragments of whole layers (Douillard et al. 2025, sec. 2.2): more
+    fragments than layers would split layers the method keeps whole."""
+    if fragments > 1 and fragments > _blocks(s):
+        raise InputError(
+            f"{fragments} fragments of a model of {_blocks(s)} layers: a fragment holds whole layers",
+            key="training.optimizer_options.fragments",
+        )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -666,7 +685,8 @@ def _check_semantics(s: Scenario) -> None:
         )
     _check_inputs_and_tiers(s)
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
-    parse_options(s.training.optimizer, s.training.optimizer_options)
+    options = parse_options(s.training.optimizer, s.training.optimizer_options)
+    _check_fragments(s, getattr(options, "fragments", 1))
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
