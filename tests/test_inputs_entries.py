@@ -78,6 +78,7 @@ def test_a_bad_gpu_is_refused_on_every_path(tmp_path, entry, key, value, where, 
 
 # (entry, dotted key, bad value, key named, words)
 BAD_MODELS = [
+    (TRANSFORMER, "family", "mamba", "family", "'mamba'"),
     (TRANSFORMER, "heads", 15, "heads", "divide"),
     (TRANSFORMER, "kv_heads", 5, "kv_heads", "divide"),
     (TRANSFORMER, "layers", True, "layers", "true"),
