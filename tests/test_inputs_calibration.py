@@ -115,6 +115,9 @@ BAD_PROFILE = [
     ("compute_model.fp16.log_covariance", [[1.0, 2.0], [2.0, 1.0]], "compute_model.fp16", "semi-definite"),
     ("compute_model.fp16.log_covariance", [[1.0, 0.5], [0.0, 1.0]], "compute_model.fp16", "symmetric"),
     ("memory_gbs", -5, "memory_gbs", "greater than 0"),
+    ("memory_gbs", True, "memory_gbs", "true"),
+    ("collectives.0.nodes", True, "collectives.0.nodes", "true"),
+    ("kernels_gbs.adam", False, "kernels_gbs.adam", "false"),
 ]
 
 

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
 from clustersim.io import first_error, parse_json, read_input_text
 
@@ -40,14 +41,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-Positive = Annotated[float, Field(gt=0)]
+# Numbers as every input schema reads them: finite, never true/false (catalog.Number / Count).
+Positive = Annotated[Number, Field(gt=0)]
 
 
 class Provenance(_Strict):
     source: str = Field(description="what produced it: a command line, or a publication")
     date: str | None = None
     device_name: str | None = None
-    device_count: int | None = None
+    device_count: Count | None = None
     driver: str | None = None
     cuda: str | None = None
     torch: str | None = None
@@ -61,12 +63,12 @@ class ComputePhases(_Strict):
     """Measured per-micro-step times of one model configuration on ``Profile.device``."""
 
     model: str
-    micro_batch: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
+    micro_batch: Count = Field(gt=0)
+    seq_len: Count = Field(gt=0)
     precision: str
-    forward_s: float = Field(gt=0)
-    backward_s: float = Field(gt=0)
-    other_s: float = Field(
+    forward_s: Number = Field(gt=0)
+    backward_s: Number = Field(gt=0)
+    other_s: Number = Field(
         0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
     )
     source: str = ""
@@ -75,28 +77,28 @@ class ComputePhases(_Strict):
 class FitQuality(_Strict):
     """How well a fit describes its measurements (stored so `calibrate show` can report it)."""
 
-    points: int
-    residual_rms_rel: float = Field(description="RMS of (fit - measured) / measured over all points")
-    holdout_max_rel_error: float | None = Field(
+    points: Count
+    residual_rms_rel: Number = Field(description="RMS of (fit - measured) / measured over all points")
+    holdout_max_rel_error: Number | None = Field(
         None, description="max |error| on sizes held out of a fit to the other sizes (every other size)"
     )
-    holdout_points: int = 0
-    alpha_ci95_s: list[float] = Field(default_factory=list, description="per segment, +- 95% interval")
-    beta_ci95_s_per_byte: list[float] = Field(default_factory=list)
+    holdout_points: Count = 0
+    alpha_ci95_s: list[Number] = Field(default_factory=list, description="per segment, +- 95% interval")
+    beta_ci95_s_per_byte: list[Number] = Field(default_factory=list)
 
 
 class CollectiveFit(_Strict):
     """α-β fit of one collective on one group shape: time = alpha + bytes * beta (segmented)."""
 
     op: str
-    nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
-    segments: list[tuple[float, float, float]] = Field(
+    nodes: Count = Field(gt=0)
+    gpus_per_node: Count = Field(gt=0)
+    segments: list[tuple[Number, Number, Number]] = Field(
         description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes"
     )
     source: str = ""
     quality: FitQuality | None = None
-    busbw_by_size: list[tuple[float, float]] = Field(
+    busbw_by_size: list[tuple[Number, Number]] = Field(
         default_factory=list,
         description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table",
     )
@@ -146,13 +148,13 @@ def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
 class ExtrapolationCheck(_Strict):
     """The network fit redone without the largest measured group, then used to predict it."""
 
-    fitted_on_ranks: list[int]
-    predicted_ranks: int
-    points: int
-    median_abs_rel_error: float = Field(ge=0)
-    max_abs_rel_error: float = Field(ge=0)
-    p10_p90_coverage: float = Field(ge=0, le=1)
-    by_op: dict[str, float] = Field(default_factory=dict)
+    fitted_on_ranks: list[Count]
+    predicted_ranks: Count
+    points: Count
+    median_abs_rel_error: Number = Field(ge=0)
+    max_abs_rel_error: Number = Field(ge=0)
+    p10_p90_coverage: Number = Field(ge=0, le=1)
+    by_op: dict[str, Number] = Field(default_factory=dict)
 
 
 class NetworkCalibration(_Strict):
@@ -165,16 +167,16 @@ class NetworkCalibration(_Strict):
     )
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
-    parameters: dict[str, float] = Field(
+    parameters: dict[str, Number] = Field(
         description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>"
     )
-    log_covariance: list[list[float]] = Field(description="covariance of log(parameters), in their order")
-    residual_sigma: float = Field(ge=0, description="log-sigma of measured medians about the fitted model")
+    log_covariance: list[list[Number]] = Field(description="covariance of log(parameters), in their order")
+    residual_sigma: Number = Field(ge=0, description="log-sigma of measured medians about the fitted model")
     calibrated_classes: list[str] = Field(default_factory=list)
     algorithms: dict[str, str] = Field(default_factory=dict)
     protocols: list[str] | None = None
-    points: int = Field(ge=0)
-    shapes: list[tuple[int, int]] = Field(default_factory=list)
+    points: Count = Field(ge=0)
+    shapes: list[tuple[Count, Count]] = Field(default_factory=list)
     extrapolation: ExtrapolationCheck | None = None
 
     @model_validator(mode="after")
@@ -190,21 +192,21 @@ class NetworkCalibration(_Strict):
 
 class GemmHoldout(_Strict):
     fitted_on: str
-    predicted: int
-    median_abs_rel_error: float = Field(ge=0)
-    max_abs_rel_error: float = Field(ge=0)
+    predicted: Count
+    median_abs_rel_error: Number = Field(ge=0)
+    max_abs_rel_error: Number = Field(ge=0)
 
 
 class GemmModel(_Strict):
     """The GEMM shape model of one precision (calibration/compute_fit.py):
     t = launch + max(W / R_max, bytes / memory)."""
 
-    r_max_tflops: float = Field(gt=0)
-    launch_s: float = Field(ge=0)
-    memory_gbs: float = Field(gt=0)
-    log_sigma: float = Field(ge=0, description="scatter of log time about the model")
-    log_covariance: list[list[float]] = Field(default_factory=list)
-    points: int = Field(ge=0)
+    r_max_tflops: Number = Field(gt=0)
+    launch_s: Number = Field(ge=0)
+    memory_gbs: Number = Field(gt=0)
+    log_sigma: Number = Field(ge=0, description="scatter of log time about the model")
+    log_covariance: list[list[Number]] = Field(default_factory=list)
+    points: Count = Field(ge=0)
     holdout: GemmHoldout | None = None
 
     @model_validator(mode="after")
@@ -231,13 +233,13 @@ class Profile(_Strict):
     device: str = Field(description="GPU catalog name, or 'cpu'")
     provenance: Provenance
     matmul_tflops: dict[str, Positive] = Field(default_factory=dict)
-    memory_gbs: float | None = Field(None, gt=0)
+    memory_gbs: Number | None = Field(None, gt=0)
     kernels_gbs: dict[str, Positive] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
-    gemm_tflops_by_size: dict[str, list[tuple[int, Positive]]] = Field(default_factory=dict)
+    gemm_tflops_by_size: dict[str, list[tuple[Count, Positive]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
-    launch_latency_s: float | None = Field(None, ge=0)
+    launch_latency_s: Number | None = Field(None, ge=0)
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
     compute_model: dict[str, GemmModel] = Field(
         default_factory=dict, description="GEMM shape model per precision, used for any model (v3)"
