@@ -102,8 +102,19 @@ class CudaName(_Strict):
     """How the CUDA runtime names this GPU: a regex on the upper-cased device name, optional memory bounds."""
 
     pattern: str
-    min_memory_gib: float = 0.0
-    max_memory_gib: float | None = None  # None: no upper bound
+    min_memory_gib: Number = Field(0.0, ge=0)
+    max_memory_gib: Number | None = Field(None, gt=0)  # None: no upper bound
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc.msg})") from None
+        return value
 
 
 def gpu_for_cuda_name(device_name: str, memory_gib: float) -> str | None:

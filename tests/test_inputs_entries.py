@@ -50,6 +50,8 @@ BAD_GPU = [
     ("price_per_gpu_hour", 1e9, "price_per_gpu_hour", "beyond"),
     ("pcie_gen", True, "pcie_gen", "true"),
     ("dies_per_package", 1.5, "dies_per_package", "integer"),
+    ("cuda_name", {"pattern": "A100("}, "cuda_name.pattern", "regular expression"),
+    ("cuda_name", {"pattern": "A100", "min_memory_gib": -1}, "cuda_name.min_memory_gib", "greater than"),
 ]
 
 
