@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim.catalog import Number
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
@@ -102,10 +103,10 @@ class DiLoCoOptions(BaseModel):
         0, ge=0, description="tau: inner steps the exchange of a fragment overlaps before it is applied"
     )
     bits: Literal[4, 8, 16, 32] = Field(32, description="bits per outer-gradient element on the wire")
-    inter_worker_gbps: float | None = Field(
+    inter_worker_gbps: Number | None = Field(
         None, gt=0, description="bandwidth between workers, Gb/s per worker (default: the cluster's own NICs)"
     )
-    inter_worker_latency_ms: float = Field(
+    inter_worker_latency_ms: Number = Field(
         0.0, ge=0, description="one-way latency between workers with inter_worker_gbps, ms"
     )
 

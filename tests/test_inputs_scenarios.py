@@ -117,3 +117,33 @@ def test_collective_refuses_a_size_no_gpu_can_hold(size, words):
 def test_collective_of_a_real_size_works():
     r = invoke("collective", "preset:default", "--bytes", "256MiB")
     assert r.exit_code == 0, r.output
+
+
+BAD_DILOCO_BOOL = {**DILOCO, "training.optimizer_options": {"inter_worker_gbps": True}}
+
+
+def test_a_boolean_is_not_a_bandwidth(tmp_path):
+    data = SCENARIO
+    for key, value in BAD_DILOCO_BOOL.items():
+        data = changed(data, key, value)
+    path = write_yaml(tmp_path / "s.yaml", data)
+    refused(
+        invoke("run", path, "--samples", "0"), path, "training.optimizer_options.inter_worker_gbps", "true"
+    )
+
+
+# (sweep key, bad value, words)
+BAD_SWEEP = [
+    ("steps", True, "true"),
+    ("steps", 2.5, "integer"),
+    ("samples", True, "true"),
+    ("global_batch", 1e308, "2**53"),
+    ("warmup", float("nan"), "finite"),
+]
+
+
+@pytest.mark.parametrize("key,value,words", BAD_SWEEP, ids=[f"{k}={v!r}" for k, v, _ in BAD_SWEEP])
+def test_a_bad_sweep_key_is_refused(tmp_path, key, value, words):
+    sweep = {"name": "s", "base": "preset:default", "vary": {"nodes": [1, 2]}, key: value}
+    path = write_yaml(tmp_path / "sweep.yaml", sweep)
+    refused(invoke("sweep", path, "--out", tmp_path / "out"), path, f"{key}:", words)

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
 from clustersim.io import first_error, read_input_text
 from clustersim.scenario import (
@@ -69,10 +70,10 @@ class SweepFile(BaseModel):
     catalog: str | list[str] | None = Field(
         None, description="user catalog file(s) (GPUs/models), relative to the sweep file"
     )
-    steps: int | None = Field(None, gt=0)
-    global_batch: int | None = Field(None, gt=0)
-    warmup: float | None = Field(None, ge=0, lt=1)
-    samples: int = Field(
+    steps: Count | None = Field(None, gt=0)
+    global_batch: Count | None = Field(None, gt=0)
+    warmup: Number | None = Field(None, ge=0, lt=1)
+    samples: Count = Field(
         8,
         ge=0,
         le=1000,
