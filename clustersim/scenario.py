@@ -239,7 +239,9 @@ class OffloadSpec(_Strict):
     (Deep Optimizer States: per subgroup, the update runs on the CPU or moves to the GPU)."""
 
     mode: Literal["none", "zero", "interleaved"] = "none"
-    subgroup_size: Number = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
+    subgroup_size: Number = Field(
+        1e7, ge=1, description="parameters per subgroup (DeepSpeed sub_group_size; one at least)"
+    )
     placement: Literal["auto", "cpu", "gpu"] = Field(
         "auto",
         description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup",

@@ -32,7 +32,7 @@ BAD = [
         "subgroup 1e-300",
         {**OFFLOAD, "training.offload": {"mode": "zero", "subgroup_size": 1e-300}},
         "training.offload.subgroup_size",
-        "e+",
+        "greater than or equal to 1",
     ),
     (
         "binsgdm empty scheme",
@@ -104,6 +104,25 @@ def test_a_bad_scenario_value_is_refused_by_its_own_key(tmp_path, keys, where, w
         data = changed(data, key, value)
     path = write_yaml(tmp_path / "s.yaml", data)
     refused(invoke("run", path, "--samples", "0"), path, f"{where}:", words)
+
+
+@pytest.mark.parametrize("mode", ["zero", "interleaved"])
+@pytest.mark.parametrize("command", ["run", "offload plan", "compare"])
+def test_a_subgroup_below_one_parameter_is_refused_on_a_7b_model(tmp_path, mode, command):
+    """1e-300 parameters per subgroup split LLaMA-7B into an infinite count (OverflowError)."""
+    import json
+
+    from clustersim.scenario import load_scenario
+
+    data = json.loads(load_scenario("preset:offload-llama7b-h100").model_dump_json())
+    data["training"]["offload"].update(mode=mode, subgroup_size=1e-300)
+    path = write_yaml(tmp_path / "s.yaml", data)
+    r = (
+        invoke(*command.split(), path, "--samples", "0")
+        if command != "offload plan"
+        else invoke("offload", "plan", path)
+    )
+    refused(r, path, "training.offload.subgroup_size", "greater than or equal to 1")
 
 
 @pytest.mark.parametrize(
