@@ -65,8 +65,10 @@ class CollectiveRecord(_Record):
     gpus_per_node: Count = Field(gt=0)
     bytes: Positive
     median_s: Positive
-    p10_s: Annotated[Number, Field(ge=0)] | None = None
-    p90_s: Annotated[Number, Field(ge=0)] | None = None
+    # finite, of either sign: statistics.quantiles (calibration/timing.py) extrapolates beyond five
+    # samples, so a measured P10 can fall below zero; the fits read the spread only where it is positive
+    p10_s: Number | None = None
+    p90_s: Number | None = None
 
 
 class RawFile(BaseModel):
