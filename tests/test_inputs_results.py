@@ -37,8 +37,29 @@ def _append_jsonl(folder, text):
         fh.write(text + "\n")
 
 
+def _replace_scenarios(folder, make):
+    """Rewrite every scenarios.jsonl record with ``make(record)``."""
+    import json
+
+    path = folder / "scenarios.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.write_text("".join(json.dumps(make(r)) + "\n" for r in records))
+
+
 # (damage, file named, words)
 DAMAGE = {
+    "jsonl-not-a-scenario": (
+        lambda f: _replace_scenarios(
+            f, lambda r: {**r, "scenario": {"cluster": 5, "training": {"parallelism": 1}}}
+        ),
+        "scenarios.jsonl",
+        "",
+    ),
+    "jsonl-empty": (
+        lambda f: (f / "scenarios.jsonl").write_text(""),
+        "scenarios.jsonl",
+        "no scenario for row",
+    ),
     "negative-time": (
         lambda f: _set_cell(f, "iteration_time_s", "-7"),
         "results.csv",

@@ -27,16 +27,22 @@ def build_report(
     budget: float | None = None,
 ):
     meta, rows = read_results(results)
+    jsonl = f"{results}/scenarios.jsonl"
     for r in rows:  # a sweep over sharding or tensor/pipeline sizes: each row's layout, as plan's rows
         scenario = meta["scenarios"].get(r.get("row_id"))
         if scenario is not None and "layout" not in r:
-            r["layout"] = layout_label(scenario)
+            try:
+                r["layout"] = layout_label(scenario)
+            except (KeyError, TypeError, AttributeError, ZeroDivisionError):  # a damaged record
+                raise InputError(f"row {r['row_id']}: not a clustersim scenario", source=jsonl) from None
     rows_ok = analysis.enrich(rows, steps or meta.get("steps"), price, meta.get("warmup"))
     rec = analysis.recommendation(rows_ok, deadline_h, budget)
     focus = rec["chosen"] or rec["fastest"]
     from clustersim.simulator import simulate
 
-    scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=f"{results}/scenarios.jsonl")
+    if focus["row_id"] not in meta["scenarios"]:
+        raise InputError(f"no scenario for row {focus['row_id']}, the row the report simulates", source=jsonl)
+    scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=jsonl)
     focus_run = simulate(scenario)
     meta["hottest_links"] = hottest_links(scenario, focus_run)
     figs = {

@@ -302,10 +302,10 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
         for n, item in read_jsonl(jsonl):
             if not isinstance(item, dict) or not isinstance(item.get("row_id"), str):
                 raise InputError(f"line {n}: not a scenario record (no row_id)", source=str(jsonl))
-            if not isinstance(item.get("scenario"), dict):
-                raise InputError(
-                    f"line {n}: row {item['row_id']}'s scenario is not a mapping", source=str(jsonl)
-                )
+            if item.get("scenario") is None:  # a row that could not be built (status invalid)
+                continue
+            if not isinstance(item["scenario"], dict):
+                raise InputError(f"line {n}: the scenario is not a mapping", source=str(jsonl))
             scenarios[item["row_id"]] = item["scenario"]
     meta["scenarios"] = scenarios
     return meta, rows
