@@ -83,7 +83,10 @@ def _loader():
                         key = self.construct_object(key_node)
                         if key in seen:
                             raise yaml.constructor.ConstructorError(
-                                None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                                None,
+                                None,
+                                f"key {shown_key(key)!r} given twice in one mapping",
+                                key_node.start_mark,
                             )
                         seen.add(key)
                 return super().construct_mapping(node, deep)
@@ -200,7 +203,7 @@ def parse_json(text: str, source: str) -> Any:
         return check_depth(json.loads(text, object_pairs_hook=_unique_keys), source)
     except _DuplicateKey as exc:
         raise InputError(
-            f"invalid JSON: key {exc.args[0]!r} given twice in one object", source=source
+            f"invalid JSON: key {shown_key(exc.args[0])!r} given twice in one object", source=source
         ) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=source) from None

@@ -114,3 +114,11 @@ def test_a_scenario_after_the_reader_still_runs(tmp_path):
     path = write_yaml(tmp_path / "s.yaml", changed(SCENARIO, None, None))
     r = invoke("run", path, "--samples", "0")
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("kind", ["catalog", "scenario-json"])
+def test_a_repeated_line_of_a_foreign_file_is_not_printed_as_a_key(tmp_path, kind):
+    text = f'{{"{SECRET}": 1, "{SECRET}": 2}}' if kind.endswith("json") else f"{SECRET}\n{SECRET}\n"
+    r, path = _run(kind, tmp_path, lambda p: p.write_text(text))
+    out = refused(r, path, "given twice")
+    assert "s3cr3t" not in out, out
