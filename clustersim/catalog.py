@@ -268,9 +268,10 @@ def parse_model_entry(entry: Any, source: str | None = None, key: str | None = N
     if not isinstance(entry, dict):
         raise InputError("expected a mapping (a model entry)", source=source, key=key)
     family = entry.get("family")
-    if family not in MODEL_FAMILIES:
+    if not isinstance(family, str) or family not in MODEL_FAMILIES:
         raise InputError(
-            f"unknown model family {family!r} (known: {', '.join(MODEL_FAMILIES)})",
+            f"unknown model family {family if isinstance(family, str) else type(family).__name__!r} "
+            f"(known: {', '.join(MODEL_FAMILIES)})",
             source=source,
             key=f"{key}.family" if key else "family",
         )

@@ -121,7 +121,8 @@ def arch_from_hf_config(cfg: dict, source: str = "config.json") -> dict[str, Any
             "mixture-of-experts configs are not supported (one dense MLP per block)", source=source
         )
     style, act, model_type = _style(cfg, source)
-    archs = ", ".join(str(a) for a in cfg.get("architectures") or []) or model_type
+    listed = cfg.get("architectures")
+    archs = ", ".join(str(a) for a in listed) if isinstance(listed, list) and listed else model_type
     hidden = _count(cfg, source, "hidden")
     layers = _count(cfg, source, "layers")
     heads = _count(cfg, source, "heads")
@@ -175,7 +176,8 @@ def default_name(cfg: dict, path: str | Path) -> str:
     folder = Path(path).resolve().parent.name
     if Path(path).name == "config.json" and folder:
         return folder
-    return (cfg.get("architectures") or [Path(path).stem])[0]
+    listed = cfg.get("architectures")
+    return str(listed[0]) if isinstance(listed, list) and listed else Path(path).stem
 
 
 def entry_yaml(name: str, entry: dict) -> str:

@@ -81,6 +81,7 @@ def test_a_bad_gpu_is_refused_on_every_path(tmp_path, entry, key, value, where, 
 # (entry, dotted key, bad value, key named, words)
 BAD_MODELS = [
     (TRANSFORMER, "family", "mamba", "family", "'mamba'"),
+    (TRANSFORMER, "family", ["transformer"], "family", "'list'"),
     (TRANSFORMER, "heads", 15, "heads", "divide"),
     (TRANSFORMER, "kv_heads", 5, "kv_heads", "divide"),
     (TRANSFORMER, "layers", True, "layers", "true"),
@@ -141,6 +142,8 @@ BAD_HF = [
     ("max_position_embeddings", "long", "max_position_embeddings", "integer"),
     ("tie_word_embeddings", "yes", "tie_word_embeddings", "true or false"),
     ("hidden_act", "relu", "hidden_act", "relu"),
+    ("hidden_act", 5, "hidden_act", "activation name"),
+    ("model_type", ["llama"], "model_type", "no model_type"),
 ]
 
 
@@ -148,6 +151,12 @@ BAD_HF = [
 def test_a_bad_hf_config_is_refused_by_its_own_key(tmp_path, key, value, where, words):
     r, path = _import(tmp_path, changed(LLAMA2_7B, key, value))
     refused(r, path, where, words)
+
+
+@pytest.mark.parametrize("value", [True, 3, "LlamaForCausalLM", {}])
+def test_a_config_whose_architectures_is_not_a_list_still_imports(tmp_path, value):
+    r, _ = _import(tmp_path, changed(LLAMA2_7B, "architectures", value))
+    assert r.exit_code == 0, r.output
 
 
 def test_a_llama_config_without_hidden_act_imports_as_swiglu_llama(tmp_path):
