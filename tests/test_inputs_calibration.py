@@ -42,10 +42,15 @@ def _raw() -> dict:
 
 # (dotted key, bad value, key named, words)
 BAD_RAW = [
-    ("collectives.3.median_s", 0, "collectives.3.median_s", "greater than 0"),
-    ("collectives.3.median_s", -1, "collectives.3.median_s", "greater than 0"),
+    ("collectives.3.median_s", 0, "collectives.3.median_s", "greater than or equal to"),
+    ("collectives.3.median_s", -1, "collectives.3.median_s", "greater than or equal to"),
+    ("collectives.3.median_s", 1e-308, "collectives.3.median_s", "greater than or equal to"),
+    ("collectives.3.median_s", 2.0**60, "collectives.3.median_s", "less than or equal to"),
+    ("collectives.3.bytes", 1e308, "collectives.3.bytes", "less than or equal to"),
+    ("memory.0.traffic_bytes", 1e-308, "memory.0.traffic_bytes", "greater than or equal to 1"),
+    ("provenance", True, "provenance", "dictionary"),
     ("collectives.3.median_s", float("nan"), "collectives.3.median_s", "finite"),
-    ("collectives.3.bytes", 0, "collectives.3.bytes", "greater than 0"),
+    ("collectives.3.bytes", 0, "collectives.3.bytes", "greater than or equal to 1"),
     ("collectives.3.nodes", True, "collectives.3.nodes", "integer"),
     ("collectives.3.median_s", DELETE, "collectives.3.median_s", "missing"),
     ("collectives", [1, 2], "collectives.0", ""),
@@ -55,7 +60,7 @@ BAD_RAW = [
     ("gemm.1.flops", DELETE, "gemm.1.flops", "missing"),
     ("gemm.1.m", 0, "gemm.1.m", "greater than 0"),
     ("memory.0.traffic_bytes", DELETE, "memory.0.traffic_bytes", "missing"),
-    ("memory.0.median_s", 0, "memory.0.median_s", "greater than 0"),
+    ("memory.0.median_s", 0, "memory.0.median_s", "greater than or equal to"),
     ("kernels.0.bytes", DELETE, "kernels.0.bytes", "missing"),
     ("host_adam.0.params_per_s", DELETE, "host_adam.0.params_per_s", "missing"),
     ("host_adam.0.threads", -4, "host_adam.0.threads", "greater than 0"),

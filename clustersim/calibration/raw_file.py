@@ -10,15 +10,20 @@ size given twice is two answers to one question (the measuring tools write the m
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from clustersim.catalog import Count, Number
+from clustersim.catalog import MAX_COUNT, Count, Number
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
-Positive = Annotated[Number, Field(gt=0)]
+# A measured time: at least 1 ns (below the resolution of any timer a benchmark uses: perf_counter and
+# CUDA events resolve ~0.5 us) and at most 1e6 s (the simulator's limit on one iteration).
+Seconds = Annotated[Number, Field(ge=1e-9, le=1e6)]
+# Sizes and work: one at least (a byte, a FLOP, a parameter per second) and at most 2**53, the largest
+# count exact in floating point (8 PiB, 9e15 FLOPs: beyond any one buffer or GEMM a benchmark times).
+Amount = Annotated[Number, Field(ge=1, le=MAX_COUNT)]
 
 
 class _Record(BaseModel):
@@ -30,41 +35,41 @@ class GemmRecord(_Record):
     m: Count = Field(gt=0)
     n: Count | None = Field(None, gt=0)
     k: Count | None = Field(None, gt=0)
-    flops: Positive
-    median_s: Positive
+    flops: Amount
+    median_s: Seconds
 
 
 class MemoryRecord(_Record):
-    bytes: Positive
-    traffic_bytes: Positive
-    median_s: Positive
+    bytes: Amount
+    traffic_bytes: Amount
+    median_s: Seconds
 
 
 class KernelRecord(_Record):
     name: str
     elements: Count = Field(gt=0)
-    bytes: Positive
-    median_s: Positive
+    bytes: Amount
+    median_s: Seconds
 
 
 class HostAdamRecord(_Record):
     threads: Count = Field(gt=0)
-    params_per_s: Positive
+    params_per_s: Amount
 
 
 class HostCopyRecord(_Record):
     direction: str
     pinned: StrictBool
-    bytes: Positive
-    median_s: Positive
+    bytes: Amount
+    median_s: Seconds
 
 
 class CollectiveRecord(_Record):
     op: str
     nodes: Count = Field(gt=0)
     gpus_per_node: Count = Field(gt=0)
-    bytes: Positive
-    median_s: Positive
+    bytes: Amount
+    median_s: Seconds
     # finite, of either sign: statistics.quantiles (calibration/timing.py) extrapolates beyond five
     # samples, so a measured P10 can fall below zero; the fits read the spread only where it is positive
     p10_s: Number | None = None
@@ -74,6 +79,7 @@ class CollectiveRecord(_Record):
 class RawFile(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     backend: str | None = Field(None, pattern="^(nccl|gloo)", description="nccl, nccl-tests or gloo")
+    provenance: dict[str, Any] | None = None
     gemm: list[GemmRecord] | None = None
     memory: list[MemoryRecord] | None = None
     kernels: list[KernelRecord] | None = None
