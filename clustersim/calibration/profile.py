@@ -29,6 +29,7 @@ from pydantic import (
 
 from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
+from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
 from clustersim.io import first_error, parse_json, read_input_text
 
 FORMAT = "clustersim-profile"
@@ -173,8 +174,10 @@ class NetworkCalibration(_Strict):
     log_covariance: list[list[Number]] = Field(description="covariance of log(parameters), in their order")
     residual_sigma: Number = Field(ge=0, description="log-sigma of measured medians about the fitted model")
     calibrated_classes: list[str] = Field(default_factory=list)
-    algorithms: dict[str, str] = Field(default_factory=dict)
-    protocols: list[str] | None = None
+    algorithms: dict[CollectiveOp, CollectiveAlgorithm] = Field(
+        default_factory=dict, description="op -> the algorithm the backend runs (no fit chose it)"
+    )
+    protocols: list[Protocol] | None = None
     points: Count = Field(ge=0)
     shapes: list[tuple[Count, Count]] = Field(default_factory=list)
     extrapolation: ExtrapolationCheck | None = None
