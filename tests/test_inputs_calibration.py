@@ -166,6 +166,14 @@ BAD_NCCL = [
     (_nccl_json(SIZES, nnodes=-2), (), "nnodes: expected a positive whole number"),
     (_nccl_json([*SIZES, SIZES[2]]), (), "appears twice"),
     (_nccl_json(SIZES[:1]), (), "two sizes"),
+    (_nccl_json(SIZES, nranks=float("nan")), (), "nranks: expected a positive whole number"),
+    (_nccl_json(SIZES, nranks=2**40), (), "nranks: 1.09951e+12 is more than any cluster holds"),
+    (changed(_nccl_json(SIZES), "results.2.size", 1e308), (), "results.2: size 1e+308 bytes is outside"),
+    (
+        changed(_nccl_json(SIZES), "results.2.out_of_place.time", 1e-308),
+        (),
+        "results.2: time 1e-308 us is outside",
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from clustersim import io
 from clustersim.calibration.torch_support import catalog_name_from_string
+from clustersim.catalog import MAX_COUNT, hardware_defaults
 from clustersim.errors import InputError
 from clustersim.io import read_input_text
 
@@ -118,6 +119,11 @@ def _check_row(size: float, t_us: float, wrong, source: str, where: str) -> None
     (the collective returned wrong data), is refused: nothing is fitted from a broken run."""
     if not (math.isfinite(size) and math.isfinite(t_us)) or t_us <= 0:
         raise InputError(f"{where}: time {t_us!r} us is not a positive finite number", source=source)
+    # the same bounds as a raw file's records (raw_file.py): 1 ns to 1e6 s, 1 byte to 2**53
+    if not 1e-3 <= t_us <= 1e12:
+        raise InputError(f"{where}: time {t_us:g} us is outside 1 ns .. 1e6 s", source=source)
+    if not 1 <= size <= MAX_COUNT:
+        raise InputError(f"{where}: size {size:g} bytes is outside 1 .. 2**53", source=source)
     if wrong not in (None, "N/A", "n/a", "-"):
         try:
             count = float(wrong)
@@ -157,8 +163,17 @@ def _positive_int(value, source: str, key: str) -> int | None:
     """A count from nccl-tests JSON (absent: None); anything but a positive whole number is refused."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+        or value != int(value)
+    ):
         raise InputError("expected a positive whole number", source=source, key=key)
+    limit = hardware_defaults()["limits"]["cluster_gpus"]
+    if value > limit:
+        raise InputError(f"{value:g} is more than any cluster holds ({limit:,} GPUs)", source=source, key=key)
     return int(value)
 
 
