@@ -167,3 +167,9 @@ def test_a_llama_config_without_hidden_act_imports_as_swiglu_llama(tmp_path):
     d = json.loads(r.stdout)
     assert d["entry"]["style"] == "llama"
     assert abs(d["params"] - 6.738e9) / 6.738e9 < 0.01, d["params"]
+
+
+def test_models_import_refuses_a_name_no_catalog_would_read_back(tmp_path):
+    r, _ = _import(tmp_path, LLAMA2_7B, "--name", "my model!", "--out", tmp_path / "m.yaml")
+    refused(r, "--name", "not a name")
+    assert not (tmp_path / "m.yaml").exists()
