@@ -144,6 +144,36 @@ def test_the_undamaged_profile_loads(tmp_path, profile):
     assert load_profile(write_json(tmp_path / "profile.json", profile)).network is not None
 
 
+def _network_raw() -> dict:
+    import numpy as np
+
+    from clustersim.topologies.cluster import GroupShape
+    from tests.test_network_calibration import OPS, TCP, TRUE_TCP, _records
+    from tests.test_network_calibration import _raw as network_raw
+
+    return network_raw(
+        _records(TCP, TRUE_TCP, [GroupShape(2, 1), GroupShape(4, 1)], OPS[:1], np.random.default_rng(5))
+    )
+
+
+# (key in a raw file's measured topology, bad value, key named, words)
+BAD_TOPOLOGY = [
+    ("topology.network.kind", "carrier_pigeon", "topology.network.kind", "ethernet_tcp"),
+    ("topology.network.line_rate_gbps", "fast", "topology.network.line_rate_gbps", "number"),
+    ("topology.network.line_rate_gbps", 1e12, "topology.network.line_rate_gbps", "beyond any NIC"),
+    ("topology.nodes", 2**50, "topology", "more than any cluster"),
+    ("topology.nodes", True, "topology.nodes", "true"),
+]
+
+
+@pytest.mark.parametrize(
+    "key,value,where,words", BAD_TOPOLOGY, ids=[f"{k}={v!r}" for k, v, *_ in BAD_TOPOLOGY]
+)
+def test_a_raw_file_with_a_bad_measured_topology_is_refused(tmp_path, key, value, where, words):
+    path = write_json(tmp_path / "raw.json", changed(_network_raw(), key, value))
+    refused(invoke("calibrate", "fit", path, "--out", tmp_path / "p.json"), path, where, words)
+
+
 def test_a_raw_file_of_an_unknown_backend_is_refused(tmp_path):
     path = write_json(tmp_path / "raw.json", {**_raw(), "backend": "carrier_pigeon"})
     refused(invoke("calibrate", "fit", path, "--out", tmp_path / "p.json"), path, "backend")

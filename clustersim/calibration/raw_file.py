@@ -10,11 +10,11 @@ size given twice is two answers to one question (the measuring tools write the m
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from clustersim.catalog import MAX_COUNT, Count, Number
+from clustersim.catalog import MAX_COUNT, Count, Number, hardware_defaults
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
@@ -76,10 +76,25 @@ class CollectiveRecord(_Record):
     p90_s: Number | None = None
 
 
+class RawNetwork(_Record):
+    """The network a sweep was measured over (the emulated testbed records its NIC and shaped rate):
+    the keys of a scenario's ``cluster.nic`` that the network fit reads."""
+
+    kind: Literal["ethernet_tcp", "infiniband"]
+    line_rate_gbps: Annotated[Number, Field(gt=0)]
+
+
+class RawTopology(_Record):
+    nodes: Count | None = Field(None, gt=0)
+    gpus_per_node: Count | None = Field(None, gt=0)
+    network: RawNetwork | None = None
+
+
 class RawFile(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     backend: str | None = Field(None, pattern="^(nccl|gloo)", description="nccl, nccl-tests or gloo")
     provenance: dict[str, Any] | None = None
+    topology: RawTopology | None = None
     gemm: list[GemmRecord] | None = None
     memory: list[MemoryRecord] | None = None
     kernels: list[KernelRecord] | None = None
@@ -89,6 +104,26 @@ class RawFile(BaseModel):
     launch_latency_s: Annotated[Number, Field(ge=0)] | None = None
 
 
+def _check_topology(topo: RawTopology | None, source: str) -> None:
+    """The measured cluster within the physical limits a scenario's is held to (hardware_defaults.yaml)."""
+    if topo is None:
+        return
+    lim = hardware_defaults()["limits"]
+    gpus = (topo.nodes or 1) * (topo.gpus_per_node or 1)
+    if gpus > lim["cluster_gpus"]:
+        raise InputError(
+            f"{gpus:,} GPUs is more than any cluster holds ({lim['cluster_gpus']:,})",
+            source=source,
+            key="topology",
+        )
+    if topo.network is not None and topo.network.line_rate_gbps > lim["nic_line_rate_gbps"]:
+        raise InputError(
+            f"{topo.network.line_rate_gbps:,g} Gb/s is beyond any NIC ({lim['nic_line_rate_gbps']:,} Gb/s)",
+            source=source,
+            key="topology.network.line_rate_gbps",
+        )
+
+
 def check_raw(data: dict, source: str) -> None:
     """Refuse a raw file the fits cannot use, naming ``source`` and the record's key."""
     try:
@@ -96,6 +131,7 @@ def check_raw(data: dict, source: str) -> None:
     except ValidationError as exc:
         key, msg = first_error(exc)
         raise InputError(msg, source=source, key=key) from None
+    _check_topology(raw.topology, source)
     groups: dict[tuple, dict[float, int]] = {}
     for i, r in enumerate(raw.collectives or []):
         sizes = groups.setdefault((r.op, r.nodes, r.gpus_per_node), {})
