@@ -127,6 +127,11 @@ MAX_INPUT_BYTES = 256 * 2**20
 # levels deep; 64 is far above any real file and far below Python's recursion limit (1000), which a
 # deeply nested file used to hit inside the parser or the validator (RecursionError).
 MAX_DEPTH = 64
+# Values (numbers, strings, mappings, lists) in one structured input, YAML aliases expanded. The largest
+# legitimate one is a raw calibration file: 8 collectives x 30 sizes x a dozen group shapes of records
+# of ~10 values each, ~3e4 values; 2e6 leaves room for files many times that, and refuses an alias bomb
+# (a few lines that expand to billions of values) before anything walks it.
+MAX_VALUES = 2_000_000
 
 
 def _refuse_special(path: Path) -> int:
@@ -177,19 +182,63 @@ def read_input_text(path: str | Path) -> str:
 
 
 def check_depth(data: Any, source: str | None = None) -> Any:
-    """Refuse nesting deeper than MAX_DEPTH (iteratively: the check itself cannot overflow the stack)."""
+    """Refuse nesting deeper than MAX_DEPTH, more than MAX_VALUES values once YAML aliases are expanded,
+    and a structure that contains itself. YAML anchors and aliases share one object among many places
+    (a few lines of ``&a [*b, *b, ...]`` stand for 10**9 values, which every later walk, the validator's
+    included, would visit one by one); the sizes are counted once per shared object, in time linear in
+    the file, without recursion."""
+    done: dict[int, tuple[int, int]] = {}  # id -> (height, values counted with repeats)
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, finish = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if not finish:
+            if key in done:
+                continue
+            if key in open_:
+                raise InputError(
+                    "a value contains itself (a YAML alias inside its own anchor)", source=source
+                )
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if isinstance(c, dict | list) and id(c) not in done)
+            continue
+        height, values = 1, 1
+        for c in children:
+            if isinstance(c, dict | list):
+                h, n = done[id(c)]
+                height, values = max(height, h + 1), values + n
+            else:
+                values += 1
+        if height > MAX_DEPTH:
+            raise _too_deep(source)
+        if values > MAX_VALUES:
+            raise InputError(
+                f"more than {MAX_VALUES:,} values once its YAML aliases are expanded", source=source
+            )
+        open_.discard(key)
+        done[key] = (height, values)
+    return data
+
+
+def _check_json_depth(text: str, data: Any, source: str) -> Any:
+    """MAX_DEPTH for parsed JSON, which has no aliases: a plain walk, skipped when the text has too few
+    brackets to nest that deep (a scenario line of scenarios.jsonl has a few dozen)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return data
     stack = [(data, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
             continue
         if depth > MAX_DEPTH:
-            raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
-        stack.extend((child, depth + 1) for child in children)
+            raise _too_deep(source)
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return data
 
 
@@ -200,7 +249,7 @@ def _too_deep(source: str) -> InputError:
 def parse_json(text: str, source: str) -> Any:
     """JSON text with unique keys and bounded nesting; errors name ``source`` and the line."""
     try:
-        return check_depth(json.loads(text, object_pairs_hook=_unique_keys), source)
+        return _check_json_depth(text, json.loads(text, object_pairs_hook=_unique_keys), source)
     except _DuplicateKey as exc:
         raise InputError(
             f"invalid JSON: key {shown_key(exc.args[0])!r} given twice in one object", source=source
