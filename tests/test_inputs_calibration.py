@@ -219,3 +219,13 @@ def test_import_nccl_tests_accepts_the_spellings_of_a_collective(tmp_path):
     path = write_json(tmp_path / "x.json", _nccl_json(SIZES))
     r = invoke("calibrate", "import-nccl-tests", path, "--out", tmp_path / "p.json", "--op", "AllReduce")
     assert r.exit_code == 0, r.output
+
+
+def test_measured_percentiles_stay_within_the_samples():
+    """Five noisy timings (as a quick collective sweep takes) gave a negative P10 with the exclusive
+    quantile method; a raw file then carried a time below zero."""
+    from clustersim.calibration.timing import summarize
+
+    samples = [0.0009, 0.002, 0.004, 0.0041, 0.0127]
+    t = summarize(samples)
+    assert min(samples) <= t.p10_s <= t.median_s <= t.p90_s <= max(samples)

@@ -70,8 +70,8 @@ class CollectiveRecord(_Record):
     gpus_per_node: Count = Field(gt=0)
     bytes: Amount
     median_s: Seconds
-    # finite, of either sign: statistics.quantiles (calibration/timing.py) extrapolates beyond five
-    # samples, so a measured P10 can fall below zero; the fits read the spread only where it is positive
+    # finite, of either sign: files measured before timing.summarize kept its percentiles within the
+    # samples can hold a negative P10; the fits read the spread only where it is positive
     p10_s: Number | None = None
     p90_s: Number | None = None
 
