@@ -5,39 +5,116 @@ Adding a GPU or a model means adding an entry to ``catalogs/*.yaml``; no code br
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from clustersim.errors import InputError
-from clustersim.io import load_yaml
+from clustersim.io import first_error, load_yaml, read_structured_file, shown_key
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true/false")
+    return value
+
+
+def _whole(value: Any) -> Any:
+    """YAML reads ``params: 1.0e+9`` as a float; a whole, finite float is that integer. true/false and
+    fractions are refused by StrictInt after this."""
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
+
+
+# Integers above 2**53 are not exact as floats, and every count is multiplied into float costs:
+# ``micro_batch: 1e308`` overflowed there (OverflowError). No count of anything a training job holds
+# (samples, GPUs, layers, steps) comes near 9e15.
+MAX_COUNT = 2**53
+
+
+def _exact(value: int) -> int:
+    if value > MAX_COUNT:
+        raise ValueError(f"{value:.3g} is more than 2**53 ({MAX_COUNT:.3g}), beyond any count a job holds")
+    return value
+
+
+# Numbers in every input schema (catalog entries, scenarios): finite (allow_inf_nan=False in the
+# models), never true/false; integers stay integers (``nodes: true`` is not one node, ``nodes: 2.5`` not
+# two; ``nodes: 8.0`` is eight) and at most MAX_COUNT.
+Number = Annotated[float, BeforeValidator(_not_bool)]
+Count = Annotated[StrictInt, BeforeValidator(_whole), AfterValidator(_exact)]
+
+
+def _within(limit: str, what: str):
+    """An after-validator refusing a value above ``limits.<limit>`` of hardware_defaults.yaml."""
+
+    def check(value):
+        top = hardware_defaults()["limits"][limit]
+        if value is not None and value > top:
+            raise ValueError(
+                f"{value:,g} is beyond any real GPU (at most {top:,} {what}; limits and their sources: "
+                "clustersim/catalogs/hardware_defaults.yaml)"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NvlinkSpec(_Strict):
-    links: int = Field(ge=0)
-    gbs_per_link: float = Field(ge=0)
+    links: Annotated[Count, _within("gpu_nvlink_links", "NVLink links per GPU")] = Field(ge=0)
+    gbs_per_link: Annotated[Number, _within("gpu_gbs_per_link", "GB/s per link")] = Field(ge=0)
+
+    @field_validator("gbs_per_link")
+    @classmethod
+    def _links_carry_bandwidth(cls, value: float, info: ValidationInfo) -> float:
+        if value == 0 and info.data.get("links"):
+            raise ValueError(f"{info.data['links']} links of 0 GB/s: give their bandwidth, or links: 0")
+        return value
 
 
 class CudaName(_Strict):
     """How the CUDA runtime names this GPU: a regex on the upper-cased device name, optional memory bounds."""
 
     pattern: str
-    min_memory_gib: float = 0.0
-    max_memory_gib: float | None = None  # None: no upper bound
+    min_memory_gib: Number = Field(0.0, ge=0)
+    max_memory_gib: Number | None = Field(None, gt=0)  # None: no upper bound
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc.msg})") from None
+        return value
 
 
 def gpu_for_cuda_name(device_name: str, memory_gib: float) -> str | None:
@@ -65,15 +142,17 @@ class GpuSpec(_Strict):
     chip: str = Field(
         description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of a chip"
     )
-    peak_tflops: dict[str, float]
-    hbm_gbs: float = Field(gt=0)
-    memory_gib: float = Field(gt=0)
+    peak_tflops: dict[
+        Precision, Annotated[Number, Field(gt=0), _within("gpu_peak_tflops", "dense TFLOP/s per GPU")]
+    ] = Field(description="dense peak TFLOP/s per precision; fp32 is required (the fallback)")
+    hbm_gbs: Annotated[Number, _within("gpu_hbm_gbs", "GB/s of HBM per GPU")] = Field(gt=0)
+    memory_gib: Annotated[Number, _within("gpu_memory_gib", "GiB per GPU")] = Field(gt=0)
     nvlink: NvlinkSpec
-    pcie_gen: int = Field(ge=3, le=6)
-    dies_per_package: int = Field(
+    pcie_gen: Count = Field(ge=3, le=6)
+    dies_per_package: Count = Field(
         1, ge=1, le=2, description="devices (ranks) per package: 2 for an MI250X (two GCDs), else 1"
     )
-    price_per_gpu_hour: float | None = Field(
+    price_per_gpu_hour: Annotated[Number | None, _within("price_per_gpu_hour", "USD per GPU-hour")] = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )
     asynchronous_launch: bool = Field(
@@ -81,6 +160,13 @@ class GpuSpec(_Strict):
         description="kernels run while the host dispatches the next ones (GPUs); false for a CPU device, "
         "where the thread that dispatches an op also runs its kernels",
     )
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _has_fp32(cls, value: dict) -> dict:
+        if "fp32" not in value:
+            raise ValueError("needs an fp32 rate (the rate of precisions the GPU has no tensor cores for)")
+        return value
 
     def pcie_generation(self, override: int | None) -> int:
         """The host interface generation: the scenario's ``intra_node.pcie_gen`` if set, else the GPU's."""
@@ -107,36 +193,112 @@ class GpuSpec(_Strict):
 
 
 class TransformerArch(_Strict):
+    """A transformer's shape. Attention splits ``hidden`` into ``heads`` equal heads and groups the heads
+    over ``kv_heads`` key/value heads, so each divides the one above it; a default sequence longer than
+    a learned position table has no embedding for its last tokens."""
+
     family: Literal["transformer"]
     description: str = ""
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    ffn: int = Field(gt=0)
-    vocab: int = Field(gt=0)
-    max_positions: int = Field(ge=0)
-    token_types: int = 0
+    layers: Count = Field(gt=0)
+    hidden: Count = Field(gt=0)
+    heads: Count = Field(gt=0)
+    ffn: Count = Field(gt=0)
+    vocab: Count = Field(gt=0)
+    max_positions: Count = Field(ge=0, description="learned position table (0: none, RoPE)")
+    token_types: Count = Field(0, ge=0)
     style: Literal["bert", "gpt", "llama"]
-    default_seq_len: int = Field(gt=0)
-    kv_heads: int | None = Field(
+    default_seq_len: Count = Field(gt=0)
+    kv_heads: Count | None = Field(
         None, gt=0, description="key/value heads (grouped-query attention); default: heads"
     )
-    tied_head: bool | None = Field(
+    tied_head: StrictBool | None = Field(
         None, description="LM head tied to the word embedding; default: the style's (gpt yes, llama no)"
     )
 
+    @field_validator("heads")
+    @classmethod
+    def _heads_divide_hidden(cls, value: int, info: ValidationInfo) -> int:
+        hidden = info.data.get("hidden")
+        if hidden and hidden % value:
+            raise ValueError(f"{value} heads do not divide hidden {hidden} into equal heads")
+        return value
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, value: int | None, info: ValidationInfo) -> int | None:
+        heads = info.data.get("heads")
+        if value is not None and heads and heads % value:
+            raise ValueError(f"{value} key/value heads do not divide the {heads} heads into equal groups")
+        return value
+
+    @field_validator("default_seq_len")
+    @classmethod
+    def _seq_within_positions(cls, value: int, info: ValidationInfo) -> int:
+        positions = info.data.get("max_positions")
+        if positions and value > positions:
+            raise ValueError(f"{value} tokens are more than the {positions} of max_positions")
+        return value
+
 
 class ResNetArch(_Strict):
+    """A bottleneck ResNet: blocks per stage; each stage after the first halves the feature map, after
+    the stem's stride-2 convolution and max-pool (a quarter of image_size), so the image must keep at
+    least one pixel through every stage."""
+
     family: Literal["resnet"]
     description: str = ""
-    blocks: list[int]
-    width: int = Field(gt=0)
-    image_size: int = Field(gt=0)
-    num_classes: int = Field(gt=0)
-    default_seq_len: int = 1
+    blocks: list[Annotated[Count, Field(gt=0)]] = Field(min_length=1)
+    width: Count = Field(gt=0)
+    image_size: Count = Field(gt=0)
+    num_classes: Count = Field(gt=0)
+    default_seq_len: Count = Field(1, gt=0)
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_survives_the_stages(cls, value: int, info: ValidationInfo) -> int:
+        stages = len(info.data.get("blocks") or [])
+        need = 4 * 2 ** max(stages - 1, 0)
+        if stages and value < need:
+            raise ValueError(f"{value} pixels vanish in {stages} stages (at least {need})")
+        return value
 
 
 ModelArch = TransformerArch | ResNetArch
+MODEL_FAMILIES: dict[str, type[BaseModel]] = {"transformer": TransformerArch, "resnet": ResNetArch}
+
+
+def parse_model_entry(entry: Any, source: str | None = None, key: str | None = None) -> ModelArch:
+    """A models.yaml entry, validated: every way a model comes in (the shipped catalog, a user catalog,
+    an imported config) goes through here. Errors name ``source`` and ``key.<field>``."""
+    if not isinstance(entry, dict):
+        raise InputError("expected a mapping (a model entry)", source=source, key=key)
+    family = entry.get("family")
+    if not isinstance(family, str) or family not in MODEL_FAMILIES:
+        raise InputError(
+            f"unknown model family {family if isinstance(family, str) else type(family).__name__!r} "
+            f"(known: {', '.join(MODEL_FAMILIES)})",
+            source=source,
+            key=f"{key}.family" if key else "family",
+        )
+    return _validated(MODEL_FAMILIES[family], entry, source, key)
+
+
+def parse_gpu_entry(name: str, entry: Any, source: str | None = None, key: str | None = None) -> "GpuSpec":
+    """A gpus.yaml entry, validated (the shipped catalog, a user catalog; an inline GPU is the same type
+    validated inside the scenario). Errors name ``source`` and ``key.<field>``."""
+    if not isinstance(entry, dict):
+        raise InputError("expected a mapping (a GPU entry)", source=source, key=key)
+    fields = {k: v for k, v in entry.items() if k != "name"}
+    return _validated(GpuSpec, {**fields, "name": name}, source, key)
+
+
+def _validated(cls: type[BaseModel], data: dict, source: str | None, key: str | None):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        loc, msg = first_error(exc)
+        full = f"{key}.{loc}" if key and loc != "(top level)" else (key or loc)
+        raise InputError(msg, source=source, key=full) from None
 
 
 def _load_yaml(name: str) -> dict:
@@ -147,7 +309,7 @@ def _load_yaml(name: str) -> dict:
 @lru_cache(maxsize=None)
 def _shipped_gpus() -> dict[str, GpuSpec]:
     raw = _load_yaml("gpus.yaml")
-    return {name: GpuSpec(name=name, **entry) for name, entry in raw.items()}
+    return {name: parse_gpu_entry(name, entry, "catalogs/gpus.yaml", name) for name, entry in raw.items()}
 
 
 def gpus() -> dict[str, GpuSpec]:
@@ -163,11 +325,7 @@ def models() -> dict[str, ModelArch]:
 @lru_cache(maxsize=None)
 def _shipped_models() -> dict[str, ModelArch]:
     raw = _load_yaml("models.yaml")
-    out: dict[str, ModelArch] = {}
-    for name, entry in raw.items():
-        cls = TransformerArch if entry.get("family") == "transformer" else ResNetArch
-        out[name] = cls(**entry)
-    return out
+    return {name: parse_model_entry(entry, "catalogs/models.yaml", name) for name, entry in raw.items()}
 
 
 @lru_cache(maxsize=None)
@@ -265,24 +423,13 @@ def _overlay(shipped: dict, user: dict) -> dict:
     return out
 
 
-def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
-    return ".".join(str(x) for x in err["loc"]), err["msg"]
-
-
 def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, ModelArch]]:
     """A user catalog file: a mapping of names to GPU entries (gpus.yaml's schema) and/or model entries
-    (models.yaml's: an entry with ``family:`` is a model). A bad file or entry is an InputError naming
+    (models.yaml's: an entry with ``family:`` is a model). Read by the one structured-file reader and
+    validated by the same parsers as the shipped catalogs; a bad file or entry is an InputError naming
     the file and the key."""
     src = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read the catalog ({exc.strerror or exc})", source=src) from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        raise InputError(f"not valid YAML{line}", source=src) from None
+    raw = read_structured_file(Path(path))
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -290,20 +437,16 @@ def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, M
     found_gpus: dict[str, GpuSpec] = {}
     found_models: dict[str, ModelArch] = {}
     for name, entry in raw.items():
-        if not isinstance(entry, dict):
-            raise InputError("expected a mapping (a GPU or model entry)", source=src, key=str(name))
-        try:
-            if "family" in entry:
-                cls = TransformerArch if entry.get("family") == "transformer" else ResNetArch
-                found_models[str(name)] = cls(**entry)
-            else:
-                fields = {k: v for k, v in entry.items() if k != "name"}
-                found_gpus[str(name)] = GpuSpec(name=str(name), **fields)
-        except ValidationError as exc:
-            loc, msg = _first_error(exc)
-            raise InputError(msg, source=src, key=f"{name}.{loc}" if loc else str(name)) from None
-        except TypeError as exc:  # a non-string key in the entry
-            raise InputError(str(exc), source=src, key=str(name)) from None
+        if shown_key(name) != str(name):
+            raise InputError(
+                "an entry's name is not a name (letters, digits and _ . + - / ( ) or spaces, at most 64): "
+                "is this a catalog file?",
+                source=src,
+            )
+        if isinstance(entry, dict) and "family" in entry:
+            found_models[str(name)] = parse_model_entry(entry, src, str(name))
+        else:
+            found_gpus[str(name)] = parse_gpu_entry(str(name), entry, src, str(name))
     return found_gpus, found_models
 
 

@@ -336,6 +336,12 @@ def collective(
         nbytes = parse_bytes(size)
     except InputError as exc:
         raise exc.located(key_prefix="--bytes") from None
+    if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
+        raise InputError(
+            f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "
+            "can hold as a collective's buffer",
+            key="--bytes",
+        )
     if s.cluster.nodes == 1 and group == "inter":
         raise InputError("--group inter needs more than one node (this cluster has 1)", key="--group")
     shape = shapes[group]

@@ -604,7 +604,8 @@ def _print_profile(p) -> None:
                     ],
                 )
             )
-        spread = p.raw.get("collectives") if p.raw else None
+        # the measuring tools write each record's p10/p90; a hand-made raw file may leave them out
+        spread = [r for r in (p.raw or {}).get("collectives") or [] if "p10_s" in r and "p90_s" in r]
         if spread:
             import statistics
 

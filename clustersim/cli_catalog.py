@@ -9,6 +9,7 @@ import typer
 
 from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors, with_catalogs
 from clustersim.cli_support import load_scenario_ref as _load
+from clustersim.errors import InputError
 from clustersim.units import format_bytes
 
 hardware_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
@@ -288,6 +289,7 @@ def models_import(
 ):
     """Make a model entry (layers, hidden, heads, ffn, vocab, style) from a Hugging Face config.json."""
     from clustersim import catalog
+    from clustersim.io import shown_key
     from clustersim.model_import import (
         append_entry,
         arch_from_hf_config,
@@ -301,6 +303,11 @@ def models_import(
     cfg = read_hf_config(config)
     entry = arch_from_hf_config(cfg, str(config))
     name = name or default_name(cfg, config)
+    if shown_key(name) != name:  # a catalog refuses such a name when it is read back
+        raise InputError(
+            "not a name a catalog accepts (letters, digits and _ . + - / ( ) or spaces, at most 64)",
+            key="--name",
+        )
     with catalog.user_entries(models={name: catalog.TransformerArch(**entry)}):
         params = build_workload(WorkloadSpec(model=name, micro_batch=1)).params
     if out is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,9 +16,28 @@ if TYPE_CHECKING:  # pydantic and PyYAML are imported when used: `--help` and `p
     from pydantic import ValidationError
 
 
-def first_error(exc: ValidationError) -> tuple[str, str]:
+# What a key named in an error may look like. A key of another shape (``root:$6$...``: the first line
+# of a file that is not an input at all, read as a YAML key) is not shown, so an error never prints a
+# line of a file given by mistake.
+_KEY_SHAPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-/() ]{0,63}")
+
+
+def shown_key(key: object) -> str:
+    """``key`` as an error may print it: itself if it looks like a key or a name, else a placeholder."""
+    text = str(key)
+    return text if isinstance(key, int) or _KEY_SHAPE.fullmatch(text) else "(a key that is not a name)"
+
+
+def _dotted(loc, tags: tuple[str, ...] = ()) -> str:
+    """A pydantic location as a dotted key, without the parts that are not keys the user wrote: a
+    tagged union's tag (``tags``) and the ``[key]`` marker of a dict key's error."""
+    return ".".join(shown_key(p) for p in loc if p not in tags and p != "[key]")
+
+
+def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, str]:
     """The first pydantic error as (dotted key, one-line reason). A misspelt key shows up as an unknown
-    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo."""
+    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo.
+    ``tags``: the tags of tagged unions, which pydantic puts in the location."""
     import difflib
 
     errors = exc.errors()
@@ -28,9 +48,9 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
         siblings = [str(m[-1]) for m in missing if m[:-1] == e["loc"][:-1]]
         match = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
         if match:
-            return ".".join(str(p) for p in e["loc"]), f"unknown key (did you mean {match[0]}?)"
+            return _dotted(e["loc"], tags), f"unknown key (did you mean {match[0]}?)"
     err = errors[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    key = _dotted(err["loc"], tags) or "(top level)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         return key, "unknown key"
@@ -63,7 +83,10 @@ def _loader():
                         key = self.construct_object(key_node)
                         if key in seen:
                             raise yaml.constructor.ConstructorError(
-                                None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                                None,
+                                None,
+                                f"key {shown_key(key)!r} given twice in one mapping",
+                                key_node.start_mark,
                             )
                         seen.add(key)
                 return super().construct_mapping(node, deep)
@@ -94,31 +117,189 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def read_structured_file(path: Path) -> Any:
-    """Parse YAML or JSON; errors name the file and the line."""
+# The largest file any command reads as input. The biggest legitimate inputs are raw calibration files
+# and nccl-tests logs of a few MB (a full sweep of 8 collectives x 30 sizes x 4 shapes is ~1 MB of
+# JSON) and sweep results of 1e5 rows (~30 MB of CSV); 256 MiB is ten times that, and keeps a device or
+# a mistaken disk image from being read into memory.
+MAX_INPUT_BYTES = 256 * 2**20
+# Nesting of mappings and lists in a structured input. The deepest schema (a scenario's
+# training.optimizer_options.scheme.N.bits, a profile's collectives.N.quality.alpha_ci95_s.N) is 6
+# levels deep; 64 is far above any real file and far below Python's recursion limit (1000), which a
+# deeply nested file used to hit inside the parser or the validator (RecursionError).
+MAX_DEPTH = 64
+# Values (numbers, strings, mappings, lists) in one structured input, YAML aliases expanded. The largest
+# legitimate one is a raw calibration file: 8 collectives x 30 sizes x a dozen group shapes of records
+# of ~10 values each, ~3e4 values; 2e6 leaves room for files many times that, and refuses an alias bomb
+# (a few lines that expand to billions of values) before anything walks it.
+MAX_VALUES = 2_000_000
+
+
+def _refuse_special(path: Path) -> int:
+    """The file's size, after refusing what is not a regular file: a named pipe blocks its reader
+    forever and /dev/zero never ends, so both are refused before the first byte is read."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("file not found", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(
+            f"cannot read ({exc.strerror or exc.__class__.__name__})", source=str(path)
+        ) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder; give a file", source=str(path))
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise InputError(f"is {kind}, not a regular file; give a file", source=str(path))
+    if st.st_size > MAX_INPUT_BYTES:
+        raise InputError(
+            f"{st.st_size:,} bytes is more than an input file may hold ({MAX_INPUT_BYTES:,})",
+            source=str(path),
+        )
+    return st.st_size
+
+
+def read_input_text(path: str | Path) -> str:
+    """The text of an input file: a regular file (not a pipe or device), at most MAX_INPUT_BYTES, UTF-8.
+    Every error names the file and never shows its content."""
+    path = Path(path)
+    _refuse_special(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read ({exc.strerror or exc.__class__.__name__})", source=str(path)
+        ) from None
+    if len(data) > MAX_INPUT_BYTES:  # it grew after the check
+        raise InputError(f"more than an input file may hold ({MAX_INPUT_BYTES:,} bytes)", source=str(path))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 text (an invalid byte on line {line})", source=str(path)) from None
+
+
+def check_depth(data: Any, source: str | None = None) -> Any:
+    """Refuse nesting deeper than MAX_DEPTH, more than MAX_VALUES values once YAML aliases are expanded,
+    and a structure that contains itself. YAML anchors and aliases share one object among many places
+    (a few lines of ``&a [*b, *b, ...]`` stand for 10**9 values, which every later walk, the validator's
+    included, would visit one by one); the sizes are counted once per shared object, in time linear in
+    the file, without recursion."""
+    done: dict[int, tuple[int, int]] = {}  # id -> (height, values counted with repeats)
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, finish = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if not finish:
+            if key in done:
+                continue
+            if key in open_:
+                raise InputError(
+                    "a value contains itself (a YAML alias inside its own anchor)", source=source
+                )
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if isinstance(c, dict | list) and id(c) not in done)
+            continue
+        height, values = 1, 1
+        for c in children:
+            if isinstance(c, dict | list):
+                h, n = done[id(c)]
+                height, values = max(height, h + 1), values + n
+            else:
+                values += 1
+        if height > MAX_DEPTH:
+            raise _too_deep(source)
+        if values > MAX_VALUES:
+            raise InputError(
+                f"more than {MAX_VALUES:,} values once its YAML aliases are expanded", source=source
+            )
+        open_.discard(key)
+        done[key] = (height, values)
+    return data
+
+
+def _check_json_depth(text: str, data: Any, source: str) -> Any:
+    """MAX_DEPTH for parsed JSON, which has no aliases: a plain walk, skipped when the text has too few
+    brackets to nest that deep (a scenario line of scenarios.jsonl has a few dozen)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return data
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            raise _too_deep(source)
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return data
+
+
+def _too_deep(source: str) -> InputError:
+    return InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON text with unique keys and bounded nesting; errors name ``source`` and the line."""
+    try:
+        return _check_json_depth(text, json.loads(text, object_pairs_hook=_unique_keys), source)
+    except _DuplicateKey as exc:
+        raise InputError(
+            f"invalid JSON: key {shown_key(exc.args[0])!r} given twice in one object", source=source
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=source) from None
+    except RecursionError:
+        raise _too_deep(source) from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text (the safe loader, unique keys) with bounded nesting; errors name ``source`` and the
+    line, and say what is wrong without quoting the file."""
     import yaml
 
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text, object_pairs_hook=_unique_keys)
-        return load_yaml(text)
-    except _DuplicateKey as exc:
-        raise InputError(
-            f"invalid JSON: key {exc.args[0]!r} given twice in one object", source=str(path)
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=str(path)) from None
+        return check_depth(load_yaml(text), source)
+    except RecursionError:
+        raise _too_deep(source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError(f"invalid YAML{where}: {problem}", source=str(path)) from None
+        if "nesting depth" in problem:  # libyaml's own limit (1000), before the reader's
+            raise _too_deep(source) from None
+        raise InputError(f"invalid YAML{where}: {problem}", source=source) from None
+
+
+def read_structured_file(path: str | Path, fmt: str | None = None) -> Any:
+    """Parse a YAML or JSON input file (``fmt`` "json" or "yaml"; default: by its suffix, .json is JSON)
+    through read_input_text and the parsers above: the one reader of structured input."""
+    path = Path(path)
+    text = read_input_text(path)
+    if (fmt or ("json" if path.suffix.lower() == ".json" else "yaml")) == "json":
+        return parse_json(text, str(path))
+    return parse_yaml(text, str(path))
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+    """A JSON-lines file as (line number, value) pairs, blank lines skipped; a damaged line is an
+    InputError naming the file and the line."""
+    path = Path(path)
+    out = []
+    for n, line in enumerate(read_input_text(path).splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((n, parse_json(line, str(path))))
+            except InputError as exc:
+                raise InputError(f"line {n}: {exc.message}", source=str(path)) from None
+    return out
 
 
 def check_writable_file(path: Path) -> Path:

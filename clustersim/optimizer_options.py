@@ -7,10 +7,20 @@ same names to the classes that build programs, and a test keeps the two tables i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictInt,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
+from clustersim.catalog import Number
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
@@ -59,9 +69,19 @@ class Phase(BaseModel):
     )
 
 
+# The tags of the scheme union (a named scheme or a list of phases): pydantic puts them in an error's
+# location, where they are not keys the user wrote (first_error drops them). Without the discriminator
+# a phase with ``bits: 0`` was reported as the named scheme's literal.
+_SCHEME_TAGS = ("scheme name", "phases")
+
+
 class BinSGDMOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    scheme: Literal["hierarchical", "flat"] | list[Phase] = "hierarchical"
+    scheme: Annotated[
+        Annotated[Literal["hierarchical", "flat"], Tag(_SCHEME_TAGS[0])]
+        | Annotated[list[Phase], Field(min_length=1), Tag(_SCHEME_TAGS[1])],
+        Discriminator(lambda v: _SCHEME_TAGS[1] if isinstance(v, list) else _SCHEME_TAGS[0]),
+    ] = Field("hierarchical", description="hierarchical, flat, or a list of phases (at least one)")
 
 
 class DiLoCoOptions(BaseModel):
@@ -83,10 +103,10 @@ class DiLoCoOptions(BaseModel):
         0, ge=0, description="tau: inner steps the exchange of a fragment overlaps before it is applied"
     )
     bits: Literal[4, 8, 16, 32] = Field(32, description="bits per outer-gradient element on the wire")
-    inter_worker_gbps: float | None = Field(
+    inter_worker_gbps: Number | None = Field(
         None, gt=0, description="bandwidth between workers, Gb/s per worker (default: the cluster's own NICs)"
     )
-    inter_worker_latency_ms: float = Field(
+    inter_worker_latency_ms: Number = Field(
         0.0, ge=0, description="one-way latency between workers with inter_worker_gbps, ms"
     )
 
@@ -110,7 +130,7 @@ def parse_options(optimizer: str, options: dict) -> BaseModel:
     try:
         return OPTIONS[optimizer].model_validate(options)
     except ValidationError as exc:
-        key, msg = first_error(exc)
+        key, msg = first_error(exc, _SCHEME_TAGS)
         if msg == "unknown key":
             msg += " for optimizer " + optimizer
         raise InputError(msg, key="training.optimizer_options." + key) from None

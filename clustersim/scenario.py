@@ -20,14 +20,13 @@ from pydantic import (
     Discriminator,
     Field,
     PrivateAttr,
-    StrictInt,
     Tag,
     ValidationError,
     model_validator,
 )
 
 from clustersim import catalog
-from clustersim.catalog import Precision
+from clustersim.catalog import Count, Number, Precision, _not_bool, _whole
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
 from clustersim.io import first_error, load_yaml, read_structured_file
@@ -37,24 +36,9 @@ from clustersim.sharding_rules import check_partition, check_sharding
 PRESET_PREFIX = "preset:"
 
 
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not true/false")
-    return value
-
-
-def _whole(value: Any) -> Any:
-    """YAML reads ``params: 1.0e+9`` as a float; a whole, finite float is that integer. true/false and
-    fractions are refused by StrictInt after this."""
-    if isinstance(value, float) and math.isfinite(value) and value == int(value):
-        return int(value)
-    return value
-
-
-# Numbers in a scenario: finite (allow_inf_nan=False below), never true/false; integers stay integers
-# (``nodes: true`` is not one node, ``nodes: 2.5`` not two; ``nodes: 8.0`` is eight).
-Number = Annotated[float, BeforeValidator(_not_bool)]
-Count = Annotated[StrictInt, BeforeValidator(_whole)]
+# The tags of the GPU union (a name or an inline entry): pydantic puts them in an error's location,
+# where they are not keys the user wrote (first_error drops them).
+_GPU_TAGS = ("gpu name", "inline gpu")
 
 
 class _Strict(BaseModel):
@@ -174,10 +158,14 @@ class ClusterSpec(_Strict):
     nodes: Count = Field(gt=0)
     gpus_per_node: Count = Field(gt=0)
     gpu: Annotated[
-        Annotated[str, Tag("name")] | Annotated[catalog.InlineGpuSpec, Tag("inline")],
+        Annotated[str, Tag(_GPU_TAGS[0])] | Annotated[catalog.InlineGpuSpec, Tag(_GPU_TAGS[1])],
         Discriminator(
             lambda v: (
-                "inline" if isinstance(v, dict | catalog.GpuSpec) else "name" if isinstance(v, str) else None
+                _GPU_TAGS[1]
+                if isinstance(v, dict | catalog.GpuSpec)
+                else _GPU_TAGS[0]
+                if isinstance(v, str)
+                else None
             ),
             custom_error_type="gpu",
             custom_error_message="expected a GPU name or an inline GPU (a mapping)",
@@ -262,7 +250,9 @@ class OffloadSpec(_Strict):
     (Deep Optimizer States: per subgroup, the update runs on the CPU or moves to the GPU)."""
 
     mode: Literal["none", "zero", "interleaved"] = "none"
-    subgroup_size: Number = Field(1e7, gt=0, description="parameters per subgroup (DeepSpeed sub_group_size)")
+    subgroup_size: Number = Field(
+        1e7, ge=1, description="parameters per subgroup (DeepSpeed sub_group_size; one at least)"
+    )
     placement: Literal["auto", "cpu", "gpu"] = Field(
         "auto",
         description="interleaved only: auto = the performance model decides; cpu/gpu force every subgroup",
@@ -618,17 +608,49 @@ def _check_inputs_and_tiers(s: Scenario) -> None:
         )
 
 
+def _check_model(s: Scenario) -> None:
+    """The workload's catalog model exists and its sequence fits the model's learned positions."""
+    if s.workload.model is None:
+        return
+    try:
+        arch = catalog.model(s.workload.model)
+    except InputError as exc:
+        raise exc.located(key_prefix="workload.model") from None
+    seq = s.workload.seq_len
+    if arch.family == "transformer" and arch.max_positions and seq is not None and seq > arch.max_positions:
+        raise InputError(
+            f"{seq} tokens are more than {s.workload.model}'s {arch.max_positions} learned positions "
+            "(max_positions)",
+            key="workload.seq_len",
+        )
+
+
+def _blocks(s: Scenario) -> int:
+    """The model's layers a fragment is made of: transformer blocks, ResNet bottleneck blocks, or the
+    custom layers with their repeats."""
+    if s.workload.layers is not None:
+        return sum(layer.repeat for layer in s.workload.layers)
+    arch = catalog.model(s.workload.model)
+    return arch.layers if arch.family == "transformer" else sum(arch.blocks)
+
+
+def _check_fragments(s: Scenario, fragments: int) -> None:
+    """Streaming DiLoCo synchronises fragments of whole layers (Douillard et al. 2025, sec. 2.2): more
+    fragments than layers would split layers the method keeps whole."""
+    if fragments > 1 and fragments > _blocks(s):
+        raise InputError(
+            f"{fragments} fragments of a model of {_blocks(s)} layers: a fragment holds whole layers",
+            key="training.optimizer_options.fragments",
+        )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
         gpu = catalog.gpu(s.cluster.gpu)
     except InputError as exc:
         raise exc.located(key_prefix="cluster.gpu") from None
-    if s.workload.model is not None:
-        try:
-            catalog.model(s.workload.model)
-        except InputError as exc:
-            raise exc.located(key_prefix="workload.model") from None
+    _check_model(s)
     try:
         gpu.peak_flops(s.workload.precision)
     except InputError as exc:
@@ -676,7 +698,8 @@ def _check_semantics(s: Scenario) -> None:
         )
     _check_inputs_and_tiers(s)
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
-    parse_options(s.training.optimizer, s.training.optimizer_options)
+    options = parse_options(s.training.optimizer, s.training.optimizer_options)
+    _check_fragments(s, getattr(options, "fragments", 1))
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
@@ -862,7 +885,7 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        key, msg = first_error(exc)
+        key, msg = first_error(exc, _GPU_TAGS)
         raise InputError(msg, source=source, key=key) from None
     try:
         _check_semantics(scenario)

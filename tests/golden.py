@@ -6,7 +6,9 @@ Regenerate only when a prediction is *meant* to change:  python -m tests.golden
 (re-recorded since: the default CPU Adam rate became the Deep Optimizer States paper's measured
 1.75e9 parameters/s per node, issue #13, which changes the offload cases and nothing else; the fp32
 cast of an offloaded gradient partition moved from the compute stream to the stream that reduced it,
-which changes offload-1.3b-2nodes/zero-one-adam alone, by 0.02%).
+which changes offload-1.3b-2nodes/zero-one-adam alone, by 0.02%; GPT-3 13B's hidden size became 5120,
+40 heads of 128, as Megatron-LM builds it: the paper's 5140 cannot be split into 40 heads, which
+changes frontier-gpt3-13b-zero3 alone).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from clustersim.workloads import build_workload
         ),  # Radford et al. 2019 (1542M reported; 1557.6M with the tied head counted once)
         ("LLaMA-7B", 6.738e9, 0.005),  # Touvron et al. 2023: 6.7B (HF count 6,738,415,616)
         ("GPT-3-175B", 175e9, 0.01),  # Brown et al. 2020
-        ("GPT-3-13B", 13e9, 0.01),
+        ("GPT-3-13B", 13e9, 0.02),  # 12.85e9 at hidden 5120 (the paper's 5140 is not 40 x 128)
         ("GPT-3-1.3B", 1.3e9, 0.03),
         ("LLaMA-2-70B", 68_976_648_192, 1e-9),  # meta-llama/Llama-2-70b-hf: 68,976,648,192 exactly
         ("Megatron-GPT-145.6B", 145.6e9, 0.001),  # Narayanan et al. SC'21 Table 1

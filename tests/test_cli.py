@@ -157,7 +157,7 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
         (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
         (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
         (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
-        (("run", "preset:default", "--profile", "/no/profile.json"), "profile file not found"),
+        (("run", "preset:default", "--profile", "/no/profile.json"), "profile.json: file not found"),
     ],
 )
 def test_bad_arguments_exit_2(runner, args, expected):

@@ -8,13 +8,15 @@ Times are microseconds. The ranks and nodes come from the ``#  Rank N ... on HOS
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
+from clustersim import io
 from clustersim.calibration.torch_support import catalog_name_from_string
+from clustersim.catalog import MAX_COUNT, hardware_defaults
 from clustersim.errors import InputError
+from clustersim.io import read_input_text
 
 _OPS = {
     "all_reduce": "all_reduce",
@@ -117,6 +119,11 @@ def _check_row(size: float, t_us: float, wrong, source: str, where: str) -> None
     (the collective returned wrong data), is refused: nothing is fitted from a broken run."""
     if not (math.isfinite(size) and math.isfinite(t_us)) or t_us <= 0:
         raise InputError(f"{where}: time {t_us!r} us is not a positive finite number", source=source)
+    # the same bounds as a raw file's records (raw_file.py): 1 ns to 1e6 s, 1 byte to 2**53
+    if not 1e-3 <= t_us <= 1e12:
+        raise InputError(f"{where}: time {t_us:g} us is outside 1 ns .. 1e6 s", source=source)
+    if not 1 <= size <= MAX_COUNT:
+        raise InputError(f"{where}: size {size:g} bytes is outside 1 .. 2**53", source=source)
     if wrong not in (None, "N/A", "n/a", "-"):
         try:
             count = float(wrong)
@@ -141,35 +148,69 @@ def parse_json(data: dict, source: str, op: str | None = None) -> dict:
         _check_row(size, t_us, r["out_of_place"].get("nwrong"), source, f"results.{i}")
         rows.append((size, t_us * 1e-6))
     op = op or _op_from(str(data.get("collective") or data.get("name") or ""))
-    ranks = int(data.get("nranks") or data.get("nRanks") or 0) or None
+    ranks_key = "nRanks" if "nRanks" in data else "nranks"
+    ranks = _positive_int(data.get(ranks_key), source, ranks_key)
     return {
         "op": op,
         "ranks": ranks,
-        "nodes": int(data.get("nnodes") or 1),
+        "nodes": _positive_int(data.get("nnodes"), source, "nnodes") or 1,
         "rows": rows,
         "device": catalog_name_from_string(str(data.get("device") or "")),
     }
 
 
+def _positive_int(value, source: str, key: str) -> int | None:
+    """A count from nccl-tests JSON (absent: None); anything but a positive whole number is refused."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+        or value != int(value)
+    ):
+        raise InputError("expected a positive whole number", source=source, key=key)
+    limit = hardware_defaults()["limits"]["cluster_gpus"]
+    if value > limit:
+        raise InputError(f"{value:g} is more than any cluster holds ({limit:,} GPUs)", source=source, key=key)
+    return int(value)
+
+
+def _collective(op: str) -> str:
+    """``--op`` as the collective it names (all_reduce, allreduce, ...): another name is refused, never
+    written into a profile the simulator would not look up."""
+    name = _OPS.get(op.lower())
+    if name is None:
+        known = ", ".join(sorted(set(_OPS.values())))
+        raise InputError(f"unknown collective {op!r} (known: {known})", key="--op")
+    return name
+
+
+def _check_sizes(rows: list[tuple[float, float]], source: str) -> None:
+    """Two sizes at least, each once: the fit needs a slope, and one size twice is two answers."""
+    seen: set[float] = set()
+    for size, _ in rows:
+        if size in seen:
+            raise InputError(f"size {size:g} bytes appears twice; give each size once", source=source)
+        seen.add(size)
+    if len(seen) < 2:
+        raise InputError("one message size; a fit needs two sizes at least", source=source)
+
+
 def parse_file(path: Path, op: str | None = None, ranks: int | None = None, nodes: int | None = None) -> dict:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    if op is not None:
+        op = _collective(op)
+    text = read_input_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
-        parsed = parse_json(data, str(path), op)
+        parsed = parse_json(io.parse_json(text, str(path)), str(path), op)
     else:
         parsed = parse_text(text, str(path), op)
     parsed["op"] = op or parsed["op"] or _op_from(Path(path).name)
     if parsed["op"] is None:
         raise InputError("cannot tell which collective this is; pass --op", source=str(path))
+    _check_sizes(parsed["rows"], str(path))
     if ranks:
         parsed["ranks"] = ranks
     if nodes:

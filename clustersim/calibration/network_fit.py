@@ -27,12 +27,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 from scipy.optimize import least_squares
 
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.collectives import CollectiveModel
 from clustersim.cost_models.network_params import NetworkParams, class_key
 from clustersim.errors import InputError
+from clustersim.io import first_error
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.cluster import GroupShape, build_cluster
 
@@ -356,18 +358,23 @@ def measured_cluster(raw: dict, override: ClusterSpec | None = None) -> ClusterS
     device = (raw.get("provenance") or {}).get("catalog_device") or raw.get("device_name")
     if raw.get("device") == "cpu" or not device:
         device = CPU_DEVICE
-    return ClusterSpec(
-        nodes=int(topo.get("nodes") or 1),
-        gpus_per_node=int(topo.get("gpus_per_node") or 1),
-        gpu=device,
-        intra_node={"fabric": "pcie"},
-        nic={
+    data = {
+        "nodes": topo.get("nodes") or 1,
+        "gpus_per_node": topo.get("gpus_per_node") or 1,
+        "gpu": device,
+        "intra_node": {"fabric": "pcie"},
+        "nic": {
             "kind": net["kind"],
             "count": 1,
-            "line_rate_gbps": float(net["line_rate_gbps"]),
+            "line_rate_gbps": net["line_rate_gbps"],
             "gpudirect_rdma": False,
         },
-    )
+    }
+    try:  # the scenario's own cluster schema: the measured NIC is checked as a scenario's is
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        key, msg = first_error(exc)
+        raise InputError(msg, key=f"topology ({key})") from None
 
 
 def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: str) -> dict | None:

@@ -13,16 +13,24 @@ Compute phases and collective fits apply only to the device and cluster they wer
 
 from __future__ import annotations
 
-import json
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
+from clustersim.io import first_error, parse_json, read_input_text
 
 FORMAT = "clustersim-profile"
 FORMAT_VERSION = 4
@@ -34,14 +42,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-Positive = Annotated[float, Field(gt=0)]
+# Numbers as every input schema reads them: finite, never true/false (catalog.Number / Count).
+Positive = Annotated[Number, Field(gt=0)]
 
 
 class Provenance(_Strict):
     source: str = Field(description="what produced it: a command line, or a publication")
     date: str | None = None
     device_name: str | None = None
-    device_count: int | None = None
+    device_count: Count | None = None
     driver: str | None = None
     cuda: str | None = None
     torch: str | None = None
@@ -55,12 +64,12 @@ class ComputePhases(_Strict):
     """Measured per-micro-step times of one model configuration on ``Profile.device``."""
 
     model: str
-    micro_batch: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
+    micro_batch: Count = Field(gt=0)
+    seq_len: Count = Field(gt=0)
     precision: str
-    forward_s: float = Field(gt=0)
-    backward_s: float = Field(gt=0)
-    other_s: float = Field(
+    forward_s: Number = Field(gt=0)
+    backward_s: Number = Field(gt=0)
+    other_s: Number = Field(
         0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
     )
     source: str = ""
@@ -69,42 +78,46 @@ class ComputePhases(_Strict):
 class FitQuality(_Strict):
     """How well a fit describes its measurements (stored so `calibrate show` can report it)."""
 
-    points: int
-    residual_rms_rel: float = Field(description="RMS of (fit - measured) / measured over all points")
-    holdout_max_rel_error: float | None = Field(
+    points: Count
+    residual_rms_rel: Number = Field(description="RMS of (fit - measured) / measured over all points")
+    holdout_max_rel_error: Number | None = Field(
         None, description="max |error| on sizes held out of a fit to the other sizes (every other size)"
     )
-    holdout_points: int = 0
-    alpha_ci95_s: list[float] = Field(default_factory=list, description="per segment, +- 95% interval")
-    beta_ci95_s_per_byte: list[float] = Field(default_factory=list)
+    holdout_points: Count = 0
+    alpha_ci95_s: list[Number] = Field(default_factory=list, description="per segment, +- 95% interval")
+    beta_ci95_s_per_byte: list[Number] = Field(default_factory=list)
 
 
 class CollectiveFit(_Strict):
     """α-β fit of one collective on one group shape: time = alpha + bytes * beta (segmented)."""
 
     op: str
-    nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
-    segments: list[tuple[float, float, float]] = Field(
+    nodes: Count = Field(gt=0)
+    gpus_per_node: Count = Field(gt=0)
+    segments: list[tuple[Number, Number, Number]] = Field(
         description="(min_bytes, alpha_s, beta_s_per_byte), ascending by min_bytes"
     )
     source: str = ""
     quality: FitQuality | None = None
-    busbw_by_size: list[tuple[float, float]] = Field(
+    busbw_by_size: list[tuple[Number, Number]] = Field(
         default_factory=list,
         description="(bytes, measured bus bandwidth GB/s): the per-size efficiency table",
     )
 
-    @model_validator(mode="after")
-    def _physical(self) -> "CollectiveFit":
-        if not self.segments:
+    @field_validator("segments")
+    @classmethod
+    def _physical(cls, segments: list) -> list:
+        if not segments:
             raise ValueError("a fit needs at least one segment")
-        for start, alpha, beta in self.segments:
+        for start, alpha, beta in segments:
             for name, v in (("min_bytes", start), ("alpha_s", alpha), ("beta_s_per_byte", beta)):
                 _finite(v, name)
                 if v < 0:
                     raise ValueError(f"{name} {v:g} is negative: a collective cannot take negative time")
-        return self
+        starts = [seg[0] for seg in segments]
+        if any(b <= a for a, b in zip(starts, starts[1:])):
+            raise ValueError("segments must be in ascending order of min_bytes, each size in one segment")
+        return segments
 
 
 def _finite(value: float, what: str) -> float:
@@ -113,16 +126,36 @@ def _finite(value: float, what: str) -> float:
     return value
 
 
+def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
+    """A covariance of ``k`` parameters: k x k, finite, symmetric and positive semi-definite. Intervals
+    are drawn from it (a Cholesky factor), which a matrix of another shape or sign cannot give."""
+    import numpy as np
+
+    if len(matrix) != k or any(len(row) != k for row in matrix):
+        raise ValueError(f"{what} must be {k} x {k}, one row and column per parameter")
+    for row in matrix:
+        for v in row:
+            _finite(v, f"{what} entry")
+    if k == 0:
+        return
+    m = np.asarray(matrix, float)
+    scale = max(float(np.abs(m).max()), 1e-300)
+    if not np.allclose(m, m.T, rtol=1e-6, atol=1e-12 * scale):
+        raise ValueError(f"{what} is not symmetric: not a covariance")
+    if float(np.linalg.eigvalsh(m).min()) < -1e-9 * scale:
+        raise ValueError(f"{what} has a negative eigenvalue: not a covariance (not positive semi-definite)")
+
+
 class ExtrapolationCheck(_Strict):
     """The network fit redone without the largest measured group, then used to predict it."""
 
-    fitted_on_ranks: list[int]
-    predicted_ranks: int
-    points: int
-    median_abs_rel_error: float = Field(ge=0)
-    max_abs_rel_error: float = Field(ge=0)
-    p10_p90_coverage: float = Field(ge=0, le=1)
-    by_op: dict[str, float] = Field(default_factory=dict)
+    fitted_on_ranks: list[Count]
+    predicted_ranks: Count
+    points: Count
+    median_abs_rel_error: Number = Field(ge=0)
+    max_abs_rel_error: Number = Field(ge=0)
+    p10_p90_coverage: Number = Field(ge=0, le=1)
+    by_op: dict[str, Number] = Field(default_factory=dict)
 
 
 class NetworkCalibration(_Strict):
@@ -130,19 +163,23 @@ class NetworkCalibration(_Strict):
     scale: per link class effective bandwidth factor and hop latency, launch latency, per-op
     efficiency and latency factor, with the covariance of their logarithms."""
 
-    backend: str = Field(description="nccl | gloo | ...: whose algorithms and protocols were measured")
+    backend: Literal["nccl", "gloo"] = Field(
+        description="whose algorithms and protocols were measured (the two the collective model knows)"
+    )
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
-    parameters: dict[str, float] = Field(
+    parameters: dict[str, Number] = Field(
         description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>"
     )
-    log_covariance: list[list[float]] = Field(description="covariance of log(parameters), in their order")
-    residual_sigma: float = Field(ge=0, description="log-sigma of measured medians about the fitted model")
+    log_covariance: list[list[Number]] = Field(description="covariance of log(parameters), in their order")
+    residual_sigma: Number = Field(ge=0, description="log-sigma of measured medians about the fitted model")
     calibrated_classes: list[str] = Field(default_factory=list)
-    algorithms: dict[str, str] = Field(default_factory=dict)
-    protocols: list[str] | None = None
-    points: int = Field(ge=0)
-    shapes: list[tuple[int, int]] = Field(default_factory=list)
+    algorithms: dict[CollectiveOp, CollectiveAlgorithm] = Field(
+        default_factory=dict, description="op -> the algorithm the backend runs (no fit chose it)"
+    )
+    protocols: list[Protocol] | None = None
+    points: Count = Field(ge=0)
+    shapes: list[tuple[Count, Count]] = Field(default_factory=list)
     extrapolation: ExtrapolationCheck | None = None
 
     @model_validator(mode="after")
@@ -151,46 +188,45 @@ class NetworkCalibration(_Strict):
             _finite(value, name)
             if value <= 0:
                 raise ValueError(f"parameter {name} must be positive (got {value:g})")
-        k = len(self.parameters)
-        if len(self.log_covariance) != k or any(len(row) != k for row in self.log_covariance):
-            raise ValueError(f"log_covariance must be {k} x {k}, one row and column per parameter")
-        for row in self.log_covariance:
-            for v in row:
-                _finite(v, "log_covariance entry")
+        _covariance(self.log_covariance, len(self.parameters), "log_covariance")
         _finite(self.residual_sigma, "residual_sigma")
         return self
 
 
 class GemmHoldout(_Strict):
     fitted_on: str
-    predicted: int
-    median_abs_rel_error: float = Field(ge=0)
-    max_abs_rel_error: float = Field(ge=0)
+    predicted: Count
+    median_abs_rel_error: Number = Field(ge=0)
+    max_abs_rel_error: Number = Field(ge=0)
 
 
 class GemmModel(_Strict):
     """The GEMM shape model of one precision (calibration/compute_fit.py):
     t = launch + max(W / R_max, bytes / memory)."""
 
-    r_max_tflops: float = Field(gt=0)
-    launch_s: float = Field(ge=0)
-    memory_gbs: float = Field(gt=0)
-    log_sigma: float = Field(ge=0, description="scatter of log time about the model")
-    log_covariance: list[list[float]] = Field(default_factory=list)
-    points: int = Field(ge=0)
+    r_max_tflops: Number = Field(gt=0)
+    launch_s: Number = Field(ge=0)
+    memory_gbs: Number = Field(gt=0)
+    log_sigma: Number = Field(ge=0, description="scatter of log time about the model")
+    log_covariance: list[list[Number]] = Field(default_factory=list)
+    points: Count = Field(ge=0)
     holdout: GemmHoldout | None = None
 
     @model_validator(mode="after")
     def _finite_values(self) -> "GemmModel":
         for name in ("r_max_tflops", "launch_s", "memory_gbs", "log_sigma"):
             _finite(getattr(self, name), name)
+        if self.log_covariance:  # log r_max and log launch
+            _covariance(self.log_covariance, 2, "log_covariance")
         return self
 
 
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
-    cpu_adam_params_per_s: dict[int, Positive] = Field(default_factory=dict, description="by thread count")
+    cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], Positive] = Field(
+        default_factory=dict, description="by thread count"
+    )
     copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
@@ -278,13 +314,13 @@ class Profile(_Strict):
     device: str = Field(description="GPU catalog name, or 'cpu'")
     provenance: Provenance
     matmul_tflops: dict[str, Positive] = Field(default_factory=dict)
-    memory_gbs: float | None = Field(None, gt=0)
+    memory_gbs: Number | None = Field(None, gt=0)
     kernels_gbs: dict[str, Positive] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
-    gemm_tflops_by_size: dict[str, list[tuple[int, Positive]]] = Field(default_factory=dict)
+    gemm_tflops_by_size: dict[str, list[tuple[Count, Positive]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
-    launch_latency_s: float | None = Field(None, ge=0)
+    launch_latency_s: Number | None = Field(None, ge=0)
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
     compute_model: dict[str, GemmModel] = Field(
         default_factory=dict, description="GEMM shape model per precision, used for any model (v3)"
@@ -329,13 +365,7 @@ def _read(ref: str) -> tuple[str, str]:
         return ref, resources.files("clustersim.calibration").joinpath("profiles").joinpath(
             f"{name}.json"
         ).read_text()
-    path = Path(ref)
-    try:
-        return str(path), path.read_text()
-    except FileNotFoundError:
-        raise InputError("profile file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read profile ({exc.__class__.__name__})", source=str(path)) from None
+    return ref, read_input_text(ref)
 
 
 def parse_profile(data: object, source: str) -> Profile:
@@ -360,12 +390,6 @@ def parse_profile(data: object, source: str) -> Profile:
 
 def load_profile(ref: str) -> Profile:
     source, text = _read(ref)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"invalid JSON at line {exc.lineno} (truncated or corrupt profile?)", source=source
-        ) from None
-    profile = parse_profile(data, source)
+    profile = parse_profile(parse_json(text, source), source)
     profile._source = source
     return profile

@@ -21,9 +21,10 @@ from clustersim.calibration.fit import build_profile
 from clustersim.calibration.microbench import run_local
 from clustersim.calibration.profile import Profile, parse_profile
 from clustersim.calibration.provenance import provenance
+from clustersim.calibration.raw_file import check_raw
 from clustersim.calibration.torch_support import require_torch, resolve_device
 from clustersim.errors import InputError
-from clustersim.io import write_json_atomically
+from clustersim.io import read_structured_file, write_json_atomically
 
 RAW_FORMAT = "clustersim-raw"
 
@@ -143,14 +144,7 @@ def save_profile(raw: dict, out: Path, cluster=None) -> Profile:
 
 
 def read_raw(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} (truncated?)", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file ({exc.__class__.__name__})", source=str(path)) from None
+    data = read_structured_file(Path(path), fmt="json")
     if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
         raise InputError(
             f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}")',
@@ -163,10 +157,7 @@ def read_raw(path: Path) -> dict:
             source=str(path),
             key="format_version",
         )
-    for i, r in enumerate(data.get("collectives") or []):
-        missing = {"op", "nodes", "gpus_per_node", "bytes", "median_s"} - set(r)
-        if missing:
-            raise InputError(f"missing {sorted(missing)}", source=str(path), key=f"collectives.{i}")
+    check_raw(data, str(path))
     return data
 
 

@@ -48,10 +48,14 @@ def build_report(
     models, a line never joins two of them). ``samples``: draws for the paired speedup bands (default:
     the sweep's, 0 for none)."""
     meta, rows = read_results(results)
+    jsonl = f"{results}/scenarios.jsonl"
     for r in rows:  # a sweep over sharding or tensor/pipeline sizes: each row's layout, as plan's rows
         scenario = meta["scenarios"].get(r.get("row_id"))
         if scenario is not None and "layout" not in r:
-            r["layout"] = layout_label(scenario)
+            try:
+                r["layout"] = layout_label(scenario)
+            except (KeyError, TypeError, AttributeError, ZeroDivisionError):  # a damaged record
+                raise InputError(f"row {r['row_id']}: not a clustersim scenario", source=jsonl) from None
     preferred = baseline or ((meta.get("base") or {}).get("training") or {}).get("optimizer")
     if baseline is not None:
         from clustersim.compare import choose_baseline
@@ -78,7 +82,10 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
 
     rec = analysis.recommendation(rows, deadline_h, budget)
     focus = rec["chosen"] or rec["fastest"]
-    scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=f"{results}/scenarios.jsonl")
+    jsonl = f"{results}/scenarios.jsonl"
+    if focus["row_id"] not in meta["scenarios"]:
+        raise InputError(f"no scenario for row {focus['row_id']}, the row the report simulates", source=jsonl)
+    scenario = validate_scenario(meta["scenarios"][focus["row_id"]], source=jsonl)
     focus_run = simulate(scenario)
     suffix = f" — {model}" if several else ""
     figs = {

@@ -141,9 +141,10 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         alone = format_bytes(mem["peak_update"])
         why = f"; the model's weights, gradients and optimizer state alone need {alone}"
     elif mem["activations"] > 0 and without_activations <= mem["capacity"]:
-        key = "workload.micro_batch"
         per_sample = mem["activations"] / w.micro_batch
         fits = int((mem["capacity"] - without_activations) // per_sample) if per_sample > 0 else 0
+        # not even one sample fits: the sequence the user set is what is too long, not the batch
+        key = "workload.seq_len" if fits < 1 and w.seq_len is not None else "workload.micro_batch"
         why = f"; the activations of micro_batch {w.micro_batch} need {format_bytes(mem['activations'])}" + (
             f" (a micro_batch of at most {fits} fits)" if fits >= 1 else " (not even a micro_batch of 1 fits)"
         )

@@ -105,7 +105,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     if n > MAX_SUBGROUPS:
         raise InputError(
             f"subgroups of {off.subgroup_size:,g} parameters split {partition_params:,.0f} parameters into "
-            f"{n:,} subgroups (at most {MAX_SUBGROUPS:,}; DeepSpeed's default sub_group_size is 1e9)",
+            f"{n:,.4g} subgroups (at most {MAX_SUBGROUPS:,}; DeepSpeed's default sub_group_size is 1e9)",
             key="training.offload.subgroup_size",
         )
     budget = memory_budget(ctx, partition_params, spec.gpu_keep)

@@ -14,8 +14,8 @@ from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
+from clustersim.simulator.culprit import culprit
 from clustersim.simulator.engine import Engine, RunawaySimulation
-from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
 from clustersim.simulator.stragglers import (
@@ -175,44 +175,13 @@ def _alone_time(op, links: dict[str, float]) -> float:
     return op.duration * max(1.0, over)
 
 
-def _culprit(ctx: SimulationContext, op) -> str:
-    """The scenario key that most likely makes ``op`` absurdly slow."""
-    c = ctx.scenario.cluster
-    if op.category == Category.COMMUNICATION:
-        if op.inter_node_bytes > 0 or c.nodes > 1:
-            gbps = c.nic.effective_gbps or c.nic.line_rate_gbps
-            wire_s = op.inter_node_bytes / (gbps * 1e9 / 8 * max(1, c.nic.count))
-            if c.nic.latency_us and c.nic.latency_us * 1e-6 > wire_s:
-                return "cluster.nic.latency_us"
-            return "cluster.nic.effective_gbps" if c.nic.effective_gbps else "cluster.nic.line_rate_gbps"
-        return "cluster.intra_node"
-    if DRAM in op.demands or op.category == Category.HOST:
-        return "cluster.host.dram_gbs"
-    if op.category == Category.TRANSFER or op.demands:
-        return "cluster.intra_node.pcie_gen"
-    per_class = ctx.layout.pipeline if ctx.model_parallel else 1
-    h = c.heterogeneity
-    if h is not None and op.rank >= per_class:  # the slowest rank class's compute: its factor
-        if h.slow_gpus:
-            i = max(range(len(h.slow_gpus)), key=lambda i: h.slow_gpus[i].compute_factor)
-            return f"cluster.heterogeneity.slow_gpus.{i}.compute_factor"
-        return (
-            "cluster.heterogeneity.jitter.sigma"
-            if h.jitter is not None
-            else "cluster.heterogeneity.node_gpus"
-        )
-    if ctx.profile is not None:
-        return "profile"
-    return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"
-
-
 def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
     try:
         return Engine(program, time_limit=MAX_ITERATION_S, network=ctx.network).run()
     except RunawaySimulation as exc:
         slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
-        key = _culprit(ctx, slowest)
         alone = _alone_time(slowest, program.links)
+        key = culprit(ctx, slowest, alone, MAX_ITERATION_S)
         raise InputError(
             f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration "
             f"('{slowest.name}' alone takes {alone:.3g} s): check {key}",

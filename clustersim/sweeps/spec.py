@@ -28,9 +28,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from clustersim.catalog import Count, Number
 from clustersim.compare import split_global_batch
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.io import first_error, read_input_text
 from clustersim.scenario import (
     PRESET_PREFIX,
     Scenario,
@@ -70,10 +71,10 @@ class SweepFile(BaseModel):
     catalog: str | list[str] | None = Field(
         None, description="user catalog file(s) (GPUs/models), relative to the sweep file"
     )
-    steps: int | None = Field(None, gt=0)
-    global_batch: int | None = Field(None, gt=0)
-    warmup: float | None = Field(None, ge=0, lt=1)
-    samples: int = Field(
+    steps: Count | None = Field(None, gt=0)
+    global_batch: Count | None = Field(None, gt=0)
+    warmup: Number | None = Field(None, ge=0, lt=1)
+    samples: Count = Field(
         8,
         ge=0,
         le=1000,
@@ -216,7 +217,7 @@ class Sweep:
             "samples": self.spec.samples,
         }
         if self.catalogs:  # another catalog content is another sweep
-            payload["catalogs"] = [Path(p).read_text() for p in self.catalogs]
+            payload["catalogs"] = [read_input_text(p) for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

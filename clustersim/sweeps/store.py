@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import write_json_atomically
+from clustersim.io import read_input_text, read_jsonl, read_structured_file, write_json_atomically
 
 METRICS = [
     "status",
@@ -213,10 +213,7 @@ def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str, str]]]:
     """Header and rows of results.csv. A line with the wrong number of fields is refused with its line
     number; a last line cut short by a crash is dropped when ``tolerate_cut`` (a re-run redoes it)."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read ({exc.__class__.__name__})", source=str(path)) from None
+    text = read_input_text(path)
     lines = list(csv.reader(text.splitlines()))
     if not lines or "row_id" not in lines[0] or "status" not in lines[0]:
         raise InputError("line 1: not a clustersim results header", source=str(path))
@@ -246,10 +243,10 @@ _INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro
 
 def _read_meta(meta_path: Path) -> dict:
     try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        meta = read_structured_file(meta_path, fmt="json")
+    except InputError as exc:
         raise InputError(
-            "corrupt (not JSON); run the sweep again into a new --out", source=str(meta_path)
+            f"corrupt ({exc.message}); run the sweep again into a new --out", source=str(meta_path)
         ) from None
     if not isinstance(meta, dict) or meta.get("format") != "clustersim-sweep-results":
         raise InputError(
@@ -279,6 +276,8 @@ def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
             continue
         if not math.isfinite(x):
             raise InputError(f"line {line}: {k} is {v}, not a finite number", source=str(csv_path))
+        if x < 0 and k in METRICS:  # times, rates, bytes and counts: a sweep never writes a negative
+            raise InputError(f"line {line}: {k} is {v}, a negative number", source=str(csv_path))
         typed[k] = int(x) if k in _INTS and x.is_integer() else x
     return typed
 
@@ -300,12 +299,14 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
     scenarios = {}
     jsonl = path / "scenarios.jsonl"
     if jsonl.exists():
-        for line in jsonl.read_text().splitlines():
-            try:
-                item = json.loads(line)
-                scenarios[item["row_id"]] = item["scenario"]
-            except (json.JSONDecodeError, KeyError, TypeError):
+        for n, item in read_jsonl(jsonl):
+            if not isinstance(item, dict) or not isinstance(item.get("row_id"), str):
+                raise InputError(f"line {n}: not a scenario record (no row_id)", source=str(jsonl))
+            if item.get("scenario") is None:  # a row that could not be built (status invalid)
                 continue
+            if not isinstance(item["scenario"], dict):
+                raise InputError(f"line {n}: the scenario is not a mapping", source=str(jsonl))
+            scenarios[item["row_id"]] = item["scenario"]
     meta["scenarios"] = scenarios
     return meta, rows
 
