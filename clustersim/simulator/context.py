@@ -16,6 +16,11 @@ from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
 from clustersim.errors import InputError
 from clustersim.scenario import Scenario
+from clustersim.simulator.measured_compute import (
+    apply_model_compute,
+    matching_model_compute,
+    transfer_model_compute,
+)
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
 from clustersim.workloads.layers import Layer
@@ -45,6 +50,11 @@ class SimulationContext:
     _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
     _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
     _host_bwd_scale: float = 1.0
+    _host_opt_scale: float = 1.0
+    _update_scale: float = 1.0  # measured / modelled optimizer update (a measured model's rates)
+    #: the measured model whose measured-to-modelled ratios this one's compute carries (another model
+    #: of the profile's, on this device), when this model itself was not measured
+    transferred_from: ModelCompute | None = None
 
     @property
     def world(self) -> GroupShape:
@@ -147,7 +157,7 @@ class SimulationContext:
         if self.phases is not None:  # measured phases: "other" holds the optimizer's host time
             return 0.0
         n = self.param_tensors if param_tensors is None else param_tensors
-        return self.dispatch.optimizer_time(n) * self._host_scale
+        return self.dispatch.optimizer_time(n) * self._host_opt_scale * self._host_scale
 
     @cached_property
     def param_tensors(self) -> int:
@@ -239,11 +249,13 @@ def build_context(
         prof,
         _matching_phases(prof, scenario, workload),
         Dispatch.of(gpu, execution, prof),
-        _matching_model_compute(prof, workload),
+        matching_model_compute(prof, workload),
     )
     if ctx.model_compute is not None:
-        _apply_model_compute(ctx, ctx.model_compute)
-    elif ctx.phases is not None:
+        apply_model_compute(ctx, ctx.model_compute)
+    elif prof is not None and prof.model_compute and ctx.phases is None:
+        transfer_model_compute(ctx, prof)
+    if ctx.model_compute is None and ctx.phases is not None:
         fwd = sum(device.kernels_time(layer.forward, ctx.precision) for layer in workload.layers)
         bwd = sum(device.kernels_time(layer.backward, ctx.precision) for layer in workload.layers)
         ctx._fwd_scale = ctx.phases.forward_s / fwd
@@ -267,52 +279,6 @@ def build_context(
         ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
     return ctx
-
-
-def _matching_model_compute(profile: Profile | None, workload: Workload) -> ModelCompute | None:
-    """The profile's measurement of this model at this sequence length and precision (any micro-batch:
-    each phase is a line in the micro-batch)."""
-    if profile is None or not profile.model_compute:
-        return None
-    seq = workload.seq_len
-    arch = catalog.models().get(workload.name)
-    if isinstance(arch, catalog.ResNetArch):  # a CNN's "sequence" is its image side
-        seq = arch.image_size
-    for mc in profile.model_compute:
-        if mc.model == workload.name and mc.seq_len == seq and mc.fingerprint.precision == workload.precision:
-            return mc
-    return None
-
-
-def _apply_model_compute(ctx: SimulationContext, mc: ModelCompute) -> None:
-    """Scale the layers' device and host times so each phase sums to the measured line at this
-    micro-batch: the split over layers stays the model's, the totals are the measurement's."""
-    b = ctx.workload.micro_batch
-    layers = ctx.workload.layers
-    fwd = sum(ctx.device.kernels_time(layer.forward, ctx.precision) for layer in layers)
-    bwd = sum(ctx.device.kernels_time(layer.backward, ctx.precision) for layer in layers)
-    host_fwd = sum(ctx.host_forward_time(layer) for layer in layers)
-    host_bwd = sum(ctx.host_backward_time(layer) for layer in layers)
-    ctx._fwd_scale = mc.forward.device_s.at(b) / fwd
-    ctx._bwd_scale = mc.backward.device_s.at(b) / bwd
-    ctx._host_fwd_scale = mc.forward.host_s.at(b) / host_fwd if host_fwd > 0 else 1.0
-    ctx._host_bwd_scale = mc.backward.host_s.at(b) / host_bwd if host_bwd > 0 else 1.0
-    fp = mc.fingerprint
-    measured_at = ", ".join(str(m) for m in mc.micro_batches)
-    ctx.notes.append(
-        f"compute of {mc.model} from its own measurement ({mc.source or ctx.profile.label}: micro-batches "
-        f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, {fp.execution})"
-    )
-    if fp.execution != ctx.scenario.workload.execution:
-        ctx.notes.append(
-            f"warning: the profile measured {mc.model} with execution {fp.execution}, the scenario asks for "
-            f"{ctx.scenario.workload.execution} (workload.execution): the measurement is used as it is"
-        )
-    if b not in mc.micro_batches and not (min(mc.micro_batches) <= b <= max(mc.micro_batches)):
-        ctx.notes.append(
-            f"micro-batch {b} is outside the measured {min(mc.micro_batches)}-{max(mc.micro_batches)}: "
-            "the measured lines are extrapolated"
-        )
 
 
 def _run_one_tensor_rank(ctx: SimulationContext) -> None:

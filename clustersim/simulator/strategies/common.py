@@ -267,6 +267,8 @@ def add_update_and_other(
         seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel)
         if mc is not None and kernel == "optimizer":  # the model's own optimizer phase was measured
             seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch)
+        elif kernel == "optimizer":  # another measured model's update rate on this device, if any
+            seconds *= ctx._update_scale
         ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
     return add_other(prog, ctx, ends)
 
