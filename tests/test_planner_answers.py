@@ -97,7 +97,9 @@ def test_a_fixed_global_batch_trains_faster_on_more_gpus():
     fixed = {r.gpus: r for r in compare(s, ["adam"], [64, 512], steps=1000, global_batch=4096)}
     assert fixed[64].samples_per_s * fixed[64].iteration_time_s == pytest.approx(4096)
     assert fixed[512].samples_per_s * fixed[512].iteration_time_s == pytest.approx(4096)
-    assert fixed[512].compute_s == pytest.approx(fixed[64].compute_s / 8, rel=0.05)
+    # an eighth of the micro-batch per GPU: an eighth of the FLOPs and bytes, but each kernel's fixed cost
+    # and its dispatch stay, so compute shrinks by a little less than 8x
+    assert fixed[64].compute_s / 8 <= fixed[512].compute_s <= fixed[64].compute_s / 8 * 1.2
     assert fixed[512].time_to_train_s < 0.75 * fixed[64].time_to_train_s
     per_step = {g: r.samples_per_s * r.iteration_time_s for g, r in grow.items()}
     assert per_step[512] == pytest.approx(8 * per_step[64])  # without it the batch grows with the GPUs
