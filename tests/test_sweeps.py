@@ -188,3 +188,65 @@ def test_a_folder_begun_before_new_columns_resumes_in_its_own_columns(tmp_path):
     assert len(rows) == len(sweep.rows()) and all(r["status"] in ("ok", "invalid") for r in rows)
     with path.open(newline="") as fh:
         assert {len(r) for r in csv.reader(fh)} == {len(old[0])}
+
+
+def _python(code: str) -> list[str]:
+    """A command running ``code`` in a fresh interpreter that imports this worktree's clustersim."""
+    import sys
+
+    return [sys.executable, "-c", code]
+
+
+def _env() -> dict:
+    import os
+
+    return dict(os.environ, PYTHONPATH=os.getcwd())
+
+
+def test_a_file_size_limit_leaves_a_folder_that_resumes(tmp_path):
+    """``ulimit -f 4``: the first batch does not fit in 4 KiB, its write is undone (an empty
+    results.csv, its header gone with it). The re-run without the limit starts the file again with its
+    header and finishes every row once."""
+    import subprocess
+
+    sweep_file = write(tmp_path)
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "from clustersim.errors import InputError\n"
+        "from clustersim.sweeps.run import run_sweep\n"
+        "from clustersim.sweeps.spec import load_sweep\n"
+        f"try:\n    run_sweep(load_sweep({str(sweep_file)!r}), {str(tmp_path / 'out')!r}, batch_size=12)\n"
+        "except InputError as exc:\n    print(exc); sys.exit(2)\n"
+    )
+    done = subprocess.run(_python(code), capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2 and "File too large" in done.stdout, done.stderr[-2000:]
+    assert (tmp_path / "out" / "results.csv").stat().st_size == 0
+    counts = run_sweep(load_sweep(sweep_file), tmp_path / "out")
+    assert counts == {"total": 12, "skipped": 0, "written": 12}
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        ids = [r["row_id"] for r in csv.DictReader(fh)]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 12
+
+
+@pytest.mark.parametrize(
+    "csv_text,jsonl_text",
+    [
+        ("", ""),  # the write of the first batch undone: an empty file
+        ("row_id,sta", ""),  # a header cut short by a crash
+        (None, '{"row_id": "x", "scen'),  # a scenarios line cut short
+    ],
+)
+def test_torn_results_files_are_repaired_on_resume(tmp_path, csv_text, jsonl_text):
+    sweep = load_sweep(write(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(sweep, out, batch_size=1, stop_after=3)
+    if csv_text is not None:
+        (out / "results.csv").write_text(csv_text)
+    with (out / "scenarios.jsonl").open("a") as fh:
+        fh.write(jsonl_text)
+    counts = run_sweep(sweep, out)
+    assert counts["written"] + counts["skipped"] == 12
+    assert len(rows_of(out)) == 12
+    scen = [json.loads(line) for line in (out / "scenarios.jsonl").read_text().splitlines()]
+    assert {s["row_id"] for s in scen} == set(rows_of(out))
