@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 
 import pytest
 import yaml
@@ -250,3 +251,69 @@ def test_torn_results_files_are_repaired_on_resume(tmp_path, csv_text, jsonl_tex
     assert len(rows_of(out)) == 12
     scen = [json.loads(line) for line in (out / "scenarios.jsonl").read_text().splitlines()]
     assert {s["row_id"] for s in scen} == set(rows_of(out))
+
+
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:  # a zombie has exited; only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_worker_processes_die_with_a_killed_sweep(tmp_path, sig):
+    """The sweep's process is killed while its pool runs (it blocks in storing its first batch): the
+    spawned workers and the pool's resource tracker exit within seconds instead of holding the
+    caller's pipes."""
+    import signal
+    import subprocess
+    import time
+
+    code = (
+        "import sys, time\n"
+        "from clustersim.sweeps import run\n"
+        "from clustersim.sweeps.spec import load_sweep\n"
+        f"sweep = load_sweep({str(write(tmp_path))!r})\n"
+        "rows = [[r] for r in sweep.rows()]\n"
+        "base = sweep.base.model_dump(mode='json')\n"
+        "def written(records):\n"
+        "    print('pool started', flush=True)\n"
+        "    time.sleep(600)\n"
+        "run._run_on_processes(rows, base, (None, None, None, 0, ()), 3, written)\n"
+    )
+    child = subprocess.Popen(_python(code), stdout=subprocess.PIPE, text=True, env=_env())
+    workers: set[int] = set()
+    try:
+        assert child.stdout.readline().strip() == "pool started"
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:  # 2 workers (+ the resource tracker)
+            workers = _children(child.pid)
+            time.sleep(0.1)
+        assert len(workers) >= 2
+        child.send_signal(getattr(signal, sig))
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers)), [p for p in workers if _alive(p)]
+    finally:
+        for pid in [child.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
