@@ -154,6 +154,56 @@ def test_zero_one_adam_schedule():
     assert c["local"] + c["local_sync"] == 800 and c["local"] > c["local_sync"]
 
 
+def _schedule_step_by_step(o: ZeroOneAdamOptions) -> dict:
+    """DeepSpeed's zoadam.py schedule, one step at a time: the reference for the counted one."""
+    counts: dict = {}
+    var_interval, var_counter, local_interval = 1, 0, 1
+    for step in range(1, o.total_steps + 1):
+        if step <= o.var_freeze_step:
+            if step % var_interval == 0:
+                kind = "variance_update"
+                var_counter += 1
+                if var_counter == o.var_update_scaler:
+                    var_counter, var_interval = 0, var_interval * 2
+            else:
+                kind = "compressed_gradient"
+        else:
+            since = step - o.var_freeze_step
+            kind = "local_sync" if since % local_interval == 0 else "local"
+            if since % o.local_step_scaler == 0:
+                local_interval = min(o.local_step_clipper, local_interval * 2)
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_zero_one_adam_schedule_is_counted_as_the_steps_run():
+    import random
+
+    rng = random.Random(7)
+    cases = [ZeroOneAdamOptions(), ZeroOneAdamOptions(total_steps=1, var_freeze_step=0)]
+    for _ in range(300):
+        total = rng.randint(1, 3000)
+        cases.append(
+            ZeroOneAdamOptions(
+                total_steps=total,
+                var_freeze_step=rng.randint(0, total),
+                var_update_scaler=rng.randint(1, 40),
+                local_step_scaler=rng.randint(1, 300),
+                local_step_clipper=rng.randint(1, 70),
+            )
+        )
+    for o in cases:
+        assert dict(schedule(o)) == _schedule_step_by_step(o), o
+
+
+def test_zero_one_adam_schedule_of_1e18_steps_is_counted_not_looped():
+    o = ZeroOneAdamOptions(total_steps=10**18, var_freeze_step=10**17)
+    c = schedule(o)
+    assert sum(c.values()) == 10**18 and c["variance_update"] + c["compressed_gradient"] == 10**17
+    # after the cap every 16th step syncs: within one doubling span of local / 16
+    assert abs(c["local_sync"] - (10**18 - 10**17) // 16) < 32_678 * 6
+
+
 def test_zero_one_adam_reports_its_phases_and_average():
     s = ethernet(16, "zero-one-adam", total_steps=5000, var_freeze_step=1000, local_step_scaler=500)
     r = simulate(s)
