@@ -302,3 +302,40 @@ def test_validation_targets():
     assert sum(abs(r.error) <= 0.25 for r in report.rows) >= 11
     onebit32 = next(r for r in report.rows if r.optimizer == "onebit-adam" and r.gpus == 32)
     assert abs(onebit32.error) < 0.15
+
+
+@pytest.mark.parametrize("optimizer", ["onebit-adam", "zero-one-adam"])
+@pytest.mark.parametrize("network", ["analytical", "flow"])
+def test_parameter_groups_of_one_size_run_as_one_chain_exactly(optimizer, network, monkeypatch):
+    """7 groups (two sizes) as two chains of ``count``: the same iteration, breakdown, bytes and error
+    buffers as seven chains one after another (the groups listed one by one, as before)."""
+    from clustersim.simulator.strategies import onebit_adam
+
+    opts = {"param_groups": 7} | ({"stage": "compression"} if optimizer == "onebit-adam" else {})
+    s = ethernet(16, optimizer, **opts).with_changes(**{"training.network": network})
+    chained = simulate(s, uncertainty_samples=0)
+    real = onebit_adam.group_sizes
+
+    def one_by_one(params, groups):
+        return [(n, 1) for n, k in real(params, groups) for _ in range(k)]
+
+    monkeypatch.setattr(onebit_adam, "group_sizes", one_by_one)
+    monkeypatch.setattr("clustersim.simulator.strategies.zero_one_adam.group_sizes", one_by_one)
+    full = simulate(s, uncertainty_samples=0)
+    assert len(full.ops) > len(chained.ops)
+    assert chained.iteration_time == pytest.approx(full.iteration_time, rel=1e-12)
+    for k, v in full.breakdown.items():
+        assert chained.breakdown[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
+    for k, v in full.bytes_per_link_kind.items():
+        assert chained.bytes_per_link_kind[k] == (
+            pytest.approx(v, rel=1e-12) if isinstance(v, float) else v
+        ), k
+    assert chained.memory == pytest.approx(full.memory, rel=1e-12)
+
+
+def test_a_million_parameter_groups_cost_two_chains():
+    """Ops do not grow with the groups (a billion padded groups no longer fit: refused for memory)."""
+    r = simulate(ethernet(16, "onebit-adam", param_groups=10**6, stage="compression"), uncertainty_samples=0)
+    assert len([o for o in r.ops if "phase1 all_to_all" in o.name]) == 2
+    with pytest.raises(InputError, match="does not fit in GPU memory"):
+        simulate(ethernet(16, "onebit-adam", param_groups=10**9, stage="compression"), uncertainty_samples=0)

@@ -40,6 +40,7 @@ class CollectiveSpec(NamedTuple):
     shape: object
     algorithm: str
     protocol: str
+    count: int = 1  # that many back to back (identical parameter groups): the backend's time x count
 
 
 @dataclass(slots=True)

@@ -82,7 +82,7 @@ class FlowBackend:
         net = self.network(spec.shape.nodes)
         frac = self.model._proto_bw[spec.protocol]
         # wire bytes: a protocol moving a fraction of its bytes as data (LL: half) fills the wire faster
-        wire = unit_bytes * spec.nbytes / frac
+        wire = unit_bytes * (spec.nbytes * spec.count) / frac
         busy = wire / (net.capacity * duration)
         demands, capacity = {}, {}
         node = self._first_node(op)
@@ -117,8 +117,8 @@ class FlowBackend:
             acc = self.link_bytes.get(spec.shape.nodes)
             if acc is None:
                 acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
-            acc += unit_bytes * spec.nbytes
-        return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale
+            acc += unit_bytes * (spec.nbytes * spec.count)
+        return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale * spec.count
 
     def _latency(self, spec: CollectiveSpec) -> float:
         """The analytical model's α terms for this algorithm and protocol (collectives.price)."""

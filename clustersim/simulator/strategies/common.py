@@ -34,9 +34,16 @@ def _one_rank(ctx: SimulationContext) -> bool:
 
 
 def price_collective(
-    ctx: SimulationContext, op: str, nbytes: float, shape=None, algorithm: str | None = None, count: int = 1
+    ctx: SimulationContext,
+    op: str,
+    nbytes: float,
+    shape=None,
+    algorithm: str | None = None,
+    count: int = 1,
+    backend_count: bool = False,
 ) -> PricedCollective:
-    """Price ``count`` identical collectives back to back (see add_collective)."""
+    """Price ``count`` identical collectives back to back (see add_collective). ``backend_count``: a
+    network backend prices them too, as ``count`` times one (CollectiveSpec.count)."""
     shape = shape or ctx.data_parallel
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
@@ -57,8 +64,8 @@ def price_collective(
         cost.inter_node_bytes * shape.sharing * count,
         ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
         ctx.host.nic_traffic(per_gpu, cost.time) if _one_rank(ctx) else {},
-        CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
-        if cost.time > 0 and count == 1
+        CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol, count)
+        if cost.time > 0 and (count == 1 or backend_count)
         else None,
         meta,
     )
@@ -91,6 +98,7 @@ def add_collective(
     algorithm: str | None = None,
     rank: int = 0,
     count: int = 1,
+    backend_count: bool = False,
     **meta,
 ) -> int:
     """One collective on the communication stream, with its traffic and its SM slowdown; by default
@@ -104,7 +112,7 @@ def add_collective(
     tensor-parallel all-reduces), so a deep model does not cost an op per layer. Such a batched op
     keeps its analytical time under the flow backend (its description is of one collective).
     """
-    priced = price_collective(ctx, op, nbytes, shape, algorithm, count)
+    priced = price_collective(ctx, op, nbytes, shape, algorithm, count, backend_count)
     return add_priced(prog, name, priced, deps, stream, rank, **meta)
 
 
