@@ -162,14 +162,18 @@ class FlowBackend:
         """Seconds per byte of S and the bytes per link per byte of S."""
         net = self.network(shape.nodes)
         cap = self.capacity(net, op, protocol)
-        background = faults.background_paths(net, self.hetero) if self.hetero is not None else []
+        background, weights = (
+            faults.background_paths(net, self.hetero) if self.hetero is not None else ([], [])
+        )
         parts = expand(net, op, algorithm, shape)
         times, carried = [], np.zeros(net.n_links)
         for part in parts:
             total = 0.0
             for phase in part:
                 flows = maxmin.FlowSet(
-                    phase.paths + background, phase.sizes + [float("inf")] * len(background)
+                    phase.paths + background,
+                    phase.sizes + [float("inf")] * len(background),
+                    [1.0] * len(phase.paths) + weights if background else None,
                 )
                 t, link_bytes = maxmin.makespan(flows, cap)
                 total += phase.repeat * t
