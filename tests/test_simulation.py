@@ -144,3 +144,52 @@ def test_simulate_leaves_the_garbage_collector_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+MERGE_CASES = [
+    {"training.optimizer": "adam"},
+    {"training.optimizer": "adam", "training.overlap": False},
+    {"training.optimizer": "onebit-adam", "training.optimizer_options": {"stage": "compression"}},
+    {"training.optimizer": "zero-one-adam"},
+    {"training.optimizer": "binsgdm"},
+    {"training.optimizer": "diloco", "training.optimizer_options": {"workers": 2, "inner_steps": 4}},
+    {"training.optimizer": "adam", "training.network": "flow"},
+    {
+        "training.optimizer": "adam",
+        "cluster.heterogeneity": {"slow_gpus": [{"rank": 3, "compute_factor": 1.3}]},
+    },
+]
+
+
+def _compared(r):
+    return (
+        r.iteration_time,
+        r.breakdown,
+        {k: v for k, v in r.bytes_per_link_kind.items() if isinstance(v, float)},
+    )
+
+
+@pytest.mark.parametrize("changes", MERGE_CASES, ids=lambda c: "-".join(str(v) for v in c.values())[:40])
+def test_merged_micro_steps_time_as_the_listed_ones(changes, monkeypatch):
+    """Gradient accumulation's micro-steps before the last, merged into one forward and one backward op
+    (common.add_micro_steps), give the iteration, breakdown and bytes of the same micro-steps listed
+    one by one, on both backends and with a straggler's two rank classes."""
+    from clustersim.simulator.strategies import common
+
+    s = make_scenario(**{"cluster.nodes": 2, "workload.gradient_accumulation": 6, **changes})
+    listed = simulate(s, uncertainty_samples=0)
+    monkeypatch.setattr(common, "MERGE_MICRO_STEPS_ABOVE", 0)
+    merged = simulate(s, uncertainty_samples=0)
+    assert len(merged.ops) < len(listed.ops)
+    (t_m, b_m, x_m), (t_l, b_l, x_l) = _compared(merged), _compared(listed)
+    assert t_m == pytest.approx(t_l, rel=1e-12)
+    assert b_m == pytest.approx(b_l, rel=1e-12, abs=1e-15)
+    assert x_m == pytest.approx(x_l, rel=1e-12)
+
+
+def test_a_million_micro_steps_cost_what_a_few_do():
+    few = simulate(make_scenario(**{"workload.gradient_accumulation": 100}), uncertainty_samples=0)
+    many = simulate(make_scenario(**{"workload.gradient_accumulation": 10**6}), uncertainty_samples=0)
+    assert len(many.ops) == len(few.ops)
+    per_micro = few.breakdown["forward"] / 100
+    assert many.breakdown["forward"] == pytest.approx(per_micro * 10**6, rel=1e-9)

@@ -134,6 +134,21 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         )  # fmt: skip
 
 
+# Micro-steps before the last are listed one by one (a trace shows each) up to this many, and merged
+# above it (add_micro_steps says why the timing is the same). A presentation threshold, not a model
+# constant: 64 keeps every shipped scenario's trace as it was and costs ~50 ms.
+MERGE_MICRO_STEPS_ABOVE = 64
+
+
+def mergeable_micro_steps(ctx: SimulationContext, every_micro: bool) -> int:
+    """How many micro-steps before the last add_micro_steps merges into one forward and one backward
+    op: all of them when they are plain compute (no per-micro-step hook, no tensor-parallel
+    collectives, no input pipeline) and more than MERGE_MICRO_STEPS_ABOVE, else none."""
+    before_last = ctx.scenario.workload.gradient_accumulation - 1
+    plain = not every_micro and not ctx.tensor_sharded and ctx.scenario.workload.input is None
+    return before_last if plain and before_last > MERGE_MICRO_STEPS_ABOVE else 0
+
+
 def add_micro_steps(
     prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
 ) -> int | None:
@@ -143,11 +158,26 @@ def add_micro_steps(
     ``on_backward(layer_index, op_id)`` is called for each layer's backward in the last micro-step,
     where gradient communication may hook in; with ``every_micro``, ``on_backward(layer_index, op_id,
     micro)`` in every micro-step (ZeRO-2 reduces at each). Returns the id of the last backward op.
+
+    The micro-steps before the last, when plain (mergeable_micro_steps), are two ops: their forwards
+    and their backwards, each as long as all of them. The timing is exactly the same (to rounding):
+    they are consecutive on the compute stream, nothing depends on any of them but through the
+    stream's order, and a plain compute op has no link demands and no SM slowdown, so it changes no
+    other op's rate; the engine's fluid model runs compute at the rate the other running ops leave it,
+    so a chain of work w1, w2, ... ends when one op of work w1 + w2 + ... would. m = 1e6 micro-steps
+    thus cost what m = 1 does (tests/test_simulation.py compares merged and listed runs).
     """
     layers = ctx.workload.layers
     steps = ctx.scenario.workload.gradient_accumulation
     last = None
-    for micro in range(steps):
+    merged = mergeable_micro_steps(ctx, every_micro)
+    if merged:
+        micros = {"micro": f"0-{merged - 1}", "merged_micro_steps": merged}
+        fwd = sum(ctx.forward_time(layer) for layer in layers)
+        bwd = sum(ctx.backward_time(layer) for layer in reversed(layers))
+        prog.add(f"fwd x{merged} micro-steps", "compute", fwd * merged, "forward", meta=micros)
+        prog.add(f"bwd x{merged} micro-steps", "compute", bwd * merged, "backward", meta=micros)
+    for micro in range(merged, steps):
         batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
         for li, layer in enumerate(layers):
             prog.add(
