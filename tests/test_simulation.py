@@ -193,3 +193,44 @@ def test_a_million_micro_steps_cost_what_a_few_do():
     assert len(many.ops) == len(few.ops)
     per_micro = few.breakdown["forward"] / 100
     assert many.breakdown["forward"] == pytest.approx(per_micro * 10**6, rel=1e-9)
+
+
+def test_a_program_past_its_op_limit_is_refused_naming_the_count():
+    """ZeRO-2 reduces in every micro-step, so its micro-steps cannot be merged: past the op limit the
+    run is refused with the key that made it long (a small limit here stands for MAX_PROGRAM_OPS)."""
+    from clustersim.errors import InputError
+    from clustersim.simulator.program import op_budget
+
+    s = make_scenario(**{"workload.gradient_accumulation": 50, "training.sharding": {"stage": 2}})
+    token = op_budget.set(1_000)
+    try:
+        with pytest.raises(InputError) as err:
+            simulate(s, uncertainty_samples=0)
+    finally:
+        op_budget.reset(token)
+    assert err.value.key == "workload.gradient_accumulation" and "1,000 ops" in str(err.value)
+    assert simulate(s, uncertainty_samples=0).iteration_time > 0  # within the real limit it runs
+
+
+def test_a_hundred_million_repeated_layers_are_refused_before_they_are_built():
+    from clustersim.errors import InputError
+
+    layer = {"name": "l", "params": 1000, "forward_flops": 1e6, "repeat": 10**8}
+    s = make_scenario(**{"workload.model": None, "workload.layers": [{**layer, "repeat": 1}, layer]})
+    with pytest.raises(InputError) as err:
+        simulate(s, uncertainty_samples=0)
+    assert err.value.key == "workload.layers.1.repeat"
+
+
+def test_the_band_takes_fewer_draws_for_a_large_program(monkeypatch):
+    from clustersim.simulator import runner
+
+    s = make_scenario()
+    full = simulate(s, uncertainty_samples=8)
+    assert full.interval.samples == 8 and not any("draws" in n for n in full.notes)
+    monkeypatch.setattr(runner, "MAX_BAND_OP_RUNS", 5 * runner._ops_per_run.get())
+    fewer = simulate(s, uncertainty_samples=8)
+    assert fewer.interval.samples == 5 and any("from 5 draws, not 8" in n for n in fewer.notes)
+    monkeypatch.setattr(runner, "MAX_BAND_OP_RUNS", 3 * runner._ops_per_run.get())
+    none = simulate(s, uncertainty_samples=8)
+    assert none.interval is None and any("no P10-P90 band" in n for n in none.notes)
