@@ -317,3 +317,23 @@ def test_worker_processes_die_with_a_killed_sweep(tmp_path, sig):
         for pid in [child.pid, *workers]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_sweep_of_too_many_rows_is_refused_before_it_expands(tmp_path):
+    vary = {k: list(range(1, 41)) for k in ("gpus", "nic_gbps", "micro_batch", "seq_len")}
+    with pytest.raises(InputError) as err:
+        load_sweep(write(tmp_path, dict(SWEEP, vary=vary)))
+    assert err.value.key == "vary" and "40 x 40 x 40 x 40 = 2,560,000 rows" in str(err.value)
+
+
+def test_a_yaml_alias_bomb_in_vary_is_refused_before_it_is_walked(tmp_path):
+    """Nine nested aliases of a list of ten: 10^10 values in a few hundred bytes of YAML, which
+    printing, hashing or validating value by value would walk for hours."""
+    nested = "[8, 8, 8, 8, 8, 8, 8, 8, 8, 8]"
+    for i in range(9):
+        nested = "[" + ", ".join([f"&b{i} {nested}"] + [f"*b{i}"] * 9) + "]"
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"name: bomb\nbase: preset:default\nvary:\n  micro_batch: {nested}\n")
+    with pytest.raises(InputError) as err:
+        load_sweep(path)
+    assert err.value.key == "vary.micro_batch" and "100,000 values" in str(err.value)
