@@ -331,3 +331,16 @@ def test_pipeline_stages_on_other_nodes_use_their_own_nics():
     # node 0's NICs carry stage 0's bytes: the node's egress over its 8 NICs, plus the wire protocol's
     # overhead (the table counts wire bytes); with every stage counted there it was p = 4 times that
     assert nics and all(x["bytes"] <= egress / 8 * 1.25 for x in nics)
+
+
+def test_a_cluster_past_the_flow_backends_node_limit_is_refused_before_it_is_built(monkeypatch):
+    """The flow backend builds every node's graph and flows; past MAX_FLOW_NODES it refuses, naming
+    training.network, before building anything (a small limit here stands for the real one)."""
+    from clustersim.errors import InputError
+    from clustersim.simulator.network import flow
+
+    monkeypatch.setattr(flow, "MAX_FLOW_NODES", 4)
+    with pytest.raises(InputError) as err:
+        simulate(_dgx(8).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
+    assert err.value.key == "training.network" and "at most 4 nodes" in str(err.value)
+    assert simulate(_dgx(4).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)

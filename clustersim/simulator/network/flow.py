@@ -19,11 +19,19 @@ import numpy as np
 
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.network_params import class_key
+from clustersim.errors import InputError
 from clustersim.simulator.network import faults, maxmin
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.simulator.network.patterns import NotModelled, expand, ring_step
 from clustersim.simulator.program import CollectiveSpec, Op
 from clustersim.topologies.cluster import GroupShape
+
+# The most nodes the flow backend simulates. It builds every node's graph and every rank's flows: cost
+# and memory grow with the nodes (4,096 DGX nodes, 32,768 GPUs: ~18 s and 0.5 GB for a 1-bit Adam run,
+# benchmarks/bench_counts.py; 1,048,576 GPUs would take ~10 min and ~16 GB). Larger clusters are
+# refused (docs/scale-limits.md); the analytical model, within 3% of it on symmetric clusters, prices
+# them in constant time. Not a model constant.
+MAX_FLOW_NODES = 4096
 
 # Links a collective keeps at least this busy when alone are the ones it competes for with collectives
 # running beside it (a selection threshold for the engine's sharing, not a hardware constant).
@@ -34,6 +42,13 @@ class FlowBackend:
     name = "flow"
 
     def __init__(self, ctx):
+        nodes = ctx.scenario.cluster.nodes
+        if nodes > MAX_FLOW_NODES:
+            raise InputError(
+                f"the flow backend simulates every flow over every node: at most {MAX_FLOW_NODES:,} nodes, "
+                f"the cluster has {nodes:,}; use the analytical backend (docs/scale-limits.md)",
+                key="training.network",
+            )
         self.ctx = ctx
         self.cluster = ctx.cluster
         self.model = ctx.collectives
