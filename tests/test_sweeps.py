@@ -337,3 +337,20 @@ def test_a_yaml_alias_bomb_in_vary_is_refused_before_it_is_walked(tmp_path):
     with pytest.raises(InputError) as err:
         load_sweep(path)
     assert err.value.key == "vary.micro_batch" and "100,000 values" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["results.csv", "sweep.json", ".lock"])
+def test_a_named_pipe_in_a_results_folder_is_refused_not_waited_on(tmp_path, name):
+    """Opening a FIFO blocks until someone writes to it; the folder's files are checked with stat first."""
+    from clustersim.sweeps.store import read_results
+
+    sweep = load_sweep(write(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(sweep, out, stop_after=1, batch_size=1)
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    with pytest.raises(InputError, match="not a regular file"):
+        run_sweep(sweep, out)
+    if name != ".lock":
+        with pytest.raises(InputError, match="not a regular file"):
+            read_results(out)

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import socket
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,24 @@ def check_results_path(path: Path) -> None:
 
 
 LOCK_NAME = ".lock"
+FILES = ("sweep.json", "results.csv", "scenarios.jsonl", LOCK_NAME)
+
+
+def check_regular_files(folder: Path) -> None:
+    """The folder's own files must be plain files: opening a named pipe (or a device) put in their place
+    waits for a writer forever, so it is refused before anything opens it (stat does not block)."""
+    for name in FILES:
+        path = Path(folder) / name
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise InputError(f"cannot read ({exc.strerror})", source=str(path)) from None
+        if not stat.S_ISREG(mode):
+            raise InputError(
+                "is not a regular file (a named pipe or a device?); use another --out", source=str(path)
+            )
 
 
 class ResultsFolder:
@@ -90,6 +109,8 @@ class ResultsFolder:
         """Create or reopen the folder; returns the ids of rows already finished."""
         meta_path = self.path / "sweep.json"
         check_results_path(self.path)
+        if self.path.is_dir():
+            check_regular_files(self.path)
         meta = {
             "format": "clustersim-sweep-results",
             "format_version": 1,
@@ -124,6 +145,7 @@ class ResultsFolder:
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
         self.path.mkdir(exist_ok=True)
+        check_regular_files(self.path)
         fh = (self.path / LOCK_NAME).open("a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,6 +339,7 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
     meta_path = path / "sweep.json"
     if not meta_path.exists():
         raise InputError("not a sweep results folder (no sweep.json)", source=str(path))
+    check_regular_files(path)
     meta = _read_meta(meta_path)
     csv_path = path / "results.csv"
     if not csv_path.exists() or _whole_lines_end(csv_path) == 0:
