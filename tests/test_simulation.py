@@ -234,3 +234,18 @@ def test_the_band_takes_fewer_draws_for_a_large_program(monkeypatch):
     monkeypatch.setattr(runner, "MAX_BAND_OP_RUNS", 3 * runner._ops_per_run.get())
     none = simulate(s, uncertainty_samples=8)
     assert none.interval is None and any("no P10-P90 band" in n for n in none.notes)
+
+
+def test_a_program_surely_past_the_limit_is_refused_before_it_is_built(monkeypatch):
+    """ZeRO-2 lists every micro-step: 10^6 of them are refused from the lower bound (2 ops per layer
+    per micro-step) without building a single op."""
+    from clustersim.errors import InputError
+    from clustersim.simulator import program
+
+    built = []
+    real = program.Program.add_op
+    monkeypatch.setattr(program.Program, "add_op", lambda self, *a: built.append(1) or real(self, *a))
+    s = make_scenario(**{"workload.gradient_accumulation": 10**6, "training.sharding": {"stage": 2}})
+    with pytest.raises(InputError) as err:
+        simulate(s, uncertainty_samples=0)
+    assert err.value.key == "workload.gradient_accumulation" and not built

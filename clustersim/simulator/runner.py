@@ -18,7 +18,7 @@ from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import DRAM
 from clustersim.simulator.memory import check_fits, gpu_memory
-from clustersim.simulator.program import ProgramTooLarge
+from clustersim.simulator.program import ProgramTooLarge, op_budget
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
 from clustersim.simulator.stragglers import (
     rank_factors,
@@ -28,6 +28,7 @@ from clustersim.simulator.stragglers import (
     with_rank_classes,
 )
 from clustersim.simulator.strategies import registry
+from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
@@ -55,6 +56,21 @@ def simulate(
         raise InputError(_too_large(scenario, exc.limit), key=_count_key(scenario)).located(
             source=scenario.source
         ) from None
+
+
+def _fewest_ops(ctx: SimulationContext) -> int:
+    """A lower bound on the ops of the program, known before it is built: a forward and a backward op
+    per layer (per pipeline chunk with Megatron's pipeline, which passes a stage's layers as one op)
+    in every micro-step that is listed. Plain data-parallel micro-steps are merged above 64
+    (strategies/common.add_micro_steps); ZeRO's, tensor-parallel ones, those with an input pipeline
+    and pipeline schedules are each listed."""
+    w, t = ctx.scenario.workload, ctx.scenario.training
+    listed = w.gradient_accumulation
+    if ctx.model_parallel and not ctx.tensor_sharded:
+        return 2 * listed * t.parallelism.pipeline * t.parallelism.virtual_stages
+    if t.sharding.stage == 0 and not ctx.tensor_sharded and w.input is None:
+        listed = min(listed, MERGE_MICRO_STEPS_ABOVE + 1)
+    return 2 * listed * len(ctx.workload.layers)
 
 
 def _count_key(scenario: Scenario) -> str:
@@ -127,6 +143,8 @@ def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: in
     if isinstance(profile, str):
         profile = load_profile(profile)
     ctx = build_context(scenario, profile, perturbation)
+    if _fewest_ops(ctx) > op_budget.get():  # refused before any of it is built
+        raise ProgramTooLarge(op_budget.get())
     result = _run(ctx)
     off = scenario.training.offload
     if off.mode == "interleaved" and off.placement == "auto":
