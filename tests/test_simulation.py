@@ -249,3 +249,16 @@ def test_a_program_surely_past_the_limit_is_refused_before_it_is_built(monkeypat
     with pytest.raises(InputError) as err:
         simulate(s, uncertainty_samples=0)
     assert err.value.key == "workload.gradient_accumulation" and not built
+
+
+def test_zero_offload_at_stage_2_merges_its_micro_steps_and_is_not_refused():
+    """ZeRO-Offload at stage 1/2 runs the DDP program, whose plain micro-steps merge: the up-front
+    bound must not count them as listed."""
+    s = make_scenario(
+        **{
+            "training.offload.mode": "zero",
+            "training.sharding": {"stage": 2},
+            "workload.gradient_accumulation": 10**5,
+        }
+    )
+    assert len(simulate(s, uncertainty_samples=0).ops) < 1_000

@@ -68,7 +68,9 @@ def _fewest_ops(ctx: SimulationContext) -> int:
     listed = w.gradient_accumulation
     if ctx.model_parallel and not ctx.tensor_sharded:
         return 2 * listed * t.parallelism.pipeline * t.parallelism.virtual_stages
-    if t.sharding.stage == 0 and not ctx.tensor_sharded and w.input is None:
+    # ZeRO lists its micro-steps, but for ZeRO-Offload at stage 1/2, which runs the DDP program
+    zero_lists = t.sharding.stage >= 3 or (t.sharding.stage >= 1 and t.offload.mode == "none")
+    if not zero_lists and not ctx.tensor_sharded and w.input is None:
         listed = min(listed, MERGE_MICRO_STEPS_ABOVE + 1)
     return 2 * listed * len(ctx.workload.layers)
 
