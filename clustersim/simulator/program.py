@@ -31,7 +31,7 @@ _STREAM = {s.value: s for s in Stream}
 
 # The most ops one program may hold. The engine and the builders cost 12-220 us and about 0.5 KB per op
 # (benchmarks/bench_counts.py; ZeRO-3's many concurrent streams are the dear end), so this bounds one
-# run at under a minute and a few hundred MB; the largest shipped layout (1T parameters, p=64, m=512)
+# run at under a minute and a few hundred MB; the largest benchmarked layout (1T parameters, p=64, m=512)
 # has 196,000. Not a model constant: a program that cannot be shortened without changing it is
 # refused above it (docs/scale-limits.md).
 MAX_PROGRAM_OPS = 250_000
