@@ -43,7 +43,9 @@ class Worker:
 
     def __init__(self, path: Path | None):
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path) if path else "", str(HERE)) if p)
+        # the working tree first too: an installed clustersim (an editable install of another checkout)
+        # would otherwise be the "new" side
+        env["PYTHONPATH"] = os.pathsep.join((str(path or ROOT), str(HERE)))
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "cases.py"), "--serve"],
             stdin=subprocess.PIPE,

@@ -263,3 +263,61 @@ def test_profile_fits_with_negative_or_nan_parameters_are_refused(segment):
     with pytest.raises(InputError) as exc:
         parse_profile(bad, "bad.json")
     assert "bad.json" in str(exc.value) and "collectives" in str(exc.value)
+
+
+def _two_protocol_times(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    S = np.logspace(3, 10, n)
+    t = np.where(S < 1e6, 5e-6 + S / 5e9, 2e-5 + S / 2e10) * (1 + 0.02 * rng.standard_normal(n))
+    return S, t
+
+
+def _exhaustive(S, t):
+    """The segment search before it was bounded: every cut pair, every segment fitted where used."""
+    import itertools
+    import math
+
+    from clustersim.calibration import fit
+
+    n, m, best = len(S), fit.MIN_POINTS_PER_SEGMENT, None
+    for k in range(1, fit.MAX_SEGMENTS + 1):
+        if n < k * m:
+            break
+        for cuts in itertools.combinations(range(m, n - m + 1), k - 1):
+            bounds = [0, *cuts, n]
+            if any(b - a < m for a, b in zip(bounds, bounds[1:])):
+                continue
+            fits = [fit._fit_segment(S[a:b], t[a:b]) for a, b in zip(bounds, bounds[1:])]
+            rss = float(sum((f[2] ** 2).sum() for f in fits))
+            bic = n * math.log(max(rss / n, 1e-18)) + 2 * k * math.log(n)
+            if best is None or bic < best[0]:
+                best = (bic, bounds, [(f[0], f[1]) for f in fits])
+    return best[2]
+
+
+def test_segment_search_of_a_usual_sweep_is_the_exhaustive_one():
+    from clustersim.calibration.fit import fit_segments
+
+    S, t = _two_protocol_times(24)
+    segments, _, _ = fit_segments(S, t)
+    assert [(a, b) for _, a, b in segments] == _exhaustive(S, t)
+
+
+@pytest.mark.parametrize("n", [60, 400])
+def test_segment_search_fits_a_bounded_number_of_segments(n, monkeypatch):
+    """Linear in the points: at most 561 distinct segments on the grid and 2 x 16 per boundary and
+    refining round (lg8 n rounds) are fitted, and the fit still finds the protocol switch."""
+    import math
+
+    from clustersim.calibration import fit
+
+    calls = []
+    real = fit._fit_segment
+    monkeypatch.setattr(fit, "_fit_segment", lambda S, t: calls.append(len(S)) or real(S, t))
+    S, t = _two_protocol_times(n)
+    segments, _, _ = fit.fit_segments(S, t)
+    k = fit.MAX_CUT_CANDIDATES
+    rounds = math.ceil(math.log(n) / math.log(8))
+    assert len(calls) <= 1 + 2 * k + k * (k - 1) // 2 + rounds * (fit.MAX_SEGMENTS - 1) * 2 * 16
+    assert len(segments) >= 2 and any(3e5 < start < 3e6 for start, _, _ in segments)
+    assert max(abs(predict(segments, s) / x - 1) for s, x in zip(S, t)) < 0.1

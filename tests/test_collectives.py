@@ -140,3 +140,17 @@ def test_hier_beats_flat_ring_when_intra_is_fast_and_nic_slow():
     # Same NIC bytes, fewer network latency steps: never worse than ring.
     assert hier <= ring * 1.001
     assert math.isfinite(hier)
+
+
+def test_auto_chooses_as_nccls_tuner_on_two_nodes():
+    """A double binary tree on 2 nodes sends S through a node's NICs (each node has one edge per tree),
+    less than a ring's 2(p-1)/p S; NCCL's tuner still costs it at 2S, so a bandwidth-bound all-reduce
+    stays a ring, as NCCL runs it, and a tree, when chosen, takes the time its bytes take."""
+    cl, m = model_for(**{"cluster.nodes": 2})
+    shape = GroupShape(2, 4)
+    ring, tree = (m.cost("all_reduce", 1e9, shape, a) for a in ("ring", "tree"))
+    assert tree.time < ring.time and tree.inter_node_bytes == pytest.approx(1e9)
+    assert m.cost("all_reduce", 1e9, shape, "auto").algorithm == "ring"
+    small = m.cost("all_reduce", 1e3, shape, "auto")
+    assert small.algorithm == "tree"
+    assert small.time == pytest.approx(m.cost("all_reduce", 1e3, shape, "tree").time)

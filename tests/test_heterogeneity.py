@@ -75,6 +75,30 @@ def test_a_background_job_halves_the_bandwidth_of_the_links_it_shares():
     ) == (pytest.approx(_flow_time(_dgx(), shape=intra), rel=1e-9))
 
 
+@pytest.mark.parametrize("flows", [1, 3])
+def test_background_flows_weighted_equal_the_flows_listed_one_by_one(flows, monkeypatch):
+    """k background flows on a link are one weighted flow (maxmin.FlowSet's weights): the same time
+    and link bytes as k flows listed one by one, as they once were."""
+    from clustersim.simulator.network import faults
+
+    bg = {"cluster.heterogeneity": {"background": [{"links": "nics", "flows_per_link": flows}]}}
+    weighted = _flow_time(_dgx(**bg))
+    real = faults.background_paths
+
+    def one_by_one(net, hetero):
+        paths, weights = real(net, hetero)
+        return [p for p, w in zip(paths, weights) for _ in range(int(w))], [1.0] * int(sum(weights))
+
+    monkeypatch.setattr(faults, "background_paths", one_by_one)
+    assert _flow_time(_dgx(**bg)) == pytest.approx(weighted, rel=1e-12)
+    assert weighted / _flow_time(_dgx()) == pytest.approx(1 + flows, rel=0.03)
+
+
+def test_a_billion_background_flows_cost_one_entry_per_link():
+    bg = {"cluster.heterogeneity": {"background": [{"links": "nics", "flows_per_link": 10**9}]}}
+    assert _flow_time(_dgx(**bg)) / _flow_time(_dgx()) == pytest.approx(1e9 + 1, rel=0.03)
+
+
 def test_a_degraded_nic_gates_the_ring_through_it():
     """A ring channel through a NIC at half rate takes twice as long; the collective ends with it."""
     alone = _flow_time(_dgx())

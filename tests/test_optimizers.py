@@ -154,6 +154,56 @@ def test_zero_one_adam_schedule():
     assert c["local"] + c["local_sync"] == 800 and c["local"] > c["local_sync"]
 
 
+def _schedule_step_by_step(o: ZeroOneAdamOptions) -> dict:
+    """DeepSpeed's zoadam.py schedule, one step at a time: the reference for the counted one."""
+    counts: dict = {}
+    var_interval, var_counter, local_interval = 1, 0, 1
+    for step in range(1, o.total_steps + 1):
+        if step <= o.var_freeze_step:
+            if step % var_interval == 0:
+                kind = "variance_update"
+                var_counter += 1
+                if var_counter == o.var_update_scaler:
+                    var_counter, var_interval = 0, var_interval * 2
+            else:
+                kind = "compressed_gradient"
+        else:
+            since = step - o.var_freeze_step
+            kind = "local_sync" if since % local_interval == 0 else "local"
+            if since % o.local_step_scaler == 0:
+                local_interval = min(o.local_step_clipper, local_interval * 2)
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_zero_one_adam_schedule_is_counted_as_the_steps_run():
+    import random
+
+    rng = random.Random(7)
+    cases = [ZeroOneAdamOptions(), ZeroOneAdamOptions(total_steps=1, var_freeze_step=0)]
+    for _ in range(300):
+        total = rng.randint(1, 3000)
+        cases.append(
+            ZeroOneAdamOptions(
+                total_steps=total,
+                var_freeze_step=rng.randint(0, total),
+                var_update_scaler=rng.randint(1, 40),
+                local_step_scaler=rng.randint(1, 300),
+                local_step_clipper=rng.randint(1, 70),
+            )
+        )
+    for o in cases:
+        assert dict(schedule(o)) == _schedule_step_by_step(o), o
+
+
+def test_zero_one_adam_schedule_of_1e18_steps_is_counted_not_looped():
+    o = ZeroOneAdamOptions(total_steps=10**18, var_freeze_step=10**17)
+    c = schedule(o)
+    assert sum(c.values()) == 10**18 and c["variance_update"] + c["compressed_gradient"] == 10**17
+    # after the cap every 16th step syncs: within one doubling span of local / 16
+    assert abs(c["local_sync"] - (10**18 - 10**17) // 16) < 32_678 * 6
+
+
 def test_zero_one_adam_reports_its_phases_and_average():
     s = ethernet(16, "zero-one-adam", total_steps=5000, var_freeze_step=1000, local_step_scaler=500)
     r = simulate(s)
@@ -253,3 +303,40 @@ def test_validation_targets():
     assert sum(abs(r.error) <= 0.25 for r in report.rows) >= 11
     onebit32 = next(r for r in report.rows if r.optimizer == "onebit-adam" and r.gpus == 32)
     assert abs(onebit32.error) < 0.15
+
+
+@pytest.mark.parametrize("optimizer", ["onebit-adam", "zero-one-adam"])
+@pytest.mark.parametrize("network", ["analytical", "flow"])
+def test_parameter_groups_of_one_size_run_as_one_chain_exactly(optimizer, network, monkeypatch):
+    """7 groups (two sizes) as two chains of ``count``: the same iteration, breakdown, bytes and error
+    buffers as seven chains one after another (the groups listed one by one, as before)."""
+    from clustersim.simulator.strategies import onebit_adam
+
+    opts = {"param_groups": 7} | ({"stage": "compression"} if optimizer == "onebit-adam" else {})
+    s = ethernet(16, optimizer, **opts).with_changes(**{"training.network": network})
+    chained = simulate(s, uncertainty_samples=0)
+    real = onebit_adam.group_sizes
+
+    def one_by_one(params, groups):
+        return [(n, 1) for n, k in real(params, groups) for _ in range(k)]
+
+    monkeypatch.setattr(onebit_adam, "group_sizes", one_by_one)
+    monkeypatch.setattr("clustersim.simulator.strategies.zero_one_adam.group_sizes", one_by_one)
+    full = simulate(s, uncertainty_samples=0)
+    assert len(full.ops) > len(chained.ops)
+    assert chained.iteration_time == pytest.approx(full.iteration_time, rel=1e-12)
+    for k, v in full.breakdown.items():
+        assert chained.breakdown[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
+    for k, v in full.bytes_per_link_kind.items():
+        assert chained.bytes_per_link_kind[k] == (
+            pytest.approx(v, rel=1e-12) if isinstance(v, float) else v
+        ), k
+    assert chained.memory == pytest.approx(full.memory, rel=1e-12)
+
+
+def test_a_million_parameter_groups_cost_two_chains():
+    """Ops do not grow with the groups (a billion padded groups no longer fit: refused for memory)."""
+    r = simulate(ethernet(16, "onebit-adam", param_groups=10**6, stage="compression"), uncertainty_samples=0)
+    assert len([o for o in r.ops if "phase1 all_to_all" in o.name]) == 2
+    with pytest.raises(InputError, match="does not fit in GPU memory"):
+        simulate(ethernet(16, "onebit-adam", param_groups=10**9, stage="compression"), uncertainty_samples=0)

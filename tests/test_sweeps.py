@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 
 import pytest
 import yaml
@@ -188,3 +189,168 @@ def test_a_folder_begun_before_new_columns_resumes_in_its_own_columns(tmp_path):
     assert len(rows) == len(sweep.rows()) and all(r["status"] in ("ok", "invalid") for r in rows)
     with path.open(newline="") as fh:
         assert {len(r) for r in csv.reader(fh)} == {len(old[0])}
+
+
+def _python(code: str) -> list[str]:
+    """A command running ``code`` in a fresh interpreter that imports this worktree's clustersim."""
+    import sys
+
+    return [sys.executable, "-c", code]
+
+
+def _env() -> dict:
+    import os
+
+    return dict(os.environ, PYTHONPATH=os.getcwd())
+
+
+def test_a_file_size_limit_leaves_a_folder_that_resumes(tmp_path):
+    """``ulimit -f 4``: the first batch does not fit in 4 KiB, its write is undone (an empty
+    results.csv, its header gone with it). The re-run without the limit starts the file again with its
+    header and finishes every row once."""
+    import subprocess
+
+    sweep_file = write(tmp_path)
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "from clustersim.errors import InputError\n"
+        "from clustersim.sweeps.run import run_sweep\n"
+        "from clustersim.sweeps.spec import load_sweep\n"
+        f"try:\n    run_sweep(load_sweep({str(sweep_file)!r}), {str(tmp_path / 'out')!r}, batch_size=12)\n"
+        "except InputError as exc:\n    print(exc); sys.exit(2)\n"
+    )
+    done = subprocess.run(_python(code), capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2 and "File too large" in done.stdout, done.stderr[-2000:]
+    assert (tmp_path / "out" / "results.csv").stat().st_size == 0
+    counts = run_sweep(load_sweep(sweep_file), tmp_path / "out")
+    assert counts == {"total": 12, "skipped": 0, "written": 12}
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        ids = [r["row_id"] for r in csv.DictReader(fh)]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 12
+
+
+@pytest.mark.parametrize(
+    "csv_text,jsonl_text",
+    [
+        ("", ""),  # the write of the first batch undone: an empty file
+        ("row_id,sta", ""),  # a header cut short by a crash
+        (None, '{"row_id": "x", "scen'),  # a scenarios line cut short
+    ],
+)
+def test_torn_results_files_are_repaired_on_resume(tmp_path, csv_text, jsonl_text):
+    sweep = load_sweep(write(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(sweep, out, batch_size=1, stop_after=3)
+    if csv_text is not None:
+        (out / "results.csv").write_text(csv_text)
+    with (out / "scenarios.jsonl").open("a") as fh:
+        fh.write(jsonl_text)
+    counts = run_sweep(sweep, out)
+    assert counts["written"] + counts["skipped"] == 12
+    assert len(rows_of(out)) == 12
+    scen = [json.loads(line) for line in (out / "scenarios.jsonl").read_text().splitlines()]
+    assert {s["row_id"] for s in scen} == set(rows_of(out))
+
+
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:  # a zombie has exited; only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_worker_processes_die_with_a_killed_sweep(tmp_path, sig):
+    """The sweep's process is killed while its pool runs (it blocks in storing its first batch): the
+    spawned workers and the pool's resource tracker exit within seconds instead of holding the
+    caller's pipes."""
+    import signal
+    import subprocess
+    import time
+
+    code = (
+        "import sys, time\n"
+        "from clustersim.sweeps import run\n"
+        "from clustersim.sweeps.spec import load_sweep\n"
+        f"sweep = load_sweep({str(write(tmp_path))!r})\n"
+        "rows = [[r] for r in sweep.rows()]\n"
+        "base = sweep.base.model_dump(mode='json')\n"
+        "def written(records):\n"
+        "    print('pool started', flush=True)\n"
+        "    time.sleep(600)\n"
+        "run._run_on_processes(rows, base, (None, None, None, 0, ()), 3, written)\n"
+    )
+    child = subprocess.Popen(_python(code), stdout=subprocess.PIPE, text=True, env=_env())
+    workers: set[int] = set()
+    try:
+        assert child.stdout.readline().strip() == "pool started"
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:  # 2 workers (+ the resource tracker)
+            workers = _children(child.pid)
+            time.sleep(0.1)
+        assert len(workers) >= 2
+        child.send_signal(getattr(signal, sig))
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers)), [p for p in workers if _alive(p)]
+    finally:
+        for pid in [child.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_sweep_of_too_many_rows_is_refused_before_it_expands(tmp_path):
+    vary = {k: list(range(1, 41)) for k in ("gpus", "nic_gbps", "micro_batch", "seq_len")}
+    with pytest.raises(InputError) as err:
+        load_sweep(write(tmp_path, dict(SWEEP, vary=vary)))
+    assert err.value.key == "vary" and "40 x 40 x 40 x 40 = 2,560,000 rows" in str(err.value)
+
+
+def test_a_yaml_alias_bomb_in_vary_is_refused_before_it_is_walked(tmp_path):
+    """Nine nested aliases of a list of ten: 10^10 values in a few hundred bytes of YAML, which
+    printing, hashing or validating value by value would walk for hours."""
+    nested = "[8, 8, 8, 8, 8, 8, 8, 8, 8, 8]"
+    for i in range(9):
+        nested = "[" + ", ".join([f"&b{i} {nested}"] + [f"*b{i}"] * 9) + "]"
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"name: bomb\nbase: preset:default\nvary:\n  micro_batch: {nested}\n")
+    with pytest.raises(InputError) as err:
+        load_sweep(path)
+    assert err.value.key == "vary.micro_batch" and "100,000 values" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["results.csv", "sweep.json", ".lock"])
+def test_a_named_pipe_in_a_results_folder_is_refused_not_waited_on(tmp_path, name):
+    """Opening a FIFO blocks until someone writes to it; the folder's files are checked with stat first."""
+    from clustersim.sweeps.store import read_results
+
+    sweep = load_sweep(write(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(sweep, out, stop_after=1, batch_size=1)
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    with pytest.raises(InputError, match="not a regular file"):
+        run_sweep(sweep, out)
+    if name != ".lock":
+        with pytest.raises(InputError, match="not a regular file"):
+            read_results(out)

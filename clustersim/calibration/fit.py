@@ -23,6 +23,21 @@ from clustersim.cost_models.measured_collectives import segmented_time
 
 MAX_SEGMENTS = 3
 MIN_POINTS_PER_SEGMENT = 4
+# Where a segment may end: every size while there are at most this many places, else this many spread
+# evenly over the sizes, refined afterwards (fit_segments). The grid is at most 1 + 2*32 + 32*31/2 = 561
+# distinct segments, each fitted once, however many sizes were measured: the search is linear in the
+# points (every cut pair was tried before: 2,000 sizes took millions of fits). Sweeps of up to 39
+# sizes (the shipped ones have 21-30) are searched exhaustively as before. Not a model constant.
+MAX_CUT_CANDIDATES = 32
+
+
+def cut_candidates(n: int) -> list[int]:
+    """The indices at which a segment may start (the sizes sorted), for ``n`` points."""
+    lo, hi = MIN_POINTS_PER_SEGMENT, n - MIN_POINTS_PER_SEGMENT
+    if hi - lo + 1 <= MAX_CUT_CANDIDATES:
+        return list(range(lo, hi + 1))
+    step = (hi - lo) / (MAX_CUT_CANDIDATES - 1)
+    return sorted({lo + round(i * step) for i in range(MAX_CUT_CANDIDATES)})
 
 
 def _fit_segment(S: np.ndarray, t: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
@@ -60,34 +75,56 @@ def _boundary(last_left: float, first_right: float, left: tuple, right: tuple[fl
 
 
 def fit_segments(sizes, times) -> tuple[list[tuple[float, float, float]], list[np.ndarray], list[np.ndarray]]:
-    """Best segmentation by BIC. Returns segments (min_bytes, α, β) plus residuals and jacobians."""
+    """Best segmentation by BIC. Returns segments (min_bytes, α, β) plus residuals and jacobians.
+
+    Boundaries are first tried at cut_candidates; where those are spread out (more than 39 sizes) the
+    best boundaries are then refined one at a time, each tried at 8 places either side of where it is,
+    at a spacing that shrinks 8-fold per round down to one size: lg8(n) rounds of a bounded number of
+    segments, so the whole search stays linear in the points (up to that logarithm)."""
     order = np.argsort(sizes)
     S, t = np.asarray(sizes, float)[order], np.asarray(times, float)[order]
     n = len(S)
+    fits: dict[tuple[int, int], tuple] = {}  # a segment's fit is the same in every segmentation
+
+    def evaluate(bounds: list[int]):
+        if any(b - a < MIN_POINTS_PER_SEGMENT for a, b in zip(bounds, bounds[1:])):
+            return None
+        segs, resids, jacs = [], [], []
+        for a, b in zip(bounds, bounds[1:]):
+            if (a, b) not in fits:
+                fits[a, b] = _fit_segment(S[a:b], t[a:b])
+            alpha, beta, r, j = fits[a, b]
+            start = 0.0 if a == 0 else _boundary(S[a - 1], S[a], segs[-1], (alpha, beta))
+            segs.append((start, alpha, beta))
+            resids.append(r)
+            jacs.append(j)
+        rss = float(sum((r**2).sum() for r in resids))
+        k = len(bounds) - 1
+        return n * math.log(max(rss / n, 1e-18)) + 2 * k * math.log(n), segs, resids, jacs, bounds
+
     best = None
+    candidates = cut_candidates(n)
     for k in range(1, MAX_SEGMENTS + 1):
         if n < k * MIN_POINTS_PER_SEGMENT:
             break
-        for cuts in itertools.combinations(
-            range(MIN_POINTS_PER_SEGMENT, n - MIN_POINTS_PER_SEGMENT + 1), k - 1
-        ):
-            bounds = [0, *cuts, n]
-            if any(b - a < MIN_POINTS_PER_SEGMENT for a, b in zip(bounds, bounds[1:])):
-                continue
-            segs, resids, jacs = [], [], []
-            for a, b in zip(bounds, bounds[1:]):
-                alpha, beta, r, j = _fit_segment(S[a:b], t[a:b])
-                start = 0.0 if a == 0 else _boundary(S[a - 1], S[a], segs[-1], (alpha, beta))
-                segs.append((start, alpha, beta))
-                resids.append(r)
-                jacs.append(j)
-            rss = float(sum((r**2).sum() for r in resids))
-            bic = n * math.log(max(rss / n, 1e-18)) + 2 * k * math.log(n)
-            if best is None or bic < best[0]:
-                best = (bic, segs, resids, jacs)
+        for cuts in itertools.combinations(candidates, k - 1):
+            got = evaluate([0, *cuts, n])
+            if got is not None and (best is None or got[0] < best[0]):
+                best = got
     if best is None:  # fewer points than one segment needs: a single least-squares line
         alpha, beta, r, j = _fit_segment(S, t)
         return [(0.0, alpha, beta)], [r], [j]
+    step = max(b - a for a, b in zip(candidates, candidates[1:])) if len(candidates) > 1 else 1
+    while step > 1:
+        step = max(1, step // 8)
+        for c in range(1, len(best[4]) - 1):  # each inner boundary in turn, the others where they are
+            for d in (i * step for i in range(-8, 9) if i):
+                bounds = list(best[4])
+                bounds[c] += d
+                if bounds[c - 1] < bounds[c] < bounds[c + 1]:
+                    got = evaluate(bounds)
+                    if got is not None and got[0] < best[0]:
+                        best = got
     return best[1], best[2], best[3]
 
 

@@ -35,6 +35,9 @@ class Decomposition:
     intra_node_bytes: float  # per node
     inter_node_bytes: float  # per node, out of its NICs
     bottleneck: str
+    # What NCCL's tuner believes the algorithm costs, where that differs from what it moves: NCCL picks
+    # its algorithm by this (collectives.CollectiveModel), the time is the decomposition's own.
+    tuner: Decomposition | None = None
 
 
 @dataclass(frozen=True)
@@ -126,10 +129,41 @@ def _allreduce_ring(x: Inputs) -> Decomposition:
     return _ring_like(x, 2 * (x.p - 1), per_rank, per_rank if x.n > 1 else 0.0)
 
 
+def double_tree_edges(nodes: int) -> int:
+    """The most tree edges one node has in NCCL's two complementary binary trees over ``nodes`` nodes
+    (src/graph/trees.cc ncclGetDtree; simulator/network/patterns.double_tree builds them). Each tree
+    carries half the array up (reduce) and down (broadcast), so a node sends S/2 per edge. From 4 nodes
+    on some node is interior in one tree (a parent and two children) and a leaf in the other: 4 edges,
+    2S. Two nodes: each is the root of one tree with the other as its only child: 2 edges, S. Three:
+    3 edges, 1.5S (tests/test_collectives.py checks this against the trees themselves)."""
+    return min(max(nodes, 0), 4)
+
+
 @register("all_reduce", "tree")
 def _allreduce_tree(x: Inputs) -> Decomposition:
-    """NCCL's double binary tree: 2·lg p steps, each rank sends and receives the whole array twice."""
-    return _ring_like(x, 2 * lg(x.p), 2 * x.nbytes, 2 * x.nbytes if x.n > 1 else 0.0)
+    """NCCL's double binary tree: 2·lg p steps. Inside a node the trees are chains of its GPUs, each
+    GPU sending and receiving the whole array twice over the intra-node links; across nodes a node's
+    NICs send S/2 per tree edge it has (double_tree_edges: 2S from 4 nodes on, S on 2, 1.5S on 3).
+    The chains and the NICs are pipelined: the two legs run concurrently. NCCL chooses it by its
+    tuner's 2S all the same (``tuner``), so on 2-3 nodes it is chosen no more often than a 2S tree."""
+    S = x.nbytes
+    believed = _ring_like(x, 2 * lg(x.p), 2 * S, 2 * S if x.n > 1 else 0.0)
+    if x.n == 1:
+        return believed
+    inter = double_tree_edges(x.n) / 2 * S
+    legs = (Leg(inter, x.inter()),) + ((Leg(2 * S, x.intra()),) if x.g > 1 else ())
+    intra_bound = x.g > 1 and inter / x.inter().bytes_per_s < 2 * S / x.intra().bytes_per_s
+    return Decomposition(
+        ((2 * lg(x.p), "network"),),
+        legs,
+        True,
+        max(x.g * 2 * S - inter, 0.0),
+        inter,
+        x.intra().bottleneck if intra_bound else x.inter().bottleneck,
+        # NCCL's tuner (src/graph/tuning.cc) gives a tree half its bus bandwidth as algorithm bandwidth
+        # on any node count, i.e. 2S: it chooses a tree on 2-3 nodes as if it sent 2S.
+        None if inter == 2 * S else believed,
+    )
 
 
 @register("all_reduce", "hd")

@@ -8,7 +8,9 @@ legs it needs on a group; this module prices them:
 
 with NCCL's constants by default and a calibration's fitted parameters (network_params.py) when a
 profile has them. ``auto`` picks the cheapest of NCCL's own choices (ring and tree; LL / LL128 /
-Simple, LL128 only on NVLink), or the algorithm a calibrated backend was found to run.
+Simple, LL128 only on NVLink), or the algorithm a calibrated backend was found to run. The cheapest
+by NCCL's own tuner: where it misjudges what an algorithm moves (a tree on 2-3 nodes) the choice is
+its, the time is what the algorithm moves.
 
 Where costs come from, in order (each cost names its source): a measured exact-shape fit from the
 profile (MeasuredCollectives), then the topology model with calibrated parameters, then the
@@ -107,13 +109,15 @@ class CollectiveModel:
                 f"algorithm {algorithm!r} does not apply to {op} on {shape.nodes} node(s)", key="algo"
             )
         inputs = algos.Inputs(self.cluster, shape, nbytes)
-        best = None
+        best, best_rank = None, 0.0
         for name, fn in candidates.items():
             plan = fn(inputs)
             for proto in self._protocols(shape):
                 c = self.price(op, name, proto, plan, inputs)
-                if best is None or c.time < best.time:
-                    best = c
+                # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs)
+                rank = c.time if plan.tuner is None else self.price(op, name, proto, plan.tuner, inputs).time
+                if best is None or rank < best_rank:
+                    best, best_rank = c, rank
         return best
 
     def _candidates(self, op: str, algorithm: str, shape: GroupShape) -> dict:

@@ -21,6 +21,7 @@ from clustersim.simulator.measured_compute import (
     matching_model_compute,
     transfer_model_compute,
 )
+from clustersim.simulator.program import MAX_PROGRAM_OPS
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
 from clustersim.workloads.layers import Layer
@@ -225,6 +226,21 @@ def network_params(profile: Profile | None, label: str = "profile") -> NetworkPa
     return DEFAULT_NETWORK
 
 
+def _check_layer_count(scenario: Scenario) -> None:
+    """Custom layers are instantiated one per ``repeat`` and each is at least a forward and a backward
+    op of every program, so more than half a program's op limit can never run: refused before
+    1e8 layers are built (docs/scale-limits.md)."""
+    layers = scenario.workload.layers or []
+    total = sum(entry.repeat for entry in layers)
+    if total > MAX_PROGRAM_OPS // 2:
+        i = max(range(len(layers)), key=lambda k: layers[k].repeat)
+        raise InputError(
+            f"{total:,} layers in all: each is a forward and a backward op, over the "
+            f"{MAX_PROGRAM_OPS:,} ops a program may hold (docs/scale-limits.md)",
+            key=f"workload.layers.{i}.repeat",
+        )
+
+
 def build_context(
     scenario: Scenario, profile: Profile | str | None = None, perturbation: Perturbation | None = None
 ) -> SimulationContext:
@@ -233,6 +249,7 @@ def build_context(
     gpu = catalog.gpu(scenario.cluster.gpu)
     device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
+    _check_layer_count(scenario)
     workload = build_workload(scenario.workload)
     execution = scenario.workload.execution
     device = DeviceCosts(gpu, prof, execution)

@@ -73,3 +73,40 @@ def _host_stays_ahead(host: list[float], device: list[float]) -> bool:
     """Whether the dispatch of layers 0..i-1 never takes longer than their device work, for every i:
     then layer i's kernels are always queued before the device is free for them."""
     return all(h <= d for h, d in zip(accumulate(host[:-1]), accumulate(device[:-1])))
+
+
+def merge_from(ctx: SimulationContext, layers) -> int | None:
+    """From which micro-step on identical plain micro-steps can be merged into one op per pass
+    (strategies.common.add_micro_steps) without changing when any kernel runs, or None.
+
+    On a synchronous device always (dispatch and kernels are one thread's work in series). On an
+    asynchronous one a kernel waits for its launch only while the host has not got ahead of the device:
+    with d and h the device and dispatch times of one micro-step's layers in order, the host's lead over
+    the device at the end of a micro-step grows by sum(d) - sum(h) each micro-step, and no kernel of a
+    micro-step waits when the lead covers the largest prefix of h - d. From micro-step 0 on when that
+    prefix is never positive (the host starts first); from micro-step 1 on when one micro-step's lead
+    sum(d) - sum(h) covers it; else never (the host binds: the micro-steps are listed)."""
+    if not ctx.dispatch.asynchronous:
+        return 0
+    host = [ctx.host_forward_time(x) for x in layers] + [ctx.host_backward_time(x) for x in layers[::-1]]
+    device = [ctx.forward_time(x) for x in layers] + [ctx.backward_time(x) for x in layers[::-1]]
+    # the kernels of layer i wait for the dispatch of layers 0..i-1
+    deficit = max((h - d for h, d in zip(accumulate(host[:-1]), accumulate(device[:-1]))), default=0.0)
+    if deficit <= 0:
+        return 0
+    if sum(device) - sum(host) >= deficit:
+        return 1
+    return None
+
+
+def add_merged_micro_steps(prog: Program, ctx: SimulationContext, layers, count: int, meta: dict) -> None:
+    """``count`` identical micro-steps as one forward and one backward op with their dispatch as one op,
+    where merge_from says no kernel of them waits for its launch (a synchronous device's thread runs
+    the dispatch first, then the kernels: the same total, in series)."""
+    host = count * sum(ctx.host_forward_time(x) + ctx.host_backward_time(x) for x in layers)
+    own = add_dispatch(prog, ctx, f"dispatch x{count} micro-steps", host)
+    deps = (own,) if own is not None and not ctx.dispatch.asynchronous else ()
+    fwd = count * sum(ctx.forward_time(x) for x in layers)
+    bwd = count * sum(ctx.backward_time(x) for x in layers[::-1])
+    prog.add(f"fwd x{count} micro-steps", "compute", fwd, "forward", deps, meta=meta)
+    prog.add(f"bwd x{count} micro-steps", "compute", bwd, "backward", meta=meta)

@@ -18,6 +18,7 @@ stages are simulated one by one; the slowest rank's class for stragglers. Stream
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -27,6 +28,24 @@ from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 CATEGORIES = tuple(Category)
 __all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "CollectiveSpec", "Op", "Program"]
 _STREAM = {s.value: s for s in Stream}
+
+# The most ops one program may hold. The engine and the builders cost 12-220 us and about 0.5 KB per op
+# (benchmarks/bench_counts.py; ZeRO-3's many concurrent streams are the dear end), so this bounds one
+# run at under a minute and a few hundred MB; the largest benchmarked layout (1T parameters, p=64, m=512)
+# has 196,000. Not a model constant: a program that cannot be shortened without changing it is
+# refused above it (docs/scale-limits.md).
+MAX_PROGRAM_OPS = 250_000
+op_budget: ContextVar[int] = ContextVar("op_budget", default=MAX_PROGRAM_OPS)
+
+
+class ProgramTooLarge(Exception):
+    """A program reached its op budget (``op_budget``) while being built; the runner names the count."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
 _CATEGORY = {c.value: c for c in Category}
 
 
@@ -40,6 +59,7 @@ class CollectiveSpec(NamedTuple):
     shape: object
     algorithm: str
     protocol: str
+    count: int = 1  # that many back to back (identical parameter groups): the backend's time x count
 
 
 @dataclass(slots=True)
@@ -63,6 +83,7 @@ class Program:
     def __init__(self, links: dict[str, float] | None = None) -> None:
         self.ops: list[Op] = []
         self.links: dict[str, float] = dict(links or {})
+        self._limit = op_budget.get()
 
     def add(
         self,
@@ -123,6 +144,8 @@ class Program:
             raise ValueError(f"op {name} has negative duration {duration}")
         ops = self.ops
         i = len(ops)
+        if i >= self._limit:
+            raise ProgramTooLarge(self._limit)
         ops.append(
             Op(
                 i, name, stream, duration, category, deps, intra_node_bytes, inter_node_bytes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.culprit import culprit
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.memory import check_fits, gpu_memory
+from clustersim.simulator.program import ProgramTooLarge, op_budget
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
 from clustersim.simulator.stragglers import (
     rank_factors,
@@ -26,6 +28,7 @@ from clustersim.simulator.stragglers import (
     with_rank_classes,
 )
 from clustersim.simulator.strategies import registry
+from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
@@ -49,6 +52,72 @@ def simulate(
             return _simulate(scenario, profile, perturbation, uncertainty_samples)
     except InputError as exc:  # name the scenario's file (a profile's own errors keep theirs)
         raise exc.located(source=scenario.source) from None
+    except ProgramTooLarge as exc:
+        raise InputError(_too_large(scenario, exc.limit), key=_count_key(scenario)).located(
+            source=scenario.source
+        ) from None
+
+
+def _fewest_ops(ctx: SimulationContext) -> int:
+    """A lower bound on the ops of the program, known before it is built: a forward and a backward op
+    per layer (per pipeline chunk with Megatron's pipeline, which passes a stage's layers as one op)
+    in every micro-step that is listed. Plain data-parallel micro-steps are merged above 64
+    (strategies/common.add_micro_steps); ZeRO's, tensor-parallel ones, those with an input pipeline
+    and pipeline schedules are each listed."""
+    w, t = ctx.scenario.workload, ctx.scenario.training
+    listed = w.gradient_accumulation
+    if ctx.model_parallel and not ctx.tensor_sharded:
+        return 2 * listed * t.parallelism.pipeline * t.parallelism.virtual_stages
+    # ZeRO lists its micro-steps, but for ZeRO-Offload at stage 1/2, which runs the DDP program
+    zero_lists = t.sharding.stage >= 3 or (t.sharding.stage >= 1 and t.offload.mode == "none")
+    if not zero_lists and not ctx.tensor_sharded and w.input is None:
+        listed = min(listed, MERGE_MICRO_STEPS_ABOVE + 1)
+    return 2 * listed * len(ctx.workload.layers)
+
+
+def _count_key(scenario: Scenario) -> str:
+    """The count that made a program too large: the micro-steps, else the most repeated layer."""
+    w = scenario.workload
+    if w.gradient_accumulation > 1:
+        return "workload.gradient_accumulation"
+    if w.layers:
+        i = max(range(len(w.layers)), key=lambda k: w.layers[k].repeat)
+        return f"workload.layers.{i}.repeat"
+    return "workload.model"
+
+
+def _too_large(scenario: Scenario, limit: int) -> str:
+    w = scenario.workload
+    what = (
+        f"{w.gradient_accumulation:,} micro-steps, each listed op by op (ZeRO-2/3, tensor parallelism, an "
+        "input pipeline and pipeline schedules simulate every micro-step)"
+        if w.gradient_accumulation > 1
+        else "one op or more per layer"
+    )
+    return f"the iteration would list more than {limit:,} ops ({what}); lower it (docs/scale-limits.md)"
+
+
+# The most op runs the uncertainty band may cost: each draw re-runs the whole simulation, so a program
+# of n ops gets at most MAX_BAND_OP_RUNS // n draws (the 1T layout's 196,000 ops: 5 of the default
+# 16). Not a model constant: it keeps a band within about a minute (docs/scale-limits.md).
+MAX_BAND_OP_RUNS = 1_000_000
+_ops_per_run: ContextVar[int] = ContextVar("ops_per_run", default=0)
+
+
+def band_samples(samples: int, ops: int) -> tuple[int, str | None]:
+    """The draws the band can afford for a program of ``ops`` ops, and a note when fewer than asked."""
+    fit = MAX_BAND_OP_RUNS // max(ops, 1)
+    if samples <= fit:
+        return samples, None
+    if fit < 4:  # fewer than 4 draws give no P10-P90 worth printing
+        return 0, (
+            f"no P10-P90 band: the program's {ops:,} ops would take {samples} more runs "
+            "(docs/scale-limits.md)"
+        )
+    return (
+        fit,
+        f"P10-P90 band from {fit} draws, not {samples}: the program has {ops:,} ops (docs/scale-limits.md)",
+    )
 
 
 @contextmanager
@@ -76,12 +145,18 @@ def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: in
     if isinstance(profile, str):
         profile = load_profile(profile)
     ctx = build_context(scenario, profile, perturbation)
+    if _fewest_ops(ctx) > op_budget.get():  # refused before any of it is built
+        raise ProgramTooLarge(op_budget.get())
     result = _run(ctx)
     off = scenario.training.offload
     if off.mode == "interleaved" and off.placement == "auto":
         result = _best_placement(scenario, profile, ctx, result, perturbation)
     if uncertainty_samples > 0:
-        result.interval = iteration_interval(scenario, profile, ctx, uncertainty_samples)
+        samples, note = band_samples(uncertainty_samples, _ops_per_run.get())
+        if samples:
+            result.interval = iteration_interval(scenario, profile, ctx, samples)
+        if note:
+            result.notes.append(note)
     return result
 
 
@@ -363,6 +438,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         memory = gpu_memory(ctx, strategy)
         check_fits(ctx, memory)
     stragglers, slow = _rank_classes(ctx, steps)
+    _ops_per_run.set(sum(len(s.program.ops) for s in steps))
     out = _simulate_steps(ctx, steps, ctx.link_capacities(), stragglers)
     main = max(steps, key=lambda s: s.weight)
     starts, ends = out.main_times

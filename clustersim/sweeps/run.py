@@ -152,9 +152,28 @@ def simulate_batch(
         return [simulate_row(base_json, values, steps, warmup, global_batch, samples) for values in batch]
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops the sweep and says how to resume."""
+# How often a worker process checks that the sweep that started it is still alive (seconds): a killed
+# sweep's workers are gone within this, and a check is one getppid() call.
+PARENT_CHECK_S = 0.2
+
+
+def _worker_init(parent: int) -> None:
+    """Workers leave Ctrl-C to the parent, which stops the sweep and says how to resume; and they die
+    with it. A pool's workers otherwise outlive a parent killed by SIGKILL or SIGTERM (no cleanup runs):
+    each holds its own copy of the task queue's pipe, so it never sees an end of file, and it keeps the
+    caller's stdout and stderr open. A daemon thread watches the parent's pid (a dead parent's children
+    are re-parented, so getppid() changes) and ends the process; the pool's resource tracker then sees
+    its last writer gone and exits too."""
+    import threading
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _run_on_processes(batches: list, base_json: dict, args: tuple, workers: int, written) -> list:
@@ -174,7 +193,9 @@ def _run_on_processes(batches: list, base_json: dict, args: tuple, workers: int,
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads (progress)
     spawned = max(1, workers - 1)
-    pool = ProcessPoolExecutor(max_workers=spawned, mp_context=ctx, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(
+        max_workers=spawned, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    )
     queue = list(enumerate(batches))
     queue.reverse()  # pop() takes the next batch in order
     pending: dict = {}

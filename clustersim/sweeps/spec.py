@@ -140,12 +140,68 @@ def _is_schema_key(dotted: str) -> bool:
     return True
 
 
+# The most rows one sweep may expand into. Rows are listed in memory (~1 KB each with their resolved
+# values) and each is a simulation of milliseconds to seconds, so 100,000 rows are ~100 MB and hours of
+# work; larger studies are several sweeps (docs/scale-limits.md). Not a model constant.
+MAX_ROWS = 100_000
+# The most values (scalars and containers, an alias counted each time it is used) in ``vary``: a
+# YAML alias of an alias of a list is a list of 10^9 values that takes a few hundred bytes to write
+# and forever to print or hash. Real axes hold tens of values. Not a model constant.
+MAX_VARY_VALUES = 100_000
+
+
+def expanded_size(value: Any, limit: int) -> int:
+    """Values in ``value`` with every shared (aliased) part counted each time it appears, computed once
+    per distinct object; stops counting past ``limit``."""
+    memo: dict[int, int] = {}
+
+    def size(v: Any) -> int:
+        if not isinstance(v, dict | list):
+            return 1
+        key = id(v)
+        if key not in memo:
+            memo[key] = limit + 1  # a cycle (not from YAML's safe loader) counts as too many
+            children = v.values() if isinstance(v, dict) else v
+            total = 1
+            for c in children:
+                total += size(c)
+                if total > limit:
+                    break
+            memo[key] = min(total, limit + 1)
+        return memo[key]
+
+    return size(value)
+
+
+def check_size(vary: dict[str, list[Any]], source: str) -> None:
+    """Refuse a ``vary`` too large to expand, before anything expands, hashes or prints it."""
+    for axis, values in vary.items():
+        if expanded_size(values, MAX_VARY_VALUES) > MAX_VARY_VALUES:
+            raise InputError(
+                f"more than {MAX_VARY_VALUES:,} values once its aliases are expanded (docs/scale-limits.md)",
+                source=source,
+                key=f"vary.{axis}",
+            )
+    rows = 1
+    for values in vary.values():
+        rows *= max(len(values), 1)
+    if rows > MAX_ROWS:
+        sizes = " x ".join(str(len(v)) for v in vary.values())
+        raise InputError(
+            f"{sizes} = {rows:,} rows, over the {MAX_ROWS:,} one sweep may have; split it into several "
+            "sweeps (docs/scale-limits.md)",
+            source=source,
+            key="vary",
+        )
+
+
 class Sweep:
     def __init__(self, spec: SweepFile, base: Scenario, source: str, catalogs: tuple[str, ...] = ()):
         self.spec = spec
         self.base = base
         self.source = source
         self.catalogs = catalogs  # absolute paths of the user catalogs every row is simulated with
+        check_size(spec.vary, source)
         for axis, values in spec.vary.items():
             if axis not in AXES and not _is_schema_key(axis):
                 raise InputError(
@@ -316,6 +372,8 @@ def load_sweep(
     raw = read_structured_file(path)
     if not isinstance(raw, dict):
         raise InputError("a sweep file must be a mapping with keys base and vary", source=str(path))
+    if isinstance(raw.get("vary"), dict):  # sized before pydantic or anything else walks it
+        check_size({k: v if isinstance(v, list) else [v] for k, v in raw["vary"].items()}, str(path))
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as exc:

@@ -4,7 +4,10 @@
   results/results.csv       one line per finished row, appended and flushed as each row finishes
   results/scenarios.jsonl   the resolved scenario of every finished row
 
-A crash loses at most the rows still in flight; a re-run reads results.csv and skips them.
+A crash loses at most the rows still in flight; a re-run reads results.csv and skips them. A write
+that fails (a full disk, a file-size limit) is undone; whatever a crash or a failed undo leaves (a
+line cut short, a header never completed, an empty file) is repaired when the sweep resumes: only
+whole lines after a whole header are ever kept.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import math
 import os
 import socket
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,6 +74,24 @@ def check_results_path(path: Path) -> None:
 
 
 LOCK_NAME = ".lock"
+FILES = ("sweep.json", "results.csv", "scenarios.jsonl", LOCK_NAME)
+
+
+def check_regular_files(folder: Path) -> None:
+    """The folder's own files must be plain files: opening a named pipe (or a device) put in their place
+    waits for a writer forever, so it is refused before anything opens it (stat does not block)."""
+    for name in FILES:
+        path = Path(folder) / name
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise InputError(f"cannot read ({exc.strerror})", source=str(path)) from None
+        if not stat.S_ISREG(mode):
+            raise InputError(
+                "is not a regular file (a named pipe or a device?); use another --out", source=str(path)
+            )
 
 
 class ResultsFolder:
@@ -87,6 +109,8 @@ class ResultsFolder:
         """Create or reopen the folder; returns the ids of rows already finished."""
         meta_path = self.path / "sweep.json"
         check_results_path(self.path)
+        if self.path.is_dir():
+            check_regular_files(self.path)
         meta = {
             "format": "clustersim-sweep-results",
             "format_version": 1,
@@ -121,6 +145,7 @@ class ResultsFolder:
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
         self.path.mkdir(exist_ok=True)
+        check_regular_files(self.path)
         fh = (self.path / LOCK_NAME).open("a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -149,15 +174,18 @@ class ResultsFolder:
 
     def read_rows(self) -> list[dict[str, str]]:
         """Finished rows, one per row id (two sweeps that once ran into one folder wrote some twice)."""
-        if not self.csv_path.exists():
-            return []
+        if not self.csv_path.exists() or _whole_lines_end(self.csv_path) == 0:
+            return []  # nothing whole yet: a header cut short by a full disk or a crash is rewritten
         return _unique(_csv_lines(self.csv_path, tolerate_cut=True)[1])
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Append rows; a failed write (disk full) is undone, so no half line is left behind."""
-        new = not self.csv_path.exists()
-        self._drop_cut_line()
+        jsonl = self.path / "scenarios.jsonl"
+        _drop_cut_line(self.csv_path)
+        _drop_cut_line(jsonl)
+        new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
         size = 0 if new else self.csv_path.stat().st_size
+        jsonl_size = jsonl.stat().st_size if jsonl.exists() else 0
         # A folder begun by an older clustersim keeps its own columns (newer metrics are left out of it)
         columns = self.columns if new else self._header() or self.columns
         try:
@@ -169,34 +197,55 @@ class ResultsFolder:
                     writer.writerow(rec)
                 fh.flush()
                 os.fsync(fh.fileno())
-            with (self.path / "scenarios.jsonl").open("a") as fh:
+            with jsonl.open("a") as fh:
                 for rec in records:
                     fh.write(json.dumps({"row_id": rec["row_id"], "scenario": rec.get("scenario")}) + "\n")
                 fh.flush()
         except OSError as exc:
-            with self.csv_path.open("r+") as fh:
-                fh.truncate(size)
+            for path, keep in ((self.csv_path, size), (jsonl, jsonl_size)):
+                if path.exists():  # shrinking a file needs no space; a failure here is repaired on resume
+                    with path.open("r+") as fh:
+                        fh.truncate(keep)
             raise InputError(
                 f"cannot write ({exc.strerror or exc.__class__.__name__}); the rows finished so far are kept "
                 "and a re-run resumes from them",
                 source=str(self.csv_path),
             ) from None
 
-    def _drop_cut_line(self) -> None:
-        """A crash mid-write leaves a last line without its newline; its row is re-run, so remove it
-        before appending (or the next row would be glued to it)."""
-        if not self.csv_path.exists():
-            return
-        with self.csv_path.open("rb+") as fh:
-            fh.seek(0, os.SEEK_END)
-            end = fh.tell()
-            if end == 0:
-                return
-            fh.seek(end - 1)
-            if fh.read(1) == b"\n":
-                return
-            fh.seek(0)
-            keep = fh.read().rfind(b"\n") + 1
+
+def _whole_lines_end(path: Path) -> int:
+    """The length of ``path`` up to and including its last newline: what a crash or a full disk left
+    whole (a last line without its newline was cut short)."""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        end = fh.tell()
+        if end == 0:
+            return 0
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            return end
+        # the cut line is at most one batch of rows long: look back in blocks, not at the whole file
+        block = 1 << 16
+        pos = end
+        while pos > 0:
+            start = max(0, pos - block)
+            fh.seek(start)
+            nl = fh.read(pos - start).rfind(b"\n")
+            if nl >= 0:
+                return start + nl + 1
+            pos = start
+        return 0
+
+
+def _drop_cut_line(path: Path) -> None:
+    """A crash mid-write leaves a last line without its newline; its row is re-run, so remove it
+    before appending (or the next row would be glued to it). A header cut short leaves an empty file,
+    which the next append starts again with a header."""
+    if not path.exists():
+        return
+    keep = _whole_lines_end(path)
+    if keep != path.stat().st_size:
+        with path.open("rb+") as fh:
             fh.truncate(keep)
 
 
@@ -289,10 +338,15 @@ def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:
     meta_path = path / "sweep.json"
     if not meta_path.exists():
         raise InputError("not a sweep results folder (no sweep.json)", source=str(path))
+    check_regular_files(path)
     meta = _read_meta(meta_path)
     csv_path = path / "results.csv"
-    if not csv_path.exists():
-        raise InputError("no results.csv: the sweep has not finished any row", source=str(path))
+    if not csv_path.exists() or _whole_lines_end(csv_path) == 0:
+        raise InputError(
+            "no results.csv with a whole header: the sweep has not finished any row (a full disk?); "
+            "run it again",
+            source=str(path),
+        )
     _, raw = _csv_lines(csv_path, tolerate_cut=False)
     axes = set(meta.get("axes") or [])
     rows = [_typed_row(r, axes, csv_path) for r in _unique(raw)]

@@ -19,9 +19,11 @@ def apply_degraded(net: FlowNetwork, hetero) -> None:
             net.capacity[net.nic_down(d.node, d.nic)] *= d.bandwidth_factor
 
 
-def background_paths(net: FlowNetwork, hetero) -> list[list[int]]:
-    """One single-link path per background flow."""
+def background_paths(net: FlowNetwork, hetero) -> tuple[list[list[int]], list[float]]:
+    """One single-link path per link a background job uses, weighted by its flows on that link
+    (``flows_per_link`` identical greedy flows share as that many copies: maxmin.FlowSet's weights)."""
     paths: list[list[int]] = []
+    weights: list[float] = []
     for job in hetero.background:
         if job.links == "nics":
             nodes = [n for n in (job.nodes if job.nodes is not None else range(net.nodes)) if n < net.nodes]
@@ -33,5 +35,6 @@ def background_paths(net: FlowNetwork, hetero) -> list[list[int]]:
                 x for x in (job.nodes if job.nodes is not None else range(net.leaves)) if x < net.leaves
             ]
             links = [f(x) for x in leaves for f in (net.leaf_up, net.leaf_down)]
-        paths += [[link] for link in links for _ in range(job.flows_per_link)]
-    return paths
+        paths += [[link] for link in links]
+        weights += [float(job.flows_per_link)] * len(links)
+    return paths, weights

@@ -19,11 +19,19 @@ import numpy as np
 
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.network_params import class_key
+from clustersim.errors import InputError
 from clustersim.simulator.network import faults, maxmin
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.simulator.network.patterns import NotModelled, expand, ring_step
 from clustersim.simulator.program import CollectiveSpec, Op
 from clustersim.topologies.cluster import GroupShape
+
+# The most nodes the flow backend simulates. It builds every node's graph and every rank's flows: cost
+# and memory grow with the nodes (4,096 DGX nodes, 32,768 GPUs: ~18 s and 0.5 GB for a 1-bit Adam run,
+# benchmarks/bench_counts.py; 1,048,576 GPUs would take ~10 min and ~16 GB). Larger clusters are
+# refused (docs/scale-limits.md); the analytical model, within 3% of it on symmetric clusters, prices
+# them in constant time. Not a model constant.
+MAX_FLOW_NODES = 4096
 
 # Links a collective keeps at least this busy when alone are the ones it competes for with collectives
 # running beside it (a selection threshold for the engine's sharing, not a hardware constant).
@@ -34,6 +42,13 @@ class FlowBackend:
     name = "flow"
 
     def __init__(self, ctx):
+        nodes = ctx.scenario.cluster.nodes
+        if nodes > MAX_FLOW_NODES:
+            raise InputError(
+                f"the flow backend simulates every flow over every node: at most {MAX_FLOW_NODES:,} nodes, "
+                f"the cluster has {nodes:,}; use the analytical backend (docs/scale-limits.md)",
+                key="training.network",
+            )
         self.ctx = ctx
         self.cluster = ctx.cluster
         self.model = ctx.collectives
@@ -82,7 +97,7 @@ class FlowBackend:
         net = self.network(spec.shape.nodes)
         frac = self.model._proto_bw[spec.protocol]
         # wire bytes: a protocol moving a fraction of its bytes as data (LL: half) fills the wire faster
-        wire = unit_bytes * spec.nbytes / frac
+        wire = unit_bytes * (spec.nbytes * spec.count) / frac
         busy = wire / (net.capacity * duration)
         demands, capacity = {}, {}
         node = self._first_node(op)
@@ -117,8 +132,8 @@ class FlowBackend:
             acc = self.link_bytes.get(spec.shape.nodes)
             if acc is None:
                 acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
-            acc += unit_bytes * spec.nbytes
-        return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale
+            acc += unit_bytes * (spec.nbytes * spec.count)
+        return (self._latency(spec) + per_byte * spec.nbytes) * self.model.params.time_scale * spec.count
 
     def _latency(self, spec: CollectiveSpec) -> float:
         """The analytical model's α terms for this algorithm and protocol (collectives.price)."""
@@ -162,14 +177,18 @@ class FlowBackend:
         """Seconds per byte of S and the bytes per link per byte of S."""
         net = self.network(shape.nodes)
         cap = self.capacity(net, op, protocol)
-        background = faults.background_paths(net, self.hetero) if self.hetero is not None else []
+        background, weights = (
+            faults.background_paths(net, self.hetero) if self.hetero is not None else ([], [])
+        )
         parts = expand(net, op, algorithm, shape)
         times, carried = [], np.zeros(net.n_links)
         for part in parts:
             total = 0.0
             for phase in part:
                 flows = maxmin.FlowSet(
-                    phase.paths + background, phase.sizes + [float("inf")] * len(background)
+                    phase.paths + background,
+                    phase.sizes + [float("inf")] * len(background),
+                    [1.0] * len(phase.paths) + weights if background else None,
                 )
                 t, link_bytes = maxmin.makespan(flows, cap)
                 total += phase.repeat * t

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
-from clustersim.simulator.dispatch_lane import PassSequence, add_dispatch
+from clustersim.simulator.dispatch_lane import PassSequence, add_dispatch, add_merged_micro_steps, merge_from
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
@@ -35,9 +35,16 @@ def _one_rank(ctx: SimulationContext) -> bool:
 
 
 def price_collective(
-    ctx: SimulationContext, op: str, nbytes: float, shape=None, algorithm: str | None = None, count: int = 1
+    ctx: SimulationContext,
+    op: str,
+    nbytes: float,
+    shape=None,
+    algorithm: str | None = None,
+    count: int = 1,
+    backend_count: bool = False,
 ) -> PricedCollective:
-    """Price ``count`` identical collectives back to back (see add_collective)."""
+    """Price ``count`` identical collectives back to back (see add_collective). ``backend_count``: a
+    network backend prices them too, as ``count`` times one (CollectiveSpec.count)."""
     shape = shape or ctx.data_parallel
     cost = ctx.collective(op, nbytes, shape, algorithm)
     # A rail group (one GPU per node) runs once per GPU of the node at the same time: the node's
@@ -58,8 +65,8 @@ def price_collective(
         cost.inter_node_bytes * shape.sharing * count,
         ctx.cluster.compute_slowdown(shape) if cost.time > 0 else 0.0,
         ctx.host.nic_traffic(per_gpu, cost.time) if _one_rank(ctx) else {},
-        CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol)
-        if cost.time > 0 and count == 1
+        CollectiveSpec(op, nbytes, shape, cost.algorithm, cost.protocol, count)
+        if cost.time > 0 and (count == 1 or backend_count)
         else None,
         meta,
     )
@@ -92,6 +99,7 @@ def add_collective(
     algorithm: str | None = None,
     rank: int = 0,
     count: int = 1,
+    backend_count: bool = False,
     **meta,
 ) -> int:
     """One collective on the communication stream, with its traffic and its SM slowdown; by default
@@ -105,7 +113,7 @@ def add_collective(
     tensor-parallel all-reduces), so a deep model does not cost an op per layer. Such a batched op
     keeps its analytical time under the flow backend (its description is of one collective).
     """
-    priced = price_collective(ctx, op, nbytes, shape, algorithm, count)
+    priced = price_collective(ctx, op, nbytes, shape, algorithm, count, backend_count)
     return add_priced(prog, name, priced, deps, stream, rank, **meta)
 
 
@@ -127,6 +135,21 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         )  # fmt: skip
 
 
+# Micro-steps before the last are listed one by one (a trace shows each) up to this many, and merged
+# above it (add_micro_steps says why the timing is the same). A presentation threshold, not a model
+# constant: 64 keeps every shipped scenario's trace as it was and costs ~50 ms.
+MERGE_MICRO_STEPS_ABOVE = 64
+
+
+def mergeable_micro_steps(ctx: SimulationContext, every_micro: bool) -> int:
+    """How many micro-steps before the last add_micro_steps merges into one forward and one backward
+    op: all of them when they are plain compute (no per-micro-step hook, no tensor-parallel
+    collectives, no input pipeline) and more than MERGE_MICRO_STEPS_ABOVE, else none."""
+    before_last = ctx.scenario.workload.gradient_accumulation - 1
+    plain = not every_micro and not ctx.tensor_sharded and ctx.scenario.workload.input is None
+    return before_last if plain and before_last > MERGE_MICRO_STEPS_ABOVE else 0
+
+
 def add_micro_steps(
     prog: Program, ctx: SimulationContext, on_backward=None, every_micro: bool = False
 ) -> int | None:
@@ -136,11 +159,23 @@ def add_micro_steps(
     ``on_backward(layer_index, op_id)`` is called for each layer's backward in the last micro-step,
     where gradient communication may hook in; with ``every_micro``, ``on_backward(layer_index, op_id,
     micro)`` in every micro-step (ZeRO-2 reduces at each). Returns the id of the last backward op.
+
+    The micro-steps before the last, when plain (mergeable_micro_steps), are two ops: their forwards
+    and their backwards, each as long as all of them. The timing is exactly the same (to rounding):
+    they are consecutive on the compute stream, nothing depends on any of them but through the
+    stream's order, and a plain compute op has no link demands and no SM slowdown, so it changes no
+    other op's rate; the engine's fluid model runs compute at the rate the other running ops leave it,
+    so a chain of work w1, w2, ... ends when one op of work w1 + w2 + ... would. m = 1e6 micro-steps
+    thus cost what m = 1 does (tests/test_simulation.py compares merged and listed runs). The host's
+    dispatch of them is one op where it cannot delay a kernel (dispatch_lane.merge_from: from the first
+    micro-step, or after one listed micro-step has put the host ahead); where it binds, they are listed.
     """
     layers = ctx.workload.layers
     steps = ctx.scenario.workload.gradient_accumulation
     last = None
-    for micro in range(steps):
+
+    def one_micro_step(micro: int) -> None:
+        nonlocal last
         batch = add_input(prog, ctx, micro)  # workload.input: the micro-batch's features over PCIe
         forward = PassSequence(prog, ctx, layers, True)
         for li, layer in enumerate(layers):
@@ -157,6 +192,18 @@ def add_micro_steps(
                 on_backward(li, last, micro)
             elif micro == steps - 1:
                 on_backward(li, last)
+
+    merged = mergeable_micro_steps(ctx, every_micro)
+    start = merge_from(ctx, layers) if merged else None
+    if start is None:
+        merged = start = 0
+    for micro in range(start):  # the one micro-step after which the host is ahead for good
+        one_micro_step(micro)
+    if merged > start:
+        meta = {"micro": f"{start}-{merged - 1}", "merged_micro_steps": merged - start}
+        add_merged_micro_steps(prog, ctx, layers, merged - start, meta)
+    for micro in range(max(merged, start), steps):
+        one_micro_step(micro)
     return last
 
 

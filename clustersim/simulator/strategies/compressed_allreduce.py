@@ -54,26 +54,29 @@ def compressed_allreduce_bytes(n: int, p: int, g: int) -> dict[str, float]:
     }
 
 
-def _kernels(prog: Program, ctx: SimulationContext, passes, n: int, p: int, dep, label: str) -> int:
+def _kernels(
+    prog: Program, ctx: SimulationContext, passes, n: int, p: int, dep, label: str, count: int
+) -> int:
     for name, per_n, per_chunk in passes:
         nbytes = per_n * n + per_chunk * n / p
         dep = prog.add(
             f"{label} {name}",
             "compute",
-            ctx.device.stream_time(nbytes, name),
+            ctx.device.stream_time(nbytes, name) * count,
             "compression",
             (dep,),
-            meta={"bytes": nbytes},
+            meta={"bytes": nbytes * count},
         )
     return dep
 
 
-def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str) -> int:
+def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str, count: int) -> int:
     """Device->host (before) or host->device (after) copy of packed data, pageable, plus a host sync."""
     defaults = hardware_defaults()
     gen = ctx.gpu.pcie_generation(ctx.scenario.cluster.intra_node.pcie_gen)
     bw = pcie_bandwidth(gen) * defaults["pageable_copy_fraction"]
-    return prog.add(label, "copy", nbytes / bw + HOST_SYNC_S, "transfer", (dep,), meta={"bytes": nbytes})
+    secs = (nbytes / bw + HOST_SYNC_S) * count
+    return prog.add(label, "copy", secs, "transfer", (dep,), meta={"bytes": nbytes * count})
 
 
 def add_compressed_allreduce(
@@ -83,33 +86,49 @@ def add_compressed_allreduce(
     dep,
     backend: str,
     label: str = "compressed_allreduce",
+    count: int = 1,
 ) -> int:
-    """Append one compressed_allreduce of ``n_elements`` after ``dep``; returns the last op id."""
+    """Append one compressed_allreduce of ``n_elements`` after ``dep``; returns the last op id.
+
+    ``count``: that many identical ones (parameter groups of one size) back to back, as one chain whose
+    every op lasts ``count`` times as long. Exact: each op of the chain waits for the one before, and
+    the chain starts after everything on its streams (the backward), so the k-th copy of an op starts
+    when the (k-1)-th copy of the last op ended; the chain of k copies ends k chains after it began,
+    as do the ops scaled by k (tests/test_optimizers.py compares both)."""
     p = ctx.world_size
     n = padded_elements(n_elements, p)
     if n != n_elements:
-        dep = _kernels(prog, ctx, (PADDING_PASS,), n, p, dep, label)
-    dep = _kernels(prog, ctx, WORKER_PASSES, n, p, dep, label)
+        dep = _kernels(prog, ctx, (PADDING_PASS,), n, p, dep, label, count)
+    dep = _kernels(prog, ctx, WORKER_PASSES, n, p, dep, label, count)
     staged = backend == "mpi_host_staged"
     packed = n / 8
+    coll = {"count": count, "backend_count": True}
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 D2H")
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 D2H", count)
     # Phase 1: each rank sends n/(8p) bytes to every rank: all_to_all with S = n/8 per rank.
-    dep = add_collective(prog, ctx, f"{label} phase1 all_to_all", "all_to_all", packed, deps=(dep,), phase=1)
-    dep = add_collective(prog, ctx, f"{label} phase1 scales", "all_gather", 4.0 * p, deps=(dep,), phase=1)
+    dep = add_collective(
+        prog, ctx, f"{label} phase1 all_to_all", "all_to_all", packed, deps=(dep,), phase=1, **coll
+    )
+    dep = add_collective(
+        prog, ctx, f"{label} phase1 scales", "all_gather", 4.0 * p, deps=(dep,), phase=1, **coll
+    )
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 H2D")
-    dep = prog.add(f"{label} host sync", "host", HOST_SYNC_S, "host", (dep,))
-    dep = _kernels(prog, ctx, SERVER_PASSES, n, p, dep, label)
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 H2D", count)
+    dep = prog.add(f"{label} host sync", "host", HOST_SYNC_S * count, "host", (dep,))
+    dep = _kernels(prog, ctx, SERVER_PASSES, n, p, dep, label, count)
     if staged:
-        dep = _staging(prog, ctx, packed / p, dep, f"{label} phase2 D2H")
+        dep = _staging(prog, ctx, packed / p, dep, f"{label} phase2 D2H", count)
     # Phase 2: all-gather of every rank's packed server chunk (n/(8p) bytes each, n/8 in all).
-    dep = add_collective(prog, ctx, f"{label} phase2 all_gather", "all_gather", packed, deps=(dep,), phase=2)
-    dep = add_collective(prog, ctx, f"{label} phase2 scales", "all_gather", 4.0 * p, deps=(dep,), phase=2)
+    dep = add_collective(
+        prog, ctx, f"{label} phase2 all_gather", "all_gather", packed, deps=(dep,), phase=2, **coll
+    )
+    dep = add_collective(
+        prog, ctx, f"{label} phase2 scales", "all_gather", 4.0 * p, deps=(dep,), phase=2, **coll
+    )
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase2 H2D")
-    dep = prog.add(f"{label} host sync 2", "host", HOST_SYNC_S, "host", (dep,))
-    return _kernels(prog, ctx, FINISH_PASSES, n, p, dep, label)
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase2 H2D", count)
+    dep = prog.add(f"{label} host sync 2", "host", HOST_SYNC_S * count, "host", (dep,))
+    return _kernels(prog, ctx, FINISH_PASSES, n, p, dep, label, count)
 
 
 def error_buffer_bytes(n_elements: int, p: int) -> dict[str, float]:
@@ -118,12 +137,13 @@ def error_buffer_bytes(n_elements: int, p: int) -> dict[str, float]:
     return {"onebit_worker_error": 4.0 * n, "onebit_server_error": 4.0 * n / p}
 
 
-def error_buffers_for_groups(group_elements: list[int], p: int) -> dict[str, float]:
-    """Error-feedback buffers of all parameter groups (none with a single rank)."""
+def error_buffers_for_groups(groups: list[tuple[int, int]], p: int) -> dict[str, float]:
+    """Error-feedback buffers of all parameter groups, given as (elements, how many groups of that
+    size) (none with a single rank)."""
     out: dict[str, float] = {}
     if p <= 1:
         return out
-    for n in group_elements:
+    for n, count in groups:
         for k, v in error_buffer_bytes(n, p).items():
-            out[k] = out.get(k, 0.0) + v
+            out[k] = out.get(k, 0.0) + v * count
     return out

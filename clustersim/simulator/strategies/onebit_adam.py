@@ -28,17 +28,24 @@ from clustersim.simulator.strategies.compressed_allreduce import (
 from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 
 
-def group_sizes(params: int, groups: int) -> list[int]:
-    base = params // groups
-    return [base + (1 if i < params % groups else 0) for i in range(groups)]
+def group_sizes(params: int, groups: int) -> list[tuple[int, int]]:
+    """The parameters split into ``groups`` near-equal groups, as (elements, how many groups of that
+    size): the first params % groups groups hold one element more. Two sizes at most, so a billion
+    groups cost two entries, not a billion."""
+    base, more = divmod(params, groups)
+    return [(n, k) for n, k in ((base + 1, more), (base, groups - more)) if k]
 
 
 def add_compressed_momentum_sync(prog: Program, ctx, options, dep, name: str = "onebit") -> int:
-    """Momentum (or gradient) compressed all-reduce of every parameter group, in sequence."""
+    """Momentum (or gradient) compressed all-reduce of every parameter group, in sequence: the groups
+    of one size as one chain of ``count`` (add_compressed_allreduce says why that is exact)."""
     if ctx.world_size <= 1:
         return dep
-    for i, n in enumerate(group_sizes(ctx.params, options.param_groups)):
-        dep = add_compressed_allreduce(prog, ctx, n, dep, options.backend, f"{name} group{i}")
+    first = 0
+    for n, count in group_sizes(ctx.params, options.param_groups):
+        label = f"{name} group{first}" if count == 1 else f"{name} groups {first}-{first + count - 1}"
+        dep = add_compressed_allreduce(prog, ctx, n, dep, options.backend, label, count)
+        first += count
     return dep
 
 
