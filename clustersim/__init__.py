@@ -10,9 +10,6 @@ plan``. Its names are imported on first use (module ``__getattr__``), so ``impor
 ``clustersim --help`` do not pay for pydantic, simpy or the catalogs.
 """
 
-import sys
-import types
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "compare", "load_scenario", "plan", "simulate", "sweep"]
@@ -32,18 +29,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | _API)
-
-
-class _Package(types.ModuleType):
-    """The package keeps the API's names for the API. ``clustersim.compare`` is also a submodule (the
-    comparison engine), and importing a submodule binds it as an attribute of its package, which would
-    replace the function ``compare`` after its first call; the submodule stays in ``sys.modules``
-    (``from clustersim.compare import ...`` is unaffected)."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -134,8 +134,8 @@ def compare(
 ) -> Comparison:
     """``clustersim compare``: each optimizer at each GPU count (default: the scenario's own), with
     speedups over the baseline and their paired P10-P90 (``samples`` draws; 0 turns bands off).
-    ``options`` go to :func:`clustersim.compare.compare` as they are (``steps``, ``warmup``, ...)."""
-    from clustersim.compare import compare as _compare
+    ``options`` go to :func:`clustersim.planner.compare.compare` as they are (``steps``, ``warmup``, ...)."""
+    from clustersim.planner.compare import compare as _compare
 
     s = load_scenario(scenario)
     names = list(optimizers)
@@ -228,7 +228,7 @@ def plan(
     """``clustersim plan``: the cheapest candidate cluster, optimizer and layout that trains ``model``
     for ``steps`` steps of ``global_batch`` samples within ``deadline`` (``"5d"``, ``"72h"``, or hours
     as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid)."""
-    from clustersim.planning import plan as _plan
+    from clustersim.planner.planning import plan as _plan
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline) if isinstance(deadline, str) else float(deadline)

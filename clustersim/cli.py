@@ -10,11 +10,11 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_calibrate import calibrate_app
-from clustersim.cli_catalog import hardware_app, models_app, presets_app, topology_app
-from clustersim.cli_offload import _print_placement, offload_app
-from clustersim.cli_planning import plan_cmd, report, sweep
-from clustersim.cli_support import (
+from clustersim.commands.calibrate import calibrate_app
+from clustersim.commands.catalog import hardware_app, models_app, presets_app, topology_app
+from clustersim.commands.offload import _print_placement, offload_app
+from clustersim.commands.planning import plan_cmd, report, sweep
+from clustersim.commands.support import (
     HelpfulGroup,
     JsonOpt,
     ProfileOpt,
@@ -31,9 +31,9 @@ from clustersim.cli_support import (
     user_errors,
     with_catalogs,
 )
-from clustersim.cli_support import load_scenario_ref as _load
-from clustersim.cli_support import ms as _ms
-from clustersim.cli_testbed import testbed_app
+from clustersim.commands.support import load_scenario_ref as _load
+from clustersim.commands.support import ms as _ms
+from clustersim.commands.testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.io import check_writable_file
@@ -497,8 +497,8 @@ def compare(
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
-    from clustersim.compare import StepsPlan, choose_baseline, split_global_batch, warmup_fraction
-    from clustersim.compare import compare as run_compare
+    from clustersim.planner.compare import StepsPlan, choose_baseline, split_global_batch, warmup_fraction
+    from clustersim.planner.compare import compare as run_compare
     from clustersim.simulator.strategies import registry
 
     finite_option(warmup, "--warmup", positive=False)
@@ -572,7 +572,7 @@ def compare(
 def _time_to_train_notes(s, rows, base: str, plan, warmup, global_batch) -> None:
     """What compare's time to train assumed: the warmup, each optimizer's steps (convergence is not
     modelled), and, without --global-batch, that the batch grows with the GPU count."""
-    from clustersim.compare import warmup_fraction
+    from clustersim.planner.compare import warmup_fraction
 
     w = warmup_fraction(s, plan.of(s.training.optimizer, base), warmup)
     console.print(
@@ -684,7 +684,7 @@ def _times(x: float | None) -> str:
 
 def _break_evens(s, opts, at, profile, samples, base, global_batch) -> tuple[list, str | None]:
     """Break-even bandwidths at ``at`` GPUs, or why there are none (a cell that cannot be simulated)."""
-    from clustersim.compare import break_evens
+    from clustersim.planner.compare import break_evens
 
     if not at:
         return [], None

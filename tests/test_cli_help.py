@@ -42,7 +42,7 @@ def test_list_argument_and_flag_metavars(runner):
 
 def test_metavars_of_plain_click_parameters():
     """What typer releases before 0.29 hand over (click types, no type descriptor)."""
-    from clustersim.cli_support import value_metavar
+    from clustersim.commands.support import value_metavar
 
     assert value_metavar(click.Option(["--n"], type=click.IntRange(0, 5))) == "INTEGER"
     assert value_metavar(click.Option(["--p"], type=click.Path())) == "PATH"

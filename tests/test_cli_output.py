@@ -6,7 +6,7 @@ import time
 import yaml
 
 from clustersim.cli import app
-from clustersim.cli_support import PlainProgress, console, progress_bar, spinner, table
+from clustersim.commands.support import PlainProgress, console, progress_bar, spinner, table
 
 
 def test_piped_console_does_not_wrap(capsys):

@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import clustersim
-from clustersim import cli_support
 from clustersim.cli import app
+from clustersim.commands import support as cli_support
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -250,7 +250,7 @@ def test_non_finite_command_numbers_are_refused(runner, tmp_path, args, key):
 def test_json_output_never_holds_nan(monkeypatch, capsys):
     import typer
 
-    from clustersim.cli_support import emit_json
+    from clustersim.commands.support import emit_json
 
     with pytest.raises(typer.Exit):
         emit_json({"time_s": float("nan")})
@@ -698,7 +698,7 @@ def test_a_json_key_given_twice_is_refused(runner, tmp_path):
 
 def test_table_cells_are_text_not_markup(runner, tmp_path):
     """A name in brackets is printed whole in a table (rich took '[x]' for a style tag and dropped it)."""
-    from clustersim.cli_support import console, table
+    from clustersim.commands.support import console, table
 
     with console.capture() as captured:
         console.print(table("t", ["name", "value"], [["stage 0 [slowest rank]", 1]]))

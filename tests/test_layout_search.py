@@ -9,7 +9,13 @@ import yaml
 from clustersim import catalog
 from clustersim.cli import app
 from clustersim.errors import InputError
-from clustersim.layout_search import _fits_with, _megatron_changes, candidate_layouts, fits, layout_label
+from clustersim.planner.layout_search import (
+    _fits_with,
+    _megatron_changes,
+    candidate_layouts,
+    fits,
+    layout_label,
+)
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.spec import resolve_row
 
@@ -125,7 +131,7 @@ def test_candidates_that_search_into_the_same_layout_are_simulated_once():
     """A candidates file that already varies tensor x pipeline: a row that does not fit is searched
     into layouts another row already names (TP4·PP16 with recomputation); each is simulated once, so
     the plan never lists the same option twice."""
-    from clustersim.planning import with_layouts
+    from clustersim.planner.planning import with_layouts
     from clustersim.scenario import load_scenario
 
     base = load_scenario("preset:dgx-h100-gpt3-175b-3d")
@@ -199,7 +205,7 @@ def test_impossible_virtual_stages_are_never_proposed():
     """Every interleaved layout the search proposes is one Megatron-LM accepts on the row plan will run:
     layers split into p x v equal chunks and micro-batches a multiple of p (after the global batch is
     split and the micro-batch fitted); GPT-3's 32 stages of 3 layers can only be cut into v = 3."""
-    from clustersim.planning import with_layouts
+    from clustersim.planner.planning import with_layouts
 
     for model, gpu in (("GPT-3-175B", "A100-80GB"), ("LLaMA-2-70B", "H100-SXM")):
         base = base_scenario(model, gpu)
@@ -234,7 +240,7 @@ def test_interleaved_rows_that_cannot_be_the_fastest_are_not_simulated():
     """planning.simulate_rows skips an interleaved row whose 1F1B twin computes (busy, no idle time)
     longer than the fastest layout on its cluster already takes; the fastest found is the one that
     simulating every row finds."""
-    from clustersim.planning import simulate_rows, with_layouts
+    from clustersim.planner.planning import simulate_rows, with_layouts
     from clustersim.sweeps.run import simulate_row
 
     base, gb = base_scenario("LLaMA-2-70B", "A100-80GB"), 256

@@ -2,8 +2,8 @@
 
 import pytest
 
-from clustersim.compare import compare, end_to_end_speedup
 from clustersim.errors import InputError
+from clustersim.planner.compare import compare, end_to_end_speedup
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies.compressed_allreduce import compressed_allreduce_bytes, padded_elements

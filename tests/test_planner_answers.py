@@ -6,10 +6,10 @@ import json
 import pytest
 from rich.console import Console
 
-from clustersim import cli_support
 from clustersim.cli import app
-from clustersim.compare import StepsPlan, choose_baseline, compare
+from clustersim.commands import support as cli_support
 from clustersim.errors import InputError
+from clustersim.planner.compare import StepsPlan, choose_baseline, compare
 from clustersim.scenario import load_scenario
 
 

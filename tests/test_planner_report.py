@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clustersim.cli import app
-from clustersim.compare import StepsPlan, paired_band
+from clustersim.planner.compare import StepsPlan, paired_band
 from clustersim.report import analysis, figures
 from clustersim.report.build import build_report, hottest_links, render_html, write_report
 from clustersim.report.prices import network_catalog, network_per_node_hour

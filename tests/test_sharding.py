@@ -267,7 +267,7 @@ def test_concurrent_gathers_and_reductions_share_the_nics():
 
 
 def test_compare_marks_refused_optimizers_and_runs_the_rest():
-    from clustersim.compare import compare
+    from clustersim.planner.compare import compare
 
     rows = compare(_sharded({"stage": 3}), ["adam", "onebit-adam"], [8])
     by_name = {r.optimizer: r for r in rows}

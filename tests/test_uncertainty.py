@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from clustersim.breakeven import _at, break_even
 from clustersim.cli import app
-from clustersim.compare import scenario_for_optimizer
+from clustersim.planner.breakeven import _at, break_even
+from clustersim.planner.compare import scenario_for_optimizer
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.uncertainty import DEFAULT_COMPUTE_SIGMA, Interval

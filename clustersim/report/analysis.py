@@ -84,7 +84,7 @@ def pick_baseline(rows: list[dict[str, Any]], preferred: str | None) -> str | No
     """The optimizer speedups are measured against: ``preferred`` (--baseline, or the sweep's base
     optimizer; for a compressed one, the optimizer it replaces) when it is in the rows, else the first
     uncompressed optimizer there."""
-    from clustersim.compare import choose_baseline
+    from clustersim.planner.compare import choose_baseline
 
     present = {r["optimizer"] for r in rows}
     if preferred is not None:
@@ -121,7 +121,7 @@ def enrich(
     DEFAULT_STEPS). ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default).
     ``baseline``: see ``pick_baseline``. ``network``: "default" (the shipped network price catalog),
     a path to a copy of it, or None (GPU-hours only)."""
-    from clustersim.compare import StepsPlan, mean_step_time
+    from clustersim.planner.compare import StepsPlan, mean_step_time
 
     ok = [dict(r) for r in rows if r.get("status") == "ok"]
     if not ok:
@@ -183,7 +183,7 @@ def add_paired_bands(
     """Each row's P10-P90 time-to-train speedup over its baseline, as ``compare`` computes it: both
     simulated under the same parameter draws (compare.paired_band), never the ratio of two separately
     drawn bands (which called a real 1.18x "indistinguishable"). ``only``: just these rows."""
-    from clustersim.compare import StepsPlan, paired_band
+    from clustersim.planner.compare import StepsPlan, paired_band
     from clustersim.scenario import validate_scenario
 
     if samples <= 0:

@@ -13,7 +13,7 @@ from plotly.offline import get_plotlyjs
 
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file, write_text_atomically
-from clustersim.layout_search import layout_label
+from clustersim.planner.layout_search import layout_label
 from clustersim.report import analysis, figures
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.store import read_results
@@ -58,7 +58,7 @@ def build_report(
                 raise InputError(f"row {r['row_id']}: not a clustersim scenario", source=jsonl) from None
     preferred = baseline or ((meta.get("base") or {}).get("training") or {}).get("optimizer")
     if baseline is not None:
-        from clustersim.compare import choose_baseline
+        from clustersim.planner.compare import choose_baseline
 
         choose_baseline(baseline, baseline)  # a compressed or unknown name: one clear line
         if baseline not in {r.get("optimizer") for r in rows}:

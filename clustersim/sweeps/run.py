@@ -46,7 +46,7 @@ def simulate_row(
 ) -> dict[str, Any]:
     """One row: resolve, simulate, summarize. Never raises for bad combinations; records them.
     ``samples`` > 0 adds the P10/P90 of the iteration time and time-to-train (simulator/uncertainty.py)."""
-    from clustersim.compare import mean_step_time
+    from clustersim.planner.compare import mean_step_time
     from clustersim.scenario import validate_scenario
     from clustersim.simulator import simulate
     from clustersim.simulator.strategies import registry

@@ -29,9 +29,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from clustersim.catalog import Count, Number
-from clustersim.compare import split_global_batch
 from clustersim.errors import InputError
 from clustersim.io import first_error, read_input_text
+from clustersim.planner.compare import split_global_batch
 from clustersim.scenario import (
     PRESET_PREFIX,
     Scenario,
@@ -305,7 +305,7 @@ def resolve_row(
     base: Scenario, values: dict[str, Any], steps: int | None, global_batch: int | None = None
 ) -> Scenario:
     """The scenario of one row. Raises InputError when the combination is not a valid cluster."""
-    from clustersim.compare import scenario_for_optimizer
+    from clustersim.planner.compare import scenario_for_optimizer
 
     data = base.model_dump(mode="json")
     ordered = sorted(values, key=lambda a: (_ORDER.index(a) if a in _ORDER else len(_ORDER), a))

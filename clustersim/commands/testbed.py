@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors
+from clustersim.commands.support import JsonOpt, console, emit_json, spinner, table, user_errors
 
 testbed_app = typer.Typer(
     help="An emulated cluster on one Linux machine: N hosts in network namespaces, "

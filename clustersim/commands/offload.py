@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import (
+from clustersim.commands.support import (
     JsonOpt,
     ProfileOpt,
     ScenarioArg,
@@ -16,8 +16,8 @@ from clustersim.cli_support import (
     user_errors,
     with_catalogs,
 )
-from clustersim.cli_support import load_scenario_ref as _load
-from clustersim.cli_support import ms as _ms
+from clustersim.commands.support import load_scenario_ref as _load
+from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.units import format_bytes
 

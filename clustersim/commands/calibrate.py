@@ -7,8 +7,16 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, console, emit_json, spinner, table, user_errors, with_catalogs
-from clustersim.cli_support import ms as _ms
+from clustersim.commands.support import (
+    JsonOpt,
+    console,
+    emit_json,
+    spinner,
+    table,
+    user_errors,
+    with_catalogs,
+)
+from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file
 from clustersim.units import format_bytes
@@ -296,7 +304,7 @@ def calibrate_import_trace(
     import sys
 
     from clustersim.calibration.trace_import import import_trace
-    from clustersim.cli_support import finite_option
+    from clustersim.commands.support import finite_option
 
     check_writable_file(out)
     step_time = finite_option(step_time, "--step-time")

@@ -7,8 +7,16 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import JsonOpt, ScenarioArg, console, emit_json, table, user_errors, with_catalogs
-from clustersim.cli_support import load_scenario_ref as _load
+from clustersim.commands.support import (
+    JsonOpt,
+    ScenarioArg,
+    console,
+    emit_json,
+    table,
+    user_errors,
+    with_catalogs,
+)
+from clustersim.commands.support import load_scenario_ref as _load
 from clustersim.errors import InputError
 from clustersim.units import format_bytes
 

@@ -366,7 +366,7 @@ def break_evens(
     """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
     (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
     ``gpus`` GPUs."""
-    from clustersim.breakeven import break_even
+    from clustersim.planner.breakeven import break_even
 
     base = choose_baseline(scenario.training.optimizer, baseline)
     sized = scenario.with_world_size(gpus)

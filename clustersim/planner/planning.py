@@ -14,7 +14,7 @@ from typing import Any, Callable
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
-from clustersim.layout_search import candidate_layouts, layout_label
+from clustersim.planner.layout_search import candidate_layouts, layout_label
 from clustersim.report import analysis
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.run import simulate_row
@@ -152,7 +152,7 @@ def plan(
 def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
     """Steps and global batch: the command's, else the candidates file's, else (batch only) the default;
     with where each came from, and a note when the command overrides the file."""
-    from clustersim.compare import StepsPlan
+    from clustersim.planner.compare import StepsPlan
 
     notes = []
     file_steps, file_batch = sweep.spec.steps, sweep.spec.global_batch
@@ -185,7 +185,7 @@ def _plan(
         base = base.with_changes(profile=resolve_profile_ref(profile))
     preferred = baseline or base.training.optimizer
     if baseline is not None:
-        from clustersim.compare import choose_baseline
+        from clustersim.planner.compare import choose_baseline
 
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)

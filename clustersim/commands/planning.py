@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from clustersim.cli_support import (
+from clustersim.commands.support import (
     CatalogOpt,
     JsonOpt,
     ProfileOpt,
@@ -169,7 +169,7 @@ def report(
     Figures: speedup vs GPU count per optimizer and network; the iteration breakdown as stacked bars; a
     timeline of one iteration; bytes on the wire; cost against time-to-train with the Pareto frontier.
     """
-    from clustersim.compare import StepsPlan
+    from clustersim.planner.compare import StepsPlan
     from clustersim.report.build import parse_duration, write_report
 
     finite_option(price, "--price")
@@ -263,7 +263,7 @@ def plan_cmd(
     runners-up and why. Where data parallelism does not fit, each candidate is tried with the lowest ZeRO
     stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel,
     also without recomputation, and interleaved where that can pay)."""
-    from clustersim.planning import plan, why_not
+    from clustersim.planner.planning import plan, why_not
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
