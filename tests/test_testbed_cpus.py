@@ -52,9 +52,14 @@ def test_not_writable_is_refused_in_one_line_before_any_network(runner, monkeypa
     assert cpu_share.unavailable() is not None
 
 
+def test_the_period_is_the_shortest_the_kernel_allows_for_the_share():
+    assert cpu_share.period_us(1.0) == cpu_share.period_us(2.0) == 1_000
+    assert cpu_share.period_us(0.25) == 4_000 and cpu_share.period_us(0.3) == 3_334
+
+
 def test_a_share_too_small_for_the_kernel_is_refused(monkeypatch):
-    with pytest.raises(InputError, match="smallest quota"):
-        cpu_share.create(["cst-x"], 0.05, [], lambda: None)
+    with pytest.raises(InputError, match="smallest share"):
+        cpu_share.create(["cst-x"], 0.0005, [], lambda: None)
     with pytest.raises(InputError, match="must be 0 or more"):
         monkeypatch.setattr(hosts, "require_tools", lambda: None)
         hosts.up(2, 1e8, cpus_per_host=-1)
@@ -110,7 +115,9 @@ def test_each_host_runs_in_its_share_and_down_removes_it(testbed, tmp_path, runn
         assert f":cpu:/{own + '/' if own else ''}{tb.host(i)}" in membership, membership
         assert _cores(allowed) == cpu_share.cores_of(i, share, 4, cpus)
         quota_dir = Path(state.cpu_shares[i]["groups"][0])
-        assert (quota_dir / "cpu.cfs_quota_us").read_text().strip() == str(round(share * cpu_share.PERIOD_US))
+        period = cpu_share.period_us(share)
+        assert (quota_dir / "cpu.cfs_period_us").read_text().strip() == str(period)
+        assert (quota_dir / "cpu.cfs_quota_us").read_text().strip() == str(round(share * period))
         # half a core, busy for half a second: the quota ran out in some periods
         stat = dict(line.split() for line in (quota_dir / "cpu.stat").read_text().splitlines())
         assert int(stat["nr_throttled"]) > 0, stat

@@ -19,12 +19,22 @@ from pathlib import Path
 
 from clustersim.errors import InputError
 
-# CFS period: 10 ms instead of the kernel's 100 ms, so a host at a quarter core that used its quota waits
-# at most 7.5 ms for the next period (CFS's own time slices are a few ms), not 75 ms, which a latency-
-# bound collective step would feel as a stall no real host has (kernel Documentation/scheduler/
-# sched-bwc.rst: the quota is refilled every period; periods from 1 ms to 1 s are accepted).
-PERIOD_US = 10_000
-MIN_QUOTA_US = 1_000  # sched-bwc.rst: the smallest quota the kernel accepts
+# The kernel's limits on a CFS quota and period (Documentation/scheduler/sched-bwc.rst: "the minimum
+# quota allowed for the quota or period is 1ms", "an upper bound on the period length of 1s").
+MIN_US, MAX_PERIOD_US = 1_000, 1_000_000
+
+
+def period_us(share: float) -> int:
+    """The shortest CFS period the kernel allows for ``share`` cores (its quota at least 1 ms): 1 ms for
+    a core or more, 4 ms for a quarter core. The quota is refilled every period and does not carry
+    over, so a host that waited on the network runs at full core speed until its quota is spent, then
+    stalls for the rest of the period: with the kernel's default 100 ms period a quarter-core host runs
+    25 ms bursts and stalls 75 ms, so a step's kernels between collectives run faster than the same
+    kernels back to back (the calibration). The shortest period makes a host's speed hold at its share
+    down to a few ms."""
+    return max(MIN_US, math.ceil(MIN_US / share - 1e-9))
+
+
 NO_LIMIT_HINT = "--cpus-per-host 0 lets the hosts share the machine's cores instead"
 
 
@@ -112,13 +122,14 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
     and group directories."""
     if share <= 0 or not math.isfinite(share):
         raise InputError(f"--cpus-per-host must be positive, got {share:g}", key="--cpus-per-host")
-    quota = round(share * PERIOD_US)
-    if quota < MIN_QUOTA_US:
+    period = period_us(share)
+    if period > MAX_PERIOD_US:
         raise InputError(
-            f"--cpus-per-host {share:g} is below the kernel's smallest quota "
-            f"({MIN_QUOTA_US / PERIOD_US:g} of a core)",
+            f"--cpus-per-host {share:g} is below the kernel's smallest share "
+            f"({MIN_US / MAX_PERIOD_US:g} of a core: a 1 ms quota per 1 s period)",
             key="--cpus-per-host",
         )
+    quota = max(MIN_US, round(share * period))
     cpus = machine_cpus()
     cpu_parent = _parent("cpu")
     cpuset_parent = _parent("cpuset") if cores_of(0, share, len(names), cpus) is not None else None
@@ -126,7 +137,8 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
     for i, name in enumerate(names):
         group = cpu_parent / name
         _mkdir(group, created, save)
-        _write(group / "cpu.cfs_period_us", str(PERIOD_US))
+        _write(group / "cpu.cfs_quota_us", "-1")  # no limit while the period changes (a quota > period fails)
+        _write(group / "cpu.cfs_period_us", str(period))
         _write(group / "cpu.cfs_quota_us", str(quota))
         paths = [str(group)]
         cores = cores_of(i, share, len(names), cpus)
@@ -136,9 +148,7 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
             _write(cs / "cpuset.cpus", ",".join(map(str, cores)))
             _write(cs / "cpuset.mems", (cpuset_parent / "cpuset.mems").read_text().strip())
             paths.append(str(cs))
-        shares.append(
-            {"host": name, "quota_us": quota, "period_us": PERIOD_US, "cpus": cores, "groups": paths}
-        )
+        shares.append({"host": name, "quota_us": quota, "period_us": period, "cpus": cores, "groups": paths})
     return shares
 
 
