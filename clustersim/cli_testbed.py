@@ -303,4 +303,5 @@ def _member_share(m: dict) -> str:
     if "cpu_quota_us" not in m:
         return "shared"
     cores = ",".join(map(str, m["cpus"])) if m["cpus"] is not None else "any"
-    return f"{m['cpu_quota_us'] / m['cpu_period_us']:g} core on {cores}"
+    share = m["cpu_quota_us"] / m["cpu_period_us"]
+    return f"{share:g} {'cores' if share > 1 else 'core'} on {cores}"
