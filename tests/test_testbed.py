@@ -10,7 +10,7 @@ import pytest
 
 from clustersim.cli import app
 from clustersim.errors import InputError
-from clustersim.testbed import hosts
+from clustersim.testbed import cpu_share, hosts
 from clustersim.testbed.shaping import parse_rate, tbf_burst_bytes
 
 
@@ -102,10 +102,13 @@ else:
 
 @pytest.fixture
 def testbed(tmp_path, monkeypatch):
+    """The hosts' CPU share to ask for: the default (the machine's cores divided among the hosts) where
+    cgroups are writable, else none, so these tests still run where only namespaces are allowed
+    (test_testbed_cpus.py checks the shares themselves, and skips there)."""
     # a prefix of its own: a testbed someone left up (or is using) is neither met nor touched
     monkeypatch.setattr(hosts, "PREFIX", "cstt")
     monkeypatch.setattr(hosts, "STATE_FILE", tmp_path / "state.json")
-    yield
+    yield None if cpu_share.unavailable() is None else 0
     hosts.down()
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "cstt-h" not in left
@@ -113,8 +116,8 @@ def testbed(tmp_path, monkeypatch):
 
 @namespaces
 def test_shaped_link_delivers_its_rate_and_down_leaves_nothing(testbed, tmp_path):
-    tb, created = hosts.up(2, parse_rate("80mbit"))
-    assert created and hosts.up(2, parse_rate("80mbit"))[1] is False  # idempotent
+    tb, created = hosts.up(2, parse_rate("80mbit"), cpus_per_host=testbed)
+    assert created and hosts.up(2, parse_rate("80mbit"), cpus_per_host=testbed)[1] is False  # idempotent
     script = tmp_path / "tput.py"
     script.write_text(THROUGHPUT)
     server = hosts.exec_in("h0", [sys.executable, str(script), "server"], stdout=subprocess.PIPE, text=True)
@@ -134,7 +137,7 @@ def test_shaped_link_delivers_its_rate_and_down_leaves_nothing(testbed, tmp_path
 def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
     from clustersim.testbed import sweep
 
-    tb, _ = hosts.up(2, parse_rate("400mbit"))
+    tb, _ = hosts.up(2, parse_rate("400mbit"), cpus_per_host=testbed)
     raw = sweep.run(
         tb,
         tmp_path / "raw.json",
@@ -149,6 +152,9 @@ def test_gloo_collectives_across_two_hosts(testbed, tmp_path):
     recs = raw["collectives"]
     assert {r["bytes"] for r in recs} == {float(1 << 18), float(1 << 19)}
     assert raw["topology"]["nodes"] == 2 and raw["topology"]["network"]["line_rate_gbps"] == 0.4
+    recorded = raw["provenance"]["testbed"]  # what each host computed on, in the raw file
+    share = None if testbed == 0 else len(cpu_share.machine_cpus()) / 2
+    assert recorded["cpus_per_host"] == share and recorded["machine_cpus"] == len(cpu_share.machine_cpus())
     big = max(recs, key=lambda r: r["bytes"])
     # ring all-reduce of S over 2 hosts sends S/2 each way: at 400 Mbit/s no faster than the wire allows
     assert big["median_s"] > (big["bytes"] / 2) / (0.4e9 / 8)
@@ -297,6 +303,7 @@ def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
         samples=4,
         sweep_bytes=(1 << 12, 1 << 20),
         sweep_repeat=3,
+        cpus_per_host=testbed,
     )
     rows = {r["optimizer"]: r for r in result["rows"]}
     assert set(rows) == {"adam", "onebit-adam", "binsgdm", "zero3"}
@@ -312,6 +319,7 @@ def test_validation_on_two_hosts_predicts_every_optimizer(testbed):
         assert rows[name]["predicted_wire_sent_bytes"] == pytest.approx(wire_bytes, rel=1e-9)
         assert rows[name]["measured_wire_sent_bytes"] == pytest.approx(wire_bytes, rel=0.02), rows[name]
     assert hosts.load_state() is None  # validate took its testbed down
+    assert result["testbed"]["cpus_per_host"] == (None if testbed == 0 else len(cpu_share.machine_cpus()) / 2)
 
 
 def test_a_gloo_fit_prices_reduce_scatter_as_the_all_reduce_it_is():
@@ -447,7 +455,7 @@ def test_a_job_that_fails_on_a_host_is_run_again_then_reported_naming_its_error(
     last lines (not a host still waiting for it, nor torch's c10d warnings), after one more attempt."""
     from clustersim.testbed.sweep import run_on_hosts
 
-    tb, _ = hosts.up(2, parse_rate("400mbit"))
+    tb, _ = hosts.up(2, parse_rate("400mbit"), cpus_per_host=testbed)
     with pytest.raises(InputError) as exc:
         run_on_hosts(tb, "clustersim.testbed.no_such_job", [], {}, None, 60, "the test job")
     msg = str(exc.value)

@@ -15,6 +15,15 @@ from clustersim.calibration.timing import measure
 from clustersim.cost_models import kernel_bytes as bsg
 from clustersim.cost_models.kernel_bytes import FINISH_PASSES, FUSED_ADAM, SERVER_PASSES, WORKER_PASSES
 
+
+def _onebit_update(t, m, v, p, lr=1e-4, eps=1e-8, weight_decay=0.01):
+    """1-bit Adam's update with the frozen variance, weight decay included (kernel_bytes.ADAM_DIRECTION
+    and APPLY_UPDATE count these expressions; testbed/compressed_job.py runs the same)."""
+    update = m / (v.sqrt() + eps)
+    update += weight_decay * p
+    p.add_(-lr * update)
+
+
 _PASS_BYTES = {
     name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES
 }
@@ -174,6 +183,10 @@ class Bench:
                 "binsgdm_apply": lambda: buf.add_(
                     self._unpack(packed).float().mul_(2.0).add_(-1.0), alpha=-1e-4
                 ),
+                # 1-bit Adam's own update passes, torch expressions over flat fp32 buffers as DeepSpeed
+                # writes them (onebit/adam.py): not fused Adam, whose rate 'optimizer' measures
+                "onebit_momentum": lambda: m.mul_(0.9).add_(grad, alpha=0.1),
+                "onebit_update": lambda: _onebit_update(t, m, b_state, buf),
             }
             modelled = {
                 **{k: v[0] * n + v[1] * n / p for k, v in _PASS_BYTES.items()},
@@ -184,6 +197,8 @@ class Bench:
                 "binsgdm_vote": n / 8 + n / p,
                 "binsgdm_requantize": (n / p) * (1 + 1 / 8),
                 "binsgdm_apply": bsg.APPLY_BYTES * n,
+                "onebit_momentum": bsg.MOMENTUM_UPDATE * n,
+                "onebit_update": (bsg.ADAM_DIRECTION + bsg.APPLY_UPDATE) * n,
             }
             for name, fn in kernels.items():
                 self.progress(f"{name} n={n:,}")

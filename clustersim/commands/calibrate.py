@@ -71,6 +71,13 @@ def calibrate_run(
         "all_reduce,all_gather,all_to_all,broadcast", "--ops", help="--testbed: collectives to measure."
     ),
     repeat: int = typer.Option(5, "--repeat", min=1, help="--testbed: timed repetitions per size."),
+    cpus_per_host: Optional[float] = typer.Option(
+        None,
+        "--cpus-per-host",
+        min=0,
+        help="--testbed: each host's CPU share in cores (default: a running testbed's, else this "
+        "machine's cores divided among the hosts; 0: none).",
+    ),
     cluster: Optional[str] = ClusterOpt,
     json_out: bool = JsonOpt,
 ):
@@ -93,7 +100,16 @@ def calibrate_run(
 
         with spinner(f"collectives over {testbed} emulated hosts at {rate}", json_out) as progress:
             profile = calibrate_on_testbed(
-                testbed, rate, out, raw_out, min_bytes, max_bytes, ops, repeat, progress=progress
+                testbed,
+                rate,
+                out,
+                raw_out,
+                min_bytes,
+                max_bytes,
+                ops,
+                repeat,
+                progress=progress,
+                cpus_per_host=cpus_per_host,
             )
         _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
         return

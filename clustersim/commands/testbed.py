@@ -9,6 +9,15 @@ import typer
 
 from clustersim.commands.support import JsonOpt, console, emit_json, spinner, table, user_errors
 
+CpusOpt = typer.Option(
+    None,
+    "--cpus-per-host",
+    min=0,
+    help="Each host's CPU share in cores (cgroup CFS quota, and its own cores where they allow); "
+    "default: this machine's cores divided among the hosts (a running testbed keeps its own); "
+    "0: none, the hosts share the machine's cores.",
+)
+
 testbed_app = typer.Typer(
     help="An emulated cluster on one Linux machine: N hosts in network namespaces, "
     "each on a shaped link (tc tbf) to one bridge. Needs root, ip and tc.",
@@ -24,13 +33,14 @@ def testbed_up(
         ..., "--rate", help="Link rate per host and direction, tc units: 200mbit, 1gbit."
     ),
     delay: Optional[float] = typer.Option(None, "--delay", help="One-way delay, ms (needs tc netem)."),
+    cpus_per_host: Optional[float] = CpusOpt,
     json_out: bool = JsonOpt,
 ):
     """Create the hosts (idempotent: the same parameters keep a running testbed; others rebuild it)."""
     from clustersim.testbed.hosts import up
     from clustersim.testbed.shaping import parse_rate
 
-    tb, created = up(hosts, parse_rate(rate), delay)
+    tb, created = up(hosts, parse_rate(rate), delay, cpus_per_host)
     if json_out:
         emit_json({**tb.describe(), "created": created})
         return
@@ -49,7 +59,9 @@ def testbed_down():
 
     require_tools()
     removed = down()
-    console.print(f"removed {len(removed)} namespaces and links" if removed else "no testbed was up")
+    console.print(
+        f"removed {len(removed)} namespaces, links and CPU groups" if removed else "no testbed was up"
+    )
 
 
 @testbed_app.command("status")
@@ -120,6 +132,7 @@ def testbed_validate(
         "--out",
         help="Also write the result, with machine, kernel and torch version, to this JSON file.",
     ),
+    cpus_per_host: Optional[float] = CpusOpt,
     json_out: bool = JsonOpt,
 ):
     """Predict real training steps on the emulated hosts, then run them: measured vs predicted.
@@ -155,8 +168,10 @@ def testbed_validate(
         check_writable_file(out)  # before minutes of measuring, not after
     require_tools()
     with spinner("testbed validation", json_out) as progress:
-        result = validate(counts, rate, job, chosen, samples=samples, progress=progress)
-    result["provenance"] = _provenance(hosts, rate, model, optimizers, job)
+        result = validate(
+            counts, rate, job, chosen, samples=samples, progress=progress, cpus_per_host=cpus_per_host
+        )
+    result["provenance"] = _provenance(hosts, rate, model, optimizers, job, result["testbed"])
     if out is not None:
         from clustersim.io import write_json_atomically
 
@@ -179,7 +194,7 @@ def _host_counts(hosts: str) -> list[int]:
     return counts
 
 
-def _provenance(hosts: str, rate: str, model: str, optimizers: str, job) -> dict:
+def _provenance(hosts: str, rate: str, model: str, optimizers: str, job, testbed: dict) -> dict:
     import datetime
     import os
     import platform
@@ -191,7 +206,7 @@ def _provenance(hosts: str, rate: str, model: str, optimizers: str, job) -> dict
     return {
         "command": f"clustersim testbed validate --hosts {hosts} --rate {rate} --model {model} "
         f"--optimizers {optimizers} --layers {job.layers} --width {job.width} --batch {job.batch} "
-        f"--seq {job.seq} --steps {job.steps}",
+        f"--seq {job.seq} --steps {job.steps} --cpus-per-host {testbed['cpus_per_host'] or 0:g}",
         "machine": socket.gethostname(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -266,8 +281,27 @@ def _print(tb) -> None:
     d = tb.describe()
     console.print(
         table(
-            f"testbed: bridge {d['bridge']}, {d['rate']} per host and direction ({d['shaper']})",
-            ["host", "address", "interface"],
-            [[m["host"], m["address"], m["interface"]] for m in d["members"]],
+            f"testbed: bridge {d['bridge']}, {d['rate']} per host and direction ({d['shaper']}), "
+            + share_text(d),
+            ["host", "address", "interface", "CPU share"],
+            [[m["host"], m["address"], m["interface"], _member_share(m)] for m in d["members"]],
         )
     )
+
+
+def share_text(d: dict) -> str:
+    """The hosts' CPU share in words (a testbed's describe())."""
+    if not d.get("cpus_per_host"):
+        return f"hosts share the machine's {d['machine_cpus']} cores"
+    text = f"{d['cpus_per_host']:g} cores per host of the machine's {d['machine_cpus']}"
+    if d["cpus_per_host"] * len(d["members"]) > d["machine_cpus"] + 1e-9:
+        text += " (more than it has: hosts will wait for each other's cores)"
+    return text
+
+
+def _member_share(m: dict) -> str:
+    if "cpu_quota_us" not in m:
+        return "shared"
+    cores = ",".join(map(str, m["cpus"])) if m["cpus"] is not None else "any"
+    share = m["cpu_quota_us"] / m["cpu_period_us"]
+    return f"{share:g} {'cores' if share > 1 else 'core'} on {cores}"

@@ -254,7 +254,8 @@ def build_context(
     execution = scenario.workload.execution
     device = DeviceCosts(gpu, prof, execution)
     c = scenario.cluster
-    measured = MeasuredCollectives.for_cluster(prof.collectives, c.nodes, c.gpus_per_node) if prof else None
+    measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
+    measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None
     params = perturbation.network if perturbation else network_params(prof, _profile_label(ref, prof))
     ctx = SimulationContext(
         scenario,
@@ -285,6 +286,9 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
+    other = _other_cluster_note(measured, c, _profile_label(ref, prof))
+    if other:
+        ctx.notes.append(other)
     if ctx.tensor_sharded:
         _run_one_tensor_rank(ctx)
     if scenario.training.network == "flow":
@@ -296,6 +300,20 @@ def build_context(
         ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
     return ctx
+
+
+def _other_cluster_note(measured: MeasuredCollectives | None, c, label: str) -> str | None:
+    """One line naming a profile measured on other hardware than the scenario's, in the parts the
+    scenario's collectives use: its exact-shape fits then give way to its fitted parameters."""
+    if measured is None:
+        return None
+    differs = measured.relevant_differences(GroupShape(c.nodes, c.gpus_per_node))
+    if not differs:
+        return None
+    return (
+        f"profile {label} was measured on another cluster ({'; '.join(differs)}): its exact-shape "
+        "collective fits are not used, its fitted network parameters price this cluster's links"
+    )
 
 
 def _run_one_tensor_rank(ctx: SimulationContext) -> None:

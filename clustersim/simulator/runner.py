@@ -337,6 +337,11 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     for src, what in sorted(by_source.items()):
         label = "collectives (measured fits)" if src.startswith("measured fit") else f"collectives ({src})"
         sources[label] = ", ".join(sorted(o for o in what if o))
+    measured = ctx.collectives.measured
+    if measured is not None and measured.skipped:
+        sources["collectives (measured fits not used)"] = "measured on other hardware: " + "; ".join(
+            sorted(measured.skipped)
+        )
     return sources
 
 

@@ -67,20 +67,22 @@ def job(nbytes: int, out: str) -> int:
     return 0
 
 
-def probe(host_counts: list[int], rates: list[str], nbytes: int, progress=None) -> dict:
+def probe(
+    host_counts: list[int], rates: list[str], nbytes: int, progress=None, cpus_per_host: float | None = None
+) -> dict:
     """Every rate, every host count: the testbed up at that rate, the job run, the testbed down."""
     from clustersim.testbed import hosts
     from clustersim.testbed.shaping import parse_rate
-    from clustersim.testbed.sweep import run_on_hosts
+    from clustersim.testbed.sweep import host_cpus, run_on_hosts
 
     rows = []
     for rate in rates:
-        tb, _ = hosts.up(max(host_counts), parse_rate(rate))
+        tb, _ = hosts.up(max(host_counts), parse_rate(rate), cpus_per_host=cpus_per_host)
         try:
             for n in sorted(host_counts):
                 args = ["--mode", "job", "--bytes", str(nbytes)]
                 got = run_on_hosts(tb, MODULE, args, {}, progress, 600, "the probe", count=n)
-                rows.append({"rate": rate, **got})
+                rows.append({"rate": rate, **got, **host_cpus(tb)})
         finally:
             hosts.down(tb)
     return {"rows": rows, "repeat": REPEAT, "in_a_row": IN_A_ROW}
@@ -93,6 +95,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="200mbit,10gbit")
     ap.add_argument("--bytes", type=int, default=1 << 20, help="the collective's whole array (default 1 MiB)")
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--cpus-per-host",
+        type=float,
+        default=None,
+        help="each host's CPU share in cores (default: the machine's cores divided among the hosts; 0: none)",
+    )
     args = ap.parse_args(argv)
     if args.mode == "job":
         return job(args.bytes, args.out)
@@ -109,7 +117,7 @@ def main(argv=None) -> int:
             raise ValueError
         for rate in args.rates.split(","):
             parse_rate(rate)
-        result = probe(counts, args.rates.split(","), args.bytes)
+        result = probe(counts, args.rates.split(","), args.bytes, cpus_per_host=args.cpus_per_host)
     except ValueError:
         print(f"error: --hosts: expected host counts of 2 or more, got {args.hosts!r}", file=sys.stderr)
         return 2
@@ -118,7 +126,7 @@ def main(argv=None) -> int:
         return 2
     result["provenance"] = {
         "command": f"python -m clustersim.testbed.back_to_back --hosts {args.hosts} --rates {args.rates} "
-        f"--bytes {args.bytes}",
+        f"--bytes {args.bytes} --cpus-per-host {result['rows'][0]['cpus_per_host'] or 0:g}",
         "cpu": cpu_model(),
         "kernel": platform.release(),
         "torch": __import__("torch").__version__,

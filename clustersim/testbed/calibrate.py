@@ -20,15 +20,16 @@ def calibrate_on_testbed(
     ops: str,
     repeat: int,
     progress=None,
+    cpus_per_host: float | None = None,
 ):
     """Bring the testbed up (unless it is), sweep, fit and write the profile; ``progress(message)``."""
     bits = parse_rate(rate)
     lo, hi = int(parse_bytes(min_bytes)), int(parse_bytes(max_bytes))
-    tb, created = hosts.up(n_hosts, bits)
+    tb, created = hosts.up(n_hosts, bits, cpus_per_host=cpus_per_host)
     try:
         command = (
             f"clustersim calibrate run --testbed {n_hosts} --rate {rate} --min-bytes {min_bytes} "
-            f"--max-bytes {max_bytes} --ops {ops} --repeat {repeat}"
+            f"--max-bytes {max_bytes} --ops {ops} --repeat {repeat} --cpus-per-host {tb.cpus_per_host or 0:g}"
         )
         raw = sweep.run(
             tb,

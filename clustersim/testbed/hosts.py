@@ -12,10 +12,11 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clustersim.errors import InputError
+from clustersim.testbed import cpu_share
 from clustersim.testbed.shaping import format_rate, tbf_args
 
 STATE_FILE = Path(os.environ.get("CLUSTERSIM_TESTBED_STATE", "/run/clustersim-testbed.json"))
@@ -39,7 +40,10 @@ class Testbed:
     hosts: int
     rate_bits: float
     shaper: str  # "tbf"
-    created: list[str]  # namespaces and links, in creation order
+    created: list[str]  # namespaces, links and cgroups, in creation order
+    # each host's CPU share (cpu_share.py): cores per host, None where the hosts share the machine's cores
+    cpus_per_host: float | None = None
+    cpu_shares: list[dict] = field(default_factory=list)  # per host: quota_us, period_us, cpus, groups
 
     def host(self, i: int) -> str:
         return f"{PREFIX}-h{i}"
@@ -54,11 +58,23 @@ class Testbed:
             "rate_gbps": self.rate_bits / 1e9,
             "shaper": self.shaper,
             "bridge": bridge_name(),
+            "cpus_per_host": self.cpus_per_host,
+            "machine_cpus": len(cpu_share.machine_cpus()),
             "members": [
-                {"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE}
+                {"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE} | self._share(i)
                 for i in range(self.hosts)
             ],
         }
+
+    def _share(self, i: int) -> dict:
+        if not self.cpu_shares:
+            return {}
+        s = self.cpu_shares[i]
+        return {"cpu_quota_us": s["quota_us"], "cpu_period_us": s["period_us"], "cpus": s["cpus"]}
+
+    def groups(self, i: int) -> list[str]:
+        """Host i's cgroup directories (none without a CPU share)."""
+        return self.cpu_shares[i]["groups"] if self.cpu_shares else []
 
 
 def require_tools() -> None:
@@ -101,6 +117,15 @@ def load_state() -> Testbed | None:
         return None
 
 
+def _same_share(current: Testbed, cpus_per_host: float | None) -> bool:
+    """None keeps whatever share the running testbed has; 0 asks for none."""
+    if cpus_per_host is None:
+        return True
+    if cpus_per_host == 0:
+        return current.cpus_per_host is None
+    return current.cpus_per_host is not None and abs(current.cpus_per_host - cpus_per_host) < 1e-9
+
+
 def _save(tb: Testbed) -> None:
     STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     tmp = STATE_FILE.with_suffix(".tmp")
@@ -108,12 +133,18 @@ def _save(tb: Testbed) -> None:
     os.replace(tmp, STATE_FILE)
 
 
-def up(hosts: int, rate_bits: float, delay_ms: float | None = None) -> tuple[Testbed, bool]:
+def up(
+    hosts: int, rate_bits: float, delay_ms: float | None = None, cpus_per_host: float | None = None
+) -> tuple[Testbed, bool]:
     """Create the testbed (or keep the one that is up with the same parameters). Returns it and
-    whether it was created now."""
+    whether it was created now. ``cpus_per_host``: each host's CPU share in cores (cpu_share.py);
+    None keeps a running testbed's and gives a new one the machine's cores divided among the hosts;
+    0 gives none (the hosts share the machine's cores)."""
     require_tools()
     if not 2 <= hosts <= MAX_HOSTS:
         raise InputError(f"--hosts must be 2..{MAX_HOSTS}, got {hosts}", key="--hosts")
+    if cpus_per_host is not None and (cpus_per_host < 0 or cpus_per_host != cpus_per_host):
+        raise InputError(f"--cpus-per-host must be 0 or more, got {cpus_per_host:g}", key="--cpus-per-host")
     if delay_ms is not None and not netem_available():
         raise InputError(
             "--delay needs tc netem, which this kernel lacks (module sch_netem); the testbed "
@@ -122,11 +153,17 @@ def up(hosts: int, rate_bits: float, delay_ms: float | None = None) -> tuple[Tes
         )
     current = load_state()
     if current is not None:
-        if current.hosts == hosts and abs(current.rate_bits - rate_bits) < 1 and delay_ms is None:
+        same = current.hosts == hosts and abs(current.rate_bits - rate_bits) < 1 and delay_ms is None
+        if same and _same_share(current, cpus_per_host):
             return current, False
         down()
-    tb = Testbed(hosts, rate_bits, "tbf", [])
+    share = cpu_share.default_share(hosts) if cpus_per_host is None else cpus_per_host or None
+    tb = Testbed(hosts, rate_bits, "tbf", [], share)
     try:
+        if share is not None:  # first: where cgroups are not writable, refuse before any network exists
+            names = [tb.host(i) for i in range(hosts)]
+            tb.cpu_shares = cpu_share.create(names, share, tb.created, lambda: _save(tb))
+            _save(tb)
         _run("ip", "link", "add", bridge_name(), "type", "bridge")
         tb.created.append(f"link:{bridge_name()}")
         _save(tb)
@@ -182,8 +219,12 @@ def down(tb: Testbed | None = None) -> list[str]:
     if tb is not None:
         for item in reversed(tb.created):
             kind, _, name = item.partition(":")
-            if not name.startswith("cst"):  # every prefix starts so: never touch a name we did not make
+            if not Path(name).name.startswith("cst"):  # every prefix starts so
                 continue  # never touch anything we did not name
+            if kind == "cgroup":
+                if cpu_share.remove(name):
+                    removed.append(item)
+                continue
             cmd = ("ip", "netns", "del", name) if kind == "netns" else ("ip", "link", "del", name)
             if _run(*cmd, check=False).returncode == 0:
                 removed.append(item)
@@ -192,7 +233,8 @@ def down(tb: Testbed | None = None) -> list[str]:
 
 
 def exec_in(host: str, command: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
-    """Start ``command`` inside one host's namespace."""
+    """Start ``command`` inside one host's namespace and, where the testbed gives hosts a CPU share,
+    inside that host's cgroups (joined before exec: nothing it runs escapes its share)."""
     tb = load_state()
     if tb is None:
         raise InputError("no testbed is up (clustersim testbed up --hosts N --rate R)", key="testbed")
@@ -205,4 +247,17 @@ def exec_in(host: str, command: list[str], env: dict[str, str] | None = None, **
             )
         host = alias[host]
     full_env = {**os.environ, **(env or {})}
-    return subprocess.Popen(["ip", "netns", "exec", host, *command], env=full_env, **kwargs)
+    groups = tb.groups(names.index(host))
+    try:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", host, *command],
+            env=full_env,
+            preexec_fn=(lambda: cpu_share.join(groups)) if groups else None,  # only os calls run in the child
+            **kwargs,
+        )
+    except subprocess.SubprocessError as exc:  # the child could not join its groups (removed meanwhile?)
+        raise InputError(
+            f"cannot start a process in {host}'s CPU share ({', '.join(groups)}): {exc}; "
+            "clustersim testbed down, then up again",
+            key="testbed",
+        ) from None

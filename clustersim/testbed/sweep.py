@@ -51,6 +51,7 @@ def run(
         "shaper": tb.shaper,
         "hosts": tb.hosts,
         "emulated": "network namespaces + veth + bridge on one machine",
+        **host_cpus(tb),
     }
     args = [
         "--device",
@@ -82,6 +83,18 @@ def run(
 
     write_json_atomically(out_raw, raw)
     return raw
+
+
+def host_cpus(tb: Testbed) -> dict:
+    """What each emulated host computes on, for every raw and reference file: its CPU share in cores
+    (None: the hosts share the machine's cores), its quota and cores, and the machine's cores."""
+    d = tb.describe()
+    shares = [{k: m[k] for k in ("cpu_quota_us", "cpu_period_us", "cpus") if k in m} for m in d["members"]]
+    return {
+        "cpus_per_host": d["cpus_per_host"],
+        "machine_cpus": d["machine_cpus"],
+        "host_cpu_shares": shares if d["cpus_per_host"] else None,
+    }
 
 
 def run_on_hosts(

@@ -32,8 +32,8 @@ from clustersim.simulator import simulate
 from clustersim.simulator.uncertainty import Interval
 from clustersim.testbed import hosts as tb_hosts
 from clustersim.testbed.shaping import parse_rate
+from clustersim.testbed.sweep import host_cpus, run_on_hosts
 from clustersim.testbed.sweep import run as run_sweep
-from clustersim.testbed.sweep import run_on_hosts
 
 # optimizer -> (job module, its --mode)
 JOBS = {
@@ -242,13 +242,16 @@ def validate(
     progress=None,
     sweep_bytes: tuple[int, int] = (1 << 12, 1 << 23),
     sweep_repeat: int = 5,
+    cpus_per_host: float | None = None,
 ) -> dict:
     """Sweep, fit, then per host count calibrate the hosts' compute and predict and run each optimizer.
     ``sweep_bytes`` is the collective sweep's range (4 KiB - 8 MiB: the compressed all-reduce's
-    packed momentum and scales up to DDP's 25 MiB buckets' neighbourhood)."""
+    packed momentum and scales up to DDP's 25 MiB buckets' neighbourhood). ``cpus_per_host``: each
+    host's CPU share (hosts.up); the compute and kernel calibrations run inside it, as the jobs do."""
     bits = parse_rate(rate)
     top = max(host_counts)
-    tb, created = tb_hosts.up(top, bits)
+    tb, created = tb_hosts.up(top, bits, cpus_per_host=cpus_per_host)
+    testbed = {"hosts": tb.hosts, "rate_gbps": tb.rate_bits / 1e9, "shaper": tb.shaper, **host_cpus(tb)}
     rows, raw = [], None
     try:
         raw = _sweep(tb, list(optimizers), rate, progress, sweep_bytes, sweep_repeat)
@@ -302,6 +305,7 @@ def validate(
         "job": job.__dict__,
         "params": job.params,
         "batch": job.batch,
+        "testbed": testbed,  # what the hosts ran on: each one's CPU share
         "rows": rows,
         "sweep": raw,  # the measured collectives the network model was fitted on (a clustersim-raw file)
     }

@@ -1,0 +1,191 @@
+"""Each emulated host's own CPU share: a cgroup per host with a CFS quota and, where cores allow, a cpuset.
+
+Without it the emulated hosts share the machine's cores, so a host computes faster while its neighbours
+wait on the network and slower while they compute: no real cluster behaves so, and no model can follow
+it. With a quota of X cores a host never runs faster than X, whatever the others do; with a cpuset it
+also stays on its own cores (hosts of a fraction of a core share one core, each capped at its share).
+
+cgroup v1 only (the ``cpu`` and ``cpuset`` hierarchies, found in /proc/self/mounts); the groups are
+made below this process's own group in each hierarchy, named like the host's namespace (``cst-h0``),
+and removed by ``down``. Where that is not writable the testbed is refused with one line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+from clustersim.errors import InputError
+
+# The kernel's limits on a CFS quota and period (Documentation/scheduler/sched-bwc.rst: "the minimum
+# quota allowed for the quota or period is 1ms", "an upper bound on the period length of 1s").
+MIN_US, MAX_PERIOD_US = 1_000, 1_000_000
+
+
+def period_us(share: float) -> int:
+    """The shortest CFS period the kernel allows for ``share`` cores (its quota at least 1 ms): 1 ms for
+    a core or more, 4 ms for a quarter core. The quota is refilled every period and does not carry
+    over, so a host that waited on the network runs at full core speed until its quota is spent, then
+    stalls for the rest of the period: with the kernel's default 100 ms period a quarter-core host runs
+    25 ms bursts and stalls 75 ms, so a step's kernels between collectives run faster than the same
+    kernels back to back (the calibration). The shortest period makes a host's speed hold at its share
+    down to a few ms."""
+    return max(MIN_US, math.ceil(MIN_US / share - 1e-9))
+
+
+NO_LIMIT_HINT = "--cpus-per-host 0 lets the hosts share the machine's cores instead"
+
+
+def machine_cpus() -> list[int]:
+    """The cores this process may run on (a container's or taskset's limit included)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def default_share(hosts: int) -> float:
+    """The machine's cores divided among the hosts."""
+    return len(machine_cpus()) / hosts
+
+
+def _mounts(mounts_file: str = "/proc/self/mounts") -> dict[str, Path]:
+    """controller -> mount point of its cgroup v1 hierarchy."""
+    found: dict[str, Path] = {}
+    for line in Path(mounts_file).read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup":
+            for opt in parts[3].split(","):
+                found.setdefault(opt, Path(parts[1]))
+    return found
+
+
+def _own_group(controller: str) -> str:
+    """This process's group in the hierarchy holding ``controller`` (/proc/self/cgroup)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path.lstrip("/")
+    return ""
+
+
+def _parent(controller: str) -> Path:
+    """The directory new host groups go into, or InputError saying why there is none."""
+    mount = _mounts().get(controller)
+    if mount is None:
+        raise InputError(
+            f"--cpus-per-host needs the cgroup v1 '{controller}' controller, which is not mounted; "
+            + NO_LIMIT_HINT,
+            key="--cpus-per-host",
+        )
+    parent = mount / _own_group(controller)
+    if not os.access(parent, os.W_OK):
+        raise InputError(
+            f"--cpus-per-host needs write access to {parent} (cgroups not writable here); " + NO_LIMIT_HINT,
+            key="--cpus-per-host",
+        )
+    return parent
+
+
+def unavailable() -> str | None:
+    """Why hosts cannot have a CPU share here, or None where they can."""
+    try:
+        _parent("cpu")
+        _parent("cpuset")
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def cores_of(i: int, share: float, hosts: int, cpus: list[int]) -> list[int] | None:
+    """Host i's cores: those overlapping [i·X, (i+1)·X) of the machine's cores laid end to end, so hosts
+    of a fraction of a core share one core and a host of several has its own; None where the shares
+    add up to more than the machine has (then the quota alone caps each host)."""
+    if share * hosts > len(cpus) + 1e-9:
+        return None
+    lo, hi = i * share, (i + 1) * share
+    return [cpus[c] for c in range(int(math.floor(lo + 1e-9)), len(cpus)) if c < hi - 1e-9]
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {value!r} to {path} ({exc.strerror}); " + NO_LIMIT_HINT, key="--cpus-per-host"
+        ) from None
+
+
+def create(names: list[str], share: float, created: list[str], save) -> list[dict]:
+    """One group per host in the cpu hierarchy (quota) and, where cores allow, the cpuset hierarchy.
+    Each directory is appended to ``created`` (as ``cgroup:PATH``) and ``save()`` called as soon as it
+    exists, so an interrupted ``up`` leaves nothing behind. Returns per host its quota, period, cores
+    and group directories."""
+    if share <= 0 or not math.isfinite(share):
+        raise InputError(f"--cpus-per-host must be positive, got {share:g}", key="--cpus-per-host")
+    period = period_us(share)
+    if period > MAX_PERIOD_US:
+        raise InputError(
+            f"--cpus-per-host {share:g} is below the kernel's smallest share "
+            f"({MIN_US / MAX_PERIOD_US:g} of a core: a 1 ms quota per 1 s period)",
+            key="--cpus-per-host",
+        )
+    quota = max(MIN_US, round(share * period))
+    cpus = machine_cpus()
+    cpu_parent = _parent("cpu")
+    cpuset_parent = _parent("cpuset") if cores_of(0, share, len(names), cpus) is not None else None
+    shares = []
+    for i, name in enumerate(names):
+        group = cpu_parent / name
+        _mkdir(group, created, save)
+        _write(group / "cpu.cfs_quota_us", "-1")  # no limit while the period changes (a quota > period fails)
+        _write(group / "cpu.cfs_period_us", str(period))
+        _write(group / "cpu.cfs_quota_us", str(quota))
+        paths = [str(group)]
+        cores = cores_of(i, share, len(names), cpus)
+        if cpuset_parent is not None and cores is not None:
+            cs = cpuset_parent / name
+            _mkdir(cs, created, save)
+            _write(cs / "cpuset.cpus", ",".join(map(str, cores)))
+            _write(cs / "cpuset.mems", (cpuset_parent / "cpuset.mems").read_text().strip())
+            paths.append(str(cs))
+        shares.append({"host": name, "quota_us": quota, "period_us": period, "cpus": cores, "groups": paths})
+    return shares
+
+
+def _mkdir(path: Path, created: list[str], save) -> None:
+    try:
+        path.mkdir()
+    except FileExistsError:
+        pass  # left by a crashed run under this very name (names start with the testbed's prefix)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create {path} ({exc.strerror}); " + NO_LIMIT_HINT, key="--cpus-per-host"
+        ) from None
+    created.append(f"cgroup:{path}")
+    save()
+
+
+def join(groups: list[str]) -> None:
+    """Move the calling process into ``groups`` (run in the child between fork and exec, so the command
+    and everything it starts run inside its host's share from its first instruction)."""
+    pid = str(os.getpid()).encode()
+    for g in groups:
+        fd = os.open(os.path.join(g, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, pid)
+        finally:
+            os.close(fd)
+
+
+def remove(path: str) -> bool:
+    """Remove one host group; its processes have exited (a group still busy is retried for 2 s, as the
+    kernel releases a killed process's membership asynchronously)."""
+    for _ in range(20):
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            time.sleep(0.1)
+    return False
