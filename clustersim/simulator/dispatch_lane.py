@@ -38,13 +38,7 @@ class PassSequence:
 
     def __init__(self, prog: Program, ctx: SimulationContext, layers, forward: bool) -> None:
         self.prog, self.ctx, self.forward = prog, ctx, forward
-        if forward:
-            self.device = [ctx.forward_time(layer) for layer in layers]
-            self.host = [ctx.host_forward_time(layer) for layer in layers]
-        else:
-            self.device = [ctx.backward_time(layer) for layer in layers]
-            self.host = [ctx.host_backward_time(layer) for layer in layers]
-        self.coalesced = ctx.dispatch.asynchronous and _host_stays_ahead(self.host, self.device)
+        self.host, self.device, self.coalesced = pass_times(ctx, layers, forward)
         self.index = 0
 
     def add(self, layer, deps: tuple = (), meta: dict | None = None) -> int:
@@ -69,6 +63,25 @@ class PassSequence:
         return prog.add(name, "compute", self.device[i], category, deps, meta=meta)
 
 
+def pass_times(ctx: SimulationContext, layers, forward: bool) -> tuple[list[float], list[float], bool]:
+    """(dispatch times, device times, whether the dispatch can be one op) of a pass over ``layers``
+    in the order given: once per context and pass, since every micro-step and step kind of a run
+    passes over the same layers (the cache holds ``layers``, so its id stays its own)."""
+    cache = ctx.__dict__.setdefault("_pass_times", {})
+    hit = cache.get((id(layers), forward))
+    if hit is not None and hit[0] is layers:
+        return hit[1]
+    if forward:
+        device = [ctx.forward_time(layer) for layer in layers]
+        host = [ctx.host_forward_time(layer) for layer in layers]
+    else:
+        device = [ctx.backward_time(layer) for layer in layers]
+        host = [ctx.host_backward_time(layer) for layer in layers]
+    times = (host, device, ctx.dispatch.asynchronous and _host_stays_ahead(host, device))
+    cache[(id(layers), forward)] = (layers, times)
+    return times
+
+
 def _host_stays_ahead(host: list[float], device: list[float]) -> bool:
     """Whether the dispatch of layers 0..i-1 never takes longer than their device work, for every i:
     then layer i's kernels are always queued before the device is free for them."""
@@ -88,8 +101,9 @@ def merge_from(ctx: SimulationContext, layers) -> int | None:
     sum(d) - sum(h) covers it; else never (the host binds: the micro-steps are listed)."""
     if not ctx.dispatch.asynchronous:
         return 0
-    host = [ctx.host_forward_time(x) for x in layers] + [ctx.host_backward_time(x) for x in layers[::-1]]
-    device = [ctx.forward_time(x) for x in layers] + [ctx.backward_time(x) for x in layers[::-1]]
+    fwd_host, fwd_device, _ = pass_times(ctx, layers, True)
+    bwd_host, bwd_device, _ = pass_times(ctx, reversed_layers(ctx, layers), False)
+    host, device = fwd_host + bwd_host, fwd_device + bwd_device
     # the kernels of layer i wait for the dispatch of layers 0..i-1
     deficit = max((h - d for h, d in zip(accumulate(host[:-1]), accumulate(device[:-1]))), default=0.0)
     if deficit <= 0:
@@ -103,10 +117,19 @@ def add_merged_micro_steps(prog: Program, ctx: SimulationContext, layers, count:
     """``count`` identical micro-steps as one forward and one backward op with their dispatch as one op,
     where merge_from says no kernel of them waits for its launch (a synchronous device's thread runs
     the dispatch first, then the kernels: the same total, in series)."""
-    host = count * sum(ctx.host_forward_time(x) + ctx.host_backward_time(x) for x in layers)
-    own = add_dispatch(prog, ctx, f"dispatch x{count} micro-steps", host)
+    fwd_host, fwd_device, _ = pass_times(ctx, layers, True)
+    bwd_host, bwd_device, _ = pass_times(ctx, reversed_layers(ctx, layers), False)
+    own = add_dispatch(prog, ctx, f"dispatch x{count} micro-steps", count * (sum(fwd_host) + sum(bwd_host)))
     deps = (own,) if own is not None and not ctx.dispatch.asynchronous else ()
-    fwd = count * sum(ctx.forward_time(x) for x in layers)
-    bwd = count * sum(ctx.backward_time(x) for x in layers[::-1])
+    fwd, bwd = count * sum(fwd_device), count * sum(bwd_device)
     prog.add(f"fwd x{count} micro-steps", "compute", fwd, "forward", deps, meta=meta)
     prog.add(f"bwd x{count} micro-steps", "compute", bwd, "backward", meta=meta)
+
+
+def reversed_layers(ctx: SimulationContext, layers):
+    """``layers`` in backward order, one list per context and layer list (pass_times caches by it)."""
+    cache = ctx.__dict__.setdefault("_reversed_layers", {})
+    hit = cache.get(id(layers))
+    if hit is None or hit[0] is not layers:
+        hit = cache[id(layers)] = (layers, layers[::-1])
+    return hit[1]

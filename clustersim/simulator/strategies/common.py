@@ -7,7 +7,13 @@ from typing import NamedTuple
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
-from clustersim.simulator.dispatch_lane import PassSequence, add_dispatch, add_merged_micro_steps, merge_from
+from clustersim.simulator.dispatch_lane import (
+    PassSequence,
+    add_dispatch,
+    add_merged_micro_steps,
+    merge_from,
+    reversed_layers,
+)
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
@@ -182,7 +188,7 @@ def add_micro_steps(
             deps = (batch,) if li == 0 and batch is not None else ()
             forward.add(layer, deps, meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layer, True, micro)
-        backward = PassSequence(prog, ctx, layers[::-1], False)
+        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False)
         for li in reversed(range(len(layers))):
             last = backward.add(layers[li], meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layers[li], False, micro)

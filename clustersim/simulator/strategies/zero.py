@@ -49,7 +49,7 @@ import math
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
-from clustersim.simulator.dispatch_lane import PassSequence
+from clustersim.simulator.dispatch_lane import PassSequence, reversed_layers
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
@@ -410,7 +410,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
             fwd.append(forward.add(layer, tuple(d for d in deps if d is not None), meta={"micro": micro}))
             add_tensor_parallel(prog, ctx, layer, True, micro)
         bwd: list[int] = []
-        backward = PassSequence(prog, ctx, layers[::-1], False)
+        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False)
         for k in range(n):
             li = n - 1 - k
             start = bwd[bwd_from[k] - 1] if bwd_from[k] > 0 else fwd[-1]
