@@ -89,19 +89,20 @@ def _model_compute_sigma(mc) -> float:
 
 def compute_band_source(ctx: SimulationContext) -> str:
     """One line for `run`: how wide the compute part of the band is, and why."""
-    half = math.exp(_Z90 * compute_sigma(ctx)) - 1
+    sigma = compute_sigma(ctx)
+    width = f"-{1 - math.exp(-_Z90 * sigma):.0%}/+{math.exp(_Z90 * sigma) - 1:.0%}"  # a lognormal's P10/P90
     if ctx.model_compute is not None:
         h = ctx.model_compute.holdout
         why = "measured"
         if h is not None:
             why = f"held-out micro-batch {h.micro_batch} predicted within {abs(h.rel_error):.1%}"
-        return f"+-{half:.0%} (P10-P90): {why}"
+        return f"{width} (P10-P90): {why}"
     if ctx.phases is not None:
-        return f"+-{half:.0%} (P10-P90): measured phases, two measurements of one step differ ~10%"
+        return f"{width} (P10-P90): measured phases, two measurements of one step differ ~10%"
     if ctx.profile is not None and ctx.profile.compute_model:
-        return f"+-{half:.0%} (P10-P90): the profile's GEMM model, its scatter and hold-out error"
+        return f"{width} (P10-P90): the profile's GEMM model, its scatter and hold-out error"
     return (
-        f"+-{half:.0%} (P10-P90): default compute rates, from their errors against published and measured "
+        f"{width} (P10-P90): default compute rates, from their errors against published and measured "
         "single-GPU steps (`clustersim calibrate model` measures this model and narrows it)"
     )
 
