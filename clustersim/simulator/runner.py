@@ -90,7 +90,8 @@ def _too_large(scenario: Scenario, limit: int) -> str:
     w = scenario.workload
     what = (
         f"{w.gradient_accumulation:,} micro-steps, each listed op by op (ZeRO-2/3, tensor parallelism, an "
-        "input pipeline and pipeline schedules simulate every micro-step)"
+        "input pipeline, pipeline schedules, and a host whose dispatch binds, as eager PyTorch's at small "
+        "micro-batches, simulate every micro-step)"
         if w.gradient_accumulation > 1
         else "one op or more per layer"
     )
