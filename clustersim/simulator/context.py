@@ -151,10 +151,8 @@ class SimulationContext:
         return self.dispatch.pass_time(kernels, False) * self._host_bwd_scale * self._host_scale
 
     def host_optimizer_time(self, param_tensors: int | None = None) -> float:
-        """Host time of the optimizer step and zero_grad (over the rank's parameter tensors)."""
-        mc = self.model_compute
-        if mc is not None:
-            return mc.optimizer.host_s.at(self.workload.micro_batch) * self._host_scale
+        """Host time of the optimizer step and zero_grad (over the rank's parameter tensors), scaled to a
+        measured model's own where the profile has one (measured_compute)."""
         if self.phases is not None:  # measured phases: "other" holds the optimizer's host time
             return 0.0
         n = self.param_tensors if param_tensors is None else param_tensors
