@@ -243,3 +243,31 @@ def test_one_dispatch_op_per_pass_where_the_host_stays_ahead_changes_nothing(mon
 
     for a, b in zip(compute_ops(per_layer), compute_ops(coalesced), strict=True):
         assert a[0] == b[0] and a[1:] == pytest.approx(b[1:], rel=1e-12, abs=1e-15)
+
+
+def test_another_model_carries_the_measured_models_rates(tmp_path):
+    """measured_compute.transfer_model_compute: a model the profile did not measure takes the measured
+    model's measured-to-modelled ratios per phase. Carried onto a copy of the measured model under
+    another name, they give back the measurement at its middle micro-batch (the closed form on a
+    synchronous device: every phase's host and device line added); on a larger model they give more."""
+    import yaml
+
+    from clustersim import catalog
+    from clustersim.calibration.profile import parse_profile
+
+    base = catalog.model("BERT-Base").model_dump(exclude={"name"}, exclude_none=True)
+    wider = {**base, "hidden": 1024, "heads": 16, "ffn": 4096, "layers": 14}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"BERT-Base-copy": base, "BERT-wider": wider}))
+    profile = parse_profile(_model_compute_profile("CPU-2vCPU", "cpu"), "test-profile")
+    b = 2  # the measured model's middle micro-batch
+    measured = (0.010 + 0.0005 * b + 0.002 + 0.004 * b) + (0.020 + 0.001 * b + 0.004 + 0.008 * b) + 0.008
+    adam = {"training.optimizer": "adam"}  # the update's ratio is taken against an Adam update
+    with catalog.user_catalogs([path]):
+        copy, wide = (
+            simulate(_cpu_scenario(b).with_changes(**{"workload.model": name, **adam}), profile)
+            for name in ("BERT-Base-copy", "BERT-wider")
+        )
+    assert copy.iteration_time == pytest.approx(measured, rel=1e-9)
+    assert any("carried over from BERT-Base" in n for n in copy.notes)
+    assert wide.iteration_time > 1.5 * copy.iteration_time
