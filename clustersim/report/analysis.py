@@ -378,10 +378,14 @@ def optimizer_lines(rows: list[dict[str, Any]], threshold: float = 1.10) -> list
         lo, hi = min(r["speedup"] for r in mine), max(r["speedup"] for r in mine)
         lost = [r for r in mine if r["speedup"] < threshold]
         text = f"{opt} vs {base}: {lo:.2f}–{hi:.2f}x faster across the sweep"
-        if lost:
-            nets = ", ".join(dict.fromkeys(r["network"] for r in sorted(lost, key=network_order)))
-            sizes = ", ".join(str(n) for n in sorted({r["world_size"] for r in lost}))
-            text += f"; under {threshold:.2f}x on {nets} at {sizes} GPUs"
+        if lost:  # per network, the GPU counts where it is (a cell, not networks x counts)
+            by_net: dict[str, set[int]] = {}
+            for r in sorted(lost, key=network_order):
+                by_net.setdefault(r["network"], set()).add(r["world_size"])
+            cells = ", ".join(
+                f"{net} ({', '.join(str(n) for n in sorted(g))} GPUs)" for net, g in by_net.items()
+            )
+            text += f"; under {threshold:.2f}x on {cells}"
         if opt in evens:
             text += f"; {evens[opt]}"
         out.append(text + ".")
