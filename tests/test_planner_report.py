@@ -384,3 +384,20 @@ def test_network_prices_from_the_users_quotes_or_none(results, runner, tmp_path)
     assert cell["m"]["network_cost"] > 0 and cell["m"]["network_cost"] != pytest.approx(
         cell["s"]["network_cost"]
     )
+
+
+def test_where_an_optimizer_falls_short_is_named_per_network():
+    """The bullet named networks and GPU counts apart ("under 1.10x on 50G, 100G at 64, 128 GPUs"),
+    which read as every pairing, including cells where the optimizer was faster (50G at 128 GPUs)."""
+    from clustersim.report.analysis import optimizer_lines
+
+    def row(rate, gpus, speedup):
+        return {
+            "optimizer": "binsgdm", "speedup": speedup, "baseline": {"optimizer": "adam"},
+            "network": f"Ethernet {rate} Gb/s", "nic_kind": "ethernet_tcp", "nic_gbps": rate,
+            "world_size": gpus, "gpu": "A100-80GB", "cluster": f"{gpus} x A100-80GB",
+        }  # fmt: skip
+
+    rows = [row(50, 64, 1.05), row(50, 128, 1.12), row(100, 64, 0.95), row(100, 128, 1.02)]
+    (line,) = optimizer_lines(rows)
+    assert "under 1.10x on Ethernet 50 Gb/s (64 GPUs), Ethernet 100 Gb/s (64, 128 GPUs)" in line
