@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 from typer.testing import CliRunner
 
@@ -14,20 +16,24 @@ def default_scenario():
     return load_scenario("preset:default")
 
 
+# A small valid scenario (2 nodes of 4 A100s, BERT-Large): make_scenario's base, and the input battery's.
+SMALL_SCENARIO = {
+    "name": "small",
+    "cluster": {
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "gpu": "A100-80GB",
+        "intra_node": {"fabric": "nvswitch"},
+        "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200},
+    },
+    "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128, "precision": "fp16"},
+    "training": {"optimizer": "adam"},
+}
+
+
 def make_scenario(**overrides):
     """A small valid scenario with dotted-key overrides."""
-    base = {
-        "name": "t",
-        "cluster": {
-            "nodes": 2,
-            "gpus_per_node": 4,
-            "gpu": "A100-80GB",
-            "intra_node": {"fabric": "nvswitch"},
-            "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200},
-        },
-        "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128, "precision": "fp16"},
-        "training": {"optimizer": "adam"},
-    }
+    base = {**copy.deepcopy(SMALL_SCENARIO), "name": "t"}
     for key, value in overrides.items():
         node = base
         parts = key.split(".")

@@ -11,19 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from clustersim.cli import app
+from tests.conftest import SMALL_SCENARIO
 
-SCENARIO = {
-    "name": "small",
-    "cluster": {
-        "nodes": 2,
-        "gpus_per_node": 4,
-        "gpu": "A100-80GB",
-        "intra_node": {"fabric": "nvswitch"},
-        "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 200},
-    },
-    "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128, "precision": "fp16"},
-    "training": {"optimizer": "adam"},
-}
+SCENARIO = SMALL_SCENARIO
 
 # An inline GPU / catalog GPU entry in gpus.yaml's schema (A100-80GB's datasheet figures).
 GPU = {

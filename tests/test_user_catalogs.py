@@ -7,6 +7,7 @@ import yaml
 
 from clustersim import catalog
 from clustersim.cli import app
+from tests.inputs_support import LLAMA2_7B
 
 NEW_GPUS = ["B200", "GB200", "MI250X", "MI300X", "H20", "L40S", "L4", "A10G", "RTX-4090"]
 
@@ -274,22 +275,8 @@ def test_default_cpu_adam_rate_is_the_measured_one():
     assert r.extra["offload"]["cpu_params_per_s"] == pytest.approx(1.75e9)
 
 
-# Hugging Face config.json values as published (meta-llama/Llama-2-7b-hf, openai-community/gpt2,
+# Hugging Face config.json values as published (openai-community/gpt2,
 # mistralai/Mistral-7B-v0.1).
-LLAMA2_7B = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_act": "silu",
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "max_position_embeddings": 4096,
-    "model_type": "llama",
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 32,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "vocab_size": 32000,
-}
 GPT2 = {
     "_name_or_path": "openai-community/gpt2",
     "activation_function": "gelu_new",

@@ -28,6 +28,9 @@ calibrate_app = typer.Typer(
 )
 
 
+# calibrate model and import-trace add a model's measurement to a profile
+MergedOutOpt = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists).")
+AddToProfileOpt = typer.Option(None, "--profile", help="Profile to add to (default: --out when it exists).")
 ClusterOpt = typer.Option(
     None,
     "--cluster",
@@ -207,10 +210,8 @@ def calibrate_model(
     steps: int = typer.Option(10, "--steps", min=2, help="Timed steps per micro-batch (median)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (cpu)."),
-    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists)."),
-    base: Optional[Path] = typer.Option(
-        None, "--profile", help="Profile to add to (default: --out when it exists)."
-    ),
+    out: Path = MergedOutOpt,
+    base: Optional[Path] = AddToProfileOpt,
     json_out: bool = JsonOpt,
 ):
     """Time your model on this machine: per phase (forward, backward, optimizer) host dispatch time,
@@ -308,10 +309,8 @@ def calibrate_import_trace(
         "--step-time",
         help="The same step timed without the profiler, in seconds (measures its overhead).",
     ),
-    out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (merged if it exists)."),
-    base: Optional[Path] = typer.Option(
-        None, "--profile", help="Profile to add to (default: --out when it exists)."
-    ),
+    out: Path = MergedOutOpt,
+    base: Optional[Path] = AddToProfileOpt,
     json_out: bool = JsonOpt,
 ):
     """A model's measured compute from your own training job's torch.profiler trace: per phase
