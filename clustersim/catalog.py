@@ -155,6 +155,10 @@ class GpuSpec(_Strict):
     price_per_gpu_hour: Annotated[Number | None, _within("price_per_gpu_hour", "USD per GPU-hour")] = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )
+    multiprocessors: Count | None = Field(
+        None, gt=0, description="streaming multiprocessors; with the clock, the rate of SM-bound kernels"
+    )
+    boost_clock_mhz: Number | None = Field(None, gt=0, description="boost clock in MHz (datasheet)")
     asynchronous_launch: bool = Field(
         True,
         description="kernels run while the host dispatches the next ones (GPUs); false for a CPU device, "
@@ -182,6 +186,14 @@ class GpuSpec(_Strict):
                 key="workload.precision",
             )
         return self.peak_tflops["fp32"] * 1e12
+
+    @property
+    def sm_cycles_per_s(self) -> float | None:
+        """SMs x boost clock: what a kernel limited by its multiprocessors (not by HBM) scales with;
+        None where the catalog does not give them."""
+        if self.multiprocessors is None or self.boost_clock_mhz is None:
+            return None
+        return self.multiprocessors * self.boost_clock_mhz * 1e6
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -354,6 +366,12 @@ def execution() -> dict:
 
 def execution_mode(name: str) -> ExecutionMode:
     return execution()["modes"][name]
+
+
+def layout_transposes() -> tuple[int, int]:
+    """NCHW<->NHWC transposes per tensor-core convolution, (forward, backward)."""
+    t = execution()["layout_transposes"]
+    return int(t["forward_per_conv"]), int(t["backward_per_conv"])
 
 
 def eager_kernels(style: str, part: str) -> tuple[int, int]:

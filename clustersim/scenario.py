@@ -230,6 +230,12 @@ class WorkloadSpec(_Strict):
         "scaled_dot_product_attention, the default since PyTorch 2.0); unfused: scores written and read "
         "back through softmax and dropout (eager attention, pre-2022 Megatron-LM and BERT code)",
     )
+    memory_format: Literal["channels_last", "contiguous"] = Field(
+        "channels_last",
+        description="convolution networks: channels_last (NHWC, what NVIDIA's and MLPerf's ResNet code "
+        "use) or contiguous (PyTorch's default NCHW, where cuDNN transposes every tensor-core "
+        "convolution's input and output)",
+    )
     execution: Literal["eager", "compiled", "cuda_graphs"] = Field(
         "eager",
         description="how the step reaches the GPU: eager PyTorch (an op dispatched by the host per kernel), "

@@ -6,7 +6,8 @@ time(kernel group) = launches x device cost per kernel
 The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-up, tail: ~3 us on a
 recent GPU, catalogs/execution.yaml); eager PyTorch launches tens of kernels per transformer block, so
 at small micro-batches it is a large part of the device time. Convolutions and batch-norm have their
-own efficiencies (cuDNN at ResNet shapes, the statistics pass of batch-norm); GEMMs the matmul one.
+own rates (cuDNN at ResNet shapes; batch-norm bound by the SMs, min(SMs x clock x bytes per SM-cycle,
+streaming HBM rate)); GEMMs the matmul efficiency.
 
 Efficiencies default to the catalog's documented constants. A profile measured on the same GPU
 replaces them with the measured rates; one measured on another GPU is scaled by peak FLOP/s
@@ -36,7 +37,11 @@ class DeviceCosts:
         mode = catalog.execution_mode(execution)
         classes = catalog.execution()["efficiency"]
         self.conv_eff = classes["conv"]
-        self.bn_relu_eff = classes["bn_relu_memory"]
+        # batch-norm and ReLU: bound by the SMs where the catalog gives them (and by the streaming rate
+        # of HBM), else a fraction of HBM (catalogs/execution.yaml)
+        sm_rate = gpu.sm_cycles_per_s
+        self._bn_relu_sm_rate = None if sm_rate is None else sm_rate * classes["bn_relu_bytes_per_sm_cycle"]
+        self._bn_relu_hbm_fraction = classes["bn_relu_memory"]
         self.kernel_overhead_s = mode.device_s_per_kernel
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
@@ -105,7 +110,7 @@ class DeviceCosts:
         hit = self._launched.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        n = sum(self.launches(k) for k in kernels)
+        n = sum(self.launches(k) for k in kernels if k.dispatched)
         self._launched[id(kernels)] = (kernels, n)  # the reference keeps the id from being reused
         return n
 
@@ -126,7 +131,9 @@ class DeviceCosts:
             # tensor-core convolutions; fp32 ones run on the SIMT cores at the GEMM's efficiency
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
         elif kernel.name == "bn_relu":
-            byte_rate = self.gpu.hbm_bytes_per_s * self.bn_relu_eff
+            sm = self._bn_relu_sm_rate
+            hbm_share = self.gpu.hbm_bytes_per_s * self._bn_relu_hbm_fraction
+            byte_rate = hbm_share if sm is None else min(byte_rate, sm)
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 

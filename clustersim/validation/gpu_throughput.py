@@ -87,6 +87,8 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
         "gradient_accumulation": row.gradient_accumulation,
         "execution": row.execution,
     }
+    if row.memory_format is not None:
+        workload["memory_format"] = row.memory_format
     if row.seq_len is not None:
         workload["seq_len"] = row.seq_len
         workload["attention"] = "unfused"

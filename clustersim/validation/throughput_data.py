@@ -55,6 +55,9 @@ class ThroughputRow(_Strict):
     precision: Precision
     optimizer: PublishedOptimizer
     execution: Execution
+    memory_format: Literal["channels_last", "contiguous"] | None = Field(
+        None, description="CNNs: the activations' layout (contiguous = NCHW)"
+    )
     framework: str = Field(min_length=1)
     data_loader: str = Field(min_length=1)
     throughput: float = Field(gt=0, description="samples/s of the whole job (sequences/s, images/s)")

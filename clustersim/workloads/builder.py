@@ -9,7 +9,7 @@ from clustersim import catalog
 from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
 from clustersim.scenario import WorkloadSpec
 from clustersim.workloads.layers import Kernel, Layer, Workload
-from clustersim.workloads.resnet import resnet_layers
+from clustersim.workloads.resnet import needs_layout_transposes, resnet_layers
 from clustersim.workloads.transformer import transformer_layers
 
 
@@ -39,7 +39,13 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         )
     definition = catalog.user_model_definition(spec.model)
     workload = _catalog_workload(
-        spec.model, spec.micro_batch, spec.seq_len, spec.precision, definition, spec.attention == "fused"
+        spec.model,
+        spec.micro_batch,
+        spec.seq_len,
+        spec.precision,
+        definition,
+        spec.attention == "fused",
+        needs_layout_transposes(spec.memory_format, spec.precision),
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -69,6 +75,7 @@ def _catalog_workload(
     precision: str,
     definition: str | None = None,
     fused_attention: bool = True,
+    nchw_transposes: bool = False,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again (issue #15). ``definition`` keys a user
@@ -77,7 +84,7 @@ def _catalog_workload(
     arch = catalog.model(model)
     seq = seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):
-        layers = resnet_layers(arch, micro_batch, d)
+        layers = resnet_layers(arch, micro_batch, d, nchw_transposes)
         seq = 1
     else:
         layers = transformer_layers(arch, micro_batch, seq, d, fused_attention)

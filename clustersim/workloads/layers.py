@@ -19,6 +19,9 @@ class Kernel:
     bytes: float
     # kernels in this group (a layer's GEMMs are one group): each pays the launch and small-problem cost
     launches: int = 1
+    #: False for kernels a library launches inside another op (cuDNN's layout transposes): they cost
+    #: the device but no dispatch of their own on the host thread
+    dispatched: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,124 @@
+"""Convolution networks across GPUs: batch-norm bound by the SMs, and NCHW layout transposes.
+
+Checked against closed forms (the rate of an SM-bound kernel is SMs x clock x bytes per SM-cycle, a
+transpose is a read and a write of its tensor at the streaming rate), the GPU datasheets' own
+arithmetic (fp32 peak = SMs x FP32 lanes x 2 x clock) and published measurements: channels_last
+speeds ResNet-50 up by about 30% on V100 and A100.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim import catalog
+from clustersim.cost_models.compute import DeviceCosts
+from clustersim.errors import InputError
+from clustersim.scenario import validate_scenario
+from clustersim.simulator import simulate
+from clustersim.workloads.layers import Kernel
+from clustersim.workloads.resnet import needs_layout_transposes, resnet_layers
+
+BN_BYTES_PER_SM_CYCLE = catalog.execution()["efficiency"]["bn_relu_bytes_per_sm_cycle"]
+
+
+def _one_gpu(gpu: str, precision: str, memory_format: str, micro_batch: int = 256):
+    return validate_scenario(
+        {
+            "name": "resnet",
+            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": gpu},
+            "workload": {
+                "model": "ResNet-50",
+                "micro_batch": micro_batch,
+                "precision": precision,
+                "memory_format": memory_format,
+            },
+            "training": {"optimizer": "sgdm"},
+        }
+    )
+
+
+def test_every_sm_count_and_clock_agree_with_the_datasheet_fp32_peak():
+    """fp32 peak = SMs x FP32 lanes per SM (64 on V100 and A100, 128 since) x 2 x boost clock: a typo
+    in either figure breaks the identity."""
+    checked = 0
+    for name, gpu in catalog.gpus().items():
+        if gpu.sm_cycles_per_s is None:
+            continue
+        lanes = gpu.peak_tflops["fp32"] * 1e12 / (2 * gpu.sm_cycles_per_s)
+        assert min(abs(lanes - 64), abs(lanes - 128)) / lanes < 0.01, (name, lanes)
+        checked += 1
+    assert checked >= 10
+
+
+def test_batch_norm_is_bound_by_the_sms_or_by_hbm_whichever_is_lower():
+    kernel = Kernel("bn_relu", 0.0, 1e10, 1)
+    times = {}
+    for name in ("V100-SXM2", "H100-SXM", "H200"):
+        costs = DeviceCosts(catalog.gpu(name))
+        times[name] = costs.kernel_time(kernel, "bf16" if name != "V100-SXM2" else "fp16")
+        fixed = costs.kernel_overhead_s
+        gpu = catalog.gpu(name)
+        expected = min(gpu.hbm_bytes_per_s * costs.memory_eff, gpu.sm_cycles_per_s * BN_BYTES_PER_SM_CYCLE)
+        assert times[name] == pytest.approx(fixed + 1e10 / expected)
+    # same SMs and clock: the H100's lower HBM bandwidth does not slow a kernel its SMs bound
+    assert times["H100-SXM"] == pytest.approx(times["H200"])
+    v100 = catalog.gpu("V100-SXM2")  # 80 SMs at 1.53 GHz could move more than 0.8 x 900 GB/s
+    assert v100.sm_cycles_per_s * BN_BYTES_PER_SM_CYCLE > v100.hbm_bytes_per_s * 0.8
+    assert times["V100-SXM2"] == pytest.approx(3.2e-6 + 1e10 / (v100.hbm_bytes_per_s * 0.8))
+
+
+def test_a_gpu_without_sm_figures_keeps_the_measured_fraction_of_hbm():
+    gpu = catalog.gpu("B200")
+    assert gpu.sm_cycles_per_s is None
+    costs = DeviceCosts(gpu)
+    fraction = catalog.execution()["efficiency"]["bn_relu_memory"]
+    t = costs.kernel_time(Kernel("bn_relu", 0.0, 1e10, 1), "bf16")
+    assert t == pytest.approx(costs.kernel_overhead_s + 1e10 / (gpu.hbm_bytes_per_s * fraction))
+
+
+def test_transposes_only_for_nchw_tensors_on_tensor_cores():
+    assert needs_layout_transposes("contiguous", "fp16")
+    assert needs_layout_transposes("contiguous", "tf32")
+    assert not needs_layout_transposes("contiguous", "fp32")  # native NCHW kernels on the SIMT cores
+    assert not needs_layout_transposes("channels_last", "bf16")
+
+
+def test_nchw_transposes_cost_a_read_and_write_of_every_conv_tensor_and_no_host_dispatch():
+    arch = catalog.model("ResNet-50")
+    costs = DeviceCosts(catalog.gpu("A100-80GB"))
+    plain = resnet_layers(arch, 64, 2)
+    nchw = resnet_layers(arch, 64, 2, nchw_transposes=True)
+    stem_plain, stem_nchw = plain[0], nchw[0]
+    # stem: 3 x 224 x 224 in, 64 x 112 x 112 out per sample, 2 bytes; forward: one read + write of each
+    moved = 2 * 2 * 64 * (3 * 224**2 + 64 * 112**2)
+    (fwd,) = [k for k in stem_nchw.forward if k.name == "layout_transpose"]
+    (bwd,) = [k for k in stem_nchw.backward if k.name == "layout_transpose"]
+    assert fwd.bytes == pytest.approx(moved) and bwd.bytes == pytest.approx(2 * moved)
+    assert (fwd.launches, bwd.launches) == (2, 4)
+    extra = costs.kernels_time(stem_nchw.forward, "fp16") - costs.kernels_time(stem_plain.forward, "fp16")
+    assert extra == pytest.approx(2 * costs.kernel_overhead_s + moved / costs.memory_rate)
+    for a, b in zip(plain, nchw):  # cuDNN launches them inside the convolution: no host op of their own
+        assert costs.kernels_launched(a.forward) == costs.kernels_launched(b.forward)
+        assert costs.kernels_launched(a.backward) == costs.kernels_launched(b.backward)
+
+
+@pytest.mark.parametrize("gpu", ["V100-SXM2", "A100-80GB"])
+def test_channels_last_speeds_resnet50_up_by_about_thirty_percent(gpu):
+    """Published: channels_last "accelerates ResNet-50 on ImageNet by about 30% on NVIDIA V100 and
+    A100" (NVIDIA's figure, quoted in MosaicML Composer's channels_last method card)."""
+    nchw = simulate(_one_gpu(gpu, "fp16", "contiguous")).iteration_time
+    nhwc = simulate(_one_gpu(gpu, "fp16", "channels_last")).iteration_time
+    assert 1.15 <= nchw / nhwc <= 1.5
+
+
+def test_layout_does_not_change_fp32_or_a_transformer():
+    assert simulate(_one_gpu("V100-SXM2", "fp32", "contiguous", 64)).iteration_time == pytest.approx(
+        simulate(_one_gpu("V100-SXM2", "fp32", "channels_last", 64)).iteration_time
+    )
+
+
+def test_an_unknown_memory_format_is_an_input_error():
+    with pytest.raises(InputError) as err:
+        _one_gpu("A100-80GB", "fp16", "nhwc")
+    assert "memory_format" in str(err.value)
+
