@@ -704,8 +704,9 @@ def validate(
 ):
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
-    paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), and single-GPU
-    and single-node training throughputs of BERT-Large and ResNet-50 (gpu_throughput)."""
+    paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
+    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), and single-GPU and single-node
+    training throughputs of BERT-Large and ResNet-50 (gpu_throughput)."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
 
@@ -729,24 +730,22 @@ def validate(
         )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
-    console.print(
-        table(
-            f"{d.metric}: predicted vs published",
-            ["optimizer", "GPUs", "published", "predicted", "P10–P90", "error"],
-            [
-                [
-                    r.optimizer,
-                    r.gpus,
-                    f"{r.published:,.1f}",
-                    f"{r.predicted:,.1f}",
-                    "-" if r.p10 is None else f"{r.p10:,.1f}–{r.p90:,.1f}" + (" ✓" if r.inside else " ✗"),
-                    f"{100 * r.error:+.1f}%",
-                ]
-                for r in report.rows
-            ],
-            left=2,
+    speedup = d.metric == "speedup"
+    fmt = "{:,.2f}x" if speedup else "{:,.1f}"
+    header = ["experiment", "optimizer"] if speedup else ["optimizer"]
+    rows = []
+    for r in report.rows:
+        band = (
+            "-"
+            if r.p10 is None
+            else f"{fmt.format(r.p10)}–{fmt.format(r.p90)}" + (" ✓" if r.inside else " ✗")
         )
-    )
+        label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"] if speedup else [r.optimizer]
+        rows.append(
+            [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
+        )
+    header += ["GPUs", "published", "predicted", "P10–P90", "error"]
+    console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
     cov = report.coverage
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "

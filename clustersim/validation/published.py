@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
@@ -23,6 +23,10 @@ class Row(BaseModel):
     # the row's own published setup as dotted scenario keys (model, layout, micro-batches): what the
     # paper ran, never a fitted factor
     changes: dict[str, Any] = Field(default_factory=dict)
+    # metric "speedup": the optimizer the published speedup is over, on the same GPUs
+    baseline: str | None = None
+    # a row of another experiment than the dataset's scenario (a path or preset:NAME)
+    scenario: str | None = None
 
 
 class Dataset(BaseModel):
@@ -31,10 +35,16 @@ class Dataset(BaseModel):
     description: str
     source: str
     scenario: str
-    metric: str = "samples_per_s"
+    metric: Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"] = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
+
+    @model_validator(mode="after")
+    def _speedups_name_their_baseline(self) -> "Dataset":
+        if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
+            raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
+        return self
 
 
 @dataclass
@@ -46,6 +56,8 @@ class RowResult:
     error: float  # (predicted - published) / published
     p10: float | None = None  # the prediction's P10-P90 band, in the metric's units
     p90: float | None = None
+    baseline: str | None = None  # speedup rows: the optimizer the speedup is over
+    scenario: str | None = None  # the row's own experiment, where it is not the dataset's
 
     @property
     def inside(self) -> bool | None:
@@ -126,12 +138,30 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
     return None, None
 
 
+def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | None, float | None]:
+    """The step speedup of ``scenario`` over ``baseline`` and its paired P10-P90: both simulated under
+    the same draws of the uncertain hardware parameters, as two runs on one cluster would be."""
+    import numpy as np
+
+    from clustersim.simulator.runner import paired_times
+    from clustersim.simulator.uncertainty import QUANTILES
+
+    point = simulate(baseline, profile).iteration_time / simulate(scenario, profile).iteration_time
+    if samples <= 0:
+        return point, None, None
+    times = paired_times([baseline, scenario], profile, samples)
+    q = np.quantile(times[0] / times[1], QUANTILES)
+    return point, float(q[0]), float(q[-1])
+
+
 def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
-    base = load_scenario(data.scenario)
+    bases = {data.scenario: load_scenario(data.scenario)}
     results = []
     for row in data.rows:
+        source = row.scenario or data.scenario
+        base = bases.get(source) or bases.setdefault(source, load_scenario(source))
         changes = {
             "training.optimizer": row.optimizer,
             "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
@@ -145,13 +175,30 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
             scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
         else:
             scenario = base.with_world_size(row.gpus).with_changes(**changes)
-        r = simulate(scenario, profile, uncertainty_samples=samples)
-        predicted = _metric(r, scenario, data.metric)
-        lo, hi = _band(r, data.metric, scenario)
+        if data.metric == "speedup":
+            baseline = scenario.with_changes(
+                **{
+                    "training.optimizer": row.baseline,
+                    "training.optimizer_options": data.optimizer_options.get(row.baseline, {}),
+                }
+            )
+            predicted, lo, hi = _speedup(baseline, scenario, profile, samples)
+        else:
+            r = simulate(scenario, profile, uncertainty_samples=samples)
+            predicted = _metric(r, scenario, data.metric)
+            lo, hi = _band(r, data.metric, scenario)
         results.append(
             RowResult(
-                row.optimizer, row.gpus, row.published, predicted, predicted / row.published - 1, lo, hi
-            )
+                row.optimizer,
+                row.gpus,
+                row.published,
+                predicted,
+                predicted / row.published - 1,
+                lo,
+                hi,
+                row.baseline,
+                row.scenario,
+            )  # fmt: skip
         )
         if progress:
             progress(len(results), len(data.rows))
