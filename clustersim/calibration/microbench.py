@@ -174,7 +174,10 @@ class Bench:
                     m.mul_(0.9).add_(grad, alpha=0.1),
                     b_state.mul_(0.9).add_(grad.abs(), alpha=0.1),
                 ),
-                "binsgdm_quantize": lambda: t.where(t.rand_like(m) < (1 + m / b_state) / 2, 1, -1).to(t.int8),
+                # stochastic 1-bit quantization of m/b to the packed bits the all-reduce sends, as the
+                # testbed's BinSGDM runs it (a +1 with probability (1 + m/b) / 2); not t.where(.., 1, -1),
+                # which materialises 8 bytes of int64 per element that no implementation writes
+                "binsgdm_quantize": lambda: self._pack((t.rand_like(m) < (1 + m / b_state) / 2).to(t.uint8)),
                 # the 1-bit reduce-scatter's local vote: unpack p shards of n/p bits, count the +1s
                 "binsgdm_vote": lambda: self._unpack(packed).view(p, -1).sum(0, dtype=t.int32),
                 # re-binarize the vote (majority) and pack it for the next phase

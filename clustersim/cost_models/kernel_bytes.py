@@ -50,10 +50,10 @@ FINISH_PASSES = (
 )
 PADDING_PASS = ("onebit_pad", 8.0, 0.0)  # torch.cat([buffer_m, zeros]) on every call when padded
 # Fused elementwise kernels, bytes per parameter: m and b updates (r g, r/w m, r/w b in fp32 + grad),
-# stochastic quantize of m/b to int8 (r m, b; w 1), and unpack + apply to the fp32 master and the
-# 16-bit model copy (r 1/8, r/w 8, w 2).
+# stochastic quantize of m/b to the packed bits the 1-bit all-reduce sends (r m, b; w 1/8), and
+# unpack + apply to the fp32 master and the 16-bit model copy (r 1/8, r/w 8, w 2).
 UPDATE_STATE_BYTES = 16.0
-QUANTIZE_BYTES = 9.0
+QUANTIZE_BYTES = 8.125
 APPLY_BYTES = 10.125
 # BinSGDM with offload, per parameter on the host: read the packed 1-bit update (1/8), read and write
 # the fp32 master weight (8), write the fp32 weight handed back to the device (4).
