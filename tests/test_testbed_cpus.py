@@ -52,9 +52,20 @@ def test_not_writable_is_refused_in_one_line_before_any_network(runner, monkeypa
     assert cpu_share.unavailable() is not None
 
 
-def test_the_period_is_the_shortest_the_kernel_allows_for_the_share():
-    assert cpu_share.period_us(1.0) == cpu_share.period_us(2.0) == 1_000
-    assert cpu_share.period_us(0.25) == 4_000 and cpu_share.period_us(0.3) == 3_334
+def test_the_period_is_the_shortest_whose_quota_is_one_bandwidth_slice():
+    assert cpu_share.period_us(1.0, 5_000) == 5_000 and cpu_share.period_us(2.0, 5_000) == 2_500
+    assert cpu_share.period_us(0.25, 5_000) == 20_000 and cpu_share.period_us(0.3, 5_000) == 16_667
+    assert cpu_share.period_us(4.0, 2_000) == 1_000  # never below the kernel's 1 ms
+    assert cpu_share.period_us(0.002, 5_000) == 1_000_000  # nor above its 1 s: the quota shrinks instead
+
+
+def test_the_slice_is_read_from_the_kernel_or_defaults(monkeypatch, tmp_path):
+    slice_file = tmp_path / "slice"
+    slice_file.write_text("3000\n")
+    monkeypatch.setattr(cpu_share, "SLICE_FILE", slice_file)
+    assert cpu_share.bandwidth_slice_us() == 3_000
+    monkeypatch.setattr(cpu_share, "SLICE_FILE", tmp_path / "missing")
+    assert cpu_share.bandwidth_slice_us() == cpu_share.DEFAULT_SLICE_US
 
 
 def test_a_share_too_small_for_the_kernel_is_refused(monkeypatch):

@@ -86,10 +86,18 @@ def slowest_ranks(torch, dist, values: list) -> list:
 
 
 def slowest(torch, dist, times: dict[str, list[float]], keys) -> dict:
-    """Quantiles over steps of the slowest rank's time per step, per key (a synchronous step waits
-    for the slowest rank)."""
-    worst = slowest_ranks(torch, dist, [times[k] for k in keys])
-    return {k: quantiles(v) for k, v in zip(keys, worst)}
+    """Quantiles over steps of the slowest rank's times: per step, every key of the one rank whose
+    ``keys[0]`` (the whole step) is the longest (a synchronous step waits for that rank). Its phases
+    add up to its step; the largest of each phase over ranks would not, because a rank that finishes
+    its kernels early waits inside the next collective for the others, so the longest collective time
+    and the longest kernel time belong to different ranks and both overstate what the step spent."""
+    mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)  # keys x steps
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    ranks = torch.stack(gathered)  # ranks x keys x steps
+    worst = ranks[:, 0, :].argmax(dim=0)  # per step, the rank with the longest step
+    chosen = ranks[worst, :, torch.arange(ranks.shape[2])]  # steps x keys
+    return {k: quantiles(chosen[:, i].tolist()) for i, k in enumerate(keys)}
 
 
 def finish(args, torch, dist, result: dict) -> int:

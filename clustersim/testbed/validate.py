@@ -26,7 +26,7 @@ from pathlib import Path
 
 from clustersim.calibration.fit import build_profile
 from clustersim.calibration.profile import parse_profile
-from clustersim.cost_models.kernel_bytes import padded_elements
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM, padded_elements
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.uncertainty import Interval
@@ -157,11 +157,20 @@ def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
 
 
 def _profile(raw: dict, fit_ranks: int, local: dict, job: Job, kernels: list[dict] | None):
-    """Network model fitted on groups below ``fit_ranks`` hosts, plus the measured compute phases and,
-    for the compressed optimizers, the kernels measured on the hosts at once."""
+    """Network model fitted on groups below ``fit_ranks`` hosts, plus the measured compute phases, Adam's
+    update at the local job's rate and, for the compressed optimizers, the kernels measured on the hosts
+    at once."""
     small = {**raw, "collectives": [r for r in raw["collectives"] if r["ranks"] < fit_ranks]}
-    if kernels:
-        small["kernels"] = kernels
+    # Adam's update at the rate the local job ran it (its optimizer phase, Adam over every parameter):
+    # the measured phase less this update is the per-step overhead every optimizer pays, so the
+    # overhead is what remains once the job's own update is taken off, not a microbenchmark's update
+    adam = {
+        "name": "optimizer",
+        "elements": job.params,
+        "bytes": FUSED_ADAM * job.params,
+        "median_s": local["optimizer"]["median_s"],
+    }
+    small["kernels"] = [*(kernels or []), adam]
     data = build_profile(small)
     data["collectives"] = []  # predict from the model, never by replaying a measured shape
     data["compute_phases"] = [
