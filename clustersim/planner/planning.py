@@ -295,5 +295,7 @@ def why_not(row: dict[str, Any], chosen: dict[str, Any]) -> str:
     dc = row["cost"] - chosen["cost"]
     dt = row["ttt_h"] - chosen["ttt_h"]
     speed = f"{abs(dt):,.1f} h {'slower' if dt > 0 else 'faster'}"
+    if round(abs(dc)) == 0:  # "$0 (0.0%) more" would read as a difference where the table shows none
+        return f"same cost, {speed}"
     more = "more" if dc >= 0 else "less"
     return f"${abs(dc):,.0f} ({100 * abs(dc) / chosen['cost']:.1f}%) {more}, {speed}"
