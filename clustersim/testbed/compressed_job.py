@@ -24,7 +24,6 @@ state update and the final parameter update) are recorded as the slowest rank's,
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 from clustersim.calibration.microbench import pack_bits as _pack
@@ -33,6 +32,7 @@ from clustersim.cost_models.kernel_bytes import padded_elements
 from clustersim.testbed.ddp_job import (
     build_model,
     finish,
+    leave,
     model_input,
     slowest,
     slowest_ranks,
@@ -224,4 +224,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
