@@ -41,7 +41,7 @@ class DeviceCosts:
         # of HBM), else a fraction of HBM (catalogs/execution.yaml)
         sm_rate = gpu.sm_cycles_per_s
         self._bn_relu_sm_rate = None if sm_rate is None else sm_rate * classes["bn_relu_bytes_per_sm_cycle"]
-        self._bn_relu_hbm_fraction = classes["bn_relu_memory"]
+        self._bn_relu_hbm_rate = gpu.hbm_bytes_per_s * classes["bn_relu_memory"]
         self.kernel_overhead_s = mode.device_s_per_kernel
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
@@ -132,8 +132,7 @@ class DeviceCosts:
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
         elif kernel.name == "bn_relu":
             sm = self._bn_relu_sm_rate
-            hbm_share = self.gpu.hbm_bytes_per_s * self._bn_relu_hbm_fraction
-            byte_rate = hbm_share if sm is None else min(byte_rate, sm)
+            byte_rate = self._bn_relu_hbm_rate if sm is None else min(byte_rate, sm)
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 

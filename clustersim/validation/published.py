@@ -139,19 +139,15 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
 
 
 def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | None, float | None]:
-    """The step speedup of ``scenario`` over ``baseline`` and its paired P10-P90: both simulated under
-    the same draws of the uncertain hardware parameters, as two runs on one cluster would be."""
-    import numpy as np
-
-    from clustersim.simulator.runner import paired_times
-    from clustersim.simulator.uncertainty import QUANTILES
+    """The step speedup of ``scenario`` over ``baseline`` and its paired P10-P90 (both under the same
+    draws of the uncertain hardware parameters, as `compare` pairs them)."""
+    from clustersim.planner.compare import paired_band
 
     point = simulate(baseline, profile).iteration_time / simulate(scenario, profile).iteration_time
     if samples <= 0:
         return point, None, None
-    times = paired_times([baseline, scenario], profile, samples)
-    q = np.quantile(times[0] / times[1], QUANTILES)
-    return point, float(q[0]), float(q[-1])
+    lo, hi = paired_band(baseline, scenario, profile, samples)["speedup"]
+    return point, lo, hi
 
 
 def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
