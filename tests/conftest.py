@@ -41,3 +41,16 @@ def make_scenario(**overrides):
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     return validate_scenario(base, source="test")
+
+
+def swept_results(tmp_path_factory, name: str, spec: dict):
+    """Run the sweep ``spec`` once into a fresh folder; its results folder (reports read it)."""
+    import yaml
+
+    from clustersim.sweeps.run import run_sweep
+    from clustersim.sweeps.spec import load_sweep
+
+    tmp = tmp_path_factory.mktemp(name)
+    (tmp / "s.yaml").write_text(yaml.safe_dump(spec))
+    run_sweep(load_sweep(tmp / "s.yaml"), tmp / "out")
+    return tmp / "out"

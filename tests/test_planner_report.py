@@ -18,8 +18,7 @@ from clustersim.report import analysis, figures
 from clustersim.report.build import build_report, hottest_links, render_html, write_report
 from clustersim.report.prices import network_catalog, network_per_node_hour
 from clustersim.scenario import validate_scenario
-from clustersim.sweeps.run import run_sweep
-from clustersim.sweeps.spec import load_sweep
+from tests.conftest import swept_results
 
 BASE = {
     "name": "a100-ethernet",
@@ -50,10 +49,7 @@ SWEEP = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("planner")
-    (tmp / "s.yaml").write_text(yaml.safe_dump(SWEEP))
-    run_sweep(load_sweep(tmp / "s.yaml"), tmp / "out")
-    return tmp / "out"
+    return swept_results(tmp_path_factory, "planner", SWEEP)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from clustersim.report import analysis
 from clustersim.report.build import parse_duration
 from clustersim.sweeps.run import run_sweep
 from clustersim.sweeps.spec import load_sweep
+from tests.conftest import swept_results
 
 SWEEP = {
     "name": "report-test",
@@ -25,10 +26,7 @@ SWEEP = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rep")
-    (tmp / "s.yaml").write_text(yaml.safe_dump(SWEEP))
-    run_sweep(load_sweep(tmp / "s.yaml"), tmp / "out")
-    return tmp / "out"
+    return swept_results(tmp_path_factory, "rep", SWEEP)
 
 
 def test_report_is_self_contained(results, tmp_path, runner):
