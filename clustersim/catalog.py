@@ -155,10 +155,14 @@ class GpuSpec(_Strict):
     price_per_gpu_hour: Annotated[Number | None, _within("price_per_gpu_hour", "USD per GPU-hour")] = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )
-    multiprocessors: Count | None = Field(
-        None, gt=0, description="streaming multiprocessors; with the clock, the rate of SM-bound kernels"
+    multiprocessors: Annotated[Count | None, _within("gpu_multiprocessors", "multiprocessors per GPU")] = (
+        Field(
+            None, gt=0, description="streaming multiprocessors; with the clock, the rate of SM-bound kernels"
+        )
     )
-    boost_clock_mhz: Number | None = Field(None, gt=0, description="boost clock in MHz (datasheet)")
+    boost_clock_mhz: Annotated[Number | None, _within("gpu_boost_clock_mhz", "MHz")] = Field(
+        None, gt=0, description="boost clock in MHz (datasheet)"
+    )
     asynchronous_launch: bool = Field(
         True,
         description="kernels run while the host dispatches the next ones (GPUs); false for a CPU device, "

@@ -131,3 +131,30 @@ def test_binsgdm_resnet50_speedup_is_within_fifteen_percent_of_the_paper():
     report = validate("binsgdm_speedups", samples=0)
     (resnet,) = [r for r in report.rows if r.baseline == "sgdm"]
     assert abs(resnet.error) <= 0.15, resnet.predicted
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("multiprocessors", 0, "greater than 0"),
+        ("multiprocessors", 100_000, "beyond any real GPU"),
+        ("boost_clock_mhz", float("nan"), "finite"),
+        ("boost_clock_mhz", 1.5e9, "beyond any real GPU"),
+        ("boost_clock_mhz", True, "not true/false"),
+    ],
+)
+def test_a_bad_sm_count_or_clock_is_one_line_naming_the_key(key, value, says):
+    entry = {
+        "name": "MYGPU", "chip": "X1", "description": "t", "peak_tflops": {"fp32": 20, "fp16": 300},
+        "hbm_gbs": 2000, "memory_gib": 80, "nvlink": {"links": 0, "gbs_per_link": 0}, "pcie_gen": 4,
+        key: value,
+    }  # fmt: skip
+    with pytest.raises(InputError) as err:
+        validate_scenario(
+            {
+                "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": entry, "intra_node": {"fabric": "pcie"}},
+                "workload": {"model": "ResNet-50", "micro_batch": 8},
+            }
+        )
+    assert f"cluster.gpu.{key}" in str(err.value) and says in str(err.value)
+    assert "\n" not in str(err.value)

@@ -71,6 +71,8 @@ def test_the_slice_is_read_from_the_kernel_or_defaults(monkeypatch, tmp_path):
 def test_a_share_too_small_for_the_kernel_is_refused(monkeypatch):
     with pytest.raises(InputError, match="smallest share"):
         cpu_share.create(["cst-x"], 0.0005, [], lambda: None)
+    with pytest.raises(InputError, match="more than this machine's"):
+        cpu_share.create(["cst-x"], 1e300, [], lambda: None)
     with pytest.raises(InputError, match="must be 0 or more"):
         monkeypatch.setattr(hosts, "require_tools", lambda: None)
         hosts.up(2, 1e8, cpus_per_host=-1)

@@ -138,6 +138,11 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
     and group directories."""
     if share <= 0 or not math.isfinite(share):
         raise InputError(f"--cpus-per-host must be positive, got {share:g}", key="--cpus-per-host")
+    cores = len(machine_cpus())
+    if share > cores:
+        raise InputError(
+            f"--cpus-per-host {share:g} is more than this machine's {cores} cores", key="--cpus-per-host"
+        )
     period = period_us(share)
     if share * MAX_PERIOD_US < MIN_US:
         raise InputError(
