@@ -378,6 +378,18 @@ def layout_transposes() -> tuple[int, int]:
     return int(t["forward_per_conv"]), int(t["backward_per_conv"])
 
 
+def unfused_pointwise(style: str, autocast: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Bytes per token of a block's pointwise work in plain PyTorch model code, as ([h, f] forward,
+    [h, f] backward) multiples of the hidden and MLP widths (catalogs/execution.yaml)."""
+    table = execution()["unfused_pointwise"]["autocast" if autocast else "fp32"][style]
+    return tuple(table["forward"]), tuple(table["backward"])
+
+
+def weight_cast_bytes_per_param() -> float:
+    """Bytes an autocast step moves per fp32 weight to cast it (and its gradient back)."""
+    return float(execution()["unfused_pointwise"]["weight_cast_bytes_per_param"])
+
+
 def eager_kernels(style: str, part: str) -> tuple[int, int]:
     """Kernels an eager PyTorch step launches for one layer, (forward, backward)."""
     fwd, bwd = execution()["kernels"][style][part]

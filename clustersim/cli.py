@@ -705,13 +705,15 @@ def validate(
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
-    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), and single-GPU and single-node
-    training throughputs of BERT-Large and ResNet-50 (gpu_throughput)."""
+    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), single-GPU and single-node
+    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), and single-GPU eager steps of
+    BERT, GPT-2 XL and ResNet-50 measured on an H200 (gpu_steps)."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
+    from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
 
-    if dataset == "gpu_throughput":
-        _validate_throughput(json_out, profile, samples)
+    if dataset in THROUGHPUT_DATASETS:
+        _validate_throughput(dataset, json_out, profile, samples)
         return
     with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
         report = run_validate(dataset, profile, samples, progress=update)
@@ -754,13 +756,13 @@ def validate(
     )
 
 
-def _validate_throughput(json_out: bool, profile, samples: int) -> None:
+def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) -> None:
     from clustersim.validation.gpu_throughput import validate_throughput
     from clustersim.validation.throughput_data import load_gpu_throughput
 
-    rows = len(load_gpu_throughput().rows)
+    rows = len(load_gpu_throughput(dataset).rows)
     with progress_bar("validate", "rows", rows, disabled=json_out) as update:
-        report = validate_throughput(profile, samples, progress=update)
+        report = validate_throughput(profile, samples, progress=update, dataset=dataset)
     if json_out:
         emit_json(
             {
@@ -784,13 +786,14 @@ def _validate_throughput(json_out: bool, profile, samples: int) -> None:
                 f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
         )  # fmt: skip
-    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "published", "predicted", "P10–P90"]
-    console.print(table("samples/s: predicted vs published", [*header, "error"], rows, left=6))
+    truth = "measured" if dataset == "gpu_steps" else "published"
+    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", truth, "predicted", "P10–P90"]
+    console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=6))
     cov = report.coverage
     console.print(
         f"{len(report.scored)} scored rows (binned-length rows are shown, not scored): median absolute error "
         f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
-        + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
+        + ("" if cov is None else f"; {truth} value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
 
 

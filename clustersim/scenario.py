@@ -241,6 +241,15 @@ class WorkloadSpec(_Strict):
         description="how the step reaches the GPU: eager PyTorch (an op dispatched by the host per kernel), "
         "torch.compile (fused pointwise kernels), or a captured CUDA graph (no per-kernel host dispatch)",
     )
+    pointwise: Literal["unfused", "fused"] | None = Field(
+        None,
+        description="transformers: how the model code's pointwise work (normalisation, activation, "
+        "dropout, residual adds, dtype casts) meets memory. unfused: plain PyTorch model code such as "
+        "Hugging Face transformers under torch.autocast (one kernel per op, fp32 residual stream and "
+        "LayerNorm, a cast before every matmul); fused: framework kernels on half-precision activations "
+        "(Megatron-LM, DeepSpeed, apex/NVIDIA DeepLearningExamples, torch.compile). "
+        "Default: fused under torch.compile or tensor/pipeline parallelism, else unfused",
+    )
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -413,6 +422,17 @@ class Scenario(_Strict):
     def source(self) -> str | None:
         """The file or preset this scenario came from (None when built in code)."""
         return self._source or None
+
+    @property
+    def pointwise_code(self) -> str:
+        """``workload.pointwise`` as given, else its default: fused where the code cannot be plain model
+        code (torch.compile fuses it; tensor and pipeline parallelism are Megatron-style framework
+        code), unfused otherwise."""
+        w, p = self.workload, self.training.parallelism
+        if w.pointwise is not None:
+            return w.pointwise
+        framework = w.execution == "compiled" or p.tensor > 1 or p.pipeline > 1
+        return "fused" if framework else "unfused"
 
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``)."""

@@ -248,7 +248,7 @@ def build_context(
     device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
     _check_layer_count(scenario)
-    workload = build_workload(scenario.workload)
+    workload = build_workload(scenario.workload, scenario.pointwise_code == "unfused")
     execution = scenario.workload.execution
     device = DeviceCosts(gpu, prof, execution)
     c = scenario.cluster

@@ -164,4 +164,7 @@ def _measured_workload(mc: ModelCompute) -> Workload | None:
     if isinstance(arch, ResNetArch):
         return Workload(mc.model, tuple(resnet_layers(arch, b, d)), b, 1, p)
     fused = mc.fingerprint.attention != "eager"
-    return Workload(mc.model, tuple(transformer_layers(arch, b, mc.seq_len, d, fused)), b, mc.seq_len, p)
+    # a measured model is plain PyTorch code (calibrate model, a user's traced job) unless compiled
+    unfused = mc.fingerprint.execution != "compiled"
+    layers = transformer_layers(arch, b, mc.seq_len, d, fused, unfused)
+    return Workload(mc.model, tuple(layers), b, mc.seq_len, p)

@@ -89,9 +89,11 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     }
     if row.memory_format is not None:
         workload["memory_format"] = row.memory_format
+    if row.pointwise is not None:
+        workload["pointwise"] = row.pointwise
     if row.seq_len is not None:
         workload["seq_len"] = row.seq_len
-        workload["attention"] = "unfused"
+        workload["attention"] = row.attention
     return validate_scenario(
         {
             "name": name,
@@ -109,8 +111,10 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     )
 
 
-def validate_throughput(profile=None, samples: int = 16, progress=None) -> ThroughputReport:
-    data = load_gpu_throughput()
+def validate_throughput(
+    profile=None, samples: int = 16, progress=None, dataset: str = "gpu_throughput"
+) -> ThroughputReport:
+    data = load_gpu_throughput(dataset)
     results = []
     for i, row in enumerate(data.rows):
         result = simulate(scenario_for(row), profile, uncertainty_samples=samples)

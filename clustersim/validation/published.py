@@ -94,9 +94,10 @@ def datasets() -> list[str]:
 
 def load_dataset(name: str) -> Dataset:
     if name not in datasets():
-        raise InputError(
-            f"unknown validation dataset {name!r} (known: {', '.join(datasets())})", key="--dataset"
-        )
+        from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
+
+        known = sorted([*datasets(), *THROUGHPUT_DATASETS])
+        raise InputError(f"unknown validation dataset {name!r} (known: {', '.join(known)})", key="--dataset")
     text = resources.files("clustersim.validation").joinpath(f"{name}.yaml").read_text()
     try:
         return Dataset.model_validate(load_yaml(text))

@@ -1,4 +1,5 @@
-"""Published single-GPU and single-node training throughputs (data/gpu_throughput.yaml) as typed rows.
+"""Single-GPU and single-node training throughputs as typed rows: the published ones
+(data/gpu_throughput.yaml) and this project's own GPU measurements (data/gpu_steps.yaml).
 
 The file groups rows by the published table they come from: a table's keys (source, system, GPU,
 model, framework, execution, ...) apply to each of its rows, and a row adds or overrides its own
@@ -20,6 +21,8 @@ from clustersim.errors import InputError
 from clustersim.io import first_error, load_yaml
 
 FILE = "gpu_throughput.yaml"
+# dataset name (validate --dataset) -> its file under data/
+THROUGHPUT_DATASETS = {"gpu_throughput": FILE, "gpu_steps": "gpu_steps.yaml"}
 
 # How the published code issues its kernels: PyTorch eager; a model compiled to fused kernels
 # (TorchScript/nvFuser, torch.compile); or a training step replayed as captured CUDA graphs.
@@ -57,6 +60,12 @@ class ThroughputRow(_Strict):
     execution: Execution
     memory_format: Literal["channels_last", "contiguous"] | None = Field(
         None, description="CNNs: the activations' layout (contiguous = NCHW)"
+    )
+    attention: Literal["fused", "unfused"] = Field(
+        "unfused", description="transformers: scaled_dot_product_attention (fused) or scores in memory"
+    )
+    pointwise: Literal["unfused", "fused"] | None = Field(
+        None, description="transformers: the model code's pointwise kernels (workload.pointwise)"
     )
     framework: str = Field(min_length=1)
     data_loader: str = Field(min_length=1)
@@ -149,7 +158,8 @@ def _check_catalogs(row: ThroughputRow, source: str, key: str) -> None:
         )
 
 
-def load_gpu_throughput() -> ThroughputDataset:
-    """The shipped published throughputs (clustersim/validation/data/gpu_throughput.yaml)."""
-    text = resources.files("clustersim.validation").joinpath("data", FILE).read_text()
-    return parse_gpu_throughput(load_yaml(text), source=FILE)
+def load_gpu_throughput(dataset: str = "gpu_throughput") -> ThroughputDataset:
+    """A shipped throughput dataset (THROUGHPUT_DATASETS: clustersim/validation/data/)."""
+    name = THROUGHPUT_DATASETS[dataset]
+    text = resources.files("clustersim.validation").joinpath("data", name).read_text()
+    return parse_gpu_throughput(load_yaml(text), source=name)

@@ -31,7 +31,11 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
     return layers
 
 
-def build_workload(spec: WorkloadSpec) -> Workload:
+def build_workload(spec: WorkloadSpec, unfused_pointwise: bool | None = None) -> Workload:
+    """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code); None: as
+    ``spec.pointwise`` says, unfused when it says nothing."""
+    if unfused_pointwise is None:
+        unfused_pointwise = spec.pointwise != "fused"
     if spec.model is None:
         d = BYTES_PER_ELEMENT[spec.precision]
         return Workload(
@@ -46,6 +50,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         definition,
         spec.attention == "fused",
         needs_layout_transposes(spec.memory_format, spec.precision),
+        unfused_pointwise,
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -76,6 +81,7 @@ def _catalog_workload(
     definition: str | None = None,
     fused_attention: bool = True,
     nchw_transposes: bool = False,
+    unfused_pointwise: bool = False,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again (issue #15). ``definition`` keys a user
@@ -87,5 +93,5 @@ def _catalog_workload(
         layers = resnet_layers(arch, micro_batch, d, nchw_transposes)
         seq = 1
     else:
-        layers = transformer_layers(arch, micro_batch, seq, d, fused_attention)
+        layers = transformer_layers(arch, micro_batch, seq, d, fused_attention, unfused_pointwise)
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -10,11 +10,15 @@ Saved activations per block follow Korthikanti et al. 2022, eq. 1 (no recomputat
   s*b*h*(34 + 5*a*s/h) bytes with unfused attention, s*b*h*34 with fused (no s^2 scores kept),
   scaled by the element size for other precisions.
 Memory-bound kernels (LayerNorm, residual adds, dropout, GeLU, softmax) are counted as bytes read
-and written: d*(14*T*h + 2*T*f + 4*b*a*s^2) forward (no s^2 term when fused), twice that backward.
+and written. Framework code with fused kernels on 16-bit activations (Megatron-LM, DeepSpeed, apex):
+d*(14*T*h + 2*T*f + 4*b*a*s^2) forward (no s^2 term when fused), twice that backward. Plain PyTorch
+model code (Hugging Face transformers under autocast: one kernel per op, fp32 residual stream, casts)
+moves several times that, counted per style in catalogs/execution.yaml (unfused_pointwise).
 """
 
 from __future__ import annotations
 
+from clustersim import catalog
 from clustersim.catalog import TransformerArch, eager_kernels
 from clustersim.workloads.layers import Kernel, Layer
 
@@ -46,7 +50,30 @@ def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     )
 
 
-def _block(arch: TransformerArch, index: int, b: int, s: int, d: int, fused: bool) -> Layer:
+def _pointwise_bytes(
+    arch: TransformerArch, tokens: int, d: int, params: int, scores: int, extra: int, unfused: bool
+) -> tuple[float, float]:
+    """A block's pointwise traffic (forward, backward bytes). Fused framework kernels on 16-bit
+    activations read and write d*(14*T*h + 2*T*f) forward and twice that backward (module docstring).
+    Plain PyTorch model code (``unfused``) moves what its ops move, counted per architecture style in
+    catalogs/execution.yaml: under autocast an fp32 residual stream, a cast before each matmul, and
+    each weight cast every step; several times the fused traffic."""
+    h, f = arch.hidden, arch.ffn
+    scores_bytes = 4 * d * scores
+    if not unfused:
+        forward = d * (14 * tokens * h + 2 * tokens * f + extra) + scores_bytes
+        return forward, 2 * forward
+    autocast = d < 4
+    (fh, ff), (bh, bf) = catalog.unfused_pointwise(arch.style, autocast)
+    casts = catalog.weight_cast_bytes_per_param() * params if autocast else 0.0
+    forward = tokens * (fh * h + ff * f) + scores_bytes + casts
+    backward = tokens * (bh * h + bf * f) + 2 * scores_bytes + casts
+    return forward, backward
+
+
+def _block(
+    arch: TransformerArch, index: int, b: int, s: int, d: int, fused: bool, unfused_pointwise: bool = False
+) -> Layer:
     """``fused``: attention as one kernel that never writes the b*a*s*s scores to memory (FlashAttention,
     PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
     recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
@@ -72,7 +99,9 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int, fused: boo
     gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
     scores = 0 if fused else b * a * s * s
     attn_bytes = d * (2 * scores + (4 if fused else 3) * tokens * h)
-    elementwise = d * (14 * tokens * h + 2 * tokens * f + 4 * scores + extra_elementwise)
+    elementwise, elementwise_bwd = _pointwise_bytes(
+        arch, tokens, d, sum(tensors), scores, extra_elementwise, unfused_pointwise
+    )
     attn_bwd_flops = 2.5 * attn_flops if fused else 2 * attn_flops
     attn_bwd_bytes = d * 8 * tokens * h if fused else 2 * attn_bytes
     # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
@@ -87,7 +116,7 @@ def _block(arch: TransformerArch, index: int, b: int, s: int, d: int, fused: boo
     backward = (
         Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes, 2 * n_gemm),
         Kernel("attention", attn_bwd_flops, attn_bwd_bytes, 4),
-        Kernel("elementwise", 0.0, 2 * elementwise, max(1, n_bwd - 2 * n_gemm - 4)),
+        Kernel("elementwise", 0.0, elementwise_bwd, max(1, n_bwd - 2 * n_gemm - 4)),
     )
     activations = s * b * h * (34 + (0 if fused else 5 * a * s / h)) * d / 2
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
@@ -122,10 +151,16 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
 
 
 def transformer_layers(
-    arch: TransformerArch, micro_batch: int, seq_len: int, dtype_bytes: int, fused_attention: bool = True
+    arch: TransformerArch,
+    micro_batch: int,
+    seq_len: int,
+    dtype_bytes: int,
+    fused_attention: bool = True,
+    unfused_pointwise: bool = False,
 ) -> list[Layer]:
+    """``unfused_pointwise``: the model is plain PyTorch code (workload.pointwise: unfused)."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
-    layers += [_block(arch, i, b, s, d, fused_attention) for i in range(arch.layers)]
+    layers += [_block(arch, i, b, s, d, fused_attention, unfused_pointwise) for i in range(arch.layers)]
     layers.append(_head(arch, b, s, d))
     return layers

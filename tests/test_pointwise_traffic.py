@@ -1,0 +1,188 @@
+"""Pointwise traffic of plain PyTorch model code (workload.pointwise: unfused) against framework kernels.
+
+Checked against closed forms (the fused formula d*(14Th + 2Tf) and the catalog's per-style counts),
+invariants (plain code never moves fewer bytes; a step never gets faster by moving more), the
+scenario defaults, and a real H200 trace of Hugging Face's GPT-2 XL at micro-batch 4
+(tests/data/h200-gpt2-xl-s1024-mb4.trace.json.gz), whose step the pointwise kernels dominate.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from clustersim import catalog
+from clustersim.cost_models.compute import DeviceCosts
+from clustersim.scenario import validate_scenario
+from clustersim.simulator import simulate
+from clustersim.validation.gpu_throughput import validate_throughput
+from clustersim.workloads.transformer import transformer_layers
+
+GPT2_TRACE = Path(__file__).parent / "data" / "h200-gpt2-xl-s1024-mb4.trace.json.gz"
+POINTWISE = {"elementwise", "loss", "gather", "scatter_add"}
+
+
+def _block(model: str, b: int, s: int, d: int, unfused: bool):
+    return transformer_layers(catalog.model(model), b, s, d, True, unfused)[1]
+
+
+def _elementwise(layer, phase: str) -> float:
+    return next(k.bytes for k in getattr(layer, phase) if k.name == "elementwise")
+
+
+@pytest.mark.parametrize("model", ["BERT-Large", "GPT-2-1.5B", "LLaMA-7B"])
+def test_fused_framework_kernels_keep_the_closed_form(model):
+    """Fused kernels on 16-bit activations: d*(14Th + 2Tf) forward (plus LLaMA's SiLU and gate), twice
+    that backward."""
+    arch = catalog.model(model)
+    b, s, d = 2, 512, 2
+    t = b * s
+    block = _block(model, b, s, d, unfused=False)
+    extra = 3 * t * arch.ffn if arch.style == "llama" else 0
+    assert _elementwise(block, "forward") == d * (14 * t * arch.hidden + 2 * t * arch.ffn + extra)
+    assert _elementwise(block, "backward") == 2 * _elementwise(block, "forward")
+
+
+def test_unfused_gpt_block_is_the_catalog_count_plus_weight_casts():
+    """GPT-2 under autocast: T(66h + 68f) forward and T(120h + 120f) backward, plus 6 bytes per weight
+    each way (catalogs/execution.yaml); in fp32 the fp32 counts and no casts."""
+    arch = catalog.model("GPT-2-1.5B")
+    h, f, t = arch.hidden, arch.ffn, 4 * 1024
+    block = _block("GPT-2-1.5B", 4, 1024, 2, unfused=True)
+    casts = 6 * block.params
+    assert _elementwise(block, "forward") == t * (66 * h + 68 * f) + casts
+    assert _elementwise(block, "backward") == t * (120 * h + 120 * f) + casts
+    fp32 = _block("GPT-2-1.5B", 4, 1024, 4, unfused=True)
+    assert _elementwise(fp32, "forward") == t * (74 * h + 72 * f)
+
+
+@pytest.mark.parametrize("model", ["BERT-Base", "BERT-Large", "GPT-2-1.5B", "GPT-3-1.3B", "LLaMA-7B"])
+@pytest.mark.parametrize("d", [2, 4])
+def test_plain_model_code_never_moves_fewer_bytes_than_fused_kernels(model, d):
+    for b, s in ((1, 128), (8, 512)):
+        plain, fused = _block(model, b, s, d, True), _block(model, b, s, d, False)
+        for phase in ("forward", "backward"):
+            assert _elementwise(plain, phase) > _elementwise(fused, phase)
+
+
+def _one_gpu(**workload):
+    wl = {"model": "GPT-2-1.5B", "micro_batch": 4, "seq_len": 1024, "precision": "bf16", **workload}
+    return validate_scenario(
+        {
+            "name": "one-gpu",
+            "cluster": {
+                "nodes": 1,
+                "gpus_per_node": 1,
+                "gpu": "H200",
+                "intra_node": {"fabric": "nvswitch"},
+                "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 400},
+            },
+            "workload": wl,
+            "training": {"optimizer": "adam"},
+        },
+        "test",
+    )
+
+
+def test_defaults_follow_the_code_that_runs():
+    """Plain model code unless the scenario says otherwise or the run cannot be plain model code
+    (torch.compile fuses; tensor and pipeline parallelism are Megatron-style framework code)."""
+    assert _one_gpu().pointwise_code == "unfused"
+    assert _one_gpu(execution="compiled").pointwise_code == "fused"
+    assert _one_gpu(pointwise="fused").pointwise_code == "fused"
+    assert _one_gpu(execution="compiled", pointwise="unfused").pointwise_code == "unfused"
+    megatron = _one_gpu(model="GPT-3-1.3B").with_changes(
+        **{"cluster.gpus_per_node": 8, "training.parallelism.tensor": 8}
+    )
+    assert megatron.pointwise_code == "fused"
+
+
+def test_plain_model_code_is_never_faster():
+    plain = simulate(_one_gpu()).iteration_time
+    fused = simulate(_one_gpu(pointwise="fused")).iteration_time
+    assert plain > fused
+
+
+def _trace_pointwise_device_s() -> float:
+    """Busy time of the traced GPT-2 XL step's kernels other than matmuls, attention and the
+    optimizer: LayerNorm, the tanh-GELU's ops, dropout, residual adds, casts, copies, reductions."""
+    with gzip.open(GPT2_TRACE) as fh:
+        events = json.loads(fh.read())["traceEvents"]
+    updates = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step")),
+        key=lambda e: e["ts"],
+    )
+    start, end = updates[0]["ts"] + updates[0]["dur"], updates[1]["ts"]  # the second step's fwd + bwd
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    skip = ("gemm", "nvjet", "cutlass", "sm90_xmma", "sdpa", "flash", "multi_tensor")
+    total = 0.0
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memset"):
+            continue
+        launched = launch.get(e.get("args", {}).get("correlation"))
+        if launched is None or not start <= launched < end:
+            continue
+        if any(word in e["name"].lower() for word in skip):
+            continue
+        total += e["dur"] * 1e-6
+    return total
+
+
+def test_gpt2_xl_pointwise_device_time_against_the_h200_trace():
+    """The traced step's non-matmul kernels ran 108 ms of its 190 ms of forward and backward device
+    time; the fused formula priced them at about 15 ms. Counted as plain model code they come within
+    25% (what is left: mixed-dtype kernels run below the streaming rate, catalogs/execution.yaml)."""
+    traced = _trace_pointwise_device_s()
+    assert 0.100 < traced < 0.115
+    device = DeviceCosts(catalog.gpu("H200"))
+
+    def modelled(unfused: bool) -> float:
+        layers = transformer_layers(catalog.model("GPT-2-1.5B"), 4, 1024, 2, True, unfused)
+        return sum(
+            device.kernel_time(k, "bf16")
+            for layer in layers
+            for k in layer.forward + layer.backward
+            if k.name in POINTWISE
+        )
+
+    assert modelled(True) == pytest.approx(traced, rel=0.25)
+    assert modelled(False) < 0.25 * traced
+
+
+def test_h200_steps_dataset_within_its_band():
+    """The single-GPU eager steps measured on an H200 (validation/data/gpu_steps.yaml): median error
+    at most 15%, at least 80% of the measured steps inside the predicted P10-P90."""
+    report = validate_throughput(samples=16, dataset="gpu_steps")
+    assert len(report.scored) == 9
+    assert report.median_abs_error <= 0.15
+    assert report.coverage >= 0.8
+
+
+def test_readme_gpu_table_is_what_the_defaults_predict():
+    """The README's real-GPU table: each row's prediction is what a one-GPU H200 scenario gives now."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Checked on a real GPU", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(
+        r"^\| (BERT-Large|GPT-2 XL|ResNet-50) [^,]+, (\d+) \| [^|]+\| ([\d.]+) ms \|", section, re.M
+    )
+    assert len(rows) == 6
+    names = {
+        "BERT-Large": ("BERT-Large", 128),
+        "GPT-2 XL": ("GPT-2-1.5B", 1024),
+        "ResNet-50": ("ResNet-50", None),
+    }
+    for label, micro_batch, shown in rows:
+        model, seq_len = names[label]
+        sc = _one_gpu(model=model, micro_batch=int(micro_batch), seq_len=seq_len)
+        if model == "ResNet-50":
+            sc = sc.with_changes(**{"training.optimizer": "sgdm"})
+        assert f"{simulate(sc).iteration_time * 1e3:.1f}" == shown, (label, micro_batch)
