@@ -8,7 +8,8 @@ phase synchronises. The models are the frameworks' own, not clustersim's builder
 
 - ``bert-large`` / ``bert-base``: Hugging Face ``BertForPreTraining`` (sdpa attention), seq 128, MLM
   labels on every token and an NSP label; ``AdamW(fused=True)`` on a GPU;
-- ``gpt2-xl``: Hugging Face ``GPT2LMHeadModel`` at GPT-2 XL's shape, seq 1024, next-token loss; AdamW;
+- ``gpt2-xl`` / ``gpt3-1.3b``: Hugging Face ``GPT2LMHeadModel`` at GPT-2 XL's shape (seq 1024) or
+  GPT-3 XL's (Brown et al. 2020: hidden 2048, 24 layers, 16 heads, seq 2048), next-token loss; AdamW;
 - ``resnet50``: torchvision's ``resnet50`` (channels_last on a GPU), 224x224 images;
   ``SGD(momentum=0.9, foreach=True)``. Without torchvision, clustersim's own ResNet v1.5 builder
   (the same parameter tensors) is used and the case says so.
@@ -29,13 +30,16 @@ import statistics
 import time
 from pathlib import Path
 
-SEQ_LEN = {"bert-large": 128, "bert-base": 128, "gpt2-xl": 1024, "resnet50": 224}
+SEQ_LEN = {"bert-large": 128, "bert-base": 128, "gpt2-xl": 1024, "gpt3-1.3b": 2048, "resnet50": 224}
 CATALOG_NAME = {
     "bert-large": "BERT-Large",
     "bert-base": "BERT-Base",
     "gpt2-xl": "GPT-2-1.5B",
+    "gpt3-1.3b": "GPT-3-1.3B",
     "resnet50": "ResNet-50",
 }
+# hidden, layers, heads (GPT-2's code: ffn 4 x hidden, tied head, learned positions)
+GPT_SHAPES = {"gpt2-xl": (1600, 48, 25), "gpt3-1.3b": (2048, 24, 16)}
 # hidden, layers, heads, ffn
 BERT_SHAPES = {"bert-large": (1024, 24, 16, 4096), "bert-base": (768, 12, 12, 3072)}
 
@@ -66,10 +70,13 @@ def _bert(torch, case: str, device: str):
     return model, batch, lambda m, x: m(**x).loss, "transformers BertForPreTraining (sdpa)"
 
 
-def _gpt2_xl(torch, case: str, device: str):
+def _gpt2(torch, case: str, device: str):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_embd=1600, n_layer=48, n_head=25, n_positions=1024, attn_implementation="sdpa")
+    hidden, layers, heads = GPT_SHAPES[case]
+    config = GPT2Config(
+        n_embd=hidden, n_layer=layers, n_head=heads, n_positions=SEQ_LEN[case], attn_implementation="sdpa"
+    )
     with torch.device(device):
         model = GPT2LMHeadModel(config)
 
@@ -77,7 +84,8 @@ def _gpt2_xl(torch, case: str, device: str):
         tokens = torch.randint(0, config.vocab_size, (b, SEQ_LEN[case]), device=device)
         return {"input_ids": tokens, "labels": tokens}
 
-    return model, batch, lambda m, x: m(**x).loss, "transformers GPT2LMHeadModel (sdpa), GPT-2 XL shape"
+    shape = f"{CATALOG_NAME[case]} shape"
+    return model, batch, lambda m, x: m(**x).loss, f"transformers GPT2LMHeadModel (sdpa), {shape}"
 
 
 def _resnet50(torch, case: str, device: str):
@@ -106,7 +114,13 @@ def _resnet50(torch, case: str, device: str):
     return model, batch, forward, source
 
 
-BUILDERS = {"bert-large": _bert, "bert-base": _bert, "gpt2-xl": _gpt2_xl, "resnet50": _resnet50}
+BUILDERS = {
+    "bert-large": _bert,
+    "bert-base": _bert,
+    "gpt2-xl": _gpt2,
+    "gpt3-1.3b": _gpt2,
+    "resnet50": _resnet50,
+}
 
 
 def _optimizer(torch, case: str, model, device: str):

@@ -22,6 +22,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from clustersim import catalog
+from clustersim.errors import InputError
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.validation.throughput_data import ThroughputRow, load_gpu_throughput
@@ -111,12 +113,38 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     )
 
 
+def rows_for_profile(rows: list[ThroughputRow], profile) -> list[ThroughputRow]:
+    """The rows a profile can price: those on its GPU's chip (a profile describes one device); all rows
+    without a profile. None of them is one line naming the profile."""
+    if profile is None:
+        return rows
+    chip = catalog.chip_of(profile.device)
+    kept = [r for r in rows if catalog.gpu(r.gpu).chip == chip]
+    if not kept:
+        gpus = ", ".join(sorted({r.gpu for r in rows}))
+        raise InputError(
+            f"profile measured on {profile.device!r} matches no row (the rows' GPUs: {gpus})",
+            source=profile.label,
+            key="device",
+        )
+    return kept
+
+
 def validate_throughput(
     profile=None, samples: int = 16, progress=None, dataset: str = "gpu_throughput"
 ) -> ThroughputReport:
+    """Predict every row of ``dataset``; with a profile, the rows on its GPU (rows_for_profile)."""
+    from clustersim.calibration.profile import load_profile
+
     data = load_gpu_throughput(dataset)
+    if isinstance(profile, str):
+        profile = load_profile(profile)
+    rows = rows_for_profile(list(data.rows), profile)
+    description = data.description
+    if len(rows) < len(data.rows):
+        description += f" (the {len(rows)} rows on {profile.device}, the profile's GPU)"
     results = []
-    for i, row in enumerate(data.rows):
+    for i, row in enumerate(rows):
         result = simulate(scenario_for(row), profile, uncertainty_samples=samples)
         predicted = row.samples_per_step / result.iteration_time
         lo = hi = None
@@ -130,5 +158,5 @@ def validate_throughput(
             )
         )  # fmt: skip
         if progress is not None:
-            progress(i + 1, len(data.rows))
-    return ThroughputReport(data.name, data.description, results)
+            progress(i + 1, len(rows))
+    return ThroughputReport(data.name, description, results)
