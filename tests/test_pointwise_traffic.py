@@ -16,9 +16,9 @@ import pytest
 
 from clustersim import catalog
 from clustersim.cost_models.compute import DeviceCosts
-from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.workloads.transformer import transformer_layers
+from tests.conftest import make_scenario
 
 GPT2_TRACE = Path(__file__).parent / "data" / "h200-gpt2-xl-s1024-mb4.trace.json.gz"
 POINTWISE = {"elementwise", "loss", "gather", "scatter_add"}
@@ -68,22 +68,10 @@ def test_plain_model_code_never_moves_fewer_bytes_than_fused_kernels(model, d):
 
 
 def _one_gpu(**workload):
+    """One H200 running GPT-2 XL at micro-batch 4 (seq 1024, bf16), with workload keys replaced."""
     wl = {"model": "GPT-2-1.5B", "micro_batch": 4, "seq_len": 1024, "precision": "bf16", **workload}
-    return validate_scenario(
-        {
-            "name": "one-gpu",
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "gpu": "H200",
-                "intra_node": {"fabric": "nvswitch"},
-                "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": 400},
-            },
-            "workload": wl,
-            "training": {"optimizer": "adam"},
-        },
-        "test",
-    )
+    changes = {"cluster.nodes": 1, "cluster.gpus_per_node": 1, "cluster.gpu": "H200"}
+    return make_scenario(**changes, **{f"workload.{k}": v for k, v in wl.items()})
 
 
 def test_defaults_follow_the_code_that_runs():
