@@ -15,12 +15,12 @@ from clustersim.validation.throughput_data import load_gpu_throughput
 
 
 def test_defaults_within_the_band():
-    """19 steps on two GPUs: median error at most 16% (14.7% today), at least 80% of the measured
+    """19 steps on two GPUs: median error at most 13% (10.5% today), at least 80% of the measured
     steps inside the predicted P10-P90 (95% today)."""
     report = validate_throughput(samples=16, dataset="gpu_steps")
     assert len(report.scored) == 19
     assert {r.gpu for r in report.rows} == {"H200", "H100-SXM"}
-    assert report.median_abs_error <= 0.16
+    assert report.median_abs_error <= 0.13
     assert report.coverage >= 0.8
 
 

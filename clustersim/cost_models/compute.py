@@ -28,7 +28,15 @@ _POINTWISE = frozenset({"elementwise", "bn_relu", "loss", "gather", "scatter_add
 
 
 class DeviceCosts:
-    def __init__(self, gpu: GpuSpec, profile: Profile | None = None, execution: str = "eager"):
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        profile: Profile | None = None,
+        execution: str = "eager",
+        unfused_pointwise: bool = False,
+    ):
+        """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code), whose
+        block pointwise kernels stream below a copy's rate (catalogs/execution.yaml)."""
         self.gpu = gpu
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
@@ -37,6 +45,7 @@ class DeviceCosts:
         mode = catalog.execution_mode(execution)
         classes = catalog.execution()["efficiency"]
         self.conv_eff = classes["conv"]
+        self.elementwise_factor = classes["pointwise_unfused"] if unfused_pointwise else 1.0
         # batch-norm and ReLU: bound by the SMs where the catalog gives them (and by the streaming rate
         # of HBM), else a fraction of HBM (catalogs/execution.yaml)
         sm_rate = gpu.sm_cycles_per_s
@@ -133,6 +142,8 @@ class DeviceCosts:
         elif kernel.name == "bn_relu":
             sm = self._bn_relu_sm_rate
             byte_rate = self._bn_relu_hbm_rate if sm is None else min(byte_rate, sm)
+        elif kernel.name == "elementwise":
+            byte_rate *= self.elementwise_factor
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 

@@ -248,9 +248,10 @@ def build_context(
     device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
     _check_layer_count(scenario)
-    workload = build_workload(scenario.workload, scenario.pointwise_code == "unfused")
+    unfused = scenario.pointwise_code == "unfused"
+    workload = build_workload(scenario.workload, unfused)
     execution = scenario.workload.execution
-    device = DeviceCosts(gpu, prof, execution)
+    device = DeviceCosts(gpu, prof, execution, unfused)
     c = scenario.cluster
     measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
     measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None
