@@ -319,6 +319,15 @@ def _simulate_steps(
     return out
 
 
+def _pointwise_source(scenario) -> str:
+    """How a transformer's pointwise work was priced, and whether the scenario said so."""
+    code = scenario.pointwise_code
+    given = "workload.pointwise" if scenario.workload.pointwise is not None else "default"
+    if code == "unfused":
+        return f"plain PyTorch model code, one kernel per pointwise op ({given})"
+    return f"framework kernels, pointwise ops fused ({given})"
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -326,6 +335,8 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     mc = ctx.model_compute
     sources["host dispatch"] = f"{mc.model}'s own measured phases" if mc is not None else ctx.dispatch.source
     sources["compute band"] = compute_band_source(ctx)
+    if any(layer.name.startswith("block") for layer in ctx.workload.layers):
+        sources["pointwise"] = _pointwise_source(ctx.scenario)
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
