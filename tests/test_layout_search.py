@@ -197,8 +197,11 @@ def test_interleaving_is_proposed_where_the_bubble_is_large_and_plan_picks_it(ru
     args = ["plan", "--model", "GPT-3-175B", "--steps", "1000", "--deadline", "60d", "--samples", "0"]
     r = runner.invoke(app, [*args, "--global-batch", str(gb), "--candidates", str(cand), "--json"])
     assert r.exit_code == 0, r.output
-    chosen = json.loads(r.stdout)["chosen"]
+    out = json.loads(r.stdout)
+    chosen = out["chosen"]
     assert chosen["layout"].startswith("TP4·PP16·DP2, interleaved v"), chosen["layout"]
+    # Megatron layouts are framework code: every candidate is compared on fused pointwise kernels
+    assert any("framework code" in note for note in out["recipe_notes"])
 
 
 def test_impossible_virtual_stages_are_never_proposed():
