@@ -220,16 +220,46 @@ def _device_line(torch, device: str) -> str:
     return f"{p.name} ({p.total_memory // 2**20} MiB, {p.multi_processor_count} SMs)"
 
 
+def write_hf_configs(folder: Path, layers: int | None = None) -> None:
+    """The Hugging Face configs of the transformer cases (FOLDER/CASE/config.json), for `clustersim
+    calibrate model --hf-config`: the same code and shapes as the steps timed here. ``layers``
+    shortens every model (a quick rehearsal)."""
+    from transformers import BertConfig, GPT2Config
+
+    for case, (hidden, n, heads, ffn) in BERT_SHAPES.items():
+        config = BertConfig(
+            hidden_size=hidden,
+            num_hidden_layers=layers or n,
+            num_attention_heads=heads,
+            intermediate_size=ffn,
+        )
+        config.architectures = ["BertForPreTraining"]
+        config.save_pretrained(folder / case)
+    for case, (hidden, n, heads) in GPT_SHAPES.items():
+        config = GPT2Config(n_embd=hidden, n_layer=layers or n, n_head=heads, n_positions=SEQ_LEN[case])
+        config.architectures = ["GPT2LMHeadModel"]
+        config.save_pretrained(folder / case)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--write-hf-configs", type=Path, metavar="DIR", help="write the cases' HF configs and stop"
+    )
+    ap.add_argument("--layers", type=int, help="--write-hf-configs: fewer layers (a rehearsal)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     cases = ", ".join(BUILDERS)
-    ap.add_argument("--cases", nargs="+", required=True, help=f"CASE:MB,MB,... (cases: {cases})")
+    ap.add_argument("--cases", nargs="+", help=f"CASE:MB,MB,... (cases: {cases})")
     ap.add_argument("--trace", nargs="*", default=[], help="CASE:MB also traced (2 steps), beside --out")
     args = ap.parse_args()
+    if args.write_hf_configs is not None:
+        write_hf_configs(args.write_hf_configs, args.layers)
+        return
+    if args.out is None or not args.cases:
+        ap.error("--out and --cases are required (or --write-hf-configs DIR)")
     import torch
 
     result = {

@@ -30,16 +30,21 @@ step "machine"
   $PY -c "import clustersim.cli; print('clustersim imports')"
 } | tee "$OUT/machine.txt"
 
+# calibrate model times the code the steps run: the Hugging Face configs of the same shapes (stored
+# under the catalog names), and ResNet-50 through the catalog build (torchvision's structure)
+CFG=$(mktemp -d)
 if [ -n "$QUICK" ]; then
+    $PY benchmarks/gpu_real_steps.py --write-hf-configs "$CFG" --layers 2
     RUN_ARGS="--quick"; STEPS="bert-base:1,2 resnet50:2"; TIMED="--steps 2 --warmup 1"; TRACE="bert-base:1"
-    BERT="--model BERT-Base --layers 2 --micro-batches 1,2,4 --holdout 3 --steps 2 --warmup 1"
+    BERT="--hf-config $CFG/bert-base/config.json --name BERT-Base-2L --seq-len 128 --micro-batches 1,2,4 --holdout 3 --steps 2 --warmup 1"
     RESNET=""; GPT=""
 else
+    $PY benchmarks/gpu_real_steps.py --write-hf-configs "$CFG"
     RUN_ARGS=""; STEPS="bert-large:8,16,32 bert-base:32 resnet50:64,128,256 gpt2-xl:1,4"; TIMED=""
     TRACE="bert-base:32 gpt2-xl:4"  # models outside the H200 dev traces, for calibrate import-trace
-    BERT="--model BERT-Large --micro-batches 8,16,32 --holdout 24"
+    BERT="--hf-config $CFG/bert-large/config.json --name BERT-Large --seq-len 128 --micro-batches 8,16,32 --holdout 24"
     RESNET="--model ResNet-50 --optimizer sgd --micro-batches 32,64,128 --holdout 96"
-    GPT="--model GPT-2-1.5B --micro-batches 1,2,4 --holdout 3"
+    GPT="--hf-config $CFG/gpt2-xl/config.json --name GPT-2-1.5B --seq-len 1024 --micro-batches 1,2,4 --holdout 3"
 fi
 
 step "calibrate run"

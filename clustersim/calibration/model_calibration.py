@@ -156,6 +156,8 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
             key="--hf-config",
         ) from None
     path = Path(choice.hf_config)
+    if not path.exists():  # else transformers reads the path as a Hub repository id
+        raise InputError("file not found", source=str(path), key="--hf-config")
     try:
         config = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
     except (OSError, ValueError, json.JSONDecodeError) as exc:
