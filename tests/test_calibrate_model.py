@@ -299,3 +299,11 @@ def test_a_hugging_face_config(runner, tmp_path):
     (mc,) = load_profile(str(out)).model_compute
     assert (mc.model, mc.seq_len) == ("tiny-bert", 16)
     assert mc.fingerprint.attention in ("sdpa", "eager") and mc.forward.kernels > 0
+
+
+def test_a_missing_hugging_face_config_is_named(runner, tmp_path):
+    pytest.importorskip("transformers")
+    missing = tmp_path / "nope" / "config.json"
+    result = runner.invoke(app, ["calibrate", "model", "--hf-config", str(missing), "--device", "cpu"])
+    assert result.exit_code == 2
+    assert "file not found" in result.output and "Repo id" not in result.output
