@@ -355,3 +355,27 @@ def test_a_named_pipe_in_a_results_folder_is_refused_not_waited_on(tmp_path, nam
     if name != ".lock":
         with pytest.raises(InputError, match="not a regular file"):
             read_results(out)
+
+
+def test_rows_varying_megatron_layouts_share_one_model_code(tmp_path):
+    """A tensor-parallel axis makes some rows Megatron layouts (framework code, fused pointwise kernels);
+    with the base's workload.pointwise open, every row is priced so, and a data-parallel sweep keeps its
+    own default."""
+    base = {
+        "cluster": {
+            "nodes": 1,
+            "gpus_per_node": 8,
+            "gpu": "H100-SXM",
+            "intra_node": {"fabric": "nvswitch"},
+            "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 400},
+        },
+        "workload": {"model": "GPT-3-1.3B", "micro_batch": 1, "seq_len": 2048, "precision": "bf16"},
+        "training": {"optimizer": "adam"},
+    }
+    megatron = tmp_path / "tp.yaml"
+    megatron.write_text(yaml.safe_dump({"base": base, "vary": {"training.parallelism.tensor": [1, 8]}}))
+    assert load_sweep(megatron).base.pointwise_code == "fused"
+    plain = tmp_path / "dp.yaml"
+    plain.write_text(yaml.safe_dump({"base": base, "vary": {"gpus": [8, 16]}}))
+    assert load_sweep(plain).base.workload.pointwise is None
+    assert load_sweep(plain).base.pointwise_code == "unfused"

@@ -195,6 +195,23 @@ def check_size(vary: dict[str, list[Any]], source: str) -> None:
         )
 
 
+_MEGATRON_AXES = ("training.parallelism.tensor", "training.parallelism.pipeline")
+
+
+def _one_code_for_all_rows(base: Scenario, vary: dict[str, list[Any]]) -> Scenario:
+    """Rows are compared on the same model code: where an axis makes some rows Megatron layouts
+    (tensor or pipeline parallelism, framework code with fused pointwise kernels) and the base leaves
+    workload.pointwise open, every row is priced so (Scenario.pointwise_code), as `plan` does."""
+    if base.workload.pointwise is not None:
+        return base
+    megatron = any(
+        isinstance(v, int) and not isinstance(v, bool) and v > 1
+        for axis in _MEGATRON_AXES
+        for v in vary.get(axis, [])
+    )
+    return base.with_changes(**{"workload.pointwise": "fused"}) if megatron else base
+
+
 class Sweep:
     def __init__(self, spec: SweepFile, base: Scenario, source: str, catalogs: tuple[str, ...] = ()):
         self.spec = spec
@@ -214,6 +231,7 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
+        self.base = _one_code_for_all_rows(base, spec.vary)
 
     def catalogs_in_use(self):
         """A context in which the sweep's user catalogs are in use (check, expand, simulate in it)."""
