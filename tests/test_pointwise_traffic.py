@@ -169,3 +169,13 @@ def test_readme_gpu_table_is_what_the_defaults_predict():
             changes["training.optimizer"] = "sgdm"
         sc = sc.with_changes(**changes)
         assert f"{simulate(sc).iteration_time * 1e3:.1f}" == shown, (gpu, label, micro_batch)
+
+
+def test_only_autocast_pointwise_streams_below_a_copy():
+    """Mixed bf16/fp32 operands take PyTorch's non-vectorised path; an fp32 run's are one dtype."""
+    gpu = catalog.gpu("H200")
+    kernel = _block("GPT-2-1.5B", 4, 1024, 2, True).forward[-1]
+    assert kernel.name == "elementwise"
+    plain, framework = DeviceCosts(gpu, unfused_pointwise=True), DeviceCosts(gpu)
+    assert plain.kernel_time(kernel, "bf16") > framework.kernel_time(kernel, "bf16")
+    assert plain.kernel_time(kernel, "fp32") == framework.kernel_time(kernel, "fp32")

@@ -23,6 +23,8 @@ from clustersim.calibration.profile import Profile
 from clustersim.catalog import GpuSpec, hardware_defaults
 from clustersim.workloads.layers import Kernel
 
+# Precisions whose pointwise operands are all one dtype (no autocast): PyTorch's vectorised path.
+_SINGLE_DTYPE = frozenset({"fp32", "tf32"})
 # Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
 _POINTWISE = frozenset({"elementwise", "bn_relu", "loss", "gather", "scatter_add"})
 
@@ -36,7 +38,7 @@ class DeviceCosts:
         unfused_pointwise: bool = False,
     ):
         """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code), whose
-        block pointwise kernels stream below a copy's rate (catalogs/execution.yaml)."""
+        block pointwise kernels stream below a copy's rate under autocast (catalogs/execution.yaml)."""
         self.gpu = gpu
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
@@ -142,8 +144,8 @@ class DeviceCosts:
         elif kernel.name == "bn_relu":
             sm = self._bn_relu_sm_rate
             byte_rate = self._bn_relu_hbm_rate if sm is None else min(byte_rate, sm)
-        elif kernel.name == "elementwise":
-            byte_rate *= self.elementwise_factor
+        elif kernel.name == "elementwise" and precision not in _SINGLE_DTYPE:
+            byte_rate *= self.elementwise_factor  # autocast's mixed bf16/fp32 operands
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 
