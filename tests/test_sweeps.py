@@ -1,5 +1,6 @@
 """Sweeps on Dask: results equal a serial run, resume, a dying worker, bad input."""
 
+import copy
 import csv
 import json
 import os
@@ -11,6 +12,7 @@ from clustersim.cli import app
 from clustersim.errors import InputError
 from clustersim.sweeps.run import CRASH_ENV, run_sweep, simulate_row
 from clustersim.sweeps.spec import load_sweep, row_id
+from tests.conftest import SMALL_SCENARIO
 
 SWEEP = {
     "name": "t",
@@ -361,17 +363,9 @@ def test_rows_varying_megatron_layouts_share_one_model_code(tmp_path):
     """A tensor-parallel axis makes some rows Megatron layouts (framework code, fused pointwise kernels);
     with the base's workload.pointwise open, every row is priced so, and a data-parallel sweep keeps its
     own default."""
-    base = {
-        "cluster": {
-            "nodes": 1,
-            "gpus_per_node": 8,
-            "gpu": "H100-SXM",
-            "intra_node": {"fabric": "nvswitch"},
-            "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 400},
-        },
-        "workload": {"model": "GPT-3-1.3B", "micro_batch": 1, "seq_len": 2048, "precision": "bf16"},
-        "training": {"optimizer": "adam"},
-    }
+    base = copy.deepcopy(SMALL_SCENARIO)
+    base["cluster"].update({"nodes": 1, "gpus_per_node": 8})
+    base["workload"] = {"model": "GPT-3-1.3B", "micro_batch": 1, "seq_len": 2048, "precision": "bf16"}
     megatron = tmp_path / "tp.yaml"
     megatron.write_text(yaml.safe_dump({"base": base, "vary": {"training.parallelism.tensor": [1, 8]}}))
     assert load_sweep(megatron).base.pointwise_code == "fused"
