@@ -904,6 +904,22 @@ def _check_sharded_model_parallel(s: Scenario) -> None:
         )
 
 
+# The dotted keys whose value above 1 makes a run a Megatron layout (framework code).
+MEGATRON_KEYS = ("training.parallelism.tensor", "training.parallelism.pipeline")
+
+
+def with_one_pointwise_code(base: Scenario, degrees: Any) -> Scenario:
+    """Rows compared side by side (sweep rows, plan candidates) share one model code: where any of
+    ``degrees`` (the rows' values of MEGATRON_KEYS) is above 1, some rows are Megatron layouts, framework
+    code with fused pointwise kernels (Scenario.pointwise_code). If the base leaves workload.pointwise
+    open, it then says fused, so that the data-parallel rows are not priced as plain model code beside
+    them. Returns ``base`` itself when nothing changes."""
+    if base.workload.pointwise is not None:
+        return base
+    megatron = any(isinstance(v, int) and not isinstance(v, bool) and v > 1 for v in degrees)
+    return base.with_changes(**{"workload.pointwise": "fused"}) if megatron else base
+
+
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate already-parsed data; every failure is an InputError naming ``source`` and the key."""
     if not isinstance(data, dict):

@@ -20,11 +20,9 @@ from collections.abc import Iterable
 
 from clustersim import catalog
 from clustersim.calibration.profile import Profile
-from clustersim.catalog import GpuSpec, hardware_defaults
+from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults
 from clustersim.workloads.layers import Kernel
 
-# Precisions whose pointwise operands are all one dtype (no autocast): PyTorch's vectorised path.
-_SINGLE_DTYPE = frozenset({"fp32", "tf32"})
 # Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
 _POINTWISE = frozenset({"elementwise", "bn_relu", "loss", "gather", "scatter_add"})
 
@@ -144,8 +142,8 @@ class DeviceCosts:
         elif kernel.name == "bn_relu":
             sm = self._bn_relu_sm_rate
             byte_rate = self._bn_relu_hbm_rate if sm is None else min(byte_rate, sm)
-        elif kernel.name == "elementwise" and precision not in _SINGLE_DTYPE:
-            byte_rate *= self.elementwise_factor  # autocast's mixed bf16/fp32 operands
+        elif kernel.name == "elementwise" and BYTES_PER_ELEMENT[precision] < 4:
+            byte_rate *= self.elementwise_factor  # autocast's mixed 16-bit/fp32 operands (as transformer.py)
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
 

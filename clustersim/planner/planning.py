@@ -16,7 +16,7 @@ from clustersim.errors import InputError
 from clustersim.io import load_yaml
 from clustersim.planner.layout_search import candidate_layouts, layout_label
 from clustersim.report import analysis
-from clustersim.scenario import validate_scenario
+from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
 from clustersim.sweeps.run import simulate_row
 from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row, row_id
 
@@ -190,7 +190,11 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     rows = with_layouts(base, _for_model(sweep.rows(), model, recipe["notes"]), steps, global_batch)
-    base = _one_code_for_all(base, rows, recipe["notes"])
+    pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    if pinned is not base:
+        note = "Megatron layouts among the candidates: every candidate priced as framework code"
+        recipe["notes"].append(note + " (pointwise: fused)")
+    base = pinned
     base_json = base.model_dump(mode="json")
     records, skipped = simulate_rows(base_json, rows, steps, global_batch, progress)
     ok = [r for r in records if r["status"] == "ok"]
@@ -231,25 +235,6 @@ def _plan(
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
     }
-
-
-def _one_code_for_all(base, rows: list[dict[str, Any]], notes: list[str]):
-    """Candidates are compared on the same model code. A Megatron layout (tensor or pipeline
-    parallelism) is framework code with fused pointwise kernels (Scenario.pointwise_code); where any
-    candidate is one and the base leaves workload.pointwise open, every candidate is priced so, or
-    the data-parallel ones would pay plain model code's traffic and lose for it."""
-    if base.workload.pointwise is not None:
-        return base
-    megatron = any(
-        (r.get("training.parallelism.tensor") or 1) > 1 or (r.get("training.parallelism.pipeline") or 1) > 1
-        for r in rows
-    )
-    if not megatron:
-        return base
-    notes.append(
-        "Megatron layouts among the candidates: every candidate priced as framework code (pointwise: fused)"
-    )
-    return base.with_changes(**{"workload.pointwise": "fused"})
 
 
 def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:

@@ -33,11 +33,13 @@ from clustersim.errors import InputError
 from clustersim.io import first_error, read_input_text
 from clustersim.planner.compare import split_global_batch
 from clustersim.scenario import (
+    MEGATRON_KEYS,
     PRESET_PREFIX,
     Scenario,
     load_scenario,
     read_structured_file,
     validate_scenario,
+    with_one_pointwise_code,
 )
 
 # Named axes and the scenario keys they set. "gpus" is special: the total GPU count.
@@ -195,23 +197,6 @@ def check_size(vary: dict[str, list[Any]], source: str) -> None:
         )
 
 
-_MEGATRON_AXES = ("training.parallelism.tensor", "training.parallelism.pipeline")
-
-
-def _one_code_for_all_rows(base: Scenario, vary: dict[str, list[Any]]) -> Scenario:
-    """Rows are compared on the same model code: where an axis makes some rows Megatron layouts
-    (tensor or pipeline parallelism, framework code with fused pointwise kernels) and the base leaves
-    workload.pointwise open, every row is priced so (Scenario.pointwise_code), as `plan` does."""
-    if base.workload.pointwise is not None:
-        return base
-    megatron = any(
-        isinstance(v, int) and not isinstance(v, bool) and v > 1
-        for axis in _MEGATRON_AXES
-        for v in vary.get(axis, [])
-    )
-    return base.with_changes(**{"workload.pointwise": "fused"}) if megatron else base
-
-
 class Sweep:
     def __init__(self, spec: SweepFile, base: Scenario, source: str, catalogs: tuple[str, ...] = ()):
         self.spec = spec
@@ -231,7 +216,8 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
-        self.base = _one_code_for_all_rows(base, spec.vary)
+        # rows varying the Megatron layout are compared on one model code
+        self.base = with_one_pointwise_code(base, (v for k in MEGATRON_KEYS for v in spec.vary.get(k, [])))
 
     def catalogs_in_use(self):
         """A context in which the sweep's user catalogs are in use (check, expand, simulate in it)."""
