@@ -307,3 +307,39 @@ def test_a_missing_hugging_face_config_is_named(runner, tmp_path):
     result = runner.invoke(app, ["calibrate", "model", "--hf-config", str(missing), "--device", "cpu"])
     assert result.exit_code == 2
     assert "file not found" in result.output and "Repo id" not in result.output
+
+
+@pytest.mark.parametrize(
+    "content, key, message",
+    [
+        (b"\xff\xfe{", None, "not UTF-8"),
+        (b'{"model_type": "bert"', None, "invalid JSON"),
+        (b"[]", None, "JSON object with a 'model_type'"),
+        (b'{"model_type": "nosuch"}', "model_type", "not a Hugging Face config"),
+        (b'{"model_type": "bert", "hidden_size": NaN}', "hidden_size", "not a Hugging Face config"),
+        (b'{"model_type": "bert", "hidden_size": -64}', "hidden_size", "positive whole number"),
+        (
+            b'{"model_type": "bert", "architectures": ["NoSuchArch"]}',
+            "architectures",
+            "no transformers class",
+        ),
+        (
+            b'{"model_type": "bert", "num_hidden_layers": 1000000000, "hidden_size": 64,'
+            b' "num_attention_heads": 4, "intermediate_size": 64}',
+            "hidden_size",
+            "more than the",
+        ),
+    ],
+)
+def test_a_bad_hugging_face_config_is_one_line(runner, tmp_path, content, key, message):
+    """Read by the project's reader, never looked up on the Hub, and sized before anything is built:
+    a billion layers is refused in one line, not allocated."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "my-model.json"  # any name: the file given is the one read
+    path.write_bytes(content)
+    result = runner.invoke(app, ["calibrate", "model", "--hf-config", str(path), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and message in line and str(path) in line
+    if key is not None:
+        assert f": {key}: " in line

@@ -11,7 +11,7 @@ tuple as positional ones, else one argument), is the loss or has a ``loss``.
 from __future__ import annotations
 
 import importlib
-import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Callable
 
 from clustersim.calibration.model_timing import Runner
 from clustersim.errors import InputError
+from clustersim.io import read_structured_file
 
 
 @dataclass
@@ -146,6 +147,75 @@ def _user_module(torch, choice: ModelChoice, seq_len: int | None, device: str) -
     return Resolved(runner, choice.name or spec, seq, None, lambda: len(list(cache["model"].parameters())))
 
 
+# Shape keys of a Hugging Face config that the parameter estimate reads (BERT and GPT-2 names).
+_HF_SHAPE_KEYS = (
+    ("num_hidden_layers", "n_layer"),
+    ("hidden_size", "n_embd"),
+    ("intermediate_size", "n_inner"),
+    ("vocab_size",),
+    ("num_attention_heads", "n_head"),
+)
+# Bytes per parameter a training step holds: fp32 weight, gradient and Adam's two moments.
+_TRAINING_BYTES_PER_PARAM = 16
+
+
+def _hf_config(transformers, path: Path):
+    """The config a config.json (or a folder holding one) describes, read by the project's reader (one
+    line naming the file for anything unreadable: missing, not UTF-8, not JSON, nested too deep) and
+    built with transformers.AutoConfig.for_model, never looked up on the Hub."""
+    file = path / "config.json" if path.is_dir() else path
+    raw = read_structured_file(file, "json")
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
+        raise InputError("a Hugging Face config.json is a JSON object with a 'model_type'", source=str(file))
+    fields = dict(raw)
+    try:
+        return transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except Exception as exc:  # transformers' own checks raise several kinds (and its hub's dataclasses)
+        message = str(exc).splitlines()[0][:160]
+        field = re.search(r"field '(\w+)'", message)  # huggingface_hub names the field it refused
+        raise InputError(
+            f"not a Hugging Face config ({message})",
+            source=str(file),
+            key=field.group(1) if field else "model_type",
+        ) from None
+
+
+def _check_hf_size(torch, config, device: str, path: Path) -> None:
+    """Refuse, before any memory is taken, a config whose shape is not positive whole numbers or whose
+    model cannot train on ``device``: parameters (embedding + 12 h^2 per layer, or 4h^2 + 2hf with the
+    MLP width given) x 16 bytes against the device's memory."""
+    shape = {}
+    for names in _HF_SHAPE_KEYS:
+        for name in names:
+            value = getattr(config, name, None)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(
+                    f"must be a positive whole number, not {value!r}", source=str(path), key=name
+                )
+            shape[names[0]] = value
+    h, layers = shape.get("hidden_size"), shape.get("num_hidden_layers")
+    if h is None or layers is None:
+        return  # another kind of model: its own code sizes it
+    f = shape.get("intermediate_size", 4 * h)
+    params = layers * (4 * h * h + 2 * h * f) + shape.get("vocab_size", 0) * h
+    if device == "cuda" and torch.cuda.is_available():
+        memory = torch.cuda.get_device_properties(0).total_memory
+    else:
+        import os
+
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = params * _TRAINING_BYTES_PER_PARAM
+    if need > memory:
+        raise InputError(
+            f"about {params:.3g} parameters need {need / 2**30:,.0f} GiB to train (weights, gradients and "
+            f"Adam's state), more than the {memory / 2**30:,.0f} GiB of this {device}",
+            source=str(path),
+            key="hidden_size",
+        )
+
+
 def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) -> Resolved:
     """A Hugging Face model from its config.json (random weights: timing needs no checkpoint)."""
     try:
@@ -156,25 +226,27 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
             key="--hf-config",
         ) from None
     path = Path(choice.hf_config)
-    if not path.exists():  # else transformers reads the path as a Hub repository id
-        raise InputError("file not found", source=str(path), key="--hf-config")
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"not a Hugging Face config ({str(exc).splitlines()[0][:160]})", source=str(path)
-        ) from None
+    config = _hf_config(transformers, path)
     architecture = (getattr(config, "architectures", None) or [None])[0]
-    cls = getattr(transformers, architecture, None) if architecture else None
-    if cls is None:
-        cls = transformers.AutoModelForCausalLM
+    if architecture is None:  # no class named: a causal language model of the config's type
+        build = transformers.AutoModelForCausalLM.from_config
+    elif isinstance(getattr(transformers, str(architecture), None), type):
+        build = getattr(transformers, architecture)._from_config
+    else:
+        raise InputError(f"no transformers class {architecture!r}", source=str(path), key="architectures")
+    _check_hf_size(torch, config, device, path)
     seq = seq_len or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
     vocab = config.vocab_size
     cache: dict = {}
 
     def make(micro_batch: int):
         if "model" not in cache:
-            cache["model"] = cls._from_config(config).to(device)
+            try:
+                cache["model"] = build(config).to(device)
+            except ValueError as exc:  # e.g. a config type AutoModelForCausalLM has no model for
+                raise InputError(
+                    f"cannot build a model from it ({str(exc).splitlines()[0][:160]})", source=str(path)
+                ) from None
             # the attention kernel is chosen when the model is made ("sdpa", "eager", ...)
             runner.attention = getattr(cache["model"].config, "_attn_implementation", None)
         ids = torch.randint(0, vocab, (micro_batch, seq), device=device)
