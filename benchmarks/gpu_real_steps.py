@@ -271,9 +271,18 @@ def main() -> None:
         "steps": [],
         "failed": [],
     }
+    plan = []
     for spec in args.cases:
         case, _, sizes = spec.partition(":")
-        for mb in [int(s) for s in sizes.split(",")]:
+        try:
+            micro_batches = [int(s) for s in sizes.split(",")]
+        except ValueError:
+            ap.error(f"--cases {spec!r}: CASE:MB,MB,... with whole micro-batches")
+        if case not in BUILDERS or any(mb < 1 for mb in micro_batches):
+            ap.error(f"--cases {spec!r}: cases are {cases}, micro-batches at least 1")
+        plan.append((case, micro_batches))
+    for case, micro_batches in plan:
+        for mb in micro_batches:
             started = time.perf_counter()
             if args.device == "cuda":
                 torch.cuda.empty_cache()  # the previous case's model is gone
