@@ -38,6 +38,24 @@ def test_band_width_follows_the_documented_default_compute_width():
     assert r.interval.p90 == pytest.approx(hi, rel=0.03)
 
 
+@pytest.mark.parametrize(
+    "preset, optimizer",
+    [("preset:onebit-adam-ethernet", "onebit-adam"), ("preset:binsgdm-bert-base", "binsgdm")],
+)
+def test_a_draws_compute_factor_scales_every_kernel_on_the_device(preset, optimizer):
+    """A draw that finds the device slower runs all of its work slower: forward, backward, and the
+    optimizer and compression kernels alike (one factor, simulator/uncertainty.py)."""
+    from clustersim.simulator.context import Perturbation, network_params
+
+    s = scenario_for_optimizer(load_scenario(preset), optimizer, None)
+    net = network_params(None)
+    one = simulate(s, None, perturbation=Perturbation(net, 1.0)).breakdown
+    two = simulate(s, None, perturbation=Perturbation(net, 2.0)).breakdown
+    for part in ("forward", "backward", "compression", "optimizer"):
+        assert one[part] > 0, part
+        assert two[part] == pytest.approx(2 * one[part], rel=0.01), part
+
+
 def test_samples_zero_turns_the_band_off(runner):
     res = runner.invoke(app, ["run", "preset:default", "--json", "--samples", "0"])
     assert "iteration_time_interval_s" not in json.loads(res.stdout)

@@ -64,6 +64,10 @@ class DeviceCosts:
         self._roofline: dict[str, tuple[float, float]] = {}  # precision -> (FLOP/s, bytes/s)
         self._priced: dict[tuple[int, str], tuple[object, float]] = {}
         self._launched: dict[int, tuple[object, float]] = {}
+        # An uncertainty draw's compute factor (simulator/uncertainty.py) on the passes below: the
+        # optimizer update, casts, copies and compression kernels run on the same device as forward
+        # and backward, so a draw that finds the device slower than calibrated finds them slower too.
+        self.stream_scale = 1.0
 
     def _apply(self, profile: Profile) -> None:
         ref = catalog.gpus().get(profile.device)
@@ -162,4 +166,4 @@ class DeviceCosts:
         """A memory-bound pass (copy, scale, elementwise update) over ``nbytes`` of HBM traffic."""
         # A pass over a whole buffer: its launch is negligible beside its bytes (and the host's side of
         # it is counted per parameter tensor, Dispatch.optimizer_time), so no per-kernel cost.
-        return self.kernel_time(Kernel(name, 0.0, nbytes, 0), "fp32")
+        return self.kernel_time(Kernel(name, 0.0, nbytes, 0), "fp32") * self.stream_scale

@@ -211,7 +211,8 @@ def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Work
 @dataclass(frozen=True)
 class Perturbation:
     """One draw of the uncertain model parameters (simulator/uncertainty.py): the collective model's
-    parameters and a factor on forward/backward compute time."""
+    parameters and a factor on the device's time (forward, backward, host dispatch and every other
+    kernel pass: update, casts, compression)."""
 
     network: NetworkParams
     compute_scale: float = 1.0
@@ -298,6 +299,7 @@ def build_context(
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
+        device.stream_scale = perturbation.compute_scale
     return ctx
 
 

@@ -5,9 +5,11 @@ What is uncertain, and how wide:
   covariance (log space) and each draw also carries the measured scatter of medians about the
   model (network_params.NetworkParams.sample). Link classes the profile did not measure, and every
   class without a profile, get the documented default widths (network_params.DEFAULT_SIGMA).
-* **Compute.** Forward and backward times get one lognormal factor per draw: the profile's
-  compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward were
-  measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
+* **Compute.** The device's time gets one lognormal factor per draw: forward, backward, their host
+  dispatch and every other kernel pass on the device (optimizer update, casts and copies, compression
+  kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
+  the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
+  were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
 
 Each draw rebuilds the cost models and re-runs the whole discrete-event simulation, so overlap,
 bucket timing and offload interleaving respond to the perturbation exactly as they would to a real
