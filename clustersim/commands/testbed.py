@@ -182,6 +182,40 @@ def testbed_validate(
     _print_validation(result)
 
 
+@testbed_app.command("repredict")
+@user_errors
+def testbed_repredict(
+    file: Path = typer.Argument(..., help="A `clustersim testbed validate --out` file."),
+    samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Also write the file back out with the new predictions to this JSON file."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Predict a stored validation's measured steps again with this version's model, without hosts or
+    root: the network model is refitted on the file's own collective sweep and each host count's
+    compute and kernels come from the calibration stored beside it. The measured columns are the
+    file's; the predicted ones are new. Use it to see what a model change does to real runs."""
+    from clustersim.io import read_structured_file
+    from clustersim.testbed.validate import repredict
+
+    stored = read_structured_file(file, "json")
+    if out is not None:
+        from clustersim.io import check_writable_file
+
+        check_writable_file(out)
+    with spinner("re-predicting", json_out) as progress:
+        result = repredict(stored, str(file), samples=samples, progress=progress)
+    if out is not None:
+        from clustersim.io import write_json_atomically
+
+        write_json_atomically(out, result)
+    if json_out:
+        emit_json(result)
+        return
+    _print_validation(result)
+
+
 def _host_counts(hosts: str) -> list[int]:
     from clustersim.errors import InputError
 

@@ -207,7 +207,15 @@ def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int
         )
 
 
-def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int], local: dict) -> dict:
+def _row(
+    n: int,
+    optimizer: str,
+    measured: dict,
+    result,
+    fitted_on: list[int],
+    local: dict,
+    kernels: list[dict] | None,
+) -> dict:
     iv = result.interval or Interval(result.iteration_time, result.iteration_time, result.iteration_time, 0)
     step = measured["step"]
     row = {
@@ -226,6 +234,9 @@ def _row(n: int, optimizer: str, measured: dict, result, fitted_on: list[int], l
         "measured_phases_s": {k: v["median_s"] for k, v in measured.items() if isinstance(v, dict)},
         # the device calibration the prediction used: the model on every host at once, no communication
         "calibration_phases_s": {k: local[k]["median_s"] for k in ("forward", "backward", "optimizer")},
+        # and the compressed optimizers' kernels measured the same way, so the row can be re-predicted
+        # later from what is stored (repredict)
+        "calibration_kernels": kernels,
         "network_fitted_on_ranks": fitted_on,
         # bytes the busiest host put on its link per step (/proc/net/dev: TCP/IP headers, barriers), and
         # what the simulated step sends out of each node's NIC (one rank per host)
@@ -303,7 +314,7 @@ def validate(
                     count=n,
                 )
                 result = simulate(scenario_for(n, bits, job, optimizer), profile, uncertainty_samples=samples)
-                rows.append(_row(n, optimizer, measured, result, fitted_on, local))
+                rows.append(_row(n, optimizer, measured, result, fitted_on, local, kernels))
     finally:
         if created:
             tb_hosts.down(tb)
@@ -318,3 +329,67 @@ def validate(
         "rows": rows,
         "sweep": raw,  # the measured collectives the network model was fitted on (a clustersim-raw file)
     }
+
+
+def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> dict:
+    """Predict a stored validation's measured steps again with today's model: the network model refitted
+    on the file's own sweep, each host count's compute and kernels from its stored calibration. The
+    measurements are the file's; only the predicted columns are new. A model change is checked against
+    real runs in seconds, without hosts. Rows written before the kernels were stored cannot be
+    re-predicted for the compressed optimizers (one line naming the row)."""
+    from clustersim.errors import InputError
+
+    if not isinstance(stored, dict) or not isinstance(stored.get("rows"), list) or not stored["rows"]:
+        raise InputError("not a `testbed validate --out` file (no rows)", source=source, key="rows")
+    missing = [k for k in ("job", "rate", "sweep") if k not in stored]
+    if missing:
+        raise InputError("not a `testbed validate --out` file", source=source, key=missing[0])
+    try:
+        job = Job(**stored["job"])
+    except TypeError as exc:
+        raise InputError(f"not the job's settings ({exc})", source=source, key="job") from None
+    try:
+        rate_bits = parse_rate(str(stored["rate"]))
+    except InputError as exc:
+        raise InputError(exc.message, source=source, key="rate") from None
+    rows, parsed = stored["rows"], []
+    for i, row in enumerate(rows):  # every row checked before any is predicted: nothing half-done
+        try:
+            optimizer, n = row.get("optimizer", "adam"), int(row["hosts"])
+            fitted_on = row["network_fitted_on_ranks"]
+            kernels = row.get("calibration_kernels")
+            if optimizer not in JOBS:
+                raise InputError(
+                    f"unknown optimizer {optimizer!r}", source=source, key=f"rows[{i}].optimizer"
+                )
+            if optimizer in COMPRESSED and not kernels:
+                raise InputError(
+                    f"{optimizer} on {n} hosts has no stored kernel calibration (written by an older "
+                    "version): re-run `clustersim testbed validate` to re-predict it",
+                    source=source,
+                    key=f"rows[{i}].calibration_kernels",
+                )
+            local = {
+                "hosts": n,
+                **{k: {"median_s": float(v)} for k, v in row["calibration_phases_s"].items()},
+            }
+            measured = {k: {"median_s": v} for k, v in row["measured_phases_s"].items()}
+            measured["step"] = {
+                "median_s": row["measured_s"],
+                "p10_s": row["measured_p10_s"],
+                "p90_s": row["measured_p90_s"],
+            }
+            profile = _profile(stored["sweep"], max(fitted_on) + 1, local, job, kernels)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"a row without its measurement or calibration ({exc})", source=source,
+                             key=f"rows[{i}]") from None  # fmt: skip
+        parsed.append((n, optimizer, measured, fitted_on, local, kernels, profile, row))
+    new_rows = []
+    for i, (n, optimizer, measured, fitted_on, local, kernels, profile, row) in enumerate(parsed):
+        result = simulate(scenario_for(n, rate_bits, job, optimizer), profile, uncertainty_samples=samples)
+        new = _row(n, optimizer, measured, result, fitted_on, local, kernels)
+        new["measured_wire_sent_bytes"] = row.get("measured_wire_sent_bytes")
+        new_rows.append(new)
+        if progress is not None:
+            progress(f"{optimizer} on {n} hosts ({i + 1} of {len(rows)})")
+    return {**stored, "rows": new_rows}
