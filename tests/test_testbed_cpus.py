@@ -20,9 +20,15 @@ from tests.test_testbed import namespaces
 @pytest.mark.parametrize(
     "hosts_, share, cpus, expected",
     [
-        (8, 0.25, [0, 1], [[0]] * 4 + [[1]] * 4),  # a quarter core each: four hosts to a core
+        # a quarter core each: four hosts to a core, dealt round so that the first two (a 2-host job)
+        # run on different cores
+        (8, 0.25, [0, 1], [[0], [1]] * 4),
+        (4, 0.5, [0, 1], [[0], [1], [0], [1]]),
+        (3, 0.5, [0, 1], [[0], [1], [0]]),
         (2, 1.0, [0, 1], [[0], [1]]),  # a core each
-        (2, 0.75, [0, 1], [[0], [0, 1]]),  # the second host's 0.75 spans the end of core 0
+        (2, 0.75, [0, 1], [[0], [1]]),  # fits one to a core
+        # two 0.6-core hosts do not fit on one core: laid end to end, the second spans the end of core 0
+        (3, 0.6, [0, 1], [[0], [0, 1], [1]]),
         (2, 2.0, [0, 1, 2, 3], [[0, 1], [2, 3]]),
         (2, 1.0, [4, 7], [[4], [7]]),  # the cores this process may use, not 0..n-1
         (3, 1.0, [0, 1], [None] * 3),  # more than the machine has: the quota alone caps each host
@@ -68,6 +74,25 @@ def test_the_slice_is_read_from_the_kernel_or_defaults(monkeypatch, tmp_path):
     assert cpu_share.bandwidth_slice_us() == cpu_share.DEFAULT_SLICE_US
 
 
+def test_shares_are_cut_to_one_ms_slices_and_down_puts_the_kernels_back(monkeypatch, tmp_path):
+    """A testbed with shares sets the kernel's bandwidth slice to 1 ms (a quarter core: 1 ms per 4 ms,
+    not 5 per 20), recorded as it goes so that down restores it; where /proc is read-only it keeps the
+    kernel's slice and records nothing."""
+    slice_file = tmp_path / "slice"
+    slice_file.write_text("5000\n")
+    monkeypatch.setattr(cpu_share, "SLICE_FILE", slice_file)
+    created, saves = [], []
+    assert cpu_share.use_fine_slice(created, lambda: saves.append(list(created))) == 1_000
+    assert slice_file.read_text() == "1000" and created == ["sysctl:5000"] and saves == [["sysctl:5000"]]
+    assert cpu_share.period_us(0.25) == 4_000 and cpu_share.period_us(1.0) == 1_000
+    assert cpu_share.use_fine_slice([], lambda: None) == 1_000  # already fine: nothing to record
+    assert cpu_share.restore_slice(5_000) and slice_file.read_text() == "5000"
+
+    monkeypatch.setattr(cpu_share, "SLICE_FILE", tmp_path / "no-such-dir" / "slice")
+    created = []
+    assert cpu_share.use_fine_slice(created, lambda: None) == cpu_share.DEFAULT_SLICE_US and created == []
+
+
 def test_a_share_too_small_for_the_kernel_is_refused(monkeypatch):
     with pytest.raises(InputError, match="smallest share"):
         cpu_share.create(["cst-x"], 0.0005, [], lambda: None)
@@ -108,7 +133,9 @@ def testbed(tmp_path, monkeypatch):
 def test_each_host_runs_in_its_share_and_down_removes_it(testbed, tmp_path, runner):
     cpus = cpu_share.machine_cpus()
     share = len(cpus) / 4  # four hosts: half a core each on two cores
+    slice_before = cpu_share.bandwidth_slice_us()
     tb, created = hosts.up(4, parse_rate("100mbit"), cpus_per_host=share)
+    assert cpu_share.bandwidth_slice_us() == min(slice_before, cpu_share.FINE_SLICE_US)
     assert created and tb.cpus_per_host == share
     # kept while the share is the same or not asked for; another share rebuilds
     assert hosts.up(4, parse_rate("100mbit"))[1] is False
@@ -140,6 +167,7 @@ def test_each_host_runs_in_its_share_and_down_removes_it(testbed, tmp_path, runn
     removed = hosts.down()
     assert sum(r.startswith("cgroup:") for r in removed) == len(groups)
     assert not any(g.exists() for g in groups)
+    assert cpu_share.bandwidth_slice_us() == slice_before  # the kernel's own slice is back
 
     # --cpus-per-host 0: no groups at all
     tb, _ = hosts.up(2, parse_rate("100mbit"), cpus_per_host=0)

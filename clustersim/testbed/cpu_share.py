@@ -28,6 +28,14 @@ MIN_US, MAX_PERIOD_US = 1_000, 1_000_000
 # quantize kernel in 25 ms, against 7-15 ms with a 5 ms quota per 5 ms or with no quota at all.
 SLICE_FILE = Path("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
 DEFAULT_SLICE_US = 5_000
+# The slice a testbed with CPU shares runs under (set by create, the previous value put back by down):
+# the kernel's smallest period, so a quarter-core host gets 1 ms per 4 ms instead of 5 ms per 20 ms. The
+# same matmul loop on two quarter-core hosts at once (6.65 ms on a whole core, 3 ms waits between
+# runs, as a host waiting on the network) took a median of 20 ms, P10 6 ms and P90 36 ms with 5 ms per
+# 20 ms: whole-core bursts, then stalls. With 1 ms per 4 ms: 28.5 ms (4.3x the whole-core time, a
+# quarter core's 4x and the throttling's cost), P90 30-36 ms. A host then runs at its share, not in
+# bursts, down to a few ms: what a slower device does.
+FINE_SLICE_US = MIN_US
 
 
 def bandwidth_slice_us() -> int:
@@ -38,9 +46,36 @@ def bandwidth_slice_us() -> int:
         return DEFAULT_SLICE_US
 
 
+def use_fine_slice(created: list[str], save) -> int:
+    """Set the kernel's CFS bandwidth slice to FINE_SLICE_US where it is larger and writable, recording
+    the previous value in ``created`` (``sysctl:5000``, put back by restore_slice) and saving at once.
+    Returns the slice the shares will be cut to (the current one where it cannot be written)."""
+    current = bandwidth_slice_us()
+    if current <= FINE_SLICE_US:
+        return current
+    try:
+        SLICE_FILE.write_text(str(FINE_SLICE_US))
+    except OSError:
+        return current  # read-only /proc (a container): coarser periods, recorded with the shares
+    created.append(f"sysctl:{current}")
+    save()
+    return FINE_SLICE_US
+
+
+def restore_slice(previous: int) -> bool:
+    """Put the slice back where a testbed set it (and nobody has changed it since)."""
+    try:
+        if bandwidth_slice_us() == FINE_SLICE_US:
+            SLICE_FILE.write_text(str(previous))
+        return True
+    except OSError:
+        return False
+
+
 def period_us(share: float, slice_us: int | None = None) -> int:
-    """The shortest CFS period whose quota is at least one bandwidth slice (5 ms by default): 5 ms for
-    a core or more, 20 ms for a quarter core. The quota is refilled every period and does not carry
+    """The shortest CFS period whose quota is at least one bandwidth slice (1 ms while a testbed is up,
+    where the slice can be set; the kernel's 5 ms by default): with 1 ms slices 1 ms for a core or
+    more, 4 ms for a quarter core. The quota is refilled every period and does not carry
     over, so a host that waited on the network runs at full core speed until its quota is spent, then
     stalls for the rest of the period: with the kernel's default 100 ms period a quarter-core host runs
     25 ms bursts and stalls 75 ms, so a step's kernels between collectives run faster than the same
@@ -113,11 +148,16 @@ def unavailable() -> str | None:
 
 
 def cores_of(i: int, share: float, hosts: int, cpus: list[int]) -> list[int] | None:
-    """Host i's cores: those overlapping [i·X, (i+1)·X) of the machine's cores laid end to end, so hosts
-    of a fraction of a core share one core and a host of several has its own; None where the shares
-    add up to more than the machine has (then the quota alone caps each host)."""
+    """Host i's cores. Hosts of a fraction of a core that fit whole on the cores dealt round (the
+    ceil(hosts / cores) hosts of the fullest core take at most one core) are dealt round: host i on
+    core i mod cores, so the first k hosts, which a k-host job uses, run on k different cores where
+    there are k, instead of contending for one while the others idle. Otherwise the cores overlapping
+    [i·X, (i+1)·X) of the machine's cores laid end to end, so a host of several has its own; None where
+    the shares add up to more than the machine has (then the quota alone caps each host)."""
     if share * hosts > len(cpus) + 1e-9:
         return None
+    if share < 1 and math.ceil(hosts / len(cpus)) * share <= 1 + 1e-9:
+        return [cpus[i % len(cpus)]]
     lo, hi = i * share, (i + 1) * share
     return [cpus[c] for c in range(int(math.floor(lo + 1e-9)), len(cpus)) if c < hi - 1e-9]
 
@@ -143,13 +183,13 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
         raise InputError(
             f"--cpus-per-host {share:g} is more than this machine's {cores} cores", key="--cpus-per-host"
         )
-    period = period_us(share)
     if share * MAX_PERIOD_US < MIN_US:
         raise InputError(
             f"--cpus-per-host {share:g} is below the kernel's smallest share "
             f"({MIN_US / MAX_PERIOD_US:g} of a core: a 1 ms quota per 1 s period)",
             key="--cpus-per-host",
         )
+    period = period_us(share, use_fine_slice(created, save))
     quota = max(MIN_US, round(share * period))
     cpus = machine_cpus()
     cpu_parent = _parent("cpu")

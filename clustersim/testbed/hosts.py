@@ -60,6 +60,7 @@ class Testbed:
             "bridge": bridge_name(),
             "cpus_per_host": self.cpus_per_host,
             "machine_cpus": len(cpu_share.machine_cpus()),
+            "cfs_bandwidth_slice_us": cpu_share.bandwidth_slice_us() if self.cpu_shares else None,
             "members": [
                 {"host": self.host(i), "address": self.address(i), "interface": HOST_IFACE} | self._share(i)
                 for i in range(self.hosts)
@@ -219,6 +220,10 @@ def down(tb: Testbed | None = None) -> list[str]:
     if tb is not None:
         for item in reversed(tb.created):
             kind, _, name = item.partition(":")
+            if kind == "sysctl":  # the CFS bandwidth slice the shares were cut to (cpu_share.py)
+                if cpu_share.restore_slice(int(name)):
+                    removed.append(item)
+                continue
             if not Path(name).name.startswith("cst"):  # every prefix starts so
                 continue  # never touch anything we did not name
             if kind == "cgroup":

@@ -94,6 +94,7 @@ def host_cpus(tb: Testbed) -> dict:
         "cpus_per_host": d["cpus_per_host"],
         "machine_cpus": d["machine_cpus"],
         "host_cpu_shares": shares if d["cpus_per_host"] else None,
+        "cfs_bandwidth_slice_us": d["cfs_bandwidth_slice_us"],
     }
 
 
