@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,43 @@ def test_a_shipped_run_without_compressed_rows_is_repredicted_as_is(runner):
     again = tb_validate.repredict(_stored(), STORED, samples=0)
     assert [r["measured_s"] for r in again["rows"]] == [r["measured_s"] for r in _stored()["rows"]]
     assert all(r["predicted_s"] > 0 for r in again["rows"])
+
+
+REFERENCE = {  # docs/testbed.md's table: (label, files) per block of rows
+    "MLP, 200 Mb/s": ("mlp-200mbit-1.json", "mlp-200mbit-2.json"),
+    "transformer, 200 Mb/s": ("transformer-200mbit-1.json", "transformer-200mbit-2.json"),
+    "MLP, 1 Gb/s": ("mlp-1gbit.json",),
+}
+
+
+def _reference(name: str) -> dict:
+    return json.loads(resources.files("clustersim.validation").joinpath("testbed", name).read_text())
+
+
+@pytest.mark.parametrize("name", [n for files in REFERENCE.values() for n in files])
+def test_the_shipped_reference_runs_repredict_to_what_they_store(name):
+    """The reference runs' predicted columns are today's model's. When a model change moves them on
+    purpose: `clustersim testbed repredict F --out F` for each, and docs/testbed.md's table (below)."""
+    stored = _reference(name)
+    again = tb_validate.repredict(stored, name)
+    for old, new in zip(stored["rows"], again["rows"]):
+        where = (name, old["optimizer"], old["hosts"])
+        assert new["predicted_s"] == pytest.approx(old["predicted_s"], rel=1e-9), where
+        assert new["inside"] == old["inside"], where
+
+
+def test_the_docs_table_is_what_the_reference_runs_say():
+    def cell(r: dict) -> str:
+        mark = " ✓" if r["inside"] else ""
+        return f"{r['measured_s'] * 1e3:.0f} → {r['predicted_s'] * 1e3:.0f} ({r['error'] * 100:+.0f}%){mark}"
+
+    docs = (Path(__file__).parents[1] / "docs" / "testbed.md").read_text()
+    for label, files in REFERENCE.items():
+        runs = [_reference(f)["rows"] for f in files]
+        for j, n in enumerate((2, 4, 8)):
+            cells = [
+                "; ".join(cell(r) for rows in runs for r in rows if r["hosts"] == n and r["optimizer"] == opt)
+                for opt in ("adam", "onebit-adam", "binsgdm")
+            ]
+            line = f"| {label if j == 0 else ''} | {n} | " + " | ".join(cells) + " |"
+            assert line in docs, line
