@@ -126,7 +126,9 @@ def _reference(name: str) -> dict:
     return json.loads(resources.files("clustersim.validation").joinpath("testbed", name).read_text())
 
 
-@pytest.mark.parametrize("name", [n for files in REFERENCE.values() for n in files])
+@pytest.mark.parametrize(
+    "name", [n for files in REFERENCE.values() for n in files] + ["mlp-zero3-200mbit-shares.json"]
+)
 def test_the_shipped_reference_runs_repredict_to_what_they_store(name):
     """The reference runs' predicted columns are today's model's. When a model change moves them on
     purpose: `clustersim testbed repredict F --out F` for each, and docs/testbed.md's table (below)."""
