@@ -130,7 +130,8 @@ def testbed_validate(
     out: Optional[Path] = typer.Option(
         None,
         "--out",
-        help="Also write the result, with machine, kernel and torch version, to this JSON file.",
+        help="Also write the result, with machine, kernel and torch version, to this JSON file; it keeps "
+        "the calibrations the predictions used, so `testbed repredict` predicts it again later.",
     ),
     cpus_per_host: Optional[float] = CpusOpt,
     json_out: bool = JsonOpt,
