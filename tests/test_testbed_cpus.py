@@ -93,6 +93,12 @@ def test_shares_are_cut_to_one_ms_slices_and_down_puts_the_kernels_back(monkeypa
     assert cpu_share.use_fine_slice(created, lambda: None) == cpu_share.DEFAULT_SLICE_US and created == []
 
 
+def test_only_shares_that_can_burst_get_the_fine_slice():
+    assert cpu_share.bursts(0.25, 8, [0, 1]) and cpu_share.bursts(1.5, 2, [0, 1, 2, 3])
+    assert cpu_share.bursts(1.0, 3, [0, 1])  # no cores of its own: the quota alone caps it
+    assert not cpu_share.bursts(1.0, 2, [0, 1]) and not cpu_share.bursts(2.0, 2, [0, 1, 2, 3])
+
+
 def test_a_share_too_small_for_the_kernel_is_refused(monkeypatch):
     with pytest.raises(InputError, match="smallest share"):
         cpu_share.create(["cst-x"], 0.0005, [], lambda: None)

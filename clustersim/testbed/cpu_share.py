@@ -62,6 +62,13 @@ def use_fine_slice(created: list[str], save) -> int:
     return FINE_SLICE_US
 
 
+def bursts(share: float, hosts: int, cpus: list[int]) -> bool:
+    """Whether a host of this share could run faster than its share between throttles, so that the
+    period's length matters: a fraction of a core, or a share without cores of its own. A whole number
+    of cores on a cpuset of exactly those cores never exceeds its share, and keeps the kernel's slice."""
+    return share % 1 > 1e-9 or cores_of(0, share, hosts, cpus) is None
+
+
 def restore_slice(previous: int) -> bool:
     """Put the slice back where a testbed set it (and nobody has changed it since)."""
     try:
@@ -189,9 +196,10 @@ def create(names: list[str], share: float, created: list[str], save) -> list[dic
             f"({MIN_US / MAX_PERIOD_US:g} of a core: a 1 ms quota per 1 s period)",
             key="--cpus-per-host",
         )
-    period = period_us(share, use_fine_slice(created, save))
-    quota = max(MIN_US, round(share * period))
     cpus = machine_cpus()
+    fine = use_fine_slice(created, save) if bursts(share, len(names), cpus) else None
+    period = period_us(share, fine)
+    quota = max(MIN_US, round(share * period))
     cpu_parent = _parent("cpu")
     cpuset_parent = _parent("cpuset") if cores_of(0, share, len(names), cpus) is not None else None
     shares = []
