@@ -59,8 +59,14 @@ def testbed_down():
 
     require_tools()
     removed = down()
+    if not removed:
+        console.print("no testbed was up")
+        return
+    made = [r for r in removed if not r.startswith("sysctl:")]
+    restored = [int(r.partition(":")[2]) for r in removed if r.startswith("sysctl:")]
     console.print(
-        f"removed {len(removed)} namespaces, links and CPU groups" if removed else "no testbed was up"
+        f"removed {len(made)} namespaces, links and CPU groups"
+        + (f"; the kernel's CFS bandwidth slice is back to {restored[0] / 1e3:g} ms" if restored else "")
     )
 
 
@@ -339,4 +345,5 @@ def _member_share(m: dict) -> str:
         return "shared"
     cores = ",".join(map(str, m["cpus"])) if m["cpus"] is not None else "any"
     share = m["cpu_quota_us"] / m["cpu_period_us"]
-    return f"{share:g} {'cores' if share > 1 else 'core'} on {cores}"
+    quota = f"{m['cpu_quota_us'] / 1e3:g} ms per {m['cpu_period_us'] / 1e3:g} ms"
+    return f"{share:g} {'cores' if share > 1 else 'core'} on {cores} ({quota})"
