@@ -179,14 +179,7 @@ def testbed_validate(
             counts, rate, job, chosen, samples=samples, progress=progress, cpus_per_host=cpus_per_host
         )
     result["provenance"] = _provenance(hosts, rate, model, optimizers, job, result["testbed"])
-    if out is not None:
-        from clustersim.io import write_json_atomically
-
-        write_json_atomically(out, result)
-    if json_out:
-        emit_json(result)
-        return
-    _print_validation(result)
+    _emit_validation(result, out, json_out)
 
 
 @testbed_app.command("repredict")
@@ -213,6 +206,11 @@ def testbed_repredict(
         check_writable_file(out)
     with spinner("re-predicting", json_out) as progress:
         result = repredict(stored, str(file), samples=samples, progress=progress)
+    _emit_validation(result, out, json_out)
+
+
+def _emit_validation(result: dict, out: Optional[Path], json_out: bool) -> None:
+    """A validation's result to ``out`` (whole, atomically) and to the terminal as JSON or the table."""
     if out is not None:
         from clustersim.io import write_json_atomically
 
