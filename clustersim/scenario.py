@@ -251,6 +251,14 @@ class WorkloadSpec(_Strict):
         "Default: fused under torch.compile or tensor/pipeline parallelism, else unfused",
     )
 
+    def pointwise_code(self, model_parallel: bool = False) -> str:
+        """``pointwise`` as given, else its default: fused where the code cannot be plain model code
+        (torch.compile fuses it; tensor and pipeline parallelism, ``model_parallel``, are Megatron-style
+        framework code), unfused otherwise."""
+        if self.pointwise is not None:
+            return self.pointwise
+        return "fused" if self.execution == "compiled" or model_parallel else "unfused"
+
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
         if (self.model is None) == (self.layers is None):
@@ -425,14 +433,10 @@ class Scenario(_Strict):
 
     @property
     def pointwise_code(self) -> str:
-        """``workload.pointwise`` as given, else its default: fused where the code cannot be plain model
-        code (torch.compile fuses it; tensor and pipeline parallelism are Megatron-style framework
-        code), unfused otherwise."""
-        w, p = self.workload, self.training.parallelism
-        if w.pointwise is not None:
-            return w.pointwise
-        framework = w.execution == "compiled" or p.tensor > 1 or p.pipeline > 1
-        return "fused" if framework else "unfused"
+        """``workload.pointwise`` as given, else its default (WorkloadSpec.pointwise_code), with
+        tensor or pipeline parallelism counting as framework code."""
+        p = self.training.parallelism
+        return self.workload.pointwise_code(p.tensor > 1 or p.pipeline > 1)
 
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``)."""

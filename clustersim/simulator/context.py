@@ -299,6 +299,7 @@ def build_context(
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
+        # set last: the measured-to-modelled ratios above (apply_model_compute) are taken unscaled
         device.stream_scale = perturbation.compute_scale
     return ctx
 

@@ -32,10 +32,10 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
 
 
 def build_workload(spec: WorkloadSpec, unfused_pointwise: bool | None = None) -> Workload:
-    """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code); None: as
-    ``spec.pointwise`` says, unfused when it says nothing."""
+    """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code); None: the
+    workload's own default (WorkloadSpec.pointwise_code, without model parallelism)."""
     if unfused_pointwise is None:
-        unfused_pointwise = spec.pointwise != "fused"
+        unfused_pointwise = spec.pointwise_code() == "unfused"
     if spec.model is None:
         d = BYTES_PER_ELEMENT[spec.precision]
         return Workload(
