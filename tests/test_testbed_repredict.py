@@ -91,17 +91,26 @@ def test_repredict_cli_prints_the_table_and_writes_the_file(runner, validated, t
 @pytest.mark.parametrize(
     "change, key",
     [
-        (lambda d: d["rows"][1].update(calibration_kernels=None), "rows[1].calibration_kernels"),
-        (lambda d: d["rows"][0].pop("calibration_phases_s"), "rows[0]"),
+        (lambda d: d["rows"][1].update(calibration_kernels=None), "rows.1.calibration_kernels"),
+        (lambda d: d["rows"][0].pop("calibration_phases_s"), "rows.0.calibration_phases_s"),
         (lambda d: d.pop("sweep"), "sweep"),
         (lambda d: d.update(rows=[]), "rows"),
         (lambda d: d.update(job={"model": "mlp", "colour": 3}), "job"),
+        (lambda d: d["rows"][0].update(measured_s=0), "rows.0.measured_s"),
+        (lambda d: d["rows"][0].update(hosts=float("inf")), "rows.0.hosts"),
+        (lambda d: d["rows"][0].update(hosts=True), "rows.0.hosts"),
+        (lambda d: d["rows"][2]["calibration_kernels"][0].update(median_s=0), "rows.2.calibration_kernels.0"),
+        (lambda d: d["rows"][0]["calibration_phases_s"].update(forward="x"), "rows.0.calibration_phases_s"),
+        (lambda d: d["job"].update(width=10**9), "rows.0"),  # a model too large to simulate
+        (lambda d: d.update(rate="fast"), "rate"),
+        (lambda d: d["sweep"]["collectives"][0].update(median_s=-1), "sweep.collectives.0.median_s"),
     ],
 )
 def test_a_file_it_cannot_repredict_is_one_line_naming_the_key(runner, validated, tmp_path, change, key):
-    change(validated)
+    stored = json.loads(json.dumps(validated))  # as read from a file: no row shares another's lists
+    change(stored)
     path = tmp_path / "run.json"
-    path.write_text(json.dumps(validated))
+    path.write_text(json.dumps(stored))
     res = runner.invoke(app, ["testbed", "repredict", str(path)])
     assert res.exit_code == 2, res.output
     assert f"{path}: {key}" in res.output and "Traceback" not in res.output

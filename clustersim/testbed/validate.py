@@ -335,61 +335,53 @@ def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> di
     """Predict a stored validation's measured steps again with today's model: the network model refitted
     on the file's own sweep, each host count's compute and kernels from its stored calibration. The
     measurements are the file's; only the predicted columns are new. A model change is checked against
-    real runs in seconds, without hosts. Rows written before the kernels were stored cannot be
-    re-predicted for the compressed optimizers (one line naming the row)."""
+    real runs in seconds, without hosts. The file is checked first (stored_run.py), and whatever the
+    model then refuses is named in the file too; nothing is predicted until every row is ready."""
     from clustersim.errors import InputError
+    from clustersim.testbed.stored_run import parse_stored_run
 
-    if not isinstance(stored, dict) or not isinstance(stored.get("rows"), list) or not stored["rows"]:
-        raise InputError("not a `testbed validate --out` file (no rows)", source=source, key="rows")
-    missing = [k for k in ("job", "rate", "sweep") if k not in stored]
-    if missing:
-        raise InputError("not a `testbed validate --out` file", source=source, key=missing[0])
-    try:
-        job = Job(**stored["job"])
-    except TypeError as exc:
-        raise InputError(f"not the job's settings ({exc})", source=source, key="job") from None
-    try:
-        rate_bits = parse_rate(str(stored["rate"]))
-    except InputError as exc:
-        raise InputError(exc.message, source=source, key="rate") from None
-    rows, parsed = stored["rows"], []
-    for i, row in enumerate(rows):  # every row checked before any is predicted: nothing half-done
-        try:
-            optimizer, n = row.get("optimizer", "adam"), int(row["hosts"])
-            fitted_on = row["network_fitted_on_ranks"]
-            kernels = row.get("calibration_kernels")
-            if optimizer not in JOBS:
-                raise InputError(
-                    f"unknown optimizer {optimizer!r}", source=source, key=f"rows[{i}].optimizer"
-                )
-            if optimizer in COMPRESSED and not kernels:
-                raise InputError(
-                    f"{optimizer} on {n} hosts has no stored kernel calibration (written by an older "
-                    "version): re-run `clustersim testbed validate` to re-predict it",
-                    source=source,
-                    key=f"rows[{i}].calibration_kernels",
-                )
-            local = {
-                "hosts": n,
-                **{k: {"median_s": float(v)} for k, v in row["calibration_phases_s"].items()},
-            }
-            measured = {k: {"median_s": v} for k, v in row["measured_phases_s"].items()}
-            measured["step"] = {
-                "median_s": row["measured_s"],
-                "p10_s": row["measured_p10_s"],
-                "p90_s": row["measured_p90_s"],
-            }
-            profile = _profile(stored["sweep"], max(fitted_on) + 1, local, job, kernels)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"a row without its measurement or calibration ({exc})", source=source,
-                             key=f"rows[{i}]") from None  # fmt: skip
-        parsed.append((n, optimizer, measured, fitted_on, local, kernels, profile, row))
+    run, rate_bits = parse_stored_run(stored, source)
+    j = run.job
+    job = Job(j.model, j.layers, j.width, j.batch, j.seq, j.heads, j.steps)
+    parsed = []
+    for i, row in enumerate(run.rows):
+        where = f"rows.{i}"
+        if row.optimizer in COMPRESSED and not row.calibration_kernels:
+            raise InputError(
+                f"{row.optimizer} on {row.hosts} hosts has no stored kernel calibration (written by an "
+                "older version): re-run `clustersim testbed validate` to re-predict it",
+                source=source,
+                key=f"{where}.calibration_kernels",
+            )
+        kernels = [k.model_dump() for k in row.calibration_kernels] if row.calibration_kernels else None
+        phases = row.calibration_phases_s.model_dump()
+        local = {"hosts": row.hosts, **{k: {"median_s": v} for k, v in phases.items()}}
+        measured = {k: {"median_s": v} for k, v in row.measured_phases_s.items()}
+        step = (row.measured_s, row.measured_p10_s, row.measured_p90_s)
+        measured["step"] = dict(zip(("median_s", "p10_s", "p90_s"), step))
+        try:  # what the model refuses (a job too large to simulate, a calibration it cannot use)
+            profile = _profile(run.sweep, max(row.network_fitted_on_ranks) + 1, local, job, kernels)
+            scenario = scenario_for(row.hosts, rate_bits, job, row.optimizer)
+        except InputError as exc:
+            raise _in_file(exc, source, where) from None
+        parsed.append((row, measured, local, kernels, profile, scenario))
     new_rows = []
-    for i, (n, optimizer, measured, fitted_on, local, kernels, profile, row) in enumerate(parsed):
-        result = simulate(scenario_for(n, rate_bits, job, optimizer), profile, uncertainty_samples=samples)
-        new = _row(n, optimizer, measured, result, fitted_on, local, kernels)
-        new["measured_wire_sent_bytes"] = row.get("measured_wire_sent_bytes")
+    for i, (row, measured, local, kernels, profile, scenario) in enumerate(parsed):
+        try:
+            result = simulate(scenario, profile, uncertainty_samples=samples)
+        except InputError as exc:
+            raise _in_file(exc, source, f"rows.{i}") from None
+        new = _row(row.hosts, row.optimizer, measured, result, row.network_fitted_on_ranks, local, kernels)
+        new["measured_wire_sent_bytes"] = stored["rows"][i].get("measured_wire_sent_bytes")
         new_rows.append(new)
         if progress is not None:
-            progress(f"{optimizer} on {n} hosts ({i + 1} of {len(rows)})")
+            progress(f"{row.optimizer} on {row.hosts} hosts ({i + 1} of {len(parsed)})")
     return {**stored, "rows": new_rows}
+
+
+def _in_file(exc, source: str, where: str):
+    """An error of the scenario or profile built from a stored row, named in the stored file."""
+    from clustersim.errors import InputError
+
+    inner = f"{exc.key}: " if exc.key else ""
+    return InputError(f"{inner}{exc.message} (from this row and the file's job)", source=source, key=where)
