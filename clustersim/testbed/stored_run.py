@@ -70,6 +70,13 @@ def parse_stored_run(data, source: str) -> tuple[StoredRun, float]:
     the key."""
     if not isinstance(data, dict):
         raise InputError("not a `testbed validate --out` file (a JSON object)", source=source)
+    missing = [k for k in ("job", "rate", "rows", "sweep") if k not in data]
+    if missing:  # another file altogether: a raw sweep, a profile, a scenario
+        raise InputError(
+            f"not a `testbed validate --out` file (it has no {', '.join(repr(k) for k in missing)})",
+            source=source,
+            key=missing[0],
+        )
     try:
         run = StoredRun.model_validate(data)
     except ValidationError as exc:
