@@ -241,6 +241,16 @@ class WorkloadSpec(_Strict):
         description="how the step reaches the GPU: eager PyTorch (an op dispatched by the host per kernel), "
         "torch.compile (fused pointwise kernels), or a captured CUDA graph (no per-kernel host dispatch)",
     )
+    pad_vocab_to_multiple_of: Count | None = Field(
+        None,
+        gt=0,
+        description="transformers: the code pads the vocabulary to a multiple of this (NVIDIA "
+        "DeepLearningExamples' BERT pads to 8). A vocabulary whose rows are not a multiple of 16 bytes "
+        "(BERT's 30,522, GPT-2's 50,257 entries) runs the LM head's matmuls on slower, unaligned "
+        "tensor-core kernels. Default: 128 per tensor-parallel rank under tensor or pipeline "
+        "parallelism (Megatron-LM's --make-vocab-size-divisible-by), else 1, the model's own size (as "
+        "Hugging Face models keep it)",
+    )
     pointwise: Literal["unfused", "fused"] | None = Field(
         None,
         description="transformers: how the model code's pointwise work (normalisation, activation, "
@@ -258,6 +268,13 @@ class WorkloadSpec(_Strict):
         if self.pointwise is not None:
             return self.pointwise
         return "fused" if self.execution == "compiled" or model_parallel else "unfused"
+
+    def vocab_multiple(self, tensor: int = 1, model_parallel: bool = False) -> int:
+        """``pad_vocab_to_multiple_of`` as given, else its default: Megatron-style code (``model_parallel``)
+        pads to 128 per tensor-parallel rank, plain model code keeps the model's vocabulary."""
+        if self.pad_vocab_to_multiple_of is not None:
+            return self.pad_vocab_to_multiple_of
+        return 128 * tensor if model_parallel else 1
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -437,6 +454,12 @@ class Scenario(_Strict):
         tensor or pipeline parallelism counting as framework code."""
         p = self.training.parallelism
         return self.workload.pointwise_code(p.tensor > 1 or p.pipeline > 1)
+
+    @property
+    def vocab_multiple(self) -> int:
+        """``workload.pad_vocab_to_multiple_of`` as given, else its default (WorkloadSpec.vocab_multiple)."""
+        p = self.training.parallelism
+        return self.workload.vocab_multiple(p.tensor, p.tensor > 1 or p.pipeline > 1)
 
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``)."""

@@ -126,7 +126,10 @@ def test_memory_per_rank_follows_the_split_and_korthikanti():
     stage0 = (ctx.workload.layers[0].params + sum(b.params for b in blocks[: arch.layers // p])) / t
     assert L.stage_params(0) == pytest.approx(stage0)
     last = (ctx.workload.layers[-1].params + sum(b.params for b in blocks[-arch.layers // p :])) / t
-    assert L.stage_params(p - 1) == pytest.approx(last + arch.vocab * arch.hidden / t)  # tied copy
+    # tied copy of the word embedding, padded as Megatron pads it (128 per tensor-parallel rank)
+    assert ctx.scenario.vocab_multiple == 128 * t
+    padded_vocab = -(-arch.vocab // (128 * t)) * 128 * t
+    assert L.stage_params(p - 1) == pytest.approx(last + padded_vocab * arch.hidden / t)
     s, b, h, a = 2048, 1, arch.hidden, arch.heads
     per_layer = s * b * h * (10 + 24 / t)  # fused attention (the default) keeps no s^2 scores
     assert L.block_activation_bytes() == pytest.approx(per_layer)

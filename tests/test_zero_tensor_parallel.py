@@ -14,7 +14,14 @@ from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.megatron import _tp_ops
 from tests.conftest import make_scenario
 
-GPT = {"workload.model": "GPT-3-1.3B", "workload.micro_batch": 1, "workload.seq_len": 512}
+# The vocabulary padded alike at every tensor-parallel degree (Megatron's default pads to 128 per rank),
+# so that the whole model is the same one whatever t splits it.
+GPT = {
+    "workload.model": "GPT-3-1.3B",
+    "workload.micro_batch": 1,
+    "workload.seq_len": 512,
+    "workload.pad_vocab_to_multiple_of": 1024,
+}
 NODES, GPN = 4, 4
 
 

@@ -7,7 +7,8 @@ The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-
 recent GPU, catalogs/execution.yaml); eager PyTorch launches tens of kernels per transformer block, so
 at small micro-batches it is a large part of the device time. Convolutions and batch-norm have their
 own rates (cuDNN at ResNet shapes; batch-norm bound by the SMs, min(SMs x clock x bytes per SM-cycle,
-streaming HBM rate)); GEMMs the matmul efficiency.
+streaming HBM rate)); GEMMs the matmul efficiency, and tensor-core GEMMs over an unpadded vocabulary
+(rows not a multiple of 16 bytes) the lower rate of cuBLAS's unaligned kernels.
 
 Efficiencies default to the catalog's documented constants. A profile measured on the same GPU
 replaces them with the measured rates; one measured on another GPU is scaled by peak FLOP/s
@@ -45,6 +46,14 @@ class DeviceCosts:
         mode = catalog.execution_mode(execution)
         classes = catalog.execution()["efficiency"]
         self.conv_eff = classes["conv"]
+        # unaligned tensor-core GEMMs: bound by the SMs' narrow loads where the catalog gives SMs and
+        # clock, else the H200's fraction of peak (catalogs/execution.yaml)
+        unaligned = classes["gemm_unaligned"]
+        sm_rate = gpu.sm_cycles_per_s
+        self._unaligned_flops_per_byte = (
+            sm_rate * unaligned["flops_per_sm_cycle_per_byte"] if sm_rate is not None else None
+        )
+        self._unaligned_peak_per_byte = unaligned["peak_fraction_per_byte"]
         self.elementwise_factor = classes["pointwise_unfused"] if unfused_pointwise else 1.0
         # batch-norm and ReLU: bound by the SMs where the catalog gives them (and by the streaming rate
         # of HBM), else a fraction of HBM (catalogs/execution.yaml)
@@ -130,7 +139,10 @@ class DeviceCosts:
     def kernel_time(self, kernel: Kernel, precision: str) -> float:
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
+        unaligned = kernel.alignment_bytes < 16 and precision != "fp32"
         model = self.gemm_model.get(precision) if kernel.flops > 0 and kernel.name != "conv" else None
+        if unaligned:
+            model = None  # a calibration's GEMMs are aligned shapes: the class keeps its own rate
         if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
             r_max, launch, mem = model
             return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)
@@ -140,7 +152,12 @@ class DeviceCosts:
         if rates is None:
             rates = self._roofline[precision] = (self.flops_rate(precision), self.memory_rate)
         flop_rate, byte_rate = rates
-        if kernel.name == "conv" and precision != "fp32":
+        if unaligned:
+            # tensor-core GEMMs with a dimension not a multiple of 16 bytes (an unpadded vocabulary):
+            # cuBLAS falls back to narrow-load kernels whose rate goes with their load width
+            # (catalogs/execution.yaml); fp32 on the SIMT cores keeps the GEMM's rate
+            flop_rate = min(flop_rate, self.unaligned_gemm_rate(precision, kernel.alignment_bytes))
+        elif kernel.name == "conv" and precision != "fp32":
             # tensor-core convolutions; fp32 ones run on the SIMT cores at the GEMM's efficiency
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
         elif kernel.name == "bn_relu":
@@ -150,6 +167,14 @@ class DeviceCosts:
             byte_rate *= self.elementwise_factor  # autocast's mixed 16-bit/fp32 operands (as transformer.py)
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
+
+    def unaligned_gemm_rate(self, precision: str, alignment_bytes: int) -> float:
+        """FLOP/s of a tensor-core GEMM whose rows start only every ``alignment_bytes`` bytes: cuBLAS's
+        narrow-load kernels, bound by how fast those loads feed the SMs (catalogs/execution.yaml)."""
+        per_byte = self._unaligned_flops_per_byte
+        if per_byte is None:
+            per_byte = self.gpu.peak_flops(precision) * self._unaligned_peak_per_byte
+        return per_byte * alignment_bytes
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
         """The time of a layer's kernel groups, once per (groups, precision): a program prices the same

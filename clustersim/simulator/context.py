@@ -250,7 +250,7 @@ def build_context(
     cluster = build_cluster(scenario.cluster)
     _check_layer_count(scenario)
     unfused = scenario.pointwise_code == "unfused"
-    workload = build_workload(scenario.workload, unfused)
+    workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple)
     execution = scenario.workload.execution
     device = DeviceCosts(gpu, prof, execution, unfused)
     c = scenario.cluster

@@ -19,6 +19,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import GroupShape
 from clustersim.workloads.layers import Kernel, Layer, Workload
+from clustersim.workloads.transformer import with_padded_vocab
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Layout:
     def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
         par, c = scenario.training.parallelism, scenario.cluster
         arch = model(scenario.workload.model) if scenario.workload.model else None
+        if isinstance(arch, TransformerArch):
+            arch = with_padded_vocab(arch, scenario.vocab_multiple)  # as build_workload pads it
         return cls(
             par.tensor,
             par.pipeline,
@@ -183,7 +186,7 @@ class Layout:
         out = []
         for k in kernels:
             rep = min(replicated, k.bytes) if k.name == "elementwise" else 0.0
-            out.append(Kernel(k.name, k.flops / t, rep + (k.bytes - rep) / t, k.launches))
+            out.append(replace(k, flops=k.flops / t, bytes=rep + (k.bytes - rep) / t))
         return tuple(out)
 
     def tensor_collectives(self, layer: Layer, forward: bool) -> list[tuple[str, int]]:

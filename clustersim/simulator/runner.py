@@ -10,7 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from clustersim import catalog
 from clustersim.calibration.profile import Profile, load_profile
+from clustersim.catalog import TransformerArch
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
@@ -328,6 +330,35 @@ def _pointwise_source(scenario) -> str:
     return f"framework kernels, pointwise ops fused ({given})"
 
 
+def _lm_head_source(ctx: SimulationContext) -> str | None:
+    """The LM head's vocabulary: padded by the code, or unaligned for the tensor cores (and at what
+    rate its matmuls run); None when neither applies."""
+    name = ctx.scenario.workload.model
+    arch = catalog.model(name) if name is not None else None
+    if not isinstance(arch, TransformerArch):
+        return None
+    head = ctx.workload.layers[-1]
+    vocab_gemms = [k for k in head.forward if k.name == "gemm" and k.alignment_bytes < 16]
+    given = (
+        "default"
+        if ctx.scenario.workload.pad_vocab_to_multiple_of is None
+        else "workload.pad_vocab_to_multiple_of"
+    )
+    multiple = ctx.scenario.vocab_multiple
+    if vocab_gemms and ctx.precision != "fp32":
+        width = vocab_gemms[0].alignment_bytes
+        unaligned = ctx.device.unaligned_gemm_rate(ctx.precision, width)
+        if unaligned < ctx.device.flops_rate(ctx.precision):
+            return (
+                f"vocabulary of {arch.vocab:,} unpadded ({given}): its matmuls load {width} bytes at a "
+                f"time, {unaligned / 1e12:,.0f} TFLOP/s (unaligned tensor-core kernels)"
+            )
+    if arch.vocab % multiple:
+        padded = -(-arch.vocab // multiple) * multiple
+        return f"vocabulary padded from {arch.vocab:,} to {padded:,} ({given})"
+    return None
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -337,6 +368,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)
+        head = _lm_head_source(ctx)
+        if head is not None:
+            sources["LM head"] = head
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck

@@ -96,6 +96,7 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     if row.seq_len is not None:
         workload["seq_len"] = row.seq_len
         workload["attention"] = row.attention
+        workload["pad_vocab_to_multiple_of"] = row.pad_vocab_to_multiple_of
     return validate_scenario(
         {
             "name": name,

@@ -67,6 +67,9 @@ class ThroughputRow(_Strict):
     pointwise: Literal["unfused", "fused"] | None = Field(
         None, description="transformers: the model code's pointwise kernels (workload.pointwise)"
     )
+    pad_vocab_to_multiple_of: int = Field(
+        1, gt=0, description="transformers: the code pads the vocabulary to a multiple of this"
+    )
     framework: str = Field(min_length=1)
     data_loader: str = Field(min_length=1)
     throughput: float = Field(gt=0, description="samples/s of the whole job (sequences/s, images/s)")

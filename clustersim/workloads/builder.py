@@ -10,7 +10,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
 from clustersim.scenario import WorkloadSpec
 from clustersim.workloads.layers import Kernel, Layer, Workload
 from clustersim.workloads.resnet import needs_layout_transposes, resnet_layers
-from clustersim.workloads.transformer import transformer_layers
+from clustersim.workloads.transformer import transformer_layers, with_padded_vocab
 
 
 def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
@@ -31,11 +31,16 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
     return layers
 
 
-def build_workload(spec: WorkloadSpec, unfused_pointwise: bool | None = None) -> Workload:
-    """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code); None: the
-    workload's own default (WorkloadSpec.pointwise_code, without model parallelism)."""
+def build_workload(
+    spec: WorkloadSpec, unfused_pointwise: bool | None = None, vocab_multiple: int | None = None
+) -> Workload:
+    """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code);
+    ``vocab_multiple``: the code pads the vocabulary to a multiple of it (Scenario.vocab_multiple).
+    None: the workload's own defaults (WorkloadSpec's, without model parallelism)."""
     if unfused_pointwise is None:
         unfused_pointwise = spec.pointwise_code() == "unfused"
+    if vocab_multiple is None:
+        vocab_multiple = spec.vocab_multiple()
     if spec.model is None:
         d = BYTES_PER_ELEMENT[spec.precision]
         return Workload(
@@ -51,6 +56,7 @@ def build_workload(spec: WorkloadSpec, unfused_pointwise: bool | None = None) ->
         spec.attention == "fused",
         needs_layout_transposes(spec.memory_format, spec.precision),
         unfused_pointwise,
+        vocab_multiple,
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -82,12 +88,17 @@ def _catalog_workload(
     fused_attention: bool = True,
     nchw_transposes: bool = False,
     unfused_pointwise: bool = False,
+    vocab_multiple: int = 1,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
-    uncertainty draws build the same one again and again (issue #15). ``definition`` keys a user
-    catalog's model by what it is, not only by its name."""
+    uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
+    model by what it is, not only by its name. ``vocab_multiple``: the code pads the vocabulary to
+    a multiple of it (workload.pad_vocab_to_multiple_of), which adds embedding rows and can align
+    the LM head's matmuls."""
     d = BYTES_PER_ELEMENT[precision]
     arch = catalog.model(model)
+    if not isinstance(arch, ResNetArch):
+        arch = with_padded_vocab(arch, vocab_multiple)
     seq = seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):
         layers = resnet_layers(arch, micro_batch, d, nchw_transposes)

@@ -27,6 +27,22 @@ from clustersim.workloads.layers import Kernel, Layer
 # attention leave of a layer's count, so the layer's total is the catalog's.
 
 
+def with_padded_vocab(arch: TransformerArch, multiple: int) -> TransformerArch:
+    """``arch`` with its vocabulary padded to a multiple of ``multiple`` (workload.pad_vocab_to_multiple_of):
+    the padding rows are real embedding and LM-head rows, trained and communicated like the rest."""
+    if arch.vocab % multiple == 0:
+        return arch
+    return arch.model_copy(update={"vocab": -(-arch.vocab // multiple) * multiple})
+
+
+def row_alignment(row_bytes: int) -> int:
+    """The widest load (1 to 16 bytes, a power of two) that starts every row of ``row_bytes``."""
+    align = 16
+    while row_bytes % align:
+        align //= 2
+    return align
+
+
 def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     h, tokens = arch.hidden, b * s
     tensors = [arch.vocab * h]
@@ -123,30 +139,42 @@ def _block(
 
 
 def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
+    """The pooler or final norm and the LM head. The vocabulary projection is its own GEMM group:
+    where a vocabulary row is not a multiple of 16 bytes (BERT's 30,522 or GPT-2's 50,257 entries
+    unpadded) cuBLAS cannot use its aligned tensor-core kernels for any of its three matmuls; the
+    kernels it runs instead load as many bytes at a time as every row allows (``alignment_bytes``,
+    priced in cost_models/compute.py)."""
     h, v, tokens = arch.hidden, arch.vocab, b * s
+    dense_flops = 0.0
     if arch.style == "bert":
         # pooler (dense h*h + bias), MLM transform (dense + bias + LayerNorm), decoder bias
         # (decoder weight tied to the word embedding), NSP classifier (2*h + 2).
         tensors = (h * h, h, h * h, h, h, h, v, 2 * h, 2)
-        gemm_flops = 2 * tokens * h * h + 2 * tokens * h * v + 2 * b * h * h
+        dense_flops = 2 * tokens * h * h + 2 * b * h * h
     elif arch.style == "gpt":
         # final LayerNorm; LM head tied to the word embedding (unless the arch says untied)
         tensors = (h, h) if arch.tied_head is not False else (h, h, v * h)
-        gemm_flops = 2 * tokens * h * v
     else:
         # final RMSNorm, untied LM head (unless the arch says tied)
         tensors = (h, v * h) if not arch.tied_head else (h,)
-        gemm_flops = 2 * tokens * h * v
+    vocab_flops = 2 * tokens * h * v
+    align = row_alignment(v * d)
     logits_bytes = d * tokens * v
     n_fwd, n_bwd = eager_kernels(arch.style, "head")
+    gemms_fwd = 2 if dense_flops else 1
     forward = (
-        Kernel("gemm", gemm_flops, d * (h * v + tokens * h) + logits_bytes),
-        Kernel("loss", 0.0, 4 * logits_bytes, max(1, n_fwd - 1)),
+        Kernel("gemm", vocab_flops, d * (h * v + tokens * h) + logits_bytes, alignment_bytes=align),
+        Kernel("loss", 0.0, 4 * logits_bytes, max(1, n_fwd - gemms_fwd)),
     )
     backward = (
-        Kernel("gemm", 2 * gemm_flops, 2 * d * (h * v + tokens * h) + 2 * logits_bytes),
-        Kernel("loss", 0.0, 2 * logits_bytes, max(1, n_bwd - 1)),
+        Kernel(
+            "gemm", 2 * vocab_flops, 2 * d * (h * v + tokens * h) + 2 * logits_bytes, 2, alignment_bytes=align
+        ),
+        Kernel("loss", 0.0, 2 * logits_bytes, max(1, n_bwd - 2 * gemms_fwd)),
     )
+    if dense_flops:
+        forward += (Kernel("gemm", dense_flops, d * (2 * h * h + 2 * tokens * h)),)
+        backward += (Kernel("gemm", 2 * dense_flops, 2 * d * (2 * h * h + 2 * tokens * h), 2),)
     return Layer("head", tensors, forward, backward, logits_bytes + d * tokens * h)
 
 
