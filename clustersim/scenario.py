@@ -191,10 +191,30 @@ class LayerSpec(_Strict):
 
     name: str
     params: Count = Field(ge=0)
+    param_tensors: list[Count] | None = Field(
+        None,
+        min_length=1,
+        description="the layer's parameter tensors (elements each) in the order the framework registers "
+        "them, summing to params: PyTorch DDP fills its gradient buckets tensor by tensor, in reverse. "
+        "Default: one tensor of params elements",
+    )
     forward_flops: Number = Field(ge=0, description="FLOPs per sample")
     forward_bytes: Number = Field(0.0, ge=0, description="HBM bytes moved per sample by memory-bound kernels")
     activation_bytes: Number = Field(0.0, ge=0, description="activation bytes kept for backward, per sample")
     repeat: Count = Field(1, gt=0)
+
+    @model_validator(mode="after")
+    def _tensors_make_params(self) -> "LayerSpec":
+        tensors = self.param_tensors
+        if tensors is None:
+            return self
+        if any(t < 0 for t in tensors):
+            raise ValueError("param_tensors are element counts: each 0 or more")
+        if sum(tensors) != self.params:
+            raise ValueError(
+                f"param_tensors sum to {sum(tensors):,} elements, not the layer's params {self.params:,}"
+            )
+        return self
 
 
 class InputSpec(_Strict):

@@ -74,6 +74,16 @@ class Job:
         return 12 * w * w + 13 * w if self.model == "transformer" else w * w + w
 
     @property
+    def layer_tensors(self) -> list[int]:
+        """One layer's parameter tensors in the order torch registers them (DDP buckets gradients by
+        tensor): TransformerEncoderLayer's attention in- and out-projections, two feed-forward
+        Linears and two LayerNorms, weight then bias; Linear's weight and bias."""
+        w = self.width
+        if self.model == "transformer":
+            return [3 * w * w, 3 * w, w * w, w, 4 * w * w, 4 * w, 4 * w * w, w, w, w, w, w]
+        return [w * w, w]
+
+    @property
     def params(self) -> int:
         return self.layers * self.layer_params
 
@@ -143,6 +153,7 @@ def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
                     {
                         "name": job.model,
                         "params": job.layer_params,
+                        "param_tensors": job.layer_tensors,
                         "forward_flops": job.layer_flops,
                         "repeat": job.layers,
                     }

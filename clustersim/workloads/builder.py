@@ -13,6 +13,13 @@ from clustersim.workloads.resnet import needs_layout_transposes, resnet_layers
 from clustersim.workloads.transformer import transformer_layers, with_padded_vocab
 
 
+def _tensors(entry) -> tuple[int, ...]:
+    """A custom layer's parameter tensors: as given, else one tensor of all its parameters."""
+    if entry.param_tensors is not None:
+        return tuple(t for t in entry.param_tensors if t)
+    return (entry.params,) if entry.params else ()
+
+
 def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
     layers: list[Layer] = []
     for entry in spec.layers or []:
@@ -22,7 +29,7 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
             layers.append(
                 Layer(
                     name=name,
-                    param_tensors=(entry.params,) if entry.params else (),
+                    param_tensors=_tensors(entry),
                     forward=(Kernel("compute", b * entry.forward_flops, b * entry.forward_bytes),),
                     backward=(Kernel("compute", 2 * b * entry.forward_flops, 2 * b * entry.forward_bytes),),
                     activation_bytes=b * entry.activation_bytes,
