@@ -29,6 +29,20 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class UpdateOptions(BaseModel):
+    """Adam(W) and SGD with momentum: how the update's kernels run (torch.optim's three paths)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    implementation: Literal["fused", "foreach", "for_loop"] = Field(
+        "fused",
+        description="fused: one pass over parameters, gradients and state per tensor group "
+        "(torch.optim.AdamW(fused=True), apex and DeepSpeed FusedAdam, Megatron-LM); foreach: one "
+        "multi-tensor kernel per op of the update, each a pass of its own (PyTorch's default for CUDA "
+        "tensors when neither flag is given); for_loop: every op a kernel per parameter tensor, each "
+        "dispatched by the host (foreach=False, or hand-written loops such as BERT's BertAdam)",
+    )
+
+
 class OneBitAdamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     stage: Literal["compression", "warmup"] = Field("compression", description="which stage `run` simulates")
@@ -112,8 +126,8 @@ class DiLoCoOptions(BaseModel):
 
 
 OPTIONS: dict[str, type[BaseModel]] = {
-    "adam": NoOptions,
-    "sgdm": NoOptions,
+    "adam": UpdateOptions,
+    "sgdm": UpdateOptions,
     "onebit-adam": OneBitAdamOptions,
     "zero-one-adam": ZeroOneAdamOptions,
     "binsgdm": BinSGDMOptions,

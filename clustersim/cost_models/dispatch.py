@@ -59,7 +59,10 @@ class Dispatch:
         """Host time to dispatch ``kernels`` kernels of a forward or backward pass."""
         return kernels * (self.host_s_per_kernel_forward if forward else self.host_s_per_kernel_backward)
 
-    def optimizer_time(self, param_tensors: int) -> float:
+    def optimizer_time(self, param_tensors: int, kernels_per_tensor: int = 0) -> float:
         """Host time of the optimizer step and zero_grad over ``param_tensors`` tensors (Python loops
-        over parameters and their states, outside the update's kernels)."""
-        return param_tensors * self.host_s_per_param_tensor
+        over parameters and their states, outside the update's kernels), plus, for an update that
+        launches ``kernels_per_tensor`` ops per tensor from Python (torch.optim's for-loop path), each
+        op's dispatch at the eager forward rate (a Python-issued op, as the model's own)."""
+        loop = param_tensors * self.host_s_per_param_tensor
+        return loop + param_tensors * kernels_per_tensor * self.host_s_per_kernel_forward

@@ -16,6 +16,27 @@ here: it belongs to "other" (measured, or modelled as loss scaling).
 FUSED_ADAM = 28.0
 # Fused SGD with momentum: r p, g, m (12), w p, m (8).
 SGDM_UPDATE = 20.0
+# torch.optim's multi-tensor (foreach) and single-tensor (for_loop) updates run the same ops, each a
+# pass of its own over fp32 tensors (torch/optim/adamw.py and sgd.py, PyTorch 2.x, no amsgrad or
+# nesterov; the step counters live on the CPU):
+#   AdamW: p.mul_(1 - lr*wd) r4 w4; m.lerp_(g) r8 w4; v.mul_(b2) r4 w4; v.addcmul_(g, g) r12 w4;
+#          sqrt(v) r4 w4; div_(bias correction) r4 w4; add_(eps) r4 w4; p.addcdiv_(m, denom) r12 w4
+#          -> 84 bytes per parameter in 8 kernels (3x the fused pass's 28).
+#   SGD with momentum: buf.mul_(momentum) r4 w4; buf.add_(g) r8 w4; p.add_(buf) r8 w4
+#          -> 32 bytes per parameter in 3 kernels.
+# foreach launches each op over chunks of many tensors; for_loop launches each op once per tensor.
+FOREACH_ADAMW = 84.0
+FOREACH_SGDM = 32.0
+UPDATE_BYTES = {
+    ("adam", "fused"): FUSED_ADAM,
+    ("adam", "foreach"): FOREACH_ADAMW,
+    ("adam", "for_loop"): FOREACH_ADAMW,
+    ("sgdm", "fused"): SGDM_UPDATE,
+    ("sgdm", "foreach"): FOREACH_SGDM,
+    ("sgdm", "for_loop"): FOREACH_SGDM,
+}
+#: kernels a single-tensor (for_loop) update launches per parameter tensor
+UPDATE_KERNELS_PER_TENSOR = {"adam": 8, "sgdm": 3}
 # 0/1 Adam's local-step sync: correct the momentum by the synced accumulator, then reset the
 # accumulator: two passes over fp32 buffers, each r8 w4 (zoadam.py).
 ACCUMULATOR_CORRECTION = 24.0

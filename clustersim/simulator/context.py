@@ -11,6 +11,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.dispatch import Dispatch
+from clustersim.cost_models.kernel_bytes import UPDATE_KERNELS_PER_TENSOR
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
@@ -156,11 +157,39 @@ class SimulationContext:
         if self.phases is not None:  # measured phases: "other" holds the optimizer's host time
             return 0.0
         n = self.param_tensors if param_tensors is None else param_tensors
-        return self.dispatch.optimizer_time(n) * self._host_opt_scale * self._host_scale
+        return (
+            self.dispatch.optimizer_time(n, self.update_kernels_per_tensor)
+            * self._host_opt_scale
+            * self._host_scale
+        )
 
     @cached_property
     def param_tensors(self) -> int:
         return sum(len(layer.param_tensors) for layer in self.workload.layers)
+
+    @cached_property
+    def update_implementation(self) -> str:
+        """How Adam's or SGD's update kernels run (training.optimizer_options.implementation): fused,
+        foreach or for_loop; the compressed optimizers' updates are their own ("fused" here)."""
+        return self.scenario.training.optimizer_options.get("implementation", "fused")
+
+    @cached_property
+    def update_kernels_per_tensor(self) -> int:
+        """Kernels the update launches per parameter tensor from the host: torch.optim's for-loop path
+        only (kernel_bytes.UPDATE_KERNELS_PER_TENSOR); fused and foreach updates launch per tensor group."""
+        if self.update_implementation != "for_loop":
+            return 0
+        return UPDATE_KERNELS_PER_TENSOR[self.scenario.training.optimizer]
+
+    def update_device_time(
+        self, bytes_per_param: float, params: float, param_tensors: float | None = None
+    ) -> float:
+        """The update's kernels over ``params`` parameters in ``param_tensors`` tensors: its bytes at the
+        streaming rate, and for a for-loop update each of its per-tensor kernels' fixed device cost."""
+        n = self.param_tensors if param_tensors is None else param_tensors
+        launches = n * self.update_kernels_per_tensor
+        fixed = launches * self.device.kernel_overhead_s * self.device.stream_scale
+        return self.device.stream_time(bytes_per_param * params, "optimizer") + fixed
 
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""

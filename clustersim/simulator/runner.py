@@ -13,6 +13,7 @@ import numpy as np
 from clustersim import catalog
 from clustersim.calibration.profile import Profile, load_profile
 from clustersim.catalog import TransformerArch
+from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
@@ -359,6 +360,29 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
     return None
 
 
+_UPDATE_PATHS = {
+    "fused": "fused: one pass over parameters, gradients and state",
+    "foreach": "foreach: a multi-tensor kernel per op of the update, each a pass of its own",
+    "for_loop": "for_loop: every op a kernel per parameter tensor, each dispatched by the host",
+}
+
+
+def _update_source(ctx: SimulationContext) -> str | None:
+    """How Adam's or SGD's update runs and whether the scenario said so; None for other optimizers."""
+    training = ctx.scenario.training
+    if training.optimizer not in ("adam", "sgdm"):
+        return None
+    impl = ctx.update_implementation
+    given = (
+        "training.optimizer_options.implementation"
+        if "implementation" in training.optimizer_options
+        else "default"
+    )
+    return (
+        f"{_UPDATE_PATHS[impl]}, {UPDATE_BYTES[(training.optimizer, impl)]:g} bytes per parameter ({given})"
+    )
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -371,6 +395,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
         head = _lm_head_source(ctx)
         if head is not None:
             sources["LM head"] = head
+    update = _update_source(ctx)
+    if update is not None:
+        sources["optimizer update"] = update
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck

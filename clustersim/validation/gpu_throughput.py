@@ -108,7 +108,10 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
                 "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 200},
             },
             "workload": workload,
-            "training": {"optimizer": OPTIMIZER[row.optimizer]},
+            "training": {
+                "optimizer": OPTIMIZER[row.optimizer],
+                "optimizer_options": {"implementation": row.optimizer_implementation},
+            },
         },
         name,
     )

@@ -67,6 +67,9 @@ class ThroughputRow(_Strict):
     pointwise: Literal["unfused", "fused"] | None = Field(
         None, description="transformers: the model code's pointwise kernels (workload.pointwise)"
     )
+    optimizer_implementation: Literal["fused", "foreach", "for_loop"] = Field(
+        "fused", description="how the update's kernels run (training.optimizer_options.implementation)"
+    )
     pad_vocab_to_multiple_of: int = Field(
         1, gt=0, description="transformers: the code pads the vocabulary to a multiple of this"
     )

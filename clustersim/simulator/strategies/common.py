@@ -317,10 +317,14 @@ def add_update_and_other(
         )
     else:
         mc = ctx.model_compute
-        seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel)
-        if mc is not None and kernel == "optimizer":  # the model's own optimizer phase was measured
+        if kernel == "optimizer":  # Adam's or SGD's update, as its implementation runs it
+            seconds = ctx.update_device_time(update_bytes_per_param, P)
+        else:
+            seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel)
+        if mc is not None and kernel == "optimizer" and ctx.update_implementation == "fused":
+            # the model's own optimizer phase was measured (calibrate model times a fused update)
             seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch)
-        elif kernel == "optimizer":  # another measured model's update rate on this device, if any
+        elif kernel == "optimizer":  # a measured model's update rate on this device, if any
             seconds *= ctx._update_scale
         ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
     return add_other(prog, ctx, ends)

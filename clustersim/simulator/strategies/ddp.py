@@ -14,7 +14,9 @@ are all-gathered before the next forward.
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM, SGDM_UPDATE
+from clustersim.cost_models.kernel_bytes import FUSED_ADAM, SGDM_UPDATE, UPDATE_BYTES
+from clustersim.errors import InputError
+from clustersim.optimizer_options import UpdateOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
@@ -100,13 +102,36 @@ def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
     )
 
 
+def _fused_only(ctx) -> str | None:
+    """The code that fixes the update's implementation, if the scenario runs one: Megatron-LM (apex's
+    FusedAdam) under model parallelism, DeepSpeed's CPU Adam and fused GPU update under offload."""
+    if ctx.model_parallel and not ctx.tensor_sharded:
+        return "Megatron-LM (tensor or pipeline parallelism) updates with apex's FusedAdam"
+    if ctx.scenario.training.offload.mode != "none":
+        return "CPU offload updates with DeepSpeed's CPU Adam (and its fused Adam on the GPU)"
+    return None
+
+
 class AdamDDP(Strategy):
     name = "adam"
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
+    Options = UpdateOptions
     update_bytes_per_param = FUSED_ADAM
     state_bytes_per_param = 8.0
     offload_state_bytes = 12.0  # fp32 master + m + v on the host
     gpu_state_with_offload = 0.0
+
+    def __init__(self, ctx, options):
+        super().__init__(ctx, options)
+        impl = options.implementation
+        if impl != "fused":
+            where = _fused_only(ctx)
+            if where is not None:
+                raise InputError(
+                    f"implementation {impl} does not apply: {where}; use fused",
+                    key="training.optimizer_options.implementation",
+                )
+        self.update_bytes_per_param = UPDATE_BYTES[(self.name, impl)]
 
     def offload_spec(self) -> offload.UpdateSpec:
         return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)

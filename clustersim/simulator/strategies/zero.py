@@ -187,6 +187,11 @@ class Sharded(Strategy):
         share_nics(prog, ctx)
         return StepProgram("step", 1.0, prog, buckets)
 
+    def _update_tensors(self) -> int:
+        """Tensors the rank's update loops over: FSDP keeps each parameter's shard a tensor of its own;
+        DeepSpeed's ZeRO updates one flat partition."""
+        return self.ctx.param_tensors if self.ctx.scenario.training.sharding.framework == "fsdp" else 1
+
     def _update(self, prog: Program, deps) -> list[int]:
         """The optimizer's own update kernel on this rank's 1/N_d of the parameters."""
         ctx = self.ctx
@@ -196,7 +201,7 @@ class Sharded(Strategy):
             prog.add(
                 f"{self.name} update (1/{n} partition)",
                 "compute",
-                ctx.device.stream_time(self.update_bytes_per_param * part, "optimizer"),
+                ctx.update_device_time(self.update_bytes_per_param, part, self._update_tensors()),
                 "optimizer",
                 tuple(deps),
             )

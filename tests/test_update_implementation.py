@@ -1,0 +1,128 @@
+"""Adam's and SGD's update as torch.optim runs it: fused, foreach (multi-tensor) or a for loop.
+
+Checked against closed forms (the bytes each path moves, counted op by op in
+cost_models/kernel_bytes.py; the for loop's kernels and host dispatch per tensor), invariants (the
+fused pass is never slower; forward and backward do not change; the default is the fused update the
+golden outputs were recorded with) and bad input (unknown value; code that fixes its update).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim import catalog
+from clustersim.cost_models.kernel_bytes import FOREACH_ADAMW, FOREACH_SGDM, FUSED_ADAM, SGDM_UPDATE
+from clustersim.errors import InputError
+from clustersim.simulator import simulate
+from clustersim.simulator.context import build_context
+from tests.conftest import make_scenario
+
+ONE_H200 = {
+    "cluster.nodes": 1,
+    "cluster.gpus_per_node": 1,
+    "cluster.gpu": "H200",
+    "workload.precision": "bf16",
+}
+
+
+def _scenario(impl: str | None, optimizer: str = "adam", **overrides):
+    options = {} if impl is None else {"implementation": impl}
+    return make_scenario(
+        **{**ONE_H200, "training.optimizer": optimizer, "training.optimizer_options": options, **overrides}
+    )
+
+
+def _update_s(result) -> float:
+    return result.breakdown["optimizer"]
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "fused", "multi", "kernels"),
+    [("adam", FUSED_ADAM, FOREACH_ADAMW, 8), ("sgdm", SGDM_UPDATE, FOREACH_SGDM, 3)],
+)
+def test_each_path_moves_its_bytes_and_launches_its_kernels(optimizer, fused, multi, kernels):
+    ctx = build_context(_scenario("for_loop", optimizer))
+    P, n = ctx.params, ctx.param_tensors
+    stream = ctx.device.stream_time(1.0)  # seconds per byte at the streaming rate
+    assert build_context(_scenario("fused", optimizer)).update_device_time(fused, P) == pytest.approx(
+        fused * P * stream
+    )
+    assert build_context(_scenario("foreach", optimizer)).update_device_time(multi, P) == pytest.approx(
+        multi * P * stream
+    )
+    assert ctx.update_kernels_per_tensor == kernels
+    assert ctx.update_device_time(multi, P) == pytest.approx(
+        multi * P * stream + kernels * n * ctx.device.kernel_overhead_s
+    )
+    # the host issues each of those kernels from Python, at the eager forward rate
+    fused_host = build_context(_scenario("fused", optimizer)).host_optimizer_time()
+    assert ctx.host_optimizer_time() - fused_host == pytest.approx(
+        n * kernels * ctx.dispatch.host_s_per_kernel_forward
+    )
+
+
+def test_fused_is_never_slower_and_only_the_update_changes():
+    runs = {
+        impl: simulate(_scenario(impl), uncertainty_samples=0) for impl in ("fused", "foreach", "for_loop")
+    }
+    assert _update_s(runs["fused"]) < _update_s(runs["foreach"]) < _update_s(runs["for_loop"])
+    assert runs["fused"].iteration_time < runs["foreach"].iteration_time < runs["for_loop"].iteration_time
+    for impl in ("foreach", "for_loop"):
+        for key in ("forward", "backward"):
+            assert runs[impl].breakdown[key] == pytest.approx(runs["fused"].breakdown[key])
+    # foreach: the update's bytes, 3x the fused pass's
+    assert _update_s(runs["foreach"]) / _update_s(runs["fused"]) == pytest.approx(FOREACH_ADAMW / FUSED_ADAM)
+
+
+def test_default_is_the_fused_update():
+    assert simulate(_scenario(None)).iteration_time == simulate(_scenario("fused")).iteration_time
+
+
+def test_fused_adam_matches_the_h200_trace():
+    """The H200 BERT-Large step ran AdamW(fused=True): 2.65 ms of update kernels over its 336M
+    parameters (catalogs/execution.yaml), 28 bytes each at the streaming rate a copy reaches there."""
+    ctx = build_context(_scenario("fused"))
+    assert ctx.update_device_time(FUSED_ADAM, ctx.params) == pytest.approx(2.65e-3, rel=0.1)
+
+
+def test_sharded_updates_loop_over_their_own_tensors():
+    fsdp = {
+        "training.sharding": {"framework": "fsdp", "fsdp_strategy": "full"},
+        "cluster.gpus_per_node": 8,
+        "cluster.gpu": "H100-SXM",
+    }
+    ds = {
+        "training.sharding": {"stage": 3, "framework": "deepspeed"},
+        "cluster.gpus_per_node": 8,
+        "cluster.gpu": "H100-SXM",
+    }
+    loop_fsdp = simulate(_scenario("for_loop", **fsdp), uncertainty_samples=0)
+    loop_ds = simulate(_scenario("for_loop", **ds), uncertainty_samples=0)
+    fused_fsdp = simulate(_scenario("fused", **fsdp), uncertainty_samples=0)
+    # FSDP's per-parameter shards each pay the loop's kernels; DeepSpeed's one flat partition does once
+    assert _update_s(loop_fsdp) > _update_s(loop_ds) > _update_s(fused_fsdp)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"training.parallelism.tensor": 2, "cluster.gpus_per_node": 2}, "Megatron-LM"),
+        ({"training.offload": {"mode": "zero"}}, "CPU offload"),
+    ],
+)
+def test_code_that_fixes_its_update_refuses_another(overrides, says):
+    with pytest.raises(InputError) as err:
+        simulate(_scenario("foreach", **overrides))
+    assert err.value.key == "training.optimizer_options.implementation"
+    assert says in str(err.value)
+
+
+def test_unknown_implementation_is_one_line_naming_the_key():
+    with pytest.raises(InputError) as err:
+        simulate(_scenario("fast"))
+    assert "training.optimizer_options.implementation" in str(err.value)
+
+
+def test_catalog_host_rate_is_what_the_loop_pays():
+    """The for loop's per-op host cost is the eager mode's Python-dispatched rate (catalogs)."""
+    assert catalog.execution_mode("eager").host_s_per_kernel_forward == pytest.approx(24.5e-6)
