@@ -136,7 +136,9 @@ def _reference(name: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "name", [n for files in REFERENCE.values() for n in files] + ["mlp-zero3-200mbit-shares.json"]
+    "name",
+    [n for files in REFERENCE.values() for n in files]
+    + ["mlp-zero3-200mbit-shares.json", "transformer-200mbit-3.json"],
 )
 def test_the_shipped_reference_runs_repredict_to_what_they_store(name):
     """The reference runs' predicted columns are today's model's. When a model change moves them on
