@@ -22,6 +22,8 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -203,18 +205,19 @@ class LayerSpec(_Strict):
     activation_bytes: Number = Field(0.0, ge=0, description="activation bytes kept for backward, per sample")
     repeat: Count = Field(1, gt=0)
 
-    @model_validator(mode="after")
-    def _tensors_make_params(self) -> "LayerSpec":
-        tensors = self.param_tensors
+    @field_validator("param_tensors")
+    @classmethod
+    def _tensors_make_params(cls, tensors: list[int] | None, info: ValidationInfo) -> list[int] | None:
         if tensors is None:
-            return self
+            return tensors
         if any(t < 0 for t in tensors):
             raise ValueError("param_tensors are element counts: each 0 or more")
-        if sum(tensors) != self.params:
+        params = info.data.get("params")
+        if params is not None and sum(tensors) != params:
             raise ValueError(
-                f"param_tensors sum to {sum(tensors):,} elements, not the layer's params {self.params:,}"
+                f"param_tensors sum to {sum(tensors):,} elements, not the layer's params {params:,}"
             )
-        return self
+        return tensors
 
 
 class InputSpec(_Strict):
@@ -264,12 +267,12 @@ class WorkloadSpec(_Strict):
     pad_vocab_to_multiple_of: Count | None = Field(
         None,
         gt=0,
-        description="transformers: the code pads the vocabulary to a multiple of this (NVIDIA "
-        "DeepLearningExamples' BERT pads to 8). A vocabulary whose rows are not a multiple of 16 bytes "
-        "(BERT's 30,522, GPT-2's 50,257 entries) runs the LM head's matmuls on slower, unaligned "
-        "tensor-core kernels. Default: 128 per tensor-parallel rank under tensor or pipeline "
-        "parallelism (Megatron-LM's --make-vocab-size-divisible-by), else 1, the model's own size (as "
-        "Hugging Face models keep it)",
+        description="transformers: the code pads the vocabulary to a multiple of this per tensor-parallel "
+        "rank, as Megatron-LM's --make-vocab-size-divisible-by does (times training.parallelism.tensor; "
+        "NVIDIA DeepLearningExamples' BERT pads to 8). A vocabulary whose rows (per rank) are not a "
+        "multiple of 16 bytes (BERT's 30,522, GPT-2's 50,257 entries) runs the LM head's matmuls on "
+        "slower, unaligned tensor-core kernels. Default: 128 under tensor or pipeline parallelism "
+        "(Megatron-LM's default), else 1, the model's own size (as Hugging Face models keep it)",
     )
     pointwise: Literal["unfused", "fused"] | None = Field(
         None,
@@ -290,11 +293,13 @@ class WorkloadSpec(_Strict):
         return "fused" if self.execution == "compiled" or model_parallel else "unfused"
 
     def vocab_multiple(self, tensor: int = 1, model_parallel: bool = False) -> int:
-        """``pad_vocab_to_multiple_of`` as given, else its default: Megatron-style code (``model_parallel``)
-        pads to 128 per tensor-parallel rank, plain model code keeps the model's vocabulary."""
-        if self.pad_vocab_to_multiple_of is not None:
-            return self.pad_vocab_to_multiple_of
-        return 128 * tensor if model_parallel else 1
+        """What the vocabulary is padded to a multiple of: ``pad_vocab_to_multiple_of`` (else its default,
+        128 for Megatron-style code, ``model_parallel``, 1 for plain model code) per tensor-parallel
+        rank, times ``tensor``, as Megatron-LM pads it so that every rank's shard is a multiple."""
+        per_rank = self.pad_vocab_to_multiple_of
+        if per_rank is None:
+            per_rank = 128 if model_parallel else 1
+        return per_rank * tensor
 
     @model_validator(mode="after")
     def _one_model_source(self) -> "WorkloadSpec":
@@ -773,12 +778,33 @@ def _check_semantics(s: Scenario) -> None:
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     options = parse_options(s.training.optimizer, s.training.optimizer_options)
     _check_fragments(s, getattr(options, "fragments", 1))
+    _check_update_implementation(s, getattr(options, "implementation", "fused"))
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
+
+
+def _check_update_implementation(s: Scenario, implementation: str) -> None:
+    """Adam's or SGD's update implementation where the code fixes its own fused update: Megatron-LM's
+    program (apex FusedAdam) and CPU offload (DeepSpeed's CPU Adam, its fused Adam on the GPU)."""
+    if implementation == "fused":
+        return
+    t = s.training
+    par = t.parallelism
+    sharded_over_tp = (t.sharding.enabled or t.offload.mode != "none") and par.pipeline == 1
+    if par.model_parallel and not sharded_over_tp:
+        where = "Megatron-LM (tensor or pipeline parallelism) updates with apex's FusedAdam"
+    elif t.offload.mode != "none":
+        where = "CPU offload updates with DeepSpeed's CPU Adam (and its fused Adam on the GPU)"
+    else:
+        return
+    raise InputError(
+        f"implementation {implementation} does not apply: {where}; use fused",
+        key="training.optimizer_options.implementation",
+    )
 
 
 def _check_composition(s: Scenario) -> None:

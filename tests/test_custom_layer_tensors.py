@@ -72,5 +72,5 @@ def test_the_testbed_job_describes_torch_tensors():
 def test_bad_tensors_are_one_line_naming_the_key(tensors, message):
     with pytest.raises(InputError) as err:
         _custom(tensors)
-    assert "workload.layers" in str(err.value)
+    assert "workload.layers.0.param_tensors" in str(err.value)
     assert message in str(err.value)

@@ -126,3 +126,12 @@ def test_unknown_implementation_is_one_line_naming_the_key():
 def test_catalog_host_rate_is_what_the_loop_pays():
     """The for loop's per-op host cost is the eager mode's Python-dispatched rate (catalogs)."""
     assert catalog.execution_mode("eager").host_s_per_kernel_forward == pytest.approx(24.5e-6)
+
+
+def test_foreach_adam_holds_a_sqrt_v_scratch_during_the_update_only():
+    fused = simulate(_scenario("fused"), uncertainty_samples=0).memory
+    foreach = simulate(_scenario("foreach"), uncertainty_samples=0).memory
+    P = build_context(_scenario("foreach")).params
+    assert foreach["update_scratch"] == pytest.approx(4 * P)
+    assert foreach["peak_update"] - fused["peak_update"] == pytest.approx(4 * P)
+    assert foreach["peak_forward_backward"] == pytest.approx(fused["peak_forward_backward"])

@@ -20,6 +20,7 @@ from clustersim import catalog
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.errors import InputError
 from clustersim.simulator import simulate
+from clustersim.simulator.context import build_context
 from clustersim.workloads.builder import build_workload
 from clustersim.workloads.layers import Kernel
 from clustersim.workloads.transformer import row_alignment, transformer_layers
@@ -133,12 +134,32 @@ def test_defaults_plain_code_keeps_the_vocabulary_megatron_pads_per_rank():
     assert tp.vocab_multiple == 512
     pp = make_scenario(**{"training.parallelism.pipeline": 2})
     assert pp.vocab_multiple == 128
-    assert (
-        make_scenario(
-            **{"training.parallelism.tensor": 4, "workload.pad_vocab_to_multiple_of": 8}
-        ).vocab_multiple
-        == 8
+    # a given value is per tensor-parallel rank, as Megatron's --make-vocab-size-divisible-by
+    given = make_scenario(**{"training.parallelism.tensor": 4, "workload.pad_vocab_to_multiple_of": 8})
+    assert given.vocab_multiple == 32
+
+
+@pytest.mark.parametrize(
+    ("tensor", "per_rank", "alignment"), [(2, 1, 2), (4, 2, 4), (4, 8, 16), (2, 128, 16)]
+)
+def test_under_tensor_parallelism_a_shards_rows_set_the_alignment(tensor, per_rank, alignment):
+    """GPT-3 1.3B's 50,257 entries padded to per_rank x t, split over t ranks: each rank's slice of
+    the head has per_rank x k rows: 2 or 4 bytes apart for per_rank 1 or 2 (bf16), aligned from 8."""
+    s = make_scenario(
+        **{
+            "workload.model": "GPT-3-1.3B",
+            "workload.seq_len": 512,
+            "workload.precision": "bf16",
+            "cluster.gpu": "H100-SXM",
+            "training.parallelism.tensor": tensor,
+            "workload.pad_vocab_to_multiple_of": per_rank,
+        }
     )
+    ctx = build_context(s)
+    padded = -(-50257 // (per_rank * tensor)) * per_rank * tensor
+    assert ctx.layout.arch.vocab == padded
+    head = ctx.workload.layers[-1]
+    assert _vocab_gemm(head).alignment_bytes == alignment
 
 
 @pytest.mark.parametrize("value", [0, -8, 2.5, "eight"])

@@ -14,14 +14,7 @@ from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.megatron import _tp_ops
 from tests.conftest import make_scenario
 
-# The vocabulary padded alike at every tensor-parallel degree (Megatron's default pads to 128 per rank),
-# so that the whole model is the same one whatever t splits it.
-GPT = {
-    "workload.model": "GPT-3-1.3B",
-    "workload.micro_batch": 1,
-    "workload.seq_len": 512,
-    "workload.pad_vocab_to_multiple_of": 1024,
-}
+GPT = {"workload.model": "GPT-3-1.3B", "workload.micro_batch": 1, "workload.seq_len": 512}
 NODES, GPN = 4, 4
 
 
@@ -32,8 +25,10 @@ def _scenario(t=4, sharding=None, **overrides):
     return make_scenario(**{**changes, **overrides})
 
 
-def _whole_model_params() -> float:
-    return build_context(make_scenario(**GPT)).params
+def _whole_model_params(t: int) -> float:
+    """The unsplit model as t tensor-parallel ranks hold it between them: its vocabulary padded as
+    Megatron pads it for t ranks (128 per rank, the default under tensor parallelism)."""
+    return build_context(make_scenario(**GPT, **{"workload.pad_vocab_to_multiple_of": 128 * t})).params
 
 
 def _tp_ops_of(result):
@@ -58,8 +53,8 @@ def test_model_states_are_the_zero_formulas_on_params_over_t(case, t):
     mem = gpu_memory(ctx, registry.create(ctx))
     d = NODES * GPN // t
     assert ctx.data_parallel.ranks == d
-    assert ctx.params == pytest.approx(_whole_model_params() / t, rel=1e-12)
-    assert model_states(mem) == pytest.approx(formula(d) * _whole_model_params() / t, rel=1e-12)
+    assert ctx.params == pytest.approx(_whole_model_params(t) / t, rel=1e-12)
+    assert model_states(mem) == pytest.approx(formula(d) * _whole_model_params(t) / t, rel=1e-12)
 
 
 def test_fsdp_hybrid_over_tensor_parallelism_shards_over_the_nodes_data_parallel_ranks():
@@ -74,7 +69,7 @@ def test_fsdp_hybrid_over_tensor_parallelism_shards_over_the_nodes_data_parallel
     scenario = _scenario(t, hybrid, **ring)
     ctx = build_context(scenario)
     mem = gpu_memory(ctx, registry.create(ctx))
-    P = _whole_model_params()
+    P = _whole_model_params(t)
     assert model_states(mem) == pytest.approx(16 / (GPN // t) * P / t, rel=1e-12)
     result = simulate(scenario)
     assert result.extra["sharding"]["shard_ranks"] == GPN // t
@@ -82,7 +77,8 @@ def test_fsdp_hybrid_over_tensor_parallelism_shards_over_the_nodes_data_parallel
     assert inter == pytest.approx(4 * P * (NODES - 1) / NODES, rel=1e-9)
     assert result.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(inter, rel=1e-9)
     without_tp = simulate(make_scenario(**GPT, **{"cluster.nodes": NODES, "cluster.gpus_per_node": GPN,
-                                                  "training.sharding": hybrid, **ring}))  # fmt: skip
+                                                  "training.sharding": hybrid, **ring,
+                                                  "workload.pad_vocab_to_multiple_of": 128 * t}))  # fmt: skip
     assert without_tp.bytes_per_link_kind["inter_node_per_node"] == pytest.approx(inter, rel=1e-9)
 
 
@@ -100,7 +96,8 @@ def test_activations_are_korthikantis_per_tensor_rank(sequence_parallel, attenti
     )
     ctx = build_context(scenario)
     mem = gpu_memory(ctx, registry.create(ctx))
-    whole = build_context(make_scenario(**GPT, **{"workload.attention": attention})).workload
+    padded = {"workload.attention": attention, "workload.pad_vocab_to_multiple_of": 128 * t}
+    whole = build_context(make_scenario(**GPT, **padded)).workload
     arch = ctx.layout.arch
     s, b, h, a = 512, 1, arch.hidden, arch.heads
     scores = 5 * a * s / (h * t) if attention == "unfused" else 0.0
@@ -117,7 +114,7 @@ def test_zero3_moves_3_model_shards_over_the_strided_data_parallel_group():
     t = GPN
     result = simulate(_scenario(t, {"stage": 3}))
     d = NODES * GPN // t
-    M = 2 * _whole_model_params()
+    M = 2 * _whole_model_params(t)
     sharding = [op for op in result.ops if op.meta.get("op") in ("all_gather", "reduce_scatter")]
     sharding = [op for op in sharding if not op.name.startswith("tp ")]
     assert {op.meta["ranks"] for op in sharding} == {d}
@@ -227,7 +224,7 @@ def test_zero_offload_over_tensor_parallelism_updates_one_rank_partition_on_the_
     strategy = registry.create(ctx)
     strategy.steps()
     d = NODES * GPN // t
-    assert ctx.offload_placement.partition_params == pytest.approx(_whole_model_params() / (t * d))
+    assert ctx.offload_placement.partition_params == pytest.approx(_whole_model_params(t) / (t * d))
     result = simulate(scenario)
     assert _tp_ops_of(result)
     assert result.memory["optimizer_state"] == 0

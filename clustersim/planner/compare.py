@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from clustersim.errors import InputError
+from clustersim.optimizer_options import UpdateOptions
 from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies import registry
@@ -98,8 +99,15 @@ def warmup_fraction(scenario: Scenario, steps: int | None, warmup: float | None)
 
 
 def scenario_for_optimizer(scenario: Scenario, optimizer: str, steps: int | None, **extra) -> Scenario:
-    """The scenario with another optimizer (its options reset, 0/1 Adam's schedule fitted to ``steps``)."""
-    opts = dict(scenario.training.optimizer_options) if scenario.training.optimizer == optimizer else {}
+    """The scenario with another optimizer (its options reset, 0/1 Adam's schedule fitted to ``steps``).
+    The update's implementation (how the code runs Adam's or SGD's update) is the code's, not the
+    optimizer's: it carries over to another optimizer that has one."""
+    old = scenario.training.optimizer_options
+    if scenario.training.optimizer == optimizer:
+        opts = dict(old)
+    else:
+        carried = set(UpdateOptions.model_fields) & set(registry.get(optimizer).Options.model_fields)
+        opts = {k: v for k, v in old.items() if k in carried}
     opts = registry.get(optimizer).run_options(opts, steps)
     opts.update(extra)
     return scenario.with_changes(**{"training.optimizer": optimizer, "training.optimizer_options": opts})

@@ -279,7 +279,8 @@ def build_context(
     cluster = build_cluster(scenario.cluster)
     _check_layer_count(scenario)
     unfused = scenario.pointwise_code == "unfused"
-    workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple)
+    tensor = scenario.training.parallelism.tensor
+    workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple, tensor)
     execution = scenario.workload.execution
     device = DeviceCosts(gpu, prof, execution, unfused)
     c = scenario.cluster

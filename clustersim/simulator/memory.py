@@ -47,10 +47,16 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     }
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
+    if ctx.scenario.training.optimizer == "adam" and ctx.update_implementation == "foreach":
+        # torch's multi-tensor Adam computes sqrt(v) into new tensors for every parameter at once
+        # (torch._foreach_sqrt, torch/optim/adam.py): fp32, live during the update only
+        mem["update_scratch"] = 4.0 * P / shards
     # Two peaks: forward/backward holds the activations; the update phase has freed them but holds
-    # the offload staging buffers.
+    # the offload staging buffers and the update's scratch.
     everything = sum(mem.values())
-    mem["peak_forward_backward"] = everything - mem.get("offload_staging", 0.0)
+    mem["peak_forward_backward"] = (
+        everything - mem.get("offload_staging", 0.0) - mem.get("update_scratch", 0.0)
+    )
     mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"]
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes

@@ -345,19 +345,21 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
         if ctx.scenario.workload.pad_vocab_to_multiple_of is None
         else "workload.pad_vocab_to_multiple_of"
     )
-    multiple = ctx.scenario.vocab_multiple
+    padded = -(-arch.vocab // ctx.scenario.vocab_multiple) * ctx.scenario.vocab_multiple
+    vocab = (
+        f"vocabulary of {arch.vocab:,} unpadded"
+        if padded == arch.vocab
+        else (f"vocabulary padded from {arch.vocab:,} to {padded:,}")
+    )
     if vocab_gemms and ctx.precision != "fp32":
         width = vocab_gemms[0].alignment_bytes
         unaligned = ctx.device.unaligned_gemm_rate(ctx.precision, width)
         if unaligned < ctx.device.flops_rate(ctx.precision):
             return (
-                f"vocabulary of {arch.vocab:,} unpadded ({given}): its matmuls load {width} bytes at a "
-                f"time, {unaligned / 1e12:,.0f} TFLOP/s (unaligned tensor-core kernels)"
+                f"{vocab} ({given}): its matmuls load {width} bytes at a time, "
+                f"{unaligned / 1e12:,.0f} TFLOP/s (unaligned tensor-core kernels)"
             )
-    if arch.vocab % multiple:
-        padded = -(-arch.vocab // multiple) * multiple
-        return f"vocabulary padded from {arch.vocab:,} to {padded:,} ({given})"
-    return None
+    return f"{vocab} ({given})" if padded != arch.vocab else None
 
 
 _UPDATE_PATHS = {

@@ -39,10 +39,15 @@ def _custom_layers(spec: WorkloadSpec, d: int) -> list[Layer]:
 
 
 def build_workload(
-    spec: WorkloadSpec, unfused_pointwise: bool | None = None, vocab_multiple: int | None = None
+    spec: WorkloadSpec,
+    unfused_pointwise: bool | None = None,
+    vocab_multiple: int | None = None,
+    vocab_shards: int = 1,
 ) -> Workload:
     """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code);
-    ``vocab_multiple``: the code pads the vocabulary to a multiple of it (Scenario.vocab_multiple).
+    ``vocab_multiple``: the code pads the vocabulary to a multiple of it (Scenario.vocab_multiple);
+    ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over (its rows' alignment
+    is a shard's)
     None: the workload's own defaults (WorkloadSpec's, without model parallelism)."""
     if unfused_pointwise is None:
         unfused_pointwise = spec.pointwise_code() == "unfused"
@@ -64,6 +69,7 @@ def build_workload(
         needs_layout_transposes(spec.memory_format, spec.precision),
         unfused_pointwise,
         vocab_multiple,
+        vocab_shards,
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -96,6 +102,7 @@ def _catalog_workload(
     nchw_transposes: bool = False,
     unfused_pointwise: bool = False,
     vocab_multiple: int = 1,
+    vocab_shards: int = 1,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
@@ -111,5 +118,7 @@ def _catalog_workload(
         layers = resnet_layers(arch, micro_batch, d, nchw_transposes)
         seq = 1
     else:
-        layers = transformer_layers(arch, micro_batch, seq, d, fused_attention, unfused_pointwise)
+        layers = transformer_layers(
+            arch, micro_batch, seq, d, fused_attention, unfused_pointwise, vocab_shards
+        )
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -138,12 +138,13 @@ def _block(
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
-def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
+def _head(arch: TransformerArch, b: int, s: int, d: int, shards: int = 1) -> Layer:
     """The pooler or final norm and the LM head. The vocabulary projection is its own GEMM group:
     where a vocabulary row is not a multiple of 16 bytes (BERT's 30,522 or GPT-2's 50,257 entries
     unpadded) cuBLAS cannot use its aligned tensor-core kernels for any of its three matmuls; the
     kernels it runs instead load as many bytes at a time as every row allows (``alignment_bytes``,
-    priced in cost_models/compute.py)."""
+    priced in cost_models/compute.py). Under tensor parallelism each of the ``shards`` ranks multiplies
+    by its slice of the vocabulary, so the alignment is a slice's."""
     h, v, tokens = arch.hidden, arch.vocab, b * s
     dense_flops = 0.0
     if arch.style == "bert":
@@ -158,7 +159,7 @@ def _head(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
         # final RMSNorm, untied LM head (unless the arch says tied)
         tensors = (h, v * h) if not arch.tied_head else (h,)
     vocab_flops = 2 * tokens * h * v
-    align = row_alignment(v * d)
+    align = row_alignment(-(-v // shards) * d)
     logits_bytes = d * tokens * v
     n_fwd, n_bwd = eager_kernels(arch.style, "head")
     gemms_fwd = 2 if dense_flops else 1
@@ -185,10 +186,12 @@ def transformer_layers(
     dtype_bytes: int,
     fused_attention: bool = True,
     unfused_pointwise: bool = False,
+    vocab_shards: int = 1,
 ) -> list[Layer]:
-    """``unfused_pointwise``: the model is plain PyTorch code (workload.pointwise: unfused)."""
+    """``unfused_pointwise``: the model is plain PyTorch code (workload.pointwise: unfused);
+    ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
     layers += [_block(arch, i, b, s, d, fused_attention, unfused_pointwise) for i in range(arch.layers)]
-    layers.append(_head(arch, b, s, d))
+    layers.append(_head(arch, b, s, d, vocab_shards))
     return layers

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM, SGDM_UPDATE, UPDATE_BYTES
-from clustersim.errors import InputError
 from clustersim.optimizer_options import UpdateOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
@@ -102,16 +101,6 @@ def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
     )
 
 
-def _fused_only(ctx) -> str | None:
-    """The code that fixes the update's implementation, if the scenario runs one: Megatron-LM (apex's
-    FusedAdam) under model parallelism, DeepSpeed's CPU Adam and fused GPU update under offload."""
-    if ctx.model_parallel and not ctx.tensor_sharded:
-        return "Megatron-LM (tensor or pipeline parallelism) updates with apex's FusedAdam"
-    if ctx.scenario.training.offload.mode != "none":
-        return "CPU offload updates with DeepSpeed's CPU Adam (and its fused Adam on the GPU)"
-    return None
-
-
 class AdamDDP(Strategy):
     name = "adam"
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
@@ -123,15 +112,8 @@ class AdamDDP(Strategy):
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
-        impl = options.implementation
-        if impl != "fused":
-            where = _fused_only(ctx)
-            if where is not None:
-                raise InputError(
-                    f"implementation {impl} does not apply: {where}; use fused",
-                    key="training.optimizer_options.implementation",
-                )
-        self.update_bytes_per_param = UPDATE_BYTES[(self.name, impl)]
+        # where the code fixes its own fused update, the scenario refuses another (scenario.py)
+        self.update_bytes_per_param = UPDATE_BYTES[(self.name, options.implementation)]
 
     def offload_spec(self) -> offload.UpdateSpec:
         return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)
