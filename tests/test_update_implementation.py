@@ -135,3 +135,22 @@ def test_foreach_adam_holds_a_sqrt_v_scratch_during_the_update_only():
     assert foreach["update_scratch"] == pytest.approx(4 * P)
     assert foreach["peak_update"] - fused["peak_update"] == pytest.approx(4 * P)
     assert foreach["peak_forward_backward"] == pytest.approx(fused["peak_forward_backward"])
+
+
+def test_the_implementation_carries_to_sgd_and_a_compressed_row_that_names_it_is_invalid():
+    """compare and a sweep's optimizer axis keep the code's update implementation for the other
+    optimizer that has one; a sweep row that names an option its optimizer lacks is refused with the
+    key, not run without it."""
+    from clustersim.planner.compare import scenario_for_optimizer
+    from clustersim.sweeps.spec import resolve_row
+
+    base = _scenario("foreach", **{"cluster.nodes": 2, "cluster.gpus_per_node": 8})
+    assert scenario_for_optimizer(base, "sgdm", None).training.optimizer_options == {
+        "implementation": "foreach"
+    }
+    assert scenario_for_optimizer(base, "binsgdm", None).training.optimizer_options == {}
+    axis = {"optimizer": "sgdm", "training.optimizer_options": {"implementation": "for_loop"}}
+    assert resolve_row(base, axis, None).training.optimizer_options == {"implementation": "for_loop"}
+    with pytest.raises(InputError) as err:
+        resolve_row(base, {**axis, "optimizer": "binsgdm"}, None)
+    assert "training.optimizer_options.implementation" in str(err.value)
