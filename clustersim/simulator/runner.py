@@ -33,6 +33,7 @@ from clustersim.simulator.stragglers import (
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
+from clustersim.workloads.transformer import with_padded_vocab
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
 # (a NIC of 1 bit/s) with a clear error instead of running forever; at 1e6 s the clock's resolution
@@ -345,7 +346,7 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
         if ctx.scenario.workload.pad_vocab_to_multiple_of is None
         else "workload.pad_vocab_to_multiple_of"
     )
-    padded = -(-arch.vocab // ctx.scenario.vocab_multiple) * ctx.scenario.vocab_multiple
+    padded = with_padded_vocab(arch, ctx.scenario.vocab_multiple).vocab
     vocab = (
         f"vocabulary of {arch.vocab:,} unpadded"
         if padded == arch.vocab

@@ -14,7 +14,7 @@ are all-gathered before the next forward.
 from __future__ import annotations
 
 from clustersim.catalog import BYTES_PER_ELEMENT
-from clustersim.cost_models.kernel_bytes import FUSED_ADAM, SGDM_UPDATE, UPDATE_BYTES
+from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
 from clustersim.optimizer_options import UpdateOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
@@ -105,14 +105,14 @@ class AdamDDP(Strategy):
     name = "adam"
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
     Options = UpdateOptions
-    update_bytes_per_param = FUSED_ADAM
     state_bytes_per_param = 8.0
     offload_state_bytes = 12.0  # fp32 master + m + v on the host
     gpu_state_with_offload = 0.0
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
-        # where the code fixes its own fused update, the scenario refuses another (scenario.py)
+        # bytes per parameter of the update as its implementation runs it (the optimizer's own, by
+        # name); where the code fixes a fused update, the scenario refuses another (scenario.py)
         self.update_bytes_per_param = UPDATE_BYTES[(self.name, options.implementation)]
 
     def offload_spec(self) -> offload.UpdateSpec:
@@ -141,6 +141,5 @@ class AdamDDP(Strategy):
 class SgdmDDP(AdamDDP):
     name = "sgdm"
     summary = "SGD with momentum, full-precision gradient all-reduce in DDP buckets"
-    update_bytes_per_param = SGDM_UPDATE
     state_bytes_per_param = 4.0
     offload_state_bytes = 8.0  # fp32 master + momentum
