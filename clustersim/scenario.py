@@ -701,6 +701,15 @@ def _check_model(s: Scenario) -> None:
             "(max_positions)",
             key="workload.seq_len",
         )
+    multiple = s.vocab_multiple
+    given = s.workload.pad_vocab_to_multiple_of is not None
+    if given and arch.family == "transformer" and multiple > arch.vocab:
+        # padding aligns rows: a multiple above the vocabulary itself more than doubles the table
+        raise InputError(
+            f"pads {s.workload.model}'s {arch.vocab:,}-entry vocabulary to a multiple of {multiple:,} "
+            "(per tensor-parallel rank x training.parallelism.tensor), more than the vocabulary itself",
+            key="workload.pad_vocab_to_multiple_of",
+        )
 
 
 def _blocks(s: Scenario) -> int:

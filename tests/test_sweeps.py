@@ -373,3 +373,22 @@ def test_rows_varying_megatron_layouts_share_one_model_code(tmp_path):
     plain.write_text(yaml.safe_dump({"base": base, "vary": {"gpus": [8, 16]}}))
     assert load_sweep(plain).base.workload.pointwise is None
     assert load_sweep(plain).base.pointwise_code == "unfused"
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"implementation": "abc"}, "training.optimizer_options.implementation: Input should be"),
+        ({"implementation": True}, "training.optimizer_options.implementation: Input should be"),
+        ({"fooo": 1}, "training.optimizer_options.fooo: unknown key"),
+    ],
+)
+def test_optimizer_options_no_optimizer_accepts_are_refused_before_any_work(runner, tmp_path, options, says):
+    """An options mapping valid for no optimizer can never make a valid row: one line, exit 2. A mapping
+    some optimizer takes ({scheme: flat}, BinSGDM's) is left to the rows."""
+    data = {"base": "preset:default", "vary": {"training.optimizer_options": [{"scheme": "flat"}, options]}}
+    r = runner.invoke(app, ["sweep", str(write(tmp_path, data)), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert says in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

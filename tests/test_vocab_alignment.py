@@ -162,6 +162,13 @@ def test_under_tensor_parallelism_a_shards_rows_set_the_alignment(tensor, per_ra
     assert _vocab_gemm(head).alignment_bytes == alignment
 
 
+def test_a_multiple_above_the_vocabulary_is_refused_as_the_padding_key():
+    with pytest.raises(InputError) as err:
+        make_scenario(**{"workload.pad_vocab_to_multiple_of": 1_000_000_000})
+    assert err.value.key == "workload.pad_vocab_to_multiple_of"
+    assert "more than the vocabulary itself" in str(err.value)
+
+
 @pytest.mark.parametrize("value", [0, -8, 2.5, "eight"])
 def test_bad_padding_is_refused_with_its_key(value):
     with pytest.raises(InputError) as err:

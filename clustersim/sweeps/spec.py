@@ -114,6 +114,8 @@ def _value_problem(axis: str, value: Any) -> str | None:
         if axis == "optimizer":
             registry.get(str(value))
             return None
+        if (AXES.get(axis) or axis) == "training.optimizer_options":
+            return _options_problem(value)
         if axis == "gpu":
             catalog.gpu(str(value))
         elif axis == "model":
@@ -129,6 +131,24 @@ def _value_problem(axis: str, value: Any) -> str | None:
     except ValidationError as exc:
         return first_error(exc)[1]
     return None
+
+
+def _options_problem(value: Any) -> str | None:
+    """Why an optimizer-options mapping is valid for no optimizer at all (whatever the optimizer axis
+    picks), or None: the message of an optimizer that has every key it names, else the first's."""
+    from clustersim.optimizer_options import OPTIONS, parse_options
+
+    if not isinstance(value, dict):
+        return "optimizer options are a mapping of option names to values"
+    problems = []
+    for name, schema in OPTIONS.items():
+        try:
+            parse_options(name, value)
+            return None
+        except InputError as exc:
+            has_keys = set(value) <= set(schema.model_fields)
+            problems.append((not has_keys, f"{exc.key}: {exc.message}" if exc.key else exc.message))
+    return min(problems)[1]
 
 
 def _is_schema_key(dotted: str) -> bool:
