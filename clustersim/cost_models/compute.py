@@ -6,9 +6,10 @@ time(kernel group) = launches x device cost per kernel
 The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-up, tail: ~3 us on a
 recent GPU, catalogs/execution.yaml); eager PyTorch launches tens of kernels per transformer block, so
 at small micro-batches it is a large part of the device time. Convolutions and batch-norm have their
-own rates (cuDNN at ResNet shapes; batch-norm bound by the SMs, min(SMs x clock x bytes per SM-cycle,
-streaming HBM rate)); GEMMs the matmul efficiency, and tensor-core GEMMs over an unpadded vocabulary
-(rows not a multiple of 16 bytes) the lower rate of cuBLAS's unaligned kernels.
+own rates (cuDNN at ResNet shapes, each convolution its own roofline; batch-norm bound by the SMs,
+min(SMs x clock x bytes per SM-cycle, streaming HBM rate); ReLU and residual adds by HBM); GEMMs the
+matmul efficiency, and tensor-core GEMMs over an unpadded vocabulary (rows not a multiple of 16
+bytes) the lower rate of cuBLAS's unaligned kernels.
 
 Efficiencies default to the catalog's documented constants. A profile measured on the same GPU
 replaces them with the measured rates; one measured on another GPU is scaled by peak FLOP/s
@@ -25,7 +26,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults
 from clustersim.workloads.layers import Kernel
 
 # Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
-_POINTWISE = frozenset({"elementwise", "bn_relu", "loss", "gather", "scatter_add"})
+_POINTWISE = frozenset({"elementwise", "batch_norm", "activation", "loss", "gather", "scatter_add"})
 
 
 class DeviceCosts:
@@ -55,11 +56,10 @@ class DeviceCosts:
         )
         self._unaligned_peak_per_byte = unaligned["peak_fraction_per_byte"]
         self.elementwise_factor = classes["pointwise_unfused"] if unfused_pointwise else 1.0
-        # batch-norm and ReLU: bound by the SMs where the catalog gives them (and by the streaming rate
-        # of HBM), else a fraction of HBM (catalogs/execution.yaml)
-        sm_rate = gpu.sm_cycles_per_s
-        self._bn_relu_sm_rate = None if sm_rate is None else sm_rate * classes["bn_relu_bytes_per_sm_cycle"]
-        self._bn_relu_hbm_rate = gpu.hbm_bytes_per_s * classes["bn_relu_memory"]
+        # batch-norm: bound by the SMs where the catalog gives them (and by the streaming rate of HBM),
+        # else a fraction of HBM (catalogs/execution.yaml); ReLU and residual adds stream at HBM's rate
+        self._bn_sm_rate = None if sm_rate is None else sm_rate * classes["batch_norm_bytes_per_sm_cycle"]
+        self._bn_hbm_rate = gpu.hbm_bytes_per_s * classes["batch_norm_memory"]
         self.kernel_overhead_s = mode.device_s_per_kernel
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
@@ -160,9 +160,9 @@ class DeviceCosts:
         elif kernel.name == "conv" and precision != "fp32":
             # tensor-core convolutions; fp32 ones run on the SIMT cores at the GEMM's efficiency
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
-        elif kernel.name == "bn_relu":
-            sm = self._bn_relu_sm_rate
-            byte_rate = self._bn_relu_hbm_rate if sm is None else min(byte_rate, sm)
+        elif kernel.name == "batch_norm":
+            sm = self._bn_sm_rate
+            byte_rate = self._bn_hbm_rate if sm is None else min(byte_rate, sm)
         elif kernel.name == "elementwise" and BYTES_PER_ELEMENT[precision] < 4:
             byte_rate *= self.elementwise_factor  # autocast's mixed 16-bit/fp32 operands (as transformer.py)
         fixed = self.launches(kernel) * self.kernel_overhead_s

@@ -1,8 +1,10 @@
 """ResNet (bottleneck, v1.5 as in torchvision) from its stage sizes.
 
 One simulator layer per bottleneck block, plus the stem and the classifier. A k x k convolution
-from Cin to Cout channels on an Hout x Wout output costs 2*Cin*Cout*k^2*Hout*Wout FLOPs per sample;
-BatchNorm + ReLU are memory-bound passes over each conv output (read + write, twice in backward).
+from Cin to Cout channels on an Hout x Wout output costs 2*Cin*Cout*k^2*Hout*Wout FLOPs per sample,
+and is its own kernel group (its own roofline). Batch-norm makes 3 passes over each convolution's
+output forward and 5 backward (priced as bound by the SMs, cost_models/compute.py); ReLU, the
+residual add and their backward are "activation" passes at HBM's streaming rate.
 With NCHW (PyTorch's default layout) tensor-core convolutions transpose their input and output to and
 from NHWC (catalogs/execution.yaml, layout_transposes); channels_last tensors need none.
 """
@@ -21,38 +23,68 @@ def _conv(cin: int, cout: int, k: int, hw_out: int) -> tuple[int, float, int]:
     return cin * cout * k * k, 2.0 * cin * cout * k * k * hw_out * hw_out, cout * hw_out * hw_out
 
 
-def _layer(name: str, convs: list[Conv], b: int, d: int, kind: str, nchw_transposes: bool) -> Layer:
+def _layer(
+    name: str, convs: list[Conv], b: int, d: int, kind: str, nchw_transposes: bool, stem: bool = False
+) -> Layer:
     """``kind``: the layer's entry in catalogs/execution.yaml's eager kernel counts (one launch per
-    convolution, the rest batch-norm, ReLU, casts and the residual add). ``nchw_transposes``: NCHW
-    tensors on tensor cores, so every convolution transposes its input and output."""
+    convolution, three batch-norm kernels forward and two backward per convolution, the rest casts,
+    ReLU and the residual add). ``nchw_transposes``: NCHW tensors on tensor cores, so every
+    convolution transposes its input and output. ``stem``: the network's first layer, whose input (the
+    image) needs no gradient, and whose ReLU is followed by the 3x3 max-pool.
+
+    Each convolution is its own kernel group, so the roofline applies per convolution: a 1x1
+    convolution over 64 or 256 channels at 56 x 56 does 32-85 FLOPs per byte and is bound by HBM on a
+    GPU whose tensor cores need hundreds, while a 3x3 one at 7 x 7 is bound by its FLOPs. Summed into
+    one group, the memory-bound ones would vanish under the compute-bound ones' FLOPs."""
     tensors: list[int] = []
-    flops = 0.0
+    forward: list[Kernel] = []
+    backward: list[Kernel] = []
     out_elems = 0
     in_elems = 0
     for cin, cout, k, hw, stride in convs:
         w, f, o = _conv(cin, cout, k, hw)
+        i = cin * (hw * stride) ** 2
+        # a strided 1x1 convolution reads only the input pixels it lands on (NHWC: whole channel rows)
+        read = cin * hw * hw if k == 1 else i
         tensors += [w, cout, cout]  # conv weight, BN gamma, BN beta
-        flops += f
         out_elems += o
-        in_elems += cin * (hw * stride) ** 2
-    weight_bytes = d * sum(tensors)
+        in_elems += i
+        forward.append(Kernel("conv", b * f, d * (b * read + w + b * o)))
+        if stem:  # weight gradient only: reads the output gradient and the input, writes dW
+            backward.append(Kernel("conv", b * f, d * (b * o + b * read + w), 2))
+        else:  # data gradient (reads dY and W, writes dX) and weight gradient (reads dY and X, writes dW)
+            backward.append(Kernel("conv", 2 * b * f, d * (2 * b * o + b * i + b * read + 2 * w), 2))
     act = d * b * out_elems
-    n_fwd, n_bwd = eager_kernels("resnet", kind)
     n_conv = len(convs)
-    forward = (
-        Kernel("conv", b * flops, weight_bytes + 2 * act, n_conv),
-        Kernel("bn_relu", 0.0, 4 * act, max(1, n_fwd - n_conv)),
-    )
-    backward = (
-        Kernel("conv", 2 * b * flops, 3 * weight_bytes + 4 * act, 2 * n_conv),
-        Kernel("bn_relu", 0.0, 8 * act, max(1, n_bwd - 2 * n_conv)),
-    )
+    n_fwd, n_bwd = eager_kernels("resnet", kind)
+    bn_fwd, bn_bwd = 3 * n_conv, 2 * n_conv
+    # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
+    # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
+    forward.append(Kernel("batch_norm", 0.0, 3 * act, bn_fwd))
+    backward.append(Kernel("batch_norm", 0.0, 5 * act, bn_bwd))
+    # ReLU (in place: read + write), forward, and its backward (reads the gradient and the output,
+    # writes the gradient) after every convolution but the block's last and its projection; the block's
+    # residual add (reads both, writes one) after which a ReLU follows, and backward the sum of the two
+    # gradients that reach the block's input. The stem's ReLU feeds the 3x3 max-pool (reads its input,
+    # writes a quarter; backward the reverse).
+    first = convs[0]
+    block_in = first[0] * (first[3] * first[4]) ** 2
+    relu_elems = out_elems - (convs[3][1] * convs[3][3] ** 2 if n_conv > 3 else 0)
+    if stem:
+        pooled = 1.25 * out_elems
+        act_fwd, act_bwd = 2 * out_elems + pooled, 3 * out_elems + pooled
+    else:
+        block_out = convs[2][1] * convs[2][3] ** 2
+        act_fwd = 2 * relu_elems + 3 * block_out
+        act_bwd = 3 * relu_elems + 3 * block_in
+    forward.append(Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - n_conv - bn_fwd)))
+    backward.append(Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 2 * n_conv - bn_bwd)))
     if nchw_transposes:  # each transpose reads and writes one convolution's input or output
         fwd_t, bwd_t = layout_transposes()
         moved = 2 * d * b * (in_elems + out_elems)  # read + write of every input and every output once
-        forward += (Kernel("layout_transpose", 0.0, moved * fwd_t / 2, fwd_t * n_conv, dispatched=False),)
-        backward += (Kernel("layout_transpose", 0.0, moved * bwd_t / 2, bwd_t * n_conv, dispatched=False),)
-    return Layer(name, tuple(tensors), forward, backward, activation_bytes=3 * act)
+        forward.append(Kernel("layout_transpose", 0.0, moved * fwd_t / 2, fwd_t * n_conv, dispatched=False))
+        backward.append(Kernel("layout_transpose", 0.0, moved * bwd_t / 2, bwd_t * n_conv, dispatched=False))
+    return Layer(name, tuple(tensors), tuple(forward), tuple(backward), activation_bytes=3 * act)
 
 
 def resnet_layers(
@@ -62,7 +94,7 @@ def resnet_layers(
     :func:`needs_layout_transposes`)."""
     b, d, t = micro_batch, dtype_bytes, nchw_transposes
     hw = arch.image_size // 2  # stem conv stride 2
-    layers = [_layer("stem", [(3, arch.width, 7, hw, 2)], b, d, "stem", t)]
+    layers = [_layer("stem", [(3, arch.width, 7, hw, 2)], b, d, "stem", t, stem=True)]
     hw //= 2  # max-pool
     cin = arch.width
     for stage, count in enumerate(arch.blocks):
