@@ -9,7 +9,10 @@ What is uncertain, and how wide:
   dispatch and every other kernel pass on the device (optimizer update, casts and copies, compression
   kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
   the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
-  were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
+  were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA. The factors are drawn one
+  per equal-probability stratum (a Latin hypercube in one dimension), in random order: with the 8 or
+  16 draws a run makes, independent draws from a fixed seed gave a band centred 5-8% slow of the
+  prediction (P10-P90 of the factor 0.89-1.46 where the distribution's is 0.73-1.38).
 
 Each draw rebuilds the cost models and re-runs the whole discrete-event simulation, so overlap,
 bucket timing and offload interleaving respond to the perturbation exactly as they would to a real
@@ -24,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri
 
 from clustersim.simulator.context import Perturbation, SimulationContext
 from clustersim.topologies.cluster import GroupShape
@@ -71,7 +75,10 @@ class Interval:
 
     @classmethod
     def of(cls, values) -> "Interval":
-        q = np.quantile(np.asarray(values, dtype=float), QUANTILES)
+        # the i-th of n sorted draws stands for probability (i + 0.5) / n, as a stratified draw does
+        # (stratified_normal): Hazen's plotting position, not numpy's default (i / (n - 1)), which puts
+        # the P10 and P90 of 16 draws inside the distribution's
+        q = np.quantile(np.asarray(values, dtype=float), QUANTILES, method="hazen")
         return cls(float(q[0]), float(q[1]), float(q[2]), len(values))
 
     def contains(self, value: float) -> bool:
@@ -139,8 +146,17 @@ def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturb
     g = ctx.scenario.cluster.gpus_per_node
     classes = model.classes(GroupShape(max(2, ctx.scenario.cluster.nodes), g))
     nets = model.params.sample(rng, n, classes)
-    scales = np.exp(rng.normal(0.0, compute_sigma(ctx), size=n))
+    scales = np.exp(compute_sigma(ctx) * stratified_normal(rng, n))
     return [Perturbation(net, float(s)) for net, s in zip(nets, scales)]
+
+
+def stratified_normal(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` standard normal draws, one from each of ``n`` equal-probability strata, in random order
+    (Latin hypercube sampling in one dimension). Each is still a draw from the distribution, but their
+    quantiles follow its quantiles far more closely than ``n`` independent draws do, which is what a
+    P10-P90 band of 8 or 16 draws needs."""
+    u = (rng.permutation(n) + rng.random(n)) / n
+    return ndtri(u)
 
 
 def collective_interval(
