@@ -247,11 +247,13 @@ class WorkloadSpec(_Strict):
     activation_checkpointing: bool = Field(
         False, description="full recomputation: keep each block's input, run its forward again in backward"
     )
-    attention: Literal["fused", "unfused"] = Field(
+    attention: Literal["fused", "unfused", "eager"] = Field(
         "fused",
         description="fused: one kernel that never stores the s x s scores (FlashAttention, PyTorch's "
         "scaled_dot_product_attention, the default since PyTorch 2.0); unfused: scores written and read "
-        "back through softmax and dropout (eager attention, pre-2022 Megatron-LM and BERT code)",
+        "back through a fused scale-mask-softmax kernel and dropout (pre-2022 Megatron-LM, apex); "
+        "eager: the same as plain PyTorch ops, scale, mask, softmax and dropout each a kernel over the "
+        "scores (Hugging Face's eager attention, BERT code before PyTorch 2.0)",
     )
     memory_format: Literal["channels_last", "contiguous"] = Field(
         "channels_last",

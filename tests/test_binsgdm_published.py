@@ -16,7 +16,7 @@ def test_binsgdm_bert_base_speedup_is_within_fifteen_percent_with_the_papers_att
     (bert,) = [r for r in report.rows if r.baseline == "adam"]
     assert abs(bert.error) <= 0.15, bert.predicted
     preset = load_scenario("preset:binsgdm-bert-base")
-    assert preset.workload.attention == "unfused"
+    assert preset.workload.attention == "eager"
     fused = preset.with_changes(**{"workload.attention": "fused"})
     speedup = (
         simulate(fused).iteration_time

@@ -9,7 +9,9 @@ per row:
 * optimizer: LAMB is priced as Adam (the same fp32 states; its trust ratios add two reductions, under
   0.5% of a step at the tables' 32-512 accumulated micro-batches), LARS as SGD with momentum;
 * attention: DeepLearningExamples' BERT (modeling.py, 2020-2022) writes the attention scores and runs
-  softmax and dropout over them: ``workload.attention: unfused``;
+  scale, mask, softmax and dropout over them as separate ops in eager PyTorch (``workload.attention:
+  eager``, the eager tables say so) and as TorchScript-fused kernels when scripted (``unfused``, the
+  default of a row);
 * a DGX-1's V100s are an NVLink mesh, DGX A100/H100 nodes an NVSwitch.
 
 Rows whose sequences are binned by length (``variable_length``) run shorter sequences than their

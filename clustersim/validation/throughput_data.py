@@ -61,8 +61,10 @@ class ThroughputRow(_Strict):
     memory_format: Literal["channels_last", "contiguous"] | None = Field(
         None, description="CNNs: the activations' layout (contiguous = NCHW)"
     )
-    attention: Literal["fused", "unfused"] = Field(
-        "unfused", description="transformers: scaled_dot_product_attention (fused) or scores in memory"
+    attention: Literal["fused", "unfused", "eager"] = Field(
+        "unfused",
+        description="transformers: scaled_dot_product_attention (fused), scores in memory through fused "
+        "softmax kernels (unfused), or through plain PyTorch ops (eager): workload.attention",
     )
     pointwise: Literal["unfused", "fused"] | None = Field(
         None, description="transformers: the model code's pointwise kernels (workload.pointwise)"

@@ -70,6 +70,7 @@ def build_workload(
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
+        spec.attention == "eager",
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -103,6 +104,7 @@ def _catalog_workload(
     unfused_pointwise: bool = False,
     vocab_multiple: int = 1,
     vocab_shards: int = 1,
+    eager_attention: bool = False,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
@@ -119,6 +121,6 @@ def _catalog_workload(
         seq = 1
     else:
         layers = transformer_layers(
-            arch, micro_batch, seq, d, fused_attention, unfused_pointwise, vocab_shards
+            arch, micro_batch, seq, d, fused_attention, unfused_pointwise, vocab_shards, eager_attention
         )
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -22,6 +22,16 @@ from clustersim import catalog
 from clustersim.catalog import TransformerArch, eager_kernels
 from clustersim.workloads.layers import Kernel, Layer
 
+# Eager attention over scores in memory, counted op by op against the unfused count (which takes 6
+# passes over the b*a*s*s scores forward: QK^T writes them, a fused scale-mask-softmax reads and
+# writes, dropout reads and writes, PV reads; and 12 backward). As plain PyTorch ops (torch.matmul,
+# / sqrt(d), + mask, softmax, dropout, torch.matmul) the forward makes 10 passes and the backward 11
+# (PV's two gradients 2, dropout's 2, softmax's 3, the scale's 2, QK^T's two gradients 2); dropout
+# also writes and reads a one-byte mask. Extra passes (forward, backward) and kernel launches
+# (forward: the scale and the mask add, a softmax and a dropout of its own where the fused count has
+# one kernel; backward: the scale's, softmax's and dropout's gradients).
+EAGER_SCORE_PASSES = (4, -1, (3, 3))
+
 # Kernel launches: each kernel group carries how many kernels eager PyTorch launches for it
 # (catalogs/execution.yaml, per architecture style); the pointwise group takes what the GEMMs and
 # attention leave of a layer's count, so the layer's total is the catalog's.
@@ -88,14 +98,23 @@ def _pointwise_bytes(
 
 
 def _block(
-    arch: TransformerArch, index: int, b: int, s: int, d: int, fused: bool, unfused_pointwise: bool = False
+    arch: TransformerArch,
+    index: int,
+    b: int,
+    s: int,
+    d: int,
+    fused: bool,
+    unfused_pointwise: bool = False,
+    eager: bool = False,
 ) -> Layer:
     """``fused``: attention as one kernel that never writes the b*a*s*s scores to memory (FlashAttention,
     PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
     recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
-    activations. Unfused (eager attention, Megatron-LM's 2021 softmax kernels) writes the scores,
-    reads them back through scale, mask, softmax and dropout, and keeps them for backward
-    (Korthikanti et al. 2022's 5as/h term)."""
+    activations. Unfused (Megatron-LM's and apex's softmax kernels) writes the scores, reads them back
+    through one fused scale-mask-softmax kernel and dropout, and keeps them for backward (Korthikanti
+    et al. 2022's 5as/h term). ``eager`` (unfused, as plain PyTorch ops: Hugging Face's eager
+    attention, BERT code before PyTorch 2.0) scales and masks the scores in two kernels of their own
+    and keeps a one-byte dropout mask (EAGER_SCORE_PASSES)."""
     h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
     kv = h * (arch.kv_heads or a) // a  # width of K and V (grouped-query attention: fewer heads)
     qkv = h * h + 2 * h * kv
@@ -118,12 +137,17 @@ def _block(
     elementwise, elementwise_bwd = _pointwise_bytes(
         arch, tokens, d, sum(tensors), scores, extra_elementwise, unfused_pointwise
     )
+    n_fwd, n_bwd = eager_kernels(arch.style, "block")
+    if eager and scores:
+        forward_passes, backward_passes, launches = EAGER_SCORE_PASSES
+        elementwise += (forward_passes * d + 1) * scores  # + the dropout mask, one byte per score
+        elementwise_bwd += (backward_passes * d + 1) * scores
+        n_fwd, n_bwd = n_fwd + launches[0], n_bwd + launches[1]
     attn_bwd_flops = 2.5 * attn_flops if fused else 2 * attn_flops
     attn_bwd_bytes = d * 8 * tokens * h if fused else 2 * attn_bytes
     # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
     # backward computes the input and the weight gradient of each. Attention: QK^T and AV forward.
     n_gemm = 2 + (3 if arch.style == "llama" else 2)
-    n_fwd, n_bwd = eager_kernels(arch.style, "block")
     forward = (
         Kernel("gemm", gemm_flops, weight_bytes + gemm_io, n_gemm),
         Kernel("attention", attn_flops, attn_bytes, 2),
@@ -187,11 +211,14 @@ def transformer_layers(
     fused_attention: bool = True,
     unfused_pointwise: bool = False,
     vocab_shards: int = 1,
+    eager_attention: bool = False,
 ) -> list[Layer]:
     """``unfused_pointwise``: the model is plain PyTorch code (workload.pointwise: unfused);
-    ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over."""
+    ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over;
+    ``eager_attention``: unfused attention written as plain PyTorch ops (workload.attention: eager)."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
-    layers += [_block(arch, i, b, s, d, fused_attention, unfused_pointwise) for i in range(arch.layers)]
+    for i in range(arch.layers):
+        layers.append(_block(arch, i, b, s, d, fused_attention, unfused_pointwise, eager_attention))
     layers.append(_head(arch, b, s, d, vocab_shards))
     return layers
