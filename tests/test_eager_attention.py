@@ -75,3 +75,61 @@ def test_an_unknown_attention_is_one_line_naming_the_key():
         _one_gpu("flash")
     assert "workload.attention" in str(err.value) and "eager" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def _run_json(runner, tmp_path, workload: dict, *args: str) -> dict:
+    import json
+
+    import yaml
+
+    from clustersim.cli import app
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        yaml.safe_dump({"cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H200"}, "workload": workload})
+    )
+    res = runner.invoke(app, ["run", str(path), "--json", "--samples", "0", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_run_says_how_attention_and_convolutions_were_priced(runner, tmp_path):
+    bert = _run_json(runner, tmp_path, {"model": "BERT-Large", "micro_batch": 8, "attention": "eager"})
+    assert bert["sources"]["attention"].startswith("eager:")
+    assert bert["sources"]["attention"].endswith("(workload.attention)")
+    assert "convolutions" not in bert["sources"]
+    default = _run_json(runner, tmp_path, {"model": "BERT-Large", "micro_batch": 8})
+    assert default["sources"]["attention"].startswith("fused:") and default["sources"]["attention"].endswith(
+        "(default)"
+    )
+    resnet = _run_json(runner, tmp_path, {"model": "ResNet-50", "micro_batch": 64, "precision": "bf16"})
+    assert "each convolution its own roofline" in resnet["sources"]["convolutions"]
+    assert "attention" not in resnet["sources"]
+
+
+def test_a_key_the_model_does_not_use_is_a_note_not_silence(runner, tmp_path):
+    resnet = _run_json(runner, tmp_path, {"model": "ResNet-50", "micro_batch": 64, "attention": "eager"})
+    assert (
+        "workload.attention does not apply to ResNet-50 (a convolution network): it is not used"
+        in resnet["notes"]
+    )
+    bert = _run_json(
+        runner, tmp_path, {"model": "BERT-Large", "micro_batch": 8, "memory_format": "contiguous"}
+    )
+    assert any(n.startswith("workload.memory_format does not apply to BERT-Large") for n in bert["notes"])
+    plain = _run_json(runner, tmp_path, {"model": "BERT-Large", "micro_batch": 8, "attention": "eager"})
+    assert not any("does not apply" in n for n in plain["notes"])
+
+
+def test_a_profile_measured_with_other_attention_says_its_measurement_is_used_as_it_is(runner, tmp_path):
+    """The shipped H200 profile measured Hugging Face's BERT-Large with sdpa (fused attention)."""
+    workload = {"model": "BERT-Large", "micro_batch": 16, "seq_len": 128, "precision": "bf16"}
+    eager = _run_json(
+        runner, tmp_path, {**workload, "attention": "eager"}, "--profile", "builtin:h200-pytorch-2.11"
+    )
+    assert any(
+        "with sdpa attention (fused), the scenario asks for eager (workload.attention)" in n
+        for n in eager["notes"]
+    )
+    fused = _run_json(runner, tmp_path, workload, "--profile", "builtin:h200-pytorch-2.11")
+    assert not any("attention" in n for n in fused["notes"])

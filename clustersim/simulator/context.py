@@ -316,6 +316,7 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
+    ctx.notes.extend(_ignored_workload_keys(scenario, workload))
     other = _other_cluster_note(measured, c, _profile_label(ref, prof))
     if other:
         ctx.notes.append(other)
@@ -332,6 +333,25 @@ def build_context(
         # set last: the measured-to-modelled ratios above (apply_model_compute) are taken unscaled
         device.stream_scale = perturbation.compute_scale
     return ctx
+
+
+# workload keys that describe one kind of network only: what a scenario sets for the other is unused
+_TRANSFORMER_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
+_CONV_KEYS = ("memory_format",)
+
+
+def _ignored_workload_keys(scenario, workload) -> list[str]:
+    """One note per workload key the scenario sets that its model does not use (a transformer's
+    attention on ResNet-50, a convolution layout on a transformer), so that a setting that changes
+    nothing says so instead of passing silently."""
+    spec = scenario.workload
+    if spec.model is None:
+        return []
+    given = spec.model_fields_set
+    convolutional = any(k.name == "conv" for layer in workload.layers for k in layer.forward)
+    unused = [k for k in (_TRANSFORMER_KEYS if convolutional else _CONV_KEYS) if k in given]
+    kind = "a convolution network" if convolutional else "a transformer"
+    return [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]
 
 
 def _other_cluster_note(measured: MeasuredCollectives | None, c, label: str) -> str | None:

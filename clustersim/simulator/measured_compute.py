@@ -95,12 +95,35 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
         )
 
 
+# A measurement's attention kernel (Hugging Face's attn_implementation, or what a trace shows) as the
+# workload.attention value that prices the same kernels
+_ATTENTION_OF = {
+    "sdpa": "fused",
+    "flash_attention_2": "fused",
+    "flash_attention_3": "fused",
+    "eager": "eager",
+}
+
+
 def _warn_execution(ctx, mc: ModelCompute) -> None:
+    """Warn where the measurement ran other settings than the scenario asks for: the measured times are
+    used as they are, so the scenario's own setting does not change them."""
     fp = mc.fingerprint
     if fp.execution != ctx.scenario.workload.execution:
         ctx.notes.append(
             f"warning: the profile measured {mc.model} with execution {fp.execution}, the scenario asks for "
             f"{ctx.scenario.workload.execution} (workload.execution): the measurement is used as it is"
+        )
+    measured = _ATTENTION_OF.get(fp.attention or "")
+    asked = ctx.scenario.workload.attention
+    if (
+        measured is not None
+        and measured != asked
+        and any(x.name.startswith("block") for x in ctx.workload.layers)
+    ):
+        ctx.notes.append(
+            f"warning: the profile measured {mc.model} with {fp.attention} attention ({measured}), the "
+            f"scenario asks for {asked} (workload.attention): the measurement is used as it is"
         )
 
 

@@ -332,6 +332,35 @@ def _pointwise_source(scenario) -> str:
     return f"framework kernels, pointwise ops fused ({given})"
 
 
+_ATTENTION_PATHS = {
+    "fused": "fused: one kernel that never writes the scores (FlashAttention, scaled_dot_product_attention)",
+    "unfused": "unfused: scores in memory, through a fused scale-mask-softmax kernel and dropout",
+    "eager": "eager: scores in memory, scale, mask, softmax and dropout each a kernel (plain PyTorch ops)",
+}
+
+
+def _attention_source(scenario) -> str:
+    """How a transformer's attention was priced, and whether the scenario said so."""
+    given = "workload.attention" if "attention" in scenario.workload.model_fields_set else "default"
+    return f"{_ATTENTION_PATHS[scenario.workload.attention]} ({given})"
+
+
+def _conv_source(ctx: SimulationContext) -> str:
+    """How a convolution network's kernels were priced (cost_models/compute.py, catalogs/execution.yaml)."""
+    layout = ctx.scenario.workload.memory_format
+    transposes = any(k.name == "layout_transpose" for layer in ctx.workload.layers for k in layer.forward)
+    rate = (
+        "the matmul efficiency (fp32, SIMT cores)"
+        if ctx.precision == "fp32"
+        else f"{ctx.device.conv_eff:.2f} of tensor-core peak"
+    )
+    moved = " (cuDNN transposes each tensor-core convolution's input and output)" if transposes else ""
+    return (
+        f"each convolution its own roofline, at {rate} or HBM's streaming rate; batch-norm bound by the "
+        f"multiprocessors, ReLU and residual adds by HBM; {layout} tensors{moved}"
+    )
+
+
 def _lm_head_source(ctx: SimulationContext) -> str | None:
     """The LM head's vocabulary: padded by the code, or unaligned for the tensor cores (and at what
     rate its matmuls run); None when neither applies."""
@@ -395,9 +424,12 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)
+        sources["attention"] = _attention_source(ctx.scenario)
         head = _lm_head_source(ctx)
         if head is not None:
             sources["LM head"] = head
+    if any(k.name == "conv" for layer in ctx.workload.layers for k in layer.forward):
+        sources["convolutions"] = _conv_source(ctx)
     update = _update_source(ctx)
     if update is not None:
         sources["optimizer update"] = update
