@@ -59,7 +59,24 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, 
     msg = msg.removeprefix("Value error, ")
     if isinstance(err.get("input"), bool) and "true/false" not in msg:
         msg = f"{msg}, not {str(err['input']).lower()}"
+    elif err["type"] == "literal_error" and isinstance(err.get("input"), str | int | float):
+        given = err["input"]
+        msg = f"{msg}, not {given!r}"
+        synonym = _SYNONYMS.get((key.rsplit(".", 1)[-1], str(given).lower()))
+        if synonym:
+            msg = f"{msg} ({synonym})"
     return key, msg
+
+
+# Names users bring from other tools for a value this one spells otherwise: (key, value) -> hint
+_SYNONYMS = {
+    ("attention", "sdpa"): "PyTorch's scaled_dot_product_attention is 'fused'",
+    ("attention", "flash_attention_2"): "FlashAttention is 'fused'",
+    ("attention", "flash"): "FlashAttention is 'fused'",
+    ("execution", "torch.compile"): "torch.compile is 'compiled'",
+    ("memory_format", "nhwc"): "NHWC is 'channels_last'",
+    ("memory_format", "nchw"): "NCHW is 'contiguous'",
+}
 
 
 _LOADER = None

@@ -74,7 +74,11 @@ def test_an_unknown_attention_is_one_line_naming_the_key():
     with pytest.raises(InputError) as err:
         _one_gpu("flash")
     assert "workload.attention" in str(err.value) and "eager" in str(err.value)
+    assert "not 'flash' (FlashAttention is 'fused')" in str(err.value)
     assert "\n" not in str(err.value)
+    with pytest.raises(InputError) as err:
+        _one_gpu("sdpa")
+    assert str(err.value).endswith("not 'sdpa' (PyTorch's scaled_dot_product_attention is 'fused')")
 
 
 def _run_json(runner, tmp_path, workload: dict, *args: str) -> dict:
@@ -118,7 +122,13 @@ def test_a_key_the_model_does_not_use_is_a_note_not_silence(runner, tmp_path):
     )
     assert any(n.startswith("workload.memory_format does not apply to BERT-Large") for n in bert["notes"])
     plain = _run_json(runner, tmp_path, {"model": "BERT-Large", "micro_batch": 8, "attention": "eager"})
-    assert not any("does not apply" in n for n in plain["notes"])
+    assert not any("does not apply" in n or "compiled" in n for n in plain["notes"])
+    compiled = _run_json(
+        runner,
+        tmp_path,
+        {"model": "BERT-Large", "micro_batch": 8, "attention": "eager", "execution": "compiled"},
+    )
+    assert any("torch.compile fuses the scale, mask" in n for n in compiled["notes"])
 
 
 def test_a_profile_measured_with_other_attention_says_its_measurement_is_used_as_it_is(runner, tmp_path):

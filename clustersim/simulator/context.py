@@ -351,7 +351,13 @@ def _ignored_workload_keys(scenario, workload) -> list[str]:
     convolutional = any(k.name == "conv" for layer in workload.layers for k in layer.forward)
     unused = [k for k in (_TRANSFORMER_KEYS if convolutional else _CONV_KEYS) if k in given]
     kind = "a convolution network" if convolutional else "a transformer"
-    return [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]
+    notes = [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]
+    if not convolutional and spec.attention == "eager" and spec.execution == "compiled":
+        notes.append(
+            "workload.attention eager under execution compiled: torch.compile fuses the scale, mask, "
+            "softmax and dropout over the scores into kernels of its own, which attention unfused describes"
+        )
+    return notes
 
 
 def _other_cluster_note(measured: MeasuredCollectives | None, c, label: str) -> str | None:
