@@ -19,6 +19,9 @@ from clustersim.workloads import build_workload
             1.5576e9,
             0.01,
         ),  # Radford et al. 2019 (1542M reported; 1557.6M with the tied head counted once)
+        ("GPT-2-124M", 124_439_808, 1e-9),  # Hugging Face gpt2, exactly
+        ("GPT-2-355M", 354_823_168, 1e-9),  # gpt2-medium
+        ("GPT-2-774M", 774_030_080, 1e-9),  # gpt2-large
         ("LLaMA-7B", 6.738e9, 0.005),  # Touvron et al. 2023: 6.7B (HF count 6,738,415,616)
         ("GPT-3-175B", 175e9, 0.01),  # Brown et al. 2020
         ("GPT-3-13B", 13e9, 0.02),  # 12.85e9 at hidden 5120 (the paper's 5140 is not 40 x 128)
