@@ -274,3 +274,26 @@ def test_an_h100_runs_resnet50_slower_than_an_h200_by_its_hbm_bound_kernels():
     assert h100["batch_norm"] == pytest.approx(h200["batch_norm"])
     assert h100["activation"] > 1.3 * h200["activation"]
     assert 1.08 <= sum(h100.values()) / sum(h200.values()) <= 1.2
+
+
+def test_run_says_batch_norm_falls_back_where_the_gpu_entry_gives_no_multiprocessors(runner, tmp_path):
+    import yaml
+
+    from clustersim.cli import app
+
+    gpu = {
+        "name": "X100", "chip": "X1", "description": "t", "peak_tflops": {"fp32": 20, "bf16": 300},
+        "hbm_gbs": 2000, "memory_gib": 80, "nvlink": {"links": 0, "gbs_per_link": 0}, "pcie_gen": 4,
+    }  # fmt: skip
+    sources = {}
+    for name, entry in (("custom", gpu), ("catalog", "H100-SXM")):
+        path = tmp_path / f"{name}.yaml"
+        cluster = {"nodes": 1, "gpus_per_node": 1, "gpu": entry, "intra_node": {"fabric": "pcie"}}
+        path.write_text(
+            yaml.safe_dump({"cluster": cluster, "workload": {"model": "ResNet-50", "micro_batch": 8}})
+        )
+        res = runner.invoke(app, ["run", str(path), "--json", "--samples", "0"])
+        assert res.exit_code == 0, res.output
+        sources[name] = json.loads(res.stdout)["sources"]["convolutions"]
+    assert "the GPU entry gives no multiprocessors or boost_clock_mhz" in sources["custom"]
+    assert "batch-norm bound by the multiprocessors" in sources["catalog"]

@@ -355,9 +355,17 @@ def _conv_source(ctx: SimulationContext) -> str:
         else f"{ctx.device.conv_eff:.2f} of tensor-core peak"
     )
     moved = " (cuDNN transposes each tensor-core convolution's input and output)" if transposes else ""
+    batch_norm = (
+        "batch-norm bound by the multiprocessors"
+        if ctx.gpu.sm_cycles_per_s is not None
+        else (
+            f"batch-norm at {catalog.execution()['efficiency']['batch_norm_memory']:.2f} of HBM (the H200's "
+            "fraction: the GPU entry gives no multiprocessors or boost_clock_mhz)"
+        )
+    )
     return (
-        f"each convolution its own roofline, at {rate} or HBM's streaming rate; batch-norm bound by the "
-        f"multiprocessors, ReLU and residual adds by HBM; {layout} tensors{moved}"
+        f"each convolution its own roofline, at {rate} or HBM's streaming rate; {batch_norm}, ReLU and "
+        f"residual adds by HBM; {layout} tensors{moved}"
     )
 
 
