@@ -489,12 +489,16 @@ class Scenario(_Strict):
         return self.workload.vocab_multiple(p.tensor, p.tensor > 1 or p.pipeline > 1)
 
     def with_changes(self, **dotted: Any) -> "Scenario":
-        """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``)."""
-        data = self.model_dump()
+        """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``). Only what the
+        scenario set is carried over, so a key left to its default stays unset in the copy (``run``
+        says which settings the scenario made and which are defaults)."""
+        data = self.model_dump(exclude_unset=True)
         for key, value in dotted.items():
             node = data
             parts = key.split(".")
             for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
                 node = node[part]
             node[parts[-1]] = value
         changed = validate_scenario(data, source=self.source or f"{self.name} (modified)")

@@ -143,3 +143,18 @@ def test_a_profile_measured_with_other_attention_says_its_measurement_is_used_as
     )
     fused = _run_json(runner, tmp_path, workload, "--profile", "builtin:h200-pytorch-2.11")
     assert not any("attention" in n for n in fused["notes"])
+
+
+def test_a_changed_copy_keeps_what_the_scenario_left_to_its_defaults_unset():
+    """compare and sweeps resize a scenario with with_changes: keys the scenario never set stay unset,
+    so the copy neither gains notes for keys its model does not use nor calls defaults given."""
+    from clustersim.api import load_scenario
+
+    resnet = load_scenario("preset:binsgdm-resnet50")
+    resized = resnet.with_world_size(64)
+    assert resized.workload.model_fields_set == resnet.workload.model_fields_set
+    assert not any("does not apply" in n for n in simulate(resized).notes)
+    bert = load_scenario("preset:default").with_changes(**{"cluster.nodes": 2})
+    assert "attention" not in bert.workload.model_fields_set
+    eager = bert.with_changes(**{"workload.attention": "eager"})
+    assert "attention" in eager.workload.model_fields_set and eager.cluster.nodes == 2
