@@ -20,6 +20,7 @@ from clustersim.commands.support import (
     ProfileOpt,
     SamplesOpt,
     ScenarioArg,
+    SetOpt,
     console,
     emit_json,
     finite_option,
@@ -262,6 +263,7 @@ def run(
         help="analytical (closed-form, fast; the default) | flow (collectives simulated as flows over the "
         "topology; shows the hottest links). Overrides the scenario's training.network.",
     ),
+    settings: Optional[list[str]] = SetOpt,
 ):
     """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
     all-reduce, bytes per link."""
@@ -269,7 +271,7 @@ def run(
 
     if trace is not None:
         check_writable_file(trace)  # before the work; its folder is never created silently
-    s = _load(scenario)
+    s = _load(scenario, settings)
     if network is not None:
         if network not in ("analytical", "flow"):
             raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
@@ -493,6 +495,7 @@ def compare(
     ),
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
+    settings: Optional[list[str]] = SetOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -502,7 +505,7 @@ def compare(
     from clustersim.simulator.strategies import registry
 
     finite_option(warmup, "--warmup", positive=False)
-    s = _load(scenario)
+    s = _load(scenario, settings)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus") if gpus is not None else _default_counts(s)
     for name in opts:  # check the arguments before any work starts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -278,6 +279,29 @@ def presets_list(json_out: bool = JsonOpt):
             justify_numbers=False,
         )
     )
+
+
+@presets_app.command("show")
+@user_errors
+def presets_show(
+    name: str = typer.Argument(
+        ..., help="A preset's name, as `presets list` gives it (preset: in front is fine)."
+    ),
+    json_out: bool = JsonOpt,
+):
+    """Print a shipped scenario: its file as shipped, with the comments that say where each setting comes
+    from (copy it to start your own), or with --json every key with its default filled in."""
+    from importlib import resources
+
+    from clustersim.scenario import PRESET_PREFIX, load_scenario
+
+    name = name.removeprefix(PRESET_PREFIX)
+    scenario = load_scenario(PRESET_PREFIX + name)  # an unknown name is one line with the known ones
+    if json_out:
+        emit_json(scenario.model_dump(mode="json"))
+        return
+    text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 @models_app.command("import")

@@ -308,10 +308,42 @@ def with_catalogs(fn):
     return wrapper
 
 
-def load_scenario_ref(ref: str):
+SetOpt = typer.Option(
+    None,
+    "--set",
+    help="Change one scenario key for this command: KEY=VALUE, a dotted key and a YAML value "
+    "(cluster.nic.line_rate_gbps=100, workload.attention=eager). Repeatable; applied after the file or "
+    "preset is read, and checked as the file is.",
+)
+
+
+def load_scenario_ref(ref: str, settings: Optional[list[str]] = None):
+    """``ref`` (a file or preset:NAME) with the ``--set KEY=VALUE`` changes applied; a malformed or
+    invalid change is one line naming --set and the key."""
+    from clustersim.io import load_yaml
     from clustersim.scenario import load_scenario
 
-    return load_scenario(ref)
+    scenario = load_scenario(ref)
+    if not settings:
+        return scenario
+    changes = {}
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise InputError(
+                f"{item!r} is not KEY=VALUE with a dotted key (e.g. workload.micro_batch=16)", key="--set"
+            )
+        try:
+            changes[key] = load_yaml(raw) if raw.strip() else None
+        except Exception as exc:  # a YAML syntax error in the value, as one line
+            raise InputError(
+                f"{raw!r} is not a YAML value ({type(exc).__name__})", key=f"--set {key}"
+            ) from None
+    try:
+        return scenario.with_changes(**changes)
+    except InputError as exc:
+        raise InputError(exc.message, source="--set", key=exc.key) from None
 
 
 def ms(t: float) -> str:

@@ -1,0 +1,82 @@
+"""`--set KEY=VALUE` on run and compare (a what-if without editing a file), and `presets show`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clustersim.cli import app
+from clustersim.scenario import load_scenario
+
+
+def _run(runner, *args):
+    return runner.invoke(app, ["run", "preset:binsgdm-bert-base", "--json", "--samples", "0", *args])
+
+
+def test_run_with_set_is_the_scenario_with_that_key_changed(runner):
+    from clustersim.simulator import simulate
+
+    res = _run(runner, "--set", "cluster.nic.line_rate_gbps=100", "--set", "workload.attention=fused")
+    assert res.exit_code == 0, res.output
+    changed = load_scenario("preset:binsgdm-bert-base").with_changes(
+        **{"cluster.nic.line_rate_gbps": 100, "workload.attention": "fused"}
+    )
+    assert json.loads(res.stdout)["iteration_time_s"] == pytest.approx(simulate(changed).iteration_time)
+    plain = json.loads(_run(runner).stdout)["iteration_time_s"]
+    assert (
+        json.loads(res.stdout)["iteration_time_s"] < plain
+    )  # a faster NIC, and attention without the scores
+
+
+def test_compare_takes_set_too(runner):
+    res = runner.invoke(
+        app,
+        ["compare", "preset:binsgdm-bert-base", "--gpus", "64", "--optimizers", "binsgdm", "--samples", "0",
+         "--break-even-at", "0", "--json", "--set", "cluster.nic.line_rate_gbps=100"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    slow = runner.invoke(
+        app,
+        ["compare", "preset:binsgdm-bert-base", "--gpus", "64", "--optimizers", "binsgdm", "--samples", "0",
+         "--break-even-at", "0", "--json"],
+    )  # fmt: skip
+    assert res.stdout != slow.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("nope", "--set: 'nope' is not KEY=VALUE"),
+        ("workload..x=1", "is not KEY=VALUE with a dotted key"),
+        ("=3", "is not KEY=VALUE"),
+        ("workload.micro_batch=-1", "--set: workload.micro_batch: Input should be greater than 0"),
+        (
+            "workload.attention=sdpa",
+            "--set: workload.attention: Input should be 'fused', 'unfused' or 'eager'",
+        ),
+        ("foo.bar=1", "--set: foo: unknown key"),
+        ("workload.micro_batch=[1", "--set workload.micro_batch: '[1' is not a YAML value"),
+    ],
+)
+def test_a_bad_set_is_one_line_naming_set_and_the_key(runner, setting, says):
+    res = _run(runner, "--set", setting)
+    assert res.exit_code == 2
+    assert says in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_presets_show_prints_the_shipped_file_and_json_fills_the_defaults(runner):
+    res = runner.invoke(app, ["presets", "show", "binsgdm-bert-base"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("# The BinSGDM paper's cluster")
+    assert "attention: eager" in res.stdout
+    same = runner.invoke(app, ["presets", "show", "preset:binsgdm-bert-base"])
+    assert same.stdout == res.stdout
+    data = json.loads(runner.invoke(app, ["presets", "show", "default", "--json"]).stdout)
+    assert data["workload"]["attention"] == "fused" and data["name"] == "default"
+
+
+def test_presets_show_an_unknown_name_is_one_line(runner):
+    res = runner.invoke(app, ["presets", "show", "nope"])
+    assert res.exit_code == 2 and "unknown preset 'nope' (known: " in res.output
