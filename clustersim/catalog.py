@@ -184,9 +184,10 @@ class GpuSpec(_Strict):
         """Dense peak FLOP/s for a precision; fp32 training uses TF32 tensor cores where present."""
         if precision in self.peak_tflops:
             return self.peak_tflops[precision] * 1e12
-        if precision == "bf16" and "fp16" in self.peak_tflops:
+        if precision == "fp8" or (precision == "bf16" and "fp16" in self.peak_tflops):
+            # 16- and 8-bit formats the GPU has no units for: no framework falls back to fp32 for them
             raise InputError(
-                f"{self.name} has no bf16 tensor cores (it supports {sorted(self.peak_tflops)})",
+                f"{self.name} has no {precision} tensor cores (it supports {sorted(self.peak_tflops)})",
                 key="workload.precision",
             )
         return self.peak_tflops["fp32"] * 1e12

@@ -530,7 +530,9 @@ def compare(
             ) from None
     run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
-        rows = run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch)
+        rows = _some_simulated(
+            run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch), s
+        )
         evens, why_none = _break_evens(s, opts, at, profile, samples, base, global_batch)
         emit_json(
             {
@@ -556,6 +558,7 @@ def compare(
             baseline=base,
             global_batch=global_batch,
         )
+    _some_simulated(rows, s)
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at} GPUs")
@@ -570,6 +573,16 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+
+
+def _some_simulated(rows, s):
+    """compare's rows, unless not one cell could be simulated: then the input is wrong for every GPU
+    count and optimizer, and that is one line and exit 2, as `run` gives for it."""
+    if rows and all(r.error for r in rows):
+        raise InputError(
+            f"no optimizer at any GPU count could be simulated: {rows[0].error}", source=s.source
+        )
+    return rows
 
 
 def _time_to_train_notes(s, rows, base: str, plan, warmup, global_batch) -> None:

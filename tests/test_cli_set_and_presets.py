@@ -56,7 +56,23 @@ def test_compare_takes_set_too(runner):
             "--set: workload.attention: Input should be 'fused', 'unfused' or 'eager'",
         ),
         ("foo.bar=1", "--set: foo: unknown key"),
-        ("workload.micro_batch=[1", "--set workload.micro_batch: '[1' is not a YAML value"),
+        ("workload.micro_batch=[1", "--set: workload.micro_batch: '[1' is not a YAML value"),
+        (
+            "workload.layers.0.params=1",
+            "--set: workload.layers.0.params: --set changes keys, not a list's items",
+        ),
+        ("cluster.gpu.memory_gib=80", "cluster.gpu is 'A100-80GB', not a section: give it whole"),
+        ("cluster.nic.line_rate_gbps=1:30", "'1:30' is not a plain decimal number (YAML 1.1 reads it as 90)"),
+        ("cluster.nodes=0x10", "'0x10' is not a plain decimal number"),
+        (
+            "cluster.nic.line_rate_gbps=1e400",
+            "--set: cluster.nic.line_rate_gbps: Input should be a finite number",
+        ),
+        ("workload.precision=fp8", "A100-80GB has no fp8 tensor cores"),
+        (
+            "workload.micro_batch=1e5",
+            "with --set workload.micro_batch: workload.micro_batch: does not fit in GPU memory",
+        ),
     ],
 )
 def test_a_bad_set_is_one_line_naming_set_and_the_key(runner, setting, says):
@@ -80,3 +96,24 @@ def test_presets_show_prints_the_shipped_file_and_json_fills_the_defaults(runner
 def test_presets_show_an_unknown_name_is_one_line(runner):
     res = runner.invoke(app, ["presets", "show", "nope"])
     assert res.exit_code == 2 and "unknown preset 'nope' (known: " in res.output
+
+
+def test_set_reads_numbers_as_written():
+    from clustersim.commands.support import load_scenario_ref
+
+    s = load_scenario_ref(
+        "preset:binsgdm-bert-base", ["cluster.nodes=016", "cluster.nic.line_rate_gbps=2.5e1"]
+    )
+    assert s.cluster.nodes == 16 and s.cluster.nic.line_rate_gbps == 25.0
+    last = load_scenario_ref("preset:binsgdm-bert-base", ["cluster.nodes=4", "cluster.nodes=2"])
+    assert last.cluster.nodes == 2  # a later --set of the same key wins, as --help says
+
+
+def test_compare_with_nothing_simulable_is_one_line_and_exit_2(runner):
+    res = runner.invoke(
+        app,
+        ["compare", "preset:binsgdm-bert-base", "--gpus", "64", "--samples", "0", "--break-even-at", "0",
+         "--set", "workload.micro_batch=100000"],
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert "no optimizer at any GPU count could be simulated: does not fit in GPU memory" in res.output

@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import math
+import re
 import sys
 import threading
 import time
@@ -312,15 +313,67 @@ SetOpt = typer.Option(
     None,
     "--set",
     help="Change one scenario key for this command: KEY=VALUE, a dotted key and a YAML value "
-    "(cluster.nic.line_rate_gbps=100, workload.attention=eager). Repeatable; applied after the file or "
-    "preset is read, and checked as the file is.",
+    "(cluster.nic.line_rate_gbps=100, workload.attention=eager). Repeatable; a later --set of the same "
+    "key wins. Applied after the file or preset is read, and checked as the file is; a list's items "
+    "(workload.layers) are not addressable.",
 )
+
+# numbers as a person types them: decimal, with a point or an exponent (1e3, which YAML 1.1 leaves a
+# string); YAML 1.1's other forms (017 octal, 1:30 base 60, 0x10, 1_0) are refused, not reinterpreted
+_PLAIN_INT = re.compile(r"[-+]?\d+")
+_PLAIN_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _set_value(key: str, raw: str):
+    """The value of ``--set key=raw``: a plain decimal number as written, anything else as YAML."""
+    from clustersim.io import load_yaml
+
+    text = raw.strip()
+    if _PLAIN_INT.fullmatch(text):
+        return int(text)
+    if _PLAIN_FLOAT.fullmatch(text):
+        return float(text)
+    try:
+        value = load_yaml(text) if text else None
+    except Exception as exc:  # a YAML syntax error in the value, as one line
+        raise InputError(
+            f"{raw!r} is not a YAML value ({type(exc).__name__})", source="--set", key=key
+        ) from None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise InputError(
+            f"{raw!r} is not a plain decimal number (YAML 1.1 reads it as {value!r})", source="--set", key=key
+        )
+    return value
+
+
+def _check_set_path(data: dict, key: str) -> None:
+    """``key``'s sections exist as sections: a list (workload.layers) or a value (cluster.gpu given by
+    name) on the way cannot take a key below it."""
+    if any(part.strip().lstrip("-").isdigit() for part in key.split(".")):
+        raise InputError("--set changes keys, not a list's items (edit the file)", source="--set", key=key)
+    node, walked = data, []
+    for part in key.split(".")[:-1]:
+        walked.append(part)
+        node = node.get(part) if isinstance(node, dict) else None
+        where = ".".join(walked)
+        if isinstance(node, list):
+            raise InputError(
+                f"{where} is a list: --set changes keys, not a list's items (edit the file)",
+                source="--set",
+                key=key,
+            )
+        if node is not None and not isinstance(node, dict):
+            raise InputError(
+                f"{where} is {node!r}, not a section: give it whole (--set {where}=...) or edit the file",
+                source="--set",
+                key=key,
+            )
 
 
 def load_scenario_ref(ref: str, settings: Optional[list[str]] = None):
     """``ref`` (a file or preset:NAME) with the ``--set KEY=VALUE`` changes applied; a malformed or
-    invalid change is one line naming --set and the key."""
-    from clustersim.io import load_yaml
+    invalid change is one line naming --set and the key, and a later check of a changed scenario names
+    the changes beside the file."""
     from clustersim.scenario import load_scenario
 
     scenario = load_scenario(ref)
@@ -330,20 +383,20 @@ def load_scenario_ref(ref: str, settings: Optional[list[str]] = None):
     for item in settings:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or not key or any(not part for part in key.split(".")):
+        if not sep or not key or any(not part.strip() for part in key.split(".")):
             raise InputError(
                 f"{item!r} is not KEY=VALUE with a dotted key (e.g. workload.micro_batch=16)", key="--set"
             )
-        try:
-            changes[key] = load_yaml(raw) if raw.strip() else None
-        except Exception as exc:  # a YAML syntax error in the value, as one line
-            raise InputError(
-                f"{raw!r} is not a YAML value ({type(exc).__name__})", key=f"--set {key}"
-            ) from None
+        changes[key] = _set_value(key, raw)
+    data = scenario.model_dump()
+    for key in changes:
+        _check_set_path(data, key)
     try:
-        return scenario.with_changes(**changes)
+        changed = scenario.with_changes(**changes)
     except InputError as exc:
         raise InputError(exc.message, source="--set", key=exc.key) from None
+    changed._source = f"{scenario.source} with --set {', '.join(changes)}"
+    return changed
 
 
 def ms(t: float) -> str:
