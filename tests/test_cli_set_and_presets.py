@@ -117,3 +117,24 @@ def test_compare_with_nothing_simulable_is_one_line_and_exit_2(runner):
     )  # fmt: skip
     assert res.exit_code == 2
     assert "no optimizer at any GPU count could be simulated: does not fit in GPU memory" in res.output
+
+
+def test_a_scenarios_bad_profile_names_the_scenario_the_key_and_the_profile(runner, tmp_path):
+    import yaml
+
+    for profile, says in (
+        ("builtin:nosuch", "profile: builtin:nosuch: unknown built-in profile 'nosuch'"),
+        (str(tmp_path / "broken.json"), "broken.json: invalid JSON at line 1"),
+    ):
+        (tmp_path / "broken.json").write_text("not json")
+        path = tmp_path / "s.yaml"
+        scenario = {
+            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H200"},
+            "workload": {"model": "BERT-Large", "micro_batch": 8},
+            "profile": profile,
+        }
+        path.write_text(yaml.safe_dump(scenario))
+        res = runner.invoke(app, ["run", str(path), "--samples", "0"])
+        assert res.exit_code == 2
+        assert f"{path}: profile: " in res.output and says in res.output
+        assert len(res.output.strip().splitlines()) == 1

@@ -273,7 +273,14 @@ def build_context(
     scenario: Scenario, profile: Profile | str | None = None, perturbation: Perturbation | None = None
 ) -> SimulationContext:
     ref = profile if profile is not None else scenario.profile
-    prof = load_profile(ref) if isinstance(ref, str) else ref
+    try:
+        prof = load_profile(ref) if isinstance(ref, str) else ref
+    except InputError as exc:
+        if profile is not None:
+            raise
+        # the scenario's own profile key: name the scenario and the key, then the profile's problem
+        inner = ": ".join(p for p in (exc.source or ref, exc.key, exc.message) if p)
+        raise InputError(inner, source=scenario.source, key="profile") from None
     gpu = catalog.gpu(scenario.cluster.gpu)
     device_note = check_profile_device(prof, gpu, _profile_label(ref, prof)) if prof is not None else None
     cluster = build_cluster(scenario.cluster)
