@@ -23,37 +23,59 @@ def _conv(cin: int, cout: int, k: int, hw_out: int) -> tuple[int, float, int]:
     return cin * cout * k * k, 2.0 * cin * cout * k * k * hw_out * hw_out, cout * hw_out * hw_out
 
 
+def _conv_kernels(convs: list[Conv], b: int, d: int, stem: bool) -> tuple[list[Kernel], list[Kernel]]:
+    """One kernel group per convolution, forward and backward, so the roofline applies per convolution:
+    a 1x1 convolution over 64 or 256 channels at 56 x 56 does 32-85 FLOPs per byte and is bound by HBM
+    on a GPU whose tensor cores need hundreds, while a 3x3 one at 7 x 7 is bound by its FLOPs. Summed
+    into one group, the memory-bound ones would vanish under the compute-bound ones' FLOPs. ``stem``:
+    the network's input (the image) needs no gradient."""
+    forward: list[Kernel] = []
+    backward: list[Kernel] = []
+    for cin, cout, k, hw, stride in convs:
+        w, f, o = _conv(cin, cout, k, hw)
+        i = cin * (hw * stride) ** 2
+        # a strided 1x1 convolution reads only the input pixels it lands on (NHWC: whole channel rows)
+        read = cin * hw * hw if k == 1 else i
+        forward.append(Kernel("conv", b * f, d * (b * read + w + b * o)))
+        if stem:  # weight gradient only: reads the output gradient and the input, writes dW
+            backward.append(Kernel("conv", b * f, d * (b * o + b * read + w), 2))
+        else:  # data gradient (reads dY and W, writes dX) and weight gradient (reads dY and X, writes dW)
+            backward.append(Kernel("conv", 2 * b * f, d * (2 * b * o + b * i + b * read + 2 * w), 2))
+    return forward, backward
+
+
+def _activation_elements(convs: list[Conv], stem: bool) -> tuple[float, float]:
+    """Elements per sample that ReLU, the residual add and the max-pool move (forward, backward).
+
+    ReLU (in place: read + write) follows every convolution but the block's last and its projection,
+    and its backward reads the gradient and the output and writes the gradient; the block's residual
+    add reads both branches and writes one, a ReLU follows it, and backward sums the two gradients that
+    reach the block's input. The stem's ReLU feeds the 3x3 max-pool (reads its input, writes a quarter;
+    backward the reverse)."""
+    outputs = sum(cout * hw * hw for _, cout, _, hw, _ in convs)
+    if stem:
+        pooled = 1.25 * outputs
+        return 2 * outputs + pooled, 3 * outputs + pooled
+    cin, _, _, hw, stride = convs[0]
+    block_in = cin * (hw * stride) ** 2
+    block_out = convs[2][1] * convs[2][3] ** 2
+    projection = convs[3][1] * convs[3][3] ** 2 if len(convs) > 3 else 0
+    relu = outputs - projection
+    return 2 * relu + 3 * block_out, 3 * relu + 3 * block_in
+
+
 def _layer(
     name: str, convs: list[Conv], b: int, d: int, kind: str, nchw_transposes: bool, stem: bool = False
 ) -> Layer:
     """``kind``: the layer's entry in catalogs/execution.yaml's eager kernel counts (one launch per
     convolution, three batch-norm kernels forward and two backward per convolution, the rest casts,
     ReLU and the residual add). ``nchw_transposes``: NCHW tensors on tensor cores, so every
-    convolution transposes its input and output. ``stem``: the network's first layer, whose input (the
-    image) needs no gradient, and whose ReLU is followed by the 3x3 max-pool.
-
-    Each convolution is its own kernel group, so the roofline applies per convolution: a 1x1
-    convolution over 64 or 256 channels at 56 x 56 does 32-85 FLOPs per byte and is bound by HBM on a
-    GPU whose tensor cores need hundreds, while a 3x3 one at 7 x 7 is bound by its FLOPs. Summed into
-    one group, the memory-bound ones would vanish under the compute-bound ones' FLOPs."""
-    tensors: list[int] = []
-    forward: list[Kernel] = []
-    backward: list[Kernel] = []
-    out_elems = 0
-    in_elems = 0
-    for cin, cout, k, hw, stride in convs:
-        w, f, o = _conv(cin, cout, k, hw)
-        i = cin * (hw * stride) ** 2
-        # a strided 1x1 convolution reads only the input pixels it lands on (NHWC: whole channel rows)
-        read = cin * hw * hw if k == 1 else i
-        tensors += [w, cout, cout]  # conv weight, BN gamma, BN beta
-        out_elems += o
-        in_elems += i
-        forward.append(Kernel("conv", b * f, d * (b * read + w + b * o)))
-        if stem:  # weight gradient only: reads the output gradient and the input, writes dW
-            backward.append(Kernel("conv", b * f, d * (b * o + b * read + w), 2))
-        else:  # data gradient (reads dY and W, writes dX) and weight gradient (reads dY and X, writes dW)
-            backward.append(Kernel("conv", 2 * b * f, d * (2 * b * o + b * i + b * read + 2 * w), 2))
+    convolution transposes its input and output. ``stem``: the network's first layer (no gradient for
+    the image; the max-pool after its ReLU)."""
+    tensors = [t for cin, cout, k, _, _ in convs for t in (cin * cout * k * k, cout, cout)]  # weight, BN
+    forward, backward = _conv_kernels(convs, b, d, stem)
+    out_elems = sum(cout * hw * hw for _, cout, _, hw, _ in convs)
+    in_elems = sum(cin * (hw * stride) ** 2 for cin, _, _, hw, stride in convs)
     act = d * b * out_elems
     n_conv = len(convs)
     n_fwd, n_bwd = eager_kernels("resnet", kind)
@@ -62,21 +84,7 @@ def _layer(
     # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
     forward.append(Kernel("batch_norm", 0.0, 3 * act, bn_fwd))
     backward.append(Kernel("batch_norm", 0.0, 5 * act, bn_bwd))
-    # ReLU (in place: read + write), forward, and its backward (reads the gradient and the output,
-    # writes the gradient) after every convolution but the block's last and its projection; the block's
-    # residual add (reads both, writes one) after which a ReLU follows, and backward the sum of the two
-    # gradients that reach the block's input. The stem's ReLU feeds the 3x3 max-pool (reads its input,
-    # writes a quarter; backward the reverse).
-    first = convs[0]
-    block_in = first[0] * (first[3] * first[4]) ** 2
-    relu_elems = out_elems - (convs[3][1] * convs[3][3] ** 2 if n_conv > 3 else 0)
-    if stem:
-        pooled = 1.25 * out_elems
-        act_fwd, act_bwd = 2 * out_elems + pooled, 3 * out_elems + pooled
-    else:
-        block_out = convs[2][1] * convs[2][3] ** 2
-        act_fwd = 2 * relu_elems + 3 * block_out
-        act_bwd = 3 * relu_elems + 3 * block_in
+    act_fwd, act_bwd = _activation_elements(convs, stem)
     forward.append(Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - n_conv - bn_fwd)))
     backward.append(Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 2 * n_conv - bn_bwd)))
     if nchw_transposes:  # each transpose reads and writes one convolution's input or output
