@@ -83,9 +83,10 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
     _scale(ctx, _ratios(mc, b, _phase_totals(ctx, ctx.workload)))
     fp = mc.fingerprint
     measured_at = ", ".join(str(m) for m in mc.micro_batches)
+    attention = f", attention {fp.attention}" if fp.attention else ""
     ctx.notes.append(
         f"compute of {mc.model} from its own measurement ({mc.source or ctx.profile.label}: micro-batches "
-        f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, {fp.execution})"
+        f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, execution {fp.execution}{attention})"
     )
     _warn_execution(ctx, mc)
     if not min(mc.micro_batches) <= b <= max(mc.micro_batches):
