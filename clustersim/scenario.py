@@ -1035,12 +1035,16 @@ def _preset_names() -> tuple[str, ...]:
     return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")))
 
 
+def preset_text(name: str) -> str:
+    """A shipped preset's file as shipped, comments included (``name`` without ``preset:``)."""
+    return resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
+
+
 @lru_cache(maxsize=None)
 def _preset(name: str) -> Scenario:
     """Presets are package data: parsed and validated once per process (sweeps and benchmarks load the
     same preset thousands of times). A Scenario is frozen; ``with_changes`` returns a new one."""
-    text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
-    return validate_scenario(load_yaml(text), source=f"{PRESET_PREFIX}{name}")
+    return validate_scenario(load_yaml(preset_text(name)), source=f"{PRESET_PREFIX}{name}")
 
 
 def load_scenario(ref: str | Path) -> Scenario:

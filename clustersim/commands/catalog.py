@@ -291,16 +291,14 @@ def presets_show(
 ):
     """Print a shipped scenario: its file as shipped, with the comments that say where each setting comes
     from (copy it to start your own), or with --json every key with its default filled in."""
-    from importlib import resources
-
-    from clustersim.scenario import PRESET_PREFIX, load_scenario
+    from clustersim.scenario import PRESET_PREFIX, load_scenario, preset_text
 
     name = name.removeprefix(PRESET_PREFIX)
     scenario = load_scenario(PRESET_PREFIX + name)  # an unknown name is one line with the known ones
     if json_out:
         emit_json(scenario.model_dump(mode="json"))
         return
-    text = resources.files("clustersim.catalogs").joinpath("presets").joinpath(f"{name}.yaml").read_text()
+    text = preset_text(name)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 

@@ -140,9 +140,9 @@ class DeviceCosts:
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
         unaligned = kernel.alignment_bytes < 16 and precision != "fp32"
-        model = self.gemm_model.get(precision) if kernel.flops > 0 and kernel.name != "conv" else None
-        if unaligned:
-            model = None  # a calibration's GEMMs are aligned shapes: the class keeps its own rate
+        # a calibration's GEMMs are aligned shapes: an unaligned one keeps its class's own rate
+        fitted = kernel.flops > 0 and kernel.name != "conv" and not unaligned
+        model = self.gemm_model.get(precision) if fitted else None
         if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
             r_max, launch, mem = model
             return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)

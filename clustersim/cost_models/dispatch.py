@@ -65,4 +65,4 @@ class Dispatch:
         launches ``kernels_per_tensor`` ops per tensor from Python (torch.optim's for-loop path), each
         op's dispatch at the eager forward rate (a Python-issued op, as the model's own)."""
         loop = param_tensors * self.host_s_per_param_tensor
-        return loop + param_tensors * kernels_per_tensor * self.host_s_per_kernel_forward
+        return loop + self.pass_time(param_tensors * kernels_per_tensor, forward=True)

@@ -323,7 +323,7 @@ def build_context(
         )
     if device_note:
         ctx.notes.append(device_note)
-    ctx.notes.extend(_ignored_workload_keys(scenario, workload))
+    ctx.notes.extend(_ignored_workload_keys(scenario))
     other = _other_cluster_note(measured, c, _profile_label(ref, prof))
     if other:
         ctx.notes.append(other)
@@ -347,7 +347,7 @@ _TRANSFORMER_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_
 _CONV_KEYS = ("memory_format",)
 
 
-def _ignored_workload_keys(scenario, workload) -> list[str]:
+def _ignored_workload_keys(scenario) -> list[str]:
     """One note per workload key the scenario sets that its model does not use (a transformer's
     attention on ResNet-50, a convolution layout on a transformer), so that a setting that changes
     nothing says so instead of passing silently."""
@@ -355,7 +355,7 @@ def _ignored_workload_keys(scenario, workload) -> list[str]:
     if spec.model is None:
         return []
     given = spec.model_fields_set
-    convolutional = any(k.name == "conv" for layer in workload.layers for k in layer.forward)
+    convolutional = catalog.model(spec.model).family == "resnet"
     unused = [k for k in (_TRANSFORMER_KEYS if convolutional else _CONV_KEYS) if k in given]
     kind = "a convolution network" if convolutional else "a transformer"
     notes = [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]

@@ -354,14 +354,13 @@ def resolve_row(
         scenario = scenario.with_world_size(int(values["gpus"]))
     scenario = with_layout(scenario, layout, global_batch)
     optimizer = values.get("optimizer", scenario.training.optimizer)
-    row = scenario_for_optimizer(scenario, optimizer, steps)
     options_axis = next((a for a in values if (AXES.get(a) or a) == "training.optimizer_options"), None)
-    if options_axis is not None and optimizer != scenario.training.optimizer:
-        # The row names its options: they are its own optimizer's, checked against that optimizer's
-        # schema (an option it does not have makes the row invalid, not silently dropped).
-        options = {**row.training.optimizer_options, **values[options_axis]}
-        row = row.with_changes(**{"training.optimizer_options": options})
-    return row
+    # A row that names its options: they are its own optimizer's, checked against that optimizer's
+    # schema (an option it does not have makes the row invalid, not silently dropped).
+    named = (
+        values[options_axis] if options_axis is not None and optimizer != scenario.training.optimizer else {}
+    )
+    return scenario_for_optimizer(scenario, optimizer, steps, **named)
 
 
 def with_layout(scenario: Scenario, layout: dict[str, Any], global_batch: int | None) -> Scenario:

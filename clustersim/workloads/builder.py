@@ -47,8 +47,7 @@ def build_workload(
     """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code);
     ``vocab_multiple``: the code pads the vocabulary to a multiple of it (Scenario.vocab_multiple);
     ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over (its rows' alignment
-    is a shard's)
-    None: the workload's own defaults (WorkloadSpec's, without model parallelism)."""
+    is a shard's). None: the workload's own defaults (WorkloadSpec's, without model parallelism)."""
     if unfused_pointwise is None:
         unfused_pointwise = spec.pointwise_code() == "unfused"
     if vocab_multiple is None:
@@ -113,13 +112,12 @@ def _catalog_workload(
     the LM head's matmuls."""
     d = BYTES_PER_ELEMENT[precision]
     arch = catalog.model(model)
-    if not isinstance(arch, ResNetArch):
-        arch = with_padded_vocab(arch, vocab_multiple)
-    seq = seq_len or arch.default_seq_len
     if isinstance(arch, ResNetArch):
         layers = resnet_layers(arch, micro_batch, d, nchw_transposes)
         seq = 1
     else:
+        arch = with_padded_vocab(arch, vocab_multiple)
+        seq = seq_len or arch.default_seq_len
         layers = transformer_layers(
             arch, micro_batch, seq, d, fused_attention, unfused_pointwise, vocab_shards, eager_attention
         )
