@@ -264,10 +264,13 @@ class ResNetArch(_Strict):
 
     family: Literal["resnet"]
     description: str = ""
-    blocks: list[Annotated[Count, Field(gt=0)]] = Field(min_length=1)
-    width: Count = Field(gt=0)
-    image_size: Count = Field(gt=0)
-    num_classes: Count = Field(gt=0)
+    # Bounds far beyond any published ResNet, so that a typo is refused by name instead of building a
+    # billion layers: the deepest, ResNet-1001 (He et al. 2016, "Identity Mappings"), has 111 blocks
+    # per stage; wide ResNets reach a first-stage width of 640; ImageNet-21k has 21,841 classes.
+    blocks: list[Annotated[Count, Field(gt=0, le=10_000)]] = Field(min_length=1, max_length=16)
+    width: Count = Field(gt=0, le=65_536)
+    image_size: Count = Field(gt=0, le=65_536)
+    num_classes: Count = Field(gt=0, le=100_000_000)
     default_seq_len: Count = Field(1, gt=0)
 
     @field_validator("image_size")

@@ -297,3 +297,46 @@ def test_run_says_batch_norm_falls_back_where_the_gpu_entry_gives_no_multiproces
         sources[name] = json.loads(res.stdout)["sources"]["convolutions"]
     assert "the GPU entry gives no multiprocessors or boost_clock_mhz" in sources["custom"]
     assert "batch-norm bound by the multiprocessors" in sources["catalog"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("blocks", [1_000_000_000, 1, 1, 1]), ("width", 10**9), ("image_size", 10**9), ("num_classes", 10**9)],
+)
+def test_a_user_resnet_beyond_any_published_one_is_refused_by_its_key(runner, tmp_path, key, value):
+    """A billion blocks used to build a billion layers (no answer in minutes); a billion-wide one
+    blamed the scenario's micro-batch. The catalog entry's own key is named, at once."""
+    import yaml
+
+    from clustersim.cli import app
+
+    entry = {"family": "resnet", "blocks": [3, 4, 6, 3], "width": 64, "image_size": 224, "num_classes": 1000}
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(yaml.safe_dump({"MyNet": {**entry, key: value}}))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H100-SXM"},
+                "workload": {"model": "MyNet", "micro_batch": 8},
+            }
+        )
+    )
+    res = runner.invoke(app, ["run", str(scenario), "--catalog", str(cat), "--samples", "0"])
+    assert (
+        res.exit_code == 2 and f"cat.yaml: MyNet.{key}" in res.output and "less than or equal" in res.output
+    )
+
+
+def test_a_runaway_accumulation_names_the_accumulation():
+    from clustersim.errors import InputError
+
+    scenario = validate_scenario(
+        {
+            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H100-SXM"},
+            "workload": {"model": "BERT-Large", "micro_batch": 64, "gradient_accumulation": 10**9},
+        }
+    )
+    with pytest.raises(InputError) as err:
+        simulate(scenario)
+    assert err.value.key == "workload.gradient_accumulation"
