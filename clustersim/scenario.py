@@ -450,6 +450,19 @@ class TrainingSpec(_Strict):
     ddp_bucket_cap_mb: Number = Field(25.0, gt=0)
     first_bucket_cap_mb: Number = Field(1.0, gt=0)
     overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
+    gradient_clipping: Literal["none", "global", "per_tensor"] = Field(
+        "none",
+        description="clipping by gradient norm before the update: global (one clip_grad_norm_ over all "
+        "gradients) or per_tensor (one call per tensor inside a for-loop optimizer, as BERT's "
+        "BertAdam): a norm pass and a scaling pass over the fp32 gradients, 12 bytes per parameter",
+    )
+    host_sync_before_update: bool | None = Field(
+        None,
+        description="whether the host waits for the GPU between backward and the optimizer step: a "
+        "loss scaler's inf check (fp16: torch.amp.GradScaler, apex amp, DeepSpeed) or a gradient norm "
+        "read on the host (clip_grad_norm_(...).item()). The optimizer's host work then runs after "
+        "backward's kernels instead of beside them. Default: true for fp16, false otherwise",
+    )
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()

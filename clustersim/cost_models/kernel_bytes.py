@@ -37,6 +37,16 @@ UPDATE_BYTES = {
 }
 #: kernels a single-tensor (for_loop) update launches per parameter tensor
 UPDATE_KERNELS_PER_TENSOR = {"adam": 8, "sgdm": 3}
+# Gradient clipping by norm (training.gradient_clipping) as torch.nn.utils.clip_grad_norm_ runs it
+# (PyTorch 1.9 and later: no host sync of its own): each fp32 gradient read once for its norm, then
+# read and written once by the multiply with the clamped coefficient, 12 bytes per parameter. "global"
+# is one call over all gradients (foreach norms and multiply, or apex's multi_tensor_l2norm and
+# multi_tensor_scale): a handful of kernels whatever the tensor count. "per_tensor" is one call per
+# tensor inside a for-loop optimizer (the max_grad_norm of BertAdam in Google's and NVIDIA's BERT
+# code): per tensor a norm, the stack and norm of the one-element list, the eps add, max_norm's
+# division (reciprocal and multiply), the clamp and the gradient's mul_, 8 kernels.
+CLIP_BYTES = 12.0
+CLIP_KERNELS_PER_TENSOR = {"none": 0, "global": 0, "per_tensor": 8}
 # 0/1 Adam's local-step sync: correct the momentum by the synced accumulator, then reset the
 # accumulator: two passes over fp32 buffers, each r8 w4 (zoadam.py).
 ACCUMULATOR_CORRECTION = 24.0

@@ -11,7 +11,7 @@ from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.dispatch import Dispatch
-from clustersim.cost_models.kernel_bytes import UPDATE_KERNELS_PER_TENSOR
+from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR, UPDATE_KERNELS_PER_TENSOR
 from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
@@ -164,6 +164,14 @@ class SimulationContext:
         )
 
     @cached_property
+    def host_syncs_before_update(self) -> bool:
+        """Whether the host waits for backward's kernels before it dispatches the optimizer step
+        (training.host_sync_before_update): by default where fp16's loss scaler reads its inf flag on
+        the host every step (torch.amp.GradScaler.step, apex amp, DeepSpeed's fp16 optimizer)."""
+        given = self.scenario.training.host_sync_before_update
+        return self.precision == "fp16" if given is None else given
+
+    @cached_property
     def param_tensors(self) -> int:
         return sum(len(layer.param_tensors) for layer in self.workload.layers)
 
@@ -176,20 +184,24 @@ class SimulationContext:
     @cached_property
     def update_kernels_per_tensor(self) -> int:
         """Kernels the update launches per parameter tensor from the host: torch.optim's for-loop path
-        only (kernel_bytes.UPDATE_KERNELS_PER_TENSOR); fused and foreach updates launch per tensor group."""
+        (kernel_bytes.UPDATE_KERNELS_PER_TENSOR; fused and foreach updates launch per tensor group) and
+        gradient clipping called per tensor (kernel_bytes.CLIP_KERNELS_PER_TENSOR)."""
+        clip = CLIP_KERNELS_PER_TENSOR[self.scenario.training.gradient_clipping]
         if self.update_implementation != "for_loop":
-            return 0
-        return UPDATE_KERNELS_PER_TENSOR[self.scenario.training.optimizer]
+            return clip
+        return UPDATE_KERNELS_PER_TENSOR[self.scenario.training.optimizer] + clip
 
     def update_device_time(
         self, bytes_per_param: float, params: float, param_tensors: float | None = None
     ) -> float:
-        """The update's kernels over ``params`` parameters in ``param_tensors`` tensors: its bytes at the
-        streaming rate, and for a for-loop update each of its per-tensor kernels' fixed device cost."""
+        """The update's kernels over ``params`` parameters in ``param_tensors`` tensors: its bytes (and
+        gradient clipping's, training.gradient_clipping) at the streaming rate, and for a for-loop update
+        or per-tensor clipping each per-tensor kernel's fixed device cost."""
         n = self.param_tensors if param_tensors is None else param_tensors
         launches = n * self.update_kernels_per_tensor
         fixed = launches * self.device.kernel_overhead_s * self.device.stream_scale
-        return self.device.stream_time(bytes_per_param * params, "optimizer") + fixed
+        clip = CLIP_BYTES if self.scenario.training.gradient_clipping != "none" else 0.0
+        return self.device.stream_time((bytes_per_param + clip) * params, "optimizer") + fixed
 
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""

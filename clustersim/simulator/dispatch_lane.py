@@ -24,13 +24,17 @@ from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 
 
-def add_dispatch(prog: Program, ctx: SimulationContext, name: str, seconds: float) -> int | None:
+def add_dispatch(
+    prog: Program, ctx: SimulationContext, name: str, seconds: float, after: tuple = ()
+) -> int | None:
     """Host dispatch work of ``seconds`` on the rank's dispatch thread; None when there is none (CUDA
-    graphs). On a synchronous device the thread first finishes the kernels it ran before."""
+    graphs). On a synchronous device the thread first finishes the kernels it ran before. ``after``:
+    ops the host waits for before it starts (a host synchronisation, such as ``.item()`` on a value
+    the device computes), on any device."""
     if seconds <= 0:
         return None
     deps = () if ctx.dispatch.asynchronous else (prog.last_on("compute"),)
-    return prog.add(name, "dispatch", seconds, "host", deps)
+    return prog.add(name, "dispatch", seconds, "host", (*deps, *(d for d in after if d is not None)))
 
 
 class PassSequence:

@@ -13,7 +13,7 @@ import numpy as np
 from clustersim import catalog
 from clustersim.calibration.profile import Profile, load_profile
 from clustersim.catalog import TransformerArch
-from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
+from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR, UPDATE_BYTES
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
@@ -423,6 +423,21 @@ def _update_source(ctx: SimulationContext) -> str | None:
     )
 
 
+def _sync_source(ctx: SimulationContext) -> str | None:
+    """Whether the optimizer's host work waits for backward (training.host_sync_before_update), where
+    the scenario says so or fp16's loss scaler implies it; None where neither applies."""
+    given = ctx.scenario.training.host_sync_before_update
+    if given is None and not ctx.host_syncs_before_update:
+        return None
+    if given is None:
+        why = "fp16's loss scaler reads its inf check on the host every step (default for fp16)"
+    else:
+        why = "training.host_sync_before_update"
+    if not ctx.host_syncs_before_update:
+        return f"none: the host dispatches the optimizer step while backward runs ({why})"
+    return f"the optimizer step's host work starts after backward's kernels ({why})"
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -441,6 +456,17 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     update = _update_source(ctx)
     if update is not None:
         sources["optimizer update"] = update
+    clipping = ctx.scenario.training.gradient_clipping
+    if clipping != "none":
+        per_tensor = CLIP_KERNELS_PER_TENSOR[clipping]
+        launches = f", {per_tensor} kernels per tensor from the host" if per_tensor else ""
+        sources["gradient clipping"] = (
+            f"{clipping}: a norm and a scaling pass over the fp32 gradients, {CLIP_BYTES:g} bytes per "
+            f"parameter{launches} (training.gradient_clipping)"
+        )
+    sync = _sync_source(ctx)
+    if sync is not None:
+        sources["host sync before update"] = sync
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck

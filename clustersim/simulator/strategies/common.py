@@ -309,7 +309,11 @@ def add_update_and_other(
     from clustersim.simulator.offload import add_update
 
     P = ctx.params
-    host = add_dispatch(prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time())
+    # After a host synchronisation (the loss scaler's inf check, a gradient norm read on the host) the
+    # host starts the optimizer step only once backward's kernels and the gradients' reduction are
+    # done; otherwise it dispatches the step while they still run.
+    waits = tuple(deps) if ctx.host_syncs_before_update else ()
+    host = add_dispatch(prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time(), waits)
     deps = [*deps, host]
     if offload is not None:
         ends = add_update(
