@@ -13,6 +13,8 @@ import pytest
 from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
+from clustersim.validation.gpu_throughput import scenario_for
+from clustersim.validation.throughput_data import load_gpu_throughput
 from tests.conftest import make_scenario
 
 # BERT-Base on one H200 at a micro-batch whose backward outlasts a for-loop update's host loop, so
@@ -105,3 +107,13 @@ def test_run_names_the_sync_and_the_clipping():
     fp16 = simulate(_scenario(**{"workload.precision": "fp16", "cluster.gpu": "A100-80GB"}))
     assert "loss scaler" in fp16.sources["host sync before update"]
     assert "host sync before update" not in simulate(_scenario()).sources  # bf16, nothing said
+
+
+def test_the_squad_rows_read_the_gradient_norm_on_the_host_every_step():
+    rows = [r for r in load_gpu_throughput("gpu_throughput").rows if "SQuAD" in r.task]
+    assert len(rows) == 12
+    for row in rows:
+        training = scenario_for(row).training
+        assert training.host_sync_before_update is True
+        expected = "per_tensor" if row.optimizer_implementation == "for_loop" else "global"
+        assert training.gradient_clipping == expected

@@ -99,6 +99,14 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
         workload["seq_len"] = row.seq_len
         workload["attention"] = row.attention
         workload["pad_vocab_to_multiple_of"] = row.pad_vocab_to_multiple_of
+    training = {
+        "optimizer": OPTIMIZER[row.optimizer],
+        "optimizer_options": {"implementation": row.optimizer_implementation},
+    }
+    if row.gradient_clipping != "none":
+        training["gradient_clipping"] = row.gradient_clipping
+    if row.host_sync_before_update is not None:
+        training["host_sync_before_update"] = row.host_sync_before_update
     return validate_scenario(
         {
             "name": name,
@@ -110,10 +118,7 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
                 "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 200},
             },
             "workload": workload,
-            "training": {
-                "optimizer": OPTIMIZER[row.optimizer],
-                "optimizer_options": {"implementation": row.optimizer_implementation},
-            },
+            "training": training,
         },
         name,
     )

@@ -72,6 +72,14 @@ class ThroughputRow(_Strict):
     optimizer_implementation: Literal["fused", "foreach", "for_loop"] = Field(
         "fused", description="how the update's kernels run (training.optimizer_options.implementation)"
     )
+    gradient_clipping: Literal["none", "global", "per_tensor"] = Field(
+        "none", description="clipping by gradient norm before the update (training.gradient_clipping)"
+    )
+    host_sync_before_update: bool | None = Field(
+        None,
+        description="the training loop reads a device value on the host between backward and the "
+        "optimizer step (training.host_sync_before_update); unset: the simulator's default",
+    )
     pad_vocab_to_multiple_of: int = Field(
         1, gt=0, description="transformers: the code pads the vocabulary to a multiple of this"
     )
