@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR
+from clustersim.errors import InputError
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
 from clustersim.validation.gpu_throughput import scenario_for
@@ -117,3 +118,11 @@ def test_the_squad_rows_read_the_gradient_norm_on_the_host_every_step():
         assert training.host_sync_before_update is True
         expected = "per_tensor" if row.optimizer_implementation == "for_loop" else "global"
         assert training.gradient_clipping == expected
+
+
+@pytest.mark.parametrize(("value", "shown"), [("maybe", "'maybe'"), (2, "2")])
+def test_a_bad_flag_names_what_was_given(value, shown):
+    with pytest.raises(InputError) as err:
+        _scenario(**{"training.host_sync_before_update": value})
+    assert "training.host_sync_before_update" in str(err.value)
+    assert f"should be true or false, not {shown}" in str(err.value)
