@@ -125,4 +125,4 @@ def test_a_bad_flag_names_what_was_given(value, shown):
     with pytest.raises(InputError) as err:
         _scenario(**{"training.host_sync_before_update": value})
     assert "training.host_sync_before_update" in str(err.value)
-    assert f"should be true or false, not {shown}" in str(err.value)
+    assert f"should be a boolean (true or false), not {shown}" in str(err.value)
