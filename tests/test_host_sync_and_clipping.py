@@ -12,6 +12,7 @@ import pytest
 
 from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR
 from clustersim.errors import InputError
+from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
 from clustersim.validation.gpu_throughput import scenario_for
@@ -126,3 +127,31 @@ def test_a_bad_flag_names_what_was_given(value, shown):
         _scenario(**{"training.host_sync_before_update": value})
     assert "training.host_sync_before_update" in str(err.value)
     assert f"should be a boolean (true or false), not {shown}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("ref", "changes"),
+    [
+        ("preset:default", {"training.parallelism.tensor": 2}),  # Megatron-LM's update
+        ("preset:onebit-adam-ethernet", {}),  # a compressed optimizer's own update kernel
+        ("preset:default", {"training.optimizer": "binsgdm"}),
+        ("preset:default", {"training.sharding.stage": 3}),  # ZeRO's partitioned update
+    ],
+)
+def test_clipping_is_priced_on_every_gpu_update_path(ref, changes):
+    scenario = load_scenario(ref)
+    if changes:
+        scenario = scenario.with_changes(**changes)
+    clipped = scenario.with_changes(**{"training.gradient_clipping": "global"})
+    assert simulate(clipped).iteration_time > simulate(scenario).iteration_time
+
+
+def test_a_sync_the_program_cannot_hold_is_said_so():
+    # Megatron-LM's program prices no host work of its own for the optimizer step
+    megatron = load_scenario("preset:default").with_changes(
+        **{"training.parallelism.tensor": 2, "training.host_sync_before_update": True}
+    )
+    assert simulate(megatron).sources["host sync before update"].startswith("not modelled here")
+    # by default (fp16) nothing is said where nothing waits
+    default_fp16 = load_scenario("preset:default").with_changes(**{"training.parallelism.tensor": 2})
+    assert "host sync before update" not in simulate(default_fp16).sources

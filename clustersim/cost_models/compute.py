@@ -187,6 +187,11 @@ class DeviceCosts:
         self._priced[key] = (kernels, t)
         return t
 
+    def launch_time(self, launches: float) -> float:
+        """The fixed device cost of ``launches`` kernels issued one by one (a for-loop update's), beyond
+        the bytes their passes move."""
+        return launches * self.kernel_overhead_s * self.stream_scale
+
     def stream_time(self, nbytes: float, name: str = "stream") -> float:
         """A memory-bound pass (copy, scale, elementwise update) over ``nbytes`` of HBM traffic."""
         # A pass over a whole buffer: its launch is negligible beside its bytes (and the host's side of

@@ -198,10 +198,18 @@ class SimulationContext:
         gradient clipping's, training.gradient_clipping) at the streaming rate, and for a for-loop update
         or per-tensor clipping each per-tensor kernel's fixed device cost."""
         n = self.param_tensors if param_tensors is None else param_tensors
-        launches = n * self.update_kernels_per_tensor
-        fixed = launches * self.device.kernel_overhead_s * self.device.stream_scale
-        clip = CLIP_BYTES if self.scenario.training.gradient_clipping != "none" else 0.0
-        return self.device.stream_time((bytes_per_param + clip) * params, "optimizer") + fixed
+        launches = self.device.launch_time(n * self.update_kernels_per_tensor)
+        return (
+            self.device.stream_time(bytes_per_param * params, "optimizer") + self.clip_time(params) + launches
+        )
+
+    def clip_time(self, params: float) -> float:
+        """Gradient clipping's passes over ``params`` fp32 gradients (training.gradient_clipping), on
+        every update path that runs on the GPU; its per-tensor launches are the update's
+        (update_kernels_per_tensor)."""
+        if self.scenario.training.gradient_clipping == "none":
+            return 0.0
+        return self.device.stream_time(CLIP_BYTES * params, "optimizer")
 
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""

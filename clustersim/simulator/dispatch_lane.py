@@ -25,7 +25,12 @@ from clustersim.simulator.program import Program
 
 
 def add_dispatch(
-    prog: Program, ctx: SimulationContext, name: str, seconds: float, after: tuple = ()
+    prog: Program,
+    ctx: SimulationContext,
+    name: str,
+    seconds: float,
+    after: tuple = (),
+    meta: dict | None = None,
 ) -> int | None:
     """Host dispatch work of ``seconds`` on the rank's dispatch thread; None when there is none (CUDA
     graphs). On a synchronous device the thread first finishes the kernels it ran before. ``after``:
@@ -34,7 +39,9 @@ def add_dispatch(
     if seconds <= 0:
         return None
     deps = () if ctx.dispatch.asynchronous else (prog.last_on("compute"),)
-    return prog.add(name, "dispatch", seconds, "host", (*deps, *(d for d in after if d is not None)))
+    return prog.add(
+        name, "dispatch", seconds, "host", (*deps, *(d for d in after if d is not None)), meta=meta
+    )
 
 
 class PassSequence:

@@ -423,17 +423,23 @@ def _update_source(ctx: SimulationContext) -> str | None:
     )
 
 
-def _sync_source(ctx: SimulationContext) -> str | None:
+def _sync_source(ctx: SimulationContext, ops) -> str | None:
     """Whether the optimizer's host work waits for backward (training.host_sync_before_update), where
-    the scenario says so or fp16's loss scaler implies it; None where neither applies."""
+    the scenario says so or fp16's loss scaler implies it; None where neither applies. Only programs
+    that model the optimizer step's host work (an op marked ``waits_for_backward``) can wait."""
     given = ctx.scenario.training.host_sync_before_update
     if given is None and not ctx.host_syncs_before_update:
         return None
+    flags = [op.meta["waits_for_backward"] for op in ops if "waits_for_backward" in op.meta]
+    if not flags:
+        if given is None:
+            return None
+        return "not modelled here: this program prices no host work of its own for the optimizer step"
     if given is None:
-        why = "fp16's loss scaler reads its inf check on the host every step (default for fp16)"
+        why = "default for fp16: its loss scaler reads the inf check on the host every step"
     else:
         why = "training.host_sync_before_update"
-    if not ctx.host_syncs_before_update:
+    if not any(flags):
         return f"none: the host dispatches the optimizer step while backward runs ({why})"
     return f"the optimizer step's host work starts after backward's kernels ({why})"
 
@@ -464,7 +470,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
             f"{clipping}: a norm and a scaling pass over the fp32 gradients, {CLIP_BYTES:g} bytes per "
             f"parameter{launches} (training.gradient_clipping)"
         )
-    sync = _sync_source(ctx)
+        if any(op.stream == "cpu" for op in ops):
+            sources["gradient clipping"] += "; priced on the GPU's updates, not on the CPU's"
+    sync = _sync_source(ctx, ops)
     if sync is not None:
         sources["host sync before update"] = sync
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck

@@ -313,7 +313,10 @@ def add_update_and_other(
     # host starts the optimizer step only once backward's kernels and the gradients' reduction are
     # done; otherwise it dispatches the step while they still run.
     waits = tuple(deps) if ctx.host_syncs_before_update else ()
-    host = add_dispatch(prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time(), waits)
+    host = add_dispatch(
+        prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time(), waits,
+        meta={"waits_for_backward": bool(waits)},
+    )  # fmt: skip
     deps = [*deps, host]
     if offload is not None:
         ends = add_update(
@@ -323,11 +326,11 @@ def add_update_and_other(
         mc = ctx.model_compute
         if kernel == "optimizer":  # Adam's or SGD's update, as its implementation runs it
             seconds = ctx.update_device_time(update_bytes_per_param, P)
-        else:
-            seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel)
+        else:  # a compressed optimizer's own update kernel, after the same clipping
+            seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel) + ctx.clip_time(P)
         if mc is not None and kernel == "optimizer" and ctx.update_implementation == "fused":
             # the model's own optimizer phase was measured (calibrate model times a fused update)
-            seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch)
+            seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch) + ctx.clip_time(P)
         elif kernel == "optimizer":  # a measured model's update rate on this device, if any
             seconds *= ctx._update_scale
         ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
