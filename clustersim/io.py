@@ -59,8 +59,11 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, 
     msg = msg.removeprefix("Value error, ")
     if isinstance(err.get("input"), bool) and "true/false" not in msg:
         msg = f"{msg}, not {str(err['input']).lower()}"
-    elif err["type"] in ("bool_parsing", "bool_type") and isinstance(err.get("input"), str | int | float):
-        msg = f"Input should be a boolean (true or false), not {err['input']!r}"
+    elif err["type"] in ("bool_parsing", "bool_type") and isinstance(
+        err.get("input"), str | int | float | None
+    ):
+        given = "null" if err.get("input") is None else repr(err["input"])
+        msg = f"Input should be a boolean (true or false), not {given}"
     elif err["type"] == "literal_error" and isinstance(err.get("input"), str | int | float):
         given = err["input"]
         msg = f"{msg}, not {given!r}"

@@ -24,6 +24,9 @@ from clustersim.catalog import Number
 from clustersim.errors import InputError
 from clustersim.io import first_error
 
+#: how Adam's or SGD's update kernels run (torch.optim's three paths)
+UpdateImplementation = Literal["fused", "foreach", "for_loop"]
+
 
 class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -33,7 +36,7 @@ class UpdateOptions(BaseModel):
     """Adam(W) and SGD with momentum: how the update's kernels run (torch.optim's three paths)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    implementation: Literal["fused", "foreach", "for_loop"] = Field(
+    implementation: UpdateImplementation = Field(
         "fused",
         description="fused: one pass over parameters, gradients and state per tensor group "
         "(torch.optim.AdamW(fused=True), apex and DeepSpeed FusedAdam, Megatron-LM); foreach: one "

@@ -20,6 +20,7 @@ from pydantic import (
     Discriminator,
     Field,
     PrivateAttr,
+    StrictBool,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -34,6 +35,11 @@ from clustersim.identifiers import CollectiveAlgorithm, IntraNodeFabric
 from clustersim.io import first_error, load_yaml, read_structured_file
 from clustersim.optimizer_options import parse_options
 from clustersim.sharding_rules import check_partition, check_sharding
+
+#: workload.attention: one kernel over Q, K, V; scores through fused softmax kernels; or plain ops
+Attention = Literal["fused", "unfused", "eager"]
+#: training.gradient_clipping: by the gradients' norm, over all of them or tensor by tensor
+GradientClipping = Literal["none", "global", "per_tensor"]
 
 PRESET_PREFIX = "preset:"
 
@@ -247,7 +253,7 @@ class WorkloadSpec(_Strict):
     activation_checkpointing: bool = Field(
         False, description="full recomputation: keep each block's input, run its forward again in backward"
     )
-    attention: Literal["fused", "unfused", "eager"] = Field(
+    attention: Attention = Field(
         "fused",
         description="fused: one kernel that never stores the s x s scores (FlashAttention, PyTorch's "
         "scaled_dot_product_attention, the default since PyTorch 2.0); unfused: scores written and read "
@@ -449,14 +455,14 @@ class TrainingSpec(_Strict):
     )
     ddp_bucket_cap_mb: Number = Field(25.0, gt=0)
     first_bucket_cap_mb: Number = Field(1.0, gt=0)
-    overlap: bool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
-    gradient_clipping: Literal["none", "global", "per_tensor"] = Field(
+    overlap: StrictBool = Field(True, description="overlap gradient all-reduce with backward (PyTorch DDP)")
+    gradient_clipping: GradientClipping = Field(
         "none",
         description="clipping by gradient norm before the update: global (one clip_grad_norm_ over all "
         "gradients) or per_tensor (one call per tensor inside a for-loop optimizer, as BERT's "
         "BertAdam): a norm pass and a scaling pass over the fp32 gradients, 12 bytes per parameter",
     )
-    host_sync_before_update: bool | None = Field(
+    host_sync_before_update: StrictBool | None = Field(
         None,
         description="whether the host waits for the GPU between backward and the optimizer step: a "
         "loss scaler's inf check (fp16: torch.amp.GradScaler, apex amp, DeepSpeed) or a gradient norm "
@@ -472,6 +478,20 @@ class TrainingSpec(_Strict):
         description="collective durations: analytical (closed-form α-β model, fast) or flow "
         "(the algorithm's flows simulated over the topology, links shared max-min fairly)",
     )
+
+    @property
+    def tensor_sharded(self) -> bool:
+        """ZeRO/FSDP (sharding) or ZeRO-Offload over a tensor-parallel layout without a pipeline: the
+        sharding layer's data-parallel program runs one tensor-parallel rank's share of the model with
+        Megatron's per-layer collectives, instead of Megatron's own program (Megatron-DeepSpeed runs
+        DeepSpeed's ZeRO engine over Megatron's mpu; FSDP2 shards DTensor-parallel modules alike)."""
+        sharded = self.sharding.enabled or self.offload.mode != "none"
+        return self.parallelism.model_parallel and sharded and self.parallelism.pipeline == 1
+
+    @property
+    def megatron_program(self) -> bool:
+        """Whether Megatron-LM's own program runs the step: model parallelism not taken over by ZeRO."""
+        return self.parallelism.model_parallel and not self.tensor_sharded
 
 
 class Scenario(_Strict):
@@ -821,9 +841,7 @@ def _check_update_implementation(s: Scenario, implementation: str) -> None:
     if implementation == "fused":
         return
     t = s.training
-    par = t.parallelism
-    sharded_over_tp = (t.sharding.enabled or t.offload.mode != "none") and par.pipeline == 1
-    if par.model_parallel and not sharded_over_tp:
+    if t.megatron_program:
         where = "Megatron-LM (tensor or pipeline parallelism) updates with apex's FusedAdam"
     elif t.offload.mode != "none":
         where = "CPU offload updates with DeepSpeed's CPU Adam (and its fused Adam on the GPU)"

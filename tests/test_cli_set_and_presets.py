@@ -138,3 +138,39 @@ def test_a_scenarios_bad_profile_names_the_scenario_the_key_and_the_profile(runn
         assert res.exit_code == 2
         assert f"{path}: profile: " in res.output and says in res.output
         assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("0", "should be a boolean (true or false), not 0"),
+        ("yes", "should be a boolean (true or false), not 'yes'"),  # YAML 1.2: a word, not a boolean
+        ("off", "not 'off'"),
+        ("", "no value after '=' (null resets the key to its default)"),
+        ("{a: 1, a: 2}", "key 'a' given twice"),
+        ("[" + "a, " * 400, "(1,201 characters)"),  # a pasted value is cut, not repeated
+    ],
+)
+def test_a_flag_set_to_anything_but_true_or_false_is_one_line(runner, value, says):
+    res = _run(runner, "--set", f"training.host_sync_before_update={value}")
+    out = res.stdout + (res.stderr or "")
+    assert res.exit_code == 2
+    assert len(out.strip().splitlines()) == 1 and len(out) < 300, out
+    assert "training.host_sync_before_update" in out and says in out
+
+
+def test_a_sweeps_bad_values_share_a_line_per_problem(tmp_path, runner):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        "base: preset:default\n"
+        "vary:\n"
+        "  training.host_sync_before_update: [true, maybe, 2, 0]\n"
+        "  training.gradient_clipping: [Global, 0, none]\n"
+    )
+    res = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out")])
+    out = res.stdout + (res.stderr or "")
+    assert res.exit_code == 2
+    lines = out.strip().splitlines()
+    assert len(lines) == 2, out
+    assert '"maybe", 2, 0: Input should be a boolean (true or false)' in out
+    assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ ARCH = catalog.model("BERT-Large")
 
 
 def _block(attention: str, d: int = 2, b: int = 8, s: int = 384):
-    layers = transformer_layers(ARCH, b, s, d, attention == "fused", False, 1, attention == "eager")
+    layers = transformer_layers(ARCH, b, s, d, attention, False, 1)
     return layers[1]
 
 

@@ -155,3 +155,24 @@ def test_a_sync_the_program_cannot_hold_is_said_so():
     # by default (fp16) nothing is said where nothing waits
     default_fp16 = load_scenario("preset:default").with_changes(**{"training.parallelism.tensor": 2})
     assert "host sync before update" not in simulate(default_fp16).sources
+
+
+@pytest.mark.parametrize(("value", "shown"), [(0, "0"), (1, "1"), ("off", "'off'"), ("yes", "'yes'")])
+def test_a_flag_is_never_read_from_a_number_or_a_word(value, shown):
+    with pytest.raises(InputError) as err:
+        _scenario(**{"training.host_sync_before_update": value})
+    assert f"should be a boolean (true or false), not {shown}" in str(err.value)
+
+
+def test_a_published_row_takes_only_true_or_false_too():
+    from importlib import resources
+
+    from clustersim.io import load_yaml
+    from clustersim.validation.throughput_data import FILE, parse_gpu_throughput
+
+    raw = load_yaml(resources.files("clustersim.validation").joinpath("data/gpu_throughput.yaml").read_text())
+    squad = next(t for t in raw["tables"] if "SQuAD" in t["source"])
+    squad["host_sync_before_update"] = 1
+    with pytest.raises(InputError) as err:
+        parse_gpu_throughput(raw, FILE)
+    assert "host_sync_before_update" in str(err.value) and "not 1" in str(err.value)

@@ -25,7 +25,7 @@ POINTWISE = {"elementwise", "loss", "gather", "scatter_add"}
 
 
 def _block(model: str, b: int, s: int, d: int, unfused: bool):
-    return transformer_layers(catalog.model(model), b, s, d, True, unfused)[1]
+    return transformer_layers(catalog.model(model), b, s, d, "fused", unfused)[1]
 
 
 def _elementwise(layer, phase: str) -> float:
@@ -132,7 +132,7 @@ def test_gpt2_xl_pointwise_device_time_against_the_h200_trace():
 
     def modelled(unfused: bool) -> float:
         device = DeviceCosts(gpu, unfused_pointwise=unfused)
-        layers = transformer_layers(catalog.model("GPT-2-1.5B"), 4, 1024, 2, True, unfused)
+        layers = transformer_layers(catalog.model("GPT-2-1.5B"), 4, 1024, 2, "fused", unfused)
         return sum(
             device.kernel_time(k, "bf16")
             for layer in layers

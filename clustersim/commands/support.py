@@ -325,25 +325,43 @@ _PLAIN_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _set_value(key: str, raw: str):
-    """The value of ``--set key=raw``: a plain decimal number as written, anything else as YAML."""
+    """The value of ``--set key=raw``: a plain decimal number as written, YAML 1.1's yes/no/on/off
+    words as the words (YAML 1.2 reads them so; true and false are the booleans), anything else as
+    YAML. An empty value is refused: ``null`` resets a key to its default."""
     from clustersim.io import load_yaml
 
     text = raw.strip()
+    if not text:
+        raise InputError("no value after '=' (null resets the key to its default)", source="--set", key=key)
     if _PLAIN_INT.fullmatch(text):
         return int(text)
     if _PLAIN_FLOAT.fullmatch(text):
         return float(text)
+    if text.lower() in _YAML11_BOOL_WORDS:
+        return text
     try:
-        value = load_yaml(text) if text else None
+        value = load_yaml(text)
     except Exception as exc:  # a YAML syntax error in the value, as one line
-        raise InputError(
-            f"{raw!r} is not a YAML value ({type(exc).__name__})", source="--set", key=key
-        ) from None
+        problem = getattr(exc, "problem", None)
+        why = f"{type(exc).__name__}: {problem}" if problem else type(exc).__name__
+        raise InputError(f"{_shown(raw)} is not a YAML value ({why})", source="--set", key=key) from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise InputError(
-            f"{raw!r} is not a plain decimal number (YAML 1.1 reads it as {value!r})", source="--set", key=key
+            f"{_shown(raw)} is not a plain decimal number (YAML 1.1 reads it as {value!r}); quote it for text",
+            source="--set",
+            key=key,
         )
     return value
+
+
+# words YAML 1.1 (PyYAML) reads as booleans and YAML 1.2 as text
+_YAML11_BOOL_WORDS = frozenset({"yes", "no", "on", "off", "y", "n"})
+
+
+def _shown(raw: str, limit: int = 60) -> str:
+    """``raw`` quoted for a message, cut to ``limit`` characters: an error names the value, it need not
+    repeat a pasted file."""
+    return repr(raw) if len(raw) <= limit else repr(raw[:limit]) + f"... ({len(raw):,} characters)"
 
 
 def _check_set_path(data: dict, key: str) -> None:

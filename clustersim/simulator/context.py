@@ -78,14 +78,14 @@ class SimulationContext:
 
     @cached_property
     def tensor_sharded(self) -> bool:
-        """ZeRO/FSDP (training.sharding) or ZeRO-Offload over a tensor-parallel layout without a
-        pipeline: the sharding layer's data-parallel program runs one tensor-parallel rank's share of
-        the model (``workload`` is ``layout.rank_workload``, build_context) with Megatron's per-layer
-        tensor-parallel collectives, instead of Megatron's own program (Megatron-DeepSpeed runs
-        DeepSpeed's ZeRO engine over Megatron's mpu; FSDP2 shards DTensor-parallel modules alike)."""
-        t = self.scenario.training
-        sharded = t.sharding.enabled or t.offload.mode != "none"
-        return self.model_parallel and sharded and t.parallelism.pipeline == 1
+        """ZeRO/FSDP or ZeRO-Offload over a tensor-parallel layout without a pipeline (TrainingSpec):
+        ``workload`` is then ``layout.rank_workload`` (build_context)."""
+        return self.scenario.training.tensor_sharded
+
+    @cached_property
+    def megatron_program(self) -> bool:
+        """Whether Megatron-LM's own program runs the step (TrainingSpec.megatron_program)."""
+        return self.scenario.training.megatron_program
 
     @cached_property
     def data_parallel(self) -> GroupShape:

@@ -66,7 +66,7 @@ def culprit(ctx, op, alone: float, limit: float) -> str:
         return _communication(ctx, op, alone, limit)
     if ctx.scenario.workload.input is not None and ("dram_bytes" in op.meta or "pcie_bytes" in op.meta):
         return _input(ctx)
-    if op.category == Category.HOST and "micro-steps" in op.name:
+    if op.category == Category.HOST and "micro_steps" in op.meta:
         return "workload.gradient_accumulation"  # the host dispatching micro-step after micro-step
     if DRAM in op.demands or op.category == Category.HOST:
         return "cluster.host.dram_gbs"

@@ -130,7 +130,10 @@ def add_merged_micro_steps(prog: Program, ctx: SimulationContext, layers, count:
     the dispatch first, then the kernels: the same total, in series)."""
     fwd_host, fwd_device, _ = pass_times(ctx, layers, True)
     bwd_host, bwd_device, _ = pass_times(ctx, reversed_layers(ctx, layers), False)
-    own = add_dispatch(prog, ctx, f"dispatch x{count} micro-steps", count * (sum(fwd_host) + sum(bwd_host)))
+    own = add_dispatch(
+        prog, ctx, f"dispatch x{count} micro-steps", count * (sum(fwd_host) + sum(bwd_host)),
+        meta={"micro_steps": count},
+    )  # fmt: skip
     deps = (own,) if own is not None and not ctx.dispatch.asynchronous else ()
     fwd, bwd = count * sum(fwd_device), count * sum(bwd_device)
     prog.add(f"fwd x{count} micro-steps", "compute", fwd, "forward", deps, meta=meta)

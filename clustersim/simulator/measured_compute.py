@@ -187,8 +187,9 @@ def _measured_workload(mc: ModelCompute) -> Workload | None:
     d = BYTES_PER_ELEMENT[p]
     if isinstance(arch, ResNetArch):
         return Workload(mc.model, tuple(resnet_layers(arch, b, d)), b, 1, p)
-    eager = mc.fingerprint.attention == "eager"  # Hugging Face's eager attention: plain ops on the scores
+    # Hugging Face's eager attention runs plain ops on the scores; sdpa and FlashAttention are fused
+    attention = "eager" if mc.fingerprint.attention == "eager" else "fused"
     # a measured model is plain PyTorch code (calibrate model, a user's traced job) unless compiled
     unfused = mc.fingerprint.execution != "compiled"
-    layers = transformer_layers(arch, b, mc.seq_len, d, not eager, unfused, eager_attention=eager)
+    layers = transformer_layers(arch, b, mc.seq_len, d, attention, unfused)
     return Workload(mc.model, tuple(layers), b, mc.seq_len, p)

@@ -33,7 +33,6 @@ from clustersim.simulator.stragglers import (
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
-from clustersim.workloads.transformer import with_padded_vocab
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
 # (a NIC of 1 bit/s) with a clear error instead of running forever; at 1e6 s the clock's resolution
@@ -70,7 +69,7 @@ def _fewest_ops(ctx: SimulationContext) -> int:
     and pipeline schedules are each listed."""
     w, t = ctx.scenario.workload, ctx.scenario.training
     listed = w.gradient_accumulation
-    if ctx.model_parallel and not ctx.tensor_sharded:
+    if ctx.megatron_program:
         return 2 * listed * t.parallelism.pipeline * t.parallelism.virtual_stages
     # ZeRO lists its micro-steps, but for ZeRO-Offload at stage 1/2, which runs the DDP program
     zero_lists = t.sharding.stage >= 3 or (t.sharding.stage >= 1 and t.offload.mode == "none")
@@ -383,7 +382,7 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
         if ctx.scenario.workload.pad_vocab_to_multiple_of is None
         else "workload.pad_vocab_to_multiple_of"
     )
-    padded = with_padded_vocab(arch, ctx.scenario.vocab_multiple).vocab
+    padded = ctx.layout.arch.vocab  # padded as build_workload pads it (Layout.of)
     vocab = (
         f"vocabulary of {arch.vocab:,} unpadded"
         if padded == arch.vocab
@@ -463,7 +462,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     if update is not None:
         sources["optimizer update"] = update
     clipping = ctx.scenario.training.gradient_clipping
-    if clipping != "none":
+    if clipping == "none" and "gradient_clipping" in ctx.scenario.training.model_fields_set:
+        sources["gradient clipping"] = "none (training.gradient_clipping)"
+    elif clipping != "none":
         per_tensor = CLIP_KERNELS_PER_TENSOR[clipping]
         launches = f", {per_tensor} kernels per tensor from the host" if per_tensor else ""
         sources["gradient clipping"] = (

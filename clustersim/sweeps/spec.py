@@ -261,7 +261,7 @@ class Sweep:
             for value in values:
                 why = _value_problem(axis, value)
                 if why is not None:
-                    problems.setdefault((axis, why), []).append(value)
+                    problems.setdefault((axis, _without_value(why, value)), []).append(value)
         if problems:
             lines = [
                 str(
@@ -438,3 +438,10 @@ def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str,
     sweep = Sweep(spec, base, str(path), paths)
     sweep.check_values()
     return sweep
+
+
+def _without_value(why: str, value: Any) -> str:
+    """A problem without the value it names (", not 'maybe'"): the line lists the axis's bad values
+    itself, and values with the same problem then share one line."""
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    return why.replace(f", not {shown}", "", 1)

@@ -102,11 +102,9 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     training = {
         "optimizer": OPTIMIZER[row.optimizer],
         "optimizer_options": {"implementation": row.optimizer_implementation},
+        "gradient_clipping": row.gradient_clipping,
+        "host_sync_before_update": row.host_sync_before_update,  # None: the simulator's default
     }
-    if row.gradient_clipping != "none":
-        training["gradient_clipping"] = row.gradient_clipping
-    if row.host_sync_before_update is not None:
-        training["host_sync_before_update"] = row.host_sync_before_update
     return validate_scenario(
         {
             "name": name,

@@ -13,12 +13,14 @@ from __future__ import annotations
 from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from clustersim import catalog
 from clustersim.catalog import Precision
 from clustersim.errors import InputError
 from clustersim.io import first_error, load_yaml
+from clustersim.optimizer_options import UpdateImplementation
+from clustersim.scenario import Attention, GradientClipping
 
 FILE = "gpu_throughput.yaml"
 # dataset name (validate --dataset) -> its file under data/
@@ -61,7 +63,7 @@ class ThroughputRow(_Strict):
     memory_format: Literal["channels_last", "contiguous"] | None = Field(
         None, description="CNNs: the activations' layout (contiguous = NCHW)"
     )
-    attention: Literal["fused", "unfused", "eager"] = Field(
+    attention: Attention = Field(
         "unfused",
         description="transformers: scaled_dot_product_attention (fused), scores in memory through fused "
         "softmax kernels (unfused), or through plain PyTorch ops (eager): workload.attention",
@@ -69,13 +71,13 @@ class ThroughputRow(_Strict):
     pointwise: Literal["unfused", "fused"] | None = Field(
         None, description="transformers: the model code's pointwise kernels (workload.pointwise)"
     )
-    optimizer_implementation: Literal["fused", "foreach", "for_loop"] = Field(
+    optimizer_implementation: UpdateImplementation = Field(
         "fused", description="how the update's kernels run (training.optimizer_options.implementation)"
     )
-    gradient_clipping: Literal["none", "global", "per_tensor"] = Field(
+    gradient_clipping: GradientClipping = Field(
         "none", description="clipping by gradient norm before the update (training.gradient_clipping)"
     )
-    host_sync_before_update: bool | None = Field(
+    host_sync_before_update: StrictBool | None = Field(
         None,
         description="the training loop reads a device value on the host between backward and the "
         "optimizer step (training.host_sync_before_update); unset: the simulator's default",

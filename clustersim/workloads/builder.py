@@ -64,12 +64,11 @@ def build_workload(
         spec.seq_len,
         spec.precision,
         definition,
-        spec.attention == "fused",
+        spec.attention,
         needs_layout_transposes(spec.memory_format, spec.precision),
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
-        spec.attention == "eager",
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -98,12 +97,11 @@ def _catalog_workload(
     seq_len: int | None,
     precision: str,
     definition: str | None = None,
-    fused_attention: bool = True,
+    attention: str = "fused",
     nchw_transposes: bool = False,
     unfused_pointwise: bool = False,
     vocab_multiple: int = 1,
     vocab_shards: int = 1,
-    eager_attention: bool = False,
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
@@ -118,7 +116,5 @@ def _catalog_workload(
     else:
         arch = with_padded_vocab(arch, vocab_multiple)
         seq = seq_len or arch.default_seq_len
-        layers = transformer_layers(
-            arch, micro_batch, seq, d, fused_attention, unfused_pointwise, vocab_shards, eager_attention
-        )
+        layers = transformer_layers(arch, micro_batch, seq, d, attention, unfused_pointwise, vocab_shards)
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -103,19 +103,19 @@ def _block(
     b: int,
     s: int,
     d: int,
-    fused: bool,
+    attention: str = "fused",
     unfused_pointwise: bool = False,
-    eager: bool = False,
 ) -> Layer:
-    """``fused``: attention as one kernel that never writes the b*a*s*s scores to memory (FlashAttention,
-    PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
-    recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
-    activations. Unfused (Megatron-LM's and apex's softmax kernels) writes the scores, reads them back
-    through one fused scale-mask-softmax kernel and dropout, and keeps them for backward (Korthikanti
-    et al. 2022's 5as/h term). ``eager`` (unfused, as plain PyTorch ops: Hugging Face's eager
-    attention, BERT code before PyTorch 2.0) scales and masks the scores in two kernels of their own
-    and keeps a one-byte dropout mask (EAGER_SCORE_PASSES)."""
+    """``attention`` (workload.attention). ``fused``: one kernel that never writes the b*a*s*s scores
+    to memory (FlashAttention, PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes
+    the output, and its backward recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022);
+    the block keeps no s^2 activations. ``unfused`` (Megatron-LM's and apex's softmax kernels)
+    writes the scores, reads them back through one fused scale-mask-softmax kernel and dropout, and
+    keeps them for backward (Korthikanti et al. 2022's 5as/h term). ``eager`` (unfused, as plain
+    PyTorch ops: Hugging Face's eager attention, BERT code before PyTorch 2.0) scales and masks the
+    scores in two kernels of their own and keeps a one-byte dropout mask (EAGER_SCORE_PASSES)."""
     h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
+    fused, eager = attention == "fused", attention == "eager"
     kv = h * (arch.kv_heads or a) // a  # width of K and V (grouped-query attention: fewer heads)
     qkv = h * h + 2 * h * kv
     if arch.style == "llama":
@@ -208,17 +208,16 @@ def transformer_layers(
     micro_batch: int,
     seq_len: int,
     dtype_bytes: int,
-    fused_attention: bool = True,
+    attention: str = "fused",
     unfused_pointwise: bool = False,
     vocab_shards: int = 1,
-    eager_attention: bool = False,
 ) -> list[Layer]:
-    """``unfused_pointwise``: the model is plain PyTorch code (workload.pointwise: unfused);
-    ``vocab_shards``: tensor-parallel ranks the LM head's vocabulary is split over;
-    ``eager_attention``: unfused attention written as plain PyTorch ops (workload.attention: eager)."""
+    """``attention``: fused, unfused or eager (workload.attention, _block); ``unfused_pointwise``: the
+    model is plain PyTorch code (workload.pointwise: unfused); ``vocab_shards``: tensor-parallel ranks
+    the LM head's vocabulary is split over."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
     for i in range(arch.layers):
-        layers.append(_block(arch, i, b, s, d, fused_attention, unfused_pointwise, eager_attention))
+        layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise))
     layers.append(_head(arch, b, s, d, vocab_shards))
     return layers

@@ -37,7 +37,7 @@ class PricedCollective(NamedTuple):
 
 def _one_rank(ctx: SimulationContext) -> bool:
     """Whether the program is one representative rank's (it then carries that rank's host links)."""
-    return not ctx.model_parallel or ctx.tensor_sharded
+    return not ctx.megatron_program
 
 
 def price_collective(

@@ -119,7 +119,7 @@ class AdamDDP(Strategy):
         return adam_spec(self.ctx, self.update_bytes_per_param, self.offload_state_bytes)
 
     def build_program(self) -> tuple[Program, list[dict]]:
-        if self.ctx.model_parallel and not self.ctx.tensor_sharded:  # else: ZeRO-Offload over TP
+        if self.ctx.megatron_program:  # else: ZeRO-Offload over TP, or no model parallelism
             return model_parallel_program(self.ctx, self.update_bytes_per_param, f"{self.name} update"), []
         if offload.mode(self.ctx) != "none":
             return zero_offload_program(
