@@ -347,7 +347,8 @@ def _set_value(key: str, raw: str):
         raise InputError(f"{_shown(raw)} is not a YAML value ({why})", source="--set", key=key) from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise InputError(
-            f"{_shown(raw)} is not a plain decimal number (YAML 1.1 reads it as {value!r}); quote it for text",
+            f"{_shown(raw)} is not a plain decimal number (YAML 1.1 reads it as {value!r}); "
+            "quote it for text",
             source="--set",
             key=key,
         )
