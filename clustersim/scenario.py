@@ -40,6 +40,7 @@ from clustersim.sharding_rules import check_partition, check_sharding
 Attention = Literal["fused", "unfused", "eager"]
 #: training.gradient_clipping: by the gradients' norm, over all of them or tensor by tensor
 GradientClipping = Literal["none", "global", "per_tensor"]
+BatchNorm = Literal["separate", "fused", "fused_into_conv"]
 
 PRESET_PREFIX = "preset:"
 
@@ -266,6 +267,15 @@ class WorkloadSpec(_Strict):
         description="convolution networks: channels_last (NHWC, what NVIDIA's and MLPerf's ResNet code "
         "use) or contiguous (PyTorch's default NCHW, where cuDNN transposes every tensor-core "
         "convolution's input and output)",
+    )
+    batch_norm: BatchNorm = Field(
+        "separate",
+        description="convolution networks: separate (PyTorch's and cuDNN's batch-norm kernels: a "
+        "statistics pass and a normalising pass per convolution, ReLU and residual add kernels of their "
+        "own); fused (NVIDIA's MLPerf ResNet code: statistics from the convolution's epilogue, "
+        "normalisation, ReLU and residual add in one pass at HBM's streaming rate); fused_into_conv "
+        "(the same, with the next convolution applying the normalisation and ReLU as it loads its "
+        "input: only the block's last add is a pass of its own)",
     )
     execution: Literal["eager", "compiled", "cuda_graphs"] = Field(
         "eager",

@@ -364,7 +364,7 @@ def build_context(
 
 # workload keys that describe one kind of network only: what a scenario sets for the other is unused
 _TRANSFORMER_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
-_CONV_KEYS = ("memory_format",)
+_CONV_KEYS = ("memory_format", "batch_norm")
 
 
 def _ignored_workload_keys(scenario) -> list[str]:

@@ -354,17 +354,26 @@ def _conv_source(ctx: SimulationContext) -> str:
         else f"{ctx.device.conv_eff:.2f} of tensor-core peak"
     )
     moved = " (cuDNN transposes each tensor-core convolution's input and output)" if transposes else ""
-    batch_norm = (
-        "batch-norm bound by the multiprocessors"
-        if ctx.gpu.sm_cycles_per_s is not None
-        else (
-            f"batch-norm at {catalog.execution()['efficiency']['batch_norm_memory']:.2f} of HBM (the H200's "
-            "fraction: the GPU entry gives no multiprocessors or boost_clock_mhz)"
+    fusion = ctx.scenario.workload.batch_norm
+    given = "workload.batch_norm" if "batch_norm" in ctx.scenario.workload.model_fields_set else "default"
+    if fusion != "separate":
+        applied = "in the next convolution's prologue" if fusion == "fused_into_conv" else "in one pass"
+        batch_norm = (
+            f"batch-norm fused ({fusion}, {given}): statistics from the convolutions' epilogues, "
+            f"normalisation and ReLU {applied}, the residual add with the block's last, at HBM's "
+            "streaming rate"
         )
-    )
+    elif ctx.gpu.sm_cycles_per_s is not None:
+        batch_norm = "batch-norm bound by the multiprocessors, ReLU and residual adds by HBM"
+    else:
+        batch_norm = (
+            f"batch-norm at {catalog.execution()['efficiency']['batch_norm_memory']:.2f} of HBM (the H200's "
+            "fraction: the GPU entry gives no multiprocessors or boost_clock_mhz), ReLU and residual "
+            "adds by HBM"
+        )
     return (
-        f"each convolution its own roofline, at {rate} or HBM's streaming rate; {batch_norm}, ReLU and "
-        f"residual adds by HBM; {layout} tensors{moved}"
+        f"each convolution its own roofline, at {rate} or HBM's streaming rate; {batch_norm}; "
+        f"{layout} tensors{moved}"
     )
 
 

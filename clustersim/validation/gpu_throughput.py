@@ -93,6 +93,8 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     }
     if row.memory_format is not None:
         workload["memory_format"] = row.memory_format
+    if row.image_size is not None:
+        workload["batch_norm"] = row.batch_norm
     if row.pointwise is not None:
         workload["pointwise"] = row.pointwise
     if row.seq_len is not None:

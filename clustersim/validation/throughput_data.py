@@ -20,7 +20,7 @@ from clustersim.catalog import Precision
 from clustersim.errors import InputError
 from clustersim.io import first_error, load_yaml
 from clustersim.optimizer_options import UpdateImplementation
-from clustersim.scenario import Attention, GradientClipping
+from clustersim.scenario import Attention, BatchNorm, GradientClipping
 
 FILE = "gpu_throughput.yaml"
 # dataset name (validate --dataset) -> its file under data/
@@ -62,6 +62,10 @@ class ThroughputRow(_Strict):
     execution: Execution
     memory_format: Literal["channels_last", "contiguous"] | None = Field(
         None, description="CNNs: the activations' layout (contiguous = NCHW)"
+    )
+    batch_norm: BatchNorm = Field(
+        "separate",
+        description="CNNs: batch-norm kernels separate or fused with the convolutions (workload.batch_norm)",
     )
     attention: Attention = Field(
         "unfused",

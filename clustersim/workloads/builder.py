@@ -66,6 +66,7 @@ def build_workload(
         definition,
         spec.attention,
         needs_layout_transposes(spec.memory_format, spec.precision),
+        spec.batch_norm,
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
@@ -99,6 +100,7 @@ def _catalog_workload(
     definition: str | None = None,
     attention: str = "fused",
     nchw_transposes: bool = False,
+    batch_norm: str = "separate",
     unfused_pointwise: bool = False,
     vocab_multiple: int = 1,
     vocab_shards: int = 1,
@@ -111,7 +113,7 @@ def _catalog_workload(
     d = BYTES_PER_ELEMENT[precision]
     arch = catalog.model(model)
     if isinstance(arch, ResNetArch):
-        layers = resnet_layers(arch, micro_batch, d, nchw_transposes)
+        layers = resnet_layers(arch, micro_batch, d, nchw_transposes, batch_norm)
         seq = 1
     else:
         arch = with_padded_vocab(arch, vocab_multiple)

@@ -5,6 +5,10 @@ from Cin to Cout channels on an Hout x Wout output costs 2*Cin*Cout*k^2*Hout*Wou
 and is its own kernel group (its own roofline). Batch-norm makes 3 passes over each convolution's
 output forward and 5 backward (priced as bound by the SMs, cost_models/compute.py); ReLU, the
 residual add and their backward are "activation" passes at HBM's streaming rate.
+Code with fused batch-norm kernels (``workload.batch_norm``: NVIDIA's MLPerf ResNet-50) computes each
+convolution's statistics in the convolution's epilogue and applies the normalisation, the ReLU and
+the residual add in one streaming pass (``fused``), or in the next convolution's prologue
+(``fused_into_conv``): "fused_norm" passes at HBM's streaming rate, no ReLU or add pass of their own.
 With NCHW (PyTorch's default layout) tensor-core convolutions transpose their input and output to and
 from NHWC (catalogs/execution.yaml, layout_transposes); channels_last tensors need none.
 """
@@ -64,45 +68,119 @@ def _activation_elements(convs: list[Conv], stem: bool) -> tuple[float, float]:
     return 2 * relu + 3 * block_out, 3 * relu + 3 * block_in
 
 
+def _fused_norm_elements(convs: list[Conv], stem: bool, into_conv: bool) -> tuple[float, float]:
+    """Elements per sample that fused batch-norm code moves outside its convolutions (forward,
+    backward), as NVIDIA's MLPerf ResNet-50 runs it (MXNet, NHWC; symbols resnet-v1b-stats-fl and
+    resnet-v1b-mainloop-fl in mlcommons/training_results_v1.0):
+
+    - each convolution of a block writes its output's per-channel sum and sum of squares from its
+      epilogue (NormConvolution's "Stats-Gen"), so no statistics pass reads the output back;
+    - ``fused``: the normalisation and ReLU of the first two convolutions are one pass
+      (ScaleBiasAddRelu: read the output, write the activation); ``fused_into_conv``: the next
+      convolution applies them as it loads its input ("Stats-Apply Relu Convolution"), no pass;
+    - the block's end is one pass either way: read the third convolution's output and the shortcut (the
+      block's input, or the projection's output with its own normalisation applied in the same
+      kernel, the "dual" scale-bias), add, ReLU, write the block's output;
+    - backward, each convolution's batch-norm gradient with the ReLU's mask folded in is a reduction
+      (reads dY and X) and the input gradient (reads dY and X, writes dX), as unfused code; the block's
+      end also writes the shortcut's gradient, and the two gradients that reach the block's input are
+      summed (read two, write one);
+    - the stem (a plain convolution) runs one batch-norm with the ReLU fused: a statistics read and an
+      apply pass; its max-pool as in unfused code."""
+    outputs = [cout * hw * hw for _, cout, _, hw, _ in convs]
+    if stem:
+        pooled = 1.25 * outputs[0]
+        return 3 * outputs[0] + pooled, 5 * outputs[0] + pooled
+    cin, _, _, hw, stride = convs[0]
+    block_in = cin * (hw * stride) ** 2
+    first_two, block_out = outputs[0] + outputs[1], outputs[2]
+    forward = (0 if into_conv else 2 * first_two) + 3 * block_out
+    backward = 5 * sum(outputs) + block_out + 3 * block_in
+    return forward, backward
+
+
+def _norm_kernels(
+    convs: list[Conv], b: int, d: int, kind: str, stem: bool, batch_norm: str
+) -> tuple[list[Kernel], list[Kernel], float]:
+    """The layer's batch-norm, ReLU, residual-add (and max-pool) kernel groups, forward and backward,
+    and the activation bytes it keeps for backward. ``kind``: the layer's entry in
+    catalogs/execution.yaml's eager kernel counts (one launch per convolution, three batch-norm
+    kernels forward and two backward per convolution, the rest casts, ReLU and the residual add)."""
+    n_conv = len(convs)
+    act = d * b * sum(cout * hw * hw for _, cout, _, hw, _ in convs)
+    if batch_norm == "separate":
+        n_fwd, n_bwd = eager_kernels("resnet", kind)
+        bn_fwd, bn_bwd = 3 * n_conv, 2 * n_conv
+        act_fwd, act_bwd = _activation_elements(convs, stem)
+        # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
+        # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
+        forward = [
+            Kernel("batch_norm", 0.0, 3 * act, bn_fwd),
+            Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - n_conv - bn_fwd)),
+        ]
+        backward = [
+            Kernel("batch_norm", 0.0, 5 * act, bn_bwd),
+            Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 2 * n_conv - bn_bwd)),
+        ]
+        return forward, backward, 3 * act  # convolution, batch-norm and ReLU outputs
+    into_conv = batch_norm == "fused_into_conv"
+    fwd_elems, bwd_elems = _fused_norm_elements(convs, stem, into_conv)
+    # launches: forward a statistics finalisation per convolution (per-channel, no bytes to speak of)
+    # and the apply passes (3, or the block's end only when the convolutions apply the others; the
+    # stem's batch-norm and max-pool 2); backward two batch-norm kernels per convolution and the sum
+    applies = 2 if stem else (1 if into_conv else 3)
+    forward = [Kernel("fused_norm", 0.0, d * b * fwd_elems, (0 if stem else n_conv) + applies)]
+    backward = [Kernel("fused_norm", 0.0, d * b * bwd_elems, 2 * n_conv + 1)]
+    # kept for backward: the convolutions' outputs, and the normalised activations that the next
+    # convolution's weight gradient reads (recomputed from the outputs when applied in the prologue)
+    _, out_channels, _, out_hw, _ = convs[0] if stem else convs[2]
+    block_out = out_channels * out_hw * out_hw
+    kept = act + (d * b * block_out if into_conv else act)
+    return forward, backward, kept
+
+
 def _layer(
-    name: str, convs: list[Conv], b: int, d: int, kind: str, nchw_transposes: bool, stem: bool = False
+    name: str,
+    convs: list[Conv],
+    b: int,
+    d: int,
+    kind: str,
+    nchw_transposes: bool,
+    stem: bool = False,
+    batch_norm: str = "separate",
 ) -> Layer:
-    """``kind``: the layer's entry in catalogs/execution.yaml's eager kernel counts (one launch per
-    convolution, three batch-norm kernels forward and two backward per convolution, the rest casts,
-    ReLU and the residual add). ``nchw_transposes``: NCHW tensors on tensor cores, so every
-    convolution transposes its input and output. ``stem``: the network's first layer (no gradient for
-    the image; the max-pool after its ReLU)."""
+    """``kind``: the layer's entry in catalogs/execution.yaml's eager kernel counts.
+    ``nchw_transposes``: NCHW tensors on tensor cores, so every convolution transposes its input and
+    output. ``stem``: the network's first layer (no gradient for the image; the max-pool after its
+    ReLU). ``batch_norm``: separate kernels, or fused with the convolutions (workload.batch_norm)."""
     tensors = [t for cin, cout, k, _, _ in convs for t in (cin * cout * k * k, cout, cout)]  # weight, BN
     forward, backward = _conv_kernels(convs, b, d, stem)
-    out_elems = sum(cout * hw * hw for _, cout, _, hw, _ in convs)
     in_elems = sum(cin * (hw * stride) ** 2 for cin, _, _, hw, stride in convs)
-    act = d * b * out_elems
+    out_elems = sum(cout * hw * hw for _, cout, _, hw, _ in convs)
     n_conv = len(convs)
-    n_fwd, n_bwd = eager_kernels("resnet", kind)
-    bn_fwd, bn_bwd = 3 * n_conv, 2 * n_conv
-    # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
-    # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
-    forward.append(Kernel("batch_norm", 0.0, 3 * act, bn_fwd))
-    backward.append(Kernel("batch_norm", 0.0, 5 * act, bn_bwd))
-    act_fwd, act_bwd = _activation_elements(convs, stem)
-    forward.append(Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - n_conv - bn_fwd)))
-    backward.append(Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 2 * n_conv - bn_bwd)))
+    norm_fwd, norm_bwd, kept = _norm_kernels(convs, b, d, kind, stem, batch_norm)
+    forward += norm_fwd
+    backward += norm_bwd
     if nchw_transposes:  # each transpose reads and writes one convolution's input or output
         fwd_t, bwd_t = layout_transposes()
         moved = 2 * d * b * (in_elems + out_elems)  # read + write of every input and every output once
         forward.append(Kernel("layout_transpose", 0.0, moved * fwd_t / 2, fwd_t * n_conv, dispatched=False))
         backward.append(Kernel("layout_transpose", 0.0, moved * bwd_t / 2, bwd_t * n_conv, dispatched=False))
-    return Layer(name, tuple(tensors), tuple(forward), tuple(backward), activation_bytes=3 * act)
+    return Layer(name, tuple(tensors), tuple(forward), tuple(backward), activation_bytes=kept)
 
 
 def resnet_layers(
-    arch: ResNetArch, micro_batch: int, dtype_bytes: int, nchw_transposes: bool = False
+    arch: ResNetArch,
+    micro_batch: int,
+    dtype_bytes: int,
+    nchw_transposes: bool = False,
+    batch_norm: str = "separate",
 ) -> list[Layer]:
     """``nchw_transposes``: the tensors are NCHW and the convolutions run on tensor cores (see
-    :func:`needs_layout_transposes`)."""
-    b, d, t = micro_batch, dtype_bytes, nchw_transposes
+    :func:`needs_layout_transposes`). ``batch_norm``: workload.batch_norm."""
+    b, d, t, bn = micro_batch, dtype_bytes, nchw_transposes, batch_norm
     hw = arch.image_size // 2  # stem conv stride 2
-    layers = [_layer("stem", [(3, arch.width, 7, hw, 2)], b, d, "stem", t, stem=True)]
+    layers = [_layer("stem", [(3, arch.width, 7, hw, 2)], b, d, "stem", t, stem=True, batch_norm=bn)]
     hw //= 2  # max-pool
     cin = arch.width
     for stage, count in enumerate(arch.blocks):
@@ -116,7 +194,7 @@ def resnet_layers(
             if block == 0:
                 convs.append((cin, out, 1, hw_out, stride))  # projection shortcut
             kind = "projection_block" if block == 0 else "block"
-            layers.append(_layer(f"stage{stage + 1}.block{block}", convs, b, d, kind, t))
+            layers.append(_layer(f"stage{stage + 1}.block{block}", convs, b, d, kind, t, batch_norm=bn))
             cin, hw = out, hw_out
     fc_w, fc_b = cin * arch.num_classes, arch.num_classes
     fc_flops = 2.0 * b * cin * arch.num_classes
