@@ -137,6 +137,29 @@ def test_foreach_adam_holds_a_sqrt_v_scratch_during_the_update_only():
     assert foreach["peak_forward_backward"] == pytest.approx(fused["peak_forward_backward"])
 
 
+@pytest.mark.parametrize(
+    "sharding",
+    [{"framework": "fsdp", "fsdp_strategy": "full"}, {"stage": 1}, {"stage": 3, "framework": "deepspeed"}],
+)
+def test_a_sharded_foreach_adam_holds_the_scratch_of_its_own_partition(sharding):
+    """Under ZeRO and FSDP each rank updates its partition of the state, so torch's multi-tensor Adam
+    allocates sqrt(v) for that partition: 4 bytes per parameter over the optimizer-state ranks, during
+    the update only."""
+    sharded = {
+        "training.sharding": sharding,
+        "cluster.nodes": 2,
+        "cluster.gpus_per_node": 8,
+        "cluster.gpu": "H100-SXM",
+    }
+    fused = simulate(_scenario("fused", **sharded), uncertainty_samples=0).memory
+    foreach = simulate(_scenario("foreach", **sharded), uncertainty_samples=0).memory
+    P = build_context(_scenario("foreach", **sharded)).params
+    assert foreach["update_scratch"] == pytest.approx(4 * P / 16)
+    assert foreach["peak_update"] - fused["peak_update"] == pytest.approx(4 * P / 16)
+    assert foreach["peak_forward_backward"] == pytest.approx(fused["peak_forward_backward"])
+    assert "update_scratch" not in fused
+
+
 def test_the_implementation_carries_to_sgd_and_a_compressed_row_that_names_it_is_invalid():
     """compare and a sweep's optimizer axis keep the code's update implementation for the other
     optimizer that has one; a sweep row that names an option its optimizer lacks is refused with the

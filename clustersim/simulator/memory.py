@@ -22,6 +22,11 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     lay = layout(ctx)
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
         mem = sharded_memory(ctx, strategy, lay, _side_parts(ctx))
+        # each rank updates its partition of the optimizer state (FSDP's torch.optim Adam: foreach)
+        scratch = _update_scratch(ctx, ctx.params / lay.ranks("optimizer_states"))
+        if scratch:
+            mem["update_scratch"] = scratch
+            mem["peak_update"] += scratch
         mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
         mem["capacity"] = ctx.gpu.memory_bytes
         return mem
@@ -47,10 +52,9 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     }
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
-    if ctx.scenario.training.optimizer == "adam" and ctx.update_implementation == "foreach":
-        # torch's multi-tensor Adam computes sqrt(v) into new tensors for every parameter at once
-        # (torch._foreach_sqrt, torch/optim/adam.py): fp32, live during the update only
-        mem["update_scratch"] = 4.0 * P / shards
+    scratch = _update_scratch(ctx, P / shards)
+    if scratch:
+        mem["update_scratch"] = scratch
     # Two peaks: forward/backward holds the activations; the update phase has freed them but holds
     # the offload staging buffers and the update's scratch.
     everything = sum(mem.values())
@@ -61,6 +65,15 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
+
+
+def _update_scratch(ctx, params_updated: float) -> float:
+    """Bytes the update allocates while it runs over the ``params_updated`` parameters this rank
+    updates: torch's multi-tensor Adam computes sqrt(v) into new tensors for all of them at once
+    (torch._foreach_sqrt, torch/optim/adam.py), fp32, live during the update only; 0 otherwise."""
+    if ctx.scenario.training.optimizer == "adam" and ctx.update_implementation == "foreach":
+        return 4.0 * params_updated
+    return 0.0
 
 
 def _side_parts(ctx) -> dict[str, float]:
