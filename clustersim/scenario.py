@@ -539,9 +539,16 @@ class Scenario(_Strict):
         for key, value in dotted.items():
             node = data
             parts = key.split(".")
-            for part in parts[:-1]:
-                if not isinstance(node.get(part), dict):
+            for depth, part in enumerate(parts[:-1], 1):
+                if node.get(part) is None:
                     node[part] = {}
+                elif not isinstance(node[part], dict):
+                    section = ".".join(parts[:depth])
+                    raise InputError(
+                        f"{section} is {node[part]!r}, a value, not a section with keys",
+                        source=self.source,
+                        key=key,
+                    )
                 node = node[part]
             node[parts[-1]] = value
         changed = validate_scenario(data, source=self.source or f"{self.name} (modified)")

@@ -720,3 +720,18 @@ def test_compressed_optimizers_with_model_parallelism_say_their_own_reason(optim
     with pytest.raises(InputError) as exc:
         load_scenario("preset:dgx-h100-gpt3-175b-3d").with_changes(**{"training.optimizer": optimizer})
     assert says in str(exc.value) and exc.value.key.endswith("training.optimizer")
+
+
+def test_a_change_below_a_value_is_refused_by_its_key_not_replaced():
+    """``with_changes`` (the API's what-if, sweeps, plans) descends into sections; a dotted key that
+    goes below a value (``workload.model`` is a name) is refused, where it used to replace the value
+    with an empty section and fail on something else."""
+    from clustersim.errors import InputError
+
+    base = load_scenario("preset:default")
+    with pytest.raises(InputError) as exc:
+        base.with_changes(**{"workload.model.name": "GPT-3-1.3B"})
+    assert exc.value.key == "workload.model.name"
+    assert "workload.model is 'BERT-Large', a value, not a section" in str(exc.value)
+    # an unset section is still created (offload is left to its default by the preset)
+    assert base.with_changes(**{"training.offload.mode": "zero"}).training.offload.mode == "zero"
