@@ -124,7 +124,9 @@ def _error(row) -> float:
 
 def test_the_mlperf_rows_run_the_fusion_their_symbol_files_name_and_land_within_ten_percent():
     rows = [r for r in load_gpu_throughput().rows if r.execution == "cuda_graphs"]
-    assert {r.gpu: r.batch_norm for r in rows} == {"A100-80GB": "fused", "H100-SXM": "fused_into_conv"}
+    assert len(rows) == 6  # v1.0, v1.1, v2.0 on a DGX A100; v2.1, v3.0, v3.1 on a DGX H100
+    expected = {"A100-80GB": "fused", "H100-SXM": "fused_into_conv"}  # stats-fl / mainloop-fl
+    assert all(r.batch_norm == expected[r.gpu] for r in rows)
     for row in rows:
         assert abs(_error(row)) < 0.10, row.gpu
         # separate kernels, as PyTorch runs them, put both rows more than 30% too slow
