@@ -532,25 +532,31 @@ class Scenario(_Strict):
         return self.workload.vocab_multiple(p.tensor, p.tensor > 1 or p.pipeline > 1)
 
     def with_changes(self, **dotted: Any) -> "Scenario":
-        """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``). Only what the
-        scenario set is carried over, so a key left to its default stays unset in the copy (``run``
-        says which settings the scenario made and which are defaults)."""
+        """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``); a value of None
+        resets its key to the default. Only what the scenario set is carried over, so a key left to its
+        default stays unset in the copy (``run`` says which settings the scenario made and which are
+        defaults). A dotted key below a value (``workload.model.name``) is refused by its key."""
         data = self.model_dump(exclude_unset=True)
+        full = self.model_dump()  # defaults too: what each part of a dotted key is
         for key, value in dotted.items():
-            node = data
+            node, known = data, full
             parts = key.split(".")
             for depth, part in enumerate(parts[:-1], 1):
-                if node.get(part) is None:
-                    node[part] = {}
-                elif not isinstance(node[part], dict):
+                known = known.get(part) if isinstance(known, dict) else None
+                if known is not None and not isinstance(known, dict):
                     section = ".".join(parts[:depth])
                     raise InputError(
-                        f"{section} is {node[part]!r}, a value, not a section with keys",
+                        f"{section} is {_value_shown(known)}, a value, not a section with keys",
                         source=self.source,
                         key=key,
                     )
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
                 node = node[part]
-            node[parts[-1]] = value
+            if value is None:
+                node.pop(parts[-1], None)
+            else:
+                node[parts[-1]] = value
         changed = validate_scenario(data, source=self.source or f"{self.name} (modified)")
         changed._source = self._source
         return changed
@@ -567,6 +573,14 @@ class Scenario(_Strict):
         if gpus % per_node:
             raise InputError(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
         return self.with_changes(**{"cluster.nodes": gpus // per_node})
+
+
+def _value_shown(value: Any, limit: int = 40) -> str:
+    """A scenario value for a message: a list or mapping by its size, anything else quoted and cut."""
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _check_limits(c: ClusterSpec) -> None:

@@ -53,8 +53,8 @@ def test_an_identity_block_moves_what_the_mlperf_symbols_count():
     """stage1.block1: 256 -> 64 (1x1) -> 64 (3x3) -> 256 (1x1) at 56 x 56, identity shortcut.
     Forward, fused: apply passes over the first two outputs (read + write) and the block's end (read
     the third output and the shortcut, write); fused_into_conv: the block's end only. Backward: the
-    batch-norm gradient's five passes per output, the shortcut's gradient written, and the sum at the
-    block's input (read two, write one)."""
+    batch-norm gradient's five passes per output, the shortcut's gradient written, and the second
+    gradient to reach the block's input added into the first's buffer (MXNet's add-to: one read)."""
     b, d, hw = 8, 2, 56
     o1 = o2 = 64 * hw * hw
     o3 = block_in = 256 * hw * hw
@@ -62,7 +62,7 @@ def test_an_identity_block_moves_what_the_mlperf_symbols_count():
     into = {layer.name: layer for layer in _layers("fused_into_conv", b, d)}["stage1.block1"]
     assert _bytes(fused, "fused_norm", "forward") == pytest.approx(d * b * (2 * (o1 + o2) + 3 * o3))
     assert _bytes(into, "fused_norm", "forward") == pytest.approx(d * b * 3 * o3)
-    backward = d * b * (5 * (o1 + o2 + o3) + o3 + 3 * block_in)
+    backward = d * b * (5 * (o1 + o2 + o3) + o3 + block_in)
     assert _bytes(fused, "fused_norm", "backward") == pytest.approx(backward)
     assert _bytes(into, "fused_norm", "backward") == pytest.approx(backward)
     for layer in (fused, into):  # no batch-norm or ReLU kernels of their own
@@ -114,6 +114,22 @@ def test_a_step_is_never_slower_fused_and_never_faster_than_its_convolutions(gpu
 def test_keeps_fewer_activations_when_the_next_convolution_applies_the_normalisation():
     kept = {mode: sum(layer.activation_bytes for layer in _layers(mode)) for mode in MODES}
     assert kept["fused_into_conv"] < kept["fused"] < kept["separate"]
+    # a projection block keeps its four convolutions' outputs and three written activations (the
+    # projection's normalised output is never written: the block's end reads its raw output)
+    b, d = 8, 2
+    block = {layer.name: layer for layer in _layers("fused", b, d)}["stage2.block0"]
+    outputs = [128 * 56 * 56, 128 * 28 * 28, 512 * 28 * 28, 512 * 28 * 28]  # v1.5: stride on the 3x3
+    assert block.activation_bytes == pytest.approx(d * b * (sum(outputs) + sum(outputs[:3])))
+
+
+def test_the_stem_keeps_its_statistics_kernel_and_folds_its_relu():
+    separate, fused = _layers("separate")[0], _layers("fused")[0]
+    bn = [k for k in fused.forward if k.name == "batch_norm"]
+    assert [k.bytes for k in bn] == [k.bytes for k in separate.forward if k.name == "batch_norm"]
+    pool = sum(k.bytes for k in fused.forward if k.name == "activation")
+    relu_and_pool = sum(k.bytes for k in separate.forward if k.name == "activation")
+    out = 2 * 8 * 64 * 112 * 112
+    assert pool == pytest.approx(1.25 * out) and relu_and_pool == pytest.approx(3.25 * out)
 
 
 def _error(row) -> float:
@@ -164,3 +180,24 @@ def test_an_unknown_fusion_is_one_line_naming_the_key(runner, tmp_path):
     assert out.exit_code == 2
     assert "workload.batch_norm" in out.output and "Traceback" not in out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+def test_a_profile_that_measured_pytorch_resnet_says_it_measured_separate_kernels():
+    """The H200 profile measured torchvision's ResNet-50 in bf16: its times are what the step takes."""
+    bf16 = {"workload.precision": "bf16"}
+    scenario = _scenario("fused", gpu="H200", micro_batch=128).with_changes(**bf16)
+    result = simulate(scenario, "builtin:h200-pytorch-2.11", uncertainty_samples=0)
+    assert any("compute of ResNet-50 from its own measurement" in n for n in result.notes)
+    assert any("with separate batch-norm kernels" in n and "workload.batch_norm" in n for n in result.notes)
+    plain = _scenario("separate", gpu="H200", micro_batch=128).with_changes(**bf16)
+    assert not any("batch-norm kernels" in n for n in simulate(plain, "builtin:h200-pytorch-2.11").notes)
+
+
+@pytest.mark.parametrize(("key", "value"), [("memory_format", "contiguous"), ("precision", "fp32")])
+def test_fused_kernels_on_tensors_they_do_not_take_are_priced_as_given_and_said(key, value):
+    scenario = _scenario("fused").with_changes(**{f"workload.{key}": value})
+    notes = simulate(scenario, uncertainty_samples=0).notes
+    assert any(f"workload.batch_norm fused with {key} {value}" in n for n in notes)
+    assert not any(
+        "workload.batch_norm" in n for n in simulate(_scenario("fused"), uncertainty_samples=0).notes
+    )

@@ -735,3 +735,17 @@ def test_a_change_below_a_value_is_refused_by_its_key_not_replaced():
     assert "workload.model is 'BERT-Large', a value, not a section" in str(exc.value)
     # an unset section is still created (offload is left to its default by the preset)
     assert base.with_changes(**{"training.offload.mode": "zero"}).training.offload.mode == "zero"
+
+
+def test_a_change_below_a_default_value_or_a_list_is_refused_and_null_resets():
+    """The check reads the scenario with its defaults, so a key the file left to its default is a value
+    too; a list is named by its size, not printed; None resets a key to its default."""
+    from clustersim.errors import InputError
+
+    base = load_scenario("preset:default")
+    with pytest.raises(InputError) as exc:
+        base.with_changes(**{"workload.batch_norm.x": 1})
+    assert "workload.batch_norm is 'separate', a value, not a section" in str(exc.value)
+    changed = base.with_changes(**{"workload.attention": "eager"})
+    assert changed.with_changes(**{"workload.attention": None}).workload.attention == base.workload.attention
+    assert "attention" not in changed.with_changes(**{"workload.attention": None}).workload.model_fields_set

@@ -147,3 +147,12 @@ def test_the_docs_page_lists_every_row():
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert (cells[1], cells[3], int(cells[4]), cells[5]) == (r.model, r.gpu, r.gpus, r.precision)
         assert float(cells[10].replace(",", "")) == pytest.approx(r.throughput, abs=0.005)
+
+
+def test_batch_norm_on_a_transformer_row_is_refused():
+    raw = copy.deepcopy(_raw())
+    bert = next(t for t in raw["tables"] if t["model"] == "BERT-Large")
+    bert["rows"][0]["batch_norm"] = "fused"
+    with pytest.raises(InputError, match="a transformer row has none") as info:
+        parse_gpu_throughput(raw)
+    assert info.value.key.endswith("batch_norm")

@@ -177,3 +177,25 @@ def test_the_implementation_carries_to_sgd_and_a_compressed_row_that_names_it_is
     with pytest.raises(InputError) as err:
         resolve_row(base, {**axis, "optimizer": "binsgdm"}, None)
     assert "training.optimizer_options.implementation" in str(err.value)
+
+
+def test_deepspeed_zero3_steps_its_partition_one_sub_group_at_a_time():
+    """DeepSpeed's ZeRO-3 runs the optimizer per sub-group (sub_group_size, 1e9 elements by default),
+    so a foreach Adam's sqrt(v) scratch is at most one sub-group's; FSDP steps the whole partition."""
+    big = {
+        "workload.model": "GPT-3-175B",
+        "workload.micro_batch": 1,
+        "workload.seq_len": 2048,
+        "workload.activation_checkpointing": True,
+        "cluster.nodes": 16,
+        "cluster.gpus_per_node": 8,
+        "cluster.gpu": "H100-SXM",
+    }
+    ds = _scenario("foreach", **big, **{"training.sharding": {"stage": 3, "framework": "deepspeed"}})
+    fsdp = _scenario(
+        "foreach", **big, **{"training.sharding": {"framework": "fsdp", "fsdp_strategy": "full"}}
+    )
+    partition = build_context(ds).params / 128
+    assert partition > 1e9
+    assert simulate(ds, uncertainty_samples=0).memory["update_scratch"] == pytest.approx(4 * 1e9)
+    assert simulate(fsdp, uncertainty_samples=0).memory["update_scratch"] == pytest.approx(4 * partition)

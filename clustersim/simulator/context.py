@@ -384,6 +384,21 @@ def _ignored_workload_keys(scenario) -> list[str]:
             "workload.attention eager under execution compiled: torch.compile fuses the scale, mask, "
             "softmax and dropout over the scores into kernels of its own, which attention unfused describes"
         )
+    if convolutional and spec.batch_norm != "separate":
+        # NormConvolution and ScaleBiasAddRelu are 16-bit NHWC kernels (the MLPerf symbol files)
+        unlike = [
+            f"{key} {value}"
+            for key, value, fused_kernels_take in (
+                ("memory_format", spec.memory_format, {"channels_last"}),
+                ("precision", spec.precision, {"fp16", "bf16"}),
+            )
+            if value not in fused_kernels_take
+        ]
+        if unlike:
+            notes.append(
+                f"workload.batch_norm {spec.batch_norm} with {' and '.join(unlike)}: the fused kernels it "
+                "describes (NVIDIA's MLPerf ResNet code) run on 16-bit channels_last tensors; priced as given"
+            )
     return notes
 
 

@@ -126,6 +126,13 @@ def _warn_execution(ctx, mc: ModelCompute) -> None:
             f"warning: the profile measured {mc.model} with {fp.attention} attention ({measured}), the "
             f"scenario asks for {asked} (workload.attention): the measurement is used as it is"
         )
+    fusion = ctx.scenario.workload.batch_norm
+    if fusion != "separate" and ctx.workload.layers and ctx.workload.layers[0].name == "stem":
+        # calibrate model and import-trace measure PyTorch code, whose batch-norm kernels are separate
+        ctx.notes.append(
+            f"warning: the profile measured {mc.model} in PyTorch, with separate batch-norm kernels; the "
+            f"scenario asks for {fusion} (workload.batch_norm): the measurement is used as it is"
+        )
 
 
 def transfer_model_compute(ctx, profile: Profile) -> None:

@@ -17,13 +17,18 @@ from clustersim.units import format_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
-    from clustersim.simulator.sharding import layout, sharded_memory
+    from clustersim.simulator.sharding import DEEPSPEED_SUB_GROUP_ELEMENTS, layout, sharded_memory
 
     lay = layout(ctx)
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
         mem = sharded_memory(ctx, strategy, lay, _side_parts(ctx))
-        # each rank updates its partition of the optimizer state (FSDP's torch.optim Adam: foreach)
-        scratch = _update_scratch(ctx, ctx.params / lay.ranks("optimizer_states"))
+        # each rank updates its partition of the optimizer state (FSDP's torch.optim Adam: foreach);
+        # DeepSpeed's ZeRO-3 steps it one sub-group at a time
+        stepped = ctx.params / lay.ranks("optimizer_states")
+        sh = ctx.scenario.training.sharding
+        if sh.framework == "deepspeed" and lay.parameters:
+            stepped = min(stepped, DEEPSPEED_SUB_GROUP_ELEMENTS)
+        scratch = _update_scratch(ctx, stepped)
         if scratch:
             mem["update_scratch"] = scratch
             mem["peak_update"] += scratch

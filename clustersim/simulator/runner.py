@@ -355,13 +355,12 @@ def _conv_source(ctx: SimulationContext) -> str:
     )
     moved = " (cuDNN transposes each tensor-core convolution's input and output)" if transposes else ""
     fusion = ctx.scenario.workload.batch_norm
-    given = "workload.batch_norm" if "batch_norm" in ctx.scenario.workload.model_fields_set else "default"
-    if fusion != "separate":
+    if fusion != "separate":  # only set by the scenario: the default is separate
         applied = "in the next convolution's prologue" if fusion == "fused_into_conv" else "in one pass"
         batch_norm = (
-            f"batch-norm fused ({fusion}, {given}): statistics from the convolutions' epilogues, "
-            f"normalisation and ReLU {applied}, the residual add with the block's last, at HBM's "
-            "streaming rate"
+            f"batch-norm fused ({fusion}, workload.batch_norm): statistics from the convolutions' "
+            f"epilogues, normalisation and ReLU {applied}, the residual add with the block's last, at "
+            "HBM's streaming rate (the stem's batch-norm as separate kernels)"
         )
     elif ctx.gpu.sm_cycles_per_s is not None:
         batch_norm = "batch-norm bound by the multiprocessors, ReLU and residual adds by HBM"

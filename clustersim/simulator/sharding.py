@@ -34,6 +34,9 @@ MIB = 2**20
 # allgather_bucket_size = 5e8; stage3_prefetch_bucket_size = 5e7.
 DEEPSPEED_BUCKET_ELEMENTS = 5e8
 DEEPSPEED_PREFETCH_ELEMENTS = 5e7
+# ZeRO-3 steps the optimizer one sub-group of its partition at a time (stage3.py, _optimizer_step per
+# sub_group_size elements; default 1e9 in the same config.py).
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1e9
 # Bits on the wire for ZeRO++ (paper sec. 3.1, 3.3): int8 weights (qwZ), int4 gradients (qgZ).
 QWZ_BYTES = 1.0
 QGZ_BYTES = 0.5

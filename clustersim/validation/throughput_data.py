@@ -169,6 +169,12 @@ def _check_catalogs(row: ThroughputRow, source: str, key: str) -> None:
                 source=source,
                 key=f"{key}.seq_len",
             )
+        if row.batch_norm != "separate":
+            raise InputError(
+                "batch_norm describes a convolution network's kernels; a transformer row has none",
+                source=source,
+                key=f"{key}.batch_norm",
+            )
     elif row.image_size is None or row.seq_len is not None:
         raise InputError("a CNN row gives image_size, not seq_len", source=source, key=f"{key}.image_size")
     peaks = gpus[row.gpu].peak_tflops

@@ -68,14 +68,14 @@ def _activation_elements(convs: list[Conv], stem: bool) -> tuple[float, float]:
     return 2 * relu + 3 * block_out, 3 * relu + 3 * block_in
 
 
-def _fused_norm_elements(convs: list[Conv], stem: bool, into_conv: bool) -> tuple[float, float]:
-    """Elements per sample that fused batch-norm code moves outside its convolutions (forward,
-    backward), as NVIDIA's MLPerf ResNet-50 runs it (MXNet, NHWC; symbols resnet-v1b-stats-fl and
-    resnet-v1b-mainloop-fl in mlcommons/training_results_v1.0):
+def _fused_norm_elements(convs: list[Conv], into_conv: bool) -> tuple[float, float]:
+    """Elements per sample that a bottleneck block's fused batch-norm code moves outside its
+    convolutions (forward, backward), as NVIDIA's MLPerf ResNet-50 runs it (MXNet, NHWC; symbols
+    resnet-v1b-stats-fl and resnet-v1b-mainloop-fl in mlcommons/training_results_v1.0 and v3.0):
 
-    - each convolution of a block writes its output's per-channel sum and sum of squares from its
-      epilogue (NormConvolution's "Stats-Gen"), so no statistics pass reads the output back;
-    - ``fused``: the normalisation and ReLU of the first two convolutions are one pass
+    - each convolution writes its output's per-channel sum and sum of squares from its epilogue
+      (NormConvolution's "Stats-Gen"), so no statistics pass reads the output back;
+    - ``fused``: the normalisation and ReLU of the first two convolutions are one pass each
       (ScaleBiasAddRelu: read the output, write the activation); ``fused_into_conv``: the next
       convolution applies them as it loads its input ("Stats-Apply Relu Convolution"), no pass;
     - the block's end is one pass either way: read the third convolution's output and the shortcut (the
@@ -83,19 +83,15 @@ def _fused_norm_elements(convs: list[Conv], stem: bool, into_conv: bool) -> tupl
       kernel, the "dual" scale-bias), add, ReLU, write the block's output;
     - backward, each convolution's batch-norm gradient with the ReLU's mask folded in is a reduction
       (reads dY and X) and the input gradient (reads dY and X, writes dX), as unfused code; the block's
-      end also writes the shortcut's gradient, and the two gradients that reach the block's input are
-      summed (read two, write one);
-    - the stem (a plain convolution) runs one batch-norm with the ReLU fused: a statistics read and an
-      apply pass; its max-pool as in unfused code."""
+      end also writes the shortcut's gradient. The two gradients that reach the block's input are not
+      summed by a kernel of their own: the image runs MXNet with MXNET_EXEC_ENABLE_ADDTO=1 (its
+      Dockerfile), so the second writer adds into the first's buffer, one more read of it."""
     outputs = [cout * hw * hw for _, cout, _, hw, _ in convs]
-    if stem:
-        pooled = 1.25 * outputs[0]
-        return 3 * outputs[0] + pooled, 5 * outputs[0] + pooled
     cin, _, _, hw, stride = convs[0]
     block_in = cin * (hw * stride) ** 2
     first_two, block_out = outputs[0] + outputs[1], outputs[2]
     forward = (0 if into_conv else 2 * first_two) + 3 * block_out
-    backward = 5 * sum(outputs) + block_out + 3 * block_in
+    backward = 5 * sum(outputs) + block_out + block_in
     return forward, backward
 
 
@@ -108,34 +104,39 @@ def _norm_kernels(
     kernels forward and two backward per convolution, the rest casts, ReLU and the residual add)."""
     n_conv = len(convs)
     act = d * b * sum(cout * hw * hw for _, cout, _, hw, _ in convs)
+    act_fwd, act_bwd = _activation_elements(convs, stem)
+    # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
+    # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
+    bn_forward, bn_backward = (
+        Kernel("batch_norm", 0.0, 3 * act, 3 * n_conv),
+        Kernel("batch_norm", 0.0, 5 * act, 2 * n_conv),
+    )
     if batch_norm == "separate":
         n_fwd, n_bwd = eager_kernels("resnet", kind)
-        bn_fwd, bn_bwd = 3 * n_conv, 2 * n_conv
-        act_fwd, act_bwd = _activation_elements(convs, stem)
-        # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
-        # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
-        forward = [
-            Kernel("batch_norm", 0.0, 3 * act, bn_fwd),
-            Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - n_conv - bn_fwd)),
-        ]
-        backward = [
-            Kernel("batch_norm", 0.0, 5 * act, bn_bwd),
-            Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 2 * n_conv - bn_bwd)),
-        ]
+        forward = [bn_forward, Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - 4 * n_conv))]
+        backward = [bn_backward, Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 4 * n_conv))]
         return forward, backward, 3 * act  # convolution, batch-norm and ReLU outputs
+    if stem:
+        # the stem is a plain convolution and a batch-norm with its ReLU fused (BatchNorm act_type
+        # relu in the symbol files): the statistics kernel stays, the ReLU's passes go; the max-pool
+        # reads the activation and writes a quarter of it (backward the reverse)
+        pooled = 1.25 * act
+        forward = [bn_forward, Kernel("activation", 0.0, pooled, 1)]
+        backward = [bn_backward, Kernel("activation", 0.0, pooled, 1)]
+        return forward, backward, 2 * act
     into_conv = batch_norm == "fused_into_conv"
-    fwd_elems, bwd_elems = _fused_norm_elements(convs, stem, into_conv)
+    fwd_elems, bwd_elems = _fused_norm_elements(convs, into_conv)
     # launches: forward a statistics finalisation per convolution (per-channel, no bytes to speak of)
-    # and the apply passes (3, or the block's end only when the convolutions apply the others; the
-    # stem's batch-norm and max-pool 2); backward two batch-norm kernels per convolution and the sum
-    applies = 2 if stem else (1 if into_conv else 3)
-    forward = [Kernel("fused_norm", 0.0, d * b * fwd_elems, (0 if stem else n_conv) + applies)]
-    backward = [Kernel("fused_norm", 0.0, d * b * bwd_elems, 2 * n_conv + 1)]
-    # kept for backward: the convolutions' outputs, and the normalised activations that the next
-    # convolution's weight gradient reads (recomputed from the outputs when applied in the prologue)
-    _, out_channels, _, out_hw, _ = convs[0] if stem else convs[2]
-    block_out = out_channels * out_hw * out_hw
-    kept = act + (d * b * block_out if into_conv else act)
+    # and the apply passes (3, or the block's end only when the convolutions apply the others);
+    # backward two batch-norm kernels per convolution
+    forward = [Kernel("fused_norm", 0.0, d * b * fwd_elems, n_conv + (1 if into_conv else 3))]
+    backward = [Kernel("fused_norm", 0.0, d * b * bwd_elems, 2 * n_conv)]
+    # kept for backward: the convolutions' outputs, and what the next convolution's weight gradient
+    # reads: the normalised activations of the first two and the block's output (the projection's
+    # normalised output is never written: the dual pass reads its raw output), or only the block's
+    # output where the next convolution applies the normalisation as it loads (and again in backward)
+    o1, o2, o3 = (cout * hw * hw for _, cout, _, hw, _ in convs[:3])
+    kept = act + d * b * (o3 if into_conv else o1 + o2 + o3)
     return forward, backward, kept
 
 
