@@ -15,11 +15,11 @@ from clustersim import catalog
 from clustersim.cli import app
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.errors import InputError
-from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.validation.gpu_throughput import scenario_for
 from clustersim.validation.throughput_data import load_gpu_throughput
 from clustersim.workloads.resnet import resnet_layers
+from tests.conftest import make_scenario
 
 MODES = ("separate", "fused", "fused_into_conv")
 
@@ -33,20 +33,11 @@ def _bytes(layer, group: str, phase: str) -> float:
 
 
 def _scenario(mode: str, gpu: str = "A100-80GB", micro_batch: int = 256, execution: str = "eager"):
-    return validate_scenario(
-        {
-            "name": "resnet",
-            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": gpu},
-            "workload": {
-                "model": "ResNet-50",
-                "micro_batch": micro_batch,
-                "precision": "fp16",
-                "batch_norm": mode,
-                "execution": execution,
-            },
-            "training": {"optimizer": "sgdm"},
-        }
-    )
+    """One GPU training ResNet-50 in fp16 with batch-norm ``mode`` (conftest's small scenario, reshaped)."""
+    workload = {"model": "ResNet-50", "micro_batch": micro_batch, "precision": "fp16"}
+    workload.update(batch_norm=mode, execution=execution)
+    one_gpu = {"cluster.nodes": 1, "cluster.gpus_per_node": 1, "cluster.gpu": gpu}
+    return make_scenario(workload=workload, **one_gpu, **{"training.optimizer": "sgdm"})
 
 
 def test_an_identity_block_moves_what_the_mlperf_symbols_count():
