@@ -392,3 +392,27 @@ def test_optimizer_options_no_optimizer_accepts_are_refused_before_any_work(runn
     assert says in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rows_time_split_adds_up_and_keeps_host_waits_apart_from_communication(tmp_path):
+    """The CSV's parts add up to the iteration (pipeline bubbles included), and the GPU waiting on its
+    host's dispatch is its own column, as run's breakdown reports it, not exposed communication."""
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import simulate
+
+    sweep = {
+        "name": "split",
+        "base": "preset:default",
+        "vary": {"optimizer": ["adam"], "gpus": [8]},
+        "steps": 10,
+    }
+    run_sweep(load_sweep(write(tmp_path, sweep)), tmp_path / "out")
+    (row,) = rows_of(tmp_path / "out").values()
+    parts = ("forward", "backward", "compression", "optimizer", "other", "exposed_communication")
+    total = sum(float(row[f"{p}_s"]) for p in (*parts, "exposed_host", "idle"))
+    assert total == pytest.approx(float(row["iteration_time_s"]), rel=1e-6)
+    breakdown = simulate(load_scenario("preset:default").with_world_size(8), uncertainty_samples=0).breakdown
+    assert breakdown["exposed_host"] > 0  # fp16: the host waits before the update (default preset)
+    assert float(row["exposed_host_s"]) == pytest.approx(breakdown["exposed_host"], rel=1e-6)
+    expected = breakdown["exposed_communication"] + breakdown["exposed_transfer"]
+    assert float(row["exposed_communication_s"]) == pytest.approx(expected, rel=1e-6)

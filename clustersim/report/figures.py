@@ -28,7 +28,10 @@ PARTS = [  # (row key, label, phase colour)
     ("optimizer_s", "optimizer", "optimizer"),
     ("other_s", "other", "other"),
     ("exposed_communication_s", "exposed communication", "communication"),
+    ("exposed_host_s", "exposed host", "host"),  # absent from folders begun before it: 0
+    ("idle_s", "idle (pipeline bubbles)", "idle"),
 ]
+IDLE_COLOR = "#DDDDDD"  # the breakdown's idle part; not an op category of the timeline
 # One colour per optimizer, one line dash per network, one marker per GPU type, in every figure.
 OPTIMIZER_PALETTE = ["#1F77B4", "#D62728", "#2CA02C", "#9467BD", "#FF7F0E", "#8C564B", "#E377C2", "#17BECF"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -167,7 +170,7 @@ def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str, suffix: s
                 x=labels,
                 y=[1e3 * (r.get(key) or 0.0) for r in sel],
                 name=name,
-                marker_color=PHASE_COLORS[phase],
+                marker_color=PHASE_COLORS.get(phase, IDLE_COLOR),
             )
         )
     fig.update_layout(barmode="stack")

@@ -79,9 +79,11 @@ def simulate_row(
                 "compression_s": b["compression"],
                 "optimizer_s": b["optimizer"],
                 "other_s": b["other"],
-                "exposed_communication_s": b["exposed_communication"]
-                + b["exposed_transfer"]
-                + b["exposed_host"],
+                # the GPU waiting on the network or host<->device copies, and waiting on its host's
+                # dispatch: two causes, two columns (run's breakdown keeps them apart too)
+                "exposed_communication_s": b["exposed_communication"] + b["exposed_transfer"],
+                "exposed_host_s": b["exposed_host"],
+                "idle_s": b["idle"],  # pipeline bubbles: the stage waiting on its neighbours
                 "intra_node_bytes": r.bytes_per_link_kind["intra_node_per_node"],
                 "inter_node_bytes": r.bytes_per_link_kind["inter_node_per_node"],
                 "gpu_memory_bytes": r.memory["total"],

@@ -47,6 +47,8 @@ METRICS = [
     "optimizer_s",
     "other_s",
     "exposed_communication_s",
+    "exposed_host_s",
+    "idle_s",
     "intra_node_bytes",
     "inter_node_bytes",
     "gpu_memory_bytes",
