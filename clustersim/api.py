@@ -153,9 +153,16 @@ class SweepResults:
     meta: dict[str, Any]
     rows: list[dict[str, Any]]
     counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. an axis that no row's model uses
 
     def to_dict(self) -> dict[str, Any]:
-        return {"out": str(self.out), **self.counts, "meta": self.meta, "rows": self.rows}
+        return {
+            "out": str(self.out),
+            **self.counts,
+            "meta": self.meta,
+            "rows": self.rows,
+            "notes": self.notes,
+        }
 
     def to_dataframe(self):
         return _dataframe(self.rows)
@@ -179,9 +186,10 @@ def sweep(
 
     sw = load_sweep(sweep_file, profile=profile, samples=samples)
     with sw.catalogs_in_use():
+        notes = sw.unused_axes()
         counts = run_sweep(sw, Path(out), scheduler, workers or default_workers())
     meta, rows = read_results(Path(out))
-    return SweepResults(Path(out), meta, rows, counts)
+    return SweepResults(Path(out), meta, rows, counts, notes)
 
 
 @dataclass

@@ -41,6 +41,10 @@ Attention = Literal["fused", "unfused", "eager"]
 #: training.gradient_clipping: by the gradients' norm, over all of them or tensor by tensor
 GradientClipping = Literal["none", "global", "per_tensor"]
 BatchNorm = Literal["separate", "fused", "fused_into_conv"]
+# Workload keys that describe one kind of network only: set for the other kind (in a scenario, or as a
+# sweep's axis) they change nothing, which run and sweep say.
+TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
+CONV_ONLY_KEYS = ("memory_format", "batch_norm")
 
 PRESET_PREFIX = "preset:"
 

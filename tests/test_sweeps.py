@@ -7,6 +7,7 @@ import os
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from clustersim.cli import app
 from clustersim.errors import InputError
@@ -416,3 +417,28 @@ def test_a_rows_time_split_adds_up_and_keeps_host_waits_apart_from_communication
     assert float(row["exposed_host_s"]) == pytest.approx(breakdown["exposed_host"], rel=1e-6)
     expected = breakdown["exposed_communication"] + breakdown["exposed_transfer"]
     assert float(row["exposed_communication_s"]) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("base_model", "axis", "values", "says"),
+    [
+        ("BERT-Large", "workload.batch_norm", ["separate", "fused"], "BERT-Large (a transformer)"),
+        ("ResNet-50", "workload.attention", ["fused", "eager"], "ResNet-50 (a convolution network)"),
+    ],
+)
+def test_an_axis_no_rows_model_uses_is_a_note_not_silence(tmp_path, base_model, axis, values, says):
+    from clustersim import api
+
+    base = copy.deepcopy(SMALL_SCENARIO)
+    base["workload"] = {"model": base_model, "micro_batch": 8, "precision": "fp16"}
+    sweep = {"name": "n", "base": base, "vary": {axis: values}, "samples": 0}
+    path = write(tmp_path, sweep)
+    result = api.sweep(path, tmp_path / "api", workers=1)
+    (note,) = result.notes
+    assert note.startswith(f"vary.{axis}: {axis} does not apply to {says}")
+    out = CliRunner().invoke(app, ["sweep", str(path), "--out", str(tmp_path / "cli"), "--workers", "1"])
+    assert out.exit_code == 0, out.output
+    assert f"note: vary.{axis}: {axis} does not apply" in out.output
+    # an axis the model uses, or a mix of both kinds of model, says nothing
+    mixed = {**sweep, "vary": {axis: values, "model": ["BERT-Large", "ResNet-50"]}}
+    assert api.sweep(write(tmp_path, mixed, "mixed.yaml"), tmp_path / "mixed", workers=1).notes == []

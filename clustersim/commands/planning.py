@@ -62,11 +62,14 @@ def sweep(
         folder.open()  # a folder of another sweep is refused before anything is printed
         total = len(sw.rows())
         invalid = sw.invalid_rows()
+        notes = sw.unused_axes()
         if json_out:
             counts = run_locked(sw, folder, scheduler, workers)
-            emit_json({"out": str(out), **counts, "invalid": _invalid_reasons(out)})
+            emit_json({"out": str(out), **counts, "invalid": _invalid_reasons(out), "notes": notes})
             return
         console.print(f"sweep [bold]{sw.spec.name}[/]: {total} rows over {', '.join(sw.axes)} -> {out}/")
+        for note in notes:
+            console.print(f"note: {note}", markup=False, highlight=False)
         if invalid:
             console.print(
                 f"[yellow]{sum(invalid.values())} of {total} rows are not a valid cluster as given[/] "

@@ -16,7 +16,7 @@ from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
 from clustersim.errors import InputError
-from clustersim.scenario import Scenario
+from clustersim.scenario import CONV_ONLY_KEYS, TRANSFORMER_ONLY_KEYS, Scenario
 from clustersim.simulator.measured_compute import (
     apply_model_compute,
     matching_model_compute,
@@ -362,11 +362,6 @@ def build_context(
     return ctx
 
 
-# workload keys that describe one kind of network only: what a scenario sets for the other is unused
-_TRANSFORMER_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
-_CONV_KEYS = ("memory_format", "batch_norm")
-
-
 def _ignored_workload_keys(scenario) -> list[str]:
     """One note per workload key the scenario sets that its model does not use (a transformer's
     attention on ResNet-50, a convolution layout on a transformer), so that a setting that changes
@@ -376,7 +371,7 @@ def _ignored_workload_keys(scenario) -> list[str]:
         return []
     given = spec.model_fields_set
     convolutional = catalog.model(spec.model).family == "resnet"
-    unused = [k for k in (_TRANSFORMER_KEYS if convolutional else _CONV_KEYS) if k in given]
+    unused = [k for k in (TRANSFORMER_ONLY_KEYS if convolutional else CONV_ONLY_KEYS) if k in given]
     kind = "a convolution network" if convolutional else "a transformer"
     notes = [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]
     if not convolutional and spec.attention == "eager" and spec.execution == "compiled":

@@ -33,8 +33,10 @@ from clustersim.errors import InputError
 from clustersim.io import first_error, read_input_text
 from clustersim.planner.compare import split_global_batch
 from clustersim.scenario import (
+    CONV_ONLY_KEYS,
     MEGATRON_KEYS,
     PRESET_PREFIX,
+    TRANSFORMER_ONLY_KEYS,
     Scenario,
     load_scenario,
     read_structured_file,
@@ -274,6 +276,36 @@ class Sweep:
                 for (axis, why), vals in problems.items()
             ]
             raise InputError("\n".join(lines))
+
+    def unused_axes(self) -> list[str]:
+        """One note per axis that varies a workload key none of the sweep's models uses (a transformer's
+        attention over ResNet-50 rows, batch-norm fusion over BERT rows): its rows come out the same, so
+        it is said before they run, as ``run`` says it of a scenario's key."""
+        from clustersim import catalog
+
+        models = {self.base.workload.model, *self.spec.vary.get("model", [])}
+        models |= set(self.spec.vary.get("workload.model", []))
+        models.discard(None)  # a custom list of layers: no family to check against
+        if not models:
+            return []
+        families = {catalog.model(m).family for m in models}
+        named = ", ".join(sorted(models))
+        notes = []
+        for axis in self.axes:
+            key = AXES.get(axis) if axis in AXES else axis
+            if not key or not key.startswith("workload."):
+                continue
+            leaf = key.removeprefix("workload.")
+            if leaf in TRANSFORMER_ONLY_KEYS and families == {"resnet"}:
+                kind = "a convolution network" if len(models) == 1 else "convolution networks"
+            elif leaf in CONV_ONLY_KEYS and "resnet" not in families:
+                kind = "a transformer" if len(models) == 1 else "transformers"
+            else:
+                continue
+            notes.append(
+                f"vary.{axis}: {key} does not apply to {named} ({kind}): the rows along it are the same"
+            )
+        return notes
 
     def invalid_rows(self) -> dict[str, int]:
         """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count."""
