@@ -34,10 +34,44 @@ def _dotted(loc, tags: tuple[str, ...] = ()) -> str:
     return ".".join(shown_key(p) for p in loc if p not in tags and p != "[key]")
 
 
-def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, str]:
+def _model_in(annotation: Any, depth: int = 0):
+    """The pydantic model class an annotation holds (itself, or inside Optional/Annotated/a union)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if depth < 3:
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _keys_beside(model: Any, loc: tuple, tags: tuple[str, ...]) -> list[str]:
+    """The keys ``model`` accepts beside ``loc``'s last part, following its nested models field by field
+    (tags of tagged unions skipped); none where the path leaves the models (a dict, a list item)."""
+    current = model
+    for part in loc[:-1]:
+        if part in tags:
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not isinstance(part, str) or fields is None or part not in fields:
+            return []
+        current = _model_in(fields[part].annotation)
+    fields = getattr(current, "model_fields", None) or {}
+    keys = list(fields)
+    keys += [f.alias for f in fields.values() if f.alias]
+    return keys
+
+
+def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = None) -> tuple[str, str]:
     """The first pydantic error as (dotted key, one-line reason). A misspelt key shows up as an unknown
-    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo.
-    ``tags``: the tags of tagged unions, which pydantic puts in the location."""
+    key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo, and
+    where ``model`` (the validated class) is given, beside any key it accepts there (``batchnorm`` /
+    ``batch_norm``). ``tags``: the tags of tagged unions, which pydantic puts in the location."""
     import difflib
 
     errors = exc.errors()
@@ -47,6 +81,8 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = ()) -> tuple[str, 
             continue
         siblings = [str(m[-1]) for m in missing if m[:-1] == e["loc"][:-1]]
         match = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
+        if not match and model is not None:
+            match = difflib.get_close_matches(str(e["loc"][-1]), _keys_beside(model, e["loc"], tags), n=1)
         if match:
             return _dotted(e["loc"], tags), f"unknown key (did you mean {match[0]}?)"
     err = errors[0]

@@ -1081,7 +1081,7 @@ def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        key, msg = first_error(exc, _GPU_TAGS)
+        key, msg = first_error(exc, _GPU_TAGS, model=Scenario)
         raise InputError(msg, source=source, key=key) from None
     try:
         _check_semantics(scenario)

@@ -82,7 +82,7 @@ BAD = {
     "unknown_bool_key": (
         "cluster: {nodes: 1, gpus_per_node: 1, gpu: A100-80GB}\n"
         "workload: {model: BERT-Base, micro_batch: 1}\ntraining: {overlapp: true}\n",
-        "training.overlapp: unknown key",
+        "training.overlapp: unknown key (did you mean overlap?)",
     ),
     "unknown_gpu": (
         "cluster: {nodes: 1, gpus_per_node: 1, gpu: Z100}\nworkload: {model: BERT-Base, micro_batch: 1}\n",
@@ -145,7 +145,7 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
     assert len(out.splitlines()) == 1, out
     assert str(path) in out and expected in out
     if case == "unknown_bool_key":  # an unknown key's value is not the problem
-        assert out.endswith("unknown key"), out
+        assert out.endswith("unknown key (did you mean overlap?)"), out
 
 
 @pytest.mark.parametrize(

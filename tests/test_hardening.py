@@ -749,3 +749,23 @@ def test_a_change_below_a_default_value_or_a_list_is_refused_and_null_resets():
     changed = base.with_changes(**{"workload.attention": "eager"})
     assert changed.with_changes(**{"workload.attention": None}).workload.attention == base.workload.attention
     assert "attention" not in changed.with_changes(**{"workload.attention": None}).workload.model_fields_set
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("workload.batchnorm", "batch_norm"),
+        ("training.gradient_cliping", "gradient_clipping"),
+        ("cluster.nic.line_rate", "line_rate_gbps"),
+    ],
+)
+def test_a_misspelt_optional_key_names_the_key_it_resembles(tmp_path, key, meant):
+    """A typo of a key with a default has no missing sibling to pair with: the schema's own keys at that
+    place are what it is matched against."""
+    from typer.testing import CliRunner
+
+    out = CliRunner().invoke(app, ["run", "preset:default", "--set", f"{key}=1", "--samples", "0"])
+    assert out.exit_code == 2
+    assert f"{key}: unknown key (did you mean {meant}?)" in out.output
+    out = CliRunner().invoke(app, ["run", "preset:default", "--set", "workload.zzz=1"])
+    assert out.exit_code == 2 and out.output.strip().endswith("workload.zzz: unknown key")
