@@ -195,7 +195,7 @@ def _measured_workload(mc: ModelCompute) -> Workload | None:
     if isinstance(arch, ResNetArch):
         return Workload(mc.model, tuple(resnet_layers(arch, b, d)), b, 1, p)
     # Hugging Face's eager attention runs plain ops on the scores; sdpa and FlashAttention are fused
-    attention = "eager" if mc.fingerprint.attention == "eager" else "fused"
+    attention = _ATTENTION_OF.get(mc.fingerprint.attention or "", "fused")
     # a measured model is plain PyTorch code (calibrate model, a user's traced job) unless compiled
     unfused = mc.fingerprint.execution != "compiled"
     layers = transformer_layers(arch, b, mc.seq_len, d, attention, unfused)

@@ -292,7 +292,7 @@ class Sweep:
         named = ", ".join(sorted(models))
         notes = []
         for axis in self.axes:
-            key = AXES.get(axis) if axis in AXES else axis
+            key = AXES.get(axis) or axis
             if not key or not key.startswith("workload."):
                 continue
             leaf = key.removeprefix("workload.")

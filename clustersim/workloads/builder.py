@@ -58,15 +58,18 @@ def build_workload(
             "custom", tuple(_custom_layers(spec, d)), spec.micro_batch, spec.seq_len or 1, spec.precision
         )
     definition = catalog.user_model_definition(spec.model)
+    # settings of the other kind of network stay at their defaults, so that they do not key the cache
+    # apart (a sweep over batch_norm on BERT builds one workload, not one per value)
+    convolutional = isinstance(catalog.model(spec.model), ResNetArch)
     workload = _catalog_workload(
         spec.model,
         spec.micro_batch,
         spec.seq_len,
         spec.precision,
         definition,
-        spec.attention,
-        needs_layout_transposes(spec.memory_format, spec.precision),
-        spec.batch_norm,
+        "fused" if convolutional else spec.attention,
+        convolutional and needs_layout_transposes(spec.memory_format, spec.precision),
+        spec.batch_norm if convolutional else "separate",
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
