@@ -442,3 +442,45 @@ def test_an_axis_no_rows_model_uses_is_a_note_not_silence(tmp_path, base_model, 
     # an axis the model uses, or a mix of both kinds of model, says nothing
     mixed = {**sweep, "vary": {axis: values, "model": ["BERT-Large", "ResNet-50"]}}
     assert api.sweep(write(tmp_path, mixed, "mixed.yaml"), tmp_path / "mixed", workers=1).notes == []
+
+
+def test_one_optimizer_option_is_an_axis_applied_to_each_rows_optimizer(tmp_path):
+    """training.optimizer_options.implementation varies by itself: each row's optimizer runs with it
+    (Adam's and SGD-M's update times differ along it), an optimizer without the option runs as it is
+    with a note, and the rows equal scenarios given the option by hand."""
+    from clustersim import api
+    from clustersim.scenario import validate_scenario
+    from clustersim.simulator import simulate
+
+    axis = "training.optimizer_options.implementation"
+    sweep = {
+        "name": "o",
+        "base": SMALL_SCENARIO,
+        "vary": {"optimizer": ["adam", "binsgdm"], axis: ["fused", "for_loop"]},
+        "samples": 0,
+    }
+    result = api.sweep(write(tmp_path, sweep), tmp_path / "out", workers=1)
+    assert result.notes == [f"vary.{axis}: binsgdm has no option implementation: its rows along it are the same"]
+    rows = {(r["optimizer"], r[axis]): float(r["iteration_time_s"]) for r in rows_of(tmp_path / "out").values()}
+    assert rows[("binsgdm", "fused")] == rows[("binsgdm", "for_loop")]
+    assert rows[("adam", "for_loop")] > rows[("adam", "fused")]
+    by_hand = copy.deepcopy(SMALL_SCENARIO)
+    by_hand["training"] = {**by_hand.get("training", {}), "optimizer": "adam"}
+    by_hand["training"]["optimizer_options"] = {"implementation": "for_loop"}
+    assert rows[("adam", "for_loop")] == pytest.approx(simulate(validate_scenario(by_hand)).iteration_time)
+
+
+@pytest.mark.parametrize(
+    ("axis", "values", "says"),
+    [
+        ("training.optimizer_options.implementation", ["fast"], "Input should be 'fused', 'foreach' or 'for_loop'"),
+        ("training.optimizer_options.implementaton", ["fused"], "did you mean training.optimizer_options.implementation?"),
+        ("training.optimizer_options.colour", ["red"], "unknown axis 'training.optimizer_options.colour'"),
+    ],
+)
+def test_a_bad_optimizer_option_axis_is_one_line_naming_it(tmp_path, axis, values, says):
+    sweep = {"name": "b", "base": "preset:default", "vary": {axis: values}}
+    out = CliRunner().invoke(app, ["sweep", str(write(tmp_path, sweep)), "--out", str(tmp_path / "o")])
+    assert out.exit_code == 2, out.output
+    assert f"vary.{axis}:" in out.output and says in out.output
+    assert "Traceback" not in out.output and not (tmp_path / "o").exists()

@@ -118,6 +118,9 @@ def _value_problem(axis: str, value: Any) -> str | None:
             return None
         if (AXES.get(axis) or axis) == "training.optimizer_options":
             return _options_problem(value)
+        option = _option_name(axis)
+        if option is not None:
+            return _options_problem({option: value})
         if axis == "gpu":
             catalog.gpu(str(value))
         elif axis == "model":
@@ -153,7 +156,45 @@ def _options_problem(value: Any) -> str | None:
     return min(problems)[1]
 
 
+OPTIONS_PREFIX = "training.optimizer_options."
+
+
+def _axis_hint(axis: str) -> str:
+    """", did you mean X?" for a misspelt optimizer option, else nothing."""
+    import difflib
+
+    from clustersim.optimizer_options import OPTIONS
+
+    if not axis.startswith(OPTIONS_PREFIX):
+        return ""
+    names = sorted({n for schema in OPTIONS.values() for n in schema.model_fields})
+    close = difflib.get_close_matches(axis.removeprefix(OPTIONS_PREFIX), names, n=1)
+    return f" (did you mean {OPTIONS_PREFIX}{close[0]}?)" if close else ""
+
+
+def _option_name(axis: str) -> str | None:
+    """The option an axis such as ``training.optimizer_options.implementation`` varies, or None. It is
+    one key of the options mapping, which each optimizer defines for itself (optimizer_options.py), so
+    it is a sweep axis when some optimizer has that option."""
+    from clustersim.optimizer_options import OPTIONS
+
+    name = axis.removeprefix(OPTIONS_PREFIX)
+    if name == axis or not any(name in schema.model_fields for schema in OPTIONS.values()):
+        return None
+    return name
+
+
+def _options_of(optimizer: str) -> set[str]:
+    """The option names ``optimizer`` takes (none for an unknown name, refused elsewhere)."""
+    from clustersim.optimizer_options import OPTIONS
+
+    schema = OPTIONS.get(optimizer)
+    return set(schema.model_fields) if schema is not None else set()
+
+
 def _is_schema_key(dotted: str) -> bool:
+    if _option_name(dotted) is not None:
+        return True
     model: Any = Scenario
     for part in dotted.split("."):
         fields = getattr(model, "model_fields", None)
@@ -229,8 +270,8 @@ class Sweep:
         for axis, values in spec.vary.items():
             if axis not in AXES and not _is_schema_key(axis):
                 raise InputError(
-                    f"unknown axis {axis!r} (named axes: {', '.join(AXES)}; or a dotted scenario key "
-                    "such as cluster.nic.count)",
+                    f"unknown axis {axis!r}{_axis_hint(axis)} (named axes: {', '.join(AXES)}; or a "
+                    "dotted scenario key such as cluster.nic.count)",
                     source=source,
                     key=f"vary.{axis}",
                 )
@@ -279,18 +320,19 @@ class Sweep:
 
     def unused_axes(self) -> list[str]:
         """One note per axis that varies a workload key none of the sweep's models uses (a transformer's
-        attention over ResNet-50 rows, batch-norm fusion over BERT rows): its rows come out the same, so
-        it is said before they run, as ``run`` says it of a scenario's key."""
+        attention over ResNet-50 rows, batch-norm fusion over BERT rows), or an optimizer option some of
+        its optimizers lack: those rows come out the same, so it is said before they run, as ``run``
+        says it of a scenario's key."""
         from clustersim import catalog
 
+        notes = self._unused_option_axes()
         models = {self.base.workload.model, *self.spec.vary.get("model", [])}
         models |= set(self.spec.vary.get("workload.model", []))
         models.discard(None)  # a custom list of layers: no family to check against
         if not models:
-            return []
+            return notes
         families = {catalog.model(m).family for m in models}
         named = ", ".join(sorted(models))
-        notes = []
         for axis in self.axes:
             key = AXES.get(axis) or axis
             if not key or not key.startswith("workload."):
@@ -305,6 +347,23 @@ class Sweep:
             notes.append(
                 f"vary.{axis}: {key} does not apply to {named} ({kind}): the rows along it are the same"
             )
+        return notes
+
+    def _unused_option_axes(self) -> list[str]:
+        """A note per optimizer-option axis for each of the sweep's optimizers without that option:
+        those rows run the optimizer as it is, the same along the axis."""
+        optimizers = [str(o) for o in self.spec.vary.get("optimizer", [self.base.training.optimizer])]
+        notes = []
+        for axis in self.axes:
+            option = _option_name(axis)
+            if option is None:
+                continue
+            lacking = [o for o in dict.fromkeys(optimizers) if option not in _options_of(o)]
+            if lacking:
+                notes.append(
+                    f"vary.{axis}: {', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no "
+                    f"option {option}: {'its' if len(lacking) == 1 else 'their'} rows along it are the same"
+                )
         return notes
 
     def invalid_rows(self) -> dict[str, int]:
@@ -368,7 +427,7 @@ def resolve_row(
     # A tensor x pipeline layout is checked against the row's GPU count: applied once that is set.
     layout = {a: values[a] for a in ordered if a.startswith(_AFTER_GPUS)}
     for axis in ordered:
-        if axis in ("gpus", "optimizer") or axis in layout:
+        if axis in ("gpus", "optimizer") or axis in layout or _option_name(axis) is not None:
             continue
         key = AXES.get(axis) or axis
         node = data
@@ -389,8 +448,13 @@ def resolve_row(
     options_axis = next((a for a in values if (AXES.get(a) or a) == "training.optimizer_options"), None)
     # A row that names its options: they are its own optimizer's, checked against that optimizer's
     # schema (an option it does not have makes the row invalid, not silently dropped).
-    named = (
+    named = dict(
         values[options_axis] if options_axis is not None and optimizer != scenario.training.optimizer else {}
+    )
+    # One option varied by itself is the row's optimizer's, whichever that is, applied once the
+    # optimizer is chosen; an optimizer without that option runs as it is (unused_axes says so).
+    named.update(
+        {name: v for a, v in values.items() if (name := _option_name(a)) in _options_of(optimizer)}
     )
     return scenario_for_optimizer(scenario, optimizer, steps, **named)
 
