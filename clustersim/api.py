@@ -116,8 +116,16 @@ class Comparison:
                 return r
         raise KeyError(f"no cell for {optimizer} at {gpus} GPUs")
 
+    @property
+    def notes(self) -> list[str]:
+        """What the simulations said of the scenario (a key its model does not use, ...), each once;
+        a note of only some cells names them."""
+        from clustersim.planner.compare import notes_by_cells
+
+        return notes_by_cells(self.rows)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [r.as_dict() for r in self.rows]}
+        return {"rows": [r.as_dict() for r in self.rows], "notes": self.notes}
 
     def to_dataframe(self):
         return _dataframe([r.as_dict() for r in self.rows])

@@ -500,8 +500,9 @@ def compare(
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
-    from clustersim.planner.compare import StepsPlan, choose_baseline, split_global_batch, warmup_fraction
+    from clustersim.planner.compare import StepsPlan, choose_baseline, notes_by_cells, split_global_batch
     from clustersim.planner.compare import compare as run_compare
+    from clustersim.planner.compare import warmup_fraction
     from clustersim.simulator.strategies import registry
 
     finite_option(warmup, "--warmup", positive=False)
@@ -541,6 +542,7 @@ def compare(
                 "rows": [r.as_dict() for r in rows],
                 "break_even": [b.as_dict() | {"gpus": at} for b in evens],
                 "break_even_error": why_none,
+                "notes": notes_by_cells(rows),
             }
         )
         return
@@ -573,6 +575,8 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+    for note in notes_by_cells(rows):
+        console.print(f"note: {note}", style="dim", markup=False, highlight=False)
 
 
 def _some_simulated(rows, s):

@@ -150,3 +150,31 @@ def test_compare_tables_fit_80_columns_without_cutting(monkeypatch, capsys):
         assert all(line.count("x (") <= 2 for line in table_rows)
     bands = [line for line in lines if "x (" in line and "binsgdm" in line]
     assert bands and all(line.count("–") == 2 for line in bands)  # both bands whole on the row
+
+
+def test_compare_says_the_notes_run_says_once_not_once_per_cell():
+    """A key the model does not use (batch-norm fusion on BERT) is a note of every cell: compare prints
+    it once, as run does; a note of some cells names them; --json carries both."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+    from clustersim.planner.compare import CompareRow, notes_by_cells
+
+    args = ["compare", "preset:default", "--set", "workload.batch_norm=fused", "--gpus", "8,16", "--samples", "0"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    note = "workload.batch_norm does not apply to BERT-Large (a transformer): it is not used"
+    assert out.output.count(f"note: {note}") == 1
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert data["notes"] == [note] and all(r["notes"] == [note] for r in data["rows"])
+    plain = json.loads(CliRunner().invoke(app, [*args[:2], *args[4:], "--json"]).output)
+    assert plain["notes"] == []
+
+    def row(gpus, opt, notes):
+        return CompareRow(gpus, opt, *([1.0] * 9), notes=notes)
+
+    rows = [row(8, "adam", ["a"]), row(16, "adam", ["a", "b"]), row(16, "binsgdm", ["a", "b"])]
+    rows.append(CompareRow.failed(32, "adam", "out of memory"))
+    assert notes_by_cells(rows) == ["a", "b (adam at 16 GPUs; binsgdm at 16 GPUs)"]

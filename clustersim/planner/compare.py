@@ -18,7 +18,7 @@ baseline's, the end-to-end speedup is 1 / (w + (1 - w)/s) for a compression-stag
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from clustersim.errors import InputError
 from clustersim.optimizer_options import UpdateOptions
@@ -57,6 +57,7 @@ class CompareRow:
     steps: int | None = None  # the steps this optimizer's time to train assumes
     error: str | None = None
     idle_s: float | None = None  # nothing running: a pipeline's bubble on its critical stage
+    notes: list[str] = field(default_factory=list)  # the simulation's notes (run prints the same)
 
     @classmethod
     def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
@@ -64,6 +65,27 @@ class CompareRow:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def notes_by_cells(rows: list[CompareRow]) -> list[str]:
+    """Each note of the table's simulations once, in order, naming the cells it came from unless it
+    came from all of them (a key the model does not use is said once, not once per cell)."""
+    cells: dict[str, list[CompareRow]] = {}
+    simulated = [r for r in rows if r.error is None]
+    for r in simulated:
+        for n in r.notes:
+            cells.setdefault(n, []).append(r)
+    out = []
+    for note, where in cells.items():
+        if len(where) == len(simulated):
+            out.append(note)
+            continue
+        per_opt: dict[str, list[str]] = {}
+        for r in where:
+            per_opt.setdefault(r.optimizer, []).append(f"{r.gpus:,}")
+        named = "; ".join(f"{o} at {', '.join(g)} GPUs" for o, g in per_opt.items())
+        out.append(f"{note} ({named})")
+    return out
 
 
 def mean_step_time(
@@ -308,6 +330,7 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         intra_node_bytes=r.bytes_per_link_kind["intra_node_per_node"],
         inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
         steps=steps,
+        notes=list(r.notes),
     )
     warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
     if warm_opts is not None:
