@@ -500,9 +500,14 @@ def compare(
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
-    from clustersim.planner.compare import StepsPlan, choose_baseline, notes_by_cells, split_global_batch
+    from clustersim.planner.compare import (
+        StepsPlan,
+        choose_baseline,
+        notes_by_cells,
+        split_global_batch,
+        warmup_fraction,
+    )
     from clustersim.planner.compare import compare as run_compare
-    from clustersim.planner.compare import warmup_fraction
     from clustersim.simulator.strategies import registry
 
     finite_option(warmup, "--warmup", positive=False)

@@ -162,7 +162,16 @@ def test_compare_says_the_notes_run_says_once_not_once_per_cell():
     from clustersim.cli import app
     from clustersim.planner.compare import CompareRow, notes_by_cells
 
-    args = ["compare", "preset:default", "--set", "workload.batch_norm=fused", "--gpus", "8,16", "--samples", "0"]
+    args = [
+        "compare",
+        "preset:default",
+        "--set",
+        "workload.batch_norm=fused",
+        "--gpus",
+        "8,16",
+        "--samples",
+        "0",
+    ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
     note = "workload.batch_norm does not apply to BERT-Large (a transformer): it is not used"

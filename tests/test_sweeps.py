@@ -460,8 +460,12 @@ def test_one_optimizer_option_is_an_axis_applied_to_each_rows_optimizer(tmp_path
         "samples": 0,
     }
     result = api.sweep(write(tmp_path, sweep), tmp_path / "out", workers=1)
-    assert result.notes == [f"vary.{axis}: binsgdm has no option implementation: its rows along it are the same"]
-    rows = {(r["optimizer"], r[axis]): float(r["iteration_time_s"]) for r in rows_of(tmp_path / "out").values()}
+    assert result.notes == [
+        f"vary.{axis}: binsgdm has no option implementation: its rows along it are the same"
+    ]
+    rows = {
+        (r["optimizer"], r[axis]): float(r["iteration_time_s"]) for r in rows_of(tmp_path / "out").values()
+    }
     assert rows[("binsgdm", "fused")] == rows[("binsgdm", "for_loop")]
     assert rows[("adam", "for_loop")] > rows[("adam", "fused")]
     by_hand = copy.deepcopy(SMALL_SCENARIO)
@@ -473,8 +477,16 @@ def test_one_optimizer_option_is_an_axis_applied_to_each_rows_optimizer(tmp_path
 @pytest.mark.parametrize(
     ("axis", "values", "says"),
     [
-        ("training.optimizer_options.implementation", ["fast"], "Input should be 'fused', 'foreach' or 'for_loop'"),
-        ("training.optimizer_options.implementaton", ["fused"], "did you mean training.optimizer_options.implementation?"),
+        (
+            "training.optimizer_options.implementation",
+            ["fast"],
+            "Input should be 'fused', 'foreach' or 'for_loop'",
+        ),
+        (
+            "training.optimizer_options.implementaton",
+            ["fused"],
+            "did you mean training.optimizer_options.implementation?",
+        ),
         ("training.optimizer_options.colour", ["red"], "unknown axis 'training.optimizer_options.colour'"),
     ],
 )

@@ -160,7 +160,7 @@ OPTIONS_PREFIX = "training.optimizer_options."
 
 
 def _axis_hint(axis: str) -> str:
-    """", did you mean X?" for a misspelt optimizer option, else nothing."""
+    """ ", did you mean X?" for a misspelt optimizer option, else nothing."""
     import difflib
 
     from clustersim.optimizer_options import OPTIONS
@@ -453,9 +453,7 @@ def resolve_row(
     )
     # One option varied by itself is the row's optimizer's, whichever that is, applied once the
     # optimizer is chosen; an optimizer without that option runs as it is (unused_axes says so).
-    named.update(
-        {name: v for a, v in values.items() if (name := _option_name(a)) in _options_of(optimizer)}
-    )
+    named.update({name: v for a, v in values.items() if (name := _option_name(a)) in _options_of(optimizer)})
     return scenario_for_optimizer(scenario, optimizer, steps, **named)
 
 
