@@ -502,23 +502,19 @@ def compare(
     optimizer beats the baseline."""
     from clustersim.planner.compare import (
         StepsPlan,
+        check_optimizers,
         choose_baseline,
         notes_by_cells,
         split_global_batch,
         warmup_fraction,
     )
     from clustersim.planner.compare import compare as run_compare
-    from clustersim.simulator.strategies import registry
 
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus") if gpus is not None else _default_counts(s)
-    for name in opts:  # check the arguments before any work starts
-        try:
-            registry.get(name)
-        except InputError as exc:
-            raise InputError(exc.message, key="--optimizers") from None
+    check_optimizers(opts)  # the arguments are checked before any work starts
     plan = StepsPlan.parse(steps)
     base = choose_baseline(s.training.optimizer, baseline)
     opts = ([] if base in opts else [base]) + opts

@@ -247,6 +247,17 @@ def split_global_batch(scenario: Scenario, global_batch: int, key: str = "global
     )
 
 
+def check_optimizers(names: list[str]) -> None:
+    """Refuse an empty list or an unknown name under --optimizers, before any work starts."""
+    if not names:
+        raise InputError("no optimizers given", key="--optimizers")
+    for name in names:
+        try:
+            registry.get(name)
+        except InputError as exc:
+            raise InputError(exc.message, key="--optimizers") from None
+
+
 def compare(
     scenario: Scenario,
     optimizers: list[str],
@@ -261,13 +272,7 @@ def compare(
 ) -> list[CompareRow]:
     """One row per GPU count and optimizer, speedups over ``baseline`` (``choose_baseline``; simulated
     first when not among ``optimizers``). ``global_batch`` fixes the samples per step at every count."""
-    if not optimizers:
-        raise InputError("no optimizers given", key="--optimizers")
-    for name in optimizers:
-        try:
-            registry.get(name)
-        except InputError as exc:
-            raise InputError(exc.message, key="--optimizers") from None
+    check_optimizers(optimizers)
     plan = StepsPlan.parse(steps)
     base_name = choose_baseline(scenario.training.optimizer, baseline)
     optimizers = ([] if base_name in optimizers else [base_name]) + list(optimizers)
