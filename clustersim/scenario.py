@@ -539,7 +539,8 @@ class Scenario(_Strict):
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``); a value of None
         resets its key to the default. Only what the scenario set is carried over, so a key left to its
         default stays unset in the copy (``run`` says which settings the scenario made and which are
-        defaults). A dotted key below a value (``workload.model.name``) is refused by its key."""
+        defaults). A dotted key below a value (``workload.model.name``) or a list (``workload.layers``)
+        is refused by its key."""
         data = self.model_dump(exclude_unset=True)
         full = self.model_dump()  # defaults too: what each part of a dotted key is
         for key, value in dotted.items():
@@ -547,10 +548,18 @@ class Scenario(_Strict):
             parts = key.split(".")
             for depth, part in enumerate(parts[:-1], 1):
                 known = known.get(part) if isinstance(known, dict) else None
-                if known is not None and not isinstance(known, dict):
-                    section = ".".join(parts[:depth])
+                section = ".".join(parts[:depth])
+                if isinstance(known, list):
                     raise InputError(
-                        f"{section} is {_value_shown(known)}, a value, not a section with keys",
+                        f"{section} is a list: a dotted key changes keys, not a list's items "
+                        f"(give {section} whole, or edit the file)",
+                        source=self.source,
+                        key=key,
+                    )
+                if known is not None and not isinstance(known, dict):
+                    raise InputError(
+                        f"{section} is {_value_shown(known)}, a value, not a section with keys "
+                        f"(give {section} whole, or edit the file)",
                         source=self.source,
                         key=key,
                     )

@@ -61,7 +61,7 @@ def test_compare_takes_set_too(runner):
             "workload.layers.0.params=1",
             "--set: workload.layers.0.params: --set changes keys, not a list's items",
         ),
-        ("cluster.gpu.memory_gib=80", "cluster.gpu is 'A100-80GB', not a section: give it whole"),
+        ("cluster.gpu.memory_gib=80", "cluster.gpu is 'A100-80GB', a value, not a section with keys"),
         ("cluster.nic.line_rate_gbps=1:30", "'1:30' is not a plain decimal number (YAML 1.1 reads it as 90)"),
         ("cluster.nodes=0x10", "'0x10' is not a plain decimal number"),
         (

@@ -769,3 +769,14 @@ def test_a_misspelt_optional_key_names_the_key_it_resembles(tmp_path, key, meant
     assert f"{key}: unknown key (did you mean {meant}?)" in out.output
     out = CliRunner().invoke(app, ["run", "preset:default", "--set", "workload.zzz=1"])
     assert out.exit_code == 2 and out.output.strip().endswith("workload.zzz: unknown key")
+
+
+def test_a_change_below_a_list_is_refused_by_its_key():
+    """A dotted key through a list of layers is refused by the list's key, for the API as for --set."""
+    from clustersim.errors import InputError
+
+    base = load_scenario("examples/testbed-cpu-hosts.yaml")
+    with pytest.raises(InputError) as exc:
+        base.with_changes(**{"workload.layers.params": 3})
+    assert exc.value.key == "workload.layers.params"
+    assert "workload.layers is a list: a dotted key changes keys, not a list's items" in str(exc.value)
