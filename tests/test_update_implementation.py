@@ -199,3 +199,6 @@ def test_deepspeed_zero3_steps_its_partition_one_sub_group_at_a_time():
     assert partition > 1e9
     assert simulate(ds, uncertainty_samples=0).memory["update_scratch"] == pytest.approx(4 * 1e9)
     assert simulate(fsdp, uncertainty_samples=0).memory["update_scratch"] == pytest.approx(4 * partition)
+    # a sub_group_size the scenario gives (training.offload.subgroup_size) is the one DeepSpeed steps by
+    smaller = ds.with_changes(**{"training.offload.subgroup_size": 2e8})
+    assert simulate(smaller, uncertainty_samples=0).memory["update_scratch"] == pytest.approx(4 * 2e8)

@@ -23,11 +23,13 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
         mem = sharded_memory(ctx, strategy, lay, _side_parts(ctx))
         # each rank updates its partition of the optimizer state (FSDP's torch.optim Adam: foreach);
-        # DeepSpeed's ZeRO-3 steps it one sub-group at a time
+        # DeepSpeed's ZeRO-3 steps it one sub-group at a time: its sub_group_size, which the scenario
+        # gives as training.offload.subgroup_size when it sets it
         stepped = ctx.params / lay.ranks("optimizer_states")
-        sh = ctx.scenario.training.sharding
-        if sh.framework == "deepspeed" and lay.parameters:
-            stepped = min(stepped, DEEPSPEED_SUB_GROUP_ELEMENTS)
+        tr = ctx.scenario.training
+        if tr.sharding.framework == "deepspeed" and lay.parameters:
+            given = "subgroup_size" in tr.offload.model_fields_set
+            stepped = min(stepped, tr.offload.subgroup_size if given else DEEPSPEED_SUB_GROUP_ELEMENTS)
         scratch = _update_scratch(ctx, stepped)
         if scratch:
             mem["update_scratch"] = scratch
