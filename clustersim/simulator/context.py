@@ -199,17 +199,22 @@ class SimulationContext:
         or per-tensor clipping each per-tensor kernel's fixed device cost."""
         n = self.param_tensors if param_tensors is None else param_tensors
         launches = self.device.launch_time(n * self.update_kernels_per_tensor)
-        return (
-            self.device.stream_time(bytes_per_param * params, "optimizer") + self.clip_time(params) + launches
-        )
+        return self.gpu_update_time(bytes_per_param, params) + launches
+
+    def gpu_update_time(self, bytes_per_param: float, params: float, kernel: str = "optimizer") -> float:
+        """An update's passes over ``params`` parameters on the GPU at the rate of the profile's
+        ``kernel``, with gradient clipping's (training.gradient_clipping) before them: every update
+        path that runs on the GPU (DDP's, ZeRO's, Megatron's, an offload's GPU subgroups, a compressed
+        optimizer's own kernel) prices its clipping here. Per-tensor launches are update_device_time's."""
+        seconds = self.device.stream_time(bytes_per_param * params, kernel)
+        if self.scenario.training.gradient_clipping != "none":
+            seconds += self.device.stream_time(CLIP_BYTES * params, "optimizer")
+        return seconds
 
     def clip_time(self, params: float) -> float:
-        """Gradient clipping's passes over ``params`` fp32 gradients (training.gradient_clipping), on
-        every update path that runs on the GPU; its per-tensor launches are the update's
-        (update_kernels_per_tensor)."""
-        if self.scenario.training.gradient_clipping == "none":
-            return 0.0
-        return self.device.stream_time(CLIP_BYTES * params, "optimizer")
+        """Gradient clipping's passes over ``params`` fp32 gradients alone (a measured update phase
+        that did not clip)."""
+        return self.gpu_update_time(0.0, params)
 
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""

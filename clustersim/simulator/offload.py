@@ -249,7 +249,7 @@ def add_offloaded_update(
             upd = prog.add(
                 f"GPU update {tag}",
                 "compute",
-                ctx.device.stream_time(params * spec.gpu_update, "optimizer") + ctx.clip_time(params),
+                ctx.gpu_update_time(spec.gpu_update, params),
                 "optimizer",
                 (load,),
             )
@@ -260,7 +260,7 @@ def add_offloaded_update(
                 prog.add(
                     f"GPU update {tag}",
                     "compute",
-                    ctx.device.stream_time(params * spec.gpu_update, "optimizer") + ctx.clip_time(params),
+                    ctx.gpu_update_time(spec.gpu_update, params),
                     "optimizer",
                     deps,
                 )
@@ -310,7 +310,7 @@ def add_update(
             prog.add(
                 label,
                 "compute",
-                ctx.device.stream_time(gpu_bytes_per_param * ctx.params, kernel) + ctx.clip_time(ctx.params),
+                ctx.gpu_update_time(gpu_bytes_per_param, ctx.params, kernel),
                 "optimizer",
                 tuple(d for d in deps if d is not None),
             )

@@ -327,7 +327,7 @@ def add_update_and_other(
         if kernel == "optimizer":  # Adam's or SGD's update, as its implementation runs it
             seconds = ctx.update_device_time(update_bytes_per_param, P)
         else:  # a compressed optimizer's own update kernel, after the same clipping
-            seconds = ctx.device.stream_time(update_bytes_per_param * P, kernel) + ctx.clip_time(P)
+            seconds = ctx.gpu_update_time(update_bytes_per_param, P, kernel)
         if mc is not None and kernel == "optimizer" and ctx.update_implementation == "fused":
             # the model's own optimizer phase was measured (calibrate model times a fused update)
             seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch) + ctx.clip_time(P)

@@ -167,8 +167,7 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
     update = prog.add(
         label,
         "compute",
-        ctx.device.stream_time(update_bytes * params / (L.data if distributed else 1), "optimizer")
-        + ctx.clip_time(params / (L.data if distributed else 1)),
+        ctx.gpu_update_time(update_bytes, params / (L.data if distributed else 1)),
         "optimizer",
         ends,
         rank=s,
