@@ -46,6 +46,22 @@ BatchNorm = Literal["separate", "fused", "fused_into_conv"]
 TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
 CONV_ONLY_KEYS = ("memory_format", "batch_norm")
 
+
+def key_not_applying(key: str, models) -> str | None:
+    """ "workload.KEY does not apply to MODELS (a transformer)" when ``key`` (a workload key) describes
+    one kind of network and none of the catalog ``models`` is of that kind; None when one of them
+    uses it. run (a scenario's key) and sweep (an axis) end the sentence their own way."""
+    models = sorted(set(models))
+    families = {catalog.model(m).family for m in models}
+    if key in TRANSFORMER_ONLY_KEYS and families == {"resnet"}:
+        kind = "a convolution network" if len(models) == 1 else "convolution networks"
+    elif key in CONV_ONLY_KEYS and families and "resnet" not in families:
+        kind = "a transformer" if len(models) == 1 else "transformers"
+    else:
+        return None
+    return f"workload.{key} does not apply to {', '.join(models)} ({kind})"
+
+
 PRESET_PREFIX = "preset:"
 
 

@@ -16,7 +16,7 @@ from clustersim.cost_models.measured_collectives import MeasuredCollectives
 from clustersim.cost_models.network_params import DEFAULT as DEFAULT_NETWORK
 from clustersim.cost_models.network_params import NetworkParams
 from clustersim.errors import InputError
-from clustersim.scenario import CONV_ONLY_KEYS, TRANSFORMER_ONLY_KEYS, Scenario
+from clustersim.scenario import Scenario, key_not_applying
 from clustersim.simulator.measured_compute import (
     apply_model_compute,
     matching_model_compute,
@@ -374,11 +374,12 @@ def _ignored_workload_keys(scenario) -> list[str]:
     spec = scenario.workload
     if spec.model is None:
         return []
-    given = spec.model_fields_set
     convolutional = catalog.model(spec.model).family == "resnet"
-    unused = [k for k in (TRANSFORMER_ONLY_KEYS if convolutional else CONV_ONLY_KEYS) if k in given]
-    kind = "a convolution network" if convolutional else "a transformer"
-    notes = [f"workload.{k} does not apply to {spec.model} ({kind}): it is not used" for k in unused]
+    notes = [
+        f"{said}: it is not used"
+        for k in sorted(spec.model_fields_set)
+        if (said := key_not_applying(k, [spec.model])) is not None
+    ]
     if not convolutional and spec.attention == "eager" and spec.execution == "compiled":
         notes.append(
             "workload.attention eager under execution compiled: torch.compile fuses the scale, mask, "

@@ -33,11 +33,10 @@ from clustersim.errors import InputError
 from clustersim.io import first_error, read_input_text
 from clustersim.planner.compare import split_global_batch
 from clustersim.scenario import (
-    CONV_ONLY_KEYS,
     MEGATRON_KEYS,
     PRESET_PREFIX,
-    TRANSFORMER_ONLY_KEYS,
     Scenario,
+    key_not_applying,
     load_scenario,
     read_structured_file,
     validate_scenario,
@@ -323,7 +322,6 @@ class Sweep:
         attention over ResNet-50 rows, batch-norm fusion over BERT rows), or an optimizer option some of
         its optimizers lack: those rows come out the same, so it is said before they run, as ``run``
         says it of a scenario's key."""
-        from clustersim import catalog
 
         notes = self._unused_option_axes()
         models = {self.base.workload.model, *self.spec.vary.get("model", [])}
@@ -331,22 +329,13 @@ class Sweep:
         models.discard(None)  # a custom list of layers: no family to check against
         if not models:
             return notes
-        families = {catalog.model(m).family for m in models}
-        named = ", ".join(sorted(models))
         for axis in self.axes:
             key = AXES.get(axis) or axis
             if not key or not key.startswith("workload."):
                 continue
-            leaf = key.removeprefix("workload.")
-            if leaf in TRANSFORMER_ONLY_KEYS and families == {"resnet"}:
-                kind = "a convolution network" if len(models) == 1 else "convolution networks"
-            elif leaf in CONV_ONLY_KEYS and "resnet" not in families:
-                kind = "a transformer" if len(models) == 1 else "transformers"
-            else:
-                continue
-            notes.append(
-                f"vary.{axis}: {key} does not apply to {named} ({kind}): the rows along it are the same"
-            )
+            said = key_not_applying(key.removeprefix("workload."), models)
+            if said is not None:
+                notes.append(f"vary.{axis}: {said}: the rows along it are the same")
         return notes
 
     def _unused_option_axes(self) -> list[str]:
