@@ -64,9 +64,9 @@ def test_head_launches_the_catalog_kernel_count(model):
     assert sum(k.launches for k in head.backward) == n_bwd
 
 
-def _narrow_load_rate(gpu, width: int) -> float:
-    per_cycle = catalog.execution()["efficiency"]["gemm_unaligned"]["flops_per_sm_cycle_per_byte"]
-    return gpu.sm_cycles_per_s * per_cycle * width
+def _narrow_load_rate(gpu, elements: int) -> float:
+    per_cycle = catalog.execution()["efficiency"]["gemm_unaligned"]["flops_per_sm_cycle_per_element"]
+    return gpu.sm_cycles_per_s * per_cycle * elements
 
 
 def test_unaligned_rate_goes_with_load_width_and_spares_fp32():
@@ -77,13 +77,49 @@ def test_unaligned_rate_goes_with_load_width_and_spares_fp32():
     assert vocab.alignment_bytes == 2
     t = costs.kernel_time(vocab, "bf16")
     fixed = vocab.launches * costs.kernel_overhead_s
-    assert t == pytest.approx(fixed + vocab.flops / _narrow_load_rate(gpu, 2))
+    assert t == pytest.approx(fixed + vocab.flops / _narrow_load_rate(gpu, 1))
     four = costs.kernel_time(replace(vocab, alignment_bytes=4), "bf16")
     assert (t - fixed) == pytest.approx(2 * (four - fixed))  # twice the load width, twice the rate
     aligned = costs.kernel_time(replace(vocab, alignment_bytes=16), "bf16")
     assert t > 2 * aligned
     # fp32 GEMMs run on the SIMT cores: alignment does not change their price
     assert costs.kernel_time(vocab, "fp32") == costs.kernel_time(replace(vocab, alignment_bytes=16), "fp32")
+
+
+@pytest.mark.parametrize("gpu_name", ["H100-SXM", "H200", "A100-80GB"])
+@pytest.mark.parametrize("model", ["GPT-2-124M", "GPT-3-125M", "GPT-2-355M"])
+def test_an_unaligned_head_in_16_or_8_bits_is_never_slower_than_in_tf32(gpu_name, model):
+    """A narrow-load kernel brings one element per load whatever its width, so a wider element (tf32)
+    is not a faster head, nor a narrower one (fp8) a slower one: over an unpadded vocabulary a 16-bit
+    step is never slower than a tf32 one, nor an fp8 step than a 16-bit one."""
+    gpu = catalog.gpu(gpu_name)
+    costs = DeviceCosts(gpu)
+    for rows_bytes, precision in ((4, "tf32"), (2, "bf16"), (1, "fp8")):
+        kernel = Kernel("gemm", 1e12, 0.0, 1, alignment_bytes=rows_bytes)
+        if precision == "fp8" and "fp8" not in gpu.peak_tflops:
+            continue
+        assert costs.unaligned_gemm_rate(precision, rows_bytes) == pytest.approx(
+            costs.unaligned_gemm_rate("bf16", 2)
+        )
+        assert costs.kernel_time(kernel, precision) > 0
+    times = {}
+    for precision in ("tf32", "bf16", "fp8"):
+        if precision == "fp8" and "fp8" not in gpu.peak_tflops:
+            continue
+        s = _one_gpu(
+            **{
+                "cluster.gpu": gpu_name,
+                "workload.model": model,
+                "workload.micro_batch": 4,
+                "workload.seq_len": 1024,
+                "workload.precision": precision,
+                "workload.execution": "cuda_graphs",
+            }
+        )
+        times[precision] = simulate(s, uncertainty_samples=0).iteration_time
+    assert times["bf16"] <= times["tf32"]
+    if "fp8" in times:
+        assert times["fp8"] <= times["bf16"]
 
 
 def test_narrow_loads_never_beat_aligned_kernels():
@@ -98,8 +134,8 @@ def test_narrow_loads_never_beat_aligned_kernels():
     no_sms = catalog.gpu("H200").model_copy(update={"multiprocessors": None})
     costs = DeviceCosts(no_sms)
     kernel = Kernel("gemm", 1e12, 0.0, 1, alignment_bytes=2)
-    fraction = catalog.execution()["efficiency"]["gemm_unaligned"]["peak_fraction_per_byte"]
-    expected = 1e12 / (no_sms.peak_flops("bf16") * fraction * 2)
+    fraction = catalog.execution()["efficiency"]["gemm_unaligned"]["peak_fraction_per_element"]
+    expected = 1e12 / (no_sms.peak_flops("fp16") * fraction * 1)
     assert costs.kernel_time(kernel, "bf16") == pytest.approx(costs.kernel_overhead_s + expected)
 
 
@@ -183,7 +219,7 @@ def test_gpt2_trace_vocab_gemms_run_at_the_two_byte_rate():
     flops = 2 * 4 * 1024 * arch.hidden * arch.vocab  # one of the three matmuls, micro-batch 4
     rates = [flops / (e["dur"] * 1e-6) for e in events if e.get("cat") == "kernel" and "align1" in e["name"]]
     assert len(rates) == 6  # three per step, two steps
-    modelled = _narrow_load_rate(catalog.gpu("H200"), 2)
+    modelled = _narrow_load_rate(catalog.gpu("H200"), 1)  # align1: one bf16 element
     mean = sum(rates) / len(rates)
     assert mean == pytest.approx(modelled, rel=0.1)
 

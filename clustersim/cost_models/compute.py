@@ -51,10 +51,10 @@ class DeviceCosts:
         # clock, else the H200's fraction of peak (catalogs/execution.yaml)
         unaligned = classes["gemm_unaligned"]
         sm_rate = gpu.sm_cycles_per_s
-        self._unaligned_flops_per_byte = (
-            sm_rate * unaligned["flops_per_sm_cycle_per_byte"] if sm_rate is not None else None
+        self._unaligned_flops_per_element = (
+            sm_rate * unaligned["flops_per_sm_cycle_per_element"] if sm_rate is not None else None
         )
-        self._unaligned_peak_per_byte = unaligned["peak_fraction_per_byte"]
+        self._unaligned_peak_per_element = unaligned["peak_fraction_per_element"]
         self.elementwise_factor = classes["pointwise_unfused"] if unfused_pointwise else 1.0
         # batch-norm: bound by the SMs where the catalog gives them (and by the streaming rate of HBM),
         # else a fraction of HBM (catalogs/execution.yaml); ReLU and residual adds stream at HBM's rate
@@ -170,11 +170,14 @@ class DeviceCosts:
 
     def unaligned_gemm_rate(self, precision: str, alignment_bytes: int) -> float:
         """FLOP/s of a tensor-core GEMM whose rows start only every ``alignment_bytes`` bytes: cuBLAS's
-        narrow-load kernels, bound by how fast those loads feed the SMs (catalogs/execution.yaml)."""
-        per_byte = self._unaligned_flops_per_byte
-        if per_byte is None:
-            per_byte = self.gpu.peak_flops(precision) * self._unaligned_peak_per_byte
-        return per_byte * alignment_bytes
+        narrow-load kernels, bound by how many elements each load brings to the SMs, whatever their
+        width in bytes (catalogs/execution.yaml): a tf32 row on 4 bytes loads one element at a time,
+        as a bf16 row on 2 does."""
+        elements = max(alignment_bytes / BYTES_PER_ELEMENT[precision], 1.0)
+        per_element = self._unaligned_flops_per_element
+        if per_element is None:  # the H200's fraction of its 16-bit peak
+            per_element = self.gpu.peak_flops("fp16") * self._unaligned_peak_per_element
+        return per_element * elements
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
         """The time of a layer's kernel groups, once per (groups, precision): a program prices the same
