@@ -190,6 +190,14 @@ class GpuSpec(_Strict):
                 f"{self.name} has no {precision} tensor cores (it supports {sorted(self.peak_tflops)})",
                 key="workload.precision",
             )
+        if precision == "tf32" and "fp16" in self.peak_tflops:
+            # a tensor-core GPU before Ampere (V100) or without TF32 (MI250X): PyTorch's allow_tf32 is
+            # then plain fp32, which is what to simulate
+            raise InputError(
+                f"{self.name} has no tf32 tensor cores (it supports {sorted(self.peak_tflops)}); "
+                "TF32 mode runs fp32 there: give fp32",
+                key="workload.precision",
+            )
         return self.peak_tflops["fp32"] * 1e12
 
     @property

@@ -780,3 +780,20 @@ def test_a_change_below_a_list_is_refused_by_its_key():
         base.with_changes(**{"workload.layers.params": 3})
     assert exc.value.key == "workload.layers.params"
     assert "workload.layers is a list: a dotted key changes keys, not a list's items" in str(exc.value)
+
+
+@pytest.mark.parametrize("gpu", ["V100-SXM2", "MI250X"])
+def test_tf32_on_a_gpu_without_tf32_units_is_refused_not_priced_as_tensor_cores(gpu):
+    """TF32 mode on a V100 (or an MI250X) is plain fp32: a tf32 scenario there is one line asking for
+    fp32, not a price on tensor cores the GPU does not have (it came out slower than fp32)."""
+    from clustersim.errors import InputError
+    from clustersim.simulator import simulate
+
+    base = load_scenario("preset:default").with_changes(
+        **{"cluster.gpu": gpu, "cluster.intra_node.fabric": "pcie"}
+    )
+    with pytest.raises(InputError) as exc:
+        simulate(base.with_changes(**{"workload.precision": "tf32"}))
+    assert exc.value.key == "workload.precision"
+    assert f"{gpu} has no tf32 tensor cores" in exc.value.message and "give fp32" in exc.value.message
+    assert simulate(base.with_changes(**{"workload.precision": "fp32"})).iteration_time > 0
