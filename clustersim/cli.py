@@ -620,37 +620,34 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
     where the time goes, what it buys (speedups with their paired bands), and bytes on the wire."""
     dash = "—"
     ok = [r for r in rows if not r.error]
-    parts = ["compute", "comm", "compress", "optim", "idle"]
+    # idle is a pipeline's bubble: a column only where some row has one, so the table fits 80 columns
+    with_idle = any(r.idle_s for r in ok)
+    parts = ["compute", "comm", "host", "compress", "optim"] + (["idle"] if with_idle else [])
+
+    def split(r) -> list[str]:
+        times = [r.iteration_time_s, r.compute_s, r.exposed_communication_s, r.exposed_host_s]
+        times += [r.compression_s, r.optimizer_s] + ([r.idle_s] if with_idle else [])
+        return [f"{x * 1e3:,.0f}" for x in times]
+
     console.print(
         table(
             f"{name}: iteration time split, ms",
             ["GPUs", "optimizer", "iter", *parts],
             [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * 5]
+                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * len(parts)]
                 if r.error
-                else [
-                    r.gpus,
-                    r.optimizer,
-                    *[
-                        f"{x * 1e3:,.0f}"
-                        for x in (
-                            r.iteration_time_s,
-                            r.compute_s,
-                            r.exposed_communication_s,
-                            r.compression_s,
-                            r.optimizer_s,
-                            r.idle_s,
-                        )
-                    ],
-                ]
+                else [r.gpus, r.optimizer, *split(r)]
                 for r in rows
             ],
             left=2,
         )
     )
     console.print(
-        "[dim]compute = forward + backward; comm = exposed communication; compress = compression kernels; "
-        "optim = optimizer step and other per-step work; idle = nothing running (a pipeline's bubble)[/]"
+        "[dim]compute = forward + backward; comm = exposed communication (network and host-device "
+        "copies); host = the GPU waiting on its host's dispatch; compress = compression kernels; "
+        "optim = optimizer step and other per-step work"
+        + ("; idle = nothing running (a pipeline's bubble)" if with_idle else "")
+        + "[/]"
     )
     batch = f", global batch {global_batch:,}" if global_batch else ""
     cols = ["GPUs", "optimizer", "step speedup"] + (["train", "train speedup"] if plan else [])

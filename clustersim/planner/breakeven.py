@@ -50,12 +50,13 @@ class BreakEven:
     def describe(self) -> str:
         if self.verdict == "single node":
             return "no network in a single node"
+        # the search varies what each NIC delivers (cluster.nic.effective_gbps), and compares steps
         if self.verdict == "always faster":
-            return f"faster at every NIC bandwidth up to {SEARCH_GBPS[1]:,.0f} Gb/s"
+            return f"faster per step at every effective NIC bandwidth up to {SEARCH_GBPS[1]:,.0f} Gb/s"
         if self.verdict == "never faster":
-            return f"slower at every NIC bandwidth down to {SEARCH_GBPS[0]} Gb/s"
+            return f"slower per step at every effective NIC bandwidth down to {SEARCH_GBPS[0]} Gb/s"
         band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
-        return f"faster below {_gbps(self.gbps)} Gb/s per NIC{band}"
+        return f"faster per step below {_gbps(self.gbps)} Gb/s effective per NIC{band}"
 
 
 def _gbps(x: float) -> str:

@@ -57,6 +57,8 @@ class CompareRow:
     steps: int | None = None  # the steps this optimizer's time to train assumes
     error: str | None = None
     idle_s: float | None = None  # nothing running: a pipeline's bubble on its critical stage
+    # the GPU waiting on its host's dispatch (run's "exposed host"), apart from communication
+    exposed_host_s: float | None = None
     notes: list[str] = field(default_factory=list)  # the simulation's notes (run prints the same)
 
     @classmethod
@@ -326,7 +328,8 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         optimizer=name,
         iteration_time_s=r.iteration_time,
         compute_s=b["forward"] + b["backward"],
-        exposed_communication_s=b["exposed_communication"] + b["exposed_transfer"] + b["exposed_host"],
+        exposed_communication_s=b["exposed_communication"] + b["exposed_transfer"],
+        exposed_host_s=b["exposed_host"],
         compression_s=b["compression"],
         optimizer_s=b["optimizer"] + b["other"],
         idle_s=b["idle"],

@@ -313,14 +313,20 @@ def recommendation(
 
 
 def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
+    """Why nothing qualifies: the constraint no configuration meets, or, where each is met by some
+    configuration, that none meets both."""
+    cheapest = min(rows, key=lambda r: r["cost"])
+    late = deadline_h is not None and fastest["ttt_h"] > deadline_h
+    dear = budget is not None and cheapest["cost"] > budget
     why = []
-    if deadline_h is not None:
+    if (late or not dear) and deadline_h is not None:
         why.append(
             f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
         )
-    if budget is not None:
-        cheapest = min(rows, key=lambda r: r["cost"])
+    if (dear or not late) and budget is not None:
         why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
+    if not late and not dear:
+        return "No configuration meets both constraints at once: " + "; ".join(why) + "."
     return "No configuration meets the constraints: " + "; ".join(why) + "."
 
 
@@ -351,9 +357,18 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h) -> list[str]:
     if caveat:
         lines.append(caveat)
     if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
+        safe = [r for r in rows if r.get("ttt_p90_h") is not None and r["ttt_p90_h"] <= deadline_h]
+        if safe:
+            alt = min(safe, key=lambda r: (r["cost"], r["ttt_h"]))
+            avoid = (
+                f"{alt['optimizer']} on {alt['cluster']} keeps its P90 within it "
+                f"({_hours(alt['ttt_p90_h'])}, ${alt['cost']:,.0f})"
+            )
+        else:
+            avoid = "no configuration swept keeps its P90 within it"
         lines.append(
             f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
-            "a faster runner-up avoids that risk; a calibration of this cluster may narrow the band."
+            f"{avoid}; a calibration of this cluster may narrow the band."
         )
     if chosen is not cheapest:
         saving = 1 - cheapest["cost"] / chosen["cost"]
@@ -377,7 +392,7 @@ def optimizer_lines(rows: list[dict[str, Any]], threshold: float = 1.10) -> list
         base = mine[0]["baseline"]["optimizer"]
         lo, hi = min(r["speedup"] for r in mine), max(r["speedup"] for r in mine)
         lost = [r for r in mine if r["speedup"] < threshold]
-        text = f"{opt} vs {base}: {lo:.2f}–{hi:.2f}x faster across the sweep"
+        text = f"{opt} vs {base}: speedup {lo:.2f}–{hi:.2f}x across the sweep"
         if lost:  # per network, the GPU counts where it is (a cell, not networks x counts)
             by_net: dict[str, set[int]] = {}
             for r in sorted(lost, key=network_order):
@@ -424,7 +439,8 @@ def break_evens(rows: list[dict[str, Any]]) -> dict[str, str]:
         sizes = sorted({n for _, n in crossings})
         span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
         where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
-        out[opt] = f"it beats the baseline only below about {span} Gb/s per NIC (at {where} GPUs)"
+        kind = "effective " if any(r.get("nic_effective_gbps") for r in rows) else "line rate "
+        out[opt] = f"it beats the baseline only below about {span} Gb/s {kind}per NIC (at {where} GPUs)"
     return out
 
 
