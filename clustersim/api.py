@@ -220,7 +220,10 @@ class Plan:
         return self.summary["text"]
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.summary)
+        """What ``clustersim plan --json`` prints: plain data, each candidate by its own numbers."""
+        from clustersim.planner.planning import plan_as_json
+
+        return plan_as_json(self.summary)
 
     def to_dataframe(self):
         """The chosen candidate and the runners-up, one row each, ``role`` saying which."""

@@ -266,7 +266,7 @@ def plan_cmd(
     runners-up and why. Where data parallelism does not fit, each candidate is tried with the lowest ZeRO
     stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel,
     also without recomputation, and interleaved where that can pay)."""
-    from clustersim.planner.planning import plan, why_not
+    from clustersim.planner.planning import plan, plan_as_json, why_not
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
@@ -280,32 +280,7 @@ def plan_cmd(
     }
     if json_out:
         result = plan(*args, **extra)
-        keep = (
-            "optimizer",
-            "layout",
-            "cluster",
-            "world_size",
-            "gpu",
-            "network",
-            "ttt_h",
-            "ttt_p10_h",
-            "ttt_p90_h",
-            "cost",
-            "gpu_cost",
-            "network_cost",
-            "samples_per_s",
-            "speedup",
-            "speedup_p10",
-            "speedup_p90",
-        )
-        emit_json(
-            {
-                **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
-                "chosen": result["chosen"] and {k: result["chosen"].get(k) for k in keep},
-                "runners_up": [{k: r.get(k) for k in keep} for r in result["runners_up"]],
-                "fastest": {k: result["fastest"].get(k) for k in keep},
-            }
-        )
+        emit_json(plan_as_json(result))
         return
     with progress_bar("plan", "candidates") as update:
         result = plan(*args, progress=update, **extra)

@@ -304,3 +304,40 @@ def why_not(row: dict[str, Any], chosen: dict[str, Any]) -> str:
         return f"same cost, {speed}"
     more = "more" if dc >= 0 else "less"
     return f"${abs(dc):,.0f} ({100 * abs(dc) / chosen['cost']:.1f}%) {more}, {speed}"
+
+
+# What a candidate says in plan's JSON (and the API's Plan.to_dict): its own numbers, not the rows it
+# links to (a candidate's baseline is another candidate whose baseline is itself).
+CANDIDATE_KEYS = (
+    "optimizer",
+    "layout",
+    "cluster",
+    "world_size",
+    "gpu",
+    "network",
+    "ttt_h",
+    "ttt_p10_h",
+    "ttt_p90_h",
+    "cost",
+    "gpu_cost",
+    "network_cost",
+    "samples_per_s",
+    "speedup",
+    "speedup_p10",
+    "speedup_p90",
+)
+
+
+def plan_as_json(result: dict) -> dict:
+    """``plan``'s answer as plain data (``clustersim plan --json``): the chosen candidate, the
+    runners-up and the fastest by their own numbers, beside the plan's settings and text."""
+
+    def one(row):
+        return row and {k: row.get(k) for k in CANDIDATE_KEYS}
+
+    return {
+        **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
+        "chosen": one(result["chosen"]),
+        "runners_up": [one(r) for r in result["runners_up"]],
+        "fastest": one(result["fastest"]),
+    }
