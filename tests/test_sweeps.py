@@ -496,3 +496,25 @@ def test_a_bad_optimizer_option_axis_is_one_line_naming_it(tmp_path, axis, value
     assert out.exit_code == 2, out.output
     assert f"vary.{axis}:" in out.output and says in out.output
     assert "Traceback" not in out.output and not (tmp_path / "o").exists()
+
+
+def test_a_model_axis_keeps_the_bases_sequence_length_for_the_bases_model_and_says_so_for_others(tmp_path):
+    """The base's own model keeps the base's seq_len along a model axis (it used to fall back to the
+    model's default silently); another model takes its own default, with a note before the rows run."""
+    from clustersim import api
+
+    base = copy.deepcopy(SMALL_SCENARIO)
+    base["workload"] = {**base["workload"], "seq_len": 512}
+    sweep = {"name": "m", "base": base, "vary": {"model": ["BERT-Large", "GPT-2-355M"]}, "samples": 0}
+    result = api.sweep(write(tmp_path, sweep), tmp_path / "out", workers=1)
+    lengths = {}
+    for line in (tmp_path / "out" / "scenarios.jsonl").read_text().splitlines():
+        s = json.loads(line)["scenario"]
+        lengths[s["workload"]["model"]] = s["workload"].get("seq_len")
+    assert lengths == {"BERT-Large": 512, "GPT-2-355M": None}
+    assert result.notes == [
+        "vary.model: rows of GPT-2-355M use each model's default seq_len, not the base's 512; "
+        "vary seq_len to set it"
+    ]
+    varied = {**sweep, "vary": {**sweep["vary"], "seq_len": [256]}}
+    assert api.sweep(write(tmp_path, varied, "v.yaml"), tmp_path / "v", workers=1).notes == []

@@ -323,7 +323,7 @@ class Sweep:
         its optimizers lack: those rows come out the same, so it is said before they run, as ``run``
         says it of a scenario's key."""
 
-        notes = self._unused_option_axes()
+        notes = self._unused_option_axes() + self._sequence_length_notes()
         models = {self.base.workload.model, *self.spec.vary.get("model", [])}
         models |= set(self.spec.vary.get("workload.model", []))
         models.discard(None)  # a custom list of layers: no family to check against
@@ -337,6 +337,18 @@ class Sweep:
             if said is not None:
                 notes.append(f"vary.{axis}: {said}: the rows along it are the same")
         return notes
+
+    def _sequence_length_notes(self) -> list[str]:
+        """A model axis gives each other model its own default sequence length: said when the base
+        sets one that those rows then do not use."""
+        others = [m for m in self.spec.vary.get("model", []) if m != self.base.workload.model]
+        given = self.base.workload.seq_len
+        if not others or "seq_len" in self.spec.vary or given is None:
+            return []
+        return [
+            f"vary.model: rows of {', '.join(map(str, others))} use each model's default seq_len, not the "
+            f"base's {given}; vary seq_len to set it"
+        ]
 
     def _unused_option_axes(self) -> list[str]:
         """A note per optimizer-option axis for each of the sweep's optimizers without that option:
@@ -424,8 +436,9 @@ def resolve_row(
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = values[axis]
-    if "model" in values:
-        data["workload"]["seq_len"] = values.get("seq_len")  # each model's default unless varied
+    if "model" in values and values["model"] != base.workload.model:
+        # another model takes its own default sequence length unless seq_len is varied (Sweep notes it)
+        data["workload"]["seq_len"] = values.get("seq_len")
     if ("nic_gbps" in values or "nic_kind" in values) and "nic_effective_gbps" not in values:
         # A measured rate belongs to the base's NIC; another NIC gets line rate x efficiency.
         data["cluster"]["nic"]["effective_gbps"] = None
