@@ -131,3 +131,15 @@ def test_to_dataframe_without_pandas_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now fails, as when not installed
     with pytest.raises(ImportError, match=r"pip install 'clustersim\[dataframe\]'"):
         simulate("preset:default").to_dataframe()
+
+
+def test_compare_takes_steps_per_optimizer_as_a_mapping():
+    """From Python, steps per optimizer is a dict, the same plan as the command's text."""
+    as_dict = compare(
+        "preset:default", ["adam", "binsgdm"], gpus=[8], samples=0, steps={"adam": 1000, "binsgdm": 1100}
+    )
+    as_text = compare(
+        "preset:default", ["adam", "binsgdm"], gpus=[8], samples=0, steps="adam=1000,binsgdm=1100"
+    )
+    assert as_dict.row("binsgdm", 8).time_to_train_s == as_text.row("binsgdm", 8).time_to_train_s
+    assert as_dict.row("binsgdm", 8).steps == 1100

@@ -174,10 +174,15 @@ class StepsPlan:
     per: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def parse(cls, text: "str | int | StepsPlan | None", key: str = "--steps") -> "StepsPlan | None":
-        """``100000``, ``adam=100000,binsgdm=110000`` or both (``100000,binsgdm=110000``)."""
+    def parse(cls, text: "str | int | dict | StepsPlan | None", key: str = "--steps") -> "StepsPlan | None":
+        """``100000``, ``adam=100000,binsgdm=110000`` or both (``100000,binsgdm=110000``); from Python
+        also a mapping (``{"adam": 100000, "binsgdm": 110000}``), read as that text."""
         if text is None or isinstance(text, StepsPlan):
             return text
+        if isinstance(text, dict):
+            if not text:
+                raise InputError("no steps given", key=key)
+            text = ",".join(f"{name}={n}" for name, n in text.items())
         if isinstance(text, int):
             cls._checked(text, None, key)
             return cls(default=text)
