@@ -318,7 +318,7 @@ def export_png(figs: dict, folder: Path) -> dict:
     if importlib.util.find_spec("kaleido") is None:
         return {
             "written": [],
-            "message": "PNG export skipped: kaleido is not installed (pip install kaleido; "
+            "message": "PNG export skipped: kaleido is not installed (pip install 'clustersim[report-png]'; "
             "it also needs Chrome or Chromium, e.g. apt-get install chromium)",
         }
     folder = Path(folder)
