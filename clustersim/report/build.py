@@ -91,11 +91,17 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
     figs = {
         "speedup": figures.speedup_vs_gpus(rows, suffix),
         "breakdown": figures.breakdown_bars(rows, focus["network"], focus["gpu"], suffix),
-        "timeline": figures.timeline(focus_run),
+        # named by the row it shows: a sweep's rows all carry the base scenario's name
+        "timeline": figures.timeline(
+            focus_run,
+            f"{focus['optimizer']} on {focus['cluster']}, {model}"
+            + ("" if rec["chosen"] else " (the fastest; nothing meets the constraints)"),
+        ),
         "bytes": figures.bytes_on_wire(rows, focus["network"], focus["gpu"], suffix),
         "cost": figures.cost_vs_time(rows, rec["chosen"], suffix),
     }
-    return Section(model, rows, rec, figs, hottest_links(scenario, focus_run), analysis.by_network(rows))
+    hot = hottest_links(scenario, focus_run) | {"role": "recommended" if rec["chosen"] else "fastest"}
+    return Section(model, rows, rec, figs, hot, analysis.by_network(rows))
 
 
 def hottest_links(scenario, run) -> dict:
@@ -131,7 +137,7 @@ def _links_html(hot: dict | None, anchor: str) -> str:
         else ""
     )
     return (
-        f'<h3 id="{anchor}">Hottest links of the recommended configuration (flow backend)</h3>'
+        f'<h3 id="{anchor}">Hottest links of the {hot.get("role", "recommended")} configuration (flow backend)</h3>'
         f"<p>Bytes over capacity x the flow backend's iteration time ({hot['iteration_time_s'] * 1e3:,.1f} ms); "
         f"collectives simulated flow by flow over the topology, links shared max-min fairly.{quiet}</p>{table}"
     )

@@ -179,7 +179,7 @@ def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str, suffix: s
     )
 
 
-def timeline(result) -> go.Figure:
+def timeline(result, label: str | None = None) -> go.Figure:
     """Gantt chart of one simulated iteration, one row per stream, one colour per phase (as in the
     breakdown). Ops are drawn without outlines, so short forward/backward layers stay visible; the hover
     names each op with its start and end."""
@@ -208,7 +208,7 @@ def timeline(result) -> go.Figure:
     fig.update_layout(barmode="overlay", bargap=0.25)
     return _layout(
         fig,
-        f"One iteration: {result.optimizer} on {result.world_size} GPUs ({result.scenario})",
+        f"One iteration: {label or f'{result.optimizer} on {result.world_size} GPUs ({result.scenario})'}",
         "time (ms)",
         "stream",
     )
