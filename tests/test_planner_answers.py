@@ -187,3 +187,14 @@ def test_compare_says_the_notes_run_says_once_not_once_per_cell():
     rows = [row(8, "adam", ["a"]), row(16, "adam", ["a", "b"]), row(16, "binsgdm", ["a", "b"])]
     rows.append(CompareRow.failed(32, "adam", "out of memory"))
     assert notes_by_cells(rows) == ["a", "b (adam at 16 GPUs; binsgdm at 16 GPUs)"]
+
+
+def test_every_runner_up_of_a_banded_plan_has_its_band():
+    """Bands are drawn for the cheapest feasible candidates; a runner-up from further down (listed
+    because a cheaper one read the same as another) gets its own band too, not a bare number."""
+    from clustersim import api
+
+    answer = api.plan("BERT-Large", 100_000, "3d", samples=4)  # the built-in grid
+    assert answer.runners_up
+    for r in [answer.chosen, *answer.runners_up]:
+        assert r["ttt_p10_h"] <= r["ttt_h"] <= r["ttt_p90_h"], r["cluster"]

@@ -217,6 +217,11 @@ def _plan(
             runners_up.append(r)
         if len(runners_up) == 4:
             break
+    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
+        late = [r for r in runners_up if "ttt_p10_h" not in r]
+        for row in late:
+            _add_band(row, base_json, rows, steps, global_batch, samples)
+        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in late if r.get("baseline")])
     return {
         "model": model,
         "steps": steps,
