@@ -294,7 +294,11 @@ def test_figures_colours_ticks_and_header(results):
     assert figs["cost"].layout.annotations[0].text == "1"  # numbered as in the Pareto table
     html = render_html(meta, rows_ok, sections, failed, 3.0)
     model = rows_ok[0]["model"]
-    assert f"Model {model} · GPU {rows_ok[0]['gpu']} · global batch 1,024 samples · calibration: none" in html
+    header = f"Model {model} · GPU {rows_ok[0]['gpu']} · global batch 1,024 samples · micro-batch "
+    assert header in html and "· calibration: none" in html
+    # the recipe is in the header: two sweeps of one model and cluster on other recipes read differently
+    line = html[html.index(header) :].split("· calibration")[0]
+    assert "precision " in line and "execution " in line
 
 
 def test_report_labels_each_rows_layout(tmp_path):

@@ -239,8 +239,11 @@ clustersim, plotly {plotly.__version__}.</p>
 
 
 def _names(rows, key: str) -> str:
-    values = sorted({str(r[key]) for r in rows if r.get(key) is not None})
-    return ", ".join(values) if values else "unknown"
+    values = {r[key] for r in rows if r.get(key) is not None}
+    ordered = sorted(
+        values, key=lambda v: (not isinstance(v, int | float), v if isinstance(v, int | float) else str(v))
+    )
+    return ", ".join(str(v) for v in ordered) if ordered else "unknown"
 
 
 def describe_runs(meta: dict, rows_ok: list[dict]) -> str:
@@ -255,8 +258,22 @@ def describe_runs(meta: dict, rows_ok: list[dict]) -> str:
     batch_text = f"{batch:,}" if isinstance(batch, int) else str(batch)
     return (
         f"Model {_names(rows_ok, 'model')} · GPU {_names(rows_ok, 'gpu')} · "
-        f"global batch {batch_text} samples · calibration: {calibration}"
+        f"global batch {batch_text} samples · micro-batch {_names(rows_ok, 'micro_batch_used')} · "
+        f"{_recipe(meta, rows_ok)} · calibration: {calibration}"
     )
+
+
+def _recipe(meta: dict, rows_ok: list[dict]) -> str:
+    """How the rows' code runs (precision, execution, and attention where a scenario sets it): two
+    sweeps of one model and cluster on other recipes read differently, as their numbers do."""
+    scenarios = meta.get("scenarios", {})
+    workloads = [(scenarios.get(r.get("row_id")) or {}).get("workload") or {} for r in rows_ok]
+    parts = []
+    for key, default in (("precision", None), ("execution", "eager"), ("attention", None)):
+        values = sorted({str(w.get(key) or default) for w in workloads if (w.get(key) or default)})
+        if values:
+            parts.append(f"{key} {', '.join(values)}")
+    return " · ".join(parts) if parts else "recipe as the scenarios give it"
 
 
 def write_report(
