@@ -240,9 +240,7 @@ clustersim, plotly {plotly.__version__}.</p>
 
 def _names(rows, key: str) -> str:
     values = {r[key] for r in rows if r.get(key) is not None}
-    ordered = sorted(
-        values, key=lambda v: (not isinstance(v, int | float), v if isinstance(v, int | float) else str(v))
-    )
+    ordered = sorted(values, key=lambda v: (isinstance(v, str), v))  # numbers in numeric order
     return ", ".join(str(v) for v in ordered) if ordered else "unknown"
 
 
@@ -264,13 +262,14 @@ def describe_runs(meta: dict, rows_ok: list[dict]) -> str:
 
 
 def _recipe(meta: dict, rows_ok: list[dict]) -> str:
-    """How the rows' code runs (precision, execution, and attention where a scenario sets it): two
-    sweeps of one model and cluster on other recipes read differently, as their numbers do."""
+    """How the rows' code runs (precision, execution, attention: scenarios.jsonl holds each row's
+    whole scenario, defaults included): two sweeps of one model and cluster on other recipes read
+    differently, as their numbers do."""
     scenarios = meta.get("scenarios", {})
     workloads = [(scenarios.get(r.get("row_id")) or {}).get("workload") or {} for r in rows_ok]
     parts = []
-    for key, default in (("precision", None), ("execution", "eager"), ("attention", None)):
-        values = sorted({str(w.get(key) or default) for w in workloads if (w.get(key) or default)})
+    for key in ("precision", "execution", "attention"):
+        values = sorted({str(w[key]) for w in workloads if w.get(key) is not None})
         if values:
             parts.append(f"{key} {', '.join(values)}")
     return " · ".join(parts) if parts else "recipe as the scenarios give it"

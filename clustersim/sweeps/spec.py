@@ -162,12 +162,9 @@ def _axis_hint(axis: str) -> str:
     """ ", did you mean X?" for a misspelt optimizer option, else nothing."""
     import difflib
 
-    from clustersim.optimizer_options import OPTIONS
-
     if not axis.startswith(OPTIONS_PREFIX):
         return ""
-    names = sorted({n for schema in OPTIONS.values() for n in schema.model_fields})
-    close = difflib.get_close_matches(axis.removeprefix(OPTIONS_PREFIX), names, n=1)
+    close = difflib.get_close_matches(axis.removeprefix(OPTIONS_PREFIX), sorted(_all_option_names()), n=1)
     return f" (did you mean {OPTIONS_PREFIX}{close[0]}?)" if close else ""
 
 
@@ -175,12 +172,15 @@ def _option_name(axis: str) -> str | None:
     """The option an axis such as ``training.optimizer_options.implementation`` varies, or None. It is
     one key of the options mapping, which each optimizer defines for itself (optimizer_options.py), so
     it is a sweep axis when some optimizer has that option."""
+    name = axis.removeprefix(OPTIONS_PREFIX)
+    return name if name != axis and name in _all_option_names() else None
+
+
+def _all_option_names() -> set[str]:
+    """Every option some optimizer takes (optimizer_options.OPTIONS)."""
     from clustersim.optimizer_options import OPTIONS
 
-    name = axis.removeprefix(OPTIONS_PREFIX)
-    if name == axis or not any(name in schema.model_fields for schema in OPTIONS.values()):
-        return None
-    return name
+    return {n for schema in OPTIONS.values() for n in schema.model_fields}
 
 
 def _options_of(optimizer: str) -> set[str]:
@@ -192,16 +192,8 @@ def _options_of(optimizer: str) -> set[str]:
 
 
 def _is_schema_key(dotted: str) -> bool:
-    if _option_name(dotted) is not None:
-        return True
-    model: Any = Scenario
-    for part in dotted.split("."):
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            return False
-        ann = fields[part].annotation
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-    return True
+    """A scenario key (a pydantic field, walked by _field) or one optimizer option."""
+    return _option_name(dotted) is not None or _field(dotted) is not None
 
 
 # The most rows one sweep may expand into. Rows are listed in memory (~1 KB each with their resolved
