@@ -102,12 +102,20 @@ def simulate(
 
 @dataclass
 class Comparison:
-    """Optimizers side by side per GPU count: the cells of ``clustersim compare``'s table. A cell that
-    could not be simulated (out of GPU memory, say) has ``error`` set and no numbers."""
+    """Optimizers side by side per GPU count: the cells of ``clustersim compare``'s table, and each
+    compressed optimizer's break-even NIC bandwidth against the baseline. A cell that could not be
+    simulated (out of GPU memory, say) has ``error`` set and no numbers."""
 
     rows: list[Any]
     optimizers: list[str]
     gpu_counts: list[int]
+    baseline: str = ""
+    global_batch: int | None = None
+    #: planner.breakeven.BreakEven per compressed optimizer, at ``break_even_gpus`` GPUs
+    break_even: list[Any] = field(default_factory=list)
+    break_even_gpus: int | None = None
+    #: why there is no break-even (the scenario cannot be simulated at that count); None otherwise
+    break_even_error: str | None = None
 
     def row(self, optimizer: str, gpus: int):
         """The cell of one optimizer at one GPU count."""
@@ -125,10 +133,38 @@ class Comparison:
         return notes_by_cells(self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [r.as_dict() for r in self.rows], "notes": self.notes}
+        """What ``clustersim compare --json`` prints."""
+        from clustersim.planner.compare import comparison_as_json
+
+        return comparison_as_json(
+            self.rows,
+            self.baseline,
+            self.global_batch,
+            self.break_even,
+            self.break_even_error,
+            self.break_even_gpus,
+        )
 
     def to_dataframe(self):
         return _dataframe([r.as_dict() for r in self.rows])
+
+
+# The command's options as the API's keyword arguments: an error keyed by an option names the argument.
+_ARGUMENT_OF_OPTION = {
+    "--optimizers": "optimizers",
+    "--gpus": "gpus",
+    "--steps": "steps",
+    "--warmup": "warmup",
+    "--baseline": "baseline",
+    "--global-batch": "global_batch",
+    "--break-even-at": "break_even_at",
+}
+
+
+def _as_argument(exc: InputError) -> InputError:
+    """``exc`` keyed by the keyword argument the caller gave, not by the CLI option it stands for."""
+    key = _ARGUMENT_OF_OPTION.get(exc.key or "", exc.key)
+    return InputError(exc.message, source=exc.source, key=key)
 
 
 def compare(
@@ -138,18 +174,40 @@ def compare(
     *,
     profile: str | None = None,
     samples: int = DEFAULT_SAMPLES,
+    baseline: str | None = None,
+    global_batch: int | None = None,
+    break_even_at: int | None = None,
     **options: Any,
 ) -> Comparison:
     """``clustersim compare``: each optimizer at each GPU count (default: the scenario's own), with
-    speedups over the baseline and their paired P10-P90 (``samples`` draws; 0 turns bands off).
-    ``options`` go to :func:`clustersim.planner.compare.compare` as they are (``steps``, ``warmup``, ...)."""
+    speedups over the baseline (the scenario's uncompressed optimizer, or ``baseline``) and their paired
+    P10-P90 (``samples`` draws; 0 turns bands off), and each compressed optimizer's break-even NIC
+    bandwidth at ``break_even_at`` GPUs (default: the largest count; 0 skips it). ``global_batch``
+    keeps the samples per step the same at every count. ``options`` go to
+    :func:`clustersim.planner.compare.compare` as they are (``steps``, ``warmup``)."""
+    from clustersim.planner.compare import break_evens_or_reason, choose_baseline
     from clustersim.planner.compare import compare as _compare
 
     s = load_scenario(scenario)
     names = list(optimizers)
     counts = [s.cluster.world_size] if gpus is None else list(gpus)
-    rows = _compare(s, names, counts, profile=profile, samples=samples, **options)
-    return Comparison(rows, names, counts)
+    at = max(counts, default=0) if break_even_at is None else break_even_at
+    try:
+        base = choose_baseline(s.training.optimizer, baseline)
+        rows = _compare(
+            s,
+            names,
+            counts,
+            profile=profile,
+            samples=samples,
+            baseline=base,
+            global_batch=global_batch,
+            **options,
+        )
+        evens, why_none = break_evens_or_reason(s, names, at, profile, samples, base, global_batch)
+    except InputError as exc:
+        raise _as_argument(exc) from None
+    return Comparison(rows, names, counts, base, global_batch, evens, at or None, why_none)
 
 
 @dataclass

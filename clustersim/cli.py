@@ -502,8 +502,10 @@ def compare(
     optimizer beats the baseline."""
     from clustersim.planner.compare import (
         StepsPlan,
+        break_evens_or_reason,
         check_optimizers,
         choose_baseline,
+        comparison_as_json,
         notes_by_cells,
         split_global_batch,
         warmup_fraction,
@@ -535,17 +537,8 @@ def compare(
         rows = _some_simulated(
             run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch), s
         )
-        evens, why_none = _break_evens(s, opts, at, profile, samples, base, global_batch)
-        emit_json(
-            {
-                "baseline": base,
-                "global_batch": global_batch,
-                "rows": [r.as_dict() for r in rows],
-                "break_even": [b.as_dict() | {"gpus": at} for b in evens],
-                "break_even_error": why_none,
-                "notes": notes_by_cells(rows),
-            }
-        )
+        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+        emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at))
         return
     done = [0]
 
@@ -565,7 +558,7 @@ def compare(
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at} GPUs")
-        evens, why_none = _break_evens(s, opts, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
@@ -698,18 +691,6 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
 
 def _times(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
-
-
-def _break_evens(s, opts, at, profile, samples, base, global_batch) -> tuple[list, str | None]:
-    """Break-even bandwidths at ``at`` GPUs, or why there are none (a cell that cannot be simulated)."""
-    from clustersim.planner.compare import break_evens
-
-    if not at:
-        return [], None
-    try:
-        return break_evens(s, opts, at, profile, samples, base, global_batch), None
-    except InputError as exc:
-        return [], exc.message
 
 
 @app.command()

@@ -74,17 +74,31 @@ def test_bad_input_is_an_input_error_naming_the_key(tmp_path):
 
 
 def test_compare_is_what_compare_prints(runner):
+    """The whole document, baseline and break-even included, not only the cells."""
     table = compare("preset:default", ["adam", "binsgdm"], gpus=[8, 32], samples=0)
     r = runner.invoke(
         app,
         ["compare", "preset:default", "--optimizers", "adam,binsgdm", "--gpus", "8,32"]
-        + ["--samples", "0", "--break-even-at", "0", "--json"],
+        + ["--samples", "0", "--json"],
     )
     assert r.exit_code == 0, r.output
-    assert table.to_dict()["rows"] == json.loads(r.stdout)["rows"]
+    printed = json.loads(r.stdout)
+    assert json.loads(json.dumps(table.to_dict())) == printed
+    assert printed["baseline"] == "adam" and [b["gpus"] for b in printed["break_even"]] == [32]
     assert table.row("binsgdm", 32).speedup > 1
+    assert compare("preset:default", ["adam", "binsgdm"], [8], samples=0, break_even_at=0).break_even == []
     with pytest.raises(KeyError):
         table.row("sgdm", 8)
+
+
+def test_compare_errors_name_the_keyword_argument():
+    """An API caller gave `steps=`, not `--steps`: the error names what they wrote."""
+    with pytest.raises(InputError, match=r"^steps: unknown optimizer 'x'"):
+        compare("preset:default", ["adam"], gpus=[8], samples=0, steps="x=1")
+    with pytest.raises(InputError, match=r"^global_batch: global batch 7 does not split"):
+        compare("preset:default", ["adam"], gpus=[8], samples=0, global_batch=7)
+    with pytest.raises(InputError, match=r"^optimizers: no optimizers given"):
+        compare("preset:default", [], gpus=[8], samples=0)
 
 
 def test_compare_defaults_to_the_scenarios_own_gpu_count():

@@ -423,3 +423,41 @@ def break_evens(
         comp = scenario_for_optimizer(sized, name, None)
         out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
     return out
+
+
+def break_evens_or_reason(
+    scenario: Scenario,
+    optimizers: list[str],
+    gpus: int,
+    profile=None,
+    samples: int = 8,
+    baseline: str | None = None,
+    global_batch: int | None = None,
+) -> tuple[list, str | None]:
+    """:func:`break_evens` at ``gpus`` GPUs (0: none asked for), or why there are none: a scenario that
+    cannot be simulated at that count is the table's footnote, not the end of the comparison."""
+    if not gpus:
+        return [], None
+    try:
+        return break_evens(scenario, optimizers, gpus, profile, samples, baseline, global_batch), None
+    except InputError as exc:
+        return [], exc.message
+
+
+def comparison_as_json(
+    rows: list[CompareRow],
+    baseline: str,
+    global_batch: int | None,
+    evens: list,
+    why_no_break_even: str | None,
+    break_even_gpus: int | None,
+) -> dict:
+    """``clustersim compare --json``'s document, which the API's ``Comparison.to_dict()`` returns too."""
+    return {
+        "baseline": baseline,
+        "global_batch": global_batch,
+        "rows": [r.as_dict() for r in rows],
+        "break_even": [b.as_dict() | {"gpus": break_even_gpus} for b in evens],
+        "break_even_error": why_no_break_even,
+        "notes": notes_by_cells(rows),
+    }
