@@ -163,6 +163,11 @@ class GpuSpec(_Strict):
     boost_clock_mhz: Annotated[Number | None, _within("gpu_boost_clock_mhz", "MHz")] = Field(
         None, gt=0, description="boost clock in MHz (datasheet)"
     )
+    matmul_efficiency: dict[Precision, Annotated[Number, Field(gt=0, le=1)]] = Field(
+        default_factory=dict,
+        description="fraction of dense peak that large GEMMs reach, per precision, where a published GEMM "
+        "benchmark measured it on this GPU (else hardware_defaults.yaml's efficiency.matmul)",
+    )
     asynchronous_launch: bool = Field(
         True,
         description="kernels run while the host dispatches the next ones (GPUs); false for a CPU device, "
@@ -174,6 +179,15 @@ class GpuSpec(_Strict):
     def _has_fp32(cls, value: dict) -> dict:
         if "fp32" not in value:
             raise ValueError("needs an fp32 rate (the rate of precisions the GPU has no tensor cores for)")
+        return value
+
+    @field_validator("matmul_efficiency")
+    @classmethod
+    def _efficiency_of_known_precisions(cls, value: dict, info: ValidationInfo) -> dict:
+        peaks = info.data.get("peak_tflops")
+        unknown = sorted(set(value) - set(peaks)) if peaks is not None else []
+        if unknown:
+            raise ValueError(f"given for {', '.join(unknown)}, which peak_tflops does not give")
         return value
 
     def pcie_generation(self, override: int | None) -> int:

@@ -42,7 +42,9 @@ class DeviceCosts:
         self.gpu = gpu
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
-        self.matmul_eff = {p: eff["matmul"] for p in gpu.peak_tflops}
+        # large GEMMs' fraction of peak: the GPU's own where a published GEMM benchmark measured it
+        # (catalogs/gpus.yaml), else the documented default
+        self.matmul_eff = {p: gpu.matmul_efficiency.get(p, eff["matmul"]) for p in gpu.peak_tflops}
         self.memory_eff = eff["memory"]
         mode = catalog.execution_mode(execution)
         classes = catalog.execution()["efficiency"]
@@ -67,7 +69,11 @@ class DeviceCosts:
             self.kernel_overhead_s = dispatch.device_s_per_kernel
         self.kernel_bw: dict[str, float] = {}
         self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
-        self.sources: dict[str, str] = {"matmul": "default efficiency", "memory": "default efficiency"}
+        matmul_source = "published GEMM benchmark (catalogs/gpus.yaml)" if gpu.matmul_efficiency else None
+        self.sources: dict[str, str] = {
+            "matmul": matmul_source or "default efficiency",
+            "memory": "default efficiency",
+        }
         if profile is not None:
             self._apply(profile)
         self._roofline: dict[str, tuple[float, float]] = {}  # precision -> (FLOP/s, bytes/s)

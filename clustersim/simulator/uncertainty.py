@@ -34,8 +34,8 @@ from clustersim.topologies.cluster import GroupShape
 # Default log-sigma of compute (device and host dispatch) without a measured compute model: the spread
 # of the default predictions' errors against published single-GPU and single-node throughputs
 # (`validate --dataset gpu_throughput`: 46 scored rows of NVIDIA DeepLearningExamples and MLPerf,
-# V100/A100/H100, BERT-Large and ResNet-50, several software versions; median |error| 12%). A band of
-# exp(+-1.2816 x 0.25) = -27%..+38% holds the published value in 45 of those rows; the two H200 steps
+# V100/A100/H100, BERT-Large and ResNet-50, several software versions; median |error| 8%). A band of
+# exp(+-1.2816 x 0.25) = -27%..+38% holds the published value in 44 of those rows; the two H200 steps
 # of the development set are within 2% and 11%. Software versions of one code base differ by up to 2x
 # there (ResNet-50 fp16 on A100: 1,241 img/s in one container, 2,470 in a later one), which no
 # hardware model follows: `calibrate model` measures the user's own code and narrows the band.
