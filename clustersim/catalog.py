@@ -6,6 +6,7 @@ Adding a GPU or a model means adding an entry to ``catalogs/*.yaml``; no code br
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -439,7 +440,41 @@ def gpu(name: "str | GpuSpec") -> GpuSpec:
 
 
 def model(name: str) -> ModelArch:
-    return _lookup("model", name, models())
+    """A catalog model by name (case-insensitive); ``NAME-<N>L`` is transformer NAME with N layers, the
+    name `calibrate model --layers N` stores its measurement under."""
+    try:
+        return _lookup("model", name, models())
+    except InputError:
+        shortened = _fewer_layers(name)
+        if shortened is None:
+            raise
+        return shortened
+
+
+def model_name(name: str) -> str:
+    """The catalog's own spelling of a model name given in any case (``bert-large-2l`` ->
+    ``BERT-Large-2L``): measurements are stored and found under it."""
+    model(name)  # an unknown name is refused here
+    table = models()
+    m = re.fullmatch(r"(.+)-(\d+)[lL]", name)
+    folded = {k.lower(): k for k in table}
+    if name.lower() in folded:
+        return folded[name.lower()]
+    return f"{folded[m.group(1).lower()]}-{m.group(2)}L"
+
+
+def _fewer_layers(name: str) -> "TransformerArch | None":
+    m = re.fullmatch(r"(.+)-(\d+)[lL]", name)
+    if m is None:
+        return None
+    try:
+        base = _lookup("model", m.group(1), models())
+    except InputError:
+        return None
+    layers = int(m.group(2))
+    if not isinstance(base, TransformerArch) or not 1 <= layers <= base.layers:
+        return None
+    return base.model_copy(update={"layers": layers})
 
 
 # ---- User catalogs (issue #13): files in the shipped schema that add GPUs/models or override them.

@@ -137,6 +137,8 @@ def test_calibrate_model_on_the_cpu(runner, tiny, tmp_path):
             assert phase["host_s"] + phase["device_s"] == pytest.approx(phase["wall_s"])
             assert phase["ops"] > 0
     assert mc.forward.kernels > 0 and mc.backward.kernels > 0 and mc.optimizer.kernels > 0
+    # the optimizer's time is the parameters', not the batch's: no slope in the micro-batch
+    assert mc.optimizer.host_s.per_sample_s == mc.optimizer.device_s.per_sample_s == 0
     d = p.dispatch
     assert d.host_s_per_kernel_forward > 0 and d.host_s_per_kernel_backward > 0
     assert d.fingerprint == fp

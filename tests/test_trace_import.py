@@ -208,7 +208,7 @@ def test_cli_writes_and_merges_model_compute(runner, tmp_path):
     assert p.device == "H200" and p.provenance.device_name == "NVIDIA H200"
     (mc,) = p.model_compute
     assert (mc.model, mc.seq_len, mc.micro_batches, mc.fingerprint.precision) == (
-        "bert-large",
+        "BERT-Large",  # the catalog's spelling, which a scenario's model matches
         128,
         [16],
         "bf16",
@@ -216,6 +216,8 @@ def test_cli_writes_and_merges_model_compute(runner, tmp_path):
     assert mc.forward.host_s.at(16) == pytest.approx(BERT_TRUTH["forward"], rel=0.10)
     assert mc.backward.device_s.at(16) == pytest.approx(0.0122, rel=0.01)
     assert mc.forward.device_s.intercept_s == 0 and mc.forward.host_s.per_sample_s == 0
+    # the optimizer's work does not grow with the micro-batch
+    assert mc.optimizer.device_s.at(64) == mc.optimizer.device_s.at(16) > 0
     d = p.dispatch
     assert 15e-6 < d.host_s_per_kernel_forward < 35e-6 and 15e-6 < d.host_s_per_kernel_backward < 35e-6
     assert d.host_s_per_param_tensor == pytest.approx(mc.optimizer.host_s.intercept_s / 398)
@@ -223,15 +225,18 @@ def test_cli_writes_and_merges_model_compute(runner, tmp_path):
     # another model is added, the same one replaced, the rest of the profile kept
     result = runner.invoke(
         app,
-        ["calibrate", "import-trace", str(RESNET), "--out", str(out), "--model", "resnet50"]
-        + ["--micro-batch", "128", "--seq-len", "224", "--step-time", str(RESNET_TRUTH["step"])],
+        ["calibrate", "import-trace", str(RESNET), "--out", str(out), "--model", "ResNet-50"]
+        + ["--micro-batch", "128", "--step-time", str(RESNET_TRUTH["step"])],  # a CNN's side: 224
     )
     assert result.exit_code == 0, result.output
-    assert [m.model for m in load_profile(str(out)).model_compute] == ["bert-large", "resnet50"]
+    assert [(m.model, m.seq_len) for m in load_profile(str(out)).model_compute] == [
+        ("BERT-Large", 128),
+        ("ResNet-50", 224),
+    ]
     result = runner.invoke(app, args + ["--model", "bert-large", "--micro-batch", "16", "--seq-len", "128"])
-    assert [m.model for m in load_profile(str(out)).model_compute] == ["resnet50", "bert-large"]
+    assert [m.model for m in load_profile(str(out)).model_compute] == ["ResNet-50", "BERT-Large"]
     shown = runner.invoke(app, ["calibrate", "show", str(out)])
-    assert shown.exit_code == 0 and "dispatch rates" in shown.output and "resnet50" in shown.output
+    assert shown.exit_code == 0 and "dispatch rates" in shown.output and "ResNet-50" in shown.output
 
 
 def test_cli_without_a_model_stores_dispatch_rates_only(runner, tmp_path):
@@ -240,8 +245,47 @@ def test_cli_without_a_model_stores_dispatch_rates_only(runner, tmp_path):
     assert result.exit_code == 0, result.output
     p = load_profile(str(out))
     assert p.model_compute == [] and p.dispatch is not None
-    result = runner.invoke(app, ["calibrate", "import-trace", str(RESNET), "--out", str(out), "--model", "x"])
+    result = runner.invoke(
+        app, ["calibrate", "import-trace", str(RESNET), "--out", str(out), "--model", "BERT-Large"]
+    )
     assert "go together" in _one_line(result, "--model")
+
+
+@pytest.mark.parametrize(
+    "trace,extra,key,says",
+    [
+        (
+            "bert",
+            ["--model", "Foo", "--micro-batch", "16", "--seq-len", "128"],
+            "--model",
+            "unknown model 'Foo'",
+        ),
+        ("bert", ["--model", "ResNet-50", "--micro-batch", "16"], "--model", "runs attention"),
+        (
+            "resnet",
+            ["--model", "BERT-Large", "--micro-batch", "128", "--seq-len", "128"],
+            "--model",
+            "convolutions",
+        ),
+        (
+            "resnet",
+            ["--model", "ResNet-50", "--micro-batch", "128", "--seq-len", "160"],
+            "--seq-len",
+            "224 px",
+        ),
+        ("bert", ["--step-time", "0.001"], "--step-time", "more than the whole"),
+        ("bert", ["--et", "RESNET_ET"], "--et", "161 parameter tensors, the trace's 398"),
+    ],
+)
+def test_what_the_trace_did_not_run_is_refused(runner, tmp_path, trace, extra, key, says):
+    """A model the trace did not run, a side it was not measured at, a step time that leaves the profiler
+    more than the step, another job's execution trace: one line each, and nothing written."""
+    out = tmp_path / "p.json"
+    extra = [str(RESNET_ET) if x == "RESNET_ET" else x for x in extra]
+    path = BERT if trace == "bert" else RESNET
+    result = runner.invoke(app, ["calibrate", "import-trace", str(path), "--out", str(out), *extra])
+    assert says in _one_line(result, key)
+    assert not out.exists()
 
 
 def test_a_profile_of_another_device_is_refused(runner, tmp_path):

@@ -28,6 +28,22 @@ def same_entry(a: ModelCompute, b: ModelCompute) -> bool:
     return (a.model, a.seq_len, a.fingerprint.precision) == (b.model, b.seq_len, b.fingerprint.precision)
 
 
+def check_target(out: Path, device: str, base: Path | None = None) -> Path | None:
+    """The profile a measurement of ``device`` merges into (``base``, else ``out`` when it exists), after
+    checking it is one of that device: called before measuring too, so a wrong ``--out`` costs nothing."""
+    source = base if base is not None else (out if Path(out).exists() else None)
+    if source is not None:
+        existing = load_profile(str(source)).device
+        if existing != device:
+            raise InputError(
+                f"this profile is for device {existing!r} but the measurement is from {device!r}; "
+                "a profile holds one device type (write another --out)",
+                source=str(source),
+                key="device",
+            )
+    return source
+
+
 def store(
     out: Path,
     device: str,
@@ -37,16 +53,9 @@ def store(
     base: Path | None = None,
 ) -> Profile:
     """Merge into ``base`` (default: ``out`` when it exists) and write ``out`` atomically."""
-    source = base if base is not None else (out if Path(out).exists() else None)
+    source = check_target(out, device, base)
     if source is not None:
         data = load_profile(str(source)).model_dump()
-        if data["device"] != device:
-            raise InputError(
-                f"this profile is for device {data['device']!r} but the measurement is from {device!r}; "
-                "a profile holds one device type (write another --out)",
-                source=str(source),
-                key="device",
-            )
         data["format_version"] = FORMAT_VERSION
     else:
         data = {

@@ -77,15 +77,22 @@ def _catalog(torch, name, choice, seq_len, device, attention, precision) -> Reso
     from clustersim import catalog
     from clustersim.calibration.torch_models import batch, build, loss_of
 
-    arch = catalog.model(name)
-    name = next(k for k in catalog.models() if k.lower() == name.lower())
+    try:
+        arch = catalog.model(name)
+    except InputError as exc:
+        raise InputError(exc.message, key="--model" if choice.catalog else "workload.model") from None
+    name = catalog.model_name(name)
     if choice.layers is not None:
         if arch.family != "transformer":
             raise InputError("--layers applies to transformer models", key="--layers")
         arch = arch.model_copy(update={"layers": choice.layers})
         name = f"{name}-{choice.layers}L"
-    if seq_len is None:
-        seq_len = arch.image_size if arch.family == "resnet" else arch.default_seq_len
+    if arch.family == "resnet":
+        from clustersim.calibration.trace_import import cnn_image_side
+
+        seq_len = cnn_image_side(name, seq_len)
+    elif seq_len is None:
+        seq_len = arch.default_seq_len
     if arch.family == "transformer" and arch.max_positions and seq_len > arch.max_positions:
         raise InputError(
             f"--seq-len {seq_len} is longer than the model's {arch.max_positions} positions", key="--seq-len"
@@ -283,13 +290,14 @@ def calibrate_model(
 ):
     """Measure, fit, store; returns (profile, report)."""
     from clustersim.calibration import model_timing
-    from clustersim.calibration.compute_store import store
+    from clustersim.calibration.compute_store import check_target, store
     from clustersim.calibration.profile import Fingerprint
     from clustersim.calibration.provenance import provenance
     from clustersim.calibration.torch_support import catalog_name_for, require_torch, resolve_device
 
     torch = require_torch()
     device = resolve_device(torch, device)
+    check_target(out, catalog_name_for(torch, device), base)  # before minutes of measuring
     if len(set(micro_batches)) < 3:
         raise InputError("give at least 3 different micro-batch sizes to fit", key="--micro-batches")
     if holdout is not None and holdout in micro_batches:

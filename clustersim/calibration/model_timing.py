@@ -139,6 +139,11 @@ def fit_linear(xs: list[float], ys: list[float]) -> Linear:
     return Linear(intercept_s=a, per_sample_s=b)
 
 
+def _constant(xs: list[float], ys: list[float]) -> Linear:
+    """A time that does not depend on the micro-batch: the median of the measurements."""
+    return Linear(intercept_s=statistics.median(ys), per_sample_s=0.0)
+
+
 def _sync(torch, device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
@@ -425,11 +430,14 @@ def fit(
     largest = max(measured, key=lambda m: m.micro_batch)
 
     def phase(name: str) -> PhaseMeasurement:
+        # the optimizer's work is the parameters', whatever the micro-batch: its median, not a slope
+        # fitted to noise (which would grow it with the micro-batch)
+        fitted = fit_linear if name != "optimizer" else _constant
         return PhaseMeasurement(
-            host_s=fit_linear(xs, [m.phases[name].host_s for m in measured]),
-            device_s=fit_linear(xs, [m.phases[name].device_s for m in measured]),
+            host_s=fitted(xs, [m.phases[name].host_s for m in measured]),
+            device_s=fitted(xs, [m.phases[name].device_s for m in measured]),
             kernels=largest.phases[name].kernels,
-            wall_s=fit_linear(xs, [m.phases[name].wall_s for m in measured]),
+            wall_s=fitted(xs, [m.phases[name].wall_s for m in measured]),
         )
 
     phases = {name: phase(name) for name in PHASES}

@@ -85,6 +85,7 @@ class TraceAnalysis:
     precision: str
     attention: str | None
     execution: str
+    convolutions: bool = False  # the trace runs convolutions (a CNN's step)
     params: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -194,6 +195,7 @@ def analyse(trace: dict, source: str) -> TraceAnalysis:
         precision=_precision(names),
         attention=_attention(names),
         execution=_execution(names),
+        convolutions=any("convolution" in n for n in names),
     )
 
 
@@ -364,7 +366,58 @@ def overhead_from_step_time(analysis: TraceAnalysis, step_time_s: float) -> floa
             f"({profiled * 1e3:.2f} ms): it should be the same step measured without the profiler",
             key="--step-time",
         )
-    return (profiled - step_time_s) / analysis.events()
+    overhead = (profiled - step_time_s) / analysis.events()
+    for name in ("forward", "backward"):
+        if analysis.host_s(name, overhead) <= 0:
+            raise InputError(
+                f"--step-time {step_time_s * 1e3:.2f} ms would make the profiler cost more than the whole "
+                f"{name} phase's host time (profiled step {profiled * 1e3:.2f} ms): it should be the same "
+                "step measured without the profiler",
+                key="--step-time",
+            )
+    return overhead
+
+
+def cnn_image_side(model: str, seq_len: int | None) -> int | None:
+    """A CNN's image side, the only one the simulator builds it at (the catalog's ``image_size``), so the
+    one its measurement is stored and found under; None for a transformer. Another side is refused: a
+    measurement at it would never be used."""
+    from clustersim import catalog
+    from clustersim.catalog import ResNetArch
+
+    try:
+        arch = catalog.model(model)
+    except InputError as exc:
+        raise InputError(exc.message, key="--model") from None
+    if not isinstance(arch, ResNetArch):
+        return None
+    if seq_len is not None and seq_len != arch.image_size:
+        raise InputError(
+            f"{model} is simulated at {arch.image_size} px images (its catalog image_size), so a "
+            f"measurement at {seq_len} px would never be used: measure at {arch.image_size}",
+            key="--seq-len",
+        )
+    return arch.image_size
+
+
+def check_model_matches(analysis: TraceAnalysis, model: str) -> None:
+    """Refuse a catalog model that is not what the trace ran: a CNN named for a step that runs
+    attention, or a transformer for one that runs only convolutions."""
+    from clustersim import catalog
+    from clustersim.catalog import ResNetArch
+
+    cnn = isinstance(catalog.model(model), ResNetArch)
+    if cnn and analysis.attention is not None:
+        raise InputError(
+            f"{model} is a CNN, but the trace runs attention ({analysis.attention}): name the model it ran",
+            key="--model",
+        )
+    if not cnn and analysis.convolutions and analysis.attention is None:
+        raise InputError(
+            f"{model} is a transformer, but the trace runs convolutions and no attention: "
+            "name the model it ran",
+            key="--model",
+        )
 
 
 def fingerprint(analysis: TraceAnalysis, torch_version: str | None = None) -> Fingerprint:
@@ -383,13 +436,17 @@ def model_compute(
     analysis: TraceAnalysis, overhead_s: float, model: str, micro_batch: int, seq_len: int, source: str
 ) -> ModelCompute:
     """One measured micro-batch: host time as the intercept (dispatch does not grow with the batch in
-    eager mode), device time as per-sample (the simplest scaling one point allows)."""
+    eager mode), forward and backward device time as per-sample (the simplest scaling one point
+    allows), the optimizer's device time as the intercept (its work is the parameters', not the batch's)."""
 
     def phase(name: str) -> PhaseMeasurement:
+        device = analysis.median(name, "device_busy_s")
         return PhaseMeasurement(
             host_s=Linear(intercept_s=analysis.host_s(name, overhead_s), per_sample_s=0.0),
-            device_s=Linear(
-                intercept_s=0.0, per_sample_s=analysis.median(name, "device_busy_s") / micro_batch
+            device_s=(
+                Linear(intercept_s=device, per_sample_s=0.0)
+                if name == "optimizer"
+                else Linear(intercept_s=0.0, per_sample_s=device / micro_batch)
             ),
             kernels=round(analysis.median(name, "kernels")),
         )
@@ -452,17 +509,32 @@ def import_trace(
     named) and DispatchRates into ``out``; returns (profile, report)."""
     from datetime import datetime, timezone
 
+    from clustersim import catalog
     from clustersim.calibration.compute_store import store
     from clustersim.calibration.torch_support import catalog_name_from_string
 
+    if model is not None:
+        seq_len = cnn_image_side(model, seq_len) or seq_len
+        model = catalog.model_name(model)  # stored as the scenario names it
     named = [model is not None, micro_batch is not None, seq_len is not None]
     if any(named) and not all(named):
         raise InputError(
-            "--model, --micro-batch and --seq-len go together (a model's entry needs all three)",
+            "--model, --micro-batch and --seq-len go together (a model's entry needs all three; "
+            "a CNN's --seq-len is its catalog image side)",
             key="--model",
         )
     analysis = analyse(read_json(trace_path, "trace"), str(trace_path))
+    if model is not None:
+        check_model_matches(analysis, model)
     et = read_execution_trace(et_path) if et_path is not None else {}
+    traced = statistics.median(s.param_tensors for s in analysis.used)
+    if et.get("param_tensors") and traced and et["param_tensors"] != traced:
+        raise InputError(
+            f"its optimizer updates {et['param_tensors']} parameter tensors, the trace's {traced:g}: "
+            "give the execution trace of the same job",
+            source=str(et_path),
+            key="--et",
+        )
     if step_time_s is not None:
         overhead = overhead_from_step_time(analysis, step_time_s)
         profiled = analysis.profiled_step_s() * 1e3
@@ -510,8 +582,9 @@ def import_trace(
             }
             for name in PHASES
         },
-        "param_tensors": et.get("param_tensors") or statistics.median(s.param_tensors for s in analysis.used),
+        "param_tensors": et.get("param_tensors") or traced,
         "params": et.get("params"),
+        "execution_trace": str(et_path) if et_path is not None else None,
         "dispatch": rates.model_dump(exclude={"fingerprint", "source"}),
         "model_compute": mc is not None,
     }

@@ -294,6 +294,7 @@ def _int_list(text: str, key: str) -> list[int]:
 
 @calibrate_app.command("import-trace")
 @user_errors
+@with_catalogs
 def calibrate_import_trace(
     trace: Path = typer.Argument(..., help="torch.profiler Kineto JSON trace (.json or .json.gz)."),
     et: Optional[Path] = typer.Option(
@@ -351,6 +352,11 @@ def calibrate_import_trace(
         f"profiler overhead {report['profiler_overhead_s_per_op'] * 1e6:.2f} µs per op "
         f"({report['profiler_overhead_source']})"
     )
+    if report["execution_trace"]:
+        console.print(
+            f"execution trace: {report['param_tensors']:,} parameter tensors, "
+            f"{report['params']:,} parameters (the optimizer's host time is per tensor)"
+        )
     _print_compute(profile)
     note = "" if report["model_compute"] else " (dispatch rates only: name --model, --micro-batch, --seq-len)"
     console.print(f"profile written to [bold]{out}[/]{note}")

@@ -16,12 +16,11 @@ here while it is built.)
 
 from __future__ import annotations
 
-import re
-
 from clustersim import catalog
 from clustersim.calibration.profile import ModelCompute, Profile
 from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
+from clustersim.errors import InputError
 from clustersim.workloads.layers import Workload
 from clustersim.workloads.resnet import resnet_layers
 from clustersim.workloads.transformer import transformer_layers
@@ -29,7 +28,7 @@ from clustersim.workloads.transformer import transformer_layers
 
 def _measured_seq(workload: Workload) -> int:
     """The sequence length a measurement of this workload names (a CNN's is its image side)."""
-    arch = catalog.models().get(workload.name)
+    arch = _arch(workload.name)
     return arch.image_size if isinstance(arch, ResNetArch) else workload.seq_len
 
 
@@ -154,7 +153,7 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
 def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload] | None:
     """The measured model to carry rates from: same precision and execution mode, same family (and the
     same transformer style first), buildable from the catalog (``NAME-<N>L``: NAME with N layers)."""
-    target = catalog.models().get(ctx.workload.name)
+    target = _arch(ctx.workload.name)
     best = None
     for mc in profile.model_compute:
         if mc.fingerprint.precision != ctx.precision:
@@ -176,12 +175,11 @@ def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload] | None:
 
 
 def _arch(name: str):
-    m = re.fullmatch(r"(.+)-(\d+)L", name)
-    base, layers = (m.group(1), int(m.group(2))) if m else (name, None)
-    arch = catalog.models().get(base)
-    if arch is not None and layers is not None:
-        arch = arch.model_copy(update={"layers": layers})
-    return arch
+    """The catalog model of that name (``NAME-<N>L``: NAME with N layers), or None."""
+    try:
+        return catalog.model(name)
+    except InputError:
+        return None
 
 
 def _measured_workload(mc: ModelCompute) -> Workload | None:

@@ -451,12 +451,28 @@ def _sync_source(ctx: SimulationContext, ops) -> str | None:
     return f"the optimizer step's host work starts after backward's kernels ({why})"
 
 
+def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
+    """Host dispatch's source, and the compute rates' where a measurement of this model (or another one
+    carried over) sets each phase's total: the rates then only split that total over the layers."""
+    mc, carried = ctx.model_compute, ctx.transferred_from
+    if mc is None and carried is None:
+        return {"host dispatch": ctx.dispatch.source}
+    if mc is not None:
+        out = {"host dispatch": f"{mc.model}'s own measured phases"}
+        scaled = "scaled to its own measured phases"
+    else:
+        out = {"host dispatch": f"carried over from {carried.model}'s measured phases"}
+        scaled = f"scaled by {carried.model}'s measured-to-modelled ratios per phase"
+    for key in ("matmul", "memory"):
+        out[key] = f"{ctx.device.sources[key]}, {scaled}"
+    return out
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
-    sources = dict(ctx.device.sources)
-    mc = ctx.model_compute
-    sources["host dispatch"] = f"{mc.model}'s own measured phases" if mc is not None else ctx.dispatch.source
+    sources = dict(ctx.device.sources) | _measured_compute_sources(ctx)
+    measured = ctx.model_compute or ctx.transferred_from
     sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)
@@ -468,6 +484,8 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
         sources["convolutions"] = _conv_source(ctx)
     update = _update_source(ctx)
     if update is not None:
+        if measured is not None:
+            update += f"; its time scaled to {measured.model}'s measured optimizer phase"
         sources["optimizer update"] = update
     clipping = ctx.scenario.training.gradient_clipping
     if clipping == "none" and "gradient_clipping" in ctx.scenario.training.model_fields_set:
