@@ -706,7 +706,7 @@ def validate(
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
     64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), single-GPU and single-node
     training throughputs of BERT-Large and ResNet-50 (gpu_throughput), and single-GPU eager steps of
-    BERT, GPT-2 XL and ResNet-50 measured on an H200 (gpu_steps)."""
+    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps)."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
     from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
@@ -775,22 +775,27 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
         )
         return
     console.print(f"[bold]{report.description}[/]")
+
+    def rate(x: float) -> str:  # a band as precise as the values it brackets
+        return f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
+
     rows = []
     for r in report.rows:
-        band = "-" if r.p10 is None else f"{r.p10:,.0f}–{r.p90:,.0f}" + (" ✓" if r.inside else " ✗")
+        band = "-" if r.p10 is None else f"{rate(r.p10)}–{rate(r.p90)}" + (" ✓" if r.inside else " ✗")
         rows.append(
             [
                 f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
-                f"{r.published:,.1f}", f"{r.predicted:,.1f}", band,
+                r.source_label, f"{r.published:,.1f}", f"{r.predicted:,.1f}", band,
                 f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
         )  # fmt: skip
     truth = "measured" if dataset == "gpu_steps" else "published"
-    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", truth, "predicted", "P10–P90"]
-    console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=6))
+    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "source", truth, "predicted", "P10–P90"]
+    console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=7))
     cov = report.coverage
     console.print(
-        f"{len(report.scored)} scored rows (binned-length rows are shown, not scored): median absolute error "
+        f"{len(report.scored)} scored rows (rows marked not scored bin sequences by length, so most are "
+        f"shorter than the length given): median absolute error "
         f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; {truth} value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )

@@ -156,3 +156,16 @@ def test_batch_norm_on_a_transformer_row_is_refused():
     with pytest.raises(InputError, match="a transformer row has none") as info:
         parse_gpu_throughput(raw)
     assert info.value.key.endswith("batch_norm")
+
+
+def test_every_row_has_a_short_source_label():
+    """validate's table names each row's source in a few words: MLPerf's round, the DeepLearningExamples
+    container, or the framework a step was measured with; rows that differ only in it are told apart."""
+    labels = {row.source_label for row in load_gpu_throughput().rows}
+    assert labels == {
+        "DLE 20.06",
+        "DLE 21.03",
+        "DLE 21.11",
+        *(f"MLPerf v{v}" for v in ("1.0", "1.1", "2.0", "2.1", "3.0", "3.1")),
+    }
+    assert {row.source_label for row in load_gpu_throughput("gpu_steps").rows} == {"PyTorch 2.11"}

@@ -47,8 +47,9 @@ class ThroughputResult:
     error: float
     p10: float | None
     p90: float | None
-    scored: bool
+    scored: bool  # False: sequences binned by length, shorter than seq_len (shown, not scored)
     source: str
+    source_label: str = ""  # the source in a few words (ThroughputRow.source_label)
 
     @property
     def inside(self) -> bool | None:
@@ -165,7 +166,7 @@ def validate_throughput(
             ThroughputResult(
                 row.model, row.gpu, row.gpus, row.micro_batch, row.seq_len or row.image_size, row.precision,
                 row.execution, row.throughput, predicted, predicted / row.throughput - 1, lo, hi,
-                not row.variable_length, row.source,
+                not row.variable_length, row.source, row.source_label,
             )
         )  # fmt: skip
         if progress is not None:

@@ -10,6 +10,7 @@ know the grouping. This module only reads the data; predicting the rows is the v
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Literal
 
@@ -99,6 +100,19 @@ class ThroughputRow(_Strict):
         if self.gpus % self.nodes:
             raise ValueError(f"{self.gpus} GPUs is not a whole number of {self.nodes} nodes")
         return self
+
+    @property
+    def source_label(self) -> str:
+        """The source in a few words for a table: MLPerf's round, DeepLearningExamples' NGC container, or
+        the framework a step was measured with (``source`` and ``source_version`` say it in full)."""
+        mlperf = re.search(r"training_results_(v\d+\.\d+)", self.source)
+        if mlperf:
+            return f"MLPerf {mlperf.group(1)}"
+        container = re.search(r"(\d\d\.\d\d)", self.framework)
+        if "DeepLearningExamples" in self.source and container:
+            return f"DLE {container.group(1)}"
+        torch = re.search(r"PyTorch \d+\.\d+", self.framework)
+        return torch.group(0) if torch else self.framework.split(",")[0]
 
     @property
     def samples_per_step(self) -> int:
