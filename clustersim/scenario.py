@@ -264,7 +264,11 @@ class InputSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    model: str | None = None
+    model: str | None = Field(
+        None,
+        description="a catalog model (`clustersim models list`, or a --catalog's), or NAME-<N>L: "
+        "transformer NAME with only N layers, as `calibrate model --layers N` measures it",
+    )
     layers: list[LayerSpec] | None = None
     micro_batch: Count = Field(gt=0)
     seq_len: Count | None = Field(None, gt=0)
