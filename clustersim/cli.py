@@ -153,6 +153,11 @@ def _print_result(r) -> None:
         if v > 0
     ]
     console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
+    if r.breakdown.get("exposed_host", 0.0) > 0.05 * r.iteration_time:
+        console.print(
+            "[dim]forward and backward are the GPU's busy time; exposed host is the time the GPU waits "
+            "for the host thread to dispatch its kernels[/]"
+        )
     if r.extra.get("steps"):
         console.print(
             table(
