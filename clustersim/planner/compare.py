@@ -398,33 +398,6 @@ def _p10_p90(q) -> tuple[float, float]:
     return float(q[0]), float(q[-1])
 
 
-def break_evens(
-    scenario: Scenario,
-    optimizers: list[str],
-    gpus: int,
-    profile=None,
-    samples: int = 8,
-    baseline: str | None = None,
-    global_batch: int | None = None,
-) -> list:
-    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
-    (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
-    ``gpus`` GPUs."""
-    from clustersim.planner.breakeven import break_even
-
-    base = choose_baseline(scenario.training.optimizer, baseline)
-    sized = scenario.with_world_size(gpus)
-    if global_batch:
-        sized = split_global_batch(sized, global_batch, key="--global-batch")
-    out = []
-    for name in optimizers:
-        if is_uncompressed(name):
-            continue
-        comp = scenario_for_optimizer(sized, name, None)
-        out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
-    return out
-
-
 def break_evens_or_reason(
     scenario: Scenario,
     optimizers: list[str],
@@ -434,14 +407,27 @@ def break_evens_or_reason(
     baseline: str | None = None,
     global_batch: int | None = None,
 ) -> tuple[list, str | None]:
-    """:func:`break_evens` at ``gpus`` GPUs (0: none asked for), or why there are none: a scenario that
-    cannot be simulated at that count is the table's footnote, not the end of the comparison."""
+    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
+    (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
+    ``gpus`` GPUs (0: none asked for); or why there are none: a scenario that cannot be simulated at that
+    count is the table's footnote, not the end of the comparison."""
+    from clustersim.planner.breakeven import break_even
+
     if not gpus:
         return [], None
+    base = choose_baseline(scenario.training.optimizer, baseline)
     try:
-        return break_evens(scenario, optimizers, gpus, profile, samples, baseline, global_batch), None
+        sized = scenario.with_world_size(gpus)
+        if global_batch:
+            sized = split_global_batch(sized, global_batch, key="--global-batch")
+        out = []
+        for name in optimizers:
+            if not is_uncompressed(name):
+                comp = scenario_for_optimizer(sized, name, None)
+                out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
     except InputError as exc:
         return [], exc.message
+    return out, None
 
 
 def comparison_as_json(
