@@ -157,6 +157,10 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
         (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
         (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
         (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
+        (
+            ("collective", "preset:default", "--algo", "hier", "--group", "intra"),
+            "algorithm 'hier' does not apply to all_reduce on 1 node(s)",  # the name, not the enum's repr
+        ),
         (("run", "preset:default", "--profile", "/no/profile.json"), "profile.json: file not found"),
     ],
 )

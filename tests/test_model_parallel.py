@@ -433,3 +433,25 @@ def test_pipeline_traces_name_a_process_per_stage():
         if e["name"] == "process_name"
     }
     assert names == {f"stage {s}" for s in range(4)} | {f"stage {s} of the slowest replica" for s in range(4)}
+
+
+@pytest.mark.parametrize(
+    "parallelism",
+    [
+        {"tensor": 2},
+        {"tensor": 4, "distributed_optimizer": True},
+        {"sequence_parallel": True},
+        {"pipeline": 2},
+    ],
+)
+def test_one_node_without_a_nic_runs_model_parallel(parallelism):
+    """A single node needs no NIC (nic.count 0 is valid there): without a pipeline nothing is sent between
+    stages, so no send is priced over the missing NIC (it divided by zero bandwidth)."""
+    scenario = {
+        "name": "one node, no NIC",
+        "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "nic": {"count": 0}},
+        "workload": {"model": "GPT-2-124M", "micro_batch": 1, "seq_len": 1024},
+        "training": {"parallelism": parallelism},
+    }
+    s = validate_scenario(scenario, "one node")
+    assert simulate(s).iteration_time > 0

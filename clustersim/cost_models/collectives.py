@@ -106,7 +106,9 @@ class CollectiveModel:
         candidates = self._candidates(op, algorithm, shape)
         if not candidates:
             raise InputError(
-                f"algorithm {algorithm!r} does not apply to {op} on {shape.nodes} node(s)", key="algo"
+                f"algorithm {getattr(algorithm, 'value', algorithm)!r} does not apply to {op} on "
+                f"{shape.nodes} node(s)",
+                key="algo",
             )
         inputs = algos.Inputs(self.cluster, shape, nbytes)
         best, best_rank = None, 0.0

@@ -88,8 +88,9 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
         for c in L.chunks
         for f in (True, False)
     }
-    send = price_collective(ctx, "send_recv", message, pair)
     n = len(L.chunks)
+    # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all)
+    send = price_collective(ctx, "send_recv", message, pair) if n > 1 else None
     orders = [schedule(L, s) for s in range(L.pipeline)]
     sent: dict[tuple[bool, int, int], int] = {}
     tail: list[int | None] = [None] * L.pipeline
