@@ -799,8 +799,13 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
     console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=7))
     cov = report.coverage
     console.print(
-        f"{len(report.scored)} scored rows (rows marked not scored bin sequences by length, so most are "
-        f"shorter than the length given): median absolute error "
+        f"{len(report.scored)} scored rows"
+        + (
+            " (rows marked not scored bin sequences by length, so most are shorter than the length given)"
+            if len(report.scored) < len(report.rows)
+            else ""
+        )
+        + ": median absolute error "
         f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; {truth} value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
