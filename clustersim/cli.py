@@ -790,13 +790,20 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
         rows.append(
             [
                 f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
-                r.source_label, f"{r.published:,.1f}", f"{r.predicted:,.1f}", band,
-                f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
+                r.source_label, *([r.compute] if profile else []), f"{r.published:,.1f}",
+                f"{r.predicted:,.1f}", band, f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
         )  # fmt: skip
     truth = "measured" if dataset == "gpu_steps" else "published"
-    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "source", truth, "predicted", "P10–P90"]
-    console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=7))
+    header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "source"]
+    header += [*(["compute"] if profile else []), truth, "predicted", "P10–P90"]
+    console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=len(header) - 3))
+    if profile:
+        console.print(
+            "[dim]compute: measured = the profile's own measurement of that model; carried = another "
+            "model's measurement carried over; defaults = the profile's rates where it has them, else "
+            "the catalog's[/]"
+        )
     cov = report.coverage
     console.print(
         f"{len(report.scored)} scored rows"

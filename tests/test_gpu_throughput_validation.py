@@ -44,3 +44,16 @@ def test_the_current_bert_pretraining_code_is_predicted_within_ten_percent(repor
     ]
     assert len(rows) == 4
     assert all(abs(r.error) <= 0.10 for r in rows), [(r.precision, r.error) for r in rows]
+
+
+def test_with_a_profile_each_row_says_what_priced_its_compute():
+    """validate --profile: the model the profile measured is priced from its own measurement, other
+    transformers from its rates carried over, a CNN it has no measurement of from the defaults."""
+    report = validate_throughput("builtin:h100-pytorch-2.11", samples=0, dataset="gpu_steps")
+    by_model = {r.model: r.compute for r in report.rows}
+    assert by_model == {
+        "GPT-2-1.5B": "measured",
+        "BERT-Large": "carried",
+        "GPT-3-1.3B": "carried",
+        "ResNet-50": "defaults",
+    }

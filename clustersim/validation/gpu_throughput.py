@@ -50,6 +50,7 @@ class ThroughputResult:
     scored: bool  # False: sequences binned by length, shorter than seq_len (shown, not scored)
     source: str
     source_label: str = ""  # the source in a few words (ThroughputRow.source_label)
+    compute: str = "defaults"  # what priced the compute: "measured" (this model's own), "carried", "defaults"
 
     @property
     def inside(self) -> bool | None:
@@ -125,6 +126,17 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     )
 
 
+def _compute_label(sources: dict[str, str]) -> str:
+    """What priced a row's compute, in a word: this model's own measurement, another model's carried
+    over, or the defaults (the profile's GEMM and dispatch rates, where it has them)."""
+    dispatch = sources.get("host dispatch", "")
+    if "own measured phases" in dispatch:
+        return "measured"
+    if dispatch.startswith("carried over"):
+        return "carried"
+    return "defaults"
+
+
 def rows_for_profile(rows: list[ThroughputRow], profile) -> list[ThroughputRow]:
     """The rows a profile can price: those on its GPU's chip (a profile describes one device); all rows
     without a profile. None of them is one line naming the profile."""
@@ -166,7 +178,7 @@ def validate_throughput(
             ThroughputResult(
                 row.model, row.gpu, row.gpus, row.micro_batch, row.seq_len or row.image_size, row.precision,
                 row.execution, row.throughput, predicted, predicted / row.throughput - 1, lo, hi,
-                not row.variable_length, row.source, row.source_label,
+                not row.variable_length, row.source, row.source_label, _compute_label(result.sources),
             )
         )  # fmt: skip
         if progress is not None:
