@@ -451,20 +451,24 @@ def model(name: str) -> ModelArch:
         return shortened
 
 
+# NAME-<N>L: transformer NAME with N layers (ASCII digits, no leading zero), the name under which
+# `calibrate model --layers N` stores its measurement
+FEWER_LAYERS = re.compile(r"(.+)-([1-9][0-9]*)[lL]")
+
+
 def model_name(name: str) -> str:
     """The catalog's own spelling of a model name given in any case (``bert-large-2l`` ->
     ``BERT-Large-2L``): measurements are stored and found under it."""
     model(name)  # an unknown name is refused here
-    table = models()
-    m = re.fullmatch(r"(.+)-(\d+)[lL]", name)
-    folded = {k.lower(): k for k in table}
+    folded = {k.lower(): k for k in models()}
     if name.lower() in folded:
         return folded[name.lower()]
+    m = FEWER_LAYERS.fullmatch(name)
     return f"{folded[m.group(1).lower()]}-{m.group(2)}L"
 
 
 def _fewer_layers(name: str) -> "TransformerArch | None":
-    m = re.fullmatch(r"(.+)-(\d+)[lL]", name)
+    m = FEWER_LAYERS.fullmatch(name)
     if m is None:
         return None
     try:
@@ -539,6 +543,13 @@ def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, M
                 source=src,
             )
         if isinstance(entry, dict) and "family" in entry:
+            if FEWER_LAYERS.fullmatch(str(name)):
+                raise InputError(
+                    "a model's name may not end in -<N>L: that names another model cut to N layers "
+                    "(as calibrate model --layers stores it); rename it",
+                    source=src,
+                    key=str(name),
+                )
             found_models[str(name)] = parse_model_entry(entry, src, str(name))
         else:
             found_gpus[str(name)] = parse_gpu_entry(str(name), entry, src, str(name))

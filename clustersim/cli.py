@@ -752,6 +752,9 @@ def validate(
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
     console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
+    for r in report.rows:
+        if r.band_note:
+            console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
     cov = report.coverage
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "

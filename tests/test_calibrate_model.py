@@ -237,6 +237,10 @@ def test_a_users_own_module(runner, tmp_path, monkeypatch):
         (["--model", "Tiny-ResNet", "--layers", "2"], "transformer"),
         (["--model", "Tiny-BERT", "--seq-len", "65"], "64 positions"),
         (["--model", "Tiny-BERT", "--attention", "flash"], "attention"),
+        (["--model", "Tiny-BERT", "--layers", "9"], "--layers 9 is more"),
+        (["--model", "Tiny-BERT-1L", "--layers", "1"], "already cut"),
+        (["--model", "Tiny-BERT", "--micro-batches", "2,4,99999999999999999999"], "is more than 1,048,576"),
+        (["--model", "Tiny-BERT", "--holdout", "99999999999999999999"], "is more than 1,048,576"),
     ],
 )
 def test_bad_requests_are_one_line(runner, tiny, tmp_path, extra, says):

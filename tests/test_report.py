@@ -41,6 +41,20 @@ def test_report_is_self_contained(results, tmp_path, runner):
     assert "Recommendation" in text and "Pareto frontier" in text
 
 
+def test_png_without_kaleido_names_the_extra_to_install(results, tmp_path, runner, monkeypatch):
+    """The hint is printed as text: `[report-png]` is not console markup to be swallowed."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "kaleido" else real(name, *a)
+    )
+    out = tmp_path / "report.html"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out), "--png", str(tmp_path / "png")])
+    assert r.exit_code == 0, r.output
+    assert "pip install 'clustersim[report-png]'" in r.output
+
+
 def test_report_shows_the_recommended_configurations_hottest_links(results):
     """Issue #11: per-link utilisation in the report, from the flow backend (the sweep ran analytical,
     so the report simulates the recommended configuration once more with flows): the links are the

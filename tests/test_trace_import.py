@@ -18,6 +18,7 @@ from clustersim.calibration.profile import load_profile
 from clustersim.cli import app
 from clustersim.errors import InputError
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 BERT = DATA / "h200-bert-large-s128-mb16.trace.json.gz"
 BERT_ET = DATA / "h200-bert-large-s128-mb16.et.json.gz"
@@ -237,6 +238,12 @@ def test_cli_writes_and_merges_model_compute(runner, tmp_path):
     assert [m.model for m in load_profile(str(out)).model_compute] == ["ResNet-50", "BERT-Large"]
     shown = runner.invoke(app, ["calibrate", "show", str(out)])
     assert shown.exit_code == 0 and "dispatch rates" in shown.output and "ResNet-50" in shown.output
+    # a scenario spelling the model otherwise (names are case-insensitive) finds the same measurement
+    example = str(ROOT / "examples" / "h200-bert-large-one-gpu.yaml")
+    ran = runner.invoke(
+        app, ["run", example, "--profile", str(out), "--samples", "0", "--set", "workload.model=bert-large"]
+    )
+    assert ran.exit_code == 0 and "BERT-Large's own measured phases" in ran.output, ran.output
 
 
 def test_cli_without_a_model_stores_dispatch_rates_only(runner, tmp_path):
@@ -275,13 +282,21 @@ def test_cli_without_a_model_stores_dispatch_rates_only(runner, tmp_path):
         ),
         ("bert", ["--step-time", "0.001"], "--step-time", "more than the whole"),
         ("bert", ["--et", "RESNET_ET"], "--et", "161 parameter tensors, the trace's 398"),
+        ("bert", ["--model", "BERT-Large", "--micro-batch", "16", "--seq-len", "100000"], "--seq-len", "512"),
+        (
+            "bert",
+            ["--model", "GPT-2-124M", "--micro-batch", "16", "--seq-len", "128", "--et", "BERT_ET"],
+            "--model",
+            "updates 336,226,108 parameters, GPT-2-124M has 124,439,808",
+        ),
     ],
 )
 def test_what_the_trace_did_not_run_is_refused(runner, tmp_path, trace, extra, key, says):
     """A model the trace did not run, a side it was not measured at, a step time that leaves the profiler
     more than the step, another job's execution trace: one line each, and nothing written."""
     out = tmp_path / "p.json"
-    extra = [str(RESNET_ET) if x == "RESNET_ET" else x for x in extra]
+    files = {"RESNET_ET": str(RESNET_ET), "BERT_ET": str(BERT_ET)}
+    extra = [files.get(x, x) for x in extra]
     path = BERT if trace == "bert" else RESNET
     result = runner.invoke(app, ["calibrate", "import-trace", str(path), "--out", str(out), *extra])
     assert says in _one_line(result, key)

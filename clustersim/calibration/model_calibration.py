@@ -43,6 +43,11 @@ class ModelChoice:
             raise InputError("--layers applies to a catalog model (--model or --scenario)", key="--layers")
 
 
+# The largest micro-batch calibrate model times: 2^20 samples, far above any one GPU's memory and below
+# what the index types of torch's input builders overflow on.
+MAX_MICRO_BATCH = 2**20
+
+
 @dataclass
 class Resolved:
     runner: Runner
@@ -85,6 +90,12 @@ def _catalog(torch, name, choice, seq_len, device, attention, precision) -> Reso
     if choice.layers is not None:
         if arch.family != "transformer":
             raise InputError("--layers applies to transformer models", key="--layers")
+        if name not in catalog.models():  # already NAME-<N>L: one cut, named once
+            raise InputError(f"--layers cuts a whole model, and {name} is already cut", key="--layers")
+        if choice.layers > arch.layers:
+            raise InputError(
+                f"{name} has {arch.layers} layers: --layers {choice.layers} is more", key="--layers"
+            )
         arch = arch.model_copy(update={"layers": choice.layers})
         name = f"{name}-{choice.layers}L"
     if arch.family == "resnet":
@@ -298,6 +309,9 @@ def calibrate_model(
     torch = require_torch()
     device = resolve_device(torch, device)
     check_target(out, catalog_name_for(torch, device), base)  # before minutes of measuring
+    for size, key in [(b, "--micro-batches") for b in micro_batches] + [(holdout, "--holdout")]:
+        if size is not None and size > MAX_MICRO_BATCH:
+            raise InputError(f"micro-batch {size:,} is more than {MAX_MICRO_BATCH:,} samples", key=key)
     if len(set(micro_batches)) < 3:
         raise InputError("give at least 3 different micro-batch sizes to fit", key="--micro-batches")
     if holdout is not None and holdout in micro_batches:

@@ -400,13 +400,36 @@ def cnn_image_side(model: str, seq_len: int | None) -> int | None:
     return arch.image_size
 
 
-def check_model_matches(analysis: TraceAnalysis, model: str) -> None:
+# How far a traced job's parameter count may be from the named catalog model's: heads, tied or untied
+# embeddings and vocabulary padding move it by up to about a third (GPT-2 124M with an untied head:
+# 163M); a model of another size or depth is further off.
+PARAMS_RATIO_LIMIT = 1.5
+
+
+def check_model_matches(
+    analysis: TraceAnalysis, model: str, seq_len: int | None = None, params: int | None = None
+) -> None:
     """Refuse a catalog model that is not what the trace ran: a CNN named for a step that runs
-    attention, or a transformer for one that runs only convolutions."""
+    attention, or a transformer for one that runs only convolutions; a sequence longer than its
+    positions; with an execution trace, a parameter count of another size."""
     from clustersim import catalog
     from clustersim.catalog import ResNetArch
+    from clustersim.workloads.builder import model_params
 
-    cnn = isinstance(catalog.model(model), ResNetArch)
+    arch = catalog.model(model)
+    cnn = isinstance(arch, ResNetArch)
+    if not cnn and seq_len is not None and arch.max_positions and seq_len > arch.max_positions:
+        raise InputError(
+            f"--seq-len {seq_len} is longer than {model}'s {arch.max_positions} positions", key="--seq-len"
+        )
+    if params:
+        own = model_params(model)
+        if not 1 / PARAMS_RATIO_LIMIT <= params / own <= PARAMS_RATIO_LIMIT:
+            raise InputError(
+                f"the execution trace's optimizer updates {params:,} parameters, {model} has {own:,}: "
+                "name the model the job ran",
+                key="--model",
+            )
     if cnn and analysis.attention is not None:
         raise InputError(
             f"{model} is a CNN, but the trace runs attention ({analysis.attention}): name the model it ran",
@@ -524,9 +547,9 @@ def import_trace(
             key="--model",
         )
     analysis = analyse(read_json(trace_path, "trace"), str(trace_path))
-    if model is not None:
-        check_model_matches(analysis, model)
     et = read_execution_trace(et_path) if et_path is not None else {}
+    if model is not None:
+        check_model_matches(analysis, model, seq_len, et.get("params"))
     traced = statistics.median(s.param_tensors for s in analysis.used)
     if et.get("param_tensors") and traced and et["param_tensors"] != traced:
         raise InputError(

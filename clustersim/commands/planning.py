@@ -193,7 +193,7 @@ def report(
             console.print(f"  • {line}")
         console.print(_by_network_table(model, part["by_network"]))
     if info["png"]:
-        console.print(info["png"]["message"])
+        console.print(info["png"]["message"], markup=False, highlight=False)
 
 
 def _by_network_table(model: str, cells: list[dict]):

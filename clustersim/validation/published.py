@@ -58,6 +58,7 @@ class RowResult:
     p90: float | None = None
     baseline: str | None = None  # speedup rows: the optimizer the speedup is over
     scenario: str | None = None  # the row's own experiment, where it is not the dataset's
+    band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
 
     @property
     def inside(self) -> bool | None:
@@ -180,10 +181,12 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 }
             )
             predicted, lo, hi = _speedup(baseline, scenario, profile, samples)
+            note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
             predicted = _metric(r, scenario, data.metric)
             lo, hi = _band(r, data.metric, scenario)
+            note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(
                 row.optimizer,
@@ -195,6 +198,7 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 hi,
                 row.baseline,
                 row.scenario,
+                note,
             )  # fmt: skip
         )
         if progress:

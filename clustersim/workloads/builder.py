@@ -94,6 +94,11 @@ def recomputed(workload: Workload) -> Workload:
     return replace(workload, layers=tuple(layers), recompute_peak_bytes=peak)
 
 
+def model_params(model: str) -> int:
+    """A catalog model's parameter count, as the simulator builds it (unpadded vocabulary)."""
+    return _catalog_workload(model, 1, None, "fp32").params
+
+
 @lru_cache(maxsize=256)
 def _catalog_workload(
     model: str,
