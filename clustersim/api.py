@@ -167,6 +167,40 @@ def _as_argument(exc: InputError) -> InputError:
     return InputError(exc.message, source=exc.source, key=key)
 
 
+def _count(value: Any, argument: str, least: int = 1) -> int:
+    """A whole number >= ``least`` given to the API (not a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InputError(f"expected a whole number of at least {least}, got {value!r}", key=argument)
+    return value
+
+
+def _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup):
+    """What typer checks for the command, checked for a Python caller: each wrong type or range is an
+    InputError naming the keyword argument, never a TypeError from deep inside."""
+    if isinstance(optimizers, str) or not isinstance(optimizers, Iterable):
+        raise InputError("expected a list of optimizer names", key="optimizers")
+    if any(not isinstance(o, str) for o in optimizers):
+        raise InputError("expected optimizer names (strings)", key="optimizers")
+    if gpus is not None:
+        if isinstance(gpus, str) or not isinstance(gpus, Iterable):
+            raise InputError("expected a list of GPU counts", key="gpus")
+        for g in gpus:
+            _count(g, "gpus")
+    _count(samples, "samples", least=0)
+    if samples > 1000:
+        raise InputError(f"at most 1000 draws, got {samples}", key="samples")
+    if baseline is not None and not isinstance(baseline, str):
+        raise InputError("expected an optimizer name", key="baseline")
+    if global_batch is not None:
+        _count(global_batch, "global_batch")
+    if break_even_at is not None:
+        _count(break_even_at, "break_even_at", least=0)
+    if isinstance(steps, bool):
+        raise InputError("expected a step count, a mapping per optimizer or the command's text", key="steps")
+    if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int | float)):
+        raise InputError(f"expected a fraction in [0, 1), got {warmup!r}", key="warmup")
+
+
 def compare(
     scenario: str | Path | dict | Scenario,
     optimizers: Iterable[str] = DEFAULT_OPTIMIZERS,
@@ -177,33 +211,29 @@ def compare(
     baseline: str | None = None,
     global_batch: int | None = None,
     break_even_at: int | None = None,
-    **options: Any,
+    steps: "int | str | dict[str, int] | None" = None,
+    warmup: float | None = None,
 ) -> Comparison:
     """``clustersim compare``: each optimizer at each GPU count (default: the scenario's own), with
     speedups over the baseline (the scenario's uncompressed optimizer, or ``baseline``) and their paired
     P10-P90 (``samples`` draws; 0 turns bands off), and each compressed optimizer's break-even NIC
     bandwidth at ``break_even_at`` GPUs (default: the largest count; 0 skips it). ``global_batch``
-    keeps the samples per step the same at every count. ``options`` go to
-    :func:`clustersim.planner.compare.compare` as they are (``steps``, ``warmup``)."""
-    from clustersim.planner.compare import break_evens_or_reason, choose_baseline
+    keeps the samples per step the same at every count; ``steps`` (a count, a mapping per optimizer or
+    the command's text) and ``warmup`` give the time to train, as the command's options do."""
+    from clustersim.planner.compare import break_evens_or_reason, check_request
     from clustersim.planner.compare import compare as _compare
 
+    _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup)
     s = load_scenario(scenario)
     names = list(optimizers)
     counts = [s.cluster.world_size] if gpus is None else list(gpus)
-    at = max(counts, default=0) if break_even_at is None else break_even_at
     try:
-        base = choose_baseline(s.training.optimizer, baseline)
+        request = check_request(s, names, counts, steps, baseline, warmup, global_batch, break_even_at)
+        base, at = request.baseline, request.break_even_at
         rows = _compare(
-            s,
-            names,
-            counts,
-            profile=profile,
-            samples=samples,
-            baseline=base,
+            s, names, counts, steps, warmup, profile, samples=samples, baseline=base,
             global_batch=global_batch,
-            **options,
-        )
+        )  # fmt: skip
         evens, why_none = break_evens_or_reason(s, names, at, profile, samples, base, global_batch)
     except InputError as exc:
         raise _as_argument(exc) from None

@@ -164,10 +164,11 @@ class GpuSpec(_Strict):
     boost_clock_mhz: Annotated[Number | None, _within("gpu_boost_clock_mhz", "MHz")] = Field(
         None, gt=0, description="boost clock in MHz (datasheet)"
     )
-    matmul_efficiency: dict[Precision, Annotated[Number, Field(gt=0, le=1)]] = Field(
+    # 0.01 at the least: GEMMs slower than 1% of peak are a typo, not a GPU
+    matmul_efficiency: dict[Precision, Annotated[Number, Field(ge=0.01, le=1)]] = Field(
         default_factory=dict,
-        description="fraction of dense peak that large GEMMs reach, per precision, where a published GEMM "
-        "benchmark measured it on this GPU (else hardware_defaults.yaml's efficiency.matmul)",
+        description="fraction of dense peak (0.01-1) that large GEMMs reach, per precision, where a "
+        "published GEMM benchmark measured it on this GPU (else hardware_defaults.yaml's efficiency.matmul)",
     )
     asynchronous_launch: bool = Field(
         True,

@@ -506,14 +506,10 @@ def compare(
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
     from clustersim.planner.compare import (
-        StepsPlan,
         break_evens_or_reason,
-        check_optimizers,
-        choose_baseline,
+        check_request,
         comparison_as_json,
         notes_by_cells,
-        split_global_batch,
-        warmup_fraction,
     )
     from clustersim.planner.compare import compare as run_compare
 
@@ -521,22 +517,9 @@ def compare(
     s = _load(scenario, settings)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     counts = _int_list(gpus, "--gpus") if gpus is not None else _default_counts(s)
-    check_optimizers(opts)  # the arguments are checked before any work starts
-    plan = StepsPlan.parse(steps)
-    base = choose_baseline(s.training.optimizer, baseline)
-    opts = ([] if base in opts else [base]) + opts
-    warmup_fraction(s, plan and plan.of(s.training.optimizer, base), warmup)
-    at = max(counts) if break_even_at is None else break_even_at
-    for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
-        try:
-            sized = s.with_world_size(g)  # a clear error before any work
-            if global_batch:
-                split_global_batch(sized, global_batch, key="--global-batch")
-        except InputError as exc:
-            raise InputError(
-                f"{g}: {exc.message}",
-                key="--global-batch" if global_batch and exc.key == "--global-batch" else key,
-            ) from None
+    # every argument checked before any work starts
+    request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
+    opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at
     run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
         rows = _some_simulated(

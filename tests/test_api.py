@@ -95,10 +95,44 @@ def test_compare_errors_name_the_keyword_argument():
     """An API caller gave `steps=`, not `--steps`: the error names what they wrote."""
     with pytest.raises(InputError, match=r"^steps: unknown optimizer 'x'"):
         compare("preset:default", ["adam"], gpus=[8], samples=0, steps="x=1")
-    with pytest.raises(InputError, match=r"^global_batch: global batch 7 does not split"):
+    with pytest.raises(InputError, match=r"^global_batch: 8: global batch 7 does not split"):
         compare("preset:default", ["adam"], gpus=[8], samples=0, global_batch=7)
     with pytest.raises(InputError, match=r"^optimizers: no optimizers given"):
         compare("preset:default", [], gpus=[8], samples=0)
+
+
+@pytest.mark.parametrize(
+    "arguments,argument",
+    [
+        ({"optimizers": None}, "optimizers"),
+        ({"optimizers": "adam"}, "optimizers"),
+        ({"gpus": []}, "gpus"),
+        ({"gpus": [0]}, "gpus"),
+        ({"gpus": ["8"]}, "gpus"),
+        ({"gpus": 8}, "gpus"),
+        ({"gpus": [10**12]}, "gpus"),
+        ({"gpus": [10]}, "gpus"),  # 4-GPU nodes
+        ({"samples": -1}, "samples"),
+        ({"samples": 1001}, "samples"),
+        ({"global_batch": 0}, "global_batch"),
+        ({"global_batch": -64}, "global_batch"),
+        ({"global_batch": "64"}, "global_batch"),
+        ({"break_even_at": -8}, "break_even_at"),
+        ({"break_even_at": 10}, "break_even_at"),
+        ({"break_even_at": True}, "break_even_at"),
+        ({"steps": True}, "steps"),
+        ({"warmup": "0.1"}, "warmup"),
+        ({"warmup": 1.5, "steps": 100}, "warmup"),
+        ({"baseline": "binsgdm"}, "baseline"),
+    ],
+)
+def test_compare_refuses_what_the_command_refuses(arguments, argument):
+    """What typer checks for `compare`, the API checks for a Python caller: an InputError naming the
+    keyword argument, never a TypeError or an empty answer (the battery's cases)."""
+    call = {"optimizers": ["adam", "binsgdm"], "gpus": [8], "samples": 0} | arguments
+    with pytest.raises(InputError) as err:
+        compare("preset:default", **call)
+    assert err.value.key == argument, str(err.value)
 
 
 def test_compare_defaults_to_the_scenarios_own_gpu_count():

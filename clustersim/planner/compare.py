@@ -265,6 +265,53 @@ def check_optimizers(names: list[str]) -> None:
             raise InputError(exc.message, key="--optimizers") from None
 
 
+@dataclass
+class CompareRequest:
+    """A comparison's arguments once checked: the optimizers with the baseline first when it was not
+    among them, the steps plan, and the GPU count of the break-even search (0: none)."""
+
+    optimizers: list[str]
+    plan: "StepsPlan | None"
+    baseline: str
+    break_even_at: int
+
+
+def check_request(
+    scenario: Scenario,
+    optimizers: list[str],
+    counts: list[int],
+    steps=None,
+    baseline: str | None = None,
+    warmup: float | None = None,
+    global_batch: int | None = None,
+    break_even_at: int | None = None,
+) -> CompareRequest:
+    """Every argument of a comparison checked before any work starts, each error keyed by the command's
+    option (the API names its keyword arguments instead): the optimizers, steps, baseline and warmup, and
+    every GPU count (and the break-even's, default the largest) as a whole layout of the scenario with
+    the global batch split evenly over it."""
+    check_optimizers(optimizers)
+    if not counts:
+        raise InputError("empty list", key="--gpus")
+    plan = StepsPlan.parse(steps)
+    base = choose_baseline(scenario.training.optimizer, baseline)
+    warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base), warmup)
+    at = max(counts) if break_even_at is None else break_even_at
+    if at < 0:
+        raise InputError(f"{at}: a GPU count, or 0 to skip the break-even", key="--break-even-at")
+    for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
+        try:
+            sized = scenario.with_world_size(g)
+            if global_batch:
+                split_global_batch(sized, global_batch, key="--global-batch")
+        except InputError as exc:
+            raise InputError(
+                f"{g}: {exc.message}",
+                key="--global-batch" if global_batch and exc.key == "--global-batch" else key,
+            ) from None
+    return CompareRequest(([] if base in optimizers else [base]) + list(optimizers), plan, base, at)
+
+
 def compare(
     scenario: Scenario,
     optimizers: list[str],

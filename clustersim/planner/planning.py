@@ -177,7 +177,10 @@ def _plan(
     sweep: Sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
-    catalog.model(model)  # a clear error for an unknown model before any work
+    try:  # a clear error for an unknown model before any work
+        catalog.model(model)
+    except InputError as exc:
+        raise InputError(exc.message, key="--model") from None
     if budget is not None and not 0 < budget < float("inf"):  # NaN fails too
         raise InputError("budget must be positive and finite", key="--budget")
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
