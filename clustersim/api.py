@@ -223,6 +223,11 @@ def compare(
     from clustersim.planner.compare import break_evens_or_reason, check_request
     from clustersim.planner.compare import compare as _compare
 
+    # read once: a generator is used up by the first pass over it
+    if isinstance(optimizers, Iterable) and not isinstance(optimizers, str):
+        optimizers = list(optimizers)
+    if isinstance(gpus, Iterable) and not isinstance(gpus, str):
+        gpus = list(gpus)
     _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup)
     s = load_scenario(scenario)
     names = list(optimizers)

@@ -449,12 +449,25 @@ def model(name: str) -> ModelArch:
         shortened = _fewer_layers(name)
         if shortened is None:
             raise
+        if isinstance(shortened, str):  # the cut form of a model that cannot be cut so
+            raise InputError(shortened) from None
         return shortened
 
 
 # NAME-<N>L: transformer NAME with N layers (ASCII digits, no leading zero), the name under which
 # `calibrate model --layers N` stores its measurement
 FEWER_LAYERS = re.compile(r"(.+)-([1-9][0-9]*)[lL]")
+
+
+def check_model_name(name: str, source: str | None = None, key: str | None = None) -> None:
+    """Refuse a new model's name of the form NAME-<N>L: that names catalog model NAME cut to N layers."""
+    if FEWER_LAYERS.fullmatch(name):
+        raise InputError(
+            "a model's name may not end in -<N>L: that names another model cut to N layers "
+            "(as calibrate model --layers stores it); rename it",
+            source=source,
+            key=key,
+        )
 
 
 def model_name(name: str) -> str:
@@ -468,7 +481,9 @@ def model_name(name: str) -> str:
     return f"{folded[m.group(1).lower()]}-{m.group(2)}L"
 
 
-def _fewer_layers(name: str) -> "TransformerArch | None":
+def _fewer_layers(name: str) -> "TransformerArch | str | None":
+    """NAME-<N>L as NAME cut to N layers; a reason where NAME is a catalog model that cannot be cut so;
+    None where the name is not of that form or NAME is unknown."""
     m = FEWER_LAYERS.fullmatch(name)
     if m is None:
         return None
@@ -477,8 +492,10 @@ def _fewer_layers(name: str) -> "TransformerArch | None":
     except InputError:
         return None
     layers = int(m.group(2))
-    if not isinstance(base, TransformerArch) or not 1 <= layers <= base.layers:
-        return None
+    if not isinstance(base, TransformerArch):
+        return f"{name}: only a transformer can be cut to fewer layers, and {m.group(1)} is a CNN"
+    if layers > base.layers:
+        return f"{name}: {m.group(1)} has {base.layers} layers, not {layers}"
     return base.model_copy(update={"layers": layers})
 
 
@@ -511,6 +528,10 @@ def user_model_definition(name: str) -> str | None:
         return None
     folded = {k.lower(): v for k, v in user.items()}
     arch = folded.get(name.lower())
+    cut = FEWER_LAYERS.fullmatch(name) if arch is None else None
+    if cut is not None:  # NAME-<N>L of a user model NAME: that model's definition, cut
+        base = folded.get(cut.group(1).lower())
+        return None if base is None else f"{base.model_dump_json()} cut to {cut.group(2)} layers"
     return None if arch is None else arch.model_dump_json()
 
 
@@ -544,13 +565,7 @@ def read_user_catalog(path: str | Path) -> tuple[dict[str, GpuSpec], dict[str, M
                 source=src,
             )
         if isinstance(entry, dict) and "family" in entry:
-            if FEWER_LAYERS.fullmatch(str(name)):
-                raise InputError(
-                    "a model's name may not end in -<N>L: that names another model cut to N layers "
-                    "(as calibrate model --layers stores it); rename it",
-                    source=src,
-                    key=str(name),
-                )
+            check_model_name(str(name), src, str(name))
             found_models[str(name)] = parse_model_entry(entry, src, str(name))
         else:
             found_gpus[str(name)] = parse_gpu_entry(str(name), entry, src, str(name))

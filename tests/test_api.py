@@ -106,6 +106,7 @@ def test_compare_errors_name_the_keyword_argument():
     [
         ({"optimizers": None}, "optimizers"),
         ({"optimizers": "adam"}, "optimizers"),
+        ({"optimizers": 5}, "optimizers"),
         ({"gpus": []}, "gpus"),
         ({"gpus": [0]}, "gpus"),
         ({"gpus": ["8"]}, "gpus"),
@@ -133,6 +134,11 @@ def test_compare_refuses_what_the_command_refuses(arguments, argument):
     with pytest.raises(InputError) as err:
         compare("preset:default", **call)
     assert err.value.key == argument, str(err.value)
+
+
+def test_compare_reads_generators_once():
+    table = compare("preset:default", (o for o in ["adam", "binsgdm"]), (g for g in [8]), samples=0)
+    assert [(r.optimizer, r.gpus) for r in table.rows] == [("adam", 8), ("binsgdm", 8)]
 
 
 def test_compare_defaults_to_the_scenarios_own_gpu_count():

@@ -16,11 +16,19 @@ def test_a_cut_model_is_the_model_with_fewer_layers():
 
 
 @pytest.mark.parametrize(
-    "name", ["BERT-Base-0L", "BERT-Base-13L", "BERT-Base-02L", "BERT-Base-\uff11L", "ResNet-50-2L", "Foo-2L"]
+    "name,says",
+    [
+        ("BERT-Base-0L", "unknown model"),
+        ("BERT-Base-02L", "unknown model"),
+        ("BERT-Base-\uff11L", "unknown model"),
+        ("Foo-2L", "unknown model"),
+        ("BERT-Base-13L", "BERT-Base has 12 layers, not 13"),
+        ("ResNet-50-2L", "only a transformer can be cut"),
+    ],
 )
-def test_what_is_not_a_cut_model_is_unknown(name):
+def test_what_is_not_a_cut_model_is_refused(name, says):
     """No zero or leading zero, no non-ASCII digit, no more layers than the model has, no CNN."""
-    with pytest.raises(InputError, match="unknown model"):
+    with pytest.raises(InputError, match=says):
         catalog.model(name)
 
 

@@ -39,3 +39,25 @@ def test_gemms_run_at_the_gpus_own_efficiency_and_others_at_the_default():
     default = hardware_defaults()["efficiency"]["matmul"]
     assert a100.kernel_time(big, "tf32") == pytest.approx(a100.kernel_overhead_s + 1e12 / (156e12 * default))
     assert a100.sources["matmul"] == "default efficiency"
+
+
+def test_a_calibration_of_the_gpu_wins_over_its_published_efficiency():
+    """A profile measured on this GPU replaces the published fraction for what it measured, and only
+    that: each precision says where its rate comes from."""
+    from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, parse_profile
+
+    profile = parse_profile(
+        {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "device": "V100-SXM2",
+            "provenance": {"source": "test"},
+            "matmul_tflops": {"fp32": 10.0},
+        },
+        "test profile",
+    )
+    v100 = DeviceCosts(catalog.gpu("V100-SXM2"), profile)
+    assert v100.matmul_eff["fp32"] == pytest.approx(10.0 / 15.7)
+    assert v100.matmul_eff["fp16"] == 0.80
+    assert v100.matmul_source("fp32") == "measured"
+    assert v100.matmul_source("fp16").startswith("published GEMM benchmark")

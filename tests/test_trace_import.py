@@ -332,3 +332,32 @@ def test_optimizer_annotations_split_steps_with_zero_grad_first():
     for step in a.steps[1:]:
         assert {p: step.phases[p].kernels for p in ti.PHASES} == {"forward": 1, "backward": 1, "optimizer": 1}
         assert step.phases["forward"].events == 1 and step.phases["optimizer"].events == 1
+
+
+def test_an_optimizer_with_parameter_groups_counts_every_group(tmp_path):
+    """Training scripts split weight decay and none into two parameter groups, and the optimizer runs
+    one fused or foreach call per group: the execution trace's parameters are all groups' (its step
+    counters, lists of scalars, are not parameters)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ExecutionTraceObserver
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 1))
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    rest = [p for p in model.parameters() if p.dim() <= 1]
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, foreach=True)
+
+    def step():
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    step()
+    observer = ExecutionTraceObserver()
+    observer.register_callback(str(tmp_path / "et.json"))
+    observer.start()
+    step()
+    observer.stop()
+    observer.unregister_callback()
+    got = ti.read_execution_trace(tmp_path / "et.json")
+    assert (got["param_tensors"], got["params"]) == (6, sum(p.numel() for p in model.parameters()))

@@ -328,6 +328,15 @@ def test_models_import_parameter_counts(runner, tmp_path, cfg, expected, tol):
     assert abs(d["params"] - expected) / expected <= tol, d["params"]
 
 
+def test_models_import_refuses_a_name_a_catalog_would_refuse(runner, tmp_path):
+    """NAME-<N>L names a catalog model cut to N layers: an imported model may not take it, and nothing is
+    written (a catalog holding it would be refused when read back)."""
+    out = tmp_path / "my-models.yaml"
+    r = _import(runner, tmp_path, GPT2, "--name", "tiny-gpt-2L", "--out", out)
+    assert r.exit_code == 2 and "--name" in r.output and "may not end in -<N>L" in r.output
+    assert not out.exists()
+
+
 def test_models_import_writes_a_catalog_that_runs(runner, tmp_path):
     out = tmp_path / "my-models.yaml"
     r = _import(runner, tmp_path, LLAMA2_7B, "--name", "Llama-2-7B", "--out", out)

@@ -337,13 +337,17 @@ def _execution(names: list[str]) -> str:
 
 def read_execution_trace(path: Path) -> dict:
     """What an execution trace adds: the parameter tensors and parameter count the optimizer updates,
-    which a Kineto trace does not record. They are the largest tensor list a fused or foreach
-    optimizer op takes first (its step counters are lists of scalars)."""
+    which a Kineto trace does not record. They are the tensor lists a fused or foreach optimizer op
+    takes first (its step counters are lists of scalars): one call per parameter group (weight decay
+    and none, as most training scripts split them), so the calls of one op are added up; calls with the
+    same list of shapes are one group's tensors in another role (foreach SGD adds into the momentum
+    buffers, then into the parameters) and count once. The op whose calls cover most parameters is
+    the update."""
     data = read_json(path, "execution trace")
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise InputError("no nodes list: not a PyTorch execution trace", source=str(path), key="nodes")
-    best: dict = {}
+    groups: dict[str, dict[tuple, list]] = {}
     for node in nodes:
         name = str(node.get("name", "")) if isinstance(node, dict) else ""
         if not (name.startswith("aten::_fused_") or name.startswith("aten::_foreach_")):
@@ -351,9 +355,16 @@ def read_execution_trace(path: Path) -> dict:
         shapes = ((node.get("inputs") or {}).get("shapes") or [None])[0]
         if not (isinstance(shapes, list) and shapes and all(isinstance(s, list) for s in shapes)):
             continue
-        params = sum(math.prod(int(d) for d in s) for s in shapes)
+        if all(not s for s in shapes):  # the step counters, a list of scalars
+            continue
+        key = tuple(tuple(int(d) for d in s) for s in shapes)
+        groups.setdefault(name, {})[key] = shapes
+    best: dict = {}
+    for name, calls in groups.items():
+        tensors = [shape for shapes in calls.values() for shape in shapes]
+        params = sum(math.prod(int(d) for d in s) for s in tensors)
         if params > best.get("params", 0):
-            best = {"param_tensors": len(shapes), "params": params, "op": name}
+            best = {"param_tensors": len(tensors), "params": params, "op": name}
     return best
 
 
@@ -402,7 +413,7 @@ def cnn_image_side(model: str, seq_len: int | None) -> int | None:
 
 # How far a traced job's parameter count may be from the named catalog model's: heads, tied or untied
 # embeddings and vocabulary padding move it by up to about a third (GPT-2 124M with an untied head:
-# 163M); a model of another size or depth is further off.
+# 163M). Only a gross mismatch is caught (another model size); a few layers more or fewer are not.
 PARAMS_RATIO_LIMIT = 1.5
 
 

@@ -338,6 +338,7 @@ def models_import(
             "not a name a catalog accepts (letters, digits and _ . + - / ( ) or spaces, at most 64)",
             key="--name",
         )
+    catalog.check_model_name(name, key="--name")
     with catalog.user_entries(models={name: catalog.TransformerArch(**entry)}):
         params = build_workload(WorkloadSpec(model=name, micro_batch=1)).params
     if out is not None:

@@ -69,9 +69,13 @@ class DeviceCosts:
             self.kernel_overhead_s = dispatch.device_s_per_kernel
         self.kernel_bw: dict[str, float] = {}
         self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
-        matmul_source = "published GEMM benchmark (catalogs/gpus.yaml)" if gpu.matmul_efficiency else None
+        published = "published GEMM benchmark (catalogs/gpus.yaml)"
+        # where each precision's GEMM rate comes from: run names the one its scenario uses
+        self._matmul_from = {
+            p: published if p in gpu.matmul_efficiency else "default efficiency" for p in gpu.peak_tflops
+        }
         self.sources: dict[str, str] = {
-            "matmul": matmul_source or "default efficiency",
+            "matmul": published if gpu.matmul_efficiency else "default efficiency",
             "memory": "default efficiency",
         }
         if profile is not None:
@@ -96,6 +100,7 @@ class DeviceCosts:
             for precision, tflops in profile.matmul_tflops.items():
                 if precision in ref.peak_tflops:
                     self.matmul_eff[precision] = min(1.0, tflops / ref.peak_tflops[precision])
+                    self._matmul_from[precision] = how
             self.sources["matmul"] = how
         if profile.memory_gbs and (same or ref is not None):
             self.memory_eff = min(1.0, profile.memory_gbs / (ref or self.gpu).hbm_gbs)
@@ -111,12 +116,18 @@ class DeviceCosts:
                 m.launch_s,
                 m.memory_gbs * 1e9 * mem_scale,
             )
-            self.sources["matmul"] = "GEMM shape model, " + how
+            self._matmul_from[precision] = self.sources["matmul"] = "GEMM shape model, " + how
         if ref is not None or same:
             scale = self.gpu.hbm_gbs / (ref or self.gpu).hbm_gbs
             for name, gbs in profile.kernels_gbs.items():
                 self.kernel_bw[name] = gbs * 1e9 * scale
                 self.sources[f"kernel:{name}"] = how
+
+    def matmul_source(self, precision: str) -> str:
+        """Where this precision's GEMM rate comes from: the default efficiency, the GPU's published
+        benchmark, or a profile's measurement (its GEMM model)."""
+        key = precision if precision in self.gpu.peak_tflops else "fp32"
+        return self._matmul_from.get(key, "default efficiency")
 
     def flops_rate(self, precision: str) -> float:
         key = precision if precision in self.gpu.peak_tflops else "fp32"

@@ -300,6 +300,8 @@ def check_request(
     if at < 0:
         raise InputError(f"{at}: a GPU count, or 0 to skip the break-even", key="--break-even-at")
     for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
+        if g <= 0:
+            raise InputError(f"GPU counts must be positive, got {g}", key=key)
         try:
             sized = scenario.with_world_size(g)
             if global_batch:
@@ -325,16 +327,14 @@ def compare(
     global_batch: int | None = None,
 ) -> list[CompareRow]:
     """One row per GPU count and optimizer, speedups over ``baseline`` (``choose_baseline``; simulated
-    first when not among ``optimizers``). ``global_batch`` fixes the samples per step at every count."""
-    check_optimizers(optimizers)
-    plan = StepsPlan.parse(steps)
-    base_name = choose_baseline(scenario.training.optimizer, baseline)
-    optimizers = ([] if base_name in optimizers else [base_name]) + list(optimizers)
+    first when not among ``optimizers``). ``global_batch`` fixes the samples per step at every count.
+    The arguments are checked as :func:`check_request` checks them (callers that want the errors before
+    other work call it first)."""
+    request = check_request(scenario, optimizers, gpu_counts, steps, baseline, warmup, global_batch, 0)
+    plan, base_name, optimizers = request.plan, request.baseline, request.optimizers
     w = warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base_name), warmup)
     rows: list[CompareRow] = []
     for gpus in gpu_counts:
-        if gpus <= 0:
-            raise InputError(f"GPU counts must be positive, got {gpus}", key="--gpus")
         sized = scenario.with_world_size(gpus)
         if global_batch:
             sized = split_global_batch(sized, global_batch, key="--global-batch")

@@ -105,6 +105,9 @@ class SimulationResult:
     memory: dict[str, float] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     interval: object = None  # uncertainty.Interval of iteration_time, when asked for
+    #: what priced the compute: "measured" (the profile's own measurement of this model), "carried"
+    #: (another model's measurement carried over) or "defaults" (rates: the profile's or the catalog's)
+    compute_from: str = "defaults"
 
     @property
     def samples_per_s(self) -> float:

@@ -463,15 +463,16 @@ def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
     else:
         out = {"host dispatch": f"carried over from {carried.model}'s measured phases"}
         scaled = f"scaled by {carried.model}'s measured-to-modelled ratios per phase"
-    for key in ("matmul", "memory"):
-        out[key] = f"{ctx.device.sources[key]}, {scaled}"
+    out["matmul"] = f"{ctx.device.matmul_source(ctx.precision)}, {scaled}"
+    out["memory"] = f"{ctx.device.sources['memory']}, {scaled}"
     return out
 
 
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
-    sources = dict(ctx.device.sources) | _measured_compute_sources(ctx)
+    sources = dict(ctx.device.sources) | {"matmul": ctx.device.matmul_source(ctx.precision)}
+    sources |= _measured_compute_sources(ctx)
     measured = ctx.model_compute or ctx.transferred_from
     sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
@@ -680,4 +681,11 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         sources=sources,
         memory=memory,
         extra=extra,
+        compute_from=(
+            "measured"
+            if ctx.model_compute is not None
+            else "carried"
+            if ctx.transferred_from is not None
+            else "defaults"
+        ),
     )

@@ -126,17 +126,6 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
     )
 
 
-def _compute_label(sources: dict[str, str]) -> str:
-    """What priced a row's compute, in a word: this model's own measurement, another model's carried
-    over, or the defaults (the profile's GEMM and dispatch rates, where it has them)."""
-    dispatch = sources.get("host dispatch", "")
-    if "own measured phases" in dispatch:
-        return "measured"
-    if dispatch.startswith("carried over"):
-        return "carried"
-    return "defaults"
-
-
 def rows_for_profile(rows: list[ThroughputRow], profile) -> list[ThroughputRow]:
     """The rows a profile can price: those on its GPU's chip (a profile describes one device); all rows
     without a profile. None of them is one line naming the profile."""
@@ -178,7 +167,7 @@ def validate_throughput(
             ThroughputResult(
                 row.model, row.gpu, row.gpus, row.micro_batch, row.seq_len or row.image_size, row.precision,
                 row.execution, row.throughput, predicted, predicted / row.throughput - 1, lo, hi,
-                not row.variable_length, row.source, row.source_label, _compute_label(result.sources),
+                not row.variable_length, row.source, row.source_label, result.compute_from,
             )
         )  # fmt: skip
         if progress is not None:

@@ -96,7 +96,7 @@ def recomputed(workload: Workload) -> Workload:
 
 def model_params(model: str) -> int:
     """A catalog model's parameter count, as the simulator builds it (unpadded vocabulary)."""
-    return _catalog_workload(model, 1, None, "fp32").params
+    return _catalog_workload(model, 1, None, "fp32", catalog.user_model_definition(model)).params
 
 
 @lru_cache(maxsize=256)
