@@ -197,3 +197,28 @@ def test_compare_takes_steps_per_optimizer_as_a_mapping():
     )
     assert as_dict.row("binsgdm", 8).time_to_train_s == as_text.row("binsgdm", 8).time_to_train_s
     assert as_dict.row("binsgdm", 8).steps == 1100
+
+
+def test_one_optimizer_that_cannot_run_leaves_the_others_break_even():
+    """1-bit Adam's extra buffers do not fit a 7B model on an H200 under DDP; BinSGDM's break-even is
+    still found, and the footnote names 1-bit Adam only."""
+    scenario = {
+        "name": "llama7b-ddp",
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "gpu": "H200",
+            "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 400},
+        },
+        "workload": {
+            "model": "LLaMA-7B",
+            "micro_batch": 1,
+            "seq_len": 2048,
+            "precision": "bf16",
+            "activation_checkpointing": True,
+        },
+        "training": {"optimizer": "sgdm"},
+    }
+    table = compare(scenario, ["onebit-adam", "binsgdm"], [16], samples=0)
+    assert [b.optimizer for b in table.break_even] == ["binsgdm"]
+    assert table.break_even_error.startswith("onebit-adam: does not fit in GPU memory")

@@ -456,8 +456,9 @@ def break_evens_or_reason(
 ) -> tuple[list, str | None]:
     """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
     (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
-    ``gpus`` GPUs (0: none asked for); or why there are none: a scenario that cannot be simulated at that
-    count is the table's footnote, not the end of the comparison."""
+    ``gpus`` GPUs (0: none asked for); and why some are missing: a scenario that cannot be simulated at
+    that count, or one optimizer that cannot run there, is the table's footnote, not the end of the
+    comparison (the other optimizers keep theirs)."""
     from clustersim.planner.breakeven import break_even
 
     if not gpus:
@@ -467,14 +468,19 @@ def break_evens_or_reason(
         sized = scenario.with_world_size(gpus)
         if global_batch:
             sized = split_global_batch(sized, global_batch, key="--global-batch")
-        out = []
-        for name in optimizers:
-            if not is_uncompressed(name):
-                comp = scenario_for_optimizer(sized, name, None)
-                out.append(break_even(comp, scenario_for_optimizer(sized, base, None), profile, samples))
+        baseline_scenario = scenario_for_optimizer(sized, base, None)
     except InputError as exc:
         return [], exc.message
-    return out, None
+    out, missing = [], []
+    for name in optimizers:
+        if is_uncompressed(name):
+            continue
+        try:
+            comp = scenario_for_optimizer(sized, name, None)
+            out.append(break_even(comp, baseline_scenario, profile, samples))
+        except InputError as exc:
+            missing.append(f"{name}: {exc.message}")
+    return out, "; ".join(missing) or None
 
 
 def comparison_as_json(
