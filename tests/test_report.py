@@ -356,3 +356,20 @@ def test_rows_that_differ_only_in_network_backend_say_which():
     ]
     analysis._disambiguate(rows)
     assert rows[0]["cluster"] != rows[1]["cluster"] and "flow network backend" in rows[1]["cluster"]
+
+
+def test_a_much_sooner_option_at_about_the_same_cost_is_named():
+    """The cheapest option can take twice as long as one 1% dearer (twice the GPUs, the same GPU-hours):
+    the recommendation names the sooner one beside it, and not one that saves little time or costs more
+    than the model's uncertainty."""
+    cheap = _option("adam", 1000.0) | {"ttt_h": 380.0, "cluster": "16 x H100"}
+    sooner = _option("adam", 1009.0) | {"ttt_h": 190.0, "cluster": "32 x H100"}
+    dear = _option("adam", 1100.0) | {"ttt_h": 30.0, "cluster": "256 x H100"}
+    text = analysis.recommendation([cheap, sooner, dear], deadline_h=720)["text"]
+    assert text[0].startswith("Recommended: adam on 16 x H100")
+    assert text[1] == (
+        "Sooner for about the same cost: adam on 32 x H100, 190.0 h (2.0x sooner) for 0.9% more ($1,009)."
+    )
+    slightly = _option("adam", 1009.0) | {"ttt_h": 300.0, "cluster": "20 x H100"}  # 21% sooner: not named
+    text = analysis.recommendation([cheap, slightly, dear], deadline_h=720)["text"]
+    assert not any(line.startswith("Sooner") for line in text)

@@ -21,6 +21,10 @@ instead of none) must save more than this fraction of the cost, or fall outside 
 P10-P90 band, to be recommended; otherwise the two are called equivalent and the simpler one is kept.
 3% is below the simulator's typical prediction error (README 'How sure'), so a smaller gain is noise."""
 MAX_BULLETS = 6  # a recommendation a planner reads whole; the per-network table holds the rest
+SOONER_FOR_THE_SAME = 0.25
+"""An option within EQUIVALENT_GAIN of the recommended one's cost that trains in at least this fraction
+less time is named beside it: the cheapest choice can be twice as slow as one that costs 1% more (more
+GPUs finish sooner at about the same GPU-hours), and a planner would take the sooner one."""
 
 
 @lru_cache(maxsize=16)
@@ -302,7 +306,7 @@ def recommendation(
     if chosen is None:
         lines.append(_nothing_meets(rows, fastest, deadline_h, budget))
     else:
-        lines += _chosen_lines(rows, chosen, cheapest, deadline_h)
+        lines += _chosen_lines(rows, chosen, cheapest, deadline_h, feasible)
     if fastest is not chosen and fastest["ttt_h"] < (chosen or fastest)["ttt_h"] * (1 - EQUIVALENT_GAIN):
         lines.append(
             f"Fastest: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
@@ -330,7 +334,27 @@ def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
     return "No configuration meets the constraints: " + "; ".join(why) + "."
 
 
-def _chosen_lines(rows, chosen, cheapest, deadline_h) -> list[str]:
+def _sooner_line(chosen, feasible) -> list[str]:
+    """The fastest option meeting the constraints within EQUIVALENT_GAIN of the choice's cost, where it
+    saves at least SOONER_FOR_THE_SAME of the time."""
+    close = [
+        r
+        for r in feasible
+        if r["cost"] <= chosen["cost"] * (1 + EQUIVALENT_GAIN)
+        and r["ttt_h"] <= chosen["ttt_h"] * (1 - SOONER_FOR_THE_SAME)
+    ]
+    if not close:
+        return []
+    alt = min(close, key=lambda r: (r["ttt_h"], r["cost"]))
+    more = alt["cost"] / chosen["cost"] - 1
+    price = f"{100 * more:.1f}% more" if more > 0 else f"{100 * -more:.1f}% less"
+    return [
+        f"Sooner for about the same cost: {alt['optimizer']} on {alt['cluster']}, {_hours(alt['ttt_h'])} "
+        f"({chosen['ttt_h'] / alt['ttt_h']:.1f}x sooner) for {price} (${alt['cost']:,.0f})."
+    ]
+
+
+def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible=()) -> list[str]:
     band = (
         f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
         if "ttt_p10_h" in chosen
@@ -340,7 +364,7 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h) -> list[str]:
     lines = [
         f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
         f"{band}, ${chosen['cost']:,.0f}{net}."
-    ]
+    ] + _sooner_line(chosen, feasible)
     b = chosen.get("baseline")
     if b is not None and b is not chosen:
         same = (

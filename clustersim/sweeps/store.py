@@ -67,12 +67,14 @@ METRICS = [
 
 
 def check_results_path(path: Path) -> None:
-    """``--out`` can be a results folder: a folder or nothing yet, inside a folder that exists."""
+    """``--out`` can be a results folder: a folder or nothing yet, created with its missing parents
+    (``results/bert-gpt`` in a fresh checkout), under a folder that exists."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("is a file; --out names the results folder", source=str(path))
-    if not path.parent.is_dir():
-        raise InputError(f"cannot create the results folder: {path.parent} does not exist", source=str(path))
+    ancestor = next(p for p in path.absolute().parents if p.exists())
+    if not ancestor.is_dir():
+        raise InputError(f"cannot create the results folder: {ancestor} is a file", source=str(path))
 
 
 LOCK_NAME = ".lock"
@@ -146,7 +148,7 @@ class ResultsFolder:
         shared file system that honours flock) is refused instead of writing every row twice. The lock
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
-        self.path.mkdir(exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True)
         check_regular_files(self.path)
         fh = (self.path / LOCK_NAME).open("a+")
         try:
