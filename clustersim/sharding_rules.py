@@ -37,6 +37,11 @@ _NOT_WITH_ZERO = {
 }
 
 
+def runs_sharded(optimizer: str) -> bool:
+    """Whether any framework runs ``optimizer`` under ZeRO/FSDP (see _NOT_WITH_ZERO)."""
+    return optimizer not in _NOT_WITH_ZERO
+
+
 def check_sharding(training) -> None:
     """Refuse a ``training`` section (TrainingSpec) whose sharding no framework runs."""
     sh = training.sharding

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from clustersim.cli import app
+from clustersim.errors import InputError
 from clustersim.planner.compare import StepsPlan, paired_band
 from clustersim.report import analysis, figures
 from clustersim.report.build import build_report, hottest_links, render_html, write_report
@@ -397,3 +398,46 @@ def test_where_an_optimizer_falls_short_is_named_per_network():
     rows = [row(50, 64, 1.05), row(50, 128, 1.12), row(100, 64, 0.95), row(100, 128, 1.02)]
     (line,) = optimizer_lines(rows)
     assert "under 1.10x on Ethernet 50 Gb/s (64 GPUs), Ethernet 100 Gb/s (64, 128 GPUs)" in line
+
+
+def test_plan_says_which_optimizers_no_candidate_could_run():
+    """An optimizer every candidate row refuses (out of memory, refused under sharding) is named with a
+    reason, not dropped without a word."""
+    from clustersim.planner.planning import optimizers_not_run
+
+    records = [
+        {"optimizer": "adam", "status": "ok", "error": ""},
+        {
+            "optimizer": "binsgdm",
+            "status": "invalid",
+            "error": "row: cluster.gpu: does not fit in GPU memory",
+        },
+        {
+            "optimizer": "binsgdm",
+            "status": "invalid",
+            "error": "row: binsgdm cannot run sharded: no sharded variant is published",
+        },
+        {"optimizer": "onebit-adam", "status": "ok", "error": ""},
+        {"optimizer": "onebit-adam", "status": "invalid", "error": "row: x"},
+    ]
+    assert optimizers_not_run(records) == {"binsgdm": "cluster.gpu: does not fit in GPU memory"}
+
+
+def test_an_optimizer_that_cannot_be_sharded_is_not_told_to_shard():
+    """Out of memory under 1-bit Adam (which no framework shards or splits over tensor/pipeline ranks),
+    the advice is offload or larger GPUs, not ZeRO-3 or model parallelism (both refused for it)."""
+    from clustersim.scenario import validate_scenario
+    from clustersim.simulator import simulate
+
+    data = {
+        "name": "7b",
+        "cluster": {"nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM", "nic": {"kind": "infiniband"}},
+        "workload": {"model": "LLaMA-7B", "micro_batch": 1, "seq_len": 2048, "precision": "bf16"},
+        "training": {"optimizer": "onebit-adam"},
+    }
+    with pytest.raises(InputError) as err:
+        simulate(validate_scenario(data, "7b"))
+    assert "onebit-adam runs only as whole replicas" in err.value.message
+    assert (
+        "sharding.stage: 3" not in err.value.message and "training.offload (mode: zero)" in err.value.message
+    )

@@ -296,6 +296,8 @@ def plan_cmd(
         console.print(f"[dim]{note}[/]")
     for line in result["text"]:
         console.print(f"  • {line}")
+    for name, why in result["optimizers_not_run"].items():
+        console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
         console.print(

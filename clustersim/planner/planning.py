@@ -242,7 +242,20 @@ def _plan(
         "fastest": rec["fastest"],
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
+        "optimizers_not_run": optimizers_not_run(records),
     }
+
+
+def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
+    """The candidates' optimizers of which no row could run, each with the shortest of its rows' reasons
+    (out of GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer
+    out says why, instead of dropping it without a word."""
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(r["optimizer"] for r in records):
+        mine = [r for r in records if r["optimizer"] == name]
+        if all(r["status"] != "ok" for r in mine):
+            out[name] = min((r["error"].removeprefix("row: ") for r in mine), key=len)
+    return out
 
 
 def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:

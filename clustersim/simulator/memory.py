@@ -119,6 +119,7 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         if k not in ("total", "capacity", "peak_forward_backward", "peak_update") and v > 0
     )
     offload = ctx.scenario.training.offload.mode != "none"
+    from clustersim.sharding_rules import runs_sharded
     from clustersim.simulator.sharding import layout
 
     lay = layout(ctx)
@@ -130,6 +131,13 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         )
         if par.pipeline == 1:  # ZeRO composes with tensor parallelism only (scenario.py)
             hint += ", or training.sharding.stage: 3 over the data-parallel ranks"
+    elif (lay is None or not lay.parameters) and not runs_sharded(ctx.scenario.training.optimizer):
+        # neither ZeRO nor tensor/pipeline parallelism runs it: only what shrinks a replica helps
+        hint = (
+            f"; {ctx.scenario.training.optimizer} runs only as whole replicas (no sharding or model "
+            "parallelism): try training.offload (mode: zero) or GPUs with more memory (activation "
+            "checkpointing or a smaller micro_batch shrink the activations only)"
+        )
     elif lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
