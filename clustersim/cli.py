@@ -140,6 +140,14 @@ def _print_result(r) -> None:
         f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
         f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)"
     )
+    flops = r.extra.get("model_flops")
+    if flops:
+        tokens = flops.get("tokens_per_s_per_gpu")
+        console.print(
+            f"  model FLOPs {flops['per_gpu_per_s'] / 1e12:,.1f} TFLOP/s per GPU, "
+            f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
+            + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
+        )
     if r.interval is not None:
         iv = r.interval
         console.print(

@@ -12,7 +12,7 @@ import numpy as np
 
 from clustersim import catalog
 from clustersim.calibration.profile import Profile, load_profile
-from clustersim.catalog import TransformerArch
+from clustersim.catalog import ResNetArch, TransformerArch
 from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR, UPDATE_BYTES
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
@@ -33,6 +33,7 @@ from clustersim.simulator.stragglers import (
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
+from clustersim.workloads.builder import build_workload
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
 # (a NIC of 1 bit/s) with a clear error instead of running forever; at 1e6 s the clock's resolution
@@ -543,6 +544,27 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
     }
 
 
+def _model_flops(ctx: SimulationContext, samples: int, iteration_s: float) -> dict:
+    """The model's own FLOPs per iteration (forward and backward of every layer as the simulator prices
+    them, without recomputation: what model FLOPs utilisation counts, after Chowdhery et al. 2022,
+    PaLM, appendix B), the rate they are done at per GPU and its share of the GPU's dense peak at the
+    workload's precision (MFU); tokens per second per GPU for a transformer."""
+    spec = ctx.scenario.workload
+    base = build_workload(spec.model_copy(update={"activation_checkpointing": False}))
+    per_sample = (base.forward_flops + base.backward_flops) / spec.micro_batch
+    gpus = ctx.scenario.cluster.world_size
+    per_gpu = per_sample * samples / iteration_s / gpus
+    out = {
+        "per_iteration": per_sample * samples,
+        "per_gpu_per_s": per_gpu,
+        "mfu": per_gpu / ctx.gpu.peak_flops(ctx.precision),
+        "precision": ctx.precision,
+    }
+    if spec.model is not None and not isinstance(catalog.model(spec.model), ResNetArch):
+        out["tokens_per_s_per_gpu"] = samples * base.seq_len / iteration_s / gpus
+    return out
+
+
 def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
     """The placement (which ranks form each group, inside or across nodes) and, per stage, when it
     ends and how long it computes: the step is the slowest stage's end, the breakdown that stage's."""
@@ -643,6 +665,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     replicas = ctx.layout.data if ctx.model_parallel else scenario.cluster.world_size
     samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * replicas
 
+    extra["model_flops"] = _model_flops(ctx, samples, out.iteration)
     if slow:
         extra["straggler"] = {**slow, **out.straggler}
     hetero = scenario.cluster.heterogeneity
