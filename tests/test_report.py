@@ -373,3 +373,12 @@ def test_a_much_sooner_option_at_about_the_same_cost_is_named():
     slightly = _option("adam", 1009.0) | {"ttt_h": 300.0, "cluster": "20 x H100"}  # 21% sooner: not named
     text = analysis.recommendation([cheap, slightly, dear], deadline_h=720)["text"]
     assert not any(line.startswith("Sooner") for line in text)
+
+
+def test_a_node_with_several_nics_says_how_many():
+    """8 x 400 Gb/s per node is not 1 x 400 Gb/s: the label says so; one NIC (and rows of results
+    written before the count was recorded) keep the short label."""
+    row = {"nic_kind": "infiniband", "nic_gbps": 400.0, "nic_effective_gbps": None}
+    assert analysis.network_label(row | {"nic_count": 8}) == "InfiniBand 8 x 400 Gb/s"
+    assert analysis.network_label(row | {"nic_count": 1}) == "InfiniBand 400 Gb/s"
+    assert analysis.network_label(row) == "InfiniBand 400 Gb/s"

@@ -39,9 +39,14 @@ _KIND_NAMES = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}
 
 
 def network_label(row: dict[str, Any]) -> str:
+    """The NICs of a node: kind and rate per NIC, and how many where more than one (8 x 400 Gb/s
+    InfiniBand is not 1 x 400 Gb/s)."""
     rate = row.get("nic_effective_gbps") or row.get("nic_gbps")
     kind = _KIND_NAMES.get(row.get("nic_kind"), row.get("nic_kind"))
-    return f"{kind} {rate:g} Gb/s" if rate else str(kind)
+    count = row.get("nic_count") or 1
+    if not rate:
+        return str(kind)
+    return f"{kind} {int(count)} x {rate:g} Gb/s" if count > 1 else f"{kind} {rate:g} Gb/s"
 
 
 def cluster_label(row: dict[str, Any]) -> str:

@@ -72,6 +72,7 @@ def simulate_row(
                 "nic_kind": c.nic.kind,
                 "nic_gbps": c.nic.line_rate_gbps,
                 "nic_effective_gbps": c.nic.effective_gbps,
+                "nic_count": c.nic.count,
                 "iteration_time_s": r.iteration_time,
                 "samples_per_s": r.samples_per_s,
                 "forward_s": b["forward"],

@@ -63,6 +63,7 @@ METRICS = [
     "gpu_hours",
     "hottest_link",  # flow backend rows (training.network: flow): the busiest link and its utilisation
     "hottest_link_utilisation",
+    "nic_count",  # NICs per node (last: a results file written before it resumes without it)
 ]
 
 
