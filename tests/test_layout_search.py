@@ -42,6 +42,24 @@ def test_data_parallelism_alone_when_it_fits():
     assert candidate_layouts(cluster("BERT-Large", 64), GB) == [{}]
 
 
+def test_a_lower_zero_stage_that_fits_is_tried_beside_stage_3():
+    """LLaMA-7B on 16 H100s fits under ZeRO-1; stage 3 is tried too, since DeepSpeed overlaps its
+    communication with compute (stages 1 and 2 reduce after backward), and here it is the faster one."""
+    from clustersim.sweeps.run import simulate_row
+
+    s = cluster("LLaMA-7B", 16, gpu="H100-SXM")
+    zero = [x for x in candidate_layouts(s, GB) if "training.sharding.stage" in x]
+    assert [x["training.sharding.stage"] for x in zero] == [1, 3]
+    checkpointing = "workload.activation_checkpointing"
+    assert zero[0].get(checkpointing) == zero[1].get(checkpointing)
+    base = base_scenario("LLaMA-7B", "H100-SXM").model_dump(mode="json")
+    one, three = (
+        simulate_row(base, {"gpus": 16, "optimizer": "adam", **layout}, 10_000, None, GB) for layout in zero
+    )
+    assert one["status"] == three["status"] == "ok", (one["error"], three["error"])
+    assert three["time_to_train_s"] < one["time_to_train_s"]
+
+
 def test_gpt3_175b_gets_zero_and_megatron_layouts_each_the_smallest_that_fits():
     s = cluster("GPT-3-175B", 64)
     assert not fits(s, GB)
