@@ -222,3 +222,25 @@ def test_one_optimizer_that_cannot_run_leaves_the_others_break_even():
     table = compare(scenario, ["onebit-adam", "binsgdm"], [16], samples=0)
     assert [b.optimizer for b in table.break_even] == ["binsgdm"]
     assert table.break_even_error.startswith("onebit-adam: does not fit in GPU memory")
+
+
+def test_a_fixed_global_batch_runs_in_smaller_micro_batches_when_memory_is_short():
+    """As sweep and plan do: LLaMA-7B at micro-batch 8 does not fit 16 H100s under ZeRO-1, so with a
+    fixed global batch compare halves it (accumulating more) and says so; without one the cell fails."""
+    scenario = {
+        "name": "llama7b-z1",
+        "cluster": {
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "gpu": "H100-SXM",
+            "nic": {"kind": "infiniband", "count": 8, "line_rate_gbps": 400},
+        },
+        "workload": {"model": "LLaMA-7B", "micro_batch": 8, "seq_len": 2048, "precision": "bf16"},
+        "training": {"optimizer": "adam", "sharding": {"stage": 1}},
+    }
+    fixed = compare(scenario, ["adam"], [16], samples=0, global_batch=1024, break_even_at=0)
+    cell = fixed.row("adam", 16)
+    assert cell.error is None and cell.samples_per_s > 0
+    assert "micro-batch 8 does not fit in GPU memory: it runs as 4 x 16 accumulated" in cell.notes[-1]
+    grown = compare(scenario, ["adam"], [16], samples=0, break_even_at=0)
+    assert "does not fit in GPU memory" in grown.row("adam", 16).error

@@ -344,8 +344,9 @@ def compare(
             n = plan and plan.of(name, base_name)
             try:  # an optimizer the scenario's sharding refuses fails its cell only
                 s = scenario_for_optimizer(sized, name, n)
-                per_opt[name] = _row(s, gpus, name, n, w, profile)
-                scenarios[name] = s
+                per_opt[name], scenarios[name] = _fitting_row(
+                    s, gpus, name, n, w, profile, bool(global_batch)
+                )
             except InputError as exc:  # this cell only: the rest of the table still prints
                 per_opt[name] = CompareRow.failed(gpus, name, exc.message)
             if progress:
@@ -370,6 +371,35 @@ def _add_bands(per_opt, scenarios, base_name, profile, samples, plan, w) -> None
         row.speedup_p10, row.speedup_p90 = band["speedup"]
         if plan:
             row.time_to_train_speedup_p10, row.time_to_train_speedup_p90 = band["ttt_speedup"]
+
+
+def _fitting_row(
+    s: Scenario, gpus, name, steps, w, profile, fixed_batch: bool
+) -> tuple[CompareRow, Scenario]:
+    """The cell, and the scenario it ran. With a fixed global batch a micro-batch that does not fit in
+    GPU memory is halved (accumulating more steps, the same samples per step), as sweep and plan do, and
+    the cell's notes say so."""
+    from clustersim.sweeps.spec import halve_micro_batch
+
+    asked = s.workload.micro_batch
+    while True:
+        try:
+            row = _row(s, gpus, name, steps, w, profile)
+            break
+        except InputError as exc:
+            if (
+                not fixed_batch
+                or "does not fit in GPU memory" not in exc.message
+                or s.workload.micro_batch == 1
+            ):
+                raise
+            s = halve_micro_batch(s)
+    if s.workload.micro_batch != asked:
+        row.notes.append(
+            f"micro-batch {asked} does not fit in GPU memory: it runs as {s.workload.micro_batch} x "
+            f"{s.workload.gradient_accumulation} accumulated (the global batch is kept)"
+        )
+    return row, s
 
 
 def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile) -> CompareRow:
