@@ -254,6 +254,19 @@ def split_global_batch(scenario: Scenario, global_batch: int, key: str = "global
     )
 
 
+def halve_micro_batch(scenario: Scenario) -> Scenario:
+    """The same samples per replica in smaller micro-batches (half, or the next smaller divisor of the
+    share), accumulating more: what a fixed-global-batch row does when its micro-batch does not fit."""
+    w = scenario.workload
+    mb = w.micro_batch // 2
+    share = w.micro_batch * w.gradient_accumulation
+    while share % mb:
+        mb -= 1
+    return scenario.with_changes(
+        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
+    )
+
+
 def check_optimizers(names: list[str]) -> None:
     """Refuse an empty list or an unknown name under --optimizers, before any work starts."""
     if not names:
@@ -379,8 +392,6 @@ def _fitting_row(
     """The cell, and the scenario it ran. With a fixed global batch a micro-batch that does not fit in
     GPU memory is halved (accumulating more steps, the same samples per step), as sweep and plan do, and
     the cell's notes say so."""
-    from clustersim.sweeps.spec import halve_micro_batch
-
     asked = s.workload.micro_batch
     while True:
         try:

@@ -212,7 +212,7 @@ def _interleaved(
 def _micro_batches(scenario: Scenario, changes: dict[str, Any], global_batch: int | None) -> int | None:
     """Micro-batches per step the row will run: from its own micro-batch, halved while memory is short
     (sweeps.run does the same, simulating); None when the row would be refused or nothing fits."""
-    from clustersim.sweeps.spec import halve_micro_batch
+    from clustersim.planner.compare import halve_micro_batch
 
     s = _resolved(scenario, changes, global_batch, scenario.workload.micro_batch)
     while s is not None and not _memory_fits(s):

@@ -16,7 +16,8 @@ import time
 from typing import Any, Callable
 
 from clustersim.errors import InputError
-from clustersim.sweeps.spec import Sweep, halve_micro_batch, resolve_row, row_id
+from clustersim.planner.compare import halve_micro_batch
+from clustersim.sweeps.spec import Sweep, resolve_row, row_id
 from clustersim.sweeps.store import ResultsFolder
 
 # tests: path of a marker file; the first task in a worker process (never the sweep's own) to see it dies

@@ -389,19 +389,6 @@ def row_id(values: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def halve_micro_batch(scenario: Scenario) -> Scenario:
-    """The same samples per replica in smaller micro-batches (half, or the next smaller divisor of the
-    share), accumulating more: what a fixed-global-batch row does when its micro-batch does not fit."""
-    w = scenario.workload
-    mb = w.micro_batch // 2
-    share = w.micro_batch * w.gradient_accumulation
-    while share % mb:
-        mb -= 1
-    return scenario.with_changes(
-        **{"workload.micro_batch": mb, "workload.gradient_accumulation": share // mb}
-    )
-
-
 # Dotted keys whose validation depends on the row's GPU count (tensor x pipeline must divide it).
 _AFTER_GPUS = ("training.parallelism.",)
 # Keys whose validation depends on the row's micro-batches too (the interleaved schedule needs their
