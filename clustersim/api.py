@@ -149,21 +149,9 @@ class Comparison:
         return _dataframe([r.as_dict() for r in self.rows])
 
 
-# The command's options as the API's keyword arguments: an error keyed by an option names the argument.
-_ARGUMENT_OF_OPTION = {
-    "--optimizers": "optimizers",
-    "--gpus": "gpus",
-    "--steps": "steps",
-    "--warmup": "warmup",
-    "--baseline": "baseline",
-    "--global-batch": "global_batch",
-    "--break-even-at": "break_even_at",
-}
-
-
 def _as_argument(exc: InputError) -> InputError:
     """``exc`` keyed by the keyword argument the caller gave, not by the CLI option it stands for."""
-    key = _ARGUMENT_OF_OPTION.get(exc.key or "", exc.key)
+    key = exc.key.removeprefix("--").replace("-", "_") if exc.key and exc.key.startswith("--") else exc.key
     return InputError(exc.message, source=exc.source, key=key)
 
 
@@ -230,8 +218,8 @@ def compare(
         gpus = list(gpus)
     _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup)
     s = load_scenario(scenario)
-    names = list(optimizers)
-    counts = [s.cluster.world_size] if gpus is None else list(gpus)
+    names = optimizers
+    counts = [s.cluster.world_size] if gpus is None else gpus
     try:
         request = check_request(s, names, counts, steps, baseline, warmup, global_batch, break_even_at)
         base, at = request.baseline, request.break_even_at

@@ -28,20 +28,21 @@ def same_entry(a: ModelCompute, b: ModelCompute) -> bool:
     return (a.model, a.seq_len, a.fingerprint.precision) == (b.model, b.seq_len, b.fingerprint.precision)
 
 
-def check_target(out: Path, device: str, base: Path | None = None) -> Path | None:
+def check_target(out: Path, device: str, base: Path | None = None) -> Profile | None:
     """The profile a measurement of ``device`` merges into (``base``, else ``out`` when it exists), after
     checking it is one of that device: called before measuring too, so a wrong ``--out`` costs nothing."""
     source = base if base is not None else (out if Path(out).exists() else None)
-    if source is not None:
-        existing = load_profile(str(source)).device
-        if existing != device:
-            raise InputError(
-                f"this profile is for device {existing!r} but the measurement is from {device!r}; "
-                "a profile holds one device type (write another --out)",
-                source=str(source),
-                key="device",
-            )
-    return source
+    if source is None:
+        return None
+    existing = load_profile(str(source))
+    if existing.device != device:
+        raise InputError(
+            f"this profile is for device {existing.device!r} but the measurement is from {device!r}; "
+            "a profile holds one device type (write another --out)",
+            source=str(source),
+            key="device",
+        )
+    return existing
 
 
 def store(
@@ -53,9 +54,9 @@ def store(
     base: Path | None = None,
 ) -> Profile:
     """Merge into ``base`` (default: ``out`` when it exists) and write ``out`` atomically."""
-    source = check_target(out, device, base)
-    if source is not None:
-        data = load_profile(str(source)).model_dump()
+    existing = check_target(out, device, base)
+    if existing is not None:
+        data = existing.model_dump()
         data["format_version"] = FORMAT_VERSION
     else:
         data = {

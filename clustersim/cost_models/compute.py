@@ -126,11 +126,14 @@ class DeviceCosts:
     def matmul_source(self, precision: str) -> str:
         """Where this precision's GEMM rate comes from: the default efficiency, the GPU's published
         benchmark, or a profile's measurement (its GEMM model)."""
-        key = precision if precision in self.gpu.peak_tflops else "fp32"
-        return self._matmul_from.get(key, "default efficiency")
+        return self._matmul_from.get(self._rate_key(precision), "default efficiency")
+
+    def _rate_key(self, precision: str) -> str:
+        """The precision whose GEMM efficiency applies: its own, or fp32's where the GPU has no units."""
+        return precision if precision in self.gpu.peak_tflops else "fp32"
 
     def flops_rate(self, precision: str) -> float:
-        key = precision if precision in self.gpu.peak_tflops else "fp32"
+        key = self._rate_key(precision)
         return self.gpu.peak_flops(precision) * self.matmul_eff.get(
             key, hardware_defaults()["efficiency"]["matmul"]
         )

@@ -18,7 +18,9 @@ baseline's, the end-to-end speedup is 1 / (w + (1 - w)/s) for a compression-stag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from clustersim.errors import InputError
 from clustersim.optimizer_options import UpdateOptions
@@ -267,6 +269,21 @@ def halve_micro_batch(scenario: Scenario) -> Scenario:
     )
 
 
+def fit_micro_batch(
+    scenario: Scenario, attempt: Callable[[Scenario], Any], adapt: bool
+) -> tuple[Any, Scenario]:
+    """``attempt(scenario)`` and the scenario it succeeded on: with ``adapt`` (a fixed global batch), a
+    micro-batch that does not fit in GPU memory is halved (halve_micro_batch) until it fits or is 1."""
+    while True:
+        try:
+            return attempt(scenario), scenario
+        except InputError as exc:
+            fits_smaller = "does not fit in GPU memory" in exc.message and scenario.workload.micro_batch > 1
+            if not (adapt and fits_smaller):
+                raise
+            scenario = halve_micro_batch(scenario)
+
+
 def check_optimizers(names: list[str]) -> None:
     """Refuse an empty list or an unknown name under --optimizers, before any work starts."""
     if not names:
@@ -393,18 +410,7 @@ def _fitting_row(
     GPU memory is halved (accumulating more steps, the same samples per step), as sweep and plan do, and
     the cell's notes say so."""
     asked = s.workload.micro_batch
-    while True:
-        try:
-            row = _row(s, gpus, name, steps, w, profile)
-            break
-        except InputError as exc:
-            if (
-                not fixed_batch
-                or "does not fit in GPU memory" not in exc.message
-                or s.workload.micro_batch == 1
-            ):
-                raise
-            s = halve_micro_batch(s)
+    row, s = fit_micro_batch(s, lambda t: _row(t, gpus, name, steps, w, profile), fixed_batch)
     if s.workload.micro_batch != asked:
         row.notes.append(
             f"micro-batch {asked} does not fit in GPU memory: it runs as {s.workload.micro_batch} x "

@@ -206,11 +206,15 @@ def _plan(
     enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
+
+    def band(chosen_rows: list[dict[str, Any]]) -> None:
+        for row in chosen_rows:
+            _add_band(row, base_json, rows, steps, global_batch, samples)
+        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
+
     if samples > 0:
         banded = feasible[:5] + [r for r in (rec["chosen"],) if r is not None and r not in feasible[:5]]
-        for row in banded:
-            _add_band(row, base_json, rows, steps, global_batch, samples)
-        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in banded if r.get("baseline")])
+        band(banded)
         if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
             rec = analysis.recommendation(enriched, deadline_h, budget)
     chosen = rec["chosen"]
@@ -221,10 +225,7 @@ def _plan(
         if len(runners_up) == 4:
             break
     if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
-        late = [r for r in runners_up if "ttt_p10_h" not in r]
-        for row in late:
-            _add_band(row, base_json, rows, steps, global_batch, samples)
-        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in late if r.get("baseline")])
+        band([r for r in runners_up if "ttt_p10_h" not in r])
     return {
         "model": model,
         "steps": steps,

@@ -359,7 +359,7 @@ def _sooner_line(chosen, feasible) -> list[str]:
     ]
 
 
-def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible=()) -> list[str]:
+def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
     band = (
         f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
         if "ttt_p10_h" in chosen

@@ -36,21 +36,13 @@ def matching_model_compute(profile: Profile | None, workload: Workload) -> Model
     """The profile's measurement of this model at this sequence length and precision (any micro-batch)."""
     if profile is None or not profile.model_compute:
         return None
-    seq, name = _measured_seq(workload), _spelled(workload.name)
+    # model names are case-insensitive (a scenario may write bert-large for BERT-Large)
+    seq, name = _measured_seq(workload), workload.name.lower()
     for mc in profile.model_compute:
-        same = _spelled(mc.model) == name
+        same = mc.model.lower() == name
         if same and mc.seq_len == seq and mc.fingerprint.precision == workload.precision:
             return mc
     return None
-
-
-def _spelled(name: str) -> str:
-    """A model name as the catalog spells it (a scenario may write bert-large for BERT-Large), or as
-    given where the catalog does not know it."""
-    try:
-        return catalog.model_name(name)
-    except InputError:
-        return name
 
 
 def _phase_totals(ctx, workload: Workload) -> dict[str, float]:

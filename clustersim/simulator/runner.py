@@ -156,6 +156,8 @@ def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: in
     off = scenario.training.offload
     if off.mode == "interleaved" and off.placement == "auto":
         result = _best_placement(scenario, profile, ctx, result, perturbation)
+    if perturbation is None:  # the reported run only: a draw or a placement trial throws it away
+        result.extra["model_flops"] = _model_flops(ctx, result.samples_per_iteration, result.iteration_time)
     if uncertainty_samples > 0:
         samples, note = band_samples(uncertainty_samples, _ops_per_run.get())
         if samples:
@@ -550,7 +552,12 @@ def _model_flops(ctx: SimulationContext, samples: int, iteration_s: float) -> di
     PaLM, appendix B), the rate they are done at per GPU and its share of the GPU's dense peak at the
     workload's precision (MFU); tokens per second per GPU for a transformer."""
     spec = ctx.scenario.workload
-    base = build_workload(spec.model_copy(update={"activation_checkpointing": False}))
+    # custom layers are never recomputed (builder.recomputed leaves them): the context's own serve
+    base = (
+        ctx.workload
+        if spec.model is None
+        else build_workload(spec.model_copy(update={"activation_checkpointing": False}))
+    )
     per_sample = (base.forward_flops + base.backward_flops) / spec.micro_batch
     gpus = ctx.scenario.cluster.world_size
     per_gpu = per_sample * samples / iteration_s / gpus
@@ -665,7 +672,6 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     replicas = ctx.layout.data if ctx.model_parallel else scenario.cluster.world_size
     samples = scenario.workload.micro_batch * scenario.workload.gradient_accumulation * replicas
 
-    extra["model_flops"] = _model_flops(ctx, samples, out.iteration)
     if slow:
         extra["straggler"] = {**slow, **out.straggler}
     hetero = scenario.cluster.heterogeneity

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 from clustersim.errors import InputError
-from clustersim.planner.compare import halve_micro_batch
+from clustersim.planner.compare import fit_micro_batch
 from clustersim.sweeps.spec import Sweep, resolve_row, row_id
 from clustersim.sweeps.store import ResultsFolder
 
@@ -56,7 +56,9 @@ def simulate_row(
     try:
         base = validate_scenario(base_json, source="base")
         scenario = resolve_row(base, values, steps, global_batch)
-        r, scenario = _simulate_fitting(scenario, adapt=global_batch is not None, samples=samples)
+        r, scenario = fit_micro_batch(
+            scenario, lambda s: simulate(s, uncertainty_samples=samples), global_batch is not None
+        )
         rec["scenario"] = scenario.model_dump(mode="json")
         b = r.breakdown
         c = scenario.cluster
@@ -113,20 +115,6 @@ def simulate_row(
     except InputError as exc:
         rec.update({"status": "invalid", "error": str(exc)})
     return rec
-
-
-def _simulate_fitting(scenario, adapt: bool, samples: int = 0):
-    """Simulate; with a fixed global batch, halve the micro-batch (accumulating more) until it fits."""
-    from clustersim.simulator import simulate
-
-    while True:
-        try:
-            return simulate(scenario, uncertainty_samples=samples), scenario
-        except InputError as exc:
-            w = scenario.workload
-            if not adapt or "does not fit in GPU memory" not in exc.message or w.micro_batch == 1:
-                raise
-            scenario = halve_micro_batch(scenario)
 
 
 def simulate_batch(

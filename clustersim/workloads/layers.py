@@ -68,11 +68,11 @@ class Workload:
     def params(self) -> int:
         return sum(layer.params for layer in self.layers)
 
-    @property
+    @cached_property
     def forward_flops(self) -> float:
         return sum(layer.forward_flops for layer in self.layers)
 
-    @property
+    @cached_property
     def backward_flops(self) -> float:
         return sum(layer.backward_flops for layer in self.layers)
 
