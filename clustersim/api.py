@@ -219,7 +219,7 @@ def compare(
     _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup)
     s = load_scenario(scenario)
     names = optimizers
-    counts = [s.cluster.world_size] if gpus is None else gpus
+    counts = [s.cluster.world_size] if gpus is None else list(dict.fromkeys(gpus))  # each count once
     try:
         request = check_request(s, names, counts, steps, baseline, warmup, global_batch, break_even_at)
         base, at = request.baseline, request.break_even_at

@@ -524,7 +524,8 @@ def compare(
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
-    counts = _int_list(gpus, "--gpus") if gpus is not None else _default_counts(s)
+    # each count once: a repeated one is the same cells again
+    counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)
     # every argument checked before any work starts
     request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
     opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at

@@ -125,6 +125,8 @@ def test_compare_errors_name_the_keyword_argument():
         ({"warmup": "0.1"}, "warmup"),
         ({"warmup": 1.5, "steps": 100}, "warmup"),
         ({"baseline": "binsgdm"}, "baseline"),
+        ({"global_batch": 2**60}, "global_batch"),
+        ({"steps": 2**60}, "steps"),
     ],
 )
 def test_compare_refuses_what_the_command_refuses(arguments, argument):
@@ -134,6 +136,11 @@ def test_compare_refuses_what_the_command_refuses(arguments, argument):
     with pytest.raises(InputError) as err:
         compare("preset:default", **call)
     assert err.value.key == argument, str(err.value)
+
+
+def test_a_repeated_gpu_count_is_one_set_of_cells():
+    table = compare("preset:default", ["adam"], [8] * 300, samples=0, break_even_at=0)
+    assert table.gpu_counts == [8] and len(table.rows) == 1
 
 
 def test_compare_reads_generators_once():

@@ -282,6 +282,7 @@ def test_cli_without_a_model_stores_dispatch_rates_only(runner, tmp_path):
         ),
         ("bert", ["--step-time", "0.001"], "--step-time", "more than the whole"),
         ("bert", ["--et", "RESNET_ET"], "--et", "161 parameter tensors, the trace's 398"),
+        ("bert", ["--et", "BERT"], "nodes", "no nodes list"),
         ("bert", ["--model", "BERT-Large", "--micro-batch", "16", "--seq-len", "100000"], "--seq-len", "512"),
         (
             "bert",
@@ -295,7 +296,7 @@ def test_what_the_trace_did_not_run_is_refused(runner, tmp_path, trace, extra, k
     """A model the trace did not run, a side it was not measured at, a step time that leaves the profiler
     more than the step, another job's execution trace: one line each, and nothing written."""
     out = tmp_path / "p.json"
-    files = {"RESNET_ET": str(RESNET_ET), "BERT_ET": str(BERT_ET)}
+    files = {"RESNET_ET": str(RESNET_ET), "BERT_ET": str(BERT_ET), "BERT": str(BERT)}
     extra = [files.get(x, x) for x in extra]
     path = BERT if trace == "bert" else RESNET
     result = runner.invoke(app, ["calibrate", "import-trace", str(path), "--out", str(out), *extra])
@@ -361,3 +362,38 @@ def test_an_optimizer_with_parameter_groups_counts_every_group(tmp_path):
     observer.unregister_callback()
     got = ti.read_execution_trace(tmp_path / "et.json")
     assert (got["param_tensors"], got["params"]) == (6, sum(p.numel() for p in model.parameters()))
+
+
+@pytest.mark.parametrize(
+    "change,says",
+    [
+        (lambda e: e.update(dur=-1.0), "not times in microseconds"),
+        (lambda e: e.update(ts=float("nan")), "not times in microseconds"),
+        (lambda e: e.update(dur=True), "not times in microseconds"),
+        (lambda e: e.pop("pid"), "cannot read (KeyError: 'pid')"),
+    ],
+)
+def test_a_damaged_event_is_one_line_naming_the_trace(runner, tmp_path, change, says):
+    """An optimizer annotation whose numbers cannot be times, or that lacks a field the analysis reads:
+    one line naming the trace, exit 2, nothing written."""
+    trace = ti.read_json(BERT, "trace")
+    annotation = next(e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("Optimizer."))
+    change(annotation)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(trace))
+    out = tmp_path / "p.json"
+    result = runner.invoke(app, ["calibrate", "import-trace", str(bad), "--out", str(out)])
+    assert says in _one_line(result, str(bad))
+    assert not out.exists()
+
+
+def test_an_execution_trace_with_a_bad_dimension_is_one_line(runner, tmp_path):
+    et = ti.read_json(BERT_ET, "execution trace")
+    node = next(n for n in et["nodes"] if str(n.get("name", "")).startswith("aten::_fused_adamw"))
+    node["inputs"]["shapes"][0][0][0] = -5
+    bad = tmp_path / "et.json"
+    bad.write_text(json.dumps(et))
+    out = tmp_path / "p.json"
+    result = runner.invoke(app, ["calibrate", "import-trace", str(BERT), "--et", str(bad), "--out", str(out)])
+    assert "not a dimension" in _one_line(result, str(bad))
+    assert not out.exists()

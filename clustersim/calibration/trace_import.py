@@ -26,11 +26,13 @@ import gzip
 import json
 import math
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clustersim.calibration.profile import DispatchRates, Fingerprint, Linear, ModelCompute, PhaseMeasurement
 from clustersim.errors import InputError
+from clustersim.io import _DuplicateKey, _unique_keys
 
 # The profiler's cost per recorded cpu_op event, from one NVIDIA H200 (PyTorch 2.11 eager, bf16
 # autocast, BERT-Large seq 128 micro-batch 16; ../shared/gpu/h200-dev-steps.json and its trace):
@@ -107,6 +109,11 @@ class TraceAnalysis:
         return statistics.median(sum(p.events for p in s.phases.values()) for s in self.used)
 
 
+# The largest trace read, uncompressed: a torch.profiler trace of a few steps of a large model is tens to
+# hundreds of MB; 1 GiB keeps a mistaken file (or a gzip that expands without end) from filling memory.
+MAX_TRACE_BYTES = 2**30
+
+
 def read_json(path: Path, what: str) -> dict:
     """A JSON object from ``path``, gzipped or not; any damage is one InputError naming the file."""
     path = Path(path)
@@ -119,7 +126,15 @@ def read_json(path: Path, what: str) -> dict:
             gz = fh.read(2) == b"\x1f\x8b"
         opener = gzip.open if gz else open
         with opener(path, "rb") as fh:
-            data = json.loads(fh.read())
+            raw = fh.read(MAX_TRACE_BYTES + 1)
+        if len(raw) > MAX_TRACE_BYTES:
+            raise InputError(
+                f"{what} is over {MAX_TRACE_BYTES // 2**30} GiB (uncompressed): profile fewer steps",
+                source=str(path),
+            )
+        data = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InputError(f"{what} gives the key {str(exc)!r} twice in one object", source=str(path)) from None
     except (EOFError, gzip.BadGzipFile, OSError) as exc:
         raise InputError(
             f"cannot read {what} (truncated or corrupt gzip: {exc.__class__.__name__})", source=str(path)
@@ -190,7 +205,7 @@ def analyse(trace: dict, source: str) -> TraceAnalysis:
         source=source,
         steps=steps,
         device_name=str(props.get("name") or "unknown GPU"),
-        device_memory_gb=(props["totalGlobalMem"] / 2**30) if props.get("totalGlobalMem") else None,
+        device_memory_gb=_memory_gb(props.get("totalGlobalMem")),
         cuda=_cuda_version(trace.get("cuda_runtime_version")),
         precision=_precision(names),
         attention=_attention(names),
@@ -199,8 +214,33 @@ def analyse(trace: dict, source: str) -> TraceAnalysis:
     )
 
 
+# An event's duration in a trace of a few training steps (microseconds): a day is far beyond any op,
+# and a start time past 1e17 us (3,000 years) is not a clock's.
+MAX_EVENT_US, MAX_TS_US = 86_400e6, 1e17
+
+
+def _memory_gb(total) -> float | None:
+    """The device's memory in GiB from deviceProperties' totalGlobalMem (bytes), or None where that is
+    not a positive number of bytes (then the catalog names the device from its name alone)."""
+    ok = isinstance(total, (int, float)) and not isinstance(total, bool) and 0 < total < 2**60
+    return total / 2**30 if ok else None
+
+
 def _is_span(e: dict) -> bool:
-    return isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+    """A complete event with a start and a duration; one whose numbers cannot be times is refused."""
+    ts, dur = e.get("ts"), e.get("dur")
+    if not (isinstance(ts, (int, float)) and isinstance(dur, (int, float))):
+        return False
+    if (
+        isinstance(ts, bool)
+        or isinstance(dur, bool)
+        or not (0 <= dur <= MAX_EVENT_US and 0 <= ts <= MAX_TS_US)
+    ):
+        raise InputError(
+            f"event {str(e.get('name'))[:60]!r} has ts {ts!r} and dur {dur!r}: not times in microseconds",
+            key="traceEvents",
+        )
+    return True
 
 
 def _autograd_threads(events: list, ops: list, main: tuple) -> set:
@@ -335,6 +375,11 @@ def _execution(names: list[str]) -> str:
     return "eager"
 
 
+def _dimension(d) -> bool:
+    """A tensor dimension: a whole number from 0 to 2^40 (no bool, no float)."""
+    return isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 2**40
+
+
 def read_execution_trace(path: Path) -> dict:
     """What an execution trace adds: the parameter tensors and parameter count the optimizer updates,
     which a Kineto trace does not record. They are the tensor lists a fused or foreach optimizer op
@@ -352,11 +397,19 @@ def read_execution_trace(path: Path) -> dict:
         name = str(node.get("name", "")) if isinstance(node, dict) else ""
         if not (name.startswith("aten::_fused_") or name.startswith("aten::_foreach_")):
             continue
-        shapes = ((node.get("inputs") or {}).get("shapes") or [None])[0]
+        inputs = node.get("inputs")
+        shapes = inputs.get("shapes") if isinstance(inputs, dict) else None
+        shapes = shapes[0] if isinstance(shapes, list) and shapes else None
         if not (isinstance(shapes, list) and shapes and all(isinstance(s, list) for s in shapes)):
             continue
         if all(not s for s in shapes):  # the step counters, a list of scalars
             continue
+        if not all(_dimension(d) for s in shapes for d in s):
+            raise InputError(
+                f"{name}'s tensor shapes hold a value that is not a dimension: {str(shapes)[:80]}",
+                source=str(path),
+                key="nodes",
+            )
         key = tuple(tuple(int(d) for d in s) for s in shapes)
         groups.setdefault(name, {})[key] = shapes
     best: dict = {}
@@ -365,6 +418,13 @@ def read_execution_trace(path: Path) -> dict:
         params = sum(math.prod(int(d) for d in s) for s in tensors)
         if params > best.get("params", 0):
             best = {"param_tensors": len(tensors), "params": params, "op": name}
+    if not best:
+        raise InputError(
+            "no fused or foreach optimizer op over parameter tensors: not the execution trace of a "
+            "training step with a fused or foreach optimizer",
+            source=str(path),
+            key="nodes",
+        )
     return best
 
 
@@ -528,6 +588,31 @@ def dispatch_rates(
     )
 
 
+@contextmanager
+def _malformed(path: Path | None, what: str):
+    """A trace whose structure or values the analysis cannot use (a field of the wrong type, a missing
+    one, a value no measurement has) is one line naming the file, never a traceback."""
+    try:
+        yield
+    except InputError as exc:
+        raise exc.located(source=str(path)) from None
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+        IndexError,
+        ZeroDivisionError,
+    ) as exc:
+        detail = (
+            f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:100]}" if str(exc) else type(exc).__name__
+        )
+        raise InputError(
+            f"{what} has an entry this import cannot read ({detail})", source=str(path)
+        ) from None
+
+
 def import_trace(
     trace_path: Path,
     out: Path,
@@ -557,8 +642,10 @@ def import_trace(
             "a CNN's --seq-len is its catalog image side)",
             key="--model",
         )
-    analysis = analyse(read_json(trace_path, "trace"), str(trace_path))
-    et = read_execution_trace(et_path) if et_path is not None else {}
+    with _malformed(trace_path, "trace"):
+        analysis = analyse(read_json(trace_path, "trace"), str(trace_path))
+    with _malformed(et_path, "execution trace"):
+        et = read_execution_trace(et_path) if et_path is not None else {}
     if model is not None:
         check_model_matches(analysis, model, seq_len, et.get("params"))
     traced = statistics.median(s.param_tensors for s in analysis.used)
@@ -587,8 +674,9 @@ def import_trace(
         + (" after the first" if len(analysis.steps) > 1 else "")
         + f", profiler overhead {overhead * 1e6:.2f} us per op ({overhead_source.split(',')[0]})"
     )
-    mc = model_compute(analysis, overhead, model, micro_batch, seq_len, source) if all(named) else None
-    rates = dispatch_rates(analysis, overhead, et.get("param_tensors"), source)
+    with _malformed(trace_path, "trace"):  # values the analysis kept that no measurement can hold
+        mc = model_compute(analysis, overhead, model, micro_batch, seq_len, source) if all(named) else None
+        rates = dispatch_rates(analysis, overhead, et.get("param_tensors"), source)
     device = catalog_name_from_string(analysis.device_name, analysis.device_memory_gb)
     provenance = {
         "source": command,

@@ -209,7 +209,9 @@ def calibrate_model(
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw (fused on cuda) | sgd (momentum 0.9)."),
     steps: int = typer.Option(10, "--steps", min=2, help="Timed steps per micro-batch (median)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch intra-op threads (cpu)."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, max=1024, help="torch intra-op threads (cpu)."
+    ),
     out: Path = MergedOutOpt,
     base: Optional[Path] = AddToProfileOpt,
     json_out: bool = JsonOpt,
@@ -301,7 +303,9 @@ def calibrate_import_trace(
         None, "--et", help="The same job's PyTorch execution trace (parameter tensors and count)."
     ),
     model: Optional[str] = typer.Option(None, "--model", help="Model name the scenario uses."),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Micro-batch of the trace."),
+    micro_batch: Optional[int] = typer.Option(
+        None, "--micro-batch", min=1, max=2**20, help="Micro-batch of the trace."
+    ),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", min=1, help="Sequence length (ResNet: image side)."
     ),

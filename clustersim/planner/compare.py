@@ -29,6 +29,7 @@ from clustersim.simulator import simulate
 from clustersim.simulator.strategies import registry
 
 DEFAULT_WARMUP = 0.15  # the 1-bit Adam paper's BERT-Large setting (15-25% recommended)
+MAX_COUNT = 2**53  # steps and samples: the largest count a float time-to-train holds exactly
 
 
 @dataclass
@@ -214,6 +215,8 @@ class StepsPlan:
     def _checked(n: int, name: str | None, key: str) -> bool:
         if n <= 0:
             raise InputError(f"steps must be positive, got {n}" + (f" for {name}" if name else ""), key=key)
+        if n > MAX_COUNT:
+            raise InputError(f"{n:,} steps is more than 2^53, the largest exact count", key=key)
         return True
 
     def of(self, optimizer: str, baseline: str | None = None) -> int | None:
@@ -326,8 +329,10 @@ def check_request(
     plan = StepsPlan.parse(steps)
     base = choose_baseline(scenario.training.optimizer, baseline)
     warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base), warmup)
+    if global_batch is not None and not 0 < global_batch <= MAX_COUNT:
+        raise InputError(f"{global_batch}: a positive number of samples up to 2^53", key="--global-batch")
     at = max(counts) if break_even_at is None else break_even_at
-    if at < 0:
+    if break_even_at is not None and break_even_at < 0:
         raise InputError(f"{at}: a GPU count, or 0 to skip the break-even", key="--break-even-at")
     for g, key in [(g, "--gpus") for g in counts] + ([(at, "--break-even-at")] if at else []):
         if g <= 0:
