@@ -706,6 +706,7 @@ def validate(
     BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps)."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
+    from clustersim.validation.speedups import speedups_by_scale
     from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
 
     if dataset in THROUGHPUT_DATASETS:
@@ -713,6 +714,7 @@ def validate(
         return
     with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
         report = run_validate(dataset, profile, samples, progress=update)
+    scale = speedups_by_scale(report)
     d = report.dataset
     if json_out:
         emit_json(
@@ -724,26 +726,34 @@ def validate(
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
+                **({"speedups_by_scale": scale.as_dict()} if scale.trends else {}),
             }
         )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
     speedup = d.metric == "speedup"
-    fmt = "{:,.2f}x" if speedup else "{:,.1f}"
-    header = ["experiment", "optimizer"] if speedup else ["optimizer"]
+    labelled = any(r.label for r in report.rows)
+    mixed = any(r.metric and r.metric != d.metric for r in report.rows)
+    header = ["experiment", "optimizer"] if speedup else ["row"] if labelled else ["optimizer"]
+    header += ["metric"] if mixed else []
     rows = []
     for r in report.rows:
+        fmt = _metric_format(r.metric or d.metric)
         band = (
             "-"
             if r.p10 is None
             else f"{fmt.format(r.p10)}–{fmt.format(r.p90)}" + (" ✓" if r.inside else " ✗")
         )
-        label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"] if speedup else [r.optimizer]
+        if speedup:
+            label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
+        else:
+            label = [r.label or r.optimizer] + ([r.metric or d.metric] if mixed else [])
         rows.append(
             [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
+    title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
+    console.print(table(title, header, rows, left=len(header) - 4))
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -753,6 +763,39 @@ def validate(
         f"largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
+    if scale.trends:
+        _print_speedups_by_scale(scale)
+
+
+def _metric_format(metric: str) -> str:
+    return {"speedup": "{:,.2f}x", "iteration_time": "{:,.3f}", "tokens_per_s_per_gpu": "{:,.0f}"}.get(
+        metric, "{:,.1f}"
+    )
+
+
+def _print_speedups_by_scale(scale) -> None:
+    """The per-GPU-count speedup table of a dataset with several optimizers on the same GPUs."""
+    arrow = {1: "rises", -1: "falls", 0: "is flat"}
+    rows = [
+        [f"{t.optimizer} over {t.baseline}", p.gpus]
+        + [f"{p.published:.2f}x", f"{p.predicted:.2f}x", f"{100 * p.error:+.1f}%"]
+        for t in scale.trends
+        for p in t.points
+    ]
+    header = ["speedup", "GPUs", "published", "predicted", "error"]
+    console.print(table("speedup per GPU count: predicted vs published", header, rows, left=1))
+    worst_trend, worst = scale.worst
+    console.print(
+        f"speedup error: median [bold]{100 * scale.median_abs_error:.1f}%[/], worst "
+        f"{100 * worst.error:+.1f}% ({worst_trend.optimizer}, {worst.gpus} GPUs)"
+    )
+    for t in scale.trends:
+        a, b = t.trend_points[0].gpus, t.trend_points[-1].gpus
+        console.print(
+            f"{t.optimizer} over {t.baseline} from {a} to {b} GPUs: published {arrow[t.published_trend]}, "
+            f"predicted {arrow[t.predicted_trend]} "
+            + ("[green](same sign)[/]" if t.same_sign else "[red](wrong sign)[/]")
+        )
 
 
 def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) -> None:

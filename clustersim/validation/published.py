@@ -14,6 +14,8 @@ from clustersim.io import load_yaml
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 
+Metric = Literal["samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "iteration_time", "speedup"]
+
 
 class Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,6 +29,12 @@ class Row(BaseModel):
     baseline: str | None = None
     # a row of another experiment than the dataset's scenario (a path or preset:NAME)
     scenario: str | None = None
+    # what the row's source publishes, where it is not the dataset's metric (a dataset gathered from
+    # several sources: one prints step times, another tokens per second per GPU)
+    metric: Metric | None = None
+    # a short name for the row (benchmark, system, size) and where exactly its number was read
+    label: str | None = None
+    source: str | None = None
 
 
 class Dataset(BaseModel):
@@ -35,7 +43,7 @@ class Dataset(BaseModel):
     description: str
     source: str
     scenario: str
-    metric: Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"] = "samples_per_s"
+    metric: Metric = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
@@ -59,6 +67,8 @@ class RowResult:
     baseline: str | None = None  # speedup rows: the optimizer the speedup is over
     scenario: str | None = None  # the row's own experiment, where it is not the dataset's
     band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
+    metric: str | None = None  # the row's own metric, where it is not the dataset's
+    label: str | None = None  # the row's name (benchmark, system, size)
 
     @property
     def inside(self) -> bool | None:
@@ -119,9 +129,20 @@ def megatron_flops(scenario) -> float:
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + arch.vocab / (16 * layers * h))
 
 
+def tokens_per_iteration(result, scenario) -> int:
+    """Tokens one iteration trains on: its samples (micro-batch x accumulation x data-parallel
+    replicas) times the sequence length, what NeMo's and TorchTitan's tokens/s/GPU divide by time."""
+    from clustersim.catalog import model
+
+    w = scenario.workload
+    return result.samples_per_iteration * (w.seq_len or model(w.model).default_seq_len)
+
+
 def _metric(result, scenario, metric: str) -> float:
     if metric == "tflops_per_gpu":  # Narayanan et al.'s achieved teraFLOP/s per GPU
         return megatron_flops(scenario) / (result.iteration_time * result.world_size) / 1e12
+    if metric == "tokens_per_s_per_gpu":
+        return tokens_per_iteration(result, scenario) / (result.iteration_time * result.world_size)
     return getattr(result, metric)
 
 
@@ -134,6 +155,9 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
         return n / iv.p90, n / iv.p10
     if metric == "tflops_per_gpu":
         work = megatron_flops(scenario) / result.world_size / 1e12
+        return work / iv.p90, work / iv.p10
+    if metric == "tokens_per_s_per_gpu":
+        work = tokens_per_iteration(result, scenario) / result.world_size
         return work / iv.p90, work / iv.p10
     if metric == "iteration_time":
         return iv.p10, iv.p90
@@ -184,8 +208,8 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, data.metric)
-            lo, hi = _band(r, data.metric, scenario)
+            predicted = _metric(r, scenario, row.metric or data.metric)
+            lo, hi = _band(r, row.metric or data.metric, scenario)
             note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(
@@ -199,6 +223,8 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 row.baseline,
                 row.scenario,
                 note,
+                row.metric,
+                row.label,
             )  # fmt: skip
         )
         if progress:
