@@ -52,6 +52,8 @@ class Dataset(BaseModel):
     def _speedups_name_their_baseline(self) -> "Dataset":
         if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
             raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
+        if any(r.metric is not None and "speedup" in (r.metric, self.metric) for r in self.rows):
+            raise ValueError("a row's own metric cannot be or replace 'speedup' (a dataset-wide mode)")
         return self
 
 
@@ -176,27 +178,34 @@ def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | 
     return point, lo, hi
 
 
+def row_scenario(data: Dataset, row: Row, bases: dict | None = None):
+    """The scenario one row predicts: the dataset's (or the row's own) experiment with the row's
+    optimizer, the dataset's published cluster and the row's own published setup; ``bases`` caches
+    loaded base scenarios by name."""
+    bases = {} if bases is None else bases
+    source = row.scenario or data.scenario
+    base = bases.get(source) or bases.setdefault(source, load_scenario(source))
+    changes = {
+        "training.optimizer": row.optimizer,
+        "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+        **data.changes,
+        **row.changes,
+    }
+    if row.changes:  # one validation: a layout may only fit the row's GPU count
+        per_node = base.cluster.gpus_per_node
+        if row.gpus % per_node:
+            raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
+        return base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
+    return base.with_world_size(row.gpus).with_changes(**changes)
+
+
 def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
     bases = {data.scenario: load_scenario(data.scenario)}
     results = []
     for row in data.rows:
-        source = row.scenario or data.scenario
-        base = bases.get(source) or bases.setdefault(source, load_scenario(source))
-        changes = {
-            "training.optimizer": row.optimizer,
-            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
-            **data.changes,
-            **row.changes,
-        }
-        if row.changes:  # one validation: a layout may only fit the row's GPU count
-            per_node = base.cluster.gpus_per_node
-            if row.gpus % per_node:
-                raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
-            scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
-        else:
-            scenario = base.with_world_size(row.gpus).with_changes(**changes)
+        scenario = row_scenario(data, row, bases)
         if data.metric == "speedup":
             baseline = scenario.with_changes(
                 **{
