@@ -710,7 +710,7 @@ def validate(
     its median and worst error and whether it moves with scale as the measurement does."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
-    from clustersim.validation.speedups import speedups_by_scale
+    from clustersim.validation.speedups import median_relative_error, scaling_by_series, speedups_by_scale
     from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
 
     if dataset in THROUGHPUT_DATASETS:
@@ -719,6 +719,7 @@ def validate(
     with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
         report = run_validate(dataset, profile, samples, progress=update)
     scale = speedups_by_scale(report)
+    series = scaling_by_series(report)
     d = report.dataset
     if json_out:
         emit_json(
@@ -731,6 +732,14 @@ def validate(
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
                 **({"speedups_by_scale": scale.as_dict()} if scale.trends else {}),
+                **(
+                    {
+                        "scaling_by_series": [x.as_dict() for x in series],
+                        "median_abs_relative_error": median_relative_error(series),
+                    }
+                    if series
+                    else {}
+                ),
             }
         )
         return
@@ -769,6 +778,8 @@ def validate(
     )
     if scale.trends:
         _print_speedups_by_scale(scale)
+    if series:
+        _print_scaling_by_series(series, median_relative_error(series))
 
 
 def _metric_format(metric: str) -> str:
@@ -799,6 +810,21 @@ def _print_speedups_by_scale(scale) -> None:
             f"{t.optimizer} over {t.baseline} from {a} to {b} GPUs: published {arrow[t.published_trend]}, "
             f"predicted {arrow[t.predicted_trend]} "
             + ("[green](same sign)[/]" if t.same_sign else "[red](wrong sign)[/]")
+        )
+
+
+def _print_scaling_by_series(series, median: float | None) -> None:
+    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels)."""
+    rows = [
+        [x.name, p.gpus, f"{100 * p.error:+.1f}%", "-" if i == 0 else f"{100 * p.relative:+.1f}%"]
+        for x in series
+        for i, p in enumerate(x.points)
+    ]
+    header = ["series", "GPUs", "error", "relative to smallest"]
+    console.print(table("error with scale, inside one system's runs", header, rows, left=1))
+    if median is not None:
+        console.print(
+            f"median absolute error relative to each series' smallest run [bold]{100 * median:.1f}%[/]"
         )
 
 

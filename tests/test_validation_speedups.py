@@ -100,3 +100,30 @@ def test_megatron_weak_scaling_has_no_speedup_table():
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
     assert "speedups_by_scale" not in json.loads(out.output)
+
+
+def test_errors_relative_to_each_series_smallest_run_by_hand():
+    from clustersim.validation.speedups import median_relative_error, scaling_by_series
+
+    rows = [Row(optimizer="adam", gpus=g, published=1.0) for g in (8, 16, 64, 8)]
+    data = Dataset(name="t", description="t", source="t", scenario="preset:default", rows=rows)
+    results = [
+        RowResult("adam", 64, 1.0, 1.32, 0.32, series="a"),  # listed out of order on purpose
+        RowResult("adam", 8, 1.0, 1.2, 0.2, series="a"),
+        RowResult("adam", 16, 1.0, 1.26, 0.26, series="a"),
+        RowResult("adam", 8, 1.0, 0.9, -0.1, series="alone"),  # one size: no series
+    ]
+    (series,) = scaling_by_series(ValidationReport(data, results))
+    assert series.name == "a" and [p.gpus for p in series.points] == [8, 16, 64]
+    # (1 + e) / (1 + 0.2) - 1: a +20% level shared by every size cancels
+    assert [round(p.relative, 9) for p in series.points] == [0.0, 0.05, 0.1]
+    assert median_relative_error([series]) == pytest.approx(0.075)
+
+
+def test_multinode_dataset_prints_errors_with_scale():
+    out = CliRunner().invoke(app, ["validate", "--dataset", "multinode_scale", "--samples", "0", "--json"])
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output)
+    names = {s["series"] for s in got["scaling_by_series"]}
+    assert "MLPerf v3.1 GPT-3, NVIDIA Eos-DFW" in names and got["median_abs_relative_error"] >= 0
+    assert "speedups_by_scale" not in got  # one optimizer

@@ -35,6 +35,10 @@ class Row(BaseModel):
     # a short name for the row (benchmark, system, size) and where exactly its number was read
     label: str | None = None
     source: str | None = None
+    # rows of one system and software (an MLPerf round's submissions on one cluster, one paper's
+    # table) at several sizes: how the error moves with scale inside a series, where a constant bias
+    # of the level (a compute rate) cancels
+    series: str | None = None
 
 
 class Dataset(BaseModel):
@@ -71,6 +75,7 @@ class RowResult:
     band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
     metric: str | None = None  # the row's own metric, where it is not the dataset's
     label: str | None = None  # the row's name (benchmark, system, size)
+    series: str | None = None  # the rows of one system and software at several sizes
 
     @property
     def inside(self) -> bool | None:
@@ -234,6 +239,7 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 note,
                 row.metric,
                 row.label,
+                row.series,
             )  # fmt: skip
         )
         if progress:

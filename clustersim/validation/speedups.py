@@ -1,11 +1,15 @@
-"""Speedups per scale: where a validation dataset measures several optimizers on the same GPU counts
-(the 1-bit Adam paper's Adam and 1-bit Adam at 1-32 GPUs), the predicted against the published
-speedup of each optimizer over the baseline at every GPU count, their errors, and whether the speedup
-moves with scale the way the measurement does.
+"""Speedups per scale, and how errors move with scale inside a series of runs.
 
-Users ask "how much faster at 64 GPUs", a ratio of two predictions; two throughputs each within 10%
-can still give a speedup 20% off and falling where the published one rises. The per-row errors of a
-validation report do not show that, so this module derives it from the report (no new simulation)."""
+Where a validation dataset measures several optimizers on the same GPU counts (the 1-bit Adam
+paper's Adam and 1-bit Adam at 1-32 GPUs): the predicted against the published speedup of each
+optimizer over the baseline at every GPU count, their errors, and whether the speedup moves with
+scale the way the measurement does. Users ask "how much faster at 64 GPUs", a ratio of two
+predictions; two throughputs each within 10% can still give a speedup 20% off and falling where the
+published one rises.
+
+Where a dataset groups one system's runs at several sizes into a ``series``: each row's error
+relative to the series' smallest run, so that a bias of the level shared by every size cancels and
+what is left is the cost of scale. Both read the validation report (no new simulation)."""
 
 from __future__ import annotations
 
@@ -168,3 +172,53 @@ def speedups_by_scale(report, gpus_per_node: dict[str | None, int] | None = None
             if trend.points:
                 trends.append(trend)
     return SpeedupsByScale(trends)
+
+
+@dataclass
+class SeriesPoint:
+    gpus: int
+    label: str | None
+    error: float  # the row's own error
+    relative: float  # (1 + error) / (1 + the series' first row's error) - 1
+
+
+@dataclass
+class ScaleSeries:
+    """One system's runs at several sizes: each row's error relative to the series' smallest run.
+    A bias that is the same at every size (a compute rate) cancels, what is left is how the
+    prediction's cost of scale (pipeline bubble, data-parallel communication, stragglers) compares
+    with the measurement's: a positive relative error on a time is a step predicted to grow more
+    with scale than it did; on a rate, to shrink less."""
+
+    name: str
+    points: list[SeriesPoint]
+
+    def as_dict(self) -> dict:
+        return {"series": self.name, "points": [asdict(p) for p in self.points]}
+
+
+def scaling_by_series(report) -> list[ScaleSeries]:
+    """The report's rows grouped by their ``series`` (rows without one are left out), ordered by GPU
+    count; series with a single size give nothing."""
+    groups: dict[str, list] = {}
+    for r in report.rows:
+        if r.series:
+            groups.setdefault(r.series, []).append(r)
+    out = []
+    for name, rows in groups.items():
+        rows = sorted(rows, key=lambda r: r.gpus)
+        if len({r.gpus for r in rows}) < 2:
+            continue
+        first = 1 + rows[0].error
+        out.append(
+            ScaleSeries(
+                name, [SeriesPoint(r.gpus, r.label, r.error, (1 + r.error) / first - 1) for r in rows]
+            )
+        )
+    return out
+
+
+def median_relative_error(series: list[ScaleSeries]) -> float | None:
+    """The median |relative error| over every series' rows past its first."""
+    errs = [abs(p.relative) for s in series for p in s.points[1:]]
+    return statistics.median(errs) if errs else None
