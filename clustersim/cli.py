@@ -702,10 +702,15 @@ def validate(
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
     64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), single-GPU and single-node
-    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), and single-GPU eager steps of
-    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps)."""
+    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), single-GPU eager steps of
+    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps), and measured
+    multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs, NeMo's and TorchTitan's
+    performance tables, the 1-bit Adam paper's profile (multinode_scale). Where a dataset measures
+    several optimizers on the same GPU counts, the speedup over the first at each count follows, with
+    its median and worst error and whether it moves with scale as the measurement does."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
+    from clustersim.validation.speedups import median_relative_error, scaling_by_series, speedups_by_scale
     from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
 
     if dataset in THROUGHPUT_DATASETS:
@@ -713,6 +718,8 @@ def validate(
         return
     with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
         report = run_validate(dataset, profile, samples, progress=update)
+    scale = speedups_by_scale(report)
+    series = scaling_by_series(report)
     d = report.dataset
     if json_out:
         emit_json(
@@ -724,26 +731,42 @@ def validate(
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
+                **({"speedups_by_scale": scale.as_dict()} if scale.trends else {}),
+                **(
+                    {
+                        "scaling_by_series": [x.as_dict() for x in series],
+                        "median_abs_relative_error": median_relative_error(series),
+                    }
+                    if series
+                    else {}
+                ),
             }
         )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
     speedup = d.metric == "speedup"
-    fmt = "{:,.2f}x" if speedup else "{:,.1f}"
-    header = ["experiment", "optimizer"] if speedup else ["optimizer"]
+    labelled = any(r.label for r in report.rows)
+    mixed = any(r.metric and r.metric != d.metric for r in report.rows)
+    header = ["experiment", "optimizer"] if speedup else ["row"] if labelled else ["optimizer"]
+    header += ["metric"] if mixed else []
     rows = []
     for r in report.rows:
+        fmt = _metric_format(r.metric or d.metric)
         band = (
             "-"
             if r.p10 is None
             else f"{fmt.format(r.p10)}–{fmt.format(r.p90)}" + (" ✓" if r.inside else " ✗")
         )
-        label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"] if speedup else [r.optimizer]
+        if speedup:
+            label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
+        else:
+            label = [r.label or r.optimizer] + ([r.metric or d.metric] if mixed else [])
         rows.append(
             [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
+    title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
+    console.print(table(title, header, rows, left=len(header) - 4))
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -753,6 +776,56 @@ def validate(
         f"largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
+    if scale.trends:
+        _print_speedups_by_scale(scale)
+    if series:
+        _print_scaling_by_series(series, median_relative_error(series))
+
+
+def _metric_format(metric: str) -> str:
+    return {"speedup": "{:,.2f}x", "iteration_time": "{:,.3f}", "tokens_per_s_per_gpu": "{:,.0f}"}.get(
+        metric, "{:,.1f}"
+    )
+
+
+def _print_speedups_by_scale(scale) -> None:
+    """The per-GPU-count speedup table of a dataset with several optimizers on the same GPUs."""
+    arrow = {1: "rises", -1: "falls", 0: "is flat"}
+    rows = [
+        [f"{t.optimizer} over {t.baseline}", p.gpus]
+        + [f"{p.published:.2f}x", f"{p.predicted:.2f}x", f"{100 * p.error:+.1f}%"]
+        for t in scale.trends
+        for p in t.points
+    ]
+    header = ["speedup", "GPUs", "published", "predicted", "error"]
+    console.print(table("speedup per GPU count: predicted vs published", header, rows, left=1))
+    worst_trend, worst = scale.worst
+    console.print(
+        f"speedup error: median [bold]{100 * scale.median_abs_error:.1f}%[/], worst "
+        f"{100 * worst.error:+.1f}% ({worst_trend.optimizer}, {worst.gpus} GPUs)"
+    )
+    for t in scale.trends:
+        a, b = t.trend_points[0].gpus, t.trend_points[-1].gpus
+        console.print(
+            f"{t.optimizer} over {t.baseline} from {a} to {b} GPUs: published {arrow[t.published_trend]}, "
+            f"predicted {arrow[t.predicted_trend]} "
+            + ("[green](same sign)[/]" if t.same_sign else "[red](wrong sign)[/]")
+        )
+
+
+def _print_scaling_by_series(series, median: float | None) -> None:
+    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels)."""
+    rows = [
+        [x.name, p.gpus, f"{100 * p.error:+.1f}%", "-" if i == 0 else f"{100 * p.relative:+.1f}%"]
+        for x in series
+        for i, p in enumerate(x.points)
+    ]
+    header = ["series", "GPUs", "error", "relative to smallest"]
+    console.print(table("error with scale, inside one system's runs", header, rows, left=1))
+    if median is not None:
+        console.print(
+            f"median absolute error relative to each series' smallest run [bold]{100 * median:.1f}%[/]"
+        )
 
 
 def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) -> None:

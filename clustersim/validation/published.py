@@ -14,6 +14,8 @@ from clustersim.io import load_yaml
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 
+Metric = Literal["samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "iteration_time", "speedup"]
+
 
 class Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,6 +29,16 @@ class Row(BaseModel):
     baseline: str | None = None
     # a row of another experiment than the dataset's scenario (a path or preset:NAME)
     scenario: str | None = None
+    # what the row's source publishes, where it is not the dataset's metric (a dataset gathered from
+    # several sources: one prints step times, another tokens per second per GPU)
+    metric: Metric | None = None
+    # a short name for the row (benchmark, system, size) and where exactly its number was read
+    label: str | None = None
+    source: str | None = None
+    # rows of one system and software (an MLPerf round's submissions on one cluster, one paper's
+    # table) at several sizes: how the error moves with scale inside a series, where a constant bias
+    # of the level (a compute rate) cancels
+    series: str | None = None
 
 
 class Dataset(BaseModel):
@@ -35,7 +47,7 @@ class Dataset(BaseModel):
     description: str
     source: str
     scenario: str
-    metric: Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"] = "samples_per_s"
+    metric: Metric = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
@@ -44,6 +56,8 @@ class Dataset(BaseModel):
     def _speedups_name_their_baseline(self) -> "Dataset":
         if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
             raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
+        if any(r.metric is not None and "speedup" in (r.metric, self.metric) for r in self.rows):
+            raise ValueError("a row's own metric cannot be or replace 'speedup' (a dataset-wide mode)")
         return self
 
 
@@ -59,6 +73,9 @@ class RowResult:
     baseline: str | None = None  # speedup rows: the optimizer the speedup is over
     scenario: str | None = None  # the row's own experiment, where it is not the dataset's
     band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
+    metric: str | None = None  # the row's own metric, where it is not the dataset's
+    label: str | None = None  # the row's name (benchmark, system, size)
+    series: str | None = None  # the rows of one system and software at several sizes
 
     @property
     def inside(self) -> bool | None:
@@ -119,9 +136,20 @@ def megatron_flops(scenario) -> float:
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + arch.vocab / (16 * layers * h))
 
 
+def tokens_per_iteration(result, scenario) -> int:
+    """Tokens one iteration trains on: its samples (micro-batch x accumulation x data-parallel
+    replicas) times the sequence length, what NeMo's and TorchTitan's tokens/s/GPU divide by time."""
+    from clustersim.catalog import model
+
+    w = scenario.workload
+    return result.samples_per_iteration * (w.seq_len or model(w.model).default_seq_len)
+
+
 def _metric(result, scenario, metric: str) -> float:
     if metric == "tflops_per_gpu":  # Narayanan et al.'s achieved teraFLOP/s per GPU
         return megatron_flops(scenario) / (result.iteration_time * result.world_size) / 1e12
+    if metric == "tokens_per_s_per_gpu":
+        return tokens_per_iteration(result, scenario) / (result.iteration_time * result.world_size)
     return getattr(result, metric)
 
 
@@ -134,6 +162,9 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
         return n / iv.p90, n / iv.p10
     if metric == "tflops_per_gpu":
         work = megatron_flops(scenario) / result.world_size / 1e12
+        return work / iv.p90, work / iv.p10
+    if metric == "tokens_per_s_per_gpu":
+        work = tokens_per_iteration(result, scenario) / result.world_size
         return work / iv.p90, work / iv.p10
     if metric == "iteration_time":
         return iv.p10, iv.p90
@@ -152,27 +183,34 @@ def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | 
     return point, lo, hi
 
 
+def row_scenario(data: Dataset, row: Row, bases: dict | None = None):
+    """The scenario one row predicts: the dataset's (or the row's own) experiment with the row's
+    optimizer, the dataset's published cluster and the row's own published setup; ``bases`` caches
+    loaded base scenarios by name."""
+    bases = {} if bases is None else bases
+    source = row.scenario or data.scenario
+    base = bases.get(source) or bases.setdefault(source, load_scenario(source))
+    changes = {
+        "training.optimizer": row.optimizer,
+        "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+        **data.changes,
+        **row.changes,
+    }
+    if row.changes:  # one validation: a layout may only fit the row's GPU count
+        per_node = base.cluster.gpus_per_node
+        if row.gpus % per_node:
+            raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
+        return base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
+    return base.with_world_size(row.gpus).with_changes(**changes)
+
+
 def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
     bases = {data.scenario: load_scenario(data.scenario)}
     results = []
     for row in data.rows:
-        source = row.scenario or data.scenario
-        base = bases.get(source) or bases.setdefault(source, load_scenario(source))
-        changes = {
-            "training.optimizer": row.optimizer,
-            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
-            **data.changes,
-            **row.changes,
-        }
-        if row.changes:  # one validation: a layout may only fit the row's GPU count
-            per_node = base.cluster.gpus_per_node
-            if row.gpus % per_node:
-                raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
-            scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
-        else:
-            scenario = base.with_world_size(row.gpus).with_changes(**changes)
+        scenario = row_scenario(data, row, bases)
         if data.metric == "speedup":
             baseline = scenario.with_changes(
                 **{
@@ -184,8 +222,8 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, data.metric)
-            lo, hi = _band(r, data.metric, scenario)
+            predicted = _metric(r, scenario, row.metric or data.metric)
+            lo, hi = _band(r, row.metric or data.metric, scenario)
             note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(
@@ -199,6 +237,9 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 row.baseline,
                 row.scenario,
                 note,
+                row.metric,
+                row.label,
+                row.series,
             )  # fmt: skip
         )
         if progress:
