@@ -728,22 +728,35 @@ def validate(
         )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
+    mixed = any(r.metric or r.label for r in report.rows)  # rows of several experiments and metrics
     speedup = d.metric == "speedup"
-    fmt = "{:,.2f}x" if speedup else "{:,.1f}"
-    header = ["experiment", "optimizer"] if speedup else ["optimizer"]
+    formats = {"speedup": "{:,.2f}x", "iteration_time": "{:,.2f} s"}
+    if mixed:
+        header = ["experiment", "row", "metric"]
+    else:
+        header = ["experiment", "optimizer"] if speedup else ["optimizer"]
     rows = []
     for r in report.rows:
+        metric = r.metric or d.metric
+        fmt = formats.get(metric, "{:,.1f}")
         band = (
             "-"
             if r.p10 is None
             else f"{fmt.format(r.p10)}–{fmt.format(r.p90)}" + (" ✓" if r.inside else " ✗")
         )
-        label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"] if speedup else [r.optimizer]
+        if mixed:
+            over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
+            label = [r.scenario or d.scenario, r.label or f"{r.optimizer}{over}", metric]
+        elif speedup:
+            label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
+        else:
+            label = [r.optimizer]
         rows.append(
             [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
+    title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
+    console.print(table(title, header, rows, left=len(header) - 4))
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)

@@ -367,6 +367,15 @@ class OffloadSpec(_Strict):
     cpu_threads: Count | None = Field(
         None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
     )
+    gradient_copy: Literal["async", "blocking"] = Field(
+        "async",
+        description=(
+            "ZeRO-3 only, how each reduced gradient partition reaches the fp32 host buffer: async = cast "
+            "on the GPU, copied on the reduction stream beside backward (DeepSpeed >= 0.16.3, Deep "
+            "Optimizer States' part_grads_async); blocking = a blocking copy_ that PyTorch upcasts on "
+            "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.16.2)"
+        ),
+    )
 
 
 class ZeroPPSpec(_Strict):

@@ -14,6 +14,8 @@ from clustersim.io import load_yaml
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 
+Metric = Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"]
+
 
 class Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,6 +29,14 @@ class Row(BaseModel):
     baseline: str | None = None
     # a row of another experiment than the dataset's scenario (a path or preset:NAME)
     scenario: str | None = None
+    # the row's own metric where it is not the dataset's (a dataset gathering several papers' results)
+    metric: Metric | None = None
+    # what the row is, in a few words, where optimizer and GPU count do not say it
+    label: str | None = None
+    # metric "speedup" between two configurations of the same optimizer (offload modes, input
+    # pipelines): the baseline's dotted scenario keys, applied over the row's; the baseline optimizer
+    # is then the row's own unless ``baseline`` names another
+    baseline_changes: dict[str, Any] = Field(default_factory=dict)
 
 
 class Dataset(BaseModel):
@@ -35,15 +45,18 @@ class Dataset(BaseModel):
     description: str
     source: str
     scenario: str
-    metric: Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"] = "samples_per_s"
+    metric: Metric = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
 
     @model_validator(mode="after")
     def _speedups_name_their_baseline(self) -> "Dataset":
-        if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
-            raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
+        for r in self.rows:
+            if (r.metric or self.metric) == "speedup" and r.baseline is None and not r.baseline_changes:
+                raise ValueError("every speedup row needs its 'baseline' optimizer or its 'baseline_changes'")
+            if r.baseline_changes and (r.metric or self.metric) != "speedup":
+                raise ValueError("'baseline_changes' is for speedup rows only")
         return self
 
 
@@ -59,6 +72,8 @@ class RowResult:
     baseline: str | None = None  # speedup rows: the optimizer the speedup is over
     scenario: str | None = None  # the row's own experiment, where it is not the dataset's
     band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
+    metric: str | None = None  # the row's metric where it is not the dataset's
+    label: str | None = None  # what the row is, where optimizer and GPU count do not say it
 
     @property
     def inside(self) -> bool | None:
@@ -173,19 +188,22 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
             scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
         else:
             scenario = base.with_world_size(row.gpus).with_changes(**changes)
-        if data.metric == "speedup":
+        metric = row.metric or data.metric
+        if metric == "speedup":
+            against = row.baseline or row.optimizer
             baseline = scenario.with_changes(
                 **{
-                    "training.optimizer": row.baseline,
-                    "training.optimizer_options": data.optimizer_options.get(row.baseline, {}),
+                    "training.optimizer": against,
+                    "training.optimizer_options": data.optimizer_options.get(against, {}),
+                    **row.baseline_changes,
                 }
             )
             predicted, lo, hi = _speedup(baseline, scenario, profile, samples)
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, data.metric)
-            lo, hi = _band(r, data.metric, scenario)
+            predicted = _metric(r, scenario, metric)
+            lo, hi = _band(r, metric, scenario)
             note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(
@@ -199,6 +217,8 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
                 row.baseline,
                 row.scenario,
                 note,
+                row.metric,
+                row.label,
             )  # fmt: skip
         )
         if progress:
