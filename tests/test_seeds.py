@@ -88,3 +88,41 @@ def test_seeds_binsgdm_rows_are_the_binsgdm_datasets_predictions():
     binsgdm = validate("binsgdm_speedups", samples=0).rows
     ours = sorted(r.predicted for r in seeds.values() if r.label and r.label.startswith("BinSGDM"))
     assert ours == pytest.approx(sorted(r.predicted for r in binsgdm))
+
+
+def test_end_to_end_speedup_weighs_the_warmup_stage_as_amdahl_says():
+    """A speedup row with ``warmup`` w: Tb / (w Tw + (1 - w) Tc), each stage simulated; with a warmup
+    step as fast as the baseline's it is 1 / (w + (1 - w)/s)."""
+    from clustersim.planner.compare import end_to_end_speedup
+
+    data = load_dataset("seeds")
+    row = next(r for r in data.rows if r.warmup is not None)
+    base = load_scenario(row.scenario).with_changes(**{**row.changes, "cluster.nodes": row.gpus // 4})
+    opts = data.optimizer_options["onebit-adam"]
+    tb = simulate(
+        base.with_changes(**{"training.optimizer": "adam", "training.optimizer_options": {}})
+    ).iteration_time
+    tc = simulate(
+        base.with_changes(**{"training.optimizer": "onebit-adam", "training.optimizer_options": opts})
+    )
+    tw = simulate(
+        base.with_changes(
+            **{"training.optimizer": "onebit-adam", "training.optimizer_options": {**opts, "stage": "warmup"}}
+        )
+    )
+    w = row.warmup
+    expected = tb / (w * tw.iteration_time + (1 - w) * tc.iteration_time)
+    (got,) = [r for r in validate("seeds", samples=0).rows if r.label == row.label]
+    assert got.predicted == pytest.approx(expected, rel=1e-9)
+    # the warmup stage is Adam: close to the baseline's step, so Amdahl's closed form holds nearly
+    amdahl = end_to_end_speedup(w, tb / tc.iteration_time)
+    assert got.predicted == pytest.approx(amdahl, rel=0.02)
+    assert 1.0 < got.predicted < tb / tc.iteration_time
+
+
+def test_warmup_is_for_speedup_rows_only():
+    base = {"name": "x", "description": "x", "source": "x", "scenario": "preset:default"}
+    with pytest.raises(ValueError, match="speedup rows only"):
+        Dataset.model_validate(
+            {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "warmup": 0.1}]}
+        )
