@@ -900,12 +900,26 @@ def _check_semantics(s: Scenario) -> None:
     options = parse_options(s.training.optimizer, s.training.optimizer_options)
     _check_fragments(s, getattr(options, "fragments", 1))
     _check_update_implementation(s, getattr(options, "implementation", "fused"))
+    _check_gradient_copy(s.training)
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
+
+
+def _check_gradient_copy(t: TrainingSpec) -> None:
+    """``offload.gradient_copy: blocking`` is a path of DeepSpeed ZeRO-3's offloaded gradients only."""
+    off, sh = t.offload, t.sharding
+    if off.gradient_copy == "blocking" and not (
+        off.mode != "none" and sh.stage == 3 and sh.framework == "deepspeed"
+    ):
+        raise InputError(
+            "gradient_copy blocking is DeepSpeed ZeRO-3's offloaded gradient path (stage3.py): it needs "
+            "training.offload.mode zero or interleaved and training.sharding.stage 3 (framework deepspeed)",
+            key="training.offload.gradient_copy",
+        )
 
 
 def _check_update_implementation(s: Scenario, implementation: str) -> None:

@@ -126,3 +126,19 @@ def test_warmup_is_for_speedup_rows_only():
         Dataset.model_validate(
             {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "warmup": 0.1}]}
         )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training.offload.mode": "none"},
+        {"training.sharding": {"stage": 2}},
+        {"training.sharding": {"stage": 3, "framework": "fsdp"}},
+    ],
+)
+def test_blocking_gradient_copy_is_refused_outside_deepspeed_zero3_offload(changes):
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        _dos(**changes)
+    assert err.value.key == "training.offload.gradient_copy"
