@@ -373,7 +373,7 @@ class OffloadSpec(_Strict):
             "ZeRO-3 only, how each reduced gradient partition reaches the fp32 host buffer: async = cast "
             "on the GPU, copied on the reduction stream beside backward (DeepSpeed >= 0.16.3, Deep "
             "Optimizer States' part_grads_async); blocking = a blocking copy_ that PyTorch upcasts on "
-            "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.16.2)"
+            "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.15.3)"
         ),
     )
 

@@ -300,7 +300,7 @@ def add_zero3_gradient_to_host(
     * ``async`` (``copy_(..., non_blocking=True)``: Deep Optimizer States' part_grads_async; DeepSpeed
       from 0.16.3 casts with ``.float()`` explicitly): PyTorch casts on the GPU, then a pinned fp32
       copy on the reduction stream, beside backward.
-    * ``blocking`` (``fp32_grad_tensor.copy_(grad_buffer)``, DeepSpeed up to 0.16.2): a blocking copy
+    * ``blocking`` (``fp32_grad_tensor.copy_(grad_buffer)``, DeepSpeed up to 0.15.3): a blocking copy
       between devices and dtypes, which PyTorch runs as a 16-bit copy into a new pageable CPU tensor
       and an upcast on the CPU (ATen Copy.cu: "type conversions are performed on the CPU" unless
       non_blocking). The host thread waits for both, and it is the thread that launches backward's
