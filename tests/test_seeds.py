@@ -142,3 +142,17 @@ def test_blocking_gradient_copy_is_refused_outside_deepspeed_zero3_offload(chang
     with pytest.raises(InputError) as err:
         _dos(**changes)
     assert err.value.key == "training.offload.gradient_copy"
+
+
+def test_offload_plan_compares_modes_on_a_blocking_gradient_copy_preset(runner):
+    """`offload plan` runs the scenario without offload too, where the offloaded gradient path (and
+    its blocking copy) does not exist."""
+    import json
+
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["offload", "plan", "preset:offload-dos-7b-h100", "--json"])
+    assert r.exit_code == 0, r.output
+    modes = json.loads(r.stdout)["modes"]
+    assert modes["none"]["fits"] is False and "does not fit" in modes["none"]["why"]
+    assert modes["interleaved"]["iteration_time_s"] < modes["zero"]["iteration_time_s"]
