@@ -701,7 +701,8 @@ def validate(
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
-    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), single-GPU and single-node
+    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), the seed systems' own results
+    (seeds: Deep Optimizer States, BinSGDM, 1-bit Adam end to end), single-GPU and single-node
     training throughputs of BERT-Large and ResNet-50 (gpu_throughput), single-GPU eager steps of
     BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps), and measured
     multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs, NeMo's and TorchTitan's
@@ -760,7 +761,8 @@ def validate(
         if speedup:
             label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
         else:
-            label = [r.label or r.optimizer] + ([r.metric or d.metric] if mixed else [])
+            over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
+            label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
         rows.append(
             [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
         )

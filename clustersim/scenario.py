@@ -367,6 +367,15 @@ class OffloadSpec(_Strict):
     cpu_threads: Count | None = Field(
         None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
     )
+    gradient_copy: Literal["async", "blocking"] = Field(
+        "async",
+        description=(
+            "ZeRO-3 only, how each reduced gradient partition reaches the fp32 host buffer: async = cast "
+            "on the GPU, copied on the reduction stream beside backward (DeepSpeed >= 0.16.3, Deep "
+            "Optimizer States' part_grads_async); blocking = a blocking copy_ that PyTorch upcasts on "
+            "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.15.3)"
+        ),
+    )
 
 
 class ZeroPPSpec(_Strict):
@@ -891,12 +900,26 @@ def _check_semantics(s: Scenario) -> None:
     options = parse_options(s.training.optimizer, s.training.optimizer_options)
     _check_fragments(s, getattr(options, "fragments", 1))
     _check_update_implementation(s, getattr(options, "implementation", "fused"))
+    _check_gradient_copy(s.training)
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
+
+
+def _check_gradient_copy(t: TrainingSpec) -> None:
+    """``offload.gradient_copy: blocking`` is a path of DeepSpeed ZeRO-3's offloaded gradients only."""
+    off, sh = t.offload, t.sharding
+    if off.gradient_copy == "blocking" and not (
+        off.mode != "none" and sh.stage == 3 and sh.framework == "deepspeed"
+    ):
+        raise InputError(
+            "gradient_copy blocking is DeepSpeed ZeRO-3's offloaded gradient path (stage3.py): it needs "
+            "training.offload.mode zero or interleaved and training.sharding.stage 3 (framework deepspeed)",
+            key="training.offload.gradient_copy",
+        )
 
 
 def _check_update_implementation(s: Scenario, implementation: str) -> None:

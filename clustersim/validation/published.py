@@ -39,6 +39,13 @@ class Row(BaseModel):
     # table) at several sizes: how the error moves with scale inside a series, where a constant bias
     # of the level (a compute rate) cancels
     series: str | None = None
+    # metric "speedup" between two configurations of the same optimizer (offload modes, input
+    # pipelines): the baseline's dotted scenario keys, applied over the row's; the baseline optimizer
+    # is then the row's own unless ``baseline`` names another
+    baseline_changes: dict[str, Any] = Field(default_factory=dict)
+    # metric "speedup" end to end: the fraction of the run's steps in the optimizer's warmup stage (1-bit
+    # Adam's freeze_step / total steps), each simulated; the speedup is of the mean step over the run
+    warmup: float | None = Field(None, ge=0, lt=1)
 
 
 class Dataset(BaseModel):
@@ -54,10 +61,11 @@ class Dataset(BaseModel):
 
     @model_validator(mode="after")
     def _speedups_name_their_baseline(self) -> "Dataset":
-        if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
-            raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
-        if any(r.metric is not None and "speedup" in (r.metric, self.metric) for r in self.rows):
-            raise ValueError("a row's own metric cannot be or replace 'speedup' (a dataset-wide mode)")
+        for r in self.rows:
+            if (r.metric or self.metric) == "speedup" and r.baseline is None and not r.baseline_changes:
+                raise ValueError("every speedup row needs its 'baseline' optimizer or its 'baseline_changes'")
+            if (r.baseline_changes or r.warmup is not None) and (r.metric or self.metric) != "speedup":
+                raise ValueError("'baseline_changes' and 'warmup' are for speedup rows only")
         return self
 
 
@@ -171,15 +179,33 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
     return None, None
 
 
-def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | None, float | None]:
+def _speedup(
+    baseline, scenario, profile, samples: int, warmup: float | None = None
+) -> tuple[float, float | None, float | None]:
     """The step speedup of ``scenario`` over ``baseline`` and its paired P10-P90 (both under the same
-    draws of the uncertain hardware parameters, as `compare` pairs them)."""
-    from clustersim.planner.compare import paired_band
+    draws of the uncertain hardware parameters, as `compare` pairs them). With ``warmup``, the end-to-end
+    speedup of a run whose first ``warmup`` of steps are the optimizer's warmup stage (simulated too):
+    the baseline's step over the run's mean step, as `compare --steps` times a run."""
+    from clustersim.planner.compare import StepsPlan, mean_step_time, paired_band
+    from clustersim.simulator.strategies import registry
 
-    point = simulate(baseline, profile).iteration_time / simulate(scenario, profile).iteration_time
+    base = simulate(baseline, profile).iteration_time
+    step = simulate(scenario, profile).iteration_time
+    name = scenario.training.optimizer
+    if warmup is not None:
+        warm_opts = registry.get(name).warmup_options(scenario.training.optimizer_options)
+        if warm_opts is None:
+            raise InputError(f"{name} has no warmup stage for the row's 'warmup'", key="warmup")
+        warm = simulate(scenario.with_changes(**{"training.optimizer_options": warm_opts}), profile)
+        step = mean_step_time(name, step, warm.iteration_time, warmup)
+    point = base / step
     if samples <= 0:
         return point, None, None
-    lo, hi = paired_band(baseline, scenario, profile, samples)["speedup"]
+    if warmup is None:
+        lo, hi = paired_band(baseline, scenario, profile, samples)["speedup"]
+    else:  # one step count for both: the ratio of mean steps, draw by draw
+        band = paired_band(baseline, scenario, profile, samples, StepsPlan(default=1), warmup)
+        lo, hi = band["ttt_speedup"]
     return point, lo, hi
 
 
@@ -211,19 +237,22 @@ def validate(name: str, profile=None, samples: int = 16, progress=None) -> Valid
     results = []
     for row in data.rows:
         scenario = row_scenario(data, row, bases)
-        if data.metric == "speedup":
+        metric = row.metric or data.metric
+        if metric == "speedup":
+            against = row.baseline or row.optimizer
             baseline = scenario.with_changes(
                 **{
-                    "training.optimizer": row.baseline,
-                    "training.optimizer_options": data.optimizer_options.get(row.baseline, {}),
+                    "training.optimizer": against,
+                    "training.optimizer_options": data.optimizer_options.get(against, {}),
+                    **row.baseline_changes,
                 }
             )
-            predicted, lo, hi = _speedup(baseline, scenario, profile, samples)
+            predicted, lo, hi = _speedup(baseline, scenario, profile, samples, row.warmup)
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, row.metric or data.metric)
-            lo, hi = _band(r, row.metric or data.metric, scenario)
+            predicted = _metric(r, scenario, metric)
+            lo, hi = _band(r, metric, scenario)
             note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(

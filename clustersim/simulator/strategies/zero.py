@@ -68,10 +68,10 @@ from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
 from clustersim.simulator.strategies.common import (
     add_collective,
-    add_gradient_to_host,
     add_micro_steps,
     add_other,
     add_tensor_parallel,
+    add_zero3_gradient_to_host,
 )
 
 NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
@@ -159,10 +159,11 @@ class Sharded(Strategy):
 
     def _stage3_offloaded(self) -> StepProgram:
         """ZeRO-3 with the optimizer on the CPU (offload_optimizer, or interleaved as Deep Optimizer
-        States does on ZeRO-3): each reduced gradient partition is cast to fp32 on the GPU and copied to
-        the host as it is produced, every micro-step (stage3.py ``__partition_grads`` accumulates into
-        the fp32 host buffer); the offloaded update returns the rank's 16-bit partition, and the next
-        forward gathers it as usual (no all-gather after the step)."""
+        States does on ZeRO-3): each reduced gradient partition goes to the host as it is produced,
+        every micro-step, the way stage3.py ``partition_grads`` moves it (common.
+        add_zero3_gradient_to_host: ``training.offload.gradient_copy``); the offloaded update returns
+        the rank's 16-bit partition, and the next forward gathers it as usual (no all-gather after the
+        step)."""
         ctx, lay = self.ctx, self.layout
         spec = self.inner.offload_spec()
         partition = ctx.params / lay.degree
@@ -176,7 +177,7 @@ class Sharded(Strategy):
         def to_host(bucket, reduced: int) -> None:
             shard = bucket.elements / lay.degree
             moved.append(
-                add_gradient_to_host(prog, ctx, spec, on_cpu, shard, reduced, f"partition {bucket.index}")
+                add_zero3_gradient_to_host(prog, ctx, on_cpu, shard, reduced, f"partition {bucket.index}")
             )
 
         ends, buckets = _stage3_program(prog, ctx, lay, to_host)
