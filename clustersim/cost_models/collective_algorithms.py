@@ -38,6 +38,10 @@ class Decomposition:
     # What NCCL's tuner believes the algorithm costs, where that differs from what it moves: NCCL picks
     # its algorithm by this (collectives.CollectiveModel), the time is the decomposition's own.
     tuner: Decomposition | None = None
+    # Steps in lockstep across nodes (ring, tree, halving-doubling rounds): each waits for the slowest
+    # node's link, so the network legs are paced (closed_forms.paced_factor). A bulk exchange posted
+    # at once (all-to-all) or one pair's transfer averages its rate over the whole transfer instead.
+    paced: bool = True
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,8 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
     inter_link, intra_link = x.inter(), x.intra()
     legs = (Leg(inter, inter_link),) + ((Leg((g - 1) / p * S, intra_link),) if g > 1 else ())
     intra_bound = g > 1 and inter / inter_link.bytes_per_s < (g - 1) / p * S / intra_link.bytes_per_s
+    # NCCL posts every send and receive of an all-to-all in one group, MPI as Isend/Irecv all at once
+    # (DeepSpeed's 1-bit Adam): no step waits for another node's, so it is not paced.
     return Decomposition(
         ((p - 1, "network"),),
         legs,
@@ -259,6 +265,7 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
         intra,
         inter,
         intra_link.bottleneck if intra_bound else inter_link.bottleneck,
+        paced=False,
     )
 
 
@@ -327,4 +334,5 @@ def _send_recv(x: Inputs) -> Decomposition:
         0.0 if x.n > 1 else x.nbytes,
         inter,
         ring.bottleneck,
+        paced=False,  # one link: nothing to wait for
     )
