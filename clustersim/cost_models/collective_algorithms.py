@@ -159,7 +159,8 @@ def _two_node_tree_belief(x: Inputs, S: float) -> Decomposition:
     discount. A node whose GPUs talk to each other at less than twice the NIC's rate (the 1-bit Adam
     paper's PCIe nodes, 4.2 GB/s against 40 GbE) keeps the ring; an NVLink node (its InfiniBand
     nodes: 42 GB/s against 40 Gb/s) gets the tree, as NCCL's maintainers describe ("On two nodes, NCCL
-    uses the tree algorithm which can go beyond the network bottleneck", nccl-tests issue 196)."""
+    uses the tree algorithm which can go beyond the network bottleneck",
+    github.com/NVIDIA/nccl-tests/issues/196)."""
     f = hardware_defaults()["nccl"]["tuner_tree_bandwidth_factor"]
     nic, intra = x.tuner_inter(), x.intra()
     legs = (Leg(S, Bandwidth(nic.bytes_per_s * f, nic.bottleneck, "network")),)
