@@ -171,3 +171,13 @@ def test_bad_pacing_cv_is_one_line_naming_its_key(value):
     with pytest.raises(InputError) as err:
         scenario.with_changes(**{"cluster.nic.pacing_cv": value})
     assert "cluster.nic.pacing_cv" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_run_names_the_pacing_where_it_applies():
+    from clustersim.simulator import simulate
+
+    paced = simulate(load_scenario("preset:onebit-adam-ethernet"), uncertainty_samples=0)
+    line = paced.sources["network pacing"]
+    assert "8 nodes" in line and "x1.071" in line and "cluster.nic.pacing_cv" in line
+    plain = simulate(load_scenario("preset:onebit-adam-infiniband"), uncertainty_samples=0)
+    assert "network pacing" not in plain.sources

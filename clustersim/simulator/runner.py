@@ -471,6 +471,22 @@ def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
     return out
 
 
+def _pacing_source(ctx: SimulationContext) -> str | None:
+    """How much the slowest node paces the whole cluster's lockstep collectives, when it does
+    (cost_models/collectives.CollectiveModel.pacing)."""
+    c = ctx.scenario.cluster
+    pace = ctx.collectives.pacing(c.nodes)
+    if pace <= 1.0:
+        return None
+    cv = ctx.collectives.params.pacing_cv.get(f"net_{c.nic.kind}")
+    origin = "calibrated" if cv is not None else "cluster.nic.pacing_cv"
+    cv = ctx.cluster.pacing_cv() if cv is None else cv
+    return (
+        f"rings, trees and halving-doubling across {c.nodes} nodes wait for the slowest node: "
+        f"network time x{pace:.3f} (per-chunk rate spread {cv:g}, {origin}); all-to-all not paced"
+    )
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -509,6 +525,9 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
     if c.nodes > 1:
         sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+        pacing = _pacing_source(ctx)
+        if pacing:
+            sources["network pacing"] = pacing
     communication = Category.COMMUNICATION
     pairs = {(op.meta.get("source"), op.meta.get("op")) for op in ops if op.category == communication}
     by_source: dict[str, set] = {}
