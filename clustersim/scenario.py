@@ -98,6 +98,14 @@ class NicSpec(_Strict):
         None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s"
     )
     latency_us: Number | None = Field(None, gt=0, description="one-way message latency; default by kind")
+    pacing_cv: Number | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="spread (coefficient of variation) of one node's per-chunk network rate: a ring, "
+        "tree or halving-doubling step waits for the slowest node, so their network time grows by "
+        "1 + cv x E[max of N normals] on N nodes; default by kind (hardware_defaults.yaml nic.pacing_cv)",
+    )
     gpudirect_rdma: bool | None = Field(
         None, description="NIC reads GPU memory directly; default: true for InfiniBand"
     )

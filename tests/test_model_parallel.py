@@ -348,8 +348,9 @@ def test_distributed_optimizer_shards_the_fp32_states_over_the_data_parallel_rep
     """Megatron's distributed optimizer is ZeRO stage 1 over the data-parallel group (Rajbhandari et al.
     2020: 4Psi + 12Psi/N_d for mixed-precision Adam): the fp32 master weights and Adam's m, v shrink by
     d, the 16-bit weights and the gradients do not; the reduce-scatter plus all-gather move what the
-    all-reduce moved (the ring's 2(d-1)/d each way), and the update runs on 1/d of the parameters."""
-    plain = _scenario(nodes=4, t=2, p=2, m=8)  # d = 32 / 4 = 8
+    all-reduce moved (the ring's 2(d-1)/d each way), and the update runs on 1/d of the parameters.
+    Both on rings: a data group on 2 nodes would otherwise all-reduce on NCCL's tree, which moves less."""
+    plain = _scenario(nodes=4, t=2, p=2, m=8).with_changes(**{"training.collective_algorithm": "ring"})
     dist = plain.with_changes(**{"training.parallelism.distributed_optimizer": True})
     a, b = simulate(plain, uncertainty_samples=0), simulate(dist, uncertainty_samples=0)
     ctx = build_context(plain)

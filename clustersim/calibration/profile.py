@@ -169,7 +169,8 @@ class NetworkCalibration(_Strict):
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
     parameters: dict[str, Number] = Field(
-        description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>"
+        description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>, "
+        "pacing_cv.<network class>"
     )
     log_covariance: list[list[Number]] = Field(description="covariance of log(parameters), in their order")
     residual_sigma: Number = Field(ge=0, description="log-sigma of measured medians about the fitted model")

@@ -471,6 +471,25 @@ def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
     return out
 
 
+def _inter_node_sources(ctx: SimulationContext) -> dict[str, str]:
+    """The NIC bandwidth's source and, when the slowest node paces the cluster's lockstep collectives
+    (cost_models/collectives.CollectiveModel.pacing), by how much."""
+    c = ctx.scenario.cluster
+    if c.nodes <= 1:
+        return {}
+    out = {"inter_node_bandwidth": ctx.cluster.injection().bottleneck}
+    pace = ctx.collectives.pacing(c.nodes)
+    if pace > 1.0:
+        cv = ctx.collectives.params.pacing_cv.get(f"net_{c.nic.kind}")
+        origin = "calibrated" if cv is not None else "cluster.nic.pacing_cv"
+        cv = ctx.cluster.pacing_cv() if cv is None else cv
+        out["network pacing"] = (
+            f"rings, trees and halving-doubling across {c.nodes} nodes wait for the slowest node: "
+            f"network time x{pace:.3f} (per-chunk rate spread {cv:g}, {origin}); all-to-all not paced"
+        )
+    return out
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -507,8 +526,7 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     if sync is not None:
         sources["host sync before update"] = sync
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
-    if c.nodes > 1:
-        sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+    sources.update(_inter_node_sources(ctx))
     communication = Category.COMMUNICATION
     pairs = {(op.meta.get("source"), op.meta.get("op")) for op in ops if op.category == communication}
     by_source: dict[str, set] = {}
