@@ -62,39 +62,39 @@ BAD = [
         "diloco inter_worker_gbps tiny",
         {**DILOCO, "training.optimizer_options": {"inter_worker_gbps": 1e-12}},
         "training.optimizer_options.inter_worker_gbps",
-        "check training.optimizer_options.inter_worker_gbps",
+        "below any real link",
     ),
     (
         "degraded NIC factor tiny",
         {**FLOW, "cluster.heterogeneity": {"degraded_nics": [{"node": 1, "bandwidth_factor": 1e-15}]}},
         "cluster.heterogeneity.degraded_nics.0.bandwidth_factor",
-        "check cluster.heterogeneity.degraded_nics.0.bandwidth_factor",
+        "below any real part",
     ),
     (
         "measured busbw tiny (2 nodes)",
         {"cluster.intra_node.measured_allreduce_busbw_gbs": 1e-12},
         "cluster.intra_node.measured_allreduce_busbw_gbs",
-        "check cluster.intra_node.measured_allreduce_busbw_gbs",
+        "below any real part",
     ),
     (
         "measured busbw tiny (1 node)",
         {"cluster.nodes": 1, "cluster.intra_node.measured_allreduce_busbw_gbs": 1e-12},
         "cluster.intra_node.measured_allreduce_busbw_gbs",
-        "check cluster.intra_node.measured_allreduce_busbw_gbs",
+        "below any real part",
     ),
     (
         "input row_bytes tiny",
         {"workload.input": {"bytes_per_sample": 1e6, "row_bytes": 1e-9}},
         "workload.input.row_bytes",
-        "check workload.input.row_bytes",
+        "less than one byte",
     ),
     (
         "host dram tiny with input rows",
         {"workload.input": {"bytes_per_sample": 1e6, "row_bytes": 4096}, "cluster.host.dram_gbs": 1e-9},
         "cluster.host.dram_gbs",
-        "check cluster.host.dram_gbs",
+        "below any real part",
     ),
-    ("line rate tiny", {"cluster.nic.line_rate_gbps": 1e-9}, "cluster.nic.line_rate_gbps", "check"),
+    ("line rate tiny", {"cluster.nic.line_rate_gbps": 1e-9}, "cluster.nic.line_rate_gbps", "below"),
 ]
 
 

@@ -20,9 +20,9 @@ HET = "cluster.heterogeneity"
 def _communication(ctx, op, alone: float, limit: float) -> str:
     s = ctx.scenario
     c = s.cluster
-    options = s.training.optimizer_options
-    if op.stream == Stream.OUTER and s.training.optimizer == "diloco" and options.get("inter_worker_gbps"):
-        return "training.optimizer_options.inter_worker_gbps"
+    source = op.meta.get("source")
+    if op.stream == Stream.OUTER and source in ("inter_worker_gbps", "inter_worker_latency_ms"):
+        return f"training.optimizer_options.{source}"  # DiLoCo's links between workers
     h = c.heterogeneity
     if h is not None and alone < limit:  # slower together than alone: a degraded link or another job
         if h.degraded_nics:
