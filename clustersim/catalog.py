@@ -272,6 +272,18 @@ class GpuSpec(_Strict):
         return self.memory_gib * 2**30
 
 
+MAX_TRANSFORMER_BLOCKS = 10_000
+
+
+def _at_most_blocks(value: int) -> int:
+    if value > MAX_TRANSFORMER_BLOCKS:
+        raise ValueError(
+            f"{value:,} layers: the deepest transformer trained has 1,000 (DeepNet, Wang et al. 2022); "
+            f"at most {MAX_TRANSFORMER_BLOCKS:,} are accepted"
+        )
+    return value
+
+
 class TransformerArch(_Strict):
     """A transformer's shape. Attention splits ``hidden`` into ``heads`` equal heads and groups the heads
     over ``kv_heads`` key/value heads, so each divides the one above it; a default sequence longer than
@@ -279,7 +291,10 @@ class TransformerArch(_Strict):
 
     family: Literal["transformer"]
     description: str = ""
-    layers: Count = Field(gt=0)
+    # At most 10,000 blocks, checked before any block is built: the deepest transformer trained,
+    # DeepNet (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), has 1,000; a
+    # config of 10**12 layers used to build per-layer objects for minutes past 6 GiB.
+    layers: Annotated[Count, AfterValidator(_at_most_blocks)] = Field(gt=0)
     hidden: Count = Field(gt=0)
     heads: Count = Field(gt=0)
     ffn: Count = Field(gt=0)

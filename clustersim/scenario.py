@@ -900,6 +900,31 @@ def _check_diloco(s: Scenario, options: Any) -> None:
         )
 
 
+def check_seq_len(model: str, seq: int | None, key: str) -> None:
+    """A transformer's sequence fits its learned position table (BERT-Large: 512); ``key`` names where
+    the sequence was given (a scenario key, a command's option)."""
+    arch = catalog.model(model)
+    if arch.family == "transformer" and arch.max_positions and seq is not None and seq > arch.max_positions:
+        raise InputError(
+            f"{seq} tokens are more than {model}'s {arch.max_positions} learned positions (max_positions)",
+            key=key,
+        )
+
+
+def workload_for_command(model: str, options: dict[str, Any]) -> WorkloadSpec:
+    """A catalog model's workload from a command's options (``{"--micro-batch": 8, "--seq-len":
+    None}``), checked as a scenario's workload is: each error names the option."""
+    fields = {opt.lstrip("-").replace("-", "_"): opt for opt in options}
+    data = {"model": model, **{f: options[o] for f, o in fields.items() if options[o] is not None}}
+    try:
+        spec = WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        key, msg = first_error(exc, model=WorkloadSpec)
+        raise InputError(msg, key=fields.get(key.split(".")[0], key)) from None
+    check_seq_len(model, spec.seq_len, fields.get("seq_len", "seq_len"))
+    return spec
+
+
 def _check_model(s: Scenario) -> None:
     """The workload's catalog model exists and its sequence fits the model's learned positions."""
     if s.workload.model is None:
@@ -908,13 +933,7 @@ def _check_model(s: Scenario) -> None:
         arch = catalog.model(s.workload.model)
     except InputError as exc:
         raise exc.located(key_prefix="workload.model") from None
-    seq = s.workload.seq_len
-    if arch.family == "transformer" and arch.max_positions and seq is not None and seq > arch.max_positions:
-        raise InputError(
-            f"{seq} tokens are more than {s.workload.model}'s {arch.max_positions} learned positions "
-            "(max_positions)",
-            key="workload.seq_len",
-        )
+    check_seq_len(s.workload.model, s.workload.seq_len, "workload.seq_len")
     multiple = s.vocab_multiple
     given = s.workload.pad_vocab_to_multiple_of is not None
     if given and arch.family == "transformer" and multiple > arch.vocab:
