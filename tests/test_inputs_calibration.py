@@ -137,6 +137,8 @@ BAD_PROFILE = [
     ("network.residual_sigma", 1e300, "network", "residual_sigma"),
     ("compute_model.fp16.log_sigma", 1e300, "compute_model.fp16", "log_sigma"),
     ("launch_latency_s", 1e300, "launch_latency_s", "a day"),
+    ("memory_gbs", 1e300, "memory_gbs", "GB/s of device memory"),
+    ("kernels_gbs.adam", 1e300, "kernels_gbs.adam", "GB/s of device memory"),
 ]
 
 

@@ -65,6 +65,24 @@ def _time_at_most_a_day(value: float) -> float:
     return value
 
 
+def _rate(name: str, what: str):
+    """A measured rate no faster than the limit ``name`` (hardware_defaults limits): a GPU's peak or
+    HBM, a host's DRAM."""
+
+    def check(value: float) -> float:
+        why = beyond(value, name, what, "any real part")
+        if why:
+            raise ValueError(why)
+        return value
+
+    return AfterValidator(check)
+
+
+#: measured rates: a GPU's FLOP/s and memory bandwidth, a host's copy bandwidth
+Tflops = Annotated[Number, Field(gt=0), _rate("gpu_peak_tflops", "TFLOP/s per GPU")]
+DeviceGbs = Annotated[Number, Field(gt=0), _rate("gpu_hbm_gbs", "GB/s of device memory")]
+HostGbs = Annotated[Number, Field(gt=0), _rate("host_dram_gbs", "GB/s of host memory")]
+
 #: a measured duration: 1 ns to a day
 MeasuredSeconds = Annotated[Number, Field(gt=0), AfterValidator(_measured_time)]
 #: a fitted time or a time per unit that may be 0: at most a day
@@ -271,9 +289,9 @@ class GemmModel(_Strict):
     """The GEMM shape model of one precision (calibration/compute_fit.py):
     t = launch + max(W / R_max, bytes / memory)."""
 
-    r_max_tflops: Number = Field(gt=0)
+    r_max_tflops: Tflops
     launch_s: Number = Field(ge=0)
-    memory_gbs: Number = Field(gt=0)
+    memory_gbs: DeviceGbs
     log_sigma: Number = Field(ge=0, description="scatter of log time about the model")
     log_covariance: list[list[Number]] = Field(default_factory=list)
     points: Count = Field(ge=0)
@@ -295,7 +313,7 @@ class HostMeasurements(_Strict):
     cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], Positive] = Field(
         default_factory=dict, description="by thread count"
     )
-    copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
+    copy_gbs: dict[str, HostGbs] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
 class Fingerprint(_Strict):
@@ -381,12 +399,12 @@ class Profile(_Strict):
     format_version: int
     device: str = Field(description="GPU catalog name, or 'cpu'")
     provenance: Provenance
-    matmul_tflops: dict[str, Positive] = Field(default_factory=dict)
-    memory_gbs: Number | None = Field(None, gt=0)
-    kernels_gbs: dict[str, Positive] = Field(default_factory=dict)
+    matmul_tflops: dict[str, Tflops] = Field(default_factory=dict)
+    memory_gbs: DeviceGbs | None = None
+    kernels_gbs: dict[str, DeviceGbs] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
-    gemm_tflops_by_size: dict[str, list[tuple[Count, Positive]]] = Field(default_factory=dict)
+    gemm_tflops_by_size: dict[str, list[tuple[Count, Tflops]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
     launch_latency_s: Annotated[Number | None, AfterValidator(lambda v: v and _time_at_most_a_day(v))] = (
         Field(None, ge=0)
