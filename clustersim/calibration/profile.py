@@ -13,6 +13,7 @@ Compute phases and collective fits apply only to the device and cluster they wer
 
 from __future__ import annotations
 
+import json
 import math
 from importlib import resources
 from typing import Annotated, Literal
@@ -174,7 +175,7 @@ def _log_sigma(sigma: float, what: str) -> None:
     top = limit("profile_log_sigma_max")
     if sigma > top:
         raise ValueError(
-            f"{what} {sigma:g} is a log-sigma beyond any fit (at most {top:g}, a factor of "
+            f"{what} is a log-sigma of {sigma:.3g}, beyond any fit (at most {top:g}, a factor of "
             f"{math.exp(top):.0f} per sigma; {LIMITS_SOURCE})"
         )
 
@@ -190,7 +191,7 @@ def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
         for v in row:
             _finite(v, f"{what} entry")
     for i in range(k):
-        _log_sigma(math.sqrt(max(matrix[i][i], 0.0)), f"{what} variance {i} (as a log-sigma)")
+        _log_sigma(math.sqrt(max(matrix[i][i], 0.0)), f"{what}[{i}][{i}] (a variance)")
     if k == 0:
         return
     m = np.asarray(matrix, float)
@@ -464,7 +465,8 @@ def parse_profile(data: object, source: str) -> Profile:
     version = data.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
         raise InputError(
-            f"profile format_version {version!r} is not supported by this clustersim "
+            f"profile format_version {json.dumps(version) if isinstance(version, bool) else repr(version)} "
+            "is not supported by this clustersim "
             f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
             source=source,
             key="format_version",
