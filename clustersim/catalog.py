@@ -272,14 +272,12 @@ class GpuSpec(_Strict):
         return self.memory_gib * 2**30
 
 
-MAX_TRANSFORMER_BLOCKS = 10_000
-
-
 def _at_most_blocks(value: int) -> int:
-    if value > MAX_TRANSFORMER_BLOCKS:
+    top = limit("transformer_blocks")
+    if value > top:
         raise ValueError(
             f"{value:,} layers: the deepest transformer trained has 1,000 (DeepNet, Wang et al. 2022); "
-            f"at most {MAX_TRANSFORMER_BLOCKS:,} are accepted"
+            f"at most {top:,} are accepted ({LIMITS_SOURCE})"
         )
     return value
 
@@ -291,9 +289,7 @@ class TransformerArch(_Strict):
 
     family: Literal["transformer"]
     description: str = ""
-    # At most 10,000 blocks, checked before any block is built: the deepest transformer trained,
-    # DeepNet (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), has 1,000; a
-    # config of 10**12 layers used to build per-layer objects for minutes past 6 GiB.
+    # at most limits.transformer_blocks, checked before any block is built
     layers: Annotated[Count, AfterValidator(_at_most_blocks)] = Field(gt=0)
     hidden: Count = Field(gt=0)
     heads: Count = Field(gt=0)

@@ -823,3 +823,24 @@ def test_tf32_on_a_gpu_without_tf32_units_is_refused_not_priced_as_tensor_cores(
     assert exc.value.key == "workload.precision"
     assert f"{gpu} has no tf32 tensor cores" in exc.value.message and "give fp32" in exc.value.message
     assert simulate(base.with_changes(**{"workload.precision": "fp32"})).iteration_time > 0
+
+
+def test_an_overrun_of_a_collective_priced_by_a_profile_names_its_network_section():
+    """A collective inside one node whose rate the profile's fitted network model set: the overrun
+    names network.parameters in the profile's file, not the scenario's cluster.intra_node."""
+    from types import SimpleNamespace
+
+    from clustersim.identifiers import Category
+    from clustersim.simulator.culprit import culprit, culprit_source
+    from clustersim.simulator.program import Op
+    from tests.conftest import make_scenario
+
+    s = make_scenario(**{"cluster.nodes": 1})
+    op = Op(0, "all_reduce bucket0", "comm", 2e6, Category.COMMUNICATION)
+    for profile, key, source in [
+        (None, "cluster.intra_node", None),
+        (SimpleNamespace(network=object(), label="p.json"), "network.parameters", "p.json"),
+    ]:
+        ctx = SimpleNamespace(scenario=s, profile=profile)
+        assert culprit(ctx, op, 2e6, 1e6) == key
+        assert culprit_source(ctx, key) == source

@@ -138,6 +138,13 @@ BAD = [
         "cluster.heterogeneity.degraded_nics.0.bandwidth_factor",
         "0.01 Gb/s",
     ),
+    (  # the op alone is quick: the line says the sharing is what stretches it (it read "exceeded
+        # 1e+06 s ... alone takes 0.0025 s")
+        "another job's 1e8 flows per link",
+        {**FLOW, "cluster.heterogeneity": {"background": [{"flows_per_link": 10**8}]}},
+        "cluster.heterogeneity.background.0.flows_per_link",
+        "sharing its links, it runs past that",
+    ),
     (
         "diloco latency 1e9 ms",
         {**DILOCO, "training.optimizer_options": {"inter_worker_latency_ms": 1e9}},
