@@ -338,6 +338,10 @@ def collective(
     from clustersim.topologies import GroupShape
 
     s = _load(scenario)
+    try:  # the size first: a bad one is refused before the cluster and its profile are built
+        nbytes = parse_bytes(size)
+    except InputError as exc:
+        raise exc.located(key_prefix="--bytes") from None
     ctx = build_context(s, profile)
     c = s.cluster
     shapes = {
@@ -347,10 +351,6 @@ def collective(
     }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
-    try:
-        nbytes = parse_bytes(size)
-    except InputError as exc:
-        raise exc.located(key_prefix="--bytes") from None
     if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
         raise InputError(
             f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "

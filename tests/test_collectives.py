@@ -112,7 +112,7 @@ def test_single_rank_collective_is_free():
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_to_all"])
 def test_more_nic_bandwidth_is_never_slower(op):
     times = []
-    for rate in (10, 25, 100, 200, 400, 800):
+    for rate in (10, 20, 40, 100, 200, 400, 800):
         cl, m = model_for(**{"cluster.nodes": 8, "cluster.nic.line_rate_gbps": rate})
         times.append(m.cost(op, 256 * 2**20, GroupShape(8, 4)).time)
     assert all(a >= b for a, b in zip(times, times[1:]))

@@ -154,11 +154,11 @@ def models_show(
 ):
     """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
     from clustersim import catalog
-    from clustersim.scenario import WorkloadSpec
+    from clustersim.scenario import workload_for_command
     from clustersim.workloads import build_workload
 
     arch = catalog.model(name)
-    w = build_workload(WorkloadSpec(model=name, micro_batch=micro_batch, seq_len=seq_len))
+    w = build_workload(workload_for_command(name, {"--micro-batch": micro_batch, "--seq-len": seq_len}))
     layers = [
         {
             "layer": layer.name,

@@ -14,10 +14,12 @@ from clustersim.commands.support import (
     console,
     emit_json,
     finite_option,
+    price_option,
     progress_bar,
     table,
     with_catalogs,
 )
+from clustersim.errors import shortened
 
 
 def sweep(
@@ -76,7 +78,7 @@ def sweep(
                 "(recorded as invalid, the others run):"
             )
             for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1])[:5]:
-                console.print(f"  {n} x {reason[:160]}")
+                console.print(f"  {n} x {shortened(reason, 200)}")
         try:
             with progress_bar("sweep", "rows", total) as update:
                 counts = run_locked(sw, folder, scheduler, workers, progress=update)
@@ -113,7 +115,7 @@ def _say_invalid(out: Path) -> None:
         return
     console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
-        console.print(f"  {n} x {reason[:160]}")
+        console.print(f"  {n} x {shortened(reason, 200)}")
 
 
 NetworkPricesOpt = typer.Option(
@@ -175,7 +177,7 @@ def report(
     from clustersim.planner.compare import StepsPlan
     from clustersim.report.build import parse_duration, write_report
 
-    finite_option(price, "--price")
+    price_option(price, "--price")
     finite_option(budget, "--budget")
     hours = parse_duration(deadline) if deadline is not None else None
     plan = StepsPlan.parse(steps)
@@ -270,7 +272,7 @@ def plan_cmd(
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
-    finite_option(price, "--price")
+    price_option(price, "--price")
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
         "profile": profile,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from clustersim.catalog import nic_line_rate_at_least
 from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
@@ -64,7 +65,9 @@ def _gbps(x: float) -> str:
 
 
 def _at(scenario: Scenario, gbps: float) -> Scenario:
-    line = max(scenario.cluster.nic.line_rate_gbps, gbps)  # a faster NIC than the scenario's, where needed
+    nic = scenario.cluster.nic
+    # a faster NIC than the scenario's where needed, at a rate such NICs are sold at
+    line = max(nic.line_rate_gbps, nic_line_rate_at_least(nic.kind, gbps))
     return scenario.with_changes(**{"cluster.nic.line_rate_gbps": line, "cluster.nic.effective_gbps": gbps})
 
 

@@ -63,7 +63,8 @@ def log_ticks(values: list[float]) -> list[float]:
     times each when it spans less than two decades, so an axis never reads "2 3 ... 10 2 3" and never
     has fewer than two ticks."""
     lo, hi = min(values), max(values)
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    # 10.0**309 overflows (OverflowError): no tick above the largest finite decade
+    first, last = math.floor(math.log10(lo)), min(math.ceil(math.log10(hi)), 308)
     steps = (1,) if last - first > 2 else (1, 2, 5)
     ticks = [m * 10.0**e for e in range(first, last + 1) for m in steps]
     inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5]

@@ -18,7 +18,7 @@ from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
-from clustersim.simulator.culprit import culprit
+from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.program import ProgramTooLarge, op_budget
@@ -264,10 +264,17 @@ def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
         slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
         alone = _alone_time(slowest, program.links)
         key = culprit(ctx, slowest, alone, MAX_ITERATION_S)
+        source = culprit_source(ctx, key)
+        where = (
+            f"'{slowest.name}' alone takes {alone:.3g} s"
+            if alone >= MAX_ITERATION_S
+            else f"'{slowest.name}' would take {alone:.3g} s alone; sharing its links, it runs past that"
+        )
         raise InputError(
-            f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration "
-            f"('{slowest.name}' alone takes {alone:.3g} s): check {key}",
+            f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration ({where}): check {key}"
+            + (f" in {source}" if source else ""),
             key=key,
+            source=source,
         ) from None
 
 
