@@ -182,6 +182,7 @@ def test_plan_honours_the_candidates_files_global_batch_and_steps(runner, tmp_pa
         )
     )
     args = ["plan", "--model", "BERT-Large", "--deadline", "30d", "--candidates", str(cand), "--samples", "0"]
+    args += ["--price", "3"]  # V100s, which the owned model has no server price for
     d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert d["global_batch"] == 512 and d["steps"] == 3000
     assert any("from the candidates file" in n for n in d["recipe_notes"])

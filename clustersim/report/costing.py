@@ -210,6 +210,15 @@ class Rent:
             raise InputError(f"unknown instance {instance!r}; known: {known}", key="--instance")
         self.instances, self.instance, self.per_gpu_hour = instances, instance, per_gpu_hour
 
+    def describe(self) -> str:
+        if self.per_gpu_hour is not None:
+            return f"rented at ${self.per_gpu_hour:g} per GPU-hour (--price), network included"
+        only = f" {self.instance}" if self.instance else ""
+        return (
+            f"rented:{only} instance-hours at the providers' on-demand list prices ({INSTANCES}), each "
+            "instance's network included in its price"
+        )
+
     def sold_for(self, gpu: str, nodes: int = 1) -> list[dict[str, Any]]:
         """The instances that sell ``gpu`` and may be rented ``nodes`` at a time, cheapest per GPU first."""
         rows = [
@@ -300,6 +309,15 @@ class Own:
 
     def __init__(self, ownership: dict[str, Any], network: dict[str, Any] | None):
         self.o, self.network = ownership, network
+
+    def describe(self) -> str:
+        o = self.o
+        net = "not priced (--network-prices none)" if self.network is None else self.network["source"]
+        return (
+            f"owned: servers ({o['source']}) and network ({net}) amortised over {o['amortisation_years']:g} "
+            f"years at {100 * o['utilisation']:.0f}% utilisation, plus power at each node's draw x PUE "
+            f"{o['pue']:g} x ${o['usd_per_kwh']:g}/kWh"
+        )
 
     def server(self, gpu: str) -> dict[str, Any]:
         entry = self.o["servers"].get(gpu)
