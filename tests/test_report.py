@@ -221,6 +221,8 @@ def test_plan_finds_the_cheapest_in_time(runner, tmp_path):
             str(cand),
             "--global-batch",
             "1024",
+            "--price",
+            "3.06",
         ],
     )
     assert r.exit_code == 1 and "No configuration meets" in r.output
