@@ -291,10 +291,10 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         return f"{r['ttt_h']:,.1f}{band}"
 
     def payback(r):
+        if r.get("never_pays_back"):
+            return "never"
         if r["payback_days"] is None:
             return "—"
-        if r["payback_days"] == float("inf"):
-            return "never"
         return f"{r['payback_days']:,.1f} d ({r['payback_runs']:,.1f} runs)"
 
     cols = ["option", "what", "optimizer", "hours (P10–P90)", "saved h", "capital", "run", "payback"]

@@ -15,7 +15,6 @@ save to pay for itself, and divided by the days one run saves, the runs.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -194,13 +193,14 @@ def _payback(results: list[dict[str, Any]], kept) -> None:
     for r in results:
         r["saved_h"] = None if keep is None else keep["ttt_h"] - r["ttt_h"]
         r["payback_days"] = r["payback_runs"] = None
+        r["never_pays_back"] = False
         if keep is None or r["option"] in ("keep", "rent") or r["capital"] <= 0:
             continue
         extra_power = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
         per_day = HOURS_PER_DAY * (kept.per_hour - extra_power)
         saving_per_run = r["saved_h"] * kept.per_hour - r["ttt_h"] * extra_power
         if per_day <= 0 or saving_per_run <= 0:
-            r["payback_days"] = r["payback_runs"] = math.inf
+            r["never_pays_back"] = True  # it saves no money per run (slower, or its power costs more)
             continue
         r["payback_days"] = r["capital"] / per_day
         r["payback_runs"] = r["capital"] / saving_per_run
