@@ -171,3 +171,33 @@ def test_unknown_instance_and_unpriced_gpu_are_input_errors():
         cost_model("rent", instance="p5.48xlarge").price(A100_25G)
     with pytest.raises(InputError, match="must be own or rent"):
         cost_model("lease")
+
+
+def test_compare_names_the_cluster_and_set_values_and_prices_by_one_model():
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    args = ["compare", "examples/team-a100-40gb-25gbe.yaml", "--gpus", "16", "--samples", "0"]
+    args += ["--break-even-at", "0", "--set", "workload.micro_batch=8", "--optimizers", "adam,binsgdm"]
+    r = CliRunner().invoke(app, [*args, "--steps", "1000"])
+    assert r.exit_code == 0, r.output
+    header = r.stdout.splitlines()[0]
+    assert "8 x A100-40GB per node" in header and "25 Gb/s Ethernet per node" in header
+    assert "--set workload.micro_batch=8" in header and "micro-batch 8" in header
+    assert "Cost to train" in r.stdout and "16 GPUs: owned: $" in r.stdout
+    rented = CliRunner().invoke(app, [*args, "--steps", "1000", "--cost", "rent"])
+    assert rented.exit_code == 0, rented.output
+    assert "16 GPUs: rented at $21.96/h x 2 p4d.24xlarge" in rented.stdout
+    assert "is sold with 4 x 100 Gb/s EFA" in rented.stdout  # the network simulated is not the instance's
+    assert "Cost to train" not in CliRunner().invoke(app, args).stdout  # no steps, no cost
+
+
+def test_the_default_model_is_owned_where_every_gpu_has_a_server_price_else_rented():
+    from clustersim.report.costing import Own, Rent, auto_model
+
+    assert isinstance(auto_model({"A100-40GB", "H100-SXM"}), Own)
+    rented = auto_model({"A100-40GB", "V100-PCIe"})  # one model for every row, never a mix
+    assert isinstance(rented, Rent) and "no server price for V100-PCIe" in rented.describe()
+    p = rented.price({**A100_25G, "gpu": "V100-PCIe", "nodes": 2})
+    assert p.per_hour == pytest.approx(16 * 3.06) and "prices.yaml" in p.basis  # no instance sells it

@@ -144,6 +144,8 @@ def _costs(cost, price, network_prices, instance, instances, own_prices):
     """The cost model the options ask for (report/costing.py), every file checked before any work."""
     from clustersim.report.costing import cost_model
 
+    if cost is None and price is None and instance is None and instances is None and own_prices is None:
+        return None  # the command picks (costing.auto_model): owned where every GPU has a server price
     return cost_model(cost, price, _network(network_prices), instance, instances, own_prices)
 
 
@@ -216,7 +218,7 @@ def report(
         emit_json(info)
         return
     console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
-    console.print(f"[dim]cost: {costs.describe()}[/]", highlight=False)
+    console.print(f"[dim]cost: {info['cost_model']}[/]", highlight=False)
     for model, part in info["models"].items():
         if len(info["models"]) > 1:
             console.print(f"[bold]{model}[/]")
@@ -400,7 +402,7 @@ def plan_cmd(
     )
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
-    console.print(f"[dim]cost: {extra['costs'].describe()}[/]", highlight=False)
+    console.print(f"[dim]cost: {result['cost_model']}[/]", highlight=False)
     for line in result["text"]:
         console.print(f"  • {line}")
     for name, why in result["optimizers_not_run"].items():

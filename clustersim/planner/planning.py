@@ -15,7 +15,7 @@ from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
 from clustersim.planner.layout_search import candidate_layouts, layout_label
-from clustersim.report import analysis
+from clustersim.report import analysis, costing
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
 from clustersim.sweeps.run import simulate_row
 from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row, row_id
@@ -143,14 +143,14 @@ def plan(
     candidates file's ``steps`` and ``global_batch``; a value given here wins, and the result says which
     was used (``recipe``).
 
-    ``costs``: the cost model (report/costing.py; default: owned, or rented at ``price`` per GPU-hour).
+    ``costs``: the cost model (report/costing.py; default: costing.auto_model, owned where the catalog
+    prices every candidate GPU, or rented at ``price`` per GPU-hour).
     Rented without a candidates file or a flat --price, the candidates are the instances as sold."""
-    from clustersim.report.costing import cost_model
-
     sweep = candidate_sweep(candidates)
     recipe = _recipe(sweep, steps, global_batch)
-    costs = costs if costs is not None else cost_model(None, price, network)
-    as_sold = candidates is None and costs.model == "rent" and costs.per_gpu_hour is None
+    as_sold = (
+        costs is not None and candidates is None and costs.model == "rent" and costs.per_gpu_hour is None
+    )
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
             sweep,
@@ -271,6 +271,7 @@ def _plan(
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         _nothing_runs(records, model)
+    costs = costs or costing.auto_model({r["gpu"] for r in ok}, price, network)
     enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
@@ -317,6 +318,7 @@ def _plan(
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
         "optimizers_not_run": optimizers_not_run(records),
+        "cost_model": costs.describe(),
     }
 
 

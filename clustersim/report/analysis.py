@@ -140,9 +140,10 @@ def enrich(
 
     ``steps``: an int, a ``compare.StepsPlan`` (steps per optimizer) or None (the row's, else
     DEFAULT_STEPS). ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default).
-    ``baseline``: see ``pick_baseline``. ``costs``: a cost model (costing.cost_model); by default the
-    owned model with ``network`` ("default", the shipped network price catalog, a path to a copy, or None
-    for servers and power only), or rented at ``price`` per GPU-hour when given.
+    ``baseline``: see ``pick_baseline``. ``costs``: a cost model (costing.cost_model); by default
+    costing.auto_model: the owned model with ``network`` ("default", the shipped network price catalog,
+    a path to a copy, or None for servers and power only) where it prices every GPU, or rented at
+    ``price`` per GPU-hour when given.
     Cost keys: ``cost`` (USD), ``cost_p10``/``cost_p90``, ``cost_model`` ("own" or "rent"), ``cost_basis``
     (what priced it), ``capital`` (own: servers and network bought), ``network_cost`` (own: the network's
     amortised share; rent: 0, it comes with the instance), ``gpu_cost`` (the rest), ``cost_warning``."""
@@ -153,7 +154,7 @@ def enrich(
         raise InputError("no successfully simulated rows to report on")
     plan = StepsPlan.parse(steps)
     base_name = pick_baseline(ok, baseline)
-    model = costs if costs is not None else costing.cost_model(None, price, network)
+    model = costs if costs is not None else costing.auto_model({r["gpu"] for r in ok}, price, network)
     scenarios = scenarios or {}
     for r in ok:
         n = (plan and plan.of(r["optimizer"], base_name)) or r.get("steps") or DEFAULT_STEPS

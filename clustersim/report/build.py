@@ -64,6 +64,13 @@ def build_report(
         choose_baseline(baseline, baseline)  # a compressed or unknown name: one clear line
         if baseline not in {r.get("optimizer") for r in rows}:
             raise InputError(f"{baseline} is not among the sweep's optimizers", key="--baseline")
+    if costs is None:
+        from clustersim.report.costing import auto_model
+
+        costs = auto_model(
+            {r["gpu"] for r in rows if r.get("status") == "ok" and r.get("gpu")}, price, network
+        )
+    meta["cost_model"] = costs.describe()
     rows_ok = analysis.enrich(
         rows,
         steps or meta.get("steps"),
@@ -98,7 +105,7 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
     suffix = f" — {model}" if several else ""
     figs = {
         "speedup": figures.speedup_vs_gpus(rows, suffix),
-        "breakdown": figures.breakdown_bars(rows, focus["network"], focus["gpu"], suffix),
+        "breakdown": figures.breakdown_bars(rows, focus["gpu"], suffix),
         # named by the row it shows: a sweep's rows all carry the base scenario's name
         "timeline": figures.timeline(
             focus_run,
@@ -217,7 +224,10 @@ def render_html(
 
     several = len(sections) > 1
     body = "".join(_section_html(sec, i, several) for i, sec in enumerate(sections, 1))
-    priced = (costs if costs is not None else cost_model(None, price, network)).describe()
+    priced = (
+        meta.get("cost_model")
+        or (costs if costs is not None else cost_model(None, price, network)).describe()
+    )
     steps = sorted({(r["optimizer"], r["steps"]) for r in rows_ok})
     steps_note = (
         ", ".join(f"{o} {n:,}" for o, n in steps) if len({n for _, n in steps}) > 1 else f"{steps[0][1]:,}"
@@ -344,6 +354,7 @@ def write_report(
             for sec in sections
         },
         "png": png,
+        "cost_model": meta["cost_model"],
     }
 
 

@@ -214,9 +214,11 @@ class Rent:
         if self.per_gpu_hour is not None:
             return f"rented at ${self.per_gpu_hour:g} per GPU-hour (--price), network included"
         only = f" {self.instance}" if self.instance else ""
+        why = f" ({self.reason})" if getattr(self, "reason", None) else ""
         return (
-            f"rented:{only} instance-hours at the providers' on-demand list prices ({INSTANCES}), each "
-            "instance's network included in its price"
+            f"rented{why}:{only} instance-hours at the providers' on-demand list prices ({INSTANCES}), each "
+            "instance's network included in its price; a GPU no instance sells at its per-GPU-hour rate "
+            "(its catalog entry, else prices.yaml)"
         )
 
     def sold_for(self, gpu: str, nodes: int = 1) -> list[dict[str, Any]]:
@@ -255,7 +257,7 @@ class Rent:
             )
         inst = self.choose(cluster)
         if inst is None:
-            rate = _catalog_entry_price(cluster["gpu"])  # a user catalog's price_per_gpu_hour
+            rate = _per_gpu_hour(cluster["gpu"])  # a catalog entry's price_per_gpu_hour, else prices.yaml
             if rate is None:
                 raise InputError(
                     f"no instance in {INSTANCES} sells {cluster['gpu']}; add one to a copy "
@@ -267,8 +269,8 @@ class Rent:
                 "rent",
                 gpus * rate,
                 {"rent": gpus * rate},
-                0.0,
-                f"rented at ${rate:g} per GPU-hour (its catalog entry)",
+                sigma_of(DEFAULT_RENT_UNCERTAINTY),
+                f"rented at ${rate:g} per GPU-hour ({rate_source(cluster['gpu'])}), network included",
             )
         n = -(-gpus // inst["gpus"])
         per_hour = n * inst["price_per_hour"]
@@ -300,6 +302,18 @@ def _catalog_entry_price(gpu: str) -> float | None:
         return catalog.gpu(gpu).price_per_gpu_hour
     except InputError:
         return None
+
+
+def _per_gpu_hour(gpu: str) -> float | None:
+    """A GPU's rate per GPU-hour where no instance sells it: its catalog entry's price_per_gpu_hour, else
+    prices.yaml's on-demand rate (AWS list prices per GPU, 2024)."""
+    from clustersim.report.prices import gpu_price
+
+    return gpu_price(gpu)
+
+
+def rate_source(gpu: str) -> str:
+    return "its catalog entry" if _catalog_entry_price(gpu) is not None else "prices.yaml, on-demand per GPU"
 
 
 class Own:
@@ -371,6 +385,26 @@ class Own:
             capital=servers + network,
             extra={"years": o["amortisation_years"], "utilisation": o["utilisation"], "power_note": note},
         )
+
+
+def auto_model(
+    gpus: set[str],
+    price: float | None = None,
+    network: Any = "default",
+    instance: str | None = None,
+    instances: str | None = None,
+    own_prices: str | None = None,
+):
+    """The model a command uses when none is asked for: owned, when the ownership catalog prices every
+    GPU among ``gpus``; else rented (one model for every row, never a mix), saying which GPU it lacks."""
+    model = cost_model(None, price, network, instance, instances, own_prices)
+    if isinstance(model, Own):
+        missing = sorted(g for g in gpus if g not in model.o["servers"])
+        if missing:
+            rent = Rent(load_instances(instances))
+            rent.reason = f"{model.o['source']} has no server price for {', '.join(missing)}"
+            return rent
+    return model
 
 
 def cost_model(
