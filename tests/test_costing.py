@@ -201,3 +201,18 @@ def test_the_default_model_is_owned_where_every_gpu_has_a_server_price_else_rent
     assert isinstance(rented, Rent) and "no server price for V100-PCIe" in rented.describe()
     p = rented.price({**A100_25G, "gpu": "V100-PCIe", "nodes": 2})
     assert p.per_hour == pytest.approx(16 * 3.06) and "prices.yaml" in p.basis  # no instance sells it
+
+
+def test_a_budget_caps_an_owners_capital_and_power_and_a_renters_hours():
+    """An owned run's cost is its share of the servers' life; a team with $3M must buy the cluster, so
+    --budget caps the capital plus the run's power."""
+    from clustersim.report.analysis import recommendation
+
+    owned = {"optimizer": "adam", "cluster": "c", "ttt_h": 10.0, "cost": 1_000.0, "outlay": 3_100_000.0}
+    owned |= {"cost_model": "own", "baseline": None}
+    rented = {"optimizer": "adam", "cluster": "r", "ttt_h": 12.0, "cost": 2_000_000.0, "outlay": 2_000_000.0}
+    rented |= {"cost_model": "rent", "baseline": None}
+    rec = recommendation([owned, rented], deadline_h=100, budget=3_000_000)
+    assert rec["chosen"] is rented
+    rec = recommendation([owned], deadline_h=100, budget=3_000_000)
+    assert rec["chosen"] is None and "needs $3,100,000 (capital and power)" in rec["text"][0]

@@ -423,6 +423,7 @@ CANDIDATE_KEYS = (
     "cost_basis",
     "cost_warning",
     "capital",
+    "outlay",
     "gpu_cost",
     "network_cost",
     "samples_per_s",

@@ -169,6 +169,10 @@ def enrich(
         r["gpu_cost"] = r["cost"] - r["network_cost"]
         r["cost_model"], r["cost_basis"] = priced.model, priced.describe(r["ttt_h"])
         r["capital"], r["cost_warning"], r["cost_sigma"] = priced.capital, priced.warning, priced.sigma
+        # what the run asks to spend: an owner buys the cluster and pays the run's power; a renter the hours
+        r["outlay"] = (
+            priced.capital + r["ttt_h"] * priced.parts["power"] if priced.model == "own" else r["cost"]
+        )
         lo, hi = r.get("iteration_time_p10_s"), r.get("iteration_time_p90_s")
         if isinstance(lo, float) and isinstance(hi, float) and r["iteration_time_s"] > 0:
             # The band scales the run's mean step as it scales the iteration (sweeps/run.py).
@@ -328,7 +332,7 @@ def recommendation(
     feasible = [
         r
         for r in rows
-        if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)
+        if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or outlay(r) <= budget)
     ]
     cheapest = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
     chosen = cheapest
@@ -351,19 +355,26 @@ def recommendation(
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
 
 
+def outlay(r: dict[str, Any]) -> float:
+    """What a budget caps: an owned cluster's capital and the run's power (an owner buys the cluster),
+    a rented one's instance-hours."""
+    return r.get("outlay", r["cost"])
+
+
 def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
     """Why nothing qualifies: the constraint no configuration meets, or, where each is met by some
     configuration, that none meets both."""
-    cheapest = min(rows, key=lambda r: r["cost"])
+    cheapest = min(rows, key=outlay)
     late = deadline_h is not None and fastest["ttt_h"] > deadline_h
-    dear = budget is not None and cheapest["cost"] > budget
+    dear = budget is not None and outlay(cheapest) > budget
     why = []
     if (late or not dear) and deadline_h is not None:
         why.append(
             f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
         )
     if (dear or not late) and budget is not None:
-        why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
+        spend = "capital and power" if cheapest.get("cost_model") == "own" else "rent"
+        why.append(f"the cheapest needs ${outlay(cheapest):,.0f} ({spend}) against a ${budget:,.0f} budget")
     if not late and not dear:
         return "No configuration meets both constraints at once: " + "; ".join(why) + "."
     return "No configuration meets the constraints: " + "; ".join(why) + "."
