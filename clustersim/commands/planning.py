@@ -299,7 +299,16 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
             return "—"
         return f"{r['payback_days']:,.1f} d ({r['payback_runs']:,.1f} runs)"
 
-    cols = ["option", "what", "optimizer", "hours (P10–P90)", "saved h", "capital", "run", "payback"]
+    cols = [
+        "option",
+        "what",
+        "optimizer",
+        "hours (P10–P90)",
+        "saved h",
+        "capital",
+        "run (P10–P90)",
+        "payback",
+    ]
     body = [
         [
             r["option"] + ("" if r.get("meets", True) else " *"),
@@ -308,7 +317,7 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
             hours(r),
             "—" if r["saved_h"] is None or r["option"] == "keep" else f"{r['saved_h']:,.1f}",
             f"${r['capital']:,.0f}",
-            f"${r['run_cost']:,.0f}",
+            f"${r['run_cost']:,.0f} ({r['run_cost_p10']:,.0f}–{r['run_cost_p90']:,.0f})",
             payback(r),
         ]
         for r in rows

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from clustersim.errors import InputError
 from clustersim.io import read_structured_file
-from clustersim.report.costing import Own, Rent, nic_label
+from clustersim.report.costing import Own, Rent, cost_band, nic_label
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.spec import row_id
 
@@ -155,6 +155,8 @@ def evaluate(
         cluster = _cluster(have, opt["values"])
         cluster["gpu"] = have.cluster.gpu
         priced = (rent if opt["option"] == "rent" else own).price(cluster)
+        ratio = [best[k] / best["ttt_h"] if best.get(k) else None for k in ("ttt_p10_h", "ttt_p90_h")]
+        band = cost_band(best["ttt_h"] * priced.per_hour, priced.sigma, *ratio)
         results.append(
             {
                 **{k: v for k, v in opt.items() if k != "values"},
@@ -166,6 +168,8 @@ def evaluate(
                 "ttt_p90_h": best.get("ttt_p90_h"),
                 "capital": capital(own, have, opt),
                 "run_cost": best["ttt_h"] * priced.per_hour,
+                "run_cost_p10": band[0],
+                "run_cost_p90": band[1],
                 "power_per_h": priced.parts.get("power", 0.0),
                 "cost_basis": priced.describe(best["ttt_h"]),
             }

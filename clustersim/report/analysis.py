@@ -196,6 +196,8 @@ def enrich(
 
 def set_cost_band(r: dict[str, Any]) -> None:
     """A row's cost P10-P90: its price's uncertainty and its time-to-train band (costing.cost_band)."""
+    if "cost" not in r:  # a row not priced (yet)
+        return
     mid = r["ttt_h"]
     lo = r["ttt_p10_h"] / mid if mid and "ttt_p10_h" in r else None
     hi = r["ttt_p90_h"] / mid if mid and "ttt_p90_h" in r else None
