@@ -107,10 +107,13 @@ def test_a_malformed_have_file_is_one_line_naming_file_and_key(runner, tmp_path,
     assert str(path) in r.output and key in r.output and len(r.output.strip().splitlines()) == 1
 
 
-def test_load_have_keeps_the_plan_base_but_the_cluster(tmp_path):
-    base = load_scenario("preset:default")
+def test_load_have_keeps_the_plan_base_but_the_cluster_and_the_teams_code(tmp_path):
+    base = load_scenario("preset:default").with_changes(**{"workload.model": "GPT-2-1.5B"})
     path = tmp_path / "have.yaml"
     path.write_text(yaml.safe_dump({"cluster": yaml.safe_load(Path(TEAM).read_text())["cluster"]}))
     have = load_have(path, base)
     assert have.cluster.gpu == "A100-40GB" and have.cluster.nodes == 16
-    assert have.workload.model == base.workload.model
+    assert have.workload.model == base.workload.model and have.workload.precision == base.workload.precision
+    team = load_have(Path(TEAM), base)  # its workload: the team's kernels and precision, --model's model
+    assert team.workload.model == "GPT-2-1.5B" and team.workload.pointwise == "fused"
+    assert team.workload.precision == "fp16" and team.workload.micro_batch == 16

@@ -29,8 +29,10 @@ OPTION_KEYS = ("nic_kind", "nic_gbps", "nic_count", "nodes", "gpus_per_node")  #
 
 
 def load_have(path: Path, base) -> Any:
-    """The owned cluster: a scenario-style file whose ``cluster`` section replaces the plan base's; one
-    line naming the file and key when it is not a valid cluster."""
+    """The owned cluster: a scenario-style file whose ``cluster`` section replaces the plan base's, and
+    whose ``workload`` (all but the model, which --model names) and ``training`` sections, where given,
+    are the team's code and recipe (fused kernels, precision, micro-batch); one line naming the file and
+    key when it is not a valid cluster."""
     source = str(path)
     if not Path(path).is_file():
         raise InputError("no such file", source=source, key="--have")
@@ -41,6 +43,12 @@ def load_have(path: Path, base) -> Any:
         )
     merged = base.model_dump(mode="json")
     merged["cluster"] = data["cluster"]
+    if isinstance(data.get("workload"), dict):
+        merged["workload"] = {**data["workload"], "model": base.workload.model}
+        if base.workload.model != data["workload"].get("model"):
+            merged["workload"]["seq_len"] = base.workload.seq_len  # another model: its own length
+    if isinstance(data.get("training"), dict):
+        merged["training"] = data["training"]
     return validate_scenario(merged, source=source)
 
 
