@@ -289,7 +289,7 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
 
 def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
     def hours(r):
-        band = f" ({r['ttt_p10_h']:,.0f}–{r['ttt_p90_h']:,.0f})" if r.get("ttt_p10_h") is not None else ""
+        band = f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})" if r.get("ttt_p10_h") is not None else ""
         return f"{r['ttt_h']:,.1f}{band}"
 
     def payback(r):

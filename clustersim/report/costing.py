@@ -282,7 +282,7 @@ class Rent:
             )
         basis = (
             f"rented at ${inst['price_per_hour']:,.2f}/h x {n} {inst['name']} ({inst['provider']} on-demand, "
-            f"{inst['region']}, {inst['date']}; network {inst['network_as_sold']}, included)"
+            f"{inst['region']}, price of {_month(inst['date'])}; network {inst['network_as_sold']}, included)"
         )
         return Price(
             "rent",
@@ -293,6 +293,16 @@ class Rent:
             warning=warning,
             extra={"instance": inst["name"], "instances": n},
         )
+
+
+def _month(date: str) -> str:
+    """An instance price's date as its month ("November 2026"): when it was read, said as people say it."""
+    import datetime
+
+    try:
+        return datetime.date.fromisoformat(date).strftime("%B %Y")
+    except ValueError:
+        return date
 
 
 def _catalog_entry_price(gpu: str) -> float | None:
