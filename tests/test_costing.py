@@ -216,3 +216,34 @@ def test_a_budget_caps_an_owners_capital_and_power_and_a_renters_hours():
     assert rec["chosen"] is rented
     rec = recommendation([owned], deadline_h=100, budget=3_000_000)
     assert rec["chosen"] is None and "needs $3,100,000 (capital and power)" in rec["text"][0]
+
+
+def test_plan_says_which_model_priced_it_and_rents_the_instances_as_sold():
+    """GPUs were priced at cloud on-demand rates and the network at its purchase price amortised: now a
+    plan is owned or rented, whole, and says so; rented, its candidates are instances as sold."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    args = [
+        "plan",
+        "--model",
+        "BERT-Large",
+        "--steps",
+        "1000",
+        "--deadline",
+        "30d",
+        "--samples",
+        "0",
+        "--json",
+    ]
+    owned = json.loads(CliRunner().invoke(app, args).stdout)
+    assert owned["pricing"].startswith("owned:") and owned["chosen"]["cost_model"] == "own"
+    assert owned["chosen"]["cost_basis"].startswith("owned: $") and owned["chosen"]["capital"] > 0
+    rented = json.loads(CliRunner().invoke(app, [*args, "--cost", "rent"]).stdout)
+    assert rented["pricing"].startswith("rented:") and rented["chosen"]["cost_model"] == "rent"
+    assert rented["chosen"]["network_cost"] == 0.0 and "included" in rented["chosen"]["cost_basis"]
+    assert " on " in rented["chosen"]["cluster"]  # names the instance it rents
+    assert rented["chosen"]["cost_warning"] is None  # simulated on the instance's own network

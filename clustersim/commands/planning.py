@@ -218,7 +218,7 @@ def report(
         emit_json(info)
         return
     console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
-    console.print(f"[dim]cost: {info['cost_model']}[/]", highlight=False)
+    console.print(f"[dim]cost: {info['pricing']}[/]", highlight=False)
     for model, part in info["models"].items():
         if len(info["models"]) > 1:
             console.print(f"[bold]{model}[/]")
@@ -411,7 +411,7 @@ def plan_cmd(
     )
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
-    console.print(f"[dim]cost: {result['cost_model']}[/]", highlight=False)
+    console.print(f"[dim]cost: {result['pricing']}[/]", highlight=False)
     for line in result["text"]:
         console.print(f"  • {line}")
     for name, why in result["optimizers_not_run"].items():

@@ -318,7 +318,7 @@ def _plan(
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
         "optimizers_not_run": optimizers_not_run(records),
-        "cost_model": costs.describe(),
+        "pricing": costs.describe(),
     }
 
 

@@ -70,7 +70,7 @@ def build_report(
         costs = auto_model(
             {r["gpu"] for r in rows if r.get("status") == "ok" and r.get("gpu")}, price, network
         )
-    meta["cost_model"] = costs.describe()
+    meta["pricing"] = costs.describe()
     rows_ok = analysis.enrich(
         rows,
         steps or meta.get("steps"),
@@ -225,8 +225,7 @@ def render_html(
     several = len(sections) > 1
     body = "".join(_section_html(sec, i, several) for i, sec in enumerate(sections, 1))
     priced = (
-        meta.get("cost_model")
-        or (costs if costs is not None else cost_model(None, price, network)).describe()
+        meta.get("pricing") or (costs if costs is not None else cost_model(None, price, network)).describe()
     )
     steps = sorted({(r["optimizer"], r["steps"]) for r in rows_ok})
     steps_note = (
@@ -354,7 +353,7 @@ def write_report(
             for sec in sections
         },
         "png": png,
-        "cost_model": meta["cost_model"],
+        "pricing": meta["pricing"],
     }
 
 
