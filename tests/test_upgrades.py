@@ -117,3 +117,13 @@ def test_load_have_keeps_the_plan_base_but_the_cluster_and_the_teams_code(tmp_pa
     team = load_have(Path(TEAM), base)  # its workload: the team's kernels and precision, --model's model
     assert team.workload.model == "GPT-2-1.5B" and team.workload.pointwise == "fused"
     assert team.workload.precision == "fp16" and team.workload.micro_batch == 16
+
+
+def test_options_that_miss_the_deadline_are_marked(runner):
+    args = ["plan", "--model", "GPT-2-1.5B", "--steps", "100000", "--global-batch", "4096", "--samples", "0"]
+    r = runner.invoke(app, [*args, "--deadline", "40h", "--have", TEAM])
+    assert r.exit_code == 0, r.output
+    marked = [line for line in r.stdout.splitlines() if line.split()[:2] in (["keep", "*"], ["add", "nodes"])]
+    assert any(line.startswith("keep *") for line in marked)  # 59.6 h: past 40 h
+    assert any(line.startswith("add nodes ") and " * " not in line for line in marked)  # 32.5 h meets it
+    assert "* misses the deadline or the budget" in r.stdout

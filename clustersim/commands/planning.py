@@ -282,7 +282,13 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         "[dim]capital: what the option buys (the new NICs, cables and switch ports for every node; or the "
         "added servers and their ports). run: what one run costs (owned: amortised capital and power; "
         "rented: instance-hours). payback: the days of training the option must save to pay for its "
-        "capital, an owned cluster-hour valued at its own cost; runs: that many runs like this one[/]",
+        "capital, an owned cluster-hour valued at its own cost; runs: that many runs like this one"
+        + (
+            "; * misses the deadline or the budget"
+            if any(not r.get("meets", True) for r in result["options"])
+            else ""
+        )
+        + "[/]",
         highlight=False,
     )
 
