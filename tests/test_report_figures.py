@@ -43,13 +43,11 @@ def test_speedup_has_a_panel_per_network_and_a_legend_entry_per_optimizer():
     Ethernet 100 and InfiniBand 100 never share axes, and three legend entries."""
     fig = figures.speedup_vs_gpus(_rows())
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    assert len(legend) == 3 and {n.split(" · ")[0] for n in legend} == {
-        "onebit-adam",
-        "zero-one-adam",
-        "binsgdm",
-    }
+    assert sorted(legend) == ["binsgdm", "onebit-adam", "zero-one-adam"]  # no network in a legend entry
     axes = {}
     for t in fig.data:
+        if t.showlegend:  # the legend's own entries draw nothing
+            continue
         axes.setdefault(t.name.split(" · ")[1], set()).add(t.xaxis)
     assert all(len(a) == 1 for a in axes.values()) and len({next(iter(a)) for a in axes.values()}) == 4
     titles = [a.text for a in fig.layout.annotations]

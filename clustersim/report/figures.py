@@ -175,8 +175,7 @@ def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
                 mode="lines+markers",
                 name=f"{opt} · {net}" + (f" · {gpu}" if len(markers) > 1 else ""),
                 legendgroup=legend,
-                showlegend=legend not in shown,
-                legendgrouptitle=None,
+                showlegend=False,
                 line={"color": colors[opt], "dash": dashes[net]},
                 marker={"color": colors[opt], "symbol": markers[gpu], "size": 8},
                 error_y=err and {**err, "color": colors[opt]},
@@ -184,7 +183,20 @@ def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
             ),
             **_cell(networks.index(net)),
         )
-        shown.add(legend)
+        if legend not in shown:  # the legend names the optimizer once, not once per network panel
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="lines+markers",
+                    name=legend,
+                    legendgroup=legend,
+                    line={"color": colors[opt]},
+                    marker={"color": colors[opt], "symbol": markers[gpu], "size": 8},
+                    showlegend=True,
+                )
+            )
+            shown.add(legend)
     for i in range(len(networks)):
         fig.add_hline(y=1.0, line_dash="dot", line_color="grey", **_cell(i))
     gpus = " · ".join(markers)
