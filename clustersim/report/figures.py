@@ -236,7 +236,8 @@ def breakdown_bars(rows: list[dict[str, Any]], gpu: str, suffix: str = "") -> go
             )
     fig.update_layout(barmode="stack")
     _layout(fig, f"Where one iteration goes ({gpu}), per network{suffix}", "", "")
-    fig.update_layout(height=120 + 320 * (-(-len(networks) // FACET_COLUMNS) or 1))
+    # room for the rotated bar labels and the eight parts of the legend
+    fig.update_layout(height=200 + 360 * (-(-len(networks) // FACET_COLUMNS) or 1))
     fig.update_xaxes(title_text="optimizer @ GPUs")
     fig.update_yaxes(title_text="ms per iteration", col=1)
     return fig
