@@ -247,3 +247,24 @@ def test_plan_says_which_model_priced_it_and_rents_the_instances_as_sold():
     assert rented["chosen"]["network_cost"] == 0.0 and "included" in rented["chosen"]["cost_basis"]
     assert " on " in rented["chosen"]["cluster"]  # names the instance it rents
     assert rented["chosen"]["cost_warning"] is None  # simulated on the instance's own network
+
+
+def test_bad_cost_files_and_options_are_one_line_from_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    bad = tmp_path / "inst.yaml"
+    data = yaml.safe_load(_shipped("instances.yaml"))
+    data["instances"]["p5.48xlarge"]["price_per_hour"] = -55.04
+    bad.write_text(yaml.safe_dump(data))
+    args = ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d", "--samples", "0"]
+    for extra, words in (
+        (["--cost", "rent", "--instances", str(bad)], [str(bad), "instances.p5.48xlarge.price_per_hour"]),
+        (["--cost", "rent", "--instance", "p9.huge"], ["--instance", "unknown instance 'p9.huge'"]),
+        (["--cost", "lease"], ["--cost", "must be own or rent"]),
+        (["--own-prices", str(tmp_path / "none.yaml")], ["none.yaml", "no such file"]),
+    ):
+        r = CliRunner().invoke(app, [*args, *extra])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and all(w in r.output for w in words), r.output
