@@ -27,7 +27,7 @@ Z90 = 1.2815515655446004  # the standard normal's P90: a P10-P90 half-width of z
 INSTANCES = "instances.yaml"
 OWNERSHIP = "ownership.yaml"
 NETWORK_UNCERTAINTY = 0.5  # network_prices.yaml: "treat every figure as +-50%"
-DEFAULT_RENT_UNCERTAINTY = 0.1  # instances.yaml: an on-demand list price moves about this much a year
+DEFAULT_RENT_UNCERTAINTY = 0.1  # a planning assumption for a dated list price (instances.yaml says why)
 MODELS = ("own", "rent")
 
 
