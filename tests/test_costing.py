@@ -268,3 +268,16 @@ def test_bad_cost_files_and_options_are_one_line_from_the_cli(tmp_path):
         r = CliRunner().invoke(app, [*args, *extra])
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
         assert len(r.output.strip().splitlines()) == 1 and all(w in r.output for w in words), r.output
+
+
+def test_hardware_show_says_what_each_cost_model_knows_of_a_gpu():
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    r = CliRunner().invoke(app, ["hardware", "show", "H100-SXM"])
+    assert r.exit_code == 0, r.output
+    assert "owned: $300,400 per 8-GPU server, 8.5 kW" in r.stdout
+    assert "rented: p5.48xlarge (AWS) $55.04/h for 8 GPUs, network 32 x 100 Gb/s EFA" in r.stdout
+    v100 = CliRunner().invoke(app, ["hardware", "show", "V100-PCIe"]).stdout
+    assert "owned: no server price" in v100 and "rented: no instance sells it" in v100
