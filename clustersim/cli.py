@@ -509,6 +509,15 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
     settings: Optional[list[str]] = SetOpt,
+    cost: Optional[str] = typer.Option(
+        None,
+        "--cost",
+        help="With --steps, what each run costs: own (servers, network and power, amortised: "
+        "catalogs/ownership.yaml) or rent (instances as sold: catalogs/instances.yaml); default: own.",
+    ),
+    instance: Optional[str] = typer.Option(
+        None, "--instance", help="With --cost rent: this instance type (catalogs/instances.yaml)."
+    ),
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -523,6 +532,10 @@ def compare(
 
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
+    from clustersim.report.costing import auto_model, cost_model
+
+    asked = cost is not None or instance is not None
+    costs = cost_model(cost, None, "default", instance) if asked else auto_model({s.cluster.gpu})
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     # each count once: a repeated one is the same cells again
     counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)
@@ -556,6 +569,7 @@ def compare(
         if at:
             say(f"break-even bandwidth at {at} GPUs")
         evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+    console.print(compare_header(s, settings), markup=False, highlight=False)
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
@@ -566,8 +580,62 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+        _print_costs(s, rows, costs, asked=cost is not None or instance is not None)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def compare_header(s, settings: list[str] | None) -> str:
+    """What compare simulated, in one line: the node (GPUs, NICs), the model and precision, and the
+    --set values, so a table read later says which cluster it was."""
+    from clustersim.report.costing import nic_label
+
+    c, w = s.cluster, s.workload
+    line = (
+        f"{s.name}: {c.gpus_per_node} x {c.gpu} per node, {nic_label(c.nic.model_dump())} per node; "
+        f"{w.model}, {w.precision}, micro-batch {w.micro_batch}"
+    )
+    return line + (f"; --set {', '.join(settings)}" if settings else "")
+
+
+def _print_costs(s, rows, costs, asked: bool = True) -> None:
+    """Each cell's time to train priced by one cost model, with the model and what it assumed named. A
+    GPU the default model cannot price gets a note instead, unless --cost or --instance asked for it."""
+    from clustersim.report.costing import cost_band
+
+    ok = [r for r in rows if not r.error and r.time_to_train_s]
+    if costs is None or not ok:
+        return
+    body, basis = [], {}
+    for r in ok:
+        cluster = s.with_world_size(r.gpus).cluster.model_dump(mode="json")
+        try:
+            priced = costs.price(cluster)
+        except InputError as exc:
+            if asked:
+                raise
+            console.print(f"[dim]cost not shown: {exc.message}[/]", highlight=False)
+            return
+        hours = r.time_to_train_s / 3600
+        mid = r.iteration_time_s or 0.0
+        lo = r.iteration_time_p10_s / mid if mid and r.iteration_time_p10_s else None
+        hi = r.iteration_time_p90_s / mid if mid and r.iteration_time_p90_s else None
+        p10, p90 = cost_band(hours * priced.per_hour, priced.sigma, lo, hi)
+        body.append(
+            [
+                r.gpus,
+                r.optimizer,
+                f"{hours:,.1f} h",
+                f"${hours * priced.per_hour:,.0f} ({p10:,.0f}–{p90:,.0f})",
+            ]
+        )
+        basis.setdefault(r.gpus, priced)
+        timed = lo is not None
+    what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
+    console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
+    for gpus, priced in basis.items():
+        warn = f"; {priced.warning}" if priced.warning else ""
+        console.print(f"[dim]{gpus} GPUs: {priced.basis}{warn}[/]", highlight=False)
 
 
 def _some_simulated(rows, s):

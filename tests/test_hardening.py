@@ -556,7 +556,7 @@ def test_duplicate_rows_are_read_once(runner, results, tmp_path):
     csv_path.write_text("\n".join(lines + lines[1:]) + "\n")  # what two concurrent sweeps used to write
     _, rows = read_results(folder)
     assert len(rows) == len(lines) - 1
-    assert invoke(runner, "report", folder, "--out", tmp_path / "r.html").exit_code == 0
+    assert invoke(runner, "report", folder, "--out", tmp_path / "r.html", "--price", "3").exit_code == 0
 
 
 # --- 5. sweep values checked before any work -----------------------------------------------------------
