@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.dispatch_lane import (
@@ -133,7 +132,7 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         return
     lay = ctx.layout
     w = ctx.workload
-    activation = w.micro_batch * w.seq_len * lay.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    activation = w.micro_batch * w.seq_len * lay.arch.hidden * ctx.element_bytes
     for coll, count in lay.tensor_collectives(layer, forward):
         add_collective(
             prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, activation,

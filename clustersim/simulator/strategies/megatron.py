@@ -18,7 +18,6 @@ first and last stage, then runs the optimizer update on its share of the paramet
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
 from clustersim.simulator.program import Program
@@ -71,7 +70,7 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
         )
     prog = Program()
     w = ctx.workload
-    activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    activation = w.micro_batch * w.seq_len * L.arch.hidden * ctx.element_bytes
     message = activation / L.tensor
     times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
@@ -176,7 +175,7 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
     if distributed:  # every replica gets the updated 16-bit weights of the others' shards
         update = add_collective(
             prog, ctx, "all_gather parameters (distributed optimizer)", "all_gather",
-            params * BYTES_PER_ELEMENT[ctx.precision], ctx.data_parallel, (update,), rank=s,
+            params * ctx.element_bytes, ctx.data_parallel, (update,), rank=s,
         )  # fmt: skip
     other = params * ctx.grad_bytes  # zero_grad: Megatron zeroes its contiguous gradient buffer
     if ctx.precision == "fp16":  # bf16 runs without a loss scaler (Megatron-LM: grad_scaler is None)
