@@ -202,3 +202,33 @@ def test_parameters_gradients_and_messages_keep_bf16_bytes():
     assert m8["fp8_weight_copies"] == pytest.approx(2 * block_params)
     assert "fp8_weight_copies" not in m16
     assert m8["activations"] < m16["activations"]
+
+
+def test_sequence_parallel_all_gathers_move_fp8():
+    """TE quantizes a linear layer's input (forward) and output gradient (backward) before the
+    sequence-parallel all-gather: a block's all-gathers carry half of bf16's bytes; reduce-scatters,
+    the embedding's and the head's collectives, and the all-reduces without sequence parallelism
+    keep bf16's."""
+    extra = {
+        "cluster.gpus_per_node": 8,
+        "training.parallelism.tensor": 4,
+        "training.parallelism.pipeline": 2,
+        "training.parallelism.sequence_parallel": True,
+        "workload.gradient_accumulation": 4,
+    }
+
+    def tp_bytes(precision, **more):
+        ops = [op for op in simulate(_gpt(precision, **{**extra, **more})).ops if op.name.startswith("tp ")]
+        out = {}
+        for op in ops:
+            kind = op.name.split(" x")[0]
+            out[kind] = out.get(kind, 0.0) + op.intra_node_bytes
+        return out
+
+    b8, b16 = tp_bytes("fp8"), tp_bytes("bf16")
+    assert b8["tp reduce_scatter"] == pytest.approx(b16["tp reduce_scatter"])
+    # blocks' all-gathers at one byte; the embedding's (forward) and the head's (backward) at two
+    assert b8["tp all_gather fp8"] + b8["tp all_gather"] < b16["tp all_gather"]
+    assert 2 * b8["tp all_gather fp8"] + b8["tp all_gather"] == pytest.approx(b16["tp all_gather"])
+    no_sp = {"training.parallelism.sequence_parallel": False}
+    assert tp_bytes("fp8", **no_sp) == pytest.approx(tp_bytes("bf16", **no_sp))

@@ -188,6 +188,15 @@ class Layout:
             out.append(replace(k, flops=k.flops / t, bytes=rep + (k.bytes - rep) / t))
         return tuple(out)
 
+    @property
+    def gathers_in_fp8(self) -> bool:
+        """FP8 training with sequence parallelism all-gathers a block's activations in FP8: Transformer
+        Engine quantizes a linear layer's input before gathering it forward, and its output gradient
+        before gathering it backward (transformer_engine/pytorch/module/linear.py, layernorm_linear.py:
+        gather_along_first_dim(..., quantizer=...)); torchao's Float8ColwiseParallel casts its input to
+        float8 before the gather too. Reduce-scatters and all-reduces stay bf16."""
+        return self.workload.precision == "fp8" and self.sequence_parallel
+
     def tensor_collectives(self, layer: Layer, forward: bool) -> list[tuple[str, int]]:
         """The tensor-parallel collectives of one pass over ``layer``: (op, how many). Megatron's
         per-chunk count (strategies/megatron.py ``_tp_ops``) layer by layer: 2 per block each way
