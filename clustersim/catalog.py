@@ -35,6 +35,15 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
+def storage_precision(precision: str) -> str:
+    """The precision training at ``precision`` keeps its parameters, activations and gradients in, and
+    runs every kernel but its FP8 GEMMs at. FP8 training (NVIDIA Transformer Engine under Megatron-LM
+    and NeMo; torchao's Float8Linear under TorchTitan) casts only the linear layers' GEMM operands to
+    FP8; weights, the tensors between layers, attention, normalisation and the optimizer stay bf16
+    (workloads/fp8.py)."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a number, not true/false")

@@ -280,7 +280,14 @@ class WorkloadSpec(_Strict):
     layers: list[LayerSpec] | None = None
     micro_batch: Count = Field(gt=0)
     seq_len: Count | None = Field(None, gt=0)
-    precision: Precision = "fp16"
+    precision: Precision = Field(
+        "fp16",
+        description="mixed-precision training dtype; fp8 runs as NVIDIA Transformer Engine (and torchao's "
+        "Float8Linear) do: only the transformer blocks' linear-layer GEMMs (QKV, output projection, MLP; "
+        "forward and both backward GEMMs) at the FP8 rate, with cast kernels and their inputs saved as "
+        "FP8 copies; attention, norms, element-wise work, embedding, LM head, weights, gradients and "
+        "optimizer stay bf16 (a convolution network runs in bf16)",
+    )
     gradient_accumulation: Count = Field(1, gt=0)
     input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
     activation_checkpointing: bool = Field(
@@ -502,7 +509,7 @@ class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     gradient_dtype: Precision | None = Field(
-        None, description="dtype of communicated gradients; default: workload precision"
+        None, description="dtype of communicated gradients; default: workload precision (bf16 under fp8)"
     )
     ddp_bucket_cap_mb: Number = Field(25.0, gt=0)
     first_bucket_cap_mb: Number = Field(1.0, gt=0)

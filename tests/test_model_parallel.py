@@ -148,6 +148,13 @@ def test_memory_per_rank_follows_the_split_and_korthikanti():
     assert full.block_activation_bytes() == pytest.approx(2 * s * b * h)
 
 
+def test_megatron_gradients_have_one_buffer_without_a_bucket_copy():
+    """Megatron-LM's DDP buckets are slices of the gradient buffer each param.main_grad views
+    (megatron/core/distributed/param_and_grad_buffer.py): no second gradient copy, unlike PyTorch DDP."""
+    mem = simulate(_scenario()).memory
+    assert mem["ddp_buckets"] == 0.0 and mem["gradients"] > 0
+
+
 def test_gpt3_175b_fits_with_3d_parallelism_and_not_without():
     big = _scenario(nodes=128, t=8, p=8, m=32, model_name="GPT-3-175B", recompute="full")
     r = simulate(big)

@@ -4,17 +4,19 @@ Mixed precision (fp16/bf16) keeps an fp32 master copy of the parameters (4 B) be
 weights (2 B); optimizer state is fp32. Activations are those kept for backward of one micro-batch
 (Korthikanti et al. 2022 for transformers). With tensor/pipeline parallelism a rank holds its
 stage's share over t and the activations of its in-flight micro-batches (model_parallel.py).
-DDP buckets hold a second copy of the gradients. With CPU offload the master copy and the offloaded
-state live on the host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum),
-resident subgroups and staging buffers remain.
+PyTorch DDP's buckets hold a second copy of the gradients (Megatron-LM's are views). FP8 training
+keeps bf16 weights and activations (the GEMM inputs it saves are FP8) and FP8 copies of the linear
+weights (workloads/fp8.py). With CPU offload the master copy and the offloaded state live on the
+host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups
+and staging buffers remain.
 """
 
 from __future__ import annotations
 
 from clustersim import catalog
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.errors import InputError
 from clustersim.units import format_bytes
+from clustersim.workloads.fp8 import weight_copy_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
@@ -39,7 +41,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         mem["capacity"] = ctx.gpu.memory_bytes
         return mem
     P = ctx.rank_params
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     offloaded = ctx.scenario.training.offload.mode != "none"
     # Megatron's distributed optimizer shards the fp32 master weights and the optimizer state over the
     # data-parallel replicas (ZeRO stage 1: Rajbhandari et al. 2020, 4Psi + 12Psi/N_d for mixed Adam).
@@ -51,13 +53,17 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem = {
         "parameters": P * d + (4 * P / shards if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
-        # one GPU trains without DDP (strategies.common.add_ddp_gradient_sync): no bucket copy
-        "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 else P * ctx.grad_bytes,
+        # one GPU trains without DDP (strategies.common.add_ddp_gradient_sync): no bucket copy; nor
+        # Megatron-LM's DDP, whose buckets are slices of the one gradient buffer each param.main_grad
+        # views (megatron/core/distributed/param_and_grad_buffer.py)
+        "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 or ctx.model_parallel else P * ctx.grad_bytes,
         "optimizer_state": P
         / shards
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.rank_activation_bytes,
     }
+    if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share
+        mem["fp8_weight_copies"] = weight_copy_bytes(ctx.workload.layers) * P / ctx.params
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
     scratch = _update_scratch(ctx, P / shards)

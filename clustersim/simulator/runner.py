@@ -406,10 +406,11 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
         if padded == arch.vocab
         else (f"vocabulary padded from {arch.vocab:,} to {padded:,}")
     )
-    if vocab_gemms and ctx.precision != "fp32":
+    precision = vocab_gemms[0].precision or ctx.precision if vocab_gemms else ctx.precision
+    if vocab_gemms and precision != "fp32":
         width = vocab_gemms[0].alignment_bytes
-        unaligned = ctx.device.unaligned_gemm_rate(ctx.precision, width)
-        if unaligned < ctx.device.flops_rate(ctx.precision):
+        unaligned = ctx.device.unaligned_gemm_rate(precision, width)
+        if unaligned < ctx.device.flops_rate(precision):
             return (
                 f"{vocab} ({given}): its matmuls load {width} bytes at a time, "
                 f"{unaligned / 1e12:,.0f} TFLOP/s (unaligned tensor-core kernels)"

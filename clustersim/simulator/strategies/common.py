@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.dispatch_lane import (
@@ -17,6 +16,7 @@ from clustersim.simulator.dispatch_lane import (
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
+from clustersim.workloads.fp8 import FP8_BYTES
 
 
 class PricedCollective(NamedTuple):
@@ -133,10 +133,12 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         return
     lay = ctx.layout
     w = ctx.workload
-    activation = w.micro_batch * w.seq_len * lay.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    activation = w.micro_batch * w.seq_len * lay.arch.hidden * ctx.element_bytes
+    fp8 = lay.gathers_in_fp8 and layer.name.startswith("block")
     for coll, count in lay.tensor_collectives(layer, forward):
+        nbytes = activation * FP8_BYTES / ctx.element_bytes if fp8 and coll == "all_gather" else activation
         add_collective(
-            prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, activation,
+            prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, nbytes,
             ctx.tensor_parallel, stream="compute", count=count, micro=micro,
         )  # fmt: skip
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
 from clustersim.simulator.dispatch_lane import PassSequence, reversed_layers
 from clustersim.simulator.input_pipeline import add_input
@@ -136,7 +135,7 @@ class Sharded(Strategy):
         else:
             ends, buckets = _stage12_program(prog, ctx, lay)
         ends = self._update(prog, ends)
-        d = BYTES_PER_ELEMENT[ctx.precision]
+        d = ctx.element_bytes
         if not lay.parameters:
             ends = _gather_updated(prog, ctx, ends, ctx.params * d, lay.group("optimizer_states"))
         add_other(prog, ctx, ends, params=ctx.params / lay.ranks("optimizer_states"))
@@ -350,7 +349,7 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
 def _gather_updated(prog: Program, ctx, deps, nbytes: float, shape) -> list[int]:
     """Stage 1/2: all-gather the updated 16-bit partitions (``nbytes`` in all) over the optimizer's
     group ``shape`` in allgather_bucket_size chunks (DeepSpeed all_gather_dp_groups)."""
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     sh = ctx.scenario.training.sharding
     chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
     count = max(1, math.ceil(nbytes / d / chunk))
@@ -405,7 +404,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     ctx,
                     f"all_gather updated param slices {layer.name}",
                     "all_gather",
-                    layer.params * BYTES_PER_ELEMENT[ctx.precision] / lay.ranks("parameters"),
+                    layer.params * ctx.element_bytes / lay.ranks("parameters"),
                     refresh,
                     deps=(start,) if start is not None else (),
                     stream="gather",
