@@ -164,7 +164,10 @@ def testbed_validate(
 
     The network model is fitted on a collective sweep over the smaller host groups; each host's compute
     (and, for compressed optimizers, its compression kernels) is measured by running the same work on
-    all hosts at once without communication."""
+    all hosts at once without communication. By default the optimizers' steps are measured paired:
+    interleaved in bursts with each other and with that calibration, each speedup over Adam the median
+    of ratios between neighbours in time, beside the predicted speedup; --blocks measures each
+    optimizer on its own after the calibration."""
     from clustersim.errors import InputError
     from clustersim.testbed.hosts import require_tools
     from clustersim.testbed.validate import JOBS, Job, validate
@@ -248,7 +251,7 @@ def testbed_repredict(
     compute and kernels come from the calibration stored beside it. The measured columns are the
     file's; the predicted ones are new. Use it to see what a model change does to real runs."""
     from clustersim.io import read_structured_file
-    from clustersim.testbed.validate import repredict
+    from clustersim.testbed.paired import repredict
 
     stored = read_structured_file(file, "json")
     if out is not None:

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Callable
 
 from clustersim.simulator.uncertainty import Interval
+from clustersim.testbed.shaping import parse_rate
 from clustersim.testbed.validate import Job, _profile, _row, scenario_for
 
 BASE = "adam"
@@ -192,7 +193,6 @@ def validate_paired(
     from clustersim.cost_models.kernel_bytes import padded_elements
     from clustersim.testbed import hosts as tb_hosts
     from clustersim.testbed import validate as tb_validate
-    from clustersim.testbed.shaping import parse_rate
 
     if BASE not in optimizers or any(o not in PAIRED for o in optimizers):
         raise ValueError(f"paired runs take {', '.join(PAIRED)}, Adam included; got {optimizers}")
@@ -244,11 +244,19 @@ def validate_paired(
     return result
 
 
-def repredict_speedups(
-    stored: dict, rows: list[dict], profiles: list, rate_bits: float, samples: int
-) -> None:
-    """For a paired file: each compressed row's predicted speedup again, from the profile its row was
-    re-predicted with (``profiles``, one per row), beside its stored paired ratios."""
+def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> dict:
+    """A stored validation predicted again (validate.repredict); for a paired file each compressed
+    row's speedup too, from the profile its row was re-predicted with, beside its stored ratios."""
+    from clustersim.testbed.validate import repredict as repredict_rows
+
+    profiles: list = []
+    result = repredict_rows(stored, source, samples, progress, profiles)
+    if any("pair_ratios" in r for r in result["rows"]):
+        _repredict_speedups(stored, result["rows"], profiles, parse_rate(stored["rate"]), samples)
+    return result
+
+
+def _repredict_speedups(stored: dict, rows: list[dict], profiles: list, rate_bits: float, samples: int):
     j = stored["job"]
     job = Job(
         j["model"],

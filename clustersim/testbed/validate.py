@@ -371,12 +371,13 @@ def validate(
     }
 
 
-def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> dict:
+def repredict(stored: dict, source: str, samples: int = 16, progress=None, profiles_out=None) -> dict:
     """Predict a stored validation's measured steps again with today's model: the network model refitted
     on the file's own sweep, each host count's compute and kernels from its stored calibration. The
     measurements are the file's; only the predicted columns are new. A model change is checked against
     real runs in seconds, without hosts. The file is checked first (stored_run.py), and whatever the
-    model then refuses is named in the file too; nothing is predicted until every row is ready."""
+    model then refuses is named in the file too; nothing is predicted until every row is ready.
+    ``profiles_out``, a list, receives each row's profile (paired.repredict predicts speedups with them)."""
     from clustersim.errors import InputError
     from clustersim.testbed.stored_run import parse_stored_run
 
@@ -421,10 +422,8 @@ def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> di
         new_rows.append(new)
         if progress is not None:
             progress(f"{row.optimizer} on {row.hosts} hosts ({i + 1} of {len(parsed)})")
-    if any(r.pair_ratios for r in run.rows):  # a paired run: its speedups predicted again too
-        from clustersim.testbed.paired import repredict_speedups
-
-        repredict_speedups(stored, new_rows, [p[4] for p in parsed], rate_bits, samples)
+    if profiles_out is not None:
+        profiles_out.extend(p[4] for p in parsed)
     return {**stored, "rows": new_rows}
 
 
