@@ -202,7 +202,7 @@ def test_a_paired_run_reports_measured_and_predicted_speedups_and_the_drift(vali
 
 def test_a_paired_file_repredicts_to_what_it_predicted(validated):
     result, _, _ = validated
-    again = tb_validate.repredict(json.loads(json.dumps(result)), "paired.json", samples=4)
+    again = paired.repredict(json.loads(json.dumps(result)), "paired.json", samples=4)
     for old, new in zip(result["rows"], again["rows"]):
         for key in ("predicted_s", "predicted_speedup", "predicted_speedup_p10", "predicted_speedup_p90"):
             if key in old:
@@ -246,3 +246,74 @@ def test_paired_validate_refuses_what_it_cannot_pair_before_any_work(runner, arg
     monkeypatch.setattr(paired, "validate_paired", lambda *a, **k: pytest.fail("measured before refusing"))
     res = runner.invoke(app, ["testbed", "validate", *args])
     assert res.exit_code == 2 and expected in res.output and "Traceback" not in res.output, res.output
+
+
+PAIRED_RUNS = {m: [f"paired-{m}-200mbit-{r}.json" for r in (1, 2)] for m in ("mlp", "transformer")}
+NAMES = {"onebit-adam": "1-bit Adam", "binsgdm": "BinSGDM", "zero-one-adam": "0/1 Adam"}
+
+
+def _stored(name: str) -> dict:
+    from importlib import resources
+
+    return json.loads(resources.files("clustersim.validation").joinpath("testbed", name).read_text())
+
+
+@pytest.mark.parametrize("name", [n for names in PAIRED_RUNS.values() for n in names])
+def test_the_stored_paired_runs_repredict_to_what_they_store(name):
+    """Their predicted steps and speedups are today's model's. When a model change moves them on purpose:
+    `clustersim testbed repredict F --out F` for each, and docs/testbed.md's paired table."""
+    stored = _stored(name)
+    again = paired.repredict(stored, name)
+    for old, new in zip(stored["rows"], again["rows"]):
+        where = (name, old["optimizer"], old["hosts"])
+        for key in ("predicted_s", "predicted_speedup", "predicted_speedup_p10", "predicted_speedup_p90"):
+            if key in old:
+                assert new[key] == pytest.approx(old[key], rel=1e-9), (*where, key)
+
+
+def _speedup_rows() -> list[tuple[str, int, str, list[dict]]]:
+    out = []
+    for model, names in PAIRED_RUNS.items():
+        runs = [_stored(n)["rows"] for n in names]
+        for hosts in (2, 4, 8):
+            for opt in NAMES:
+                out.append(
+                    (
+                        model,
+                        hosts,
+                        opt,
+                        [r for rows in runs for r in rows if (r["hosts"], r["optimizer"]) == (hosts, opt)],
+                    )
+                )
+    return out
+
+
+def test_the_stored_paired_speedups_are_predicted():
+    """What the paired runs are for: the predicted speedup within 10% of the measured one (median over
+    both repeats' 18 cases), the measured one inside the predicted P10-P90 in at least 80%, and the
+    prediction on the measured side of 1.0 every time."""
+    rows = [r for *_, rs in _speedup_rows() for r in rs]
+    assert len(rows) == 36
+    errors = sorted(abs(r["speedup_error"]) for r in rows)
+    assert (errors[17] + errors[18]) / 2 <= 0.10
+    assert sum(r["speedup_inside"] for r in rows) >= 0.8 * len(rows)
+    assert all(r["speedup_side_agrees"] for r in rows)
+
+
+def test_the_docs_paired_table_is_what_the_stored_runs_say():
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "testbed.md").read_text()
+    label = {"mlp": "MLP", "transformer": "transformer"}
+
+    def speedup(r: dict, key: str) -> str:
+        return f"{r[key]:.2f} ({r[key + '_p10']:.2f}–{r[key + '_p90']:.2f})"
+
+    for model, hosts, opt, (one, two) in _speedup_rows():
+        measured = "; ".join(speedup(r, "measured_speedup") for r in (one, two))
+        agree = abs(one["measured_speedup"] / two["measured_speedup"] - 1)
+        predicted = "; ".join(
+            speedup(r, "predicted_speedup") + (" ✓" if r["speedup_inside"] else "") for r in (one, two)
+        )
+        line = f"| {label[model]} | {hosts} | {NAMES[opt]} | {measured} | {100 * agree:.1f}% | {predicted} |"
+        assert line in docs, line
