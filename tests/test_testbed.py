@@ -247,6 +247,21 @@ before = opt.flat.clone()
 opt.step()
 majority = torch.where(torch.stack(signs).sum(0) * 1 > 0, 1.0, -1.0)[: opt.n]
 ok &= torch.allclose(before - opt.flat, majority, atol=1e-6)
+
+# 0/1 Adam past its freeze: a local step uses no collective and the ranks drift apart on their own
+# gradients; the sync undoes the local steps and applies the same averaged update everywhere
+torch.manual_seed(0)
+opt = cj.ZeroOneAdam(torch, dist, build_model(torch, args).parameters(), interval=2)
+grads = [torch.randn(opt.n, generator=torch.Generator().manual_seed(30 + r)) for r in range(p)]
+for step in range(2):
+    opt.grad.copy_(grads[rank])
+    opt.collectives_s = 0.0
+    opt.step()
+    gathered = [torch.zeros_like(opt.flat) for _ in range(p)]
+    dist.all_gather(gathered, opt.flat.clone())
+    same = all(torch.allclose(g, gathered[0], rtol=1e-5, atol=1e-7) for g in gathered)
+    ok &= (opt.collectives_s == 0.0 and not same) if step == 0 else (opt.collectives_s > 0 and same)
+ok &= float(opt.accumulator.abs().sum()) == 0.0 and opt.lrs == 0.0
 dist.barrier()
 dist.destroy_process_group()
 sys.exit(0 if ok else 1)
@@ -255,7 +270,7 @@ sys.exit(0 if ok else 1)
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_compressed_allreduces_in_torch_compute_what_the_algorithms_define(tmp_path, ranks):
-    """The 1-bit Adam and BinSGDM all-reduces run on the testbed are the algorithms, not just traffic:
+    """The 1-bit Adam, BinSGDM and 0/1 Adam exchanges run on the testbed are the algorithms, not just traffic:
     checked against their definitions on loopback gloo (no root needed)."""
     pytest.importorskip("torch")
     script = tmp_path / "check.py"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Optional
 
@@ -119,9 +120,10 @@ def testbed_validate(
         "adam",
         "--optimizers",
         help="Comma-separated: adam (PyTorch DDP), onebit-adam (1-bit Adam's compression stage), "
-        "binsgdm; the compressed ones implement their compressed all-reduce in torch over gloo; zero3 "
-        "(Adam under PyTorch FSDP2, one unit per layer: ZeRO-3, predicted as training.sharding stage 3 "
-        "with blocking gathers and reduce-scatters, which is what FSDP2 does on CPU).",
+        "binsgdm, zero-one-adam (0/1 Adam past its variance freeze, a sync every --interval steps); the "
+        "compressed ones implement their compressed all-reduce in torch over gloo; zero3 (Adam under "
+        "PyTorch FSDP2, one unit per layer: ZeRO-3, predicted as training.sharding stage 3 with blocking "
+        "gathers and reduce-scatters, which is what FSDP2 does on CPU; --blocks only).",
     ),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Layers (mlp: 4, transformer: 2)."),
     width: Optional[int] = typer.Option(
@@ -131,7 +133,23 @@ def testbed_validate(
         None, "--batch", min=1, help="Samples per host per step (mlp: 256, transformer: 16)."
     ),
     seq: int = typer.Option(64, "--seq", min=1, help="Transformer: tokens per sample."),
-    steps: int = typer.Option(20, "--steps", min=2, help="Measured steps per job (after 3 warm-up steps)."),
+    steps: int = typer.Option(
+        20,
+        "--steps",
+        min=2,
+        help="Measured steps per optimizer (after 3 warm-up steps); paired, in rounds of --burst steps.",
+    ),
+    blocks: bool = typer.Option(
+        False,
+        "--blocks",
+        help="Measure each optimizer's steps in a block of its own, after the calibration, instead of "
+        "interleaved with the others' (paired, the default: every speedup is a median of ratios between "
+        "neighbours in time, which cancels the machine's drift).",
+    ),
+    burst: int = typer.Option(4, "--burst", min=1, help="Paired: steps of one optimizer in a row per round."),
+    interval: int = typer.Option(
+        4, "--interval", min=1, help="0/1 Adam: steps between two syncs (its local_step_clipper)."
+    ),
     samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
     out: Optional[Path] = typer.Option(
         None,
@@ -146,7 +164,10 @@ def testbed_validate(
 
     The network model is fitted on a collective sweep over the smaller host groups; each host's compute
     (and, for compressed optimizers, its compression kernels) is measured by running the same work on
-    all hosts at once without communication."""
+    all hosts at once without communication. By default the optimizers' steps are measured paired:
+    interleaved in bursts with each other and with that calibration, each speedup over Adam the median
+    of ratios between neighbours in time, beside the predicted speedup; --blocks measures each
+    optimizer on its own after the calibration."""
     from clustersim.errors import InputError
     from clustersim.testbed.hosts import require_tools
     from clustersim.testbed.validate import JOBS, Job, validate
@@ -160,6 +181,22 @@ def testbed_validate(
         raise InputError(
             f"unknown optimizer {(unknown or [''])[0]!r} (known: {', '.join(JOBS)})", key="--optimizers"
         )
+    if blocks and "zero-one-adam" in chosen:
+        raise InputError(
+            "zero-one-adam is measured paired only (its steps differ: a sync every --interval steps, "
+            "so a burst of whole intervals is its unit): leave out --blocks",
+            key="--optimizers",
+        )
+    if not blocks and "zero3" in chosen:
+        raise InputError("zero3 is measured in blocks: add --blocks", key="--optimizers")
+    if not blocks and "adam" not in chosen:
+        raise InputError("paired runs measure speedups over Adam: add adam", key="--optimizers")
+    if not blocks and (burst % interval or steps < burst):
+        raise InputError(
+            f"--burst {burst} must be a whole number of 0/1 Adam's --interval {interval} and at most "
+            f"--steps {steps}",
+            key="--burst",
+        )
     d = MODEL_DEFAULTS[model]
     job = Job(
         model=model,
@@ -168,17 +205,34 @@ def testbed_validate(
         batch=batch or d["batch"],
         seq=seq,
         steps=steps,
+        interval=interval,
     )
     if out is not None:
         from clustersim.io import check_writable_file
 
         check_writable_file(out)  # before minutes of measuring, not after
     require_tools()
+    command = _command(hosts, rate, model, optimizers, job, blocks, burst)
+
+    def partial(result: dict) -> None:  # a paired run's --out after each host count, as it goes
+        if out is not None:
+            from clustersim.io import write_json_atomically
+
+            write_json_atomically(out, {**result, "provenance": _provenance(command, result["testbed"])})
+
     with spinner("testbed validation", json_out) as progress:
-        result = validate(
-            counts, rate, job, chosen, samples=samples, progress=progress, cpus_per_host=cpus_per_host
-        )
-    result["provenance"] = _provenance(hosts, rate, model, optimizers, job, result["testbed"])
+        if blocks:
+            result = validate(
+                counts, rate, job, chosen, samples=samples, progress=progress, cpus_per_host=cpus_per_host
+            )
+        else:
+            from clustersim.testbed.paired import validate_paired
+
+            result = validate_paired(
+                counts, rate, job, chosen, samples, progress, cpus_per_host=cpus_per_host, burst=burst,
+                partial=partial,
+            )  # fmt: skip
+    result["provenance"] = _provenance(command, result["testbed"])
     _emit_validation(result, out, json_out)
 
 
@@ -197,7 +251,7 @@ def testbed_repredict(
     compute and kernels come from the calibration stored beside it. The measured columns are the
     file's; the predicted ones are new. Use it to see what a model change does to real runs."""
     from clustersim.io import read_structured_file
-    from clustersim.testbed.validate import repredict
+    from clustersim.testbed.paired import repredict
 
     stored = read_structured_file(file, "json")
     if out is not None:
@@ -233,7 +287,16 @@ def _host_counts(hosts: str) -> list[int]:
     return counts
 
 
-def _provenance(hosts: str, rate: str, model: str, optimizers: str, job, testbed: dict) -> dict:
+def _command(hosts: str, rate: str, model: str, optimizers: str, job, blocks: bool, burst: int) -> str:
+    protocol = " --blocks" if blocks else f" --burst {burst} --interval {job.interval}"
+    return (
+        f"clustersim testbed validate --hosts {hosts} --rate {rate} --model {model} "
+        f"--optimizers {optimizers} --layers {job.layers} --width {job.width} --batch {job.batch} "
+        f"--seq {job.seq} --steps {job.steps}{protocol}"
+    )
+
+
+def _provenance(command: str, testbed: dict) -> dict:
     import datetime
     import os
     import platform
@@ -243,9 +306,7 @@ def _provenance(hosts: str, rate: str, model: str, optimizers: str, job, testbed
     from clustersim.calibration.provenance import cpu_model
 
     return {
-        "command": f"clustersim testbed validate --hosts {hosts} --rate {rate} --model {model} "
-        f"--optimizers {optimizers} --layers {job.layers} --width {job.width} --batch {job.batch} "
-        f"--seq {job.seq} --steps {job.steps} --cpus-per-host {testbed['cpus_per_host'] or 0:g}",
+        "command": f"{command} --cpus-per-host {testbed['cpus_per_host'] or 0:g}",
         "machine": socket.gethostname(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -298,6 +359,57 @@ def _print_validation(result: dict) -> None:
         "[dim]✓: the measured median is inside the predicted P10–P90[/]"
     )
     for line in sharded_ratios(result["rows"]):
+        console.print(line)
+    if any("measured_speedup" in r for r in result["rows"]):
+        _print_speedups(result)
+
+
+def _times(r: dict, key: str) -> str:
+    return f"{r[key]:.2f}× ({r[key + '_p10']:.2f}–{r[key + '_p90']:.2f})"
+
+
+def _print_speedups(result: dict) -> None:
+    """A paired run: each optimizer's speedup over Adam, the median of its paired ratios (P10–P90 of the
+    pairs) beside the predicted speedup (P10–P90 under the same draws), and the machine's drift."""
+    rows = [
+        [
+            r["optimizer"],
+            r["hosts"],
+            _times(r, "measured_speedup"),
+            _times(r, "predicted_speedup") + (" ✓" if r["speedup_inside"] else " ✗"),
+            f"{100 * r['speedup_error']:+.1f}%",
+            f"{len(r['pair_ratios'])}",
+        ]
+        for r in result["rows"]
+        if "measured_speedup" in r
+    ]
+    console.print(
+        table(
+            "speedup over Adam: measured (median of paired ratios, P10–P90 of the pairs) and predicted",
+            ["optimizer", "hosts", "measured", "predicted", "error", "pairs"],
+            rows,
+        )
+    )
+    errors = sorted(abs(r["speedup_error"]) for r in result["rows"] if "speedup_error" in r)
+    inside = sum(r["speedup_inside"] for r in result["rows"] if "speedup_inside" in r)
+    sides = sum(r["speedup_side_agrees"] for r in result["rows"] if "speedup_side_agrees" in r)
+    console.print(
+        f"speedups: median |error| {100 * statistics.median(errors):.1f}%, {inside} of {len(errors)} inside "
+        f"the predicted P10–P90, {sides} of {len(errors)} on the measured side of 1.0"
+    )
+    for record in result.get("paired", {}).get("hosts", []):
+        d = record["drift"]
+        line = (
+            f"{record['hosts']} hosts: reference kernel {1e3 * d['reference_median_s']:.0f} ms, drift "
+            f"over the run {100 * d['spread']:.0f}% (P10–P90; slowest ÷ fastest "
+            f"{d['slowest_over_fastest']:.2f}), between neighbours "
+            f"{100 * d['neighbour_change']:.1f}% (median)"
+        )
+        if d["exceeded"]:
+            line += (
+                f" [bold]— more than the {100 * d['tolerance']:.0f}% the pairing absorbs: the paired "
+                "ratios carry the drift (more rounds, or a quieter machine)[/]"
+            )
         console.print(line)
 
 

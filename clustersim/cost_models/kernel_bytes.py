@@ -47,9 +47,14 @@ UPDATE_KERNELS_PER_TENSOR = {"adam": 8, "sgdm": 3}
 # division (reciprocal and multiply), the clamp and the gradient's mul_, 8 kernels.
 CLIP_BYTES = 12.0
 CLIP_KERNELS_PER_TENSOR = {"none": 0, "global": 0, "per_tensor": 8}
-# 0/1 Adam's local-step sync: correct the momentum by the synced accumulator, then reset the
-# accumulator: two passes over fp32 buffers, each r8 w4 (zoadam.py).
-ACCUMULATOR_CORRECTION = 24.0
+# 0/1 Adam's local-step sync, expression by expression (deepspeed/runtime/fp16/onebit/zoadam.py, the
+# freeze_key branch), besides the compressed all-reduce: undo the local steps, p.add_(-1 * u) (mul r4 w4,
+# add r8 w4: 20); scale the accumulator, u.mul_(v.sqrt() + eps) (sqrt 8, add 8, mul r8 w4: 28); the
+# momentum from the synced accumulator, exp_avg.zero_().add_(u / lrs, alpha=-1) (w4, div 8, add 12:
+# 24); apply it, p.add_(u / (v.sqrt() + eps)) (sqrt 8, add 8, div 12, add 12: 40); u.zero_() (w4).
+ACCUMULATOR_CORRECTION = 116.0
+# 0/1 Adam's local step also accumulates its update, u.add_(-lr * update) (mul r4 w4, add r8 w4).
+ACCUMULATE = 20.0
 # exp_avg.mul_(beta1) (r4 w4) then .add_(1 - beta1, grad) (r8 w4).
 MOMENTUM_UPDATE = 20.0
 # exp_avg_sq.mul_(beta2) (r4 w4) then .addcmul_(1 - beta2, grad, grad) (r12 w4).

@@ -13,6 +13,12 @@ all_gather in place of NCCL's, then ``m / (sqrt(v_frozen) + eps)`` applied.
 all-reduce as strategies/binsgdm.py models it for one rank per host (a reduce-scatter by all-to-all of
 packed bits and a majority vote, an all-gather of the packed results by all-to-all), unpack and apply.
 
+``--mode zero-one``: 0/1 Adam after its variance freeze (deepspeed/runtime/fp16/onebit/zoadam.py, the
+``freeze_key`` branch): every step a local momentum update and a local Adam step with the frozen
+variance, accumulated (``lr · update``) in a momentum accumulator; every ``--interval`` steps the
+accumulator is synchronised by the same ``compressed_allreduce`` and corrects momentum and weights.
+The interval is fixed: DeepSpeed's once its doublings reached ``local_step_clipper``.
+
 ``--mode kernels``: every host runs the calibration microbenchmarks of these kernels at the job's
 size at the same time (calibration/microbench.py): how fast an emulated host's kernels are while its
 neighbours share this machine's cores. The slowest host's time per kernel is recorded.
@@ -147,6 +153,42 @@ class OneBitAdam(_Timed):
         )
 
 
+class ZeroOneAdam(OneBitAdam):
+    """0/1 Adam after the variance freeze with a fixed local-step interval (zoadam.py's ``freeze_key``
+    branch; one parameter group, so its step counter is the optimizer's)."""
+
+    def __init__(self, torch, dist, params, interval: int = 4, **kwargs):
+        super().__init__(torch, dist, params, **kwargs)
+        self.interval = interval
+        self.accumulator = torch.zeros(self.size)  # u in the paper: DeepSpeed's momentum_accumulator
+        self.lrs = 0.0  # learning rates summed since the last sync
+        self.steps = 0
+
+    def step(self) -> tuple[float, float, float]:
+        """Returns the seconds of the local momentum update, the sync (zero on a local step) and the
+        local update."""
+        t_start = time.perf_counter()
+        m, u = self.exp_avg[: self.n], self.accumulator[: self.n]
+        m.mul_(self.beta1).add_(self.grad, alpha=1 - self.beta1)
+        self.lrs += self.lr
+        t0 = time.perf_counter()
+        update = m / (self.exp_avg_sq.sqrt() + self.eps)
+        update += self.weight_decay * self.flat
+        self.flat.add_(-self.lr * update)
+        u.add_(-self.lr * update)
+        self.steps += 1
+        t1 = time.perf_counter()
+        if self.steps % self.interval == 0:  # the sync: undo the local steps, apply the averaged ones
+            self.flat.add_(-1 * u)
+            u.mul_(self.exp_avg_sq.sqrt() + self.eps)
+            self.compressed_allreduce(self.accumulator)
+            m.zero_().add_(u / self.lrs, alpha=-1)
+            self.flat.add_(u / (self.exp_avg_sq.sqrt() + self.eps))
+            self.accumulator.zero_()
+            self.lrs = 0.0
+        return t0 - t_start, time.perf_counter() - t1, t1 - t0
+
+
 class BinSGDM(_Timed):
     """BinSGDM with one rank per host: the hierarchical scheme's intra-node phases are groups of one."""
 
@@ -198,10 +240,19 @@ def _kernels(torch, dist, elements: int) -> dict:
     return {"kernels": [{**r, "median_s": s} for r, s in zip(rows, worst)]}
 
 
+def make_optimizer(torch, dist, mode: str, params, interval: int = 4):
+    """The compressed optimizer of ``mode`` (onebit, zero-one, binsgdm) over ``params``."""
+    if mode == "onebit":
+        return OneBitAdam(torch, dist, params)
+    if mode == "zero-one":
+        return ZeroOneAdam(torch, dist, params, interval)
+    return BinSGDM(torch, dist, params)
+
+
 def _train(torch, dist, args) -> dict:
     model = build_model(torch, args)
     x = model_input(torch, args)
-    opt = (OneBitAdam if args.mode == "onebit" else BinSGDM)(torch, dist, model.parameters())
+    opt = make_optimizer(torch, dist, args.mode, model.parameters(), args.interval)
     keys = ("step", "forward", "backward", "state_update", "compressed_allreduce", "update", "collectives")
 
     def update() -> tuple:
@@ -217,8 +268,9 @@ def _train(torch, dist, args) -> dict:
 def main(argv=None) -> int:
     def kernel_size(ap):
         ap.add_argument("--elements", type=int, default=1 << 20, help="kernel size for --mode kernels")
+        ap.add_argument("--interval", type=int, default=4, help="0/1 Adam: steps between two syncs")
 
-    args, torch, dist = start(argv, __doc__, ("onebit", "binsgdm", "kernels"), kernel_size)
+    args, torch, dist = start(argv, __doc__, ("onebit", "zero-one", "binsgdm", "kernels"), kernel_size)
     result = _kernels(torch, dist, args.elements) if args.mode == "kernels" else _train(torch, dist, args)
     return finish(args, torch, dist, result)
 

@@ -91,13 +91,18 @@ def slowest(torch, dist, times: dict[str, list[float]], keys) -> dict:
     add up to its step; the largest of each phase over ranks would not, because a rank that finishes
     its kernels early waits inside the next collective for the others, so the longest collective time
     and the longest kernel time belong to different ranks and both overstate what the step spent."""
+    chosen = slowest_steps(torch, dist, times, keys)
+    return {k: quantiles(chosen[:, i].tolist()) for i, k in enumerate(keys)}
+
+
+def slowest_steps(torch, dist, times: dict[str, list[float]], keys):
+    """Steps x keys: per step, every key of the rank whose whole step (``keys[0]``) was the longest."""
     mine = torch.tensor([times[k] for k in keys], dtype=torch.float64)  # keys x steps
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
     ranks = torch.stack(gathered)  # ranks x keys x steps
     worst = ranks[:, 0, :].argmax(dim=0)  # per step, the rank with the longest step
-    chosen = ranks[worst, :, torch.arange(ranks.shape[2])]  # steps x keys
-    return {k: quantiles(chosen[:, i].tolist()) for i, k in enumerate(keys)}
+    return ranks[worst, :, torch.arange(ranks.shape[2])]  # steps x keys
 
 
 def leave(code: int) -> None:

@@ -38,6 +38,7 @@ class StoredJob(_Stored):
     seq: Count = Field(ge=1)
     heads: Count = Field(ge=1)
     steps: Count = Field(ge=2)
+    interval: Count = Field(4, ge=1)
 
 
 class CalibrationPhases(_Stored):
@@ -48,7 +49,7 @@ class CalibrationPhases(_Stored):
 
 class StoredRow(_Stored):
     hosts: Count = Field(ge=2, le=MAX_HOSTS)
-    optimizer: Literal["adam", "onebit-adam", "binsgdm", "zero3"] = "adam"
+    optimizer: Literal["adam", "onebit-adam", "binsgdm", "zero-one-adam", "zero3"] = "adam"
     measured_s: Seconds
     measured_p10_s: Seconds
     measured_p90_s: Seconds
@@ -56,6 +57,8 @@ class StoredRow(_Stored):
     calibration_phases_s: CalibrationPhases
     calibration_kernels: list[KernelRecord] | None = None
     network_fitted_on_ranks: list[Annotated[Count, Field(ge=2, le=MAX_HOSTS)]] = Field(min_length=1)
+    # a paired run's compressed rows: Adam's burst over this optimizer's, one per round
+    pair_ratios: list[Annotated[Number, Field(gt=0, le=1e6)]] | None = Field(None, min_length=1)
 
 
 class StoredRun(_Stored):

@@ -20,6 +20,7 @@ Protocol (nothing from the predicted job itself feeds the prediction's network s
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,11 @@ JOBS = {
     "adam": ("clustersim.testbed.ddp_job", "ddp"),
     "onebit-adam": ("clustersim.testbed.compressed_job", "onebit"),
     "binsgdm": ("clustersim.testbed.compressed_job", "binsgdm"),
+    "zero-one-adam": ("clustersim.testbed.compressed_job", "zero-one"),
     "zero3": ("clustersim.testbed.ddp_job", "fsdp"),
 }
-COMPRESSED = ("onebit-adam", "binsgdm")
+COMPRESSED = ("onebit-adam", "binsgdm")  # every step's update waits for one compressed all-reduce
+KERNELS = (*COMPRESSED, "zero-one-adam")  # priced with the compression kernels' calibration
 SHARDED = ("zero3",)  # Adam, its parameters, gradients and state sharded over the hosts
 
 
@@ -57,6 +60,7 @@ class Job:
     seq: int = 64
     heads: int = 4
     steps: int = 20
+    interval: int = 4  # 0/1 Adam: local steps between two syncs (DeepSpeed's local_step_clipper)
 
     def args(self) -> list[str]:
         return [
@@ -126,7 +130,27 @@ def _training(job: Job, optimizer: str) -> dict:
                 "overlap_comm": False,
             },
         }
+    if optimizer == "zero-one-adam":
+        return {
+            "optimizer": optimizer,
+            "optimizer_options": zero_one_options(job.interval),
+            "ddp_bucket_cap_mb": 25,
+            "first_bucket_cap_mb": 1,
+        }
     return {"optimizer": optimizer, "ddp_bucket_cap_mb": 25, "first_bucket_cap_mb": 1}
+
+
+def zero_one_options(interval: int) -> dict:
+    """0/1 Adam as the testbed runs it (compressed_job.ZeroOneAdam): past its variance freeze, a sync
+    every ``interval`` steps. In DeepSpeed's schedule: frozen from the start, the local interval doubled
+    after every step (``local_step_scaler`` 1) up to ``local_step_clipper`` = ``interval``; over 10^6
+    steps the two syncs before the interval reaches its cap weigh 2 in a million."""
+    return {
+        "var_freeze_step": 0,
+        "total_steps": 1_000_000,
+        "local_step_scaler": 1,
+        "local_step_clipper": interval,
+    }
 
 
 def scenario_for(n: int, rate_bits: float, job: Job, optimizer: str = "adam"):
@@ -200,7 +224,7 @@ def _profile(raw: dict, fit_ranks: int, local: dict, job: Job, kernels: list[dic
 
 
 def _sweep(tb, optimizers: list[str], rate: str, progress, sizes: tuple[int, int], repeat: int) -> dict:
-    ops = ["all_reduce"] + (["all_to_all", "all_gather"] if set(optimizers) & set(COMPRESSED) else [])
+    ops = ["all_reduce"] + (["all_to_all", "all_gather"] if set(optimizers) & set(KERNELS) else [])
     if set(optimizers) & set(SHARDED):
         ops += [op for op in ("all_gather", "reduce_scatter") if op not in ops]
     with tempfile.TemporaryDirectory(prefix="cst-validate-") as tmp:
@@ -300,7 +324,7 @@ def validate(
                 count=n,
             )
             kernels = None
-            if set(optimizers) & set(COMPRESSED):
+            if set(optimizers) & set(KERNELS):
                 kernels = run_on_hosts(
                     tb,
                     JOBS["binsgdm"][0],
@@ -317,7 +341,12 @@ def validate(
                 measured = run_on_hosts(
                     tb,
                     module,
-                    ["--mode", mode, *job.args()],
+                    [
+                        "--mode",
+                        mode,
+                        *job.args(),
+                        *(["--interval", str(job.interval)] if mode == "zero-one" else []),
+                    ],
                     {},
                     progress,
                     900,
@@ -342,22 +371,23 @@ def validate(
     }
 
 
-def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> dict:
+def repredict(stored: dict, source: str, samples: int = 16, progress=None, profiles_out=None) -> dict:
     """Predict a stored validation's measured steps again with today's model: the network model refitted
     on the file's own sweep, each host count's compute and kernels from its stored calibration. The
     measurements are the file's; only the predicted columns are new. A model change is checked against
     real runs in seconds, without hosts. The file is checked first (stored_run.py), and whatever the
-    model then refuses is named in the file too; nothing is predicted until every row is ready."""
+    model then refuses is named in the file too; nothing is predicted until every row is ready.
+    ``profiles_out``, a list, receives each row's profile (paired.repredict predicts speedups with them)."""
     from clustersim.errors import InputError
     from clustersim.testbed.stored_run import parse_stored_run
 
     run, rate_bits = parse_stored_run(stored, source)
     j = run.job
-    job = Job(j.model, j.layers, j.width, j.batch, j.seq, j.heads, j.steps)
-    parsed = []
+    job = Job(j.model, j.layers, j.width, j.batch, j.seq, j.heads, j.steps, j.interval)
+    parsed, profiles = [], {}  # the rows of one host count share a calibration: one fit for them all
     for i, row in enumerate(run.rows):
         where = f"rows.{i}"
-        if row.optimizer in COMPRESSED and not row.calibration_kernels:
+        if row.optimizer in KERNELS and not row.calibration_kernels:
             raise InputError(
                 f"{row.optimizer} on {row.hosts} hosts has no stored kernel calibration (written by an "
                 "older version): re-run `clustersim testbed validate` to re-predict it",
@@ -371,7 +401,10 @@ def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> di
         step = (row.measured_s, row.measured_p10_s, row.measured_p90_s)
         measured["step"] = dict(zip(("median_s", "p10_s", "p90_s"), step))
         try:  # what the model refuses (a job too large to simulate, a calibration it cannot use)
-            profile = _profile(run.sweep, max(row.network_fitted_on_ranks) + 1, local, job, kernels)
+            key = json.dumps([row.network_fitted_on_ranks, phases, kernels], sort_keys=True)
+            if key not in profiles:
+                profiles[key] = _profile(run.sweep, max(row.network_fitted_on_ranks) + 1, local, job, kernels)
+            profile = profiles[key]
             scenario = scenario_for(row.hosts, rate_bits, job, row.optimizer)
         except InputError as exc:
             raise _in_file(exc, source, where) from None
@@ -384,9 +417,13 @@ def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> di
             raise _in_file(exc, source, f"rows.{i}") from None
         new = _row(row.hosts, row.optimizer, measured, result, row.network_fitted_on_ranks, local, kernels)
         new["measured_wire_sent_bytes"] = stored["rows"][i].get("measured_wire_sent_bytes")
+        if row.pair_ratios:
+            new["pair_ratios"] = list(row.pair_ratios)
         new_rows.append(new)
         if progress is not None:
             progress(f"{row.optimizer} on {row.hosts} hosts ({i + 1} of {len(parsed)})")
+    if profiles_out is not None:
+        profiles_out.extend(p[4] for p in parsed)
     return {**stored, "rows": new_rows}
 
 

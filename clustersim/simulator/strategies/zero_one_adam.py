@@ -33,6 +33,7 @@ from clustersim.simulator.strategies.onebit_adam import (
     add_compressed_momentum_sync,
     frozen_variance_offload_spec,
     group_sizes,
+    own_kernel,
 )
 
 STEP_KINDS = ("variance_update", "compressed_gradient", "local", "local_sync")
@@ -109,10 +110,19 @@ class ZeroOneAdam(Strategy):
     def offload_spec(self) -> offload.UpdateSpec:
         return frozen_variance_offload_spec(self.ctx, self.gpu_state_with_offload)
 
-    def _local_update(self, prog: Program, dep, label: str):
+    def _local_update(self, prog: Program, dep, label: str, accumulate: bool):
+        """The update with the frozen variance (1-bit Adam's expressions, at their own rate where the
+        profile measured them), plus past the freeze its accumulation into the momentum accumulator."""
         ctx = self.ctx
+        per_param = ok.ADAM_DIRECTION + ok.APPLY_UPDATE + (ok.ACCUMULATE if accumulate else 0.0)
         return add_update_and_other(
-            prog, ctx, [dep], ok.ADAM_DIRECTION + ok.APPLY_UPDATE, label, offload=self.offload_spec()
+            prog,
+            ctx,
+            [dep],
+            per_param,
+            label,
+            offload=self.offload_spec(),
+            kernel=own_kernel(ctx, "onebit_update"),
         )
 
     def program(self, kind: str) -> tuple[Program, list[dict]]:
@@ -136,7 +146,7 @@ class ZeroOneAdam(Strategy):
         dep = prog.add(
             "momentum update",
             "compute",
-            ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, "optimizer"),
+            ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, own_kernel(ctx, "onebit_momentum")),
             "optimizer",
             (dep,),
         )
@@ -145,11 +155,11 @@ class ZeroOneAdam(Strategy):
             dep = prog.add(
                 "accumulator correction",
                 "compute",
-                ctx.device.stream_time(ok.ACCUMULATOR_CORRECTION * P, "optimizer"),
+                ctx.device.stream_time(ok.ACCUMULATOR_CORRECTION * P, own_kernel(ctx, "onebit_update")),
                 "optimizer",
                 (dep,),
             )
-        self._local_update(prog, dep, f"0/1 Adam update ({kind})")
+        self._local_update(prog, dep, f"0/1 Adam update ({kind})", kind in ("local", "local_sync"))
         return prog, []
 
     def steps(self) -> list[StepProgram]:
