@@ -418,6 +418,21 @@ def weight_cast_bytes_per_param() -> float:
     return float(execution()["unfused_pointwise"]["weight_cast_bytes_per_param"])
 
 
+def default_implementation(arch: "ModelArch", model_parallel: bool = False) -> str:
+    """The code a catalog model runs unless the scenario says (workload.implementation): Hugging Face's
+    transformers, torchvision's CNNs, Megatron-LM under tensor or pipeline parallelism
+    (catalogs/execution.yaml implementations)."""
+    table = execution()["implementations"]
+    if model_parallel:
+        return str(table["model_parallel"])
+    kind = arch.style if isinstance(arch, TransformerArch) else "resnet"
+    return str(table["default"][kind])
+
+
+def known_implementations() -> list[str]:
+    return [str(x) for x in execution()["implementations"]["known"]]
+
+
 def eager_kernels(style: str, part: str) -> tuple[int, int]:
     """Kernels an eager PyTorch step launches for one layer, (forward, backward)."""
     fwd, bwd = execution()["kernels"][style][part]

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim import catalog
 from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
@@ -242,6 +243,42 @@ class Fingerprint(_Strict):
     autocast: bool = True
     attention: str | None = Field(None, description="sdpa | eager | flash_attention_2 | ...")
     execution: Literal["eager", "compiled", "cuda_graphs"] = "eager"
+    implementation: str | None = Field(
+        None,
+        description="the model's code (workload.implementation): plain (clustersim's plain-torch build of "
+        "a catalog model), hf (Hugging Face transformers), torchvision, megatron, deepspeed, or the name "
+        "of the user's own measured code (--module, an imported job); None: not recorded (an older "
+        "profile whose source does not say)",
+    )
+
+
+def implementation_from_source(source: str, model: str = "") -> str | None:
+    """The code a measurement stored without ``implementation`` timed, read off the command that made it
+    (profiles written before the field): ``--hf-config`` a Hugging Face model, ``--model`` or
+    ``--scenario`` clustersim's plain-torch build, ``--module`` the user's own code (its name), an
+    imported trace the user's job, taken as the code its catalog model runs by default."""
+    if "--hf-config" in source:
+        return "hf"
+    if "--module" in source:
+        return model or None
+    if "import-trace" in source:
+        try:
+            return catalog.default_implementation(catalog.model(model))
+        except InputError:
+            return model or None
+    if "calibrate model" in source:
+        return "plain"
+    return None
+
+
+def _with_implementation(entry: object, model: str = "") -> object:
+    """A stored measurement (a dict) with its fingerprint's implementation filled from its source."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict):
+        return entry
+    if entry["fingerprint"].get("implementation") is not None:
+        return entry
+    found = implementation_from_source(str(entry.get("source", "")), str(entry.get("model", model)))
+    return {**entry, "fingerprint": {**entry["fingerprint"], "implementation": found}}
 
 
 class Linear(_Strict):
@@ -347,7 +384,21 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 3
     if data.get("format_version") == 3:  # v3 -> v4 adds the optional model compute and dispatch rates
         data["format_version"] = 4
+    # v4 profiles written before fingerprints recorded the model's code: read it off each source
+    if isinstance(data.get("model_compute"), list):
+        data["model_compute"] = [_with_implementation(mc) for mc in data["model_compute"]]
+    if isinstance(data.get("dispatch"), dict):
+        data["dispatch"] = _with_implementation(data["dispatch"], _dispatch_model(data))
     return data
+
+
+def _dispatch_model(data: dict) -> str:
+    """The model whose measurement the dispatch rates came from: the stored entry of the same source."""
+    source = data["dispatch"].get("source")
+    for mc in data.get("model_compute") or []:
+        if isinstance(mc, dict) and mc.get("source") == source:
+            return str(mc.get("model", ""))
+    return ""
 
 
 def builtin_profiles() -> list[str]:

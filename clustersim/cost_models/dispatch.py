@@ -7,8 +7,10 @@ max(host dispatch, device time) and a small model at a small micro-batch is boun
 BERT-Large step at micro-batch 16 on an H200 keeps the GPU busy 21 ms of 56 (catalogs/execution.yaml).
 
 Rates, in order of preference: the profile's own measured ones (``calibrate model`` or
-``calibrate import-trace``) when their execution mode is the scenario's, else the catalog's for the
-mode. Every kernel counted by the workload is one dispatch (pointwise ones fewer when compiled).
+``calibrate import-trace``) when their execution mode and model code are the scenario's (a host's cost
+per op is the code's: Hugging Face's and a plain-torch op take other paths through Python), else the
+catalog's for the mode. Every kernel counted by the workload is one dispatch (pointwise ones fewer
+when compiled).
 """
 
 from __future__ import annotations
@@ -34,9 +36,15 @@ class Dispatch:
     source: str
 
     @classmethod
-    def of(cls, gpu: GpuSpec, execution: str, profile: Profile | None) -> "Dispatch":
+    def of(
+        cls, gpu: GpuSpec, execution: str, profile: Profile | None, implementation: str | None = None
+    ) -> "Dispatch":
+        """``implementation``: the scenario's model code (workload.implementation); a profile's rates
+        are the code's they were measured on (None on either side: not recorded, taken as the same)."""
         measured = profile.dispatch if profile is not None else None
-        if measured is not None and measured.fingerprint.execution == execution:
+        code = measured.fingerprint.implementation if measured is not None else None
+        same_code = code is None or implementation is None or code.lower() == implementation.lower()
+        if measured is not None and measured.fingerprint.execution == execution and same_code:
             return cls(
                 execution,
                 measured.host_s_per_kernel_forward,

@@ -57,6 +57,8 @@ class SimulationContext:
     #: the measured model whose measured-to-modelled ratios this one's compute carries (another model
     #: of the profile's, on this device), when this model itself was not measured
     transferred_from: ModelCompute | None = None
+    #: log-sigma of carrying transferred_from's rates, measured on the profile (None: too few models)
+    carry_sigma: float | None = None
 
     @property
     def world(self) -> GroupShape:
@@ -314,7 +316,7 @@ def build_context(
     tensor = scenario.training.parallelism.tensor
     workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple, tensor)
     execution = scenario.workload.execution
-    device = DeviceCosts(gpu, prof, execution, unfused)
+    device = DeviceCosts(gpu, prof, execution, unfused, scenario.implementation)
     c = scenario.cluster
     measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
     measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None
@@ -328,8 +330,8 @@ def build_context(
         CollectiveModel(cluster, measured, params),
         prof,
         _matching_phases(prof, scenario, workload),
-        Dispatch.of(gpu, execution, prof),
-        matching_model_compute(prof, workload),
+        Dispatch.of(gpu, execution, prof, scenario.implementation),
+        matching_model_compute(prof, workload, scenario.implementation, execution),
     )
     if ctx.model_compute is not None:
         apply_model_compute(ctx, ctx.model_compute)
