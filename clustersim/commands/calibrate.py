@@ -191,6 +191,12 @@ def calibrate_model(
         None, "--module", help="MODULE:FUNCTION returning (nn.Module, batch); see docs/gpu-compute.md."
     ),
     name: Optional[str] = typer.Option(None, "--name", help="Name to store it under (default: the model's)."),
+    implementation: Optional[str] = typer.Option(
+        None,
+        "--implementation",
+        help="A catalog model's code: hf (its Hugging Face class; default where transformers is "
+        "installed), torchvision (ResNets), plain (clustersim's plain-torch build).",
+    ),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Fewer layers (stored as NAME-<N>L)."),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", min=1, help="Default: the model's (ResNet: image side)."
@@ -229,7 +235,7 @@ def calibrate_model(
     if optimizer not in ("adamw", "sgd"):
         raise InputError(f"unknown optimizer {optimizer!r} (adamw or sgd)", key="--optimizer")
     sizes = _int_list(micro_batches, "--micro-batches")
-    choice = ModelChoice(model, scenario, hf_config, module, layers, name)
+    choice = ModelChoice(model, scenario, hf_config, module, layers, name, implementation)
     command = "clustersim " + " ".join(sys.argv[1:])
     with spinner("calibrate model", json_out) as progress:
         profile, report = calibrate_model(
@@ -252,6 +258,8 @@ def calibrate_model(
     if json_out:
         emit_json(report)
         return
+    if report["note"]:
+        console.print(f"note: {report['note']}")
     rows = []
     for m in report["measured"]:
         for phase, p in m["phases"].items():
