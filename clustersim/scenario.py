@@ -514,6 +514,13 @@ class TrainingSpec(_Strict):
         "read on the host (clip_grad_norm_(...).item()). The optimizer's host work then runs after "
         "backward's kernels instead of beside them. Default: true for fp16, false otherwise",
     )
+    host_sync_after_forward: StrictBool = Field(
+        False,
+        description="whether the host waits for the GPU between forward and backward: the loss read on "
+        "the host every micro-step (loss.item() for logging) or a timer that synchronises each phase "
+        "(torch.cuda.synchronize(), as calibrate model and per-phase benchmarks do). Backward's dispatch "
+        "then starts when forward's kernels are done, without a queue of work ahead of the device",
+    )
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()

@@ -250,3 +250,30 @@ def test_implementation_applies_to_a_catalog_model_only(runner, tmp_path):
         app, ["calibrate", "model", "--model", "BERT-Base", "--implementation", "megatron", "--device", "cpu"]
     )
     assert result.exit_code == 2 and "unknown implementation" in result.output
+
+
+def _bert(**training):
+    return validate_scenario(
+        {
+            "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 1},
+            "workload": {"model": "BERT-Large", "micro_batch": 16, "seq_len": 128, "precision": "bf16"},
+            "training": {"optimizer": "adam", **training},
+        },
+        "test",
+    )
+
+
+def test_a_host_sync_after_forward_starts_backward_when_the_device_is_done():
+    """training.host_sync_after_forward (a per-phase timer, loss.item()): backward's dispatch waits for
+    forward's kernels. BERT-Large at micro-batch 16 is bound by the host: without the sync the host
+    dispatches backward while the device still runs forward's last kernels (the LM head); with it the
+    host starts backward only when they are done, and the step is longer by exactly that lag (backward
+    stays bound by the host). With CUDA graphs (no dispatch) the sync changes nothing."""
+    plain, synced = (simulate(_bert(host_sync_after_forward=x)) for x in (False, True))
+    end = {o.name: o.end for o in plain.ops}
+    lag = end["fwd head"] - end["dispatch fwd head"]
+    assert lag > 0
+    assert synced.iteration_time - plain.iteration_time == pytest.approx(lag, rel=1e-6)
+    graphs = {"workload.execution": "cuda_graphs"}
+    a, b = (simulate(_bert(host_sync_after_forward=x).with_changes(**graphs)) for x in (False, True))
+    assert b.iteration_time == pytest.approx(a.iteration_time, rel=1e-12)

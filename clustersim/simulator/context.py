@@ -174,6 +174,12 @@ class SimulationContext:
         return self.precision == "fp16" if given is None else given
 
     @cached_property
+    def host_syncs_after_forward(self) -> bool:
+        """Whether the host waits for forward's kernels before it dispatches backward
+        (training.host_sync_after_forward: the loss read on the host, a synchronised phase timer)."""
+        return self.scenario.training.host_sync_after_forward
+
+    @cached_property
     def param_tensors(self) -> int:
         return sum(len(layer.param_tensors) for layer in self.workload.layers)
 
