@@ -499,6 +499,7 @@ def calibrate_model(
         attention=resolved.runner.attention,
         execution="eager",
         implementation=resolved.implementation,
+        optimizer=optimizer,
     )
     overhead = model_timing.profiler_overhead_s(measured)
     source = (

@@ -250,6 +250,11 @@ class Fingerprint(_Strict):
         "of the user's own measured code (--module, an imported job); None: not recorded (an older "
         "profile whose source does not say)",
     )
+    optimizer: str | None = Field(
+        None,
+        description="the optimizer the optimizer phase timed, as torch names it in lower case: adamw "
+        "(fused on a GPU), sgd, ...; None: not recorded",
+    )
 
 
 def implementation_from_source(source: str, model: str = "") -> str | None:
@@ -271,14 +276,25 @@ def implementation_from_source(source: str, model: str = "") -> str | None:
     return None
 
 
+def optimizer_from_source(source: str) -> str | None:
+    """The optimizer a measurement stored without ``optimizer`` timed: ``calibrate model``'s
+    ``--optimizer`` (adamw unless it says sgd); an imported trace's is not in its command."""
+    if "calibrate model" not in source:
+        return None
+    return "sgd" if "--optimizer sgd" in source else "adamw"
+
+
 def _with_implementation(entry: object, model: str = "") -> object:
-    """A stored measurement (a dict) with its fingerprint's implementation filled from its source."""
+    """A stored measurement (a dict) with its fingerprint's implementation and optimizer filled from its
+    source where they are missing."""
     if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict):
         return entry
-    if entry["fingerprint"].get("implementation") is not None:
-        return entry
-    found = implementation_from_source(str(entry.get("source", "")), str(entry.get("model", model)))
-    return {**entry, "fingerprint": {**entry["fingerprint"], "implementation": found}}
+    fingerprint, source = dict(entry["fingerprint"]), str(entry.get("source", ""))
+    if fingerprint.get("implementation") is None:
+        fingerprint["implementation"] = implementation_from_source(source, str(entry.get("model", model)))
+    if fingerprint.get("optimizer") is None:
+        fingerprint["optimizer"] = optimizer_from_source(source)
+    return {**entry, "fingerprint": fingerprint}
 
 
 class Linear(_Strict):

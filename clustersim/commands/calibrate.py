@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -311,6 +312,12 @@ def calibrate_import_trace(
         None, "--et", help="The same job's PyTorch execution trace (parameter tensors and count)."
     ),
     model: Optional[str] = typer.Option(None, "--model", help="Model name the scenario uses."),
+    implementation: Optional[str] = typer.Option(
+        None,
+        "--implementation",
+        help="The job's model code (workload.implementation): hf, torchvision, megatron, deepspeed, or "
+        "your own name (default: the --model's default code).",
+    ),
     micro_batch: Optional[int] = typer.Option(
         None, "--micro-batch", min=1, max=2**20, help="Micro-batch of the trace."
     ),
@@ -336,8 +343,20 @@ def calibrate_import_trace(
 
     check_writable_file(out)
     step_time = finite_option(step_time, "--step-time")
+    code_name = r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,199}"  # as workload.implementation takes it
+    if implementation is not None and not re.fullmatch(code_name, implementation):
+        raise InputError(f"{implementation[:80]!r} is not a code's name", key="--implementation")
     profile, report = import_trace(
-        trace, out, et, model, micro_batch, seq_len, step_time, base, "clustersim " + " ".join(sys.argv[1:])
+        trace,
+        out,
+        et,
+        model,
+        micro_batch,
+        seq_len,
+        step_time,
+        base,
+        "clustersim " + " ".join(sys.argv[1:]),
+        implementation,
     )
     if json_out:
         emit_json(report)

@@ -170,6 +170,7 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
             "(workload.implementation, workload.execution): that measurement prices only the same code "
             "and mode, its per-op rates carry"
         )
+    _carry_update(ctx, profile)
     ref = _reference(ctx, profile)
     if ref is None:
         codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
@@ -180,11 +181,11 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         )
         return
     mc, workload = ref
-    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt", "device_opt"), 1.0)
+    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
+    ratios["device_opt"] = ctx._update_scale  # _carry_update's
     if workload is not None:
         b = mc.micro_batches[len(mc.micro_batches) // 2]
-        measured = _ratios(mc, b, _phase_totals(ctx, workload))
-        ratios["host_opt"], ratios["device_opt"] = measured["host_opt"], measured["device_opt"]
+        ratios["host_opt"] = _ratios(mc, b, _phase_totals(ctx, workload))["host_opt"]
     fwd, bwd = host_rates(mc)
     ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
     ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
@@ -198,6 +199,30 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         "own kernels, device time at the profile's measured hardware rates"
     )
     _warn_execution(ctx, mc)
+
+
+def _carry_update(ctx, profile: Profile) -> None:
+    """The fused Adam update's measured rate, from any model's measured optimizer phase on this device:
+    its kernels are torch.optim's, whatever the model's code, and a whole model's update measures them
+    at the scale a scenario runs them (a microbenchmark's smaller tensors stream slower). Applies to an
+    Adam scenario with the fused update, from a measurement that timed AdamW (fused on a GPU)."""
+    if ctx.scenario.training.optimizer != "adam" or ctx.update_implementation != "fused":
+        return
+    for mc in profile.model_compute:
+        if mc.fingerprint.optimizer != "adamw" or mc.fingerprint.precision != ctx.precision:
+            continue
+        workload = _measured_workload(mc)
+        if workload is None:
+            continue
+        modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
+        measured = mc.optimizer.device_s.at(mc.micro_batches[0])
+        if modelled > 0 and measured > 0:
+            ctx._update_scale = measured / modelled
+            ctx.notes.append(
+                f"the Adam update's rate from {mc.model}'s measured optimizer phase ({measured * 1e3:.2f} ms "
+                f"for {workload.params / 1e6:,.0f}M parameters on {mc.fingerprint.device})"
+            )
+            return
 
 
 def host_rates(mc: ModelCompute) -> tuple[float, float]:

@@ -106,17 +106,19 @@ def compute_sigma(ctx: SimulationContext) -> float:
         # the scatter about the fit, and how far it carried to shapes it was not fitted on
         transfer = model.holdout.median_abs_rel_error if model.holdout else 0.0
         sigma = math.hypot(model.log_sigma, transfer)
-        if _host_at_defaults(ctx):
-            # the GEMM model prices the device; the host's dispatch, which sets an eager step's pace
-            # as often, is at the default rates and as uncertain as they are
+        if _code_unmeasured(ctx):
+            # the GEMM model prices the device's GEMMs; the rest of the step (the host's dispatch, the
+            # code's other kernels: its convolutions, normalisation, fusion) is at the default rates and
+            # as uncertain as they are
             sigma = max(sigma, DEFAULT_COMPUTE_SIGMA)
         return sigma
     return DEFAULT_COMPUTE_SIGMA
 
 
-def _host_at_defaults(ctx: SimulationContext) -> bool:
-    """Whether the host dispatches op by op at the catalog's default rates (nothing measured them)."""
-    return ctx.scenario.workload.execution != "cuda_graphs" and ctx.dispatch.source.startswith("default")
+def _code_unmeasured(ctx: SimulationContext) -> bool:
+    """Whether no measurement of the scenario's code prices it: neither a model's phases nor per-op
+    rates of that code (the profile's dispatch rates apply only to the code they were measured on)."""
+    return not ctx.dispatch.source.startswith("measured")
 
 
 # A lognormal factor's P10-P90 is exp(+-1.2816 sigma).
@@ -161,10 +163,10 @@ def compute_band_source(ctx: SimulationContext) -> str:
             "mean square), and a session's steps move about their median by 10%"
         )
     if ctx.profile is not None and ctx.profile.compute_model:
-        if _host_at_defaults(ctx):
+        if _code_unmeasured(ctx):
             return (
-                f"{width} (P10-P90): device from the profile's GEMM model; host dispatch at the default "
-                "rates (the profile measured no model of this code), as wide as the defaults' band"
+                f"{width} (P10-P90): GEMMs from the profile's GEMM model; the rest at the default rates "
+                "(the profile measured none of this model's code), as wide as the defaults' band"
             )
         return f"{width} (P10-P90): the profile's GEMM model, its scatter and hold-out error"
     return (
