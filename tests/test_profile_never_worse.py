@@ -24,8 +24,10 @@ KNOWN = {
     "copy rate (2.83 TB/s, 0.84 of HBM against the default 0.80) speeds up the streaming kernels of code "
     "it did not measure; the band holds all three",
     ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 6 of 12 rows with or without "
-    "the profile (the same median, 10.7%): the rows outside are bound by the 40 Gb/s Ethernet network, "
-    "whose band is the collective model's, not compute's",
+    "the profile (the same median, 10.7%): outside are both 1-GPU rows (the paper's Adam and 1-bit Adam "
+    "single-GPU figures, 90 and 97 samples/s, differ by 8% for the same computation, where the profile's "
+    "measured phases perturb forward and backward only, about -7%/+7% of the step) and 4 of the 10 rows on "
+    "40 Gb/s Ethernet, whose band is the collective model's",
 }
 
 
