@@ -348,11 +348,15 @@ def _phases_from_trace(trace: dict, device: str, dispatch_only: Callable[[str], 
                 ]
                 kernels = [e["dur"] * 1e-6 for e in launched if e["cat"] == "kernel"]
                 busy = _union([(e["ts"], e["ts"] + e["dur"]) for e in launched]) * 1e-6
+                # every launch (kernels, memsets, copies) is an op the host dispatched, and what the
+                # catalog's kernel counts count (catalogs/execution.yaml)
+                count = len(launched)
             else:
                 computing = _compute_ops(inside, dispatch_only)
                 kernels = [e["dur"] * 1e-6 for e in computing]
                 busy = sum(kernels)
-            per["kernels"].append(len(kernels))
+                count = len(kernels)
+            per["kernels"].append(count)
             per["device_s"].append(busy)
             per["durations"] += kernels
         result[name] = per

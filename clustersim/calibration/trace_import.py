@@ -333,7 +333,9 @@ def _phase(a, b, inside, launches, device_events, spans, host_thread, autograd) 
         wall_s=(b - a) * 1e-6,
         sync_s=sync * 1e-6,
         events=len(mine),
-        kernels=len(kernels),
+        # every launch the host made (kernels, memsets, copies): each is an op dispatched, and what the
+        # catalog's kernel counts count (catalogs/execution.yaml)
+        kernels=len(launched),
         device_busy_s=_union([(e["ts"], e["ts"] + e["dur"]) for e in launched]) * 1e-6,
         kernel_durations_s=kernels,
     )
