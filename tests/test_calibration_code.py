@@ -11,7 +11,12 @@ import math
 import pytest
 
 from clustersim import catalog
-from clustersim.calibration.profile import implementation_from_source, load_profile, parse_profile
+from clustersim.calibration.profile import (
+    implementation_from_source,
+    load_profile,
+    optimizer_from_source,
+    parse_profile,
+)
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
@@ -64,6 +69,18 @@ def test_a_scenarios_code_defaults_to_what_the_catalog_model_runs(model, paralle
 )
 def test_an_older_profiles_code_is_read_off_its_source(source, model, code):
     assert implementation_from_source(source, model) == code
+
+
+@pytest.mark.parametrize(
+    "source, optimizer",
+    [
+        ("clustersim calibrate model --model ResNet-50 --optimizer sgd --micro-batches 32,64,128", "sgd"),
+        ("clustersim calibrate model --hf-config gpt2-xl/config.json", "adamw"),
+        ("clustersim calibrate import-trace step.json --model BERT-Large", None),
+    ],
+)
+def test_an_older_profiles_optimizer_is_read_off_its_source(source, optimizer):
+    assert optimizer_from_source(source) == optimizer
 
 
 def test_the_shipped_profiles_say_which_code_they_measured():
@@ -277,3 +294,27 @@ def test_a_host_sync_after_forward_starts_backward_when_the_device_is_done():
     graphs = {"workload.execution": "cuda_graphs"}
     a, b = (simulate(_bert(host_sync_after_forward=x).with_changes(**graphs)) for x in (False, True))
     assert b.iteration_time == pytest.approx(a.iteration_time, rel=1e-12)
+
+
+def test_the_adam_update_carries_from_a_measurement_of_any_code():
+    """The H200 profile measured plain builds only, with AdamW (BERT-Large, GPT-2 XL) and SGD
+    (ResNet-50): a Hugging Face BERT-Large with fused Adam takes the update's rate from a measured AdamW
+    phase (torch.optim's kernels whatever the model's code), so that the measured model's own update is
+    its measurement; an SGD scenario takes none."""
+    from clustersim.cost_models.kernel_bytes import FUSED_ADAM
+    from clustersim.simulator.measured_compute import _measured_workload
+
+    profile = load_profile("builtin:h200-pytorch-2.11")
+    assert {mc.model: mc.fingerprint.optimizer for mc in profile.model_compute} == {
+        "BERT-Large": "adamw",
+        "ResNet-50": "sgd",
+        "GPT-2-1.5B": "adamw",
+    }
+    ctx = build_context(_scenario(), profile)
+    mc = ctx.update_from
+    assert mc is not None and mc.fingerprint.optimizer == "adamw" and ctx.model_compute is None
+    params = _measured_workload(mc).params
+    modelled = ctx.device.stream_time(FUSED_ADAM * params, "optimizer")
+    assert ctx._update_scale * modelled == pytest.approx(mc.optimizer.device_s.at(mc.micro_batches[0]))
+    sgd = build_context(_scenario().with_changes(**{"training.optimizer": "sgdm"}), profile)
+    assert sgd.update_from is None and sgd._update_scale == 1.0

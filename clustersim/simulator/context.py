@@ -59,6 +59,8 @@ class SimulationContext:
     transferred_from: ModelCompute | None = None
     #: log-sigma of carrying transferred_from's rates, measured on the profile (None: too few models)
     carry_sigma: float | None = None
+    #: the measured model whose optimizer phase sets the update's rate (_update_scale), if any
+    update_from: ModelCompute | None = None
 
     @property
     def world(self) -> GroupShape:

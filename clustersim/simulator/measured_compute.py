@@ -108,6 +108,7 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
     """Scale this model's layers so each phase sums to its measured line at this micro-batch."""
     b = ctx.workload.micro_batch
     _scale(ctx, _ratios(mc, b, _phase_totals(ctx, ctx.workload)))
+    ctx.update_from = mc
     fp = mc.fingerprint
     measured_at = ", ".join(str(m) for m in mc.micro_batches)
     attention = f", attention {fp.attention}" if fp.attention else ""
@@ -217,7 +218,7 @@ def _carry_update(ctx, profile: Profile) -> None:
         modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
         measured = mc.optimizer.device_s.at(mc.micro_batches[0])
         if modelled > 0 and measured > 0:
-            ctx._update_scale = measured / modelled
+            ctx._update_scale, ctx.update_from = measured / modelled, mc
             ctx.notes.append(
                 f"the Adam update's rate from {mc.model}'s measured optimizer phase ({measured * 1e3:.2f} ms "
                 f"for {workload.params / 1e6:,.0f}M parameters on {mc.fingerprint.device})"
