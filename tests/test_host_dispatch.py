@@ -251,9 +251,9 @@ def test_one_dispatch_op_per_pass_where_the_host_stays_ahead_changes_nothing(mon
 
 def test_another_model_carries_the_measured_models_rates(tmp_path):
     """measured_compute.transfer_model_compute: a model of the same code the profile did not measure
-    takes the measured model's host time per launched kernel (at its smallest micro-batch) over its own
-    kernels, and its device time from the hardware rates (no ratio of another model's measured to
-    modelled time). A larger model then takes longer."""
+    takes the measured model's host time per launch (at its smallest micro-batch) over its own
+    launches; the profile measured no hardware rates, so the measured model's ratio of measured to
+    modelled device time per phase carries too. A larger model then takes longer."""
     import yaml
 
     from clustersim import catalog
@@ -277,7 +277,12 @@ def test_another_model_carries_the_measured_models_rates(tmp_path):
     # 500, at its smallest micro-batch (1)
     assert ctx._host_fwd_scale * ctx.dispatch.host_s_per_kernel_forward == pytest.approx(0.0105 / 300)
     assert ctx._host_bwd_scale * ctx.dispatch.host_s_per_kernel_backward == pytest.approx(0.021 / 500)
-    assert ctx._fwd_scale == ctx._bwd_scale == 1.0
+    # the profile measured no hardware rates: the same code's measured-to-modelled device time carries
+    from clustersim.simulator.measured_compute import _phase_totals, _ratios
+
+    (mc,) = profile.model_compute
+    ratios = _ratios(mc, 2, _phase_totals(ctx, ctx.workload))  # its copy: the same layers
+    assert (ctx._fwd_scale, ctx._bwd_scale) == pytest.approx((ratios["device_fwd"], ratios["device_bwd"]))
     assert copy.compute_from == "carried"
     assert any("carried over from BERT-Base" in n for n in copy.notes)
     assert wide.iteration_time > 1.5 * copy.iteration_time

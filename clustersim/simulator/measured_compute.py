@@ -9,13 +9,16 @@ gradient buckets become ready, which layers bind the host, stays the model's).
 
 Otherwise what carries is the measurement's per-op rates, applied to the scenario's own op counts:
 
-- host dispatch per launched kernel (forward and backward) and the optimizer's host loop, from a
-  measurement of the scenario's own code and mode (another model of it): the host's cost per op is
-  the code's (a Hugging Face op and a plain-torch op take different paths through Python), so a
-  measurement of other code leaves host dispatch at the default rates for the mode;
+- host dispatch per launch (forward and backward) and the optimizer's host loop, from a measurement
+  of the scenario's own code and mode (another model of it): the host's cost per op is the code's (a
+  Hugging Face op and a plain-torch op take different paths through Python), so a measurement of
+  other code leaves host dispatch at the default rates for the mode;
 - device time from the profile's hardware rates (its GEMM model, copy bandwidth, fixed cost per
   kernel), whatever code measured them: the scenario's own kernels, FLOPs and bytes are priced, not
-  another model's ratio of measured to modelled time, which would carry the other code's kernels.
+  another model's ratio of measured to modelled time, which would carry the other model's residuals.
+  Where the profile measured no hardware rates (``calibrate model`` alone), the same code's ratio of
+  measured to modelled device time per phase is what says how fast the device is, and it carries;
+- the fused Adam update's rate, from any measured model's AdamW phase (``_carry_update``).
 
 The band of a carried prediction is how far such carrying went on the profile's own measurements
 (``carry_errors``: each measured model predicted from the others of its code), not the fit's.
@@ -184,20 +187,32 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
     mc, workload = ref
     ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
     ratios["device_opt"] = ctx._update_scale  # _carry_update's
+    hardware = _measured_hardware(profile, ctx.precision)
     if workload is not None:
         b = mc.micro_batches[len(mc.micro_batches) // 2]
-        ratios["host_opt"] = _ratios(mc, b, _phase_totals(ctx, workload))["host_opt"]
+        measured = _ratios(mc, b, _phase_totals(ctx, workload))
+        ratios["host_opt"] = measured["host_opt"]
+        if not hardware:
+            # nothing measured this device's rates but the model's own phases: their ratio to the
+            # modelled device time (same code: the same kernels) is what says how fast the device is
+            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
     fwd, bwd = host_rates(mc)
     ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
     ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
     _scale(ctx, ratios)
     ctx.transferred_from = mc
     ctx.carry_sigma = carry_sigma(profile, mc)
+    device = (
+        "device time at the profile's measured hardware rates"
+        if hardware or workload is None
+        else f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
+        "hardware rates)"
+    )
     ctx.notes.append(
         f"compute rates carried over from {mc.model}'s measurement on {mc.fingerprint.device} "
         f"({mc.source or profile.label}, {mc.fingerprint.implementation or 'unrecorded'} code): host "
-        f"{fwd * 1e6:.1f} us per forward and {bwd * 1e6:.1f} us per backward kernel over this model's "
-        "own kernels, device time at the profile's measured hardware rates"
+        f"{fwd * 1e6:.1f} us per forward and {bwd * 1e6:.1f} us per backward launch over this model's "
+        f"own launches, {device}"
     )
     _warn_execution(ctx, mc)
 
@@ -224,6 +239,14 @@ def _carry_update(ctx, profile: Profile) -> None:
                 f"for {workload.params / 1e6:,.0f}M parameters on {mc.fingerprint.device})"
             )
             return
+
+
+def _measured_hardware(profile: Profile, precision: str) -> bool:
+    """Whether the profile measured this device's GEMM rate at ``precision`` (calibrate run): then the
+    device is priced by it, and a measured model's ratio of measured to modelled time would carry that
+    model's residuals (on an H100, Hugging Face's GPT-2 XL's ratio carried to GPT-3 XL put its steps
+    10% short, the GEMM model within 1%)."""
+    return precision in profile.compute_model or precision in profile.matmul_tflops
 
 
 def host_rates(mc: ModelCompute) -> tuple[float, float]:
