@@ -383,6 +383,8 @@ class ExecutionMode(_Strict):
 
     host_s_per_kernel_forward: float = Field(ge=0)
     host_s_per_kernel_backward: float = Field(ge=0)
+    #: eager: the autograd engine's host time per op it runs (backward); None: per launch
+    host_s_per_op_backward: float | None = Field(None, ge=0)
     host_s_per_param_tensor: float = Field(ge=0)
     device_s_per_kernel: float = Field(ge=0)
     elementwise_kernel_factor: float = Field(gt=0, le=1)
@@ -427,6 +429,13 @@ def default_implementation(arch: "ModelArch", model_parallel: bool = False) -> s
         return str(table["model_parallel"])
     kind = arch.style if isinstance(arch, TransformerArch) else "resnet"
     return str(table["default"][kind])
+
+
+def backward_ops_per_launch(arch: "ModelArch") -> float:
+    """Autograd ops an eager backward of this architecture style runs per launch (catalogs/execution.yaml,
+    from the frameworks' traces)."""
+    kind = arch.style if isinstance(arch, TransformerArch) else "resnet"
+    return float(execution()["backward_ops_per_launch"][kind])
 
 
 def known_implementations() -> list[str]:

@@ -318,3 +318,33 @@ def test_the_adam_update_carries_from_a_measurement_of_any_code():
     assert ctx._update_scale * modelled == pytest.approx(mc.optimizer.device_s.at(mc.micro_batches[0]))
     sgd = build_context(_scenario().with_changes(**{"training.optimizer": "sgdm"}), profile)
     assert sgd.update_from is None and sgd._update_scale == 1.0
+
+
+@pytest.mark.parametrize("model, ratio", [("BERT-Large", 7.17), ("GPT-2-1.5B", 5.43), ("ResNet-50", 4.68)])
+def test_the_backward_host_goes_with_its_autograd_ops(model, ratio):
+    """Eager backward's host time is 3.07 us per autograd op (BERT-Large's H200 trace: 31.32 ms over
+    10,193 ops), times the ops each style runs per launch (its own trace): BERT's per-launch rate is the
+    trace's 22.0 us, GPT-2's and ResNet-50's lower (16.7 and 14.4 us)."""
+    s = _scenario(model, **({"seq_len": 1024} if model.startswith("GPT") else {}))
+    if model == "ResNet-50":
+        s = s.with_changes(**{"workload.seq_len": None})
+    ctx = build_context(s)
+    assert ctx.dispatch.backward_ops_per_launch == ratio
+    assert ctx.dispatch.host_s_per_kernel_backward == pytest.approx(3.07e-6 * ratio)
+    compiled = build_context(s.with_changes(**{"workload.execution": "compiled"}))
+    assert compiled.dispatch.host_s_per_kernel_backward == 22.0e-6  # no autograd op by op: per launch
+
+
+def test_a_measurement_with_ops_carries_the_backward_per_op():
+    """A measured model that recorded its backward's ops carries its host time per op: over another
+    style's launches at that style's ops per launch (BERT-Large's measurement to GPT-2 XL)."""
+    data = json.loads(json.dumps(load_profile("builtin:h200-pytorch-2.11").model_dump(mode="json")))
+    entry = _entry("BERT-Large", 0.020, 1000)
+    entry["backward"]["ops"] = 14000  # 0.040 s over 14,000 ops: 2.86 us per op
+    data["model_compute"] = [entry]
+    profile = parse_profile(data, "test")
+    s = _scenario("GPT-2-1.5B", seq_len=1024)
+    ctx = build_context(s, profile)
+    assert ctx.transferred_from.model == "BERT-Large"
+    per_launch = ctx._host_bwd_scale * ctx.dispatch.host_s_per_kernel_backward
+    assert per_launch == pytest.approx(0.040 / 14000 * 5.43)

@@ -314,6 +314,7 @@ class PhaseMeasurement(_Strict):
     host_s: Linear = Field(description="host dispatch time of the phase (profiler overhead removed)")
     device_s: Linear = Field(description="device busy time of the phase (sum of its kernels)")
     kernels: int = Field(ge=0, description="kernels launched by the phase")
+    ops: int | None = Field(None, ge=0, description="ops the phase's host threads ran (profiler records)")
     wall_s: Linear | None = Field(None, description="the phase's measured wall time (synchronised), if timed")
 
 
@@ -354,6 +355,9 @@ class DispatchRates(_Strict):
 
     host_s_per_kernel_forward: float = Field(gt=0)
     host_s_per_kernel_backward: float = Field(gt=0)
+    host_s_per_op_backward: float | None = Field(
+        None, gt=0, description="the backward's host time per autograd op it ran (None: not measured)"
+    )
     device_s_per_kernel: float = Field(ge=0)
     host_s_per_param_tensor: float = Field(ge=0, description="optimizer step + zero_grad, per tensor")
     fingerprint: Fingerprint

@@ -568,6 +568,7 @@ def model_compute(
                 else Linear(intercept_s=0.0, per_sample_s=device / micro_batch)
             ),
             kernels=round(analysis.median(name, "kernels")),
+            ops=round(analysis.median(name, "events")),
         )
 
     return ModelCompute(
@@ -605,6 +606,13 @@ def dispatch_rates(
     return DispatchRates(
         host_s_per_kernel_forward=statistics.median(per_kernel["forward"]),
         host_s_per_kernel_backward=statistics.median(per_kernel["backward"]),
+        host_s_per_op_backward=statistics.median(
+            s.phases["backward"].host_s(overhead_s) / s.phases["backward"].events
+            for s in analysis.used
+            if s.phases["backward"].events
+        )
+        if any(s.phases["backward"].events for s in analysis.used)
+        else None,
         device_s_per_kernel=p10,
         host_s_per_param_tensor=(analysis.host_s("optimizer", overhead_s) / tensors) if tensors else 0.0,
         fingerprint=fingerprint(analysis),

@@ -289,6 +289,13 @@ def network_params(profile: Profile | None, label: str = "profile") -> NetworkPa
     return DEFAULT_NETWORK
 
 
+def _backward_ops_per_launch(scenario: Scenario) -> float | None:
+    """Autograd ops per launch of the catalog model's backward (None for custom layers)."""
+    if scenario.workload.model is None:
+        return None
+    return catalog.backward_ops_per_launch(catalog.model(scenario.workload.model))
+
+
 def _check_layer_count(scenario: Scenario) -> None:
     """Custom layers are instantiated one per ``repeat`` and each is at least a forward and a backward
     op of every program, so more than half a program's op limit can never run: refused before
@@ -338,7 +345,7 @@ def build_context(
         CollectiveModel(cluster, measured, params),
         prof,
         _matching_phases(prof, scenario, workload),
-        Dispatch.of(gpu, execution, prof, scenario.implementation),
+        Dispatch.of(gpu, execution, prof, scenario.implementation, _backward_ops_per_launch(scenario)),
         matching_model_compute(prof, workload, scenario.implementation, execution),
     )
     if ctx.model_compute is not None:

@@ -197,6 +197,10 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
             # modelled device time (same code: the same kernels) is what says how fast the device is
             ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
     fwd, bwd = host_rates(mc)
+    per_op = _per_op_backward(mc)
+    ops_per_launch = ctx.dispatch.backward_ops_per_launch
+    if per_op is not None and ops_per_launch is not None:
+        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
     ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
     ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
     _scale(ctx, ratios)
@@ -259,13 +263,29 @@ def host_rates(mc: ModelCompute) -> tuple[float, float]:
     )
 
 
-def _step(mc: ModelCompute, b: float, fwd: float, bwd: float) -> float:
-    """``mc``'s step at micro-batch ``b`` with its host dispatch at ``fwd`` and ``bwd`` per kernel: each
-    phase max(host, device), the measured device time and optimizer phase as they are."""
+def _per_op_backward(mc: ModelCompute) -> float | None:
+    """The backward's host time per autograd op at the smallest measured micro-batch (None: the
+    measurement recorded no ops)."""
+    if not mc.backward.ops:
+        return None
+    return mc.backward.host_s.at(min(mc.micro_batches)) / mc.backward.ops
+
+
+def _step(target: ModelCompute, b: float, source: ModelCompute) -> float:
+    """``target``'s step at micro-batch ``b`` with its host dispatch at ``source``'s rates (forward per
+    launch; backward per op where both recorded ops, else per launch): each phase max(host, device),
+    the measured device time and optimizer phase as they are."""
+    fwd, bwd = host_rates(source)
+    per_op = _per_op_backward(source)
+    backward = (
+        per_op * target.backward.ops
+        if per_op is not None and target.backward.ops
+        else bwd * target.backward.kernels
+    )
     return (
-        max(fwd * mc.forward.kernels, mc.forward.device_s.at(b))
-        + max(bwd * mc.backward.kernels, mc.backward.device_s.at(b))
-        + max(mc.optimizer.host_s.at(b), mc.optimizer.device_s.at(b))
+        max(fwd * target.forward.kernels, target.forward.device_s.at(b))
+        + max(backward, target.backward.device_s.at(b))
+        + max(target.optimizer.host_s.at(b), target.optimizer.device_s.at(b))
     )
 
 
@@ -284,13 +304,11 @@ def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
     ]
     errors = []
     for target in peers:
-        own = host_rates(target)
         for source in peers:
             if source is target:
                 continue
-            rates = host_rates(source)
             for b in target.micro_batches:
-                errors.append(math.log(_step(target, b, *rates) / _step(target, b, *own)))
+                errors.append(math.log(_step(target, b, source) / _step(target, b, target)))
     return errors
 
 
