@@ -442,9 +442,14 @@ def known_implementations() -> list[str]:
     return [str(x) for x in execution()["implementations"]["known"]]
 
 
-def eager_kernels(style: str, part: str) -> tuple[int, int]:
-    """Kernels an eager PyTorch step launches for one layer, (forward, backward)."""
-    fwd, bwd = execution()["kernels"][style][part]
+def eager_kernels(style: str, part: str, framework_code: bool = False) -> tuple[int, int]:
+    """Kernels an eager PyTorch step launches for one layer, (forward, backward). ``framework_code``:
+    fused-kernel framework code (workload.pointwise: fused; Megatron-LM, DeepSpeed), whose counts are
+    the catalog's framework_kernels where it has them."""
+    table = execution()["kernels"][style]
+    if framework_code:
+        table = execution()["framework_kernels"].get(style, table)
+    fwd, bwd = table[part]
     return int(fwd), int(bwd)
 
 

@@ -290,10 +290,14 @@ def network_params(profile: Profile | None, label: str = "profile") -> NetworkPa
 
 
 def _backward_ops_per_launch(scenario: Scenario) -> float | None:
-    """Autograd ops per launch of the catalog model's backward (None for custom layers)."""
+    """Autograd ops per launch of the catalog model's backward, as its code's trace shows them; None
+    for custom layers and for fused-kernel framework code (no trace of it: priced per launch)."""
     if scenario.workload.model is None:
         return None
-    return catalog.backward_ops_per_launch(catalog.model(scenario.workload.model))
+    arch = catalog.model(scenario.workload.model)
+    if arch.family == "transformer" and scenario.pointwise_code == "fused":
+        return None
+    return catalog.backward_ops_per_launch(arch)
 
 
 def _check_layer_count(scenario: Scenario) -> None:
