@@ -348,3 +348,28 @@ def test_a_measurement_with_ops_carries_the_backward_per_op():
     assert ctx.transferred_from.model == "BERT-Large"
     per_launch = ctx._host_bwd_scale * ctx.dispatch.host_s_per_kernel_backward
     assert per_launch == pytest.approx(0.040 / 14000 * 5.43)
+
+
+def test_an_imported_trace_records_its_jobs_code_and_ops(runner, tmp_path):
+    """import-trace: the job's code is its model's default (Hugging Face's BERT) unless
+    --implementation says; each phase's launches and ops, and the backward's host time per op, are
+    stored (the H200 BERT-Large trace: 805 and 1,422 launches, 10,193 backward ops)."""
+    from pathlib import Path
+
+    from clustersim.cli import app
+
+    trace = Path(__file__).parent / "data" / "h200-bert-large-s128-mb16.trace.json.gz"
+    args = ["calibrate", "import-trace", str(trace), "--model", "BERT-Large", "--micro-batch", "16"]
+    args += ["--seq-len", "128"]
+    result = runner.invoke(app, args + ["--out", str(tmp_path / "a.json")])
+    assert result.exit_code == 0, result.output
+    profile = load_profile(str(tmp_path / "a.json"))
+    (mc,) = profile.model_compute
+    assert (mc.fingerprint.implementation, mc.fingerprint.optimizer) == ("hf", "adamw")
+    assert (mc.forward.kernels, mc.backward.kernels, mc.backward.ops) == (805, 1422, 10193)
+    assert profile.dispatch.host_s_per_op_backward == pytest.approx(mc.backward.host_s.at(1) / 10193)
+    result = runner.invoke(app, args + ["--implementation", "megatron", "--out", str(tmp_path / "b.json")])
+    assert result.exit_code == 0, result.output
+    assert load_profile(str(tmp_path / "b.json")).model_compute[0].fingerprint.implementation == "megatron"
+    result = runner.invoke(app, args + ["--implementation", "no such!", "--out", str(tmp_path / "c.json")])
+    assert result.exit_code == 2 and "--implementation" in result.output
