@@ -442,6 +442,8 @@ class ExecutionMode(_Strict):
 
     host_s_per_kernel_forward: float = Field(ge=0)
     host_s_per_kernel_backward: float = Field(ge=0)
+    #: eager: the autograd engine's host time per op it runs (backward); None: per launch
+    host_s_per_op_backward: float | None = Field(None, ge=0)
     host_s_per_param_tensor: float = Field(ge=0)
     device_s_per_kernel: float = Field(ge=0)
     elementwise_kernel_factor: float = Field(gt=0, le=1)
@@ -477,9 +479,36 @@ def weight_cast_bytes_per_param() -> float:
     return float(execution()["unfused_pointwise"]["weight_cast_bytes_per_param"])
 
 
-def eager_kernels(style: str, part: str) -> tuple[int, int]:
-    """Kernels an eager PyTorch step launches for one layer, (forward, backward)."""
-    fwd, bwd = execution()["kernels"][style][part]
+def default_implementation(arch: "ModelArch", model_parallel: bool = False) -> str:
+    """The code a catalog model runs unless the scenario says (workload.implementation): Hugging Face's
+    transformers, torchvision's CNNs, Megatron-LM under tensor or pipeline parallelism
+    (catalogs/execution.yaml implementations)."""
+    table = execution()["implementations"]
+    if model_parallel:
+        return str(table["model_parallel"])
+    kind = arch.style if isinstance(arch, TransformerArch) else "resnet"
+    return str(table["default"][kind])
+
+
+def backward_ops_per_launch(arch: "ModelArch") -> float:
+    """Autograd ops an eager backward of this architecture style runs per launch (catalogs/execution.yaml,
+    from the frameworks' traces)."""
+    kind = arch.style if isinstance(arch, TransformerArch) else "resnet"
+    return float(execution()["backward_ops_per_launch"][kind])
+
+
+def known_implementations() -> list[str]:
+    return [str(x) for x in execution()["implementations"]["known"]]
+
+
+def eager_kernels(style: str, part: str, framework_code: bool = False) -> tuple[int, int]:
+    """Kernels an eager PyTorch step launches for one layer, (forward, backward). ``framework_code``:
+    fused-kernel framework code (workload.pointwise: fused; Megatron-LM, DeepSpeed), whose counts are
+    the catalog's framework_kernels where it has them."""
+    table = execution()["kernels"][style]
+    if framework_code:
+        table = execution()["framework_kernels"].get(style, table)
+    fwd, bwd = table[part]
     return int(fwd), int(bwd)
 
 

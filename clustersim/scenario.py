@@ -331,6 +331,17 @@ class WorkloadSpec(_Strict):
         "slower, unaligned tensor-core kernels. Default: 128 under tensor or pipeline parallelism "
         "(Megatron-LM's default), else 1, the model's own size (as Hugging Face models keep it)",
     )
+    implementation: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$",
+        description="the model's code, which decides the ops and kernels a step launches and which of a "
+        "profile's measurements price it: hf (Hugging Face transformers), torchvision, megatron, "
+        "deepspeed, plain (clustersim's plain-torch build, `calibrate model --implementation plain`), or "
+        "the name a user's own code was measured under. Default: hf for the catalog's transformers, "
+        "torchvision for ResNets, megatron under tensor or pipeline parallelism",
+    )
     pointwise: Literal["unfused", "fused"] | None = Field(
         None,
         description="transformers: how the model code's pointwise work (normalisation, activation, "
@@ -527,6 +538,13 @@ class TrainingSpec(_Strict):
         "read on the host (clip_grad_norm_(...).item()). The optimizer's host work then runs after "
         "backward's kernels instead of beside them. Default: true for fp16, false otherwise",
     )
+    host_sync_after_forward: StrictBool = Field(
+        False,
+        description="whether the host waits for the GPU between forward and backward: the loss read on "
+        "the host every micro-step (loss.item() for logging) or a timer that synchronises each phase "
+        "(torch.cuda.synchronize(), as calibrate model and per-phase benchmarks do). Backward's dispatch "
+        "then starts when forward's kernels are done, without a queue of work ahead of the device",
+    )
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()
@@ -572,6 +590,18 @@ class Scenario(_Strict):
         tensor or pipeline parallelism counting as framework code."""
         p = self.training.parallelism
         return self.workload.pointwise_code(p.tensor > 1 or p.pipeline > 1)
+
+    @property
+    def implementation(self) -> str | None:
+        """``workload.implementation`` as given, else the catalog model's default code (Megatron-LM under
+        tensor or pipeline parallelism); None for custom layers, which name no code."""
+        if self.workload.implementation is not None:
+            return self.workload.implementation
+        if self.workload.model is None:
+            return None
+        p = self.training.parallelism
+        model_parallel = p.tensor > 1 or p.pipeline > 1
+        return catalog.default_implementation(catalog.model(self.workload.model), model_parallel)
 
     @property
     def vocab_multiple(self) -> int:

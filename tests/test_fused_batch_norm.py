@@ -174,8 +174,9 @@ def test_an_unknown_fusion_is_one_line_naming_the_key(runner, tmp_path):
 
 
 def test_a_profile_that_measured_pytorch_resnet_says_it_measured_separate_kernels():
-    """The H200 profile measured torchvision's ResNet-50 in bf16: its times are what the step takes."""
-    bf16 = {"workload.precision": "bf16"}
+    """The H200 profile measured clustersim's plain ResNet-50 build (torchvision's bottlenecks) in bf16:
+    for a scenario of that code its times are what the step takes."""
+    bf16 = {"workload.precision": "bf16", "workload.implementation": "plain"}
     scenario = _scenario("fused", gpu="H200", micro_batch=128).with_changes(**bf16)
     result = simulate(scenario, "builtin:h200-pytorch-2.11", uncertainty_samples=0)
     assert any("compute of ResNet-50 from its own measurement" in n for n in result.notes)

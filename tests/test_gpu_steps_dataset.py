@@ -15,8 +15,8 @@ from clustersim.validation.throughput_data import load_gpu_throughput
 
 
 def test_defaults_within_the_band():
-    """19 steps on two GPUs: median error at most 13% (10.5% today), at least 80% of the measured
-    steps inside the predicted P10-P90 (95% today)."""
+    """19 steps on two GPUs: median error at most 13% (8.3% today), at least 80% of the measured
+    steps inside the predicted P10-P90 (100% today)."""
     report = validate_throughput(samples=16, dataset="gpu_steps")
     assert len(report.scored) == 19
     assert {r.gpu for r in report.rows} == {"H200", "H100-SXM"}
@@ -39,7 +39,8 @@ def _h100_row(model: str, micro_batch: int):
 
 def test_measured_model_band_is_its_holdout_and_never_under_the_run_to_run_spread():
     """GPT-2 XL measured through its Hugging Face config on the H100: the band is its held-out error
-    (5.8%), at least the 5% two runs of one step differ by; its real step at micro-batch 4 is inside."""
+    (5.8%, at least the 5% two runs of one step differ by) with the 10% a step moves between sessions;
+    its real step at micro-batch 4 is inside."""
     profile = load_profile("builtin:h100-pytorch-2.11")
     row = _h100_row("GPT-2-1.5B", 4)
     result = simulate(scenario_for(row), profile, uncertainty_samples=16)

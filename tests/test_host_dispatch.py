@@ -196,12 +196,16 @@ def test_a_models_own_measurement_gives_its_step_at_any_micro_batch(micro_batch)
     assert "held-out micro-batch 8" in result.sources["compute band"]
 
 
-def test_a_measurement_under_another_execution_mode_is_named():
+def test_a_measurement_under_another_execution_mode_prices_only_its_own_mode():
+    """A measurement of CUDA-graph replays says nothing of an eager step's host: the eager scenario is
+    not priced by it (the note names both modes); a cuda_graphs scenario is."""
     from clustersim.calibration.profile import parse_profile
 
     profile = parse_profile(_model_compute_profile("CPU-2vCPU", "cpu", "cuda_graphs"), "test-profile")
     result = simulate(_cpu_scenario(2), profile)
-    assert any("execution cuda_graphs" in n and "workload.execution" in n for n in result.notes)
+    assert result.compute_from != "measured"
+    assert any("cuda_graphs" in n and "workload.execution" in n for n in result.notes)
+    assert simulate(_cpu_scenario(2, "cuda_graphs"), profile).compute_from == "measured"
 
 
 def test_profile_v3_migrates_to_v4_without_model_compute():
@@ -246,28 +250,39 @@ def test_one_dispatch_op_per_pass_where_the_host_stays_ahead_changes_nothing(mon
 
 
 def test_another_model_carries_the_measured_models_rates(tmp_path):
-    """measured_compute.transfer_model_compute: a model the profile did not measure takes the measured
-    model's measured-to-modelled ratios per phase. Carried onto a copy of the measured model under
-    another name, they give back the measurement at its middle micro-batch (the closed form on a
-    synchronous device: every phase's host and device line added); on a larger model they give more."""
+    """measured_compute.transfer_model_compute: a model of the same code the profile did not measure
+    takes the measured model's host time per launch (at its smallest micro-batch) over its own
+    launches; the profile measured no hardware rates, so the measured model's ratio of measured to
+    modelled device time per phase carries too. A larger model then takes longer."""
     import yaml
 
     from clustersim import catalog
     from clustersim.calibration.profile import parse_profile
+    from clustersim.simulator.context import build_context
 
     base = catalog.model("BERT-Base").model_dump(exclude={"name"}, exclude_none=True)
     wider = {**base, "hidden": 1024, "heads": 16, "ffn": 4096, "layers": 14}
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump({"BERT-Base-copy": base, "BERT-wider": wider}))
     profile = parse_profile(_model_compute_profile("CPU-2vCPU", "cpu"), "test-profile")
-    b = 2  # the measured model's middle micro-batch
-    measured = (0.010 + 0.0005 * b + 0.002 + 0.004 * b) + (0.020 + 0.001 * b + 0.004 + 0.008 * b) + 0.008
     adam = {"training.optimizer": "adam"}  # the update's ratio is taken against an Adam update
     with catalog.user_catalogs([path]):
-        copy, wide = (
-            simulate(_cpu_scenario(b).with_changes(**{"workload.model": name, **adam}), profile)
-            for name in ("BERT-Base-copy", "BERT-wider")
-        )
-    assert copy.iteration_time == pytest.approx(measured, rel=1e-9)
+        scenarios = [
+            _cpu_scenario(2).with_changes(**{"workload.model": n, **adam})
+            for n in ("BERT-Base-copy", "BERT-wider")
+        ]
+        ctx = build_context(scenarios[0], profile)
+        copy, wide = (simulate(s, profile) for s in scenarios)
+    # the measured model: forward host 0.010 + 0.0005 b over 300 kernels, backward 0.020 + 0.001 b over
+    # 500, at its smallest micro-batch (1)
+    assert ctx._host_fwd_scale * ctx.dispatch.host_s_per_kernel_forward == pytest.approx(0.0105 / 300)
+    assert ctx._host_bwd_scale * ctx.dispatch.host_s_per_kernel_backward == pytest.approx(0.021 / 500)
+    # the profile measured no hardware rates: the same code's measured-to-modelled device time carries
+    from clustersim.simulator.measured_compute import _phase_totals, _ratios
+
+    (mc,) = profile.model_compute
+    ratios = _ratios(mc, 2, _phase_totals(ctx, ctx.workload))  # its copy: the same layers
+    assert (ctx._fwd_scale, ctx._bwd_scale) == pytest.approx((ratios["device_fwd"], ratios["device_bwd"]))
+    assert copy.compute_from == "carried"
     assert any("carried over from BERT-Base" in n for n in copy.notes)
     assert wide.iteration_time > 1.5 * copy.iteration_time

@@ -56,12 +56,14 @@ def test_head_vocab_gemm_carries_its_alignment_and_flops():
 
 @pytest.mark.parametrize("model", ["BERT-Large", "GPT-2-1.5B", "LLaMA-7B"])
 def test_head_launches_the_catalog_kernel_count(model):
-    """Splitting the head's GEMMs does not change how many kernels the head launches."""
+    """Splitting the head's GEMMs does not change how many kernels the head launches (plain model
+    code's count, and fused framework code's)."""
     arch = catalog.model(model)
-    head = transformer_layers(arch, 2, 128, 2)[-1]
-    n_fwd, n_bwd = catalog.eager_kernels(arch.style, "head")
-    assert sum(k.launches for k in head.forward) == n_fwd
-    assert sum(k.launches for k in head.backward) == n_bwd
+    for unfused in (True, False):
+        head = transformer_layers(arch, 2, 128, 2, "fused", unfused)[-1]
+        n_fwd, n_bwd = catalog.eager_kernels(arch.style, "head", framework_code=not unfused)
+        assert sum(k.launches for k in head.forward) == n_fwd
+        assert sum(k.launches for k in head.backward) == n_bwd
 
 
 def _narrow_load_rate(gpu, elements: int) -> float:

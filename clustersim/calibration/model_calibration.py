@@ -30,6 +30,9 @@ class ModelChoice:
     module: str | None = None
     layers: int | None = None
     name: str | None = None
+    #: a catalog model's code: hf (its Hugging Face class, the default where transformers is installed),
+    #: torchvision (ResNets, where torchvision is), plain (clustersim's plain-torch build); None: default
+    implementation: str | None = None
 
     def check(self) -> None:
         given = [x for x in (self.catalog, self.scenario, self.hf_config, self.module) if x is not None]
@@ -41,6 +44,22 @@ class ModelChoice:
             )
         if self.layers is not None and self.catalog is None and self.scenario is None:
             raise InputError("--layers applies to a catalog model (--model or --scenario)", key="--layers")
+        if self.implementation is not None:
+            if self.catalog is None and self.scenario is None:
+                raise InputError(
+                    "--implementation picks a catalog model's code (--model or --scenario); --hf-config "
+                    "is Hugging Face's and --module your own",
+                    key="--implementation",
+                )
+            if self.implementation not in CATALOG_CODES:
+                raise InputError(
+                    f"unknown implementation {self.implementation!r} ({', '.join(CATALOG_CODES)})",
+                    key="--implementation",
+                )
+
+
+# The codes calibrate model builds a catalog model in (catalogs/execution.yaml implementations).
+CATALOG_CODES = ("hf", "torchvision", "plain")
 
 
 # The largest micro-batch calibrate model times: 2^20 samples, far above any one GPU's memory and below
@@ -55,14 +74,22 @@ class Resolved:
     seq_len: int
     precision: str | None  # the scenario's, when it names one
     param_tensors: Callable[[], int]
+    #: the code timed (Fingerprint.implementation): plain, hf, torchvision, or the user's module's name
+    implementation: str | None = None
+    #: why the code is not the catalog model's default (its package is not installed), for the report
+    note: str | None = None
 
 
 def resolve(torch, choice: ModelChoice, seq_len: int | None, device: str, attention: str) -> Resolved:
     choice.check()
     if choice.module is not None:
-        return _user_module(torch, choice, seq_len, device)
+        resolved = _user_module(torch, choice, seq_len, device)
+        resolved.implementation = resolved.name
+        return resolved
     if choice.hf_config is not None:
-        return _hugging_face(torch, choice, seq_len, device)
+        resolved = _hugging_face(torch, choice, seq_len, device)
+        resolved.implementation = "hf"
+        return resolved
     precision = None
     name = choice.catalog
     if choice.scenario is not None:
@@ -108,17 +135,116 @@ def _catalog(torch, name, choice, seq_len, device, attention, precision) -> Reso
         raise InputError(
             f"--seq-len {seq_len} is longer than the model's {arch.max_positions} positions", key="--seq-len"
         )
+    code, note = _catalog_code(arch, choice.implementation)
+    if code == "hf":
+        config, cls = _hf_config_of(arch, attention)
+        runner, param_tensors = _hf_runner(torch, config, cls, seq_len, device, "--model")
+        return Resolved(runner, choice.name or name, seq_len, precision, param_tensors, "hf", note)
     cache: dict = {}
 
     def make(micro_batch: int):
         if "model" not in cache:
-            cache["model"] = build(torch, arch, device, attention)
+            cache["model"] = (
+                _torchvision(torch, arch, device)
+                if code == "torchvision"
+                else build(torch, arch, device, attention)
+            )
         return cache["model"], batch(torch, arch, micro_batch, seq_len, device)
 
     runner = Runner(make=make, loss=loss_of, attention=attention if arch.family == "transformer" else None)
     return Resolved(
-        runner, choice.name or name, seq_len, precision, lambda: len(list(cache["model"].parameters()))
+        runner,
+        choice.name or name,
+        seq_len,
+        precision,
+        lambda: len(list(cache["model"].parameters())),
+        code,
+        note,
     )
+
+
+def _catalog_code(arch, asked: str | None) -> tuple[str, str | None]:
+    """The code to build a catalog model in: ``asked`` (--implementation), else the code the model runs
+    by default (catalog.default_implementation: Hugging Face's transformers, torchvision's ResNets) where
+    its package is installed, else clustersim's plain-torch build, with a note saying so."""
+    from clustersim import catalog
+
+    default = catalog.default_implementation(arch)
+    code = asked or default
+    package = {"hf": "transformers", "torchvision": "torchvision"}.get(code)
+    if code == "torchvision" and arch.family != "resnet":
+        raise InputError("torchvision builds ResNets; a transformer is hf or plain", key="--implementation")
+    if code == "hf" and arch.family != "transformer":
+        raise InputError("hf builds transformers; a ResNet is torchvision or plain", key="--implementation")
+    if package is not None:
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            if asked is not None:
+                raise InputError(
+                    f"--implementation {code} needs the {package} package", key="--implementation"
+                ) from None
+            return "plain", (
+                f"{package} is not installed: timing clustersim's plain-torch build, which prices only "
+                f"scenarios with workload.implementation: plain (pip install {package} to time {default})"
+            )
+    return code, None
+
+
+def _hf_config_of(arch, attention: str):
+    """The Hugging Face config and class of a catalog transformer: BertForPreTraining, GPT2LMHeadModel
+    or LlamaForCausalLM at the catalog's shapes, with ``attention`` as its attention implementation."""
+    import transformers
+
+    if arch.style == "bert":
+        config = transformers.BertConfig(
+            vocab_size=arch.vocab,
+            hidden_size=arch.hidden,
+            num_hidden_layers=arch.layers,
+            num_attention_heads=arch.heads,
+            intermediate_size=arch.ffn,
+            max_position_embeddings=arch.max_positions or 512,
+            type_vocab_size=arch.token_types or 2,
+        )
+        cls = transformers.BertForPreTraining
+    elif arch.style == "gpt":
+        config = transformers.GPT2Config(
+            vocab_size=arch.vocab,
+            n_embd=arch.hidden,
+            n_layer=arch.layers,
+            n_head=arch.heads,
+            n_inner=arch.ffn,
+            n_positions=arch.max_positions or 1024,
+            tie_word_embeddings=arch.tied_head is not False,
+        )
+        cls = transformers.GPT2LMHeadModel
+    else:
+        config = transformers.LlamaConfig(
+            vocab_size=arch.vocab,
+            hidden_size=arch.hidden,
+            num_hidden_layers=arch.layers,
+            num_attention_heads=arch.heads,
+            num_key_value_heads=arch.kv_heads or arch.heads,
+            intermediate_size=arch.ffn,
+            max_position_embeddings=max(arch.max_positions or 0, 4096),
+            tie_word_embeddings=bool(arch.tied_head),
+        )
+        cls = transformers.LlamaForCausalLM
+    config._attn_implementation = attention
+    return config, cls
+
+
+def _torchvision(torch, arch, device: str):
+    """torchvision's ResNet of the catalog's blocks (Bottleneck, v1.5), channels-last on a GPU."""
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    if arch.width != 64:
+        raise InputError(
+            f"torchvision's ResNet is 64 channels wide, the model {arch.width}: use --implementation plain",
+            key="--implementation",
+        )
+    model = ResNet(Bottleneck, list(arch.blocks), num_classes=arch.num_classes).to(device)
+    return model.to(memory_format=torch.channels_last) if device == "cuda" else model
 
 
 def _call(model, batch):
@@ -254,6 +380,17 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
         raise InputError(f"no transformers class {architecture!r}", source=str(path), key="architectures")
     _check_hf_size(torch, config, device, path)
     seq = seq_len or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
+    runner, param_tensors = _hf_runner(torch, config, build, seq, device, str(path), architecture)
+    name = choice.name or (path.parent.name if path.is_file() else path.name)
+    return Resolved(runner, name, seq, None, param_tensors)
+
+
+def _hf_runner(torch, config, cls, seq: int, device: str, source: str, architecture: str | None = None):
+    """What to time for a Hugging Face model of ``config`` (random weights: timing needs no checkpoint):
+    ``cls`` its class (or a factory taking the config), fed random token ids as inputs and labels (and a
+    next-sentence label for a pre-training BERT)."""
+    build = getattr(cls, "_from_config", cls)
+    architecture = architecture or getattr(cls, "__name__", None)
     vocab = config.vocab_size
     cache: dict = {}
 
@@ -263,7 +400,7 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
                 cache["model"] = build(config).to(device)
             except ValueError as exc:  # e.g. a config type AutoModelForCausalLM has no model for
                 raise InputError(
-                    f"cannot build a model from it ({str(exc).splitlines()[0][:160]})", source=str(path)
+                    f"cannot build a model from it ({str(exc).splitlines()[0][:160]})", source=source
                 ) from None
             # the attention kernel is chosen when the model is made ("sdpa", "eager", ...)
             runner.attention = getattr(cache["model"].config, "_attn_implementation", None)
@@ -278,8 +415,7 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
         loss=lambda m, b: _loss(_call(m, b)),
         attention=getattr(config, "_attn_implementation", None),
     )
-    name = choice.name or (path.parent.name if path.is_file() else path.name)
-    return Resolved(runner, name, seq, None, lambda: len(list(cache["model"].parameters())))
+    return runner, lambda: len(list(cache["model"].parameters()))
 
 
 def calibrate_model(
@@ -323,6 +459,8 @@ def calibrate_model(
     if precision not in ("fp32", "bf16", "fp16"):
         raise InputError(f"precision {precision!r}: fp32, bf16 or fp16", key="--precision")
     say = progress or (lambda message: None)
+    if resolved.note:
+        say(resolved.note)
     say(f"per-op dispatch and profiler cost on {device}")
     costs = model_timing.op_costs(torch, device)
     sizes = sorted(set(micro_batches)) + ([holdout] if holdout is not None else [])
@@ -360,6 +498,8 @@ def calibrate_model(
         autocast=precision != "fp32",
         attention=resolved.runner.attention,
         execution="eager",
+        implementation=resolved.implementation,
+        optimizer=optimizer,
     )
     overhead = model_timing.profiler_overhead_s(measured)
     source = (
@@ -376,6 +516,8 @@ def calibrate_model(
     profile = store(out, catalog_name_for(torch, device), prov, mc, rates, base)
     report = {
         "model": resolved.name,
+        "implementation": resolved.implementation,
+        "note": resolved.note,
         "seq_len": resolved.seq_len,
         "device": fp.device,
         "precision": precision,

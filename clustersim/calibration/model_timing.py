@@ -348,11 +348,15 @@ def _phases_from_trace(trace: dict, device: str, dispatch_only: Callable[[str], 
                 ]
                 kernels = [e["dur"] * 1e-6 for e in launched if e["cat"] == "kernel"]
                 busy = _union([(e["ts"], e["ts"] + e["dur"]) for e in launched]) * 1e-6
+                # every launch (kernels, memsets, copies) is an op the host dispatched, and what the
+                # catalog's kernel counts count (catalogs/execution.yaml)
+                count = len(launched)
             else:
                 computing = _compute_ops(inside, dispatch_only)
                 kernels = [e["dur"] * 1e-6 for e in computing]
                 busy = sum(kernels)
-            per["kernels"].append(len(kernels))
+                count = len(kernels)
+            per["kernels"].append(count)
             per["device_s"].append(busy)
             per["durations"] += kernels
         result[name] = per
@@ -437,6 +441,7 @@ def fit(
             host_s=fitted(xs, [m.phases[name].host_s for m in measured]),
             device_s=fitted(xs, [m.phases[name].device_s for m in measured]),
             kernels=largest.phases[name].kernels,
+            ops=largest.phases[name].ops,
             wall_s=fitted(xs, [m.phases[name].wall_s for m in measured]),
         )
 
@@ -473,6 +478,9 @@ def fit(
     rates = DispatchRates(
         host_s_per_kernel_forward=statistics.median(fwd),
         host_s_per_kernel_backward=statistics.median(per_kernel["backward"]),
+        host_s_per_op_backward=_per_op(
+            [(m.phases["backward"].host_s, m.phases["backward"].ops) for m in measured]
+        ),
         device_s_per_kernel=durations[len(durations) // 10] if durations else 0.0,
         host_s_per_param_tensor=statistics.median(m.phases["optimizer"].host_s for m in measured)
         / param_tensors,
@@ -481,6 +489,12 @@ def fit(
         source=source,
     )
     return mc, rates
+
+
+def _per_op(pairs: list[tuple[float, int]]) -> float | None:
+    """The median host time per op over (host seconds, ops) pairs; None where no op was recorded."""
+    values = [host / ops for host, ops in pairs if ops and host > 0]
+    return statistics.median(values) if values else None
 
 
 def profiler_overhead_s(measured: list[Measured]) -> float | None:

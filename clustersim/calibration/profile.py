@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim import catalog
 from clustersim.catalog import LIMITS_SOURCE, Count, Number, below, beyond, limit
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
@@ -330,6 +331,58 @@ class Fingerprint(_Strict):
     autocast: bool = True
     attention: str | None = Field(None, description="sdpa | eager | flash_attention_2 | ...")
     execution: Literal["eager", "compiled", "cuda_graphs"] = "eager"
+    implementation: str | None = Field(
+        None,
+        description="the model's code (workload.implementation): plain (clustersim's plain-torch build of "
+        "a catalog model), hf (Hugging Face transformers), torchvision, megatron, deepspeed, or the name "
+        "of the user's own measured code (--module, an imported job); None: not recorded (an older "
+        "profile whose source does not say)",
+    )
+    optimizer: str | None = Field(
+        None,
+        description="the optimizer the optimizer phase timed, as torch names it in lower case: adamw "
+        "(fused on a GPU), sgd, ...; None: not recorded",
+    )
+
+
+def implementation_from_source(source: str, model: str = "") -> str | None:
+    """The code a measurement stored without ``implementation`` timed, read off the command that made it
+    (profiles written before the field): ``--hf-config`` a Hugging Face model, ``--model`` or
+    ``--scenario`` clustersim's plain-torch build, ``--module`` the user's own code (its name), an
+    imported trace the user's job, taken as the code its catalog model runs by default."""
+    if "--hf-config" in source:
+        return "hf"
+    if "--module" in source:
+        return model or None
+    if "import-trace" in source:
+        try:
+            return catalog.default_implementation(catalog.model(model))
+        except InputError:
+            return model or None
+    if "calibrate model" in source:
+        return "plain"
+    return None
+
+
+def optimizer_from_source(source: str) -> str | None:
+    """The optimizer a measurement stored without ``optimizer`` timed: ``calibrate model``'s
+    ``--optimizer`` (adamw unless it says sgd); an imported trace's is not in its command."""
+    if "calibrate model" not in source:
+        return None
+    return "sgd" if "--optimizer sgd" in source else "adamw"
+
+
+def _with_implementation(entry: object, model: str = "") -> object:
+    """A stored measurement (a dict) with its fingerprint's implementation and optimizer filled from its
+    source where they are missing."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict):
+        return entry
+    fingerprint, source = dict(entry["fingerprint"]), str(entry.get("source", ""))
+    if fingerprint.get("implementation") is None:
+        fingerprint["implementation"] = implementation_from_source(source, str(entry.get("model", model)))
+    if fingerprint.get("optimizer") is None:
+        fingerprint["optimizer"] = optimizer_from_source(source)
+    return {**entry, "fingerprint": fingerprint}
 
 
 class Linear(_Strict):
@@ -349,6 +402,7 @@ class PhaseMeasurement(_Strict):
     host_s: Linear = Field(description="host dispatch time of the phase (profiler overhead removed)")
     device_s: Linear = Field(description="device busy time of the phase (sum of its kernels)")
     kernels: int = Field(ge=0, description="kernels launched by the phase")
+    ops: int | None = Field(None, ge=0, description="ops the phase's host threads ran (profiler records)")
     wall_s: Linear | None = Field(None, description="the phase's measured wall time (synchronised), if timed")
 
 
@@ -389,6 +443,9 @@ class DispatchRates(_Strict):
 
     host_s_per_kernel_forward: float = Field(gt=0)
     host_s_per_kernel_backward: float = Field(gt=0)
+    host_s_per_op_backward: float | None = Field(
+        None, gt=0, description="the backward's host time per autograd op it ran (None: not measured)"
+    )
     device_s_per_kernel: float = Field(ge=0)
     host_s_per_param_tensor: float = Field(ge=0, description="optimizer step + zero_grad, per tensor")
     fingerprint: Fingerprint
@@ -437,7 +494,21 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 3
     if data.get("format_version") == 3:  # v3 -> v4 adds the optional model compute and dispatch rates
         data["format_version"] = 4
+    # v4 profiles written before fingerprints recorded the model's code: read it off each source
+    if isinstance(data.get("model_compute"), list):
+        data["model_compute"] = [_with_implementation(mc) for mc in data["model_compute"]]
+    if isinstance(data.get("dispatch"), dict):
+        data["dispatch"] = _with_implementation(data["dispatch"], _dispatch_model(data))
     return data
+
+
+def _dispatch_model(data: dict) -> str:
+    """The model whose measurement the dispatch rates came from: the stored entry of the same source."""
+    source = data["dispatch"].get("source")
+    for mc in data.get("model_compute") or []:
+        if isinstance(mc, dict) and mc.get("source") == source:
+            return str(mc.get("model", ""))
+    return ""
 
 
 def builtin_profiles() -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import statistics
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ class TraceAnalysis:
     attention: str | None
     execution: str
     convolutions: bool = False  # the trace runs convolutions (a CNN's step)
+    optimizer: str | None = None  # the optimizer's class as its annotations name it, lower case
     params: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -211,7 +213,17 @@ def analyse(trace: dict, source: str) -> TraceAnalysis:
         attention=_attention(names),
         execution=_execution(names),
         convolutions=any("convolution" in n for n in names),
+        optimizer=_optimizer_name(optimizer),
     )
+
+
+def _optimizer_name(annotations: list) -> str | None:
+    """The optimizer's class from its annotations (``Optimizer.step#AdamW.step``), lower case."""
+    for e in annotations:
+        match = re.match(r"Optimizer\.step#(\w+)\.step", str(e.get("name", "")))
+        if match:
+            return match.group(1).lower()
+    return None
 
 
 # An event's duration in a trace of a few training steps (microseconds): a day is far beyond any op,
@@ -321,7 +333,9 @@ def _phase(a, b, inside, launches, device_events, spans, host_thread, autograd) 
         wall_s=(b - a) * 1e-6,
         sync_s=sync * 1e-6,
         events=len(mine),
-        kernels=len(kernels),
+        # every launch the host made (kernels, memsets, copies): each is an op dispatched, and what the
+        # catalog's kernel counts count (catalogs/execution.yaml)
+        kernels=len(launched),
         device_busy_s=_union([(e["ts"], e["ts"] + e["dur"]) for e in launched]) * 1e-6,
         kernel_durations_s=kernels,
     )
@@ -514,7 +528,10 @@ def check_model_matches(
         )
 
 
-def fingerprint(analysis: TraceAnalysis, torch_version: str | None = None) -> Fingerprint:
+def fingerprint(
+    analysis: TraceAnalysis, torch_version: str | None = None, implementation: str | None = None
+) -> Fingerprint:
+    """``implementation``: the job's model code (--implementation, else its model's default code)."""
     return Fingerprint(
         device=analysis.device_name,
         torch=torch_version,
@@ -523,11 +540,19 @@ def fingerprint(analysis: TraceAnalysis, torch_version: str | None = None) -> Fi
         autocast=analysis.precision != "fp32",
         attention=analysis.attention,
         execution=analysis.execution,
+        implementation=implementation,
+        optimizer=analysis.optimizer,
     )
 
 
 def model_compute(
-    analysis: TraceAnalysis, overhead_s: float, model: str, micro_batch: int, seq_len: int, source: str
+    analysis: TraceAnalysis,
+    overhead_s: float,
+    model: str,
+    micro_batch: int,
+    seq_len: int,
+    source: str,
+    implementation: str | None = None,
 ) -> ModelCompute:
     """One measured micro-batch: host time as the intercept (dispatch does not grow with the batch in
     eager mode), forward and backward device time as per-sample (the simplest scaling one point
@@ -543,6 +568,7 @@ def model_compute(
                 else Linear(intercept_s=0.0, per_sample_s=device / micro_batch)
             ),
             kernels=round(analysis.median(name, "kernels")),
+            ops=round(analysis.median(name, "events")),
         )
 
     return ModelCompute(
@@ -552,7 +578,7 @@ def model_compute(
         forward=phase("forward"),
         backward=phase("backward"),
         optimizer=phase("optimizer"),
-        fingerprint=fingerprint(analysis),
+        fingerprint=fingerprint(analysis, implementation=implementation),
         source=source,
     )
 
@@ -580,6 +606,13 @@ def dispatch_rates(
     return DispatchRates(
         host_s_per_kernel_forward=statistics.median(per_kernel["forward"]),
         host_s_per_kernel_backward=statistics.median(per_kernel["backward"]),
+        host_s_per_op_backward=statistics.median(
+            s.phases["backward"].host_s(overhead_s) / s.phases["backward"].events
+            for s in analysis.used
+            if s.phases["backward"].events
+        )
+        if any(s.phases["backward"].events for s in analysis.used)
+        else None,
         device_s_per_kernel=p10,
         host_s_per_param_tensor=(analysis.host_s("optimizer", overhead_s) / tensors) if tensors else 0.0,
         fingerprint=fingerprint(analysis),
@@ -623,9 +656,11 @@ def import_trace(
     step_time_s: float | None = None,
     base: Path | None = None,
     command: str = "clustersim calibrate import-trace",
+    implementation: str | None = None,
 ):
     """Analyse a trace, write its ModelCompute (when the model, micro-batch and sequence length are
-    named) and DispatchRates into ``out``; returns (profile, report)."""
+    named) and DispatchRates into ``out``; returns (profile, report). ``implementation``: the job's
+    model code (default: the code the named catalog model runs by default, else not recorded)."""
     from datetime import datetime, timezone
 
     from clustersim import catalog
@@ -648,6 +683,7 @@ def import_trace(
         et = read_execution_trace(et_path) if et_path is not None else {}
     if model is not None:
         check_model_matches(analysis, model, seq_len, et.get("params"))
+        implementation = implementation or catalog.default_implementation(catalog.model(model))
     traced = statistics.median(s.param_tensors for s in analysis.used)
     if et.get("param_tensors") and traced and et["param_tensors"] != traced:
         raise InputError(
@@ -675,8 +711,13 @@ def import_trace(
         + f", profiler overhead {overhead * 1e6:.2f} us per op ({overhead_source.split(',')[0]})"
     )
     with _malformed(trace_path, "trace"):  # values the analysis kept that no measurement can hold
-        mc = model_compute(analysis, overhead, model, micro_batch, seq_len, source) if all(named) else None
+        mc = (
+            model_compute(analysis, overhead, model, micro_batch, seq_len, source, implementation)
+            if all(named)
+            else None
+        )
         rates = dispatch_rates(analysis, overhead, et.get("param_tensors"), source)
+        rates = rates.model_copy(update={"fingerprint": fingerprint(analysis, implementation=implementation)})
     device = catalog_name_from_string(analysis.device_name, analysis.device_memory_gb)
     provenance = {
         "source": command,
@@ -690,7 +731,7 @@ def import_trace(
         "steps_in_trace": len(analysis.steps),
         "steps_used": steps,
         "device": analysis.device_name,
-        "fingerprint": fingerprint(analysis).model_dump(),
+        "fingerprint": fingerprint(analysis, implementation=implementation).model_dump(),
         "profiler_overhead_s_per_op": overhead,
         "profiler_overhead_source": overhead_source,
         "phases": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -191,6 +192,12 @@ def calibrate_model(
         None, "--module", help="MODULE:FUNCTION returning (nn.Module, batch); see docs/gpu-compute.md."
     ),
     name: Optional[str] = typer.Option(None, "--name", help="Name to store it under (default: the model's)."),
+    implementation: Optional[str] = typer.Option(
+        None,
+        "--implementation",
+        help="A catalog model's code: hf (its Hugging Face class; default where transformers is "
+        "installed), torchvision (ResNets), plain (clustersim's plain-torch build).",
+    ),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Fewer layers (stored as NAME-<N>L)."),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", min=1, help="Default: the model's (ResNet: image side)."
@@ -229,7 +236,7 @@ def calibrate_model(
     if optimizer not in ("adamw", "sgd"):
         raise InputError(f"unknown optimizer {optimizer!r} (adamw or sgd)", key="--optimizer")
     sizes = _int_list(micro_batches, "--micro-batches")
-    choice = ModelChoice(model, scenario, hf_config, module, layers, name)
+    choice = ModelChoice(model, scenario, hf_config, module, layers, name, implementation)
     command = "clustersim " + " ".join(sys.argv[1:])
     with spinner("calibrate model", json_out) as progress:
         profile, report = calibrate_model(
@@ -252,6 +259,8 @@ def calibrate_model(
     if json_out:
         emit_json(report)
         return
+    if report["note"]:
+        console.print(f"note: {report['note']}")
     rows = []
     for m in report["measured"]:
         for phase, p in m["phases"].items():
@@ -303,6 +312,12 @@ def calibrate_import_trace(
         None, "--et", help="The same job's PyTorch execution trace (parameter tensors and count)."
     ),
     model: Optional[str] = typer.Option(None, "--model", help="Model name the scenario uses."),
+    implementation: Optional[str] = typer.Option(
+        None,
+        "--implementation",
+        help="The job's model code (workload.implementation): hf, torchvision, megatron, deepspeed, or "
+        "your own name (default: the --model's default code).",
+    ),
     micro_batch: Optional[int] = typer.Option(
         None, "--micro-batch", min=1, max=2**20, help="Micro-batch of the trace."
     ),
@@ -328,8 +343,20 @@ def calibrate_import_trace(
 
     check_writable_file(out)
     step_time = finite_option(step_time, "--step-time")
+    code_name = r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,199}"  # as workload.implementation takes it
+    if implementation is not None and not re.fullmatch(code_name, implementation):
+        raise InputError(f"{implementation[:80]!r} is not a code's name", key="--implementation")
     profile, report = import_trace(
-        trace, out, et, model, micro_batch, seq_len, step_time, base, "clustersim " + " ".join(sys.argv[1:])
+        trace,
+        out,
+        et,
+        model,
+        micro_batch,
+        seq_len,
+        step_time,
+        base,
+        "clustersim " + " ".join(sys.argv[1:]),
+        implementation,
     )
     if json_out:
         emit_json(report)

@@ -36,9 +36,13 @@ class DeviceCosts:
         profile: Profile | None = None,
         execution: str = "eager",
         unfused_pointwise: bool = False,
+        implementation: str | None = None,
     ):
         """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code), whose
-        block pointwise kernels stream below a copy's rate under autocast (catalogs/execution.yaml)."""
+        block pointwise kernels stream below a copy's rate under autocast (catalogs/execution.yaml).
+        ``implementation``: the model's code (Scenario.implementation); a profile's fixed cost per
+        kernel is the 10th percentile of its measured code's kernel durations, a statistic of that
+        code's mix of kernels, so it applies to the same code only."""
         self.gpu = gpu
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
@@ -66,7 +70,9 @@ class DeviceCosts:
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
         if dispatch is not None and dispatch.fingerprint.execution == execution:
-            self.kernel_overhead_s = dispatch.device_s_per_kernel
+            code = dispatch.fingerprint.implementation
+            if code is None or implementation is None or code.lower() == implementation.lower():
+                self.kernel_overhead_s = dispatch.device_s_per_kernel
         self.kernel_bw: dict[str, float] = {}
         self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
         published = "published GEMM benchmark (catalogs/gpus.yaml)"

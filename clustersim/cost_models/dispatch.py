@@ -7,8 +7,10 @@ max(host dispatch, device time) and a small model at a small micro-batch is boun
 BERT-Large step at micro-batch 16 on an H200 keeps the GPU busy 21 ms of 56 (catalogs/execution.yaml).
 
 Rates, in order of preference: the profile's own measured ones (``calibrate model`` or
-``calibrate import-trace``) when their execution mode is the scenario's, else the catalog's for the
-mode. Every kernel counted by the workload is one dispatch (pointwise ones fewer when compiled).
+``calibrate import-trace``) when their execution mode and model code are the scenario's (a host's cost
+per op is the code's: Hugging Face's and a plain-torch op take other paths through Python), else the
+catalog's for the mode. Every kernel counted by the workload is one dispatch (pointwise ones fewer
+when compiled).
 """
 
 from __future__ import annotations
@@ -27,32 +29,54 @@ if TYPE_CHECKING:  # annotation only: profiles are read above this layer
 class Dispatch:
     execution: str
     host_s_per_kernel_forward: float
+    #: per launch: where the backward is priced per autograd op, that rate times the style's ops per launch
     host_s_per_kernel_backward: float
     host_s_per_param_tensor: float
     #: False for a CPU device: the thread that dispatches an op also runs its kernels
     asynchronous: bool
     source: str
+    #: autograd ops the model's backward runs per launch (None: custom layers, priced per launch)
+    backward_ops_per_launch: float | None = None
 
     @classmethod
-    def of(cls, gpu: GpuSpec, execution: str, profile: Profile | None) -> "Dispatch":
+    def of(
+        cls,
+        gpu: GpuSpec,
+        execution: str,
+        profile: Profile | None,
+        implementation: str | None = None,
+        backward_ops_per_launch: float | None = None,
+    ) -> "Dispatch":
+        """``implementation``: the scenario's model code (workload.implementation); a profile's rates
+        are the code's they were measured on (None on either side: not recorded, taken as the same).
+        ``backward_ops_per_launch``: autograd ops the model's backward runs per launch (its style's,
+        catalog.backward_ops_per_launch); with a rate per op (eager), the backward's host time per
+        launch is that rate times these ops, else the rate per launch."""
         measured = profile.dispatch if profile is not None else None
-        if measured is not None and measured.fingerprint.execution == execution:
+        code = measured.fingerprint.implementation if measured is not None else None
+        same_code = code is None or implementation is None or code.lower() == implementation.lower()
+        if measured is not None and measured.fingerprint.execution == execution and same_code:
+            per_op = measured.host_s_per_op_backward
             return cls(
                 execution,
                 measured.host_s_per_kernel_forward,
-                measured.host_s_per_kernel_backward,
+                _per_launch(per_op, backward_ops_per_launch, measured.host_s_per_kernel_backward),
                 measured.host_s_per_param_tensor,
                 gpu.asynchronous_launch,
                 f"measured ({measured.source or profile.label})",
+                backward_ops_per_launch,
             )
         mode = catalog.execution_mode(execution)
+        per_op = mode.host_s_per_op_backward
         return cls(
             execution,
             mode.host_s_per_kernel_forward,
-            mode.host_s_per_kernel_backward,
+            _per_launch(per_op, backward_ops_per_launch, mode.host_s_per_kernel_backward),
             mode.host_s_per_param_tensor,
             gpu.asynchronous_launch,
-            f"default for {execution} execution (catalogs/execution.yaml)",
+            f"default for {execution} execution (catalogs/execution.yaml)"
+            + (f", backward {per_op * 1e6:.2f} us per op" if per_op and backward_ops_per_launch else ""),
+            backward_ops_per_launch,
         )
 
     def pass_time(self, kernels: float, forward: bool) -> float:
@@ -66,3 +90,10 @@ class Dispatch:
         op's dispatch at the eager forward rate (a Python-issued op, as the model's own)."""
         loop = param_tensors * self.host_s_per_param_tensor
         return loop + self.pass_time(param_tensors * kernels_per_tensor, forward=True)
+
+
+def _per_launch(per_op: float | None, ops_per_launch: float | None, per_launch: float) -> float:
+    """The backward's host time per launch: per op times ops per launch where both are known."""
+    if per_op is None or ops_per_launch is None:
+        return per_launch
+    return per_op * ops_per_launch

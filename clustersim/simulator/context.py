@@ -57,6 +57,10 @@ class SimulationContext:
     #: the measured model whose measured-to-modelled ratios this one's compute carries (another model
     #: of the profile's, on this device), when this model itself was not measured
     transferred_from: ModelCompute | None = None
+    #: log-sigma of carrying transferred_from's rates, measured on the profile (None: too few models)
+    carry_sigma: float | None = None
+    #: the measured model whose optimizer phase sets the update's rate (_update_scale), if any
+    update_from: ModelCompute | None = None
 
     @property
     def world(self) -> GroupShape:
@@ -178,6 +182,12 @@ class SimulationContext:
         return self.precision == "fp16" if given is None else given
 
     @cached_property
+    def host_syncs_after_forward(self) -> bool:
+        """Whether the host waits for forward's kernels before it dispatches backward
+        (training.host_sync_after_forward: the loss read on the host, a synchronised phase timer)."""
+        return self.scenario.training.host_sync_after_forward
+
+    @cached_property
     def param_tensors(self) -> int:
         return sum(len(layer.param_tensors) for layer in self.workload.layers)
 
@@ -285,6 +295,17 @@ def network_params(profile: Profile | None, label: str = "profile") -> NetworkPa
     return DEFAULT_NETWORK
 
 
+def _backward_ops_per_launch(scenario: Scenario) -> float | None:
+    """Autograd ops per launch of the catalog model's backward, as its code's trace shows them; None
+    for custom layers and for fused-kernel framework code (no trace of it: priced per launch)."""
+    if scenario.workload.model is None:
+        return None
+    arch = catalog.model(scenario.workload.model)
+    if arch.family == "transformer" and scenario.pointwise_code == "fused":
+        return None
+    return catalog.backward_ops_per_launch(arch)
+
+
 def _check_layer_count(scenario: Scenario) -> None:
     """Custom layers are instantiated one per ``repeat`` and each is at least a forward and a backward
     op of every program, so more than half a program's op limit can never run: refused before
@@ -320,7 +341,7 @@ def build_context(
     tensor = scenario.training.parallelism.tensor
     workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple, tensor)
     execution = scenario.workload.execution
-    device = DeviceCosts(gpu, prof, execution, unfused)
+    device = DeviceCosts(gpu, prof, execution, unfused, scenario.implementation)
     c = scenario.cluster
     measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
     measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None
@@ -334,8 +355,8 @@ def build_context(
         CollectiveModel(cluster, measured, params),
         prof,
         _matching_phases(prof, scenario, workload),
-        Dispatch.of(gpu, execution, prof),
-        matching_model_compute(prof, workload),
+        Dispatch.of(gpu, execution, prof, scenario.implementation, _backward_ops_per_launch(scenario)),
+        matching_model_compute(prof, workload, scenario.implementation, execution),
     )
     if ctx.model_compute is not None:
         apply_model_compute(ctx, ctx.model_compute)

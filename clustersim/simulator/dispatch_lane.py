@@ -47,10 +47,17 @@ def add_dispatch(
 class PassSequence:
     """One micro-step's forward (or backward) over ``layers``, added in that order by ``add``."""
 
-    def __init__(self, prog: Program, ctx: SimulationContext, layers, forward: bool) -> None:
+    def __init__(
+        self, prog: Program, ctx: SimulationContext, layers, forward: bool, after: tuple = ()
+    ) -> None:
+        """``after``: ops the host waits for before it dispatches the pass (a host synchronisation
+        between forward and backward, SimulationContext.host_syncs_after_forward)."""
         self.prog, self.ctx, self.forward = prog, ctx, forward
-        self.host, self.device, self.coalesced = pass_times(ctx, layers, forward)
+        self.host, self.device, coalesced = pass_times(ctx, layers, forward)
+        # after a synchronisation the host is not ahead of the device: each layer waits for its dispatch
+        self.coalesced = coalesced and not after
         self.index = 0
+        self.after = after
 
     def add(self, layer, deps: tuple = (), meta: dict | None = None) -> int:
         """The next layer's pass; returns its compute op's id."""
@@ -64,10 +71,10 @@ class PassSequence:
             if i == 0:
                 launch = prog.last_on("dispatch")
                 n = len(self.host)
-                add_dispatch(prog, ctx, f"dispatch {prefix} ({n} layers)", sum(self.host))
+                add_dispatch(prog, ctx, f"dispatch {prefix} ({n} layers)", sum(self.host), self.after)
         elif self.host[i] > 0:
             queued = prog.last_on("dispatch") if ctx.dispatch.asynchronous else None
-            own = add_dispatch(prog, ctx, f"dispatch {name}", self.host[i])
+            own = add_dispatch(prog, ctx, f"dispatch {name}", self.host[i], self.after if i == 0 else ())
             launch = queued if ctx.dispatch.asynchronous else own
         if launch is not None:
             deps = (*deps, launch)

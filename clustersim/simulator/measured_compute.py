@@ -1,20 +1,33 @@
 """A model's own measured compute (profile v4, ``calibrate model`` / ``calibrate import-trace``) in a run.
 
-The measurement gives, per phase, host dispatch and device time as lines in the micro-batch. For
-the measured model the layers' modelled times are scaled so each phase sums to the measured line: the
-split over layers (where gradient buckets become ready, which layers bind the host) stays the model's,
-the totals are the measurement's.
+What was measured is part of the measurement: a model's code (its fingerprint's ``implementation``:
+Hugging Face's, torchvision's, clustersim's plain-torch build, a user's own) decides how many ops and
+kernels a step launches, and the execution mode how they reach the GPU. A measurement therefore prices
+a scenario directly only for the same model, sequence length, precision, code and mode: the layers'
+modelled times are then scaled so each phase sums to the measured line (the split over layers, where
+gradient buckets become ready, which layers bind the host, stays the model's).
 
-For another model on the same device the measurement still says how far the modelled rates are from
-this machine and this software: the ratio of measured to modelled time per phase and resource (host
-dispatch forward and backward, device forward and backward, the optimizer's host loop) is carried over
-to the other model, whose structure (layers, kernels, FLOPs, bytes) the model supplies. The ratios are
-taken at the measured model's middle micro-batch; the nearest measured model of the same family and
-style, precision and execution mode is used. (``ctx`` is the run's SimulationContext, which calls in
-here while it is built.)
+Otherwise what carries is the measurement's per-op rates, applied to the scenario's own op counts:
+
+- host dispatch per launch (forward and backward) and the optimizer's host loop, from a measurement
+  of the scenario's own code and mode (another model of it): the host's cost per op is the code's (a
+  Hugging Face op and a plain-torch op take different paths through Python), so a measurement of
+  other code leaves host dispatch at the default rates for the mode;
+- device time from the profile's hardware rates (its GEMM model, copy bandwidth, fixed cost per
+  kernel), whatever code measured them: the scenario's own kernels, FLOPs and bytes are priced, not
+  another model's ratio of measured to modelled time, which would carry the other model's residuals.
+  Where the profile measured no hardware rates (``calibrate model`` alone), the same code's ratio of
+  measured to modelled device time per phase is what says how fast the device is, and it carries;
+- the fused Adam update's rate, from any measured model's AdamW phase (``_carry_update``).
+
+The band of a carried prediction is how far such carrying went on the profile's own measurements
+(``carry_errors``: each measured model predicted from the others of its code), not the fit's.
+(``ctx`` is the run's SimulationContext, which calls in here while it is built.)
 """
 
 from __future__ import annotations
+
+import math
 
 from clustersim import catalog
 from clustersim.calibration.profile import ModelCompute, Profile
@@ -32,8 +45,24 @@ def _measured_seq(workload: Workload) -> int:
     return arch.image_size if isinstance(arch, ResNetArch) else workload.seq_len
 
 
-def matching_model_compute(profile: Profile | None, workload: Workload) -> ModelCompute | None:
-    """The profile's measurement of this model at this sequence length and precision (any micro-batch)."""
+def _same_code(mc: ModelCompute, implementation: str | None, execution: str) -> bool:
+    """Whether ``mc`` measured the scenario's code (None on either side: not recorded, taken as the
+    same) in the scenario's execution mode."""
+    code = mc.fingerprint.implementation
+    same = code is None or implementation is None or code.lower() == implementation.lower()
+    return same and mc.fingerprint.execution == execution
+
+
+def matching_model_compute(
+    profile: Profile | None, workload: Workload, implementation: str | None = None, execution: str = "eager"
+) -> ModelCompute | None:
+    """The profile's measurement of this model at this sequence length and precision (any micro-batch),
+    of the same code and execution mode."""
+    mc = _same_model(profile, workload)
+    return mc if mc is not None and _same_code(mc, implementation, execution) else None
+
+
+def _same_model(profile: Profile | None, workload: Workload) -> ModelCompute | None:
     if profile is None or not profile.model_compute:
         return None
     # model names are case-insensitive (a scenario may write bert-large for BERT-Large)
@@ -82,6 +111,7 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
     """Scale this model's layers so each phase sums to its measured line at this micro-batch."""
     b = ctx.workload.micro_batch
     _scale(ctx, _ratios(mc, b, _phase_totals(ctx, ctx.workload)))
+    ctx.update_from = mc
     fp = mc.fingerprint
     measured_at = ", ".join(str(m) for m in mc.micro_batches)
     attention = f", attention {fp.attention}" if fp.attention else ""
@@ -108,14 +138,10 @@ _ATTENTION_OF = {
 
 
 def _warn_execution(ctx, mc: ModelCompute) -> None:
-    """Warn where the measurement ran other settings than the scenario asks for: the measured times are
-    used as they are, so the scenario's own setting does not change them."""
+    """Warn where the measurement ran other settings than the scenario asks for (its code and execution
+    mode always match, ``_same_code``): the measured times are used as they are, so the scenario's own
+    attention or batch-norm setting does not change them."""
     fp = mc.fingerprint
-    if fp.execution != ctx.scenario.workload.execution:
-        ctx.notes.append(
-            f"warning: the profile measured {mc.model} with execution {fp.execution}, the scenario asks for "
-            f"{ctx.scenario.workload.execution} (workload.execution): the measurement is used as it is"
-        )
     measured = _ATTENTION_OF.get(fp.attention or "")
     asked = ctx.scenario.workload.attention
     if (
@@ -137,43 +163,183 @@ def _warn_execution(ctx, mc: ModelCompute) -> None:
 
 
 def transfer_model_compute(ctx, profile: Profile) -> None:
-    """Carry the measured-to-modelled ratios of another measured model of this device to this one."""
+    """Carry the per-op rates of a measured model of this code and mode to this one (module docstring)."""
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    other = _same_model(profile, ctx.workload)
+    if other is not None:
+        fp = other.fingerprint
+        ctx.notes.append(
+            f"the profile measured {other.model} as {fp.implementation or 'unrecorded'} code, "
+            f"{fp.execution}; the scenario runs {implementation or 'unrecorded'} code, {execution} "
+            "(workload.implementation, workload.execution): that measurement prices only the same code "
+            "and mode, its per-op rates carry"
+        )
+    _carry_update(ctx, profile)
     ref = _reference(ctx, profile)
     if ref is None:
+        codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
+        ctx.notes.append(
+            f"no measurement of {implementation or 'this'} code in {execution} mode in the profile "
+            f"(it measured {', '.join(codes)}): host dispatch at {ctx.dispatch.source}, device time "
+            "at the profile's measured hardware rates"
+        )
         return
     mc, workload = ref
-    b = mc.micro_batches[len(mc.micro_batches) // 2]
-    _scale(ctx, _ratios(mc, b, _phase_totals(ctx, workload)))
+    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
+    ratios["device_opt"] = ctx._update_scale  # _carry_update's
+    hardware = _measured_hardware(profile, ctx.precision)
+    if workload is not None:
+        b = mc.micro_batches[len(mc.micro_batches) // 2]
+        measured = _ratios(mc, b, _phase_totals(ctx, workload))
+        ratios["host_opt"] = measured["host_opt"]
+        if not hardware:
+            # nothing measured this device's rates but the model's own phases: their ratio to the
+            # modelled device time (same code: the same kernels) is what says how fast the device is
+            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
+    fwd, bwd = host_rates(mc)
+    per_op = _per_op_backward(mc)
+    ops_per_launch = ctx.dispatch.backward_ops_per_launch
+    if per_op is not None and ops_per_launch is not None:
+        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
+    ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
+    ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
+    _scale(ctx, ratios)
     ctx.transferred_from = mc
+    ctx.carry_sigma = carry_sigma(profile, mc)
+    device = (
+        "device time at the profile's measured hardware rates"
+        if hardware or workload is None
+        else f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
+        "hardware rates)"
+    )
     ctx.notes.append(
         f"compute rates carried over from {mc.model}'s measurement on {mc.fingerprint.device} "
-        f"({mc.source or profile.label}): its measured-to-modelled ratios per phase, applied to this model"
+        f"({mc.source or profile.label}, {mc.fingerprint.implementation or 'unrecorded'} code): host "
+        f"{fwd * 1e6:.1f} us per forward and {bwd * 1e6:.1f} us per backward launch over this model's "
+        f"own launches, {device}"
     )
     _warn_execution(ctx, mc)
 
 
-def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload] | None:
-    """The measured model to carry rates from: same precision and execution mode, same family (and the
-    same transformer style first), buildable from the catalog (``NAME-<N>L``: NAME with N layers)."""
-    target = _arch(ctx.workload.name)
-    best = None
+def _carry_update(ctx, profile: Profile) -> None:
+    """The fused Adam update's measured rate, from any model's measured optimizer phase on this device:
+    its kernels are torch.optim's, whatever the model's code, and a whole model's update measures them
+    at the scale a scenario runs them (a microbenchmark's smaller tensors stream slower). Applies to an
+    Adam scenario with the fused update, from a measurement that timed AdamW (fused on a GPU)."""
+    if ctx.scenario.training.optimizer != "adam" or ctx.update_implementation != "fused":
+        return
     for mc in profile.model_compute:
-        if mc.fingerprint.precision != ctx.precision:
+        if mc.fingerprint.optimizer != "adamw" or mc.fingerprint.precision != ctx.precision:
             continue
         workload = _measured_workload(mc)
         if workload is None:
             continue
-        arch = _arch(mc.model)
-        same_family = target is None or type(arch) is type(target)
-        if not same_family:
+        modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
+        measured = mc.optimizer.device_s.at(mc.micro_batches[0])
+        if modelled > 0 and measured > 0:
+            ctx._update_scale, ctx.update_from = measured / modelled, mc
+            ctx.notes.append(
+                f"the Adam update's rate from {mc.model}'s measured optimizer phase ({measured * 1e3:.2f} ms "
+                f"for {workload.params / 1e6:,.0f}M parameters on {mc.fingerprint.device})"
+            )
+            return
+
+
+def _measured_hardware(profile: Profile, precision: str) -> bool:
+    """Whether the profile measured this device's GEMM rate at ``precision`` (calibrate run): then the
+    device is priced by it, and a measured model's ratio of measured to modelled time would carry that
+    model's residuals (on an H100, Hugging Face's GPT-2 XL's ratio carried to GPT-3 XL put its steps
+    10% short, the GEMM model within 1%)."""
+    return precision in profile.compute_model or precision in profile.matmul_tflops
+
+
+def host_rates(mc: ModelCompute) -> tuple[float, float]:
+    """Host time per launched kernel, forward and backward, at the smallest measured micro-batch: the
+    host's own cost per op, before a device-bound step makes the host wait for the launch queue."""
+    b = min(mc.micro_batches)
+    return (
+        mc.forward.host_s.at(b) / max(mc.forward.kernels, 1),
+        mc.backward.host_s.at(b) / max(mc.backward.kernels, 1),
+    )
+
+
+def _per_op_backward(mc: ModelCompute) -> float | None:
+    """The backward's host time per autograd op at the smallest measured micro-batch (None: the
+    measurement recorded no ops)."""
+    if not mc.backward.ops:
+        return None
+    return mc.backward.host_s.at(min(mc.micro_batches)) / mc.backward.ops
+
+
+def _step(target: ModelCompute, b: float, source: ModelCompute) -> float:
+    """``target``'s step at micro-batch ``b`` with its host dispatch at ``source``'s rates (forward per
+    launch; backward per op where both recorded ops, else per launch): each phase max(host, device),
+    the measured device time and optimizer phase as they are."""
+    fwd, bwd = host_rates(source)
+    per_op = _per_op_backward(source)
+    backward = (
+        per_op * target.backward.ops
+        if per_op is not None and target.backward.ops
+        else bwd * target.backward.kernels
+    )
+    return (
+        max(fwd * target.forward.kernels, target.forward.device_s.at(b))
+        + max(backward, target.backward.device_s.at(b))
+        + max(target.optimizer.host_s.at(b), target.optimizer.device_s.at(b))
+    )
+
+
+def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
+    """How far carrying host rates went between the profile's own measurements of ``like``'s code, mode
+    and precision: each measured model's step at each of its micro-batches predicted with every other
+    such model's rates (leave one model out), as log(predicted / measured with its own rates)."""
+    fp = like.fingerprint
+    peers = [
+        mc
+        for mc in profile.model_compute
+        if mc.fingerprint.precision == fp.precision
+        and _same_code(mc, fp.implementation, fp.execution)
+        and mc.forward.kernels
+        and mc.backward.kernels
+    ]
+    errors = []
+    for target in peers:
+        for source in peers:
+            if source is target:
+                continue
+            for b in target.micro_batches:
+                errors.append(math.log(_step(target, b, source) / _step(target, b, target)))
+    return errors
+
+
+def carry_sigma(profile: Profile, like: ModelCompute) -> float | None:
+    """The log-sigma of carrying ``like``'s code's host rates to another model, from ``carry_errors``
+    (their root mean square); None where the profile measured fewer than two models of that code."""
+    errors = carry_errors(profile, like)
+    if not errors:
+        return None
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload | None] | None:
+    """The measured model to carry rates from: same precision, code and execution mode, same family
+    (and the same transformer style first). Its catalog build (``NAME-<N>L``: NAME with N layers),
+    where the catalog has it, prices its optimizer phase for the update's ratio."""
+    target = _arch(ctx.workload.name)
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    best = None
+    for mc in profile.model_compute:
+        if mc.fingerprint.precision != ctx.precision or not _same_code(mc, implementation, execution):
             continue
-        rank = (
-            getattr(arch, "style", None) == getattr(target, "style", None),
-            mc.fingerprint.execution == ctx.scenario.workload.execution,
-        )
+        if not (mc.forward.kernels and mc.backward.kernels):
+            continue
+        arch = _arch(mc.model)
+        if target is not None and arch is not None and type(arch) is not type(target):
+            continue
+        rank = (arch is not None, getattr(arch, "style", None) == getattr(target, "style", None))
         if best is None or rank > best[0]:
-            best = (rank, mc, workload)
-    return None if best is None else (best[1], best[2])
+            best = (rank, mc)
+    return None if best is None else (best[1], _measured_workload(best[1]))
 
 
 def _arch(name: str):

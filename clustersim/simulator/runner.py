@@ -468,12 +468,13 @@ def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
     mc, carried = ctx.model_compute, ctx.transferred_from
     if mc is None and carried is None:
         return {"host dispatch": ctx.dispatch.source}
-    if mc is not None:
-        out = {"host dispatch": f"{mc.model}'s own measured phases"}
-        scaled = "scaled to its own measured phases"
-    else:
-        out = {"host dispatch": f"carried over from {carried.model}'s measured phases"}
-        scaled = f"scaled by {carried.model}'s measured-to-modelled ratios per phase"
+    if mc is None:  # another model's rates: host per launch; the device keeps its own sources
+        return {
+            "host dispatch": f"{carried.model}'s measured host time per launch "
+            f"({carried.fingerprint.implementation or 'unrecorded'} code), over this model's launches"
+        }
+    out = {"host dispatch": f"{mc.model}'s own measured phases"}
+    scaled = "scaled to its own measured phases"
     out["matmul"] = f"{ctx.device.matmul_source(ctx.precision)}, {scaled}"
     out["memory"] = f"{ctx.device.sources['memory']}, {scaled}"
     return out
@@ -503,7 +504,7 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     c = ctx.scenario.cluster
     sources = dict(ctx.device.sources) | {"matmul": ctx.device.matmul_source(ctx.precision)}
     sources |= _measured_compute_sources(ctx)
-    measured = ctx.model_compute or ctx.transferred_from
+    measured = ctx.update_from
     sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)

@@ -43,15 +43,22 @@ DEFAULT_COMPUTE_SIGMA = 0.25
 # Measured forward/backward phases are medians of another run of the same model: the 1-bit Adam
 # paper's two measurements of one V100 step (1-GPU throughput vs its 64-GPU profile) differ by 10%.
 MEASURED_PHASES_SIGMA = 0.10
-# A model priced with another measured model's ratios (calibrate model / import-trace of one model,
-# carried to another on the same device): the errors of such predictions against measured steps were
-# 2%, 12%, 12%, 14% (Hugging Face GPT-2 XL's measurement on an H100 carried to BERT-Large at 16 and 64
-# and to GPT-3 XL at 1 and 2) and 26% (clustersim's BERT-Large build on an H200 carried to Hugging
-# Face's BERT-Base at 32); exp(+-1.2816 x 0.15) = -17%..+21% holds four of the five.
+# A model priced with another measured model's rates (calibrate model / import-trace of one model,
+# carried to another of the same code on the same device) where the profile holds only one model of that
+# code, so that carrying cannot be measured on the profile itself (measured_compute.carry_sigma): the
+# errors of such predictions against measured steps were 2%, 12%, 12%, 14% (Hugging Face GPT-2 XL's
+# measurement on an H100 carried to BERT-Large at 16 and 64 and to GPT-3 XL at 1 and 2) and 26%
+# (clustersim's BERT-Large build on an H200 carried to Hugging Face's BERT-Base at 32);
+# exp(+-1.2816 x 0.15) = -17%..+21% holds four of the five.
 TRANSFERRED_COMPUTE_SIGMA = 0.15
-# The same step timed in separate runs of one session moved by a median of 5% (the largest deviation
-# from the runs' median; 19 steps on an H200 and an H100, validation/data/gpu_steps.yaml), by up to
-# 30% where the host thread sets the pace: a measured model's band is never narrower than that median.
+# One session's measurement predicts another session's step: the same steps timed in 3-5 runs on one
+# H200 and one H100 (validation/data/gpu_steps.yaml notes, 68 run medians of 19 steps) lay about each
+# step's median with a root-mean-square log deviation of 0.10 (P80 of |deviation| 13%, P90 20%; the
+# host-bound BERT steps moved by up to 30%, the device-bound ones by 1-2%). A measured model's band
+# adds this to its fit's held-out error: a calibration is one draw of that spread.
+SESSION_SIGMA = 0.10
+# The smallest held-out error taken from a fit (a lucky hold-out says little about the next one): the
+# median run-to-run spread of a timed step within one session on the H200 and H100 (gpu_steps.yaml).
 RUN_TO_RUN = 0.05
 # A model's compute from one imported trace (calibrate import-trace: one micro-batch, no hold-out):
 # such imports predicted their own unprofiled steps within +3% (BERT-Large, H200), -9% (ResNet-50),
@@ -90,14 +97,28 @@ def compute_sigma(ctx: SimulationContext) -> float:
     if ctx.phases is not None:
         return MEASURED_PHASES_SIGMA
     if ctx.transferred_from is not None:
-        return TRANSFERRED_COMPUTE_SIGMA
+        if ctx.carry_sigma is None:
+            return TRANSFERRED_COMPUTE_SIGMA
+        return math.hypot(ctx.carry_sigma, SESSION_SIGMA)
     models = ctx.profile.compute_model if ctx.profile is not None else {}
     model = models.get(ctx.precision)
     if model is not None:
         # the scatter about the fit, and how far it carried to shapes it was not fitted on
         transfer = model.holdout.median_abs_rel_error if model.holdout else 0.0
-        return math.hypot(model.log_sigma, transfer)
+        sigma = math.hypot(model.log_sigma, transfer)
+        if _code_unmeasured(ctx):
+            # the GEMM model prices the device's GEMMs; the rest of the step (the host's dispatch, the
+            # code's other kernels: its convolutions, normalisation, fusion) is at the default rates and
+            # as uncertain as they are
+            sigma = max(sigma, DEFAULT_COMPUTE_SIGMA)
+        return sigma
     return DEFAULT_COMPUTE_SIGMA
+
+
+def _code_unmeasured(ctx: SimulationContext) -> bool:
+    """Whether no measurement of the scenario's code prices it: neither a model's phases nor per-op
+    rates of that code (the profile's dispatch rates apply only to the code they were measured on)."""
+    return not ctx.dispatch.source.startswith("measured")
 
 
 # A lognormal factor's P10-P90 is exp(+-1.2816 sigma).
@@ -105,12 +126,13 @@ _Z90 = 1.2816
 
 
 def _model_compute_sigma(mc) -> float:
-    """A model's own measurement: the held-out micro-batch's error is how far the fitted lines carry,
-    so the band is +- that (at least the run-to-run spread of a timed step, RUN_TO_RUN). One imported
-    trace has no hold-out: its band is how far such imports carried (IMPORTED_TRACE_SIGMA)."""
+    """A model's own measurement: the held-out micro-batch's error is how far the fitted lines carry
+    (at least the run-to-run spread of a timed step, RUN_TO_RUN), and the measurement is one session's
+    draw of a step that moves between sessions (SESSION_SIGMA). One imported trace has no hold-out:
+    its band is how far such imports carried (IMPORTED_TRACE_SIGMA)."""
     if mc.holdout is None:
         return IMPORTED_TRACE_SIGMA
-    return max(abs(mc.holdout.rel_error), RUN_TO_RUN) / _Z90
+    return math.hypot(max(abs(mc.holdout.rel_error), RUN_TO_RUN) / _Z90, SESSION_SIGMA)
 
 
 def compute_band_source(ctx: SimulationContext) -> str:
@@ -121,14 +143,31 @@ def compute_band_source(ctx: SimulationContext) -> str:
         h = ctx.model_compute.holdout
         why = "one imported trace, whose steps came within 2-22% of the unprofiled ones"
         if h is not None:
-            why = f"held-out micro-batch {h.micro_batch} predicted within {abs(h.rel_error):.1%}"
+            why = (
+                f"held-out micro-batch {h.micro_batch} predicted within {abs(h.rel_error):.1%}, and a "
+                "session's steps move about their median by 10% (root mean square)"
+            )
         return f"{width} (P10-P90): {why}"
     if ctx.phases is not None:
         return f"{width} (P10-P90): measured phases, two measurements of one step differ ~10%"
     source = ctx.transferred_from
     if source is not None:
-        return f"{width} (P10-P90): rates carried over from {source.model}'s measurement to another model"
+        if ctx.carry_sigma is None:
+            return (
+                f"{width} (P10-P90): rates carried over from {source.model}'s measurement, the only one "
+                "of its code in the profile; such carried predictions came within 2-26% of measured steps"
+            )
+        return (
+            f"{width} (P10-P90): rates carried over from {source.model}'s measurement; carrying them "
+            f"between the profile's measured models of that code erred by {ctx.carry_sigma:.1%} (root "
+            "mean square), and a session's steps move about their median by 10%"
+        )
     if ctx.profile is not None and ctx.profile.compute_model:
+        if _code_unmeasured(ctx):
+            return (
+                f"{width} (P10-P90): GEMMs from the profile's GEMM model; the rest at the default rates "
+                "(the profile measured none of this model's code), as wide as the defaults' band"
+            )
         return f"{width} (P10-P90): the profile's GEMM model, its scatter and hold-out error"
     return (
         f"{width} (P10-P90): default compute rates, from their errors against published and measured "

@@ -99,6 +99,8 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
         workload["batch_norm"] = row.batch_norm
     if row.pointwise is not None:
         workload["pointwise"] = row.pointwise
+    if row.implementation is not None:
+        workload["implementation"] = row.implementation
     if row.seq_len is not None:
         workload["seq_len"] = row.seq_len
         workload["attention"] = row.attention
@@ -108,6 +110,7 @@ def scenario_for(row: ThroughputRow, name: str = "published row"):
         "optimizer_options": {"implementation": row.optimizer_implementation},
         "gradient_clipping": row.gradient_clipping,
         "host_sync_before_update": row.host_sync_before_update,  # None: the simulator's default
+        "host_sync_after_forward": row.host_sync_after_forward,
     }
     return validate_scenario(
         {

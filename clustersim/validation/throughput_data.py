@@ -87,6 +87,14 @@ class ThroughputRow(_Strict):
         description="the training loop reads a device value on the host between backward and the "
         "optimizer step (training.host_sync_before_update); unset: the simulator's default",
     )
+    host_sync_after_forward: StrictBool = Field(
+        False,
+        description="the host waits for the device between forward and backward: a per-phase timer's "
+        "synchronise (training.host_sync_after_forward)",
+    )
+    implementation: str | None = Field(
+        None, description="the model's code (workload.implementation); unset: the catalog model's default"
+    )
     pad_vocab_to_multiple_of: int = Field(
         1, gt=0, description="transformers: the code pads the vocabulary to a multiple of this"
     )

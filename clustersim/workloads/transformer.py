@@ -54,7 +54,7 @@ def row_alignment(row_bytes: int) -> int:
     return align
 
 
-def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
+def _embedding(arch: TransformerArch, b: int, s: int, d: int, framework_code: bool = False) -> Layer:
     h, tokens = arch.hidden, b * s
     tensors = [arch.vocab * h]
     if arch.max_positions:
@@ -67,7 +67,7 @@ def _embedding(arch: TransformerArch, b: int, s: int, d: int) -> Layer:
     fwd_bytes = d * tokens * h * (tables + 1 + (2 if arch.style == "bert" else 0))
     # Backward scatters token gradients into a dense table gradient that DDP reduces whole.
     bwd_bytes = d * (tokens * h * (tables + 2) + arch.vocab * h)
-    n_fwd, n_bwd = eager_kernels(arch.style, "embedding")
+    n_fwd, n_bwd = eager_kernels(arch.style, "embedding", framework_code)
     return Layer(
         name="embedding",
         param_tensors=tuple(tensors),
@@ -144,7 +144,7 @@ def _block(
     elementwise, elementwise_bwd = _pointwise_bytes(
         arch, tokens, d, sum(tensors), scores, extra_elementwise, unfused_pointwise
     )
-    n_fwd, n_bwd = eager_kernels(arch.style, "block")
+    n_fwd, n_bwd = eager_kernels(arch.style, "block", not unfused_pointwise)
     if eager and scores:
         forward_passes, backward_passes, launches = EAGER_SCORE_PASSES
         elementwise += (forward_passes * d + 1) * scores  # + the dropout mask, one byte per score
@@ -175,7 +175,9 @@ def _block(
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
-def _head(arch: TransformerArch, b: int, s: int, d: int, shards: int = 1) -> Layer:
+def _head(
+    arch: TransformerArch, b: int, s: int, d: int, shards: int = 1, framework_code: bool = False
+) -> Layer:
     """The pooler or final norm and the LM head. The vocabulary projection is its own GEMM group:
     where a vocabulary row is not a multiple of 16 bytes (BERT's 30,522 or GPT-2's 50,257 entries
     unpadded) cuBLAS cannot use its aligned tensor-core kernels for any of its three matmuls; the
@@ -198,7 +200,7 @@ def _head(arch: TransformerArch, b: int, s: int, d: int, shards: int = 1) -> Lay
     vocab_flops = 2 * tokens * h * v
     align = row_alignment(-(-v // shards) * d)
     logits_bytes = d * tokens * v
-    n_fwd, n_bwd = eager_kernels(arch.style, "head")
+    n_fwd, n_bwd = eager_kernels(arch.style, "head", framework_code)
     gemms_fwd = 2 if dense_flops else 1
     forward = (
         Kernel("gemm", vocab_flops, d * (h * v + tokens * h) + logits_bytes, alignment_bytes=align),
@@ -231,8 +233,8 @@ def transformer_layers(
     the LM head's vocabulary is split over; ``fp8``: FP8 training (the blocks' linear GEMMs in FP8,
     every other kernel in bf16, on ``dtype_bytes`` = 2: workloads/fp8.py)."""
     b, s, d = micro_batch, seq_len, dtype_bytes
-    layers = [_embedding(arch, b, s, d)]
+    layers = [_embedding(arch, b, s, d, not unfused_pointwise)]
     for i in range(arch.layers):
         layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise, fp8))
-    layers.append(_head(arch, b, s, d, vocab_shards))
+    layers.append(_head(arch, b, s, d, vocab_shards, not unfused_pointwise))
     return [fp8_rules.in_bf16(layer) for layer in layers] if fp8 else layers

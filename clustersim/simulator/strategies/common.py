@@ -155,6 +155,7 @@ def mergeable_micro_steps(ctx: SimulationContext, every_micro: bool) -> int:
     collectives, no input pipeline) and more than MERGE_MICRO_STEPS_ABOVE, else none."""
     before_last = ctx.scenario.workload.gradient_accumulation - 1
     plain = not every_micro and not ctx.tensor_sharded and ctx.scenario.workload.input is None
+    plain = plain and not ctx.host_syncs_after_forward  # the host waits inside every micro-step
     return before_last if plain and before_last > MERGE_MICRO_STEPS_ABOVE else 0
 
 
@@ -188,9 +189,10 @@ def add_micro_steps(
         forward = PassSequence(prog, ctx, layers, True)
         for li, layer in enumerate(layers):
             deps = (batch,) if li == 0 and batch is not None else ()
-            forward.add(layer, deps, meta={"micro": micro})
+            end = forward.add(layer, deps, meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layer, True, micro)
-        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False)
+        waits = (end,) if ctx.host_syncs_after_forward else ()
+        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False, waits)
         for li in reversed(range(len(layers))):
             last = backward.add(layers[li], meta={"micro": micro})
             add_tensor_parallel(prog, ctx, layers[li], False, micro)

@@ -415,7 +415,8 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
             fwd.append(forward.add(layer, tuple(d for d in deps if d is not None), meta={"micro": micro}))
             add_tensor_parallel(prog, ctx, layer, True, micro)
         bwd: list[int] = []
-        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False)
+        waits = (fwd[-1],) if ctx.host_syncs_after_forward else ()
+        backward = PassSequence(prog, ctx, reversed_layers(ctx, layers), False, waits)
         for k in range(n):
             li = n - 1 - k
             start = bwd[bwd_from[k] - 1] if bwd_from[k] > 0 else fwd[-1]

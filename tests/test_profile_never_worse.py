@@ -1,0 +1,66 @@
+"""Calibration makes predictions better, never worse: on every shipped dataset, adding the shipped
+profile of the dataset's GPU does not raise the median error over that GPU's rows, and its P10-P90
+holds at least 80% of them (16 draws, as `clustersim validate` takes by default)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from clustersim.calibration.profile import builtin_profiles
+from clustersim.errors import InputError
+from clustersim.validation import published
+from clustersim.validation.gpu_throughput import validate_throughput
+
+GPU_DATASETS = ("gpu_throughput", "gpu_steps")
+DATASETS = sorted(published.datasets()) + list(GPU_DATASETS)
+
+# Pairs where the invariant does not hold today, each with what was measured and why; strict, so that
+# the test says so when they start to hold.
+KNOWN = {
+    ("gpu_throughput", "h100-pytorch-2.11"): "median 0.6% without the profile, 3.8% with it over the 3 "
+    "MLPerf ResNet-50 rows on H100 (MXNet, CUDA graphs, three releases 8% apart): the profile's measured "
+    "copy rate (2.83 TB/s, 0.84 of HBM against the default 0.80) speeds up the streaming kernels of code "
+    "it did not measure; the band holds all three",
+    ("gpu_steps", "h100-pytorch-2.11"): "median 2.8% without the profile, 3.8% with it over the 10 H100 "
+    "rows: GPT-2 XL is priced by its own measurement, taken in another session of that VM whose host "
+    "ran the host-bound micro-batch-1 step 8% slower (-8.0%, +3.8%, +3.2% against the defaults' +1.1%, "
+    "+1.7%, +0.3%), and the measured copy rate speeds up ResNet-50's streaming kernels (+13.7%, +11.2% "
+    "against +11.8%, +9.1%); BERT-Large, carried, comes closer (+13.0%, +3.8% against +22.4%, +13.4%)",
+    ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 6 of 12 rows with or without "
+    "the profile (the same median, 10.7%): outside are both 1-GPU rows (the paper's Adam and 1-bit Adam "
+    "single-GPU figures, 90 and 97 samples/s, differ by 8% for the same computation, where the profile's "
+    "measured phases perturb forward and backward only, about -7%/+7% of the step) and 4 of the 10 rows on "
+    "40 Gb/s Ethernet, whose band is the collective model's",
+}
+
+
+def _rows(dataset: str, profile: str | None, samples: int) -> list[tuple[str | None, float, bool | None]]:
+    """(GPU, |error|, inside the band) per scored row."""
+    if dataset in GPU_DATASETS:
+        report = validate_throughput(profile, samples=samples, dataset=dataset)
+        return [(r.gpu, abs(r.error), r.inside) for r in report.scored]
+    report = published.validate(dataset, profile, samples)
+    return [(None, abs(r.error), r.inside) for r in report.rows]
+
+
+@pytest.mark.parametrize("profile", builtin_profiles())
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_a_profile_of_the_datasets_gpu_never_makes_it_worse(dataset, profile, request):
+    try:
+        calibrated = _rows(dataset, f"builtin:{profile}", samples=16)
+    except InputError as exc:
+        if "does not apply" in exc.message or "matches no row" in exc.message:
+            pytest.skip(f"{profile} was measured on none of {dataset}'s GPUs")
+        raise
+    if (dataset, profile) in KNOWN:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN[dataset, profile], strict=True))
+    gpus = {gpu for gpu, _, _ in calibrated}
+    defaults = [(g, e, i) for g, e, i in _rows(dataset, None, samples=0) if g in gpus]
+    assert len(defaults) == len(calibrated)
+    median = statistics.median(e for _, e, _ in calibrated)
+    assert median <= statistics.median(e for _, e, _ in defaults) + 1e-12
+    inside = [i for _, _, i in calibrated]
+    assert all(i is not None for i in inside)
+    assert sum(inside) >= 0.8 * len(inside)
