@@ -227,7 +227,9 @@ def compare(
             s, names, counts, steps, warmup, profile, samples=samples, baseline=base,
             global_batch=global_batch,
         )  # fmt: skip
-        evens, why_none = break_evens_or_reason(s, names, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, names, at, profile, samples, base, global_batch, request.plan, warmup
+        )
     except InputError as exc:
         raise _as_argument(exc) from None
     return Comparison(rows, names, counts, base, global_batch, evens, at or None, why_none)

@@ -534,7 +534,9 @@ def compare(
         rows = _some_simulated(
             run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch), s
         )
-        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, opts, at, profile, samples, base, global_batch, plan, warmup
+        )
         emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at))
         return
     done = [0]
@@ -555,13 +557,15 @@ def compare(
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at} GPUs")
-        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, opts, at, profile, samples, base, global_batch, plan, warmup
+        )
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
             console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
-        console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
+        console.print(f"break-even at {at} GPUs: {b.describe()}", markup=False, highlight=False)
     if why_none:
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:

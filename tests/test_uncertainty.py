@@ -108,14 +108,35 @@ def _pair(preset, optimizer, baseline="adam"):
     return scenario_for_optimizer(s, optimizer, None, **extra), scenario_for_optimizer(s, baseline, None)
 
 
-def test_break_even_is_where_the_two_step_times_cross():
+def test_break_even_is_where_the_two_whole_runs_cross():
+    """The line rate per NIC where the whole runs take equally long: 1-bit Adam's warm-up stage runs at
+    its own speed for its fraction of the steps, so a faster NIC below it trains sooner, above it later."""
+    from clustersim.planner.breakeven import Run
+
     comp, base = _pair("preset:onebit-adam-infiniband", "onebit-adam")
-    be = break_even(comp, base, samples=4)
-    assert be.verdict == "crossing"
-    below, above = be.gbps / 1.5, be.gbps * 1.5
-    assert simulate(_at(comp, below)).iteration_time < simulate(_at(base, below)).iteration_time
-    assert simulate(_at(comp, above)).iteration_time > simulate(_at(base, above)).iteration_time
+    be = break_even(comp, base, samples=4, steps=1000, warmup=0.2)
+    assert be.verdict == "crossing" and be.warmup == 0.2 and be.steps == be.baseline_steps == 1000
+    below, above = be.gbps / 1.1, be.gbps * 1.1
+    runs = Run(comp, 1000, 0.2), Run(base, 1000)
+    assert runs[0].time(below, None, None) < runs[1].time(below, None, None)
+    assert runs[0].time(above, None, None) > runs[1].time(above, None, None)
     assert be.interval.p10 <= be.gbps <= be.interval.p90
+    # what each NIC delivers at that line rate, the labelled extra: the kind's protocol efficiency
+    assert be.effective_gbps < be.gbps and "line rate per NIC" in be.describe()
+    assert be.describe().startswith("onebit-adam vs adam") and "effective" in be.describe()
+    # the whole run, not the compression stage's step: a longer warm-up at Adam's speed lowers it
+    assert break_even(comp, base, samples=0, steps=1000, warmup=0.5).gbps < be.gbps
+    # more steps for the compressed optimizer (slower convergence) lower it too
+    assert break_even(comp, base, samples=0, steps=1200, baseline_steps=1000, warmup=0.2).gbps < be.gbps
+
+
+def test_break_even_keeps_a_measured_nic_efficiency():
+    comp, base = _pair("preset:onebit-adam-infiniband", "onebit-adam")
+    line = comp.cluster.nic.line_rate_gbps
+    measured = [s.with_changes(**{"cluster.nic.effective_gbps": line / 2}) for s in (comp, base)]
+    be = break_even(*measured, samples=0)
+    assert be.effective_gbps == pytest.approx(be.gbps / 2)
+    assert _at(measured[0], 10.0).cluster.nic.effective_gbps == pytest.approx(5.0)
 
 
 def test_break_even_verdicts_without_a_crossing():
@@ -187,9 +208,9 @@ def test_report_bands_indistinguishable_and_break_even_from_rows():
     assert indistinguishable(by[("onebit-adam", 100.0)], by[("adam", 100.0)])
     by[("onebit-adam", 100.0)]["speedup_p10"], by[("onebit-adam", 100.0)]["speedup_p90"] = 1.02, 1.08
     assert not indistinguishable(by[("onebit-adam", 100.0)], by[("adam", 100.0)])  # the paired band decides
-    line = break_evens(ok)["onebit-adam"]
+    line = break_evens(ok)["onebit-adam"]  # rows without scenarios: interpolated, said as "about"
     cross = float(line.split("below about ")[1].split(" Gb/s")[0])
-    assert 10 < cross < 100 and "(at 64 GPUs)" in line
+    assert 10 < cross < 100 and "(at 64 GPUs)" in line and "line rate per NIC" in line
     text = " ".join(recommendation(ok)["text"])
     assert "P10–P90" in text
 
