@@ -21,8 +21,8 @@ from clustersim.simulator.result import SimulationResult
 
 # The optimizers `compare` puts side by side when none are named: the CLI's default.
 DEFAULT_OPTIMIZERS = ("adam", "onebit-adam", "zero-one-adam", "binsgdm")
-# Draws of the uncertain parameters per comparison cell and plan candidate: the CLI's defaults.
-DEFAULT_SAMPLES = 8
+# Draws of the uncertain parameters per band: every command's default (simulator.uncertainty).
+DEFAULT_SAMPLES = 32
 
 
 def _dataframe(records: list[dict[str, Any]]):

@@ -489,7 +489,7 @@ def compare(
         help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps).",
     ),
     samples: int = typer.Option(
-        8,
+        32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
         "--samples",
         min=0,
         max=1000,

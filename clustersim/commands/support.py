@@ -269,7 +269,7 @@ def table(
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 SamplesOpt = typer.Option(
-    16,
+    32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
     "--samples",
     min=0,
     max=1000,

@@ -132,7 +132,7 @@ def testbed_validate(
     ),
     seq: int = typer.Option(64, "--seq", min=1, help="Transformer: tokens per sample."),
     steps: int = typer.Option(20, "--steps", min=2, help="Measured steps per job (after 3 warm-up steps)."),
-    samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    samples: int = typer.Option(32, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
     out: Optional[Path] = typer.Option(
         None,
         "--out",
@@ -186,7 +186,7 @@ def testbed_validate(
 @user_errors
 def testbed_repredict(
     file: Path = typer.Argument(..., help="A `clustersim testbed validate --out` file."),
-    samples: int = typer.Option(16, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    samples: int = typer.Option(32, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Also write the file back out with the new predictions to this JSON file."
     ),

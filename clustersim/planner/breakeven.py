@@ -25,7 +25,7 @@ from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
 from clustersim.simulator.strategies import registry
-from clustersim.simulator.uncertainty import Interval, perturbations
+from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
 SEARCH_GBPS = (0.01, 10_000.0)  # 10 Mb/s .. 10 Tb/s per NIC: beyond any NIC sold
 # Bisection stops when the bracket is this narrow in log(bandwidth): 0.02%, so that two callers that
@@ -157,7 +157,7 @@ def break_even(
     compressed: Scenario,
     baseline: Scenario,
     profile=None,
-    samples: int = 8,
+    samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
     *,
     steps: int | None = None,

@@ -468,10 +468,7 @@ def paired_band(
     time-to-train speedup, draw by draw under the same parameter draws (simulator/uncertainty.py): what
     is uncertain about the hardware moves both, so only what differs between them widens the band. An
     optimizer with a warmup stage (1-bit Adam) has that stage simulated under the same draws too."""
-    import numpy as np
-
     from clustersim.simulator.runner import paired_times
-    from clustersim.simulator.uncertainty import QUANTILES
 
     name, base_name = other.training.optimizer, baseline.training.optimizer
     scenarios = [baseline, other]
@@ -481,20 +478,24 @@ def paired_band(
     times = paired_times(scenarios, profile, samples, seed)
     tb, to = times[0], times[1]
     out = {
-        "iteration": _p10_p90(np.quantile(to, QUANTILES)),
-        "speedup": _p10_p90(np.quantile(tb / to, QUANTILES)),
+        "iteration": _p10_p90(to),
+        "speedup": _p10_p90(tb / to),
     }
     if steps is not None:
         warm = times[2] if warm_opts is not None else None
         w = DEFAULT_WARMUP if warmup is None else warmup
         per_step = to if warm is None else w * warm + (1 - w) * to
         ratio = steps.of(base_name, base_name) * tb / (steps.of(name, base_name) * per_step)
-        out["ttt_speedup"] = _p10_p90(np.quantile(ratio, QUANTILES))
+        out["ttt_speedup"] = _p10_p90(ratio)
     return out
 
 
-def _p10_p90(q) -> tuple[float, float]:
-    return float(q[0]), float(q[-1])
+def _p10_p90(draws) -> tuple[float, float]:
+    """The draws' P10-P90 as every band is read (uncertainty.Interval.of)."""
+    from clustersim.simulator.uncertainty import Interval
+
+    iv = Interval.of(draws)
+    return iv.p10, iv.p90
 
 
 def break_evens_or_reason(
@@ -502,7 +503,7 @@ def break_evens_or_reason(
     optimizers: list[str],
     gpus: int,
     profile=None,
-    samples: int = 8,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
     baseline: str | None = None,
     global_batch: int | None = None,
     steps: "int | str | StepsPlan | None" = None,

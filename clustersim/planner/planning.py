@@ -128,7 +128,7 @@ def plan(
     price: float | None,
     progress: Callable[[int, int], None] | None = None,
     profile: str | None = None,
-    samples: int = 8,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
     baseline: str | None = None,
     network="default",
 ) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def build_report(
     rows_ok = analysis.enrich(
         rows, steps or meta.get("steps"), price, meta.get("warmup"), preferred, network, meta["scenarios"]
     )
-    n = meta.get("samples", 8) if samples is None else samples
+    n = meta.get("samples", 32) if samples is None else samples  # uncertainty.DEFAULT_SAMPLES
     analysis.add_paired_bands(rows_ok, meta["scenarios"], n, None, meta.get("warmup"))
     models = sorted({str(r.get("model")) for r in rows_ok})
     sections = []

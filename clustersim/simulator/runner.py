@@ -103,9 +103,10 @@ def _too_large(scenario: Scenario, limit: int) -> str:
 
 
 # The most op runs the uncertainty band may cost: each draw re-runs the whole simulation, so a program
-# of n ops gets at most MAX_BAND_OP_RUNS // n draws (the 1T layout's 196,000 ops: 5 of the default
-# 16). Not a model constant: it keeps a band within about a minute (docs/scale-limits.md).
-MAX_BAND_OP_RUNS = 1_000_000
+# of n ops gets at most MAX_BAND_OP_RUNS // n draws (the 1T layout's 196,000 ops: 10 of the default
+# 32). Not a model constant: it keeps a band within about two minutes (docs/scale-limits.md); doubled
+# with the default draws (16 to 32) so that the programs that get every draw are the same as before.
+MAX_BAND_OP_RUNS = 2_000_000
 _ops_per_run: ContextVar[int] = ContextVar("ops_per_run", default=0)
 
 

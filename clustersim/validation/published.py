@@ -152,7 +152,7 @@ def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | 
     return point, lo, hi
 
 
-def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
+def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
     bases = {data.scenario: load_scenario(data.scenario)}
