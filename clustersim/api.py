@@ -208,7 +208,8 @@ def compare(
     bandwidth at ``break_even_at`` GPUs (default: the largest count; 0 skips it). ``global_batch``
     keeps the samples per step the same at every count; ``steps`` (a count, a mapping per optimizer or
     the command's text) and ``warmup`` give the time to train, as the command's options do."""
-    from clustersim.planner.compare import break_evens_or_reason, check_request
+    from clustersim.planner.breakeven import break_evens_or_reason
+    from clustersim.planner.compare import check_request
     from clustersim.planner.compare import compare as _compare
 
     # read once: a generator is used up by the first pass over it

@@ -513,12 +513,8 @@ def compare(
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
-    from clustersim.planner.compare import (
-        break_evens_or_reason,
-        check_request,
-        comparison_as_json,
-        notes_by_cells,
-    )
+    from clustersim.planner.breakeven import break_evens_or_reason
+    from clustersim.planner.compare import check_request, comparison_as_json, notes_by_cells
     from clustersim.planner.compare import compare as run_compare
 
     finite_option(warmup, "--warmup", positive=False)

@@ -60,7 +60,7 @@ def test_every_command_defaults_to_the_same_draws():
     import inspect
 
     from clustersim import api
-    from clustersim.planner import breakeven, compare, planning
+    from clustersim.planner import breakeven, planning
     from clustersim.simulator.uncertainty import DEFAULT_SAMPLES
     from clustersim.sweeps.spec import SweepFile
     from clustersim.validation import published
@@ -69,7 +69,7 @@ def test_every_command_defaults_to_the_same_draws():
         "api": api.DEFAULT_SAMPLES,
         "sweep file": SweepFile.model_fields["samples"].default,
         "break-even": inspect.signature(breakeven.break_even).parameters["samples"].default,
-        "compare's": inspect.signature(compare.break_evens_or_reason).parameters["samples"].default,
+        "compare's": inspect.signature(breakeven.break_evens_or_reason).parameters["samples"].default,
         "plan": inspect.signature(planning.plan).parameters["samples"].default,
         "validate": inspect.signature(published.validate).parameters["samples"].default,
     }

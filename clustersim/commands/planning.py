@@ -324,6 +324,11 @@ def plan_cmd(
         )
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+    if result.get("pruned"):
+        console.print(
+            f"[dim]{result['pruned']} candidates not simulated: their compute-only lower bound could be "
+            "neither among the cheapest that meet the constraints nor the fastest[/]"
+        )
     if result["interleaved_not_simulated"]:
         console.print(
             f"[dim]{result['interleaved_not_simulated']} interleaved layouts not simulated: their 1F1B twin "

@@ -498,54 +498,6 @@ def _p10_p90(draws) -> tuple[float, float]:
     return iv.p10, iv.p90
 
 
-def break_evens_or_reason(
-    scenario: Scenario,
-    optimizers: list[str],
-    gpus: int,
-    profile=None,
-    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
-    baseline: str | None = None,
-    global_batch: int | None = None,
-    steps: "int | str | StepsPlan | None" = None,
-    warmup: float | None = None,
-) -> tuple[list, str | None]:
-    """Break-even line rate per NIC (breakeven.py: the whole run at ``steps`` and ``warmup``, as the
-    table's time to train) of each compressed optimizer against the baseline (``choose_baseline``: the
-    scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at ``gpus`` GPUs (0: none asked
-    for); and why some are missing: a scenario that cannot be simulated at that count, or one optimizer
-    that cannot run there, is the table's footnote, not the end of the comparison (the other optimizers
-    keep theirs)."""
-    from clustersim.planner.breakeven import break_even
-
-    if not gpus:
-        return [], None
-    base = choose_baseline(scenario.training.optimizer, baseline)
-    plan = StepsPlan.parse(steps)
-    try:
-        w = warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base), warmup)
-        sized = scenario.with_world_size(gpus)
-        if global_batch:
-            sized = split_global_batch(sized, global_batch, key="--global-batch")
-        base_steps = plan and plan.of(base, base)
-        baseline_scenario = scenario_for_optimizer(sized, base, base_steps)
-    except InputError as exc:
-        return [], exc.message
-    out, missing = [], []
-    for name in optimizers:
-        if is_uncompressed(name):
-            continue
-        try:
-            n = plan and plan.of(name, base)
-            comp = scenario_for_optimizer(sized, name, n)
-            found = break_even(
-                comp, baseline_scenario, profile, samples, steps=n, baseline_steps=base_steps, warmup=w
-            )
-            out.append(found)
-        except InputError as exc:
-            missing.append(f"{name}: {exc.message}")
-    return out, "; ".join(missing) or None
-
-
 def comparison_as_json(
     rows: list[CompareRow],
     baseline: str,

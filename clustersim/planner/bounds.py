@@ -1,0 +1,75 @@
+"""Lower bounds on a plan candidate's step time and cost, from no simulation: what lets `plan` skip the
+candidates that cannot win before simulating them.
+
+A step cannot take less than its compute: every forward and backward kernel of the model for the step's
+samples, at the device's rates (the same cost model the simulation prices them with), spread evenly over
+the tensor x pipeline ranks of one data-parallel replica. The simulation only adds to that: host dispatch
+where it is slower, exposed communication, a pipeline's bubble, the optimizer's update. Two assumptions
+keep it a bound, and COMPUTE_BOUND_MARGIN keeps a margin for them: a tensor-parallel rank's share of a
+layer takes at least 1/t of the whole layer's time (split GEMMs are smaller, never more efficient per
+FLOP in the roofline model), and a halved micro-batch (fit_micro_batch) is no faster per sample.
+"""
+
+from __future__ import annotations
+
+from clustersim.errors import InputError
+from clustersim.scenario import Scenario
+
+# The bound is scaled by this before it is used to prune: a candidate is skipped only when even 80% of
+# its compute-only time could not win. Measured: the compute-only bound was 32-97% of the simulated step
+# on the GPT-3 175B plan's 276 candidates, never above it.
+COMPUTE_BOUND_MARGIN = 0.8
+
+
+def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
+    """Seconds one step takes at least (module docstring), times COMPUTE_BOUND_MARGIN; 0.0 where no bound
+    is known (measured phases, or ranks that each hold a share of every layer other than by tensor x
+    pipeline parallelism). A pipeline adds its bubble: with m micro-batches, p stages and v chunks per
+    stage the step is at least (m + (p - 1)/v) passes of its average stage (Narayanan et al. SC'21,
+    sec. 2.2), and full recomputation runs the forward again before each backward."""
+    par = scenario.training.parallelism
+    per_micro_batch = _micro_batch_compute(scenario, profile)
+    if per_micro_batch is None:
+        return 0.0
+    forward, backward = per_micro_batch
+    if par.recompute == "full" or scenario.workload.activation_checkpointing:
+        backward += forward
+    # The row may run at a smaller micro-batch (fit_micro_batch halves it while memory is short), whose
+    # bubble is smaller: the bubble is counted at micro-batch 1, where it is least, and every sample at
+    # this micro-batch's rate, which a smaller one does not beat.
+    mb = scenario.workload.micro_batch
+    samples = mb * scenario.workload.gradient_accumulation
+    passes = samples + (par.pipeline - 1) / (par.virtual_stages if par.schedule == "interleaved" else 1)
+    return COMPUTE_BOUND_MARGIN * (forward + backward) / mb * passes / (par.tensor * par.pipeline)
+
+
+_COMPUTE: dict[str, tuple[float, float] | None] = {}
+
+
+def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float] | None:
+    """Forward and backward device seconds of the whole model for one micro-batch (every rank's share
+    together), cached by what they depend on: the GPU, the workload, the tensor size (vocabulary
+    padding) and the profile."""
+    from clustersim.simulator.context import build_context
+
+    par = scenario.training.parallelism
+    workload = scenario.workload.model_dump(exclude={"gradient_accumulation", "activation_checkpointing"})
+    key = repr((scenario.cluster.gpu, workload, par, profile, scenario.profile))
+    if key not in _COMPUTE:
+        try:
+            ctx = build_context(scenario, profile)
+        except InputError:
+            ctx = None
+        if ctx is None or ctx.tensor_sharded or ctx.phases is not None:
+            _COMPUTE[key] = None
+        else:
+            layers = ctx.workload.layers
+            if ctx.model_parallel:  # the kernels a Megatron rank runs (its fused ones), all t ranks' worth
+                t = par.tensor
+                fwd = t * sum(ctx.rank_forward_time(layer) for layer in layers)
+                bwd = t * sum(ctx.rank_backward_time(layer) for layer in layers)
+            else:
+                fwd = sum(ctx.forward_time(layer) for layer in layers)
+                bwd = sum(ctx.backward_time(layer) for layer in layers)
+            _COMPUTE[key] = (fwd, bwd)
+    return _COMPUTE[key]
