@@ -146,7 +146,7 @@ class Comparison:
         )
 
     def to_dataframe(self):
-        return _dataframe([r.as_dict() for r in self.rows])
+        return _dataframe([r.to_dict() for r in self.rows])
 
 
 def _as_argument(exc: InputError) -> InputError:
@@ -293,11 +293,13 @@ class Plan:
 
     @property
     def chosen(self) -> dict[str, Any] | None:
-        return self.summary["chosen"]
+        """The chosen candidate by its own numbers (plain data: ``json.dumps`` takes it), as
+        ``to_dict()["chosen"]``; None when nothing meets the constraints."""
+        return self.to_dict()["chosen"]
 
     @property
     def runners_up(self) -> list[dict[str, Any]]:
-        return list(self.summary["runners_up"])
+        return self.to_dict()["runners_up"]
 
     @property
     def text(self) -> list[str]:

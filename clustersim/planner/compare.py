@@ -68,8 +68,11 @@ class CompareRow:
     def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
         return cls(gpus, optimizer, *([None] * 9), error=error)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
+        """The cell as plain data (what ``compare --json`` prints per row)."""
         return asdict(self)
+
+    as_dict = to_dict  # the name this had before
 
 
 def notes_by_cells(rows: list[CompareRow]) -> list[str]:
@@ -510,7 +513,7 @@ def comparison_as_json(
     return {
         "baseline": baseline,
         "global_batch": global_batch,
-        "rows": [r.as_dict() for r in rows],
+        "rows": [r.to_dict() for r in rows],
         "break_even": [b.to_dict() | {"gpus": break_even_gpus} for b in evens],
         "break_even_error": why_no_break_even,
         "notes": notes_by_cells(rows),
