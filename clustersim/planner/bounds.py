@@ -31,7 +31,7 @@ def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
     per_micro_batch = _micro_batch_compute(scenario, profile)
     if per_micro_batch is None:
         return 0.0
-    forward, backward = per_micro_batch
+    forward, backward, params = per_micro_batch
     if par.recompute == "full" or scenario.workload.activation_checkpointing:
         backward += forward
     # The row may run at a smaller micro-batch (fit_micro_batch halves it while memory is short), whose
@@ -40,16 +40,42 @@ def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
     mb = scenario.workload.micro_batch
     samples = mb * scenario.workload.gradient_accumulation
     passes = samples + (par.pipeline - 1) / (par.virtual_stages if par.schedule == "interleaved" else 1)
-    return COMPUTE_BOUND_MARGIN * (forward + backward) / mb * passes / (par.tensor * par.pipeline)
+    compute = (forward + backward) / mb * passes / (par.tensor * par.pipeline)
+    return COMPUTE_BOUND_MARGIN * (compute + _megatron_gradient_sync(scenario, params))
 
 
-_COMPUTE: dict[str, tuple[float, float] | None] = {}
+def _megatron_gradient_sync(scenario: Scenario, params: float) -> float:
+    """Seconds of a Megatron layout's data-parallel gradient exchange at least, which its program runs
+    after the last backward (not overlapped): a ring's (d-1)/d of the rank's parameters' bytes each way
+    (reduce-scatter and all-gather of the distributed optimizer, or the two halves of an all-reduce)
+    through the NICs of its node, shared with its stage's other tensor-parallel ranks. Counted only
+    where every data-parallel peer is on another node (t x p a multiple of the GPUs per node); 0 for
+    other layouts, whose exchange may hide behind compute."""
+    from clustersim.catalog import BYTES_PER_ELEMENT
+    from clustersim.topologies.node import nic_bandwidth
+
+    c, par = scenario.cluster, scenario.training.parallelism
+    if not scenario.training.megatron_program or c.nic.count < 1:
+        return 0.0
+    ranks = par.tensor * par.pipeline
+    d = c.world_size // ranks
+    if d < 2 or ranks % c.gpus_per_node:
+        return 0.0
+    grad = BYTES_PER_ELEMENT[scenario.training.gradient_dtype or scenario.workload.precision]
+    weights = BYTES_PER_ELEMENT[scenario.workload.precision] if par.distributed_optimizer else grad
+    per_rank = params / ranks * (grad + weights) * (d - 1) / d
+    # the critical (first) stage syncs last, when the node's other stages are done: only its t
+    # tensor-parallel ranks share the node's NICs then
+    return per_rank / (c.nic.count * nic_bandwidth(c) / par.tensor)
 
 
-def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float] | None:
+_COMPUTE: dict[str, tuple[float, float, float] | None] = {}
+
+
+def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float, float] | None:
     """Forward and backward device seconds of the whole model for one micro-batch (every rank's share
-    together), cached by what they depend on: the GPU, the workload, the tensor size (vocabulary
-    padding) and the profile."""
+    together) and its parameters, cached by what they depend on: the GPU, the workload, the layout
+    and the profile."""
     from clustersim.simulator.context import build_context
 
     par = scenario.training.parallelism
@@ -71,5 +97,5 @@ def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float] | N
             else:
                 fwd = sum(ctx.forward_time(layer) for layer in layers)
                 bwd = sum(ctx.backward_time(layer) for layer in layers)
-            _COMPUTE[key] = (fwd, bwd)
+            _COMPUTE[key] = (fwd, bwd, float(ctx.workload.params))
     return _COMPUTE[key]

@@ -245,6 +245,9 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         for tid, rec in zip(twins, pool.map(base_json, [values_of[t] for t in twins], steps, global_batch)):
             take(values_of[tid], rec)
             pruned -= 1
+    # in the candidates' own order, as without pruning: ties (the same cost on two networks) go the same way
+    position = {row_id(v): i for i, v in enumerate(first + later)}
+    records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
 
 

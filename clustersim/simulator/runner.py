@@ -647,6 +647,10 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     scenario = ctx.scenario
     if strategy is None:
         strategy = registry.create(ctx)
+        if ctx.offload_placement is None and scenario.training.offload.mode == "none":
+            # before the program is built: a row that does not fit costs no program (an offloaded
+            # one's placement, which its memory depends on, is made while its program is built)
+            check_fits(ctx, gpu_memory(ctx, strategy))
         steps = strategy.steps()
         memory = gpu_memory(ctx, strategy)
         check_fits(ctx, memory)
