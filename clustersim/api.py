@@ -320,9 +320,10 @@ class Plan:
 
 def plan(
     model: str,
-    steps: int,
+    steps: "int | None",
     deadline: str | float,
     *,
+    tokens: int | None = None,
     budget: float | None = None,
     candidates: str | Path | None = None,
     global_batch: int = 1024,
@@ -332,7 +333,8 @@ def plan(
 ) -> Plan:
     """``clustersim plan``: the cheapest candidate cluster, optimizer and layout that trains ``model``
     for ``steps`` steps of ``global_batch`` samples within ``deadline`` (``"5d"``, ``"72h"``, or hours
-    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid)."""
+    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid).
+    ``tokens`` instead of ``steps`` (give None): tokens / (global batch x sequence length) steps."""
     from clustersim.planner.planning import plan as _plan
     from clustersim.report.build import parse_duration
 
@@ -340,5 +342,16 @@ def plan(
     if not 0 < hours < float("inf"):
         raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
     path = None if candidates is None else Path(candidates)
-    summary = _plan(model, steps, hours, budget, path, global_batch, price, profile=profile, samples=samples)
+    summary = _plan(
+        model,
+        steps,
+        hours,
+        budget,
+        path,
+        global_batch,
+        price,
+        profile=profile,
+        samples=samples,
+        tokens=tokens,
+    )
     return Plan(summary)

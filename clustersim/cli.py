@@ -670,12 +670,14 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
     console.print(
         table(
             "Throughput and bytes per node per step",
-            ["GPUs", "optimizer", "samples/s", "intra-node", "inter-node"],
+            ["GPUs", "optimizer", "samples/s", "MFU", "tok/s/GPU", "intra-node", "inter-node"],
             [
                 [
                     r.gpus,
                     r.optimizer,
                     f"{r.samples_per_s:,.0f}",
+                    dash if r.mfu is None else f"{100 * r.mfu:.0f}%",
+                    dash if r.tokens_per_s_per_gpu is None else f"{r.tokens_per_s_per_gpu:,.0f}",
                     format_bytes(r.intra_node_bytes),
                     format_bytes(r.inter_node_bytes),
                 ]

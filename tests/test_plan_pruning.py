@@ -44,3 +44,44 @@ def test_the_compute_bound_is_below_the_simulated_step(preset, changes):
     s = load_scenario(preset).with_changes(**changes)
     bound = step_time_lower_bound(s)
     assert 0 < bound < simulate(s).iteration_time
+
+
+def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
+    import json
+
+    from clustersim.cli import app
+
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "GPT-3-1.3B",
+            "--tokens",
+            "26e9",
+            "--deadline",
+            "10d",
+            "--samples",
+            "0",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["steps"] == -(-26_000_000_000 // (1024 * 2048))  # tokens / (global batch x seq len), up
+    chosen = out["chosen"]
+    assert 0 < chosen["mfu"] < 1 and chosen["tokens_per_s_per_gpu"] > 0
+    both = runner.invoke(
+        app, ["plan", "--model", "GPT-3-1.3B", "--tokens", "1e9", "--steps", "5", "--deadline", "1d"]
+    )
+    assert both.exit_code == 2 and "--tokens" in both.output
+
+
+def test_compare_rows_carry_mfu_as_run_computes_it():
+    from clustersim.api import compare
+    from clustersim.api import simulate as api_simulate
+
+    (row,) = compare("preset:dgx-h100-gpt3-1.3b", ["adam"], [16], samples=0, break_even_at=0).rows
+    run = api_simulate(load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(16))
+    assert row.mfu == pytest.approx(run.result.extra["model_flops"]["mfu"])
+    assert row.tokens_per_s_per_gpu == pytest.approx(run.result.extra["model_flops"]["tokens_per_s_per_gpu"])

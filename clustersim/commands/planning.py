@@ -116,6 +116,29 @@ def _say_invalid(out: Path) -> None:
         console.print(f"  {n} x {reason[:160]}")
 
 
+def _whole_tokens(tokens: float | None) -> int | None:
+    """--tokens as a whole count (300e9 reads as a float)."""
+    from clustersim.errors import InputError
+
+    if tokens is None:
+        return None
+    if not (tokens > 0 and tokens < 2**63 and float(tokens).is_integer()):
+        raise InputError(f"tokens must be a positive whole number, got {tokens:g}", key="--tokens")
+    return int(tokens)
+
+
+def _mfu(row: dict) -> str:
+    return "—" if row.get("mfu") is None else f"{100 * row['mfu']:.0f}%"
+
+
+def chosen_flops(row: dict | None) -> str | None:
+    """MFU and tokens/s per GPU of a plan's choice, as run reports them (model FLOPs, no recomputation)."""
+    if row is None or row.get("mfu") is None:
+        return None
+    tokens = row.get("tokens_per_s_per_gpu")
+    return f"{100 * row['mfu']:.1f}% MFU" + (f", {tokens:,.0f} tokens/s per GPU" if tokens else "")
+
+
 NetworkPricesOpt = typer.Option(
     None,
     "--network-prices",
@@ -233,6 +256,12 @@ def plan_cmd(
         help="Training steps: 100000 or per optimizer (adam=100000,binsgdm=110000); default: the "
         "candidates file's `steps`.",
     ),
+    tokens: Optional[float] = typer.Option(
+        None,
+        "--tokens",
+        help="Training tokens instead of --steps (300e9 or 300000000000): steps = tokens / (global batch "
+        "x the model's sequence length), rounded up.",
+    ),
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
     budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
     candidates: Optional[Path] = typer.Option(
@@ -273,6 +302,7 @@ def plan_cmd(
     finite_option(price, "--price")
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
+        "tokens": _whole_tokens(tokens),
         "profile": profile,
         "samples": samples,
         "baseline": baseline,
@@ -296,6 +326,8 @@ def plan_cmd(
         console.print(f"[dim]{note}[/]")
     for line in result["text"]:
         console.print(f"  • {line}")
+    if chosen_flops(result["chosen"]):
+        console.print(f"  • The choice runs at {chosen_flops(result['chosen'])}.")
     for name, why in result["optimizers_not_run"].items():
         console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
     chosen = result["chosen"]
@@ -303,11 +335,12 @@ def plan_cmd(
         console.print(
             table(
                 "Runners-up (also meet the constraints)",
-                ["optimizer", "cluster", "hours", "cost", "vs the choice"],
+                ["optimizer", "cluster", "MFU", "hours", "cost", "vs the choice"],
                 [
                     [
                         r["optimizer"],
                         r["cluster"],
+                        _mfu(r),
                         f"{r['ttt_h']:,.1f}"
                         + (
                             f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})"

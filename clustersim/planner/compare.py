@@ -63,6 +63,9 @@ class CompareRow:
     # the GPU waiting on its host's dispatch (run's "exposed host"), apart from communication
     exposed_host_s: float | None = None
     notes: list[str] = field(default_factory=list)  # the simulation's notes (run prints the same)
+    # model FLOPs utilisation and tokens/s per GPU (a transformer's), as run computes them
+    mfu: float | None = None
+    tokens_per_s_per_gpu: float | None = None
 
     @classmethod
     def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
@@ -446,6 +449,8 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
         steps=steps,
         notes=list(r.notes),
+        mfu=(r.extra.get("model_flops") or {}).get("mfu"),
+        tokens_per_s_per_gpu=(r.extra.get("model_flops") or {}).get("tokens_per_s_per_gpu"),
     )
     warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
     if warm_opts is not None:

@@ -330,6 +330,7 @@ def plan(
     network="default",
     workers: int = 0,
     prune: bool = True,
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """Simulate every candidate once and choose; then give the five cheapest that meet the constraints (and
     the choice) their P10-P90 time-to-train (``samples`` draws each; banding every candidate would cost 9x
@@ -339,14 +340,44 @@ def plan(
 
     ``steps`` (an int, "adam=100000,binsgdm=110000" or a StepsPlan) and ``global_batch`` default to the
     candidates file's ``steps`` and ``global_batch``; a value given here wins, and the result says which
-    was used (``recipe``)."""
+    was used (``recipe``). ``tokens`` instead of ``steps``: the steps that train that many tokens,
+    tokens / (global batch x the model's sequence length), rounded up."""
     sweep = candidate_sweep(candidates)
+    seq = None
+    if tokens is not None:
+        steps, seq = _steps_for_tokens(sweep, model, tokens, steps, global_batch)
     recipe = _recipe(sweep, steps, global_batch)
+    if tokens is not None:
+        recipe["notes"].append(
+            f"{tokens:,} tokens = {steps:,} steps x {recipe['global_batch']:,} samples x {seq:,} tokens "
+            "per sample (rounded up)"
+        )
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
             workers, prune,
         )  # fmt: skip
+
+
+def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int | None) -> tuple[int, int]:
+    """Steps = tokens / (global batch x sequence length), rounded up: how teams state a training run."""
+    import math
+
+    from clustersim.workloads import build_workload
+
+    if steps is not None:
+        raise InputError("give --steps or --tokens, not both", key="--tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise InputError(f"tokens must be a positive whole number, got {tokens!r}", key="--tokens")
+    try:
+        spec = sweep.base.workload.model_copy(update={"model": model, "seq_len": None})
+        seq = build_workload(spec).seq_len
+    except InputError as exc:
+        raise InputError(exc.message, key="--model") from None
+    if not seq:
+        raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
+    batch = global_batch or sweep.spec.global_batch or DEFAULT_GLOBAL_BATCH
+    return max(1, math.ceil(tokens / (batch * seq))), seq
 
 
 def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
@@ -566,6 +597,8 @@ CANDIDATE_KEYS = (
     "gpu_cost",
     "network_cost",
     "samples_per_s",
+    "mfu",
+    "tokens_per_s_per_gpu",
     "speedup",
     "speedup_p10",
     "speedup_p90",
