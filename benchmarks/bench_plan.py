@@ -18,6 +18,11 @@ import time
 
 
 def _cli(args: list[str]) -> tuple[float, dict]:
+    """Wall seconds and the JSON answer of one `clustersim plan` process; its CPU seconds (with its
+    workers') are added to CPU[0], which says what the work costs on a machine others share too."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "clustersim.cli", "plan", *args, "--json"],
@@ -26,7 +31,12 @@ def _cli(args: list[str]) -> tuple[float, dict]:
         text=True,
         env=os.environ,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[0] += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return time.perf_counter() - t, json.loads(out.stdout)
+
+
+CPU = [0.0]
 
 
 def main() -> None:
@@ -35,9 +45,12 @@ def main() -> None:
     ap.add_argument("--steps", default="100000")
     ap.add_argument("--deadline", default="60d")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--samples", default=None, help="plan --samples (default: the command's)")
     ap.add_argument("--no-reference", action="store_true", help="skip the unpruned one-core run")
     args = ap.parse_args()
     argv = ["--model", args.model, "--steps", args.steps, "--deadline", args.deadline]
+    if args.samples is not None:
+        argv += ["--samples", args.samples]
     times = []
     for _ in range(args.runs):
         elapsed, result = _cli(argv)
@@ -45,6 +58,8 @@ def main() -> None:
     chosen = result["chosen"]
     each = ", ".join(f"{t:.1f}" for t in times)
     print(f"plan {' '.join(argv)}: {min(times):.1f} s best of {args.runs} ({each})")
+    print(f"  CPU {CPU[0] / args.runs:.1f} s per run (the process and its workers; the wall time above is")
+    print("  what two free cores give at best when it is about half of this)")
     where = chosen and chosen["cluster"]
     print(f"  {result['simulated']} simulated, {result['pruned']} pruned; chosen: {where}")
     if args.no_reference:

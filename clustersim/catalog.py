@@ -35,6 +35,15 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
+def storage_precision(precision: str) -> str:
+    """The precision training at ``precision`` keeps its parameters, activations and gradients in, and
+    runs every kernel but its FP8 GEMMs at. FP8 training (NVIDIA Transformer Engine under Megatron-LM
+    and NeMo; torchao's Float8Linear under TorchTitan) casts only the linear layers' GEMM operands to
+    FP8; weights, the tensors between layers, attention, normalisation and the optimizer stay bf16
+    (workloads/fp8.py)."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a number, not true/false")
@@ -68,16 +77,48 @@ Number = Annotated[float, BeforeValidator(_not_bool)]
 Count = Annotated[StrictInt, BeforeValidator(_whole), AfterValidator(_exact)]
 
 
-def _within(limit: str, what: str):
-    """An after-validator refusing a value above ``limits.<limit>`` of hardware_defaults.yaml."""
+LIMITS_SOURCE = "limits and their sources: clustersim/catalogs/hardware_defaults.yaml"
+
+
+def limit(name: str):
+    """One physical bound of ``limits`` in hardware_defaults.yaml (each with its source there): the one
+    place every rate, size and time an input may carry is bounded."""
+    return hardware_defaults()["limits"][name]
+
+
+def beyond(value: float, name: str, what: str, thing: str = "any real machine") -> str | None:
+    """The refusal of ``value`` above ``limits.<name>`` (None when within), one sentence naming the
+    bound and where its source is."""
+    top = limit(name)
+    if value is None or value <= top:
+        return None
+    return f"{value:,g} is beyond {thing} (at most {top:,g} {what}; {LIMITS_SOURCE})"
+
+
+def below(value: float, name: str, what: str, scale: float = 1.0) -> str | None:
+    """The refusal of ``value`` below ``limits.<name>`` x ``scale`` (None when at or above it)."""
+    low = limit(name) * scale
+    if value is None or value >= low:
+        return None
+    return f"{value:,g} is below any real part (at least {low:,g} {what}; {LIMITS_SOURCE})"
+
+
+def nic_line_rate_at_least(kind: str, gbps: float) -> float:
+    """The slowest line rate a NIC of ``kind`` is sold at that carries ``gbps``: for InfiniBand the next
+    generation's rate (limits.infiniband_gbps), else (Ethernet, or beyond the fastest generation)
+    ``gbps`` itself. What-ifs that raise a NIC's rate (break-even searches) stay on real products."""
+    if kind == "infiniband":
+        return next((r for r in limit("infiniband_gbps") if r >= gbps), gbps)
+    return gbps
+
+
+def _within(name: str, what: str, minimum: str | None = None):
+    """An after-validator refusing a value above ``limits.<name>`` (and below ``limits.<minimum>``)."""
 
     def check(value):
-        top = hardware_defaults()["limits"][limit]
-        if value is not None and value > top:
-            raise ValueError(
-                f"{value:,g} is beyond any real GPU (at most {top:,} {what}; limits and their sources: "
-                "clustersim/catalogs/hardware_defaults.yaml)"
-            )
+        why = beyond(value, name, what, "any real GPU") or (minimum and below(value, minimum, what))
+        if why:
+            raise ValueError(why)
         return value
 
     return AfterValidator(check)
@@ -144,9 +185,16 @@ class GpuSpec(_Strict):
         description="the silicon (V100, A100, H100, cpu): a profile transfers between form factors of a chip"
     )
     peak_tflops: dict[
-        Precision, Annotated[Number, Field(gt=0), _within("gpu_peak_tflops", "dense TFLOP/s per GPU")]
+        Precision,
+        Annotated[
+            Number,
+            Field(gt=0),
+            _within("gpu_peak_tflops", "dense TFLOP/s per GPU", minimum="gpu_peak_tflops_min"),
+        ],
     ] = Field(description="dense peak TFLOP/s per precision; fp32 is required (the fallback)")
-    hbm_gbs: Annotated[Number, _within("gpu_hbm_gbs", "GB/s of HBM per GPU")] = Field(gt=0)
+    hbm_gbs: Annotated[Number, _within("gpu_hbm_gbs", "GB/s of HBM per GPU", minimum="gpu_hbm_gbs_min")] = (
+        Field(gt=0)
+    )
     memory_gib: Annotated[Number, _within("gpu_memory_gib", "GiB per GPU")] = Field(gt=0)
     nvlink: NvlinkSpec
     pcie_gen: Count = Field(ge=3, le=6)
@@ -233,6 +281,16 @@ class GpuSpec(_Strict):
         return self.memory_gib * 2**30
 
 
+def _at_most_blocks(value: int) -> int:
+    top = limit("transformer_blocks")
+    if value > top:
+        raise ValueError(
+            f"{value:,} layers: the deepest transformer trained has 1,000 (DeepNet, Wang et al. 2022); "
+            f"at most {top:,} are accepted ({LIMITS_SOURCE})"
+        )
+    return value
+
+
 class TransformerArch(_Strict):
     """A transformer's shape. Attention splits ``hidden`` into ``heads`` equal heads and groups the heads
     over ``kv_heads`` key/value heads, so each divides the one above it; a default sequence longer than
@@ -240,7 +298,8 @@ class TransformerArch(_Strict):
 
     family: Literal["transformer"]
     description: str = ""
-    layers: Count = Field(gt=0)
+    # at most limits.transformer_blocks, checked before any block is built
+    layers: Annotated[Count, AfterValidator(_at_most_blocks)] = Field(gt=0)
     hidden: Count = Field(gt=0)
     heads: Count = Field(gt=0)
     ffn: Count = Field(gt=0)

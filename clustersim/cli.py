@@ -338,6 +338,10 @@ def collective(
     from clustersim.topologies import GroupShape
 
     s = _load(scenario)
+    try:  # the size first: a bad one is refused before the cluster and its profile are built
+        nbytes = parse_bytes(size)
+    except InputError as exc:
+        raise exc.located(key_prefix="--bytes") from None
     ctx = build_context(s, profile)
     c = s.cluster
     shapes = {
@@ -347,10 +351,6 @@ def collective(
     }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
-    try:
-        nbytes = parse_bytes(size)
-    except InputError as exc:
-        raise exc.located(key_prefix="--bytes") from None
     if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
         raise InputError(
             f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "
@@ -509,6 +509,15 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
     settings: Optional[list[str]] = SetOpt,
+    cost: Optional[str] = typer.Option(
+        None,
+        "--cost",
+        help="With --steps, what each run costs: own (servers, network and power, amortised: "
+        "catalogs/ownership.yaml) or rent (instances as sold: catalogs/instances.yaml); default: own.",
+    ),
+    instance: Optional[str] = typer.Option(
+        None, "--instance", help="With --cost rent: this instance type (catalogs/instances.yaml)."
+    ),
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -519,6 +528,10 @@ def compare(
 
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
+    from clustersim.report.costing import auto_model, cost_model
+
+    asked = cost is not None or instance is not None
+    costs = cost_model(cost, None, "default", instance) if asked else auto_model({s.cluster.gpu})
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     # each count once: a repeated one is the same cells again
     counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)
@@ -556,6 +569,7 @@ def compare(
         evens, why_none = break_evens_or_reason(
             s, opts, at, profile, samples, base, global_batch, plan, warmup
         )
+    console.print(compare_header(s, settings), markup=False, highlight=False)
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
@@ -566,8 +580,62 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
+        _print_costs(s, rows, costs, asked=cost is not None or instance is not None)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def compare_header(s, settings: list[str] | None) -> str:
+    """What compare simulated, in one line: the node (GPUs, NICs), the model and precision, and the
+    --set values, so a table read later says which cluster it was."""
+    from clustersim.report.costing import nic_label
+
+    c, w = s.cluster, s.workload
+    line = (
+        f"{s.name}: {c.gpus_per_node} x {c.gpu} per node, {nic_label(c.nic.model_dump())} per node; "
+        f"{w.model}, {w.precision}, micro-batch {w.micro_batch}"
+    )
+    return line + (f"; --set {', '.join(settings)}" if settings else "")
+
+
+def _print_costs(s, rows, costs, asked: bool = True) -> None:
+    """Each cell's time to train priced by one cost model, with the model and what it assumed named. A
+    GPU the default model cannot price gets a note instead, unless --cost or --instance asked for it."""
+    from clustersim.report.costing import cost_band
+
+    ok = [r for r in rows if not r.error and r.time_to_train_s]
+    if costs is None or not ok:
+        return
+    body, basis = [], {}
+    for r in ok:
+        cluster = s.with_world_size(r.gpus).cluster.model_dump(mode="json")
+        try:
+            priced = costs.price(cluster)
+        except InputError as exc:
+            if asked:
+                raise
+            console.print(f"[dim]cost not shown: {exc.message}[/]", highlight=False)
+            return
+        hours = r.time_to_train_s / 3600
+        mid = r.iteration_time_s or 0.0
+        lo = r.iteration_time_p10_s / mid if mid and r.iteration_time_p10_s else None
+        hi = r.iteration_time_p90_s / mid if mid and r.iteration_time_p90_s else None
+        p10, p90 = cost_band(hours * priced.per_hour, priced.sigma, lo, hi)
+        body.append(
+            [
+                r.gpus,
+                r.optimizer,
+                f"{hours:,.1f} h",
+                f"${hours * priced.per_hour:,.0f} ({p10:,.0f}–{p90:,.0f})",
+            ]
+        )
+        basis.setdefault(r.gpus, priced)
+        timed = lo is not None
+    what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
+    console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
+    for gpus, priced in basis.items():
+        warn = f"; {priced.warning}" if priced.warning else ""
+        console.print(f"[dim]{gpus} GPUs: {priced.basis}{warn}[/]", highlight=False)
 
 
 def _some_simulated(rows, s):
@@ -703,11 +771,17 @@ def validate(
     """Compare predictions with published measurements shipped as data: per-row error, median error, and
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
-    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), single-GPU and single-node
-    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), and single-GPU eager steps of
-    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps)."""
+    64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), the seed systems' own results
+    (seeds: Deep Optimizer States, BinSGDM, 1-bit Adam end to end), single-GPU and single-node
+    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), single-GPU eager steps of
+    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps), and measured
+    multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs, NeMo's and TorchTitan's
+    performance tables, the 1-bit Adam paper's profile (multinode_scale). Where a dataset measures
+    several optimizers on the same GPU counts, the speedup over the first at each count follows, with
+    its median and worst error and whether it moves with scale as the measurement does."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
+    from clustersim.validation.speedups import median_relative_error, scaling_by_series, speedups_by_scale
     from clustersim.validation.throughput_data import THROUGHPUT_DATASETS
 
     if dataset in THROUGHPUT_DATASETS:
@@ -715,6 +789,8 @@ def validate(
         return
     with progress_bar("validate", "rows", len(load_dataset(dataset).rows), disabled=json_out) as update:
         report = run_validate(dataset, profile, samples, progress=update)
+    scale = speedups_by_scale(report)
+    series = scaling_by_series(report)
     d = report.dataset
     if json_out:
         emit_json(
@@ -726,26 +802,43 @@ def validate(
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
+                **({"speedups_by_scale": scale.as_dict()} if scale.trends else {}),
+                **(
+                    {
+                        "scaling_by_series": [x.as_dict() for x in series],
+                        "median_abs_relative_error": median_relative_error(series),
+                    }
+                    if series
+                    else {}
+                ),
             }
         )
         return
     console.print(f"[bold]{d.description}[/]\n[dim]{d.source}[/]")
     speedup = d.metric == "speedup"
-    fmt = "{:,.2f}x" if speedup else "{:,.1f}"
-    header = ["experiment", "optimizer"] if speedup else ["optimizer"]
+    labelled = any(r.label for r in report.rows)
+    mixed = any(r.metric and r.metric != d.metric for r in report.rows)
+    header = ["experiment", "optimizer"] if speedup else ["row"] if labelled else ["optimizer"]
+    header += ["metric"] if mixed else []
     rows = []
     for r in report.rows:
+        fmt = _metric_format(r.metric or d.metric)
         band = (
             "-"
             if r.p10 is None
             else f"{fmt.format(r.p10)}–{fmt.format(r.p90)}" + (" ✓" if r.inside else " ✗")
         )
-        label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"] if speedup else [r.optimizer]
+        if speedup:
+            label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
+        else:
+            over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
+            label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
         rows.append(
             [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    console.print(table(f"{d.metric}: predicted vs published", header, rows, left=len(header) - 4))
+    title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
+    console.print(table(title, header, rows, left=len(header) - 4))
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -755,6 +848,56 @@ def validate(
         f"largest {100 * report.max_abs_error:.1f}%"
         + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
     )
+    if scale.trends:
+        _print_speedups_by_scale(scale)
+    if series:
+        _print_scaling_by_series(series, median_relative_error(series))
+
+
+def _metric_format(metric: str) -> str:
+    return {"speedup": "{:,.2f}x", "iteration_time": "{:,.3f}", "tokens_per_s_per_gpu": "{:,.0f}"}.get(
+        metric, "{:,.1f}"
+    )
+
+
+def _print_speedups_by_scale(scale) -> None:
+    """The per-GPU-count speedup table of a dataset with several optimizers on the same GPUs."""
+    arrow = {1: "rises", -1: "falls", 0: "is flat"}
+    rows = [
+        [f"{t.optimizer} over {t.baseline}", p.gpus]
+        + [f"{p.published:.2f}x", f"{p.predicted:.2f}x", f"{100 * p.error:+.1f}%"]
+        for t in scale.trends
+        for p in t.points
+    ]
+    header = ["speedup", "GPUs", "published", "predicted", "error"]
+    console.print(table("speedup per GPU count: predicted vs published", header, rows, left=1))
+    worst_trend, worst = scale.worst
+    console.print(
+        f"speedup error: median [bold]{100 * scale.median_abs_error:.1f}%[/], worst "
+        f"{100 * worst.error:+.1f}% ({worst_trend.optimizer}, {worst.gpus} GPUs)"
+    )
+    for t in scale.trends:
+        a, b = t.trend_points[0].gpus, t.trend_points[-1].gpus
+        console.print(
+            f"{t.optimizer} over {t.baseline} from {a} to {b} GPUs: published {arrow[t.published_trend]}, "
+            f"predicted {arrow[t.predicted_trend]} "
+            + ("[green](same sign)[/]" if t.same_sign else "[red](wrong sign)[/]")
+        )
+
+
+def _print_scaling_by_series(series, median: float | None) -> None:
+    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels)."""
+    rows = [
+        [x.name, p.gpus, f"{100 * p.error:+.1f}%", "-" if i == 0 else f"{100 * p.relative:+.1f}%"]
+        for x in series
+        for i, p in enumerate(x.points)
+    ]
+    header = ["series", "GPUs", "error", "relative to smallest"]
+    console.print(table("error with scale, inside one system's runs", header, rows, left=1))
+    if median is not None:
+        console.print(
+            f"median absolute error relative to each series' smallest run [bold]{100 * median:.1f}%[/]"
+        )
 
 
 def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) -> None:

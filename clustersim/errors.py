@@ -26,3 +26,24 @@ class InputError(Exception):
     def __str__(self) -> str:
         parts = [p for p in (self.source, self.key) if p]
         return ": ".join(parts + [self.message])
+
+
+def shortened(message: str, limit: int = 160) -> str:
+    """``message`` in at most ``limit`` characters for a summary line: long parenthesised lists left out
+    ("(...)"), then cut after a whole clause or word (never inside a number: "optimizer state 17."
+    read as 17 bytes), with "..." where cut."""
+    if len(message) <= limit:
+        return message
+    # long parenthesised lists (a memory breakdown) go first: the reason after them is what matters
+    import re
+
+    message = re.sub(r"\(([^()]{30,})\)", "(...)", message)
+    if len(message) <= limit:
+        return message
+    head = message[: limit - 3]
+    for mark in ("; ", ", ", " ("):
+        cut = head.rfind(mark)
+        if cut >= limit // 2:
+            return head[:cut] + " ..."
+    cut = head.rfind(" ")
+    return (head[:cut] if cut > 0 else head) + " ..."

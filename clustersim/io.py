@@ -247,23 +247,32 @@ def check_depth(data: Any, source: str | None = None) -> Any:
     the file, without recursion."""
     done: dict[int, tuple[int, int]] = {}  # id -> (height, values counted with repeats)
     open_: set[int] = set()
+    # where each shared object was first met: its key path, so that a refusal names the key it sits
+    # under (an alias bomb under ``training.optimizer_options``)
+    where: dict[int, tuple] = {id(data): ()}
     stack: list[tuple[Any, bool]] = [(data, False)]
     while stack:
         node, finish = stack.pop()
         if not isinstance(node, dict | list):
             continue
         key = id(node)
-        children = list(node.values()) if isinstance(node, dict) else node
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        children = [c for _, c in items]
         if not finish:
             if key in done:
                 continue
             if key in open_:
                 raise InputError(
-                    "a value contains itself (a YAML alias inside its own anchor)", source=source
+                    "a value contains itself (a YAML alias inside its own anchor)",
+                    source=source,
+                    key=_path_key(where.get(key, ())),
                 )
             open_.add(key)
             stack.append((node, True))
-            stack.extend((c, False) for c in children if isinstance(c, dict | list) and id(c) not in done)
+            for k, c in items:
+                if isinstance(c, dict | list) and id(c) not in done:
+                    where.setdefault(id(c), (*where.get(key, ()), k))
+                    stack.append((c, False))
             continue
         height, values = 1, 1
         for c in children:
@@ -276,11 +285,19 @@ def check_depth(data: Any, source: str | None = None) -> Any:
             raise _too_deep(source)
         if values > MAX_VALUES:
             raise InputError(
-                f"more than {MAX_VALUES:,} values once its YAML aliases are expanded", source=source
+                f"more than {MAX_VALUES:,} values once its YAML aliases are expanded",
+                source=source,
+                key=_path_key(where.get(key, ())),
             )
         open_.discard(key)
         done[key] = (height, values)
     return data
+
+
+def _path_key(path: tuple) -> str | None:
+    """A key path as an error names it (``training.optimizer_options``), its first two parts: the
+    section a value sits under, not a list index deep inside it. None at the top level."""
+    return ".".join(shown_key(p) for p in path[:2]) or None
 
 
 def _check_json_depth(text: str, data: Any, source: str) -> Any:

@@ -124,7 +124,10 @@ class DiLoCoOptions(BaseModel):
         None, gt=0, description="bandwidth between workers, Gb/s per worker (default: the cluster's own NICs)"
     )
     inter_worker_latency_ms: Number = Field(
-        0.0, ge=0, description="one-way latency between workers with inter_worker_gbps, ms"
+        0.0,
+        ge=0,
+        description="one-way latency between workers, ms, once per step of the outer ring's 2(M-1): over "
+        "inter_worker_gbps links, or added to the cluster's own NICs' exchange (workers apart)",
     )
 
 

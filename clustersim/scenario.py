@@ -98,6 +98,14 @@ class NicSpec(_Strict):
         None, gt=0, description="measured throughput per NIC (iperf/perftest), Gb/s"
     )
     latency_us: Number | None = Field(None, gt=0, description="one-way message latency; default by kind")
+    pacing_cv: Number | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="spread (coefficient of variation) of one node's per-chunk network rate: a ring, "
+        "tree or halving-doubling step waits for the slowest node, so their network time grows by "
+        "1 + cv x E[max of N normals] on N nodes; default by kind (hardware_defaults.yaml nic.pacing_cv)",
+    )
     gpudirect_rdma: bool | None = Field(
         None, description="NIC reads GPU memory directly; default: true for InfiniBand"
     )
@@ -272,7 +280,14 @@ class WorkloadSpec(_Strict):
     layers: list[LayerSpec] | None = None
     micro_batch: Count = Field(gt=0)
     seq_len: Count | None = Field(None, gt=0)
-    precision: Precision = "fp16"
+    precision: Precision = Field(
+        "fp16",
+        description="mixed-precision training dtype; fp8 runs as NVIDIA Transformer Engine (and torchao's "
+        "Float8Linear) do: only the transformer blocks' linear-layer GEMMs (QKV, output projection, MLP; "
+        "forward and both backward GEMMs) at the FP8 rate, with cast kernels and their inputs saved as "
+        "FP8 copies; attention, norms, element-wise work, embedding, LM head, weights, gradients and "
+        "optimizer stay bf16 (a convolution network runs in bf16)",
+    )
     gradient_accumulation: Count = Field(1, gt=0)
     input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
     activation_checkpointing: bool = Field(
@@ -366,6 +381,15 @@ class OffloadSpec(_Strict):
     )
     cpu_threads: Count | None = Field(
         None, gt=0, description="host threads per GPU for the CPU optimizer; default cores / GPUs"
+    )
+    gradient_copy: Literal["async", "blocking"] = Field(
+        "async",
+        description=(
+            "ZeRO-3 only, how each reduced gradient partition reaches the fp32 host buffer: async = cast "
+            "on the GPU, copied on the reduction stream beside backward (DeepSpeed >= 0.16.3, Deep "
+            "Optimizer States' part_grads_async); blocking = a blocking copy_ that PyTorch upcasts on "
+            "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.15.3)"
+        ),
     )
 
 
@@ -485,7 +509,7 @@ class TrainingSpec(_Strict):
     optimizer: str = "adam"
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     gradient_dtype: Precision | None = Field(
-        None, description="dtype of communicated gradients; default: workload precision"
+        None, description="dtype of communicated gradients; default: workload precision (bf16 under fp8)"
     )
     ddp_bucket_cap_mb: Number = Field(25.0, gt=0)
     first_bucket_cap_mb: Number = Field(1.0, gt=0)
@@ -617,7 +641,9 @@ def _value_shown(value: Any, limit: int = 40) -> str:
 
 
 def _check_limits(c: ClusterSpec) -> None:
-    """Physical limits (catalogs/hardware_defaults.yaml ``limits``, each with its source)."""
+    """Physical limits (catalogs/hardware_defaults.yaml ``limits``, each with its source): no count,
+    rate or latency past the largest or fastest part ever built (times a margin), none below the
+    slowest."""
     lim = catalog.hardware_defaults()["limits"]
     per_node = {
         "nvswitch": lim["nvswitch_gpus_per_node"],
@@ -650,15 +676,64 @@ def _check_limits(c: ClusterSpec) -> None:
             "ports of one switch",
         ),
         ("cluster.host.dram_gbs", c.host.dram_gbs or 0.0, lim["host_dram_gbs"], "GB/s of host DRAM per node"),
+        (
+            "cluster.intra_node.measured_allreduce_busbw_gbs",
+            c.intra_node.measured_allreduce_busbw_gbs or 0.0,
+            lim["intra_node_busbw_gbs"],
+            "GB/s of intra-node bus bandwidth",
+        ),
+        ("cluster.nic.latency_us", c.nic.latency_us or 0.0, lim["latency_s_max"] * 1e6, "us of latency"),
     ]
-    for key, value, limit, what in checks:
-        if value > limit:
+    for key, value, top, what in checks:
+        if value > top:
             shown = f"{value:,}" if isinstance(value, int) else f"{value:,g}"
             raise InputError(
-                f"{shown} is beyond any real machine (at most {limit:,} {what}; "
-                "limits and their sources: clustersim/catalogs/hardware_defaults.yaml)",
+                f"{shown} is beyond any real machine (at most {top:,g} {what}; {catalog.LIMITS_SOURCE})",
                 key=key,
             )
+    slowest = lim["link_gbps_min"]
+    floors = [
+        ("cluster.nic.line_rate_gbps", c.nic.line_rate_gbps, slowest, "Gb/s per NIC port"),
+        ("cluster.nic.effective_gbps", c.nic.effective_gbps, slowest, "Gb/s per NIC port"),
+        (
+            "cluster.intra_node.measured_allreduce_busbw_gbs",
+            c.intra_node.measured_allreduce_busbw_gbs,
+            slowest / 8,
+            "GB/s of bus bandwidth, the slowest link's rate",
+        ),
+        ("cluster.host.dram_gbs", c.host.dram_gbs, lim["host_dram_gbs_min"], "GB/s of host DRAM per node"),
+    ]
+    h = c.heterogeneity
+    for i, d in enumerate(h.degraded_nics if h is not None else []):
+        floors.append(
+            (
+                f"cluster.heterogeneity.degraded_nics.{i}.bandwidth_factor",
+                d.bandwidth_factor,
+                slowest / c.nic.line_rate_gbps,
+                f"of the {c.nic.line_rate_gbps:g} Gb/s line rate: {slowest:g} Gb/s, the slowest link's rate",
+            )
+        )
+    for key, value, low, what in floors:
+        if value is not None and value < low:
+            raise InputError(
+                f"{value:,g} is below any real part (at least {low:,g} {what}; {catalog.LIMITS_SOURCE})",
+                key=key,
+            )
+    _check_nic_product(c.nic)
+
+
+def _check_nic_product(nic: NicSpec) -> None:
+    """An InfiniBand port runs at one of its generations' rates: a rate no product has (25 Gb/s: an
+    Ethernet rate) is a NIC that does not exist, priced and simulated as if it did. Above the fastest
+    generation a rate is a what-if about a future one."""
+    rates = catalog.limit("infiniband_gbps")
+    if nic.kind == "infiniband" and nic.line_rate_gbps <= max(rates) and nic.line_rate_gbps not in rates:
+        raise InputError(
+            f"no InfiniBand port runs at {nic.line_rate_gbps:g} Gb/s: a 4x port runs at "
+            f"{', '.join(f'{r:g}' for r in rates)} Gb/s (SDR to XDR; HDR100 and NDR200 split ports at 100 "
+            f"and 200); for Ethernet set cluster.nic.kind: ethernet_tcp ({catalog.LIMITS_SOURCE})",
+            key="cluster.nic.line_rate_gbps",
+        )
 
 
 def _check_ports(down: int, oversubscription: float, ports: int, what: str, key: str) -> None:
@@ -781,12 +856,97 @@ def _check_inputs_and_tiers(s: Scenario) -> None:
             "features (a sample gathers whole rows)",
             key="workload.input.row_bytes",
         )
+    one_byte = catalog.limit("size_bytes_min")
+    sizes = [
+        ("workload.input.bytes_per_sample", inp.bytes_per_sample if inp is not None else None),
+        ("workload.input.row_bytes", inp.row_bytes if inp is not None else None),
+        ("training.ddp_bucket_cap_mb", s.training.ddp_bucket_cap_mb * 2**20),
+        ("training.first_bucket_cap_mb", s.training.first_bucket_cap_mb * 2**20),
+    ]
+    for key, value in sizes:
+        if value is not None and value < one_byte:
+            raise InputError(f"{value:,g} bytes is less than one byte ({catalog.LIMITS_SOURCE})", key=key)
     f = s.cluster.fabric
     if f.core_oversubscription != 1.0 and f.leaves_per_pod is None:
         raise InputError(
             "core_oversubscription applies to a third tier of core switches: set leaves_per_pod too",
             key="cluster.fabric.core_oversubscription",
         )
+    if f.kind == "single_switch" and f.oversubscription != 1.0:
+        raise InputError(
+            "oversubscription applies to a leaf-spine fabric's leaf uplinks: a single switch has none "
+            "(set cluster.fabric.kind: leaf_spine, or leave it out)",
+            key="cluster.fabric.oversubscription",
+        )
+    # A leaf sends at least one uplink (one port as fast as a node's): nodes_per_leaf:1 is the most a
+    # leaf can be oversubscribed; a pod's spine likewise leaves_per_pod:1.
+    if f.kind == "leaf_spine" and f.oversubscription > f.nodes_per_leaf:
+        raise InputError(
+            f"{f.oversubscription:,g}:1 is more than a leaf of {f.nodes_per_leaf} nodes can be "
+            f"oversubscribed (one uplink at the least: {f.nodes_per_leaf}:1)",
+            key="cluster.fabric.oversubscription",
+        )
+    if f.leaves_per_pod is not None and f.core_oversubscription > f.leaves_per_pod:
+        raise InputError(
+            f"{f.core_oversubscription:,g}:1 is more than a pod of {f.leaves_per_pod} leaves can be "
+            f"oversubscribed (one core uplink at the least: {f.leaves_per_pod}:1)",
+            key="cluster.fabric.core_oversubscription",
+        )
+
+
+def _check_diloco(s: Scenario, options: Any) -> None:
+    """DiLoCo's links between workers: a rate no slower than the slowest link and no faster than a
+    worker's nodes' NICs at the fastest rate; a latency of at most a day (hardware_defaults limits)."""
+    if s.training.optimizer != "diloco":
+        return
+    key = "training.optimizer_options"
+    gbps, latency_ms = options.inter_worker_gbps, options.inter_worker_latency_ms
+    nodes = max(1, s.cluster.nodes // options.workers)
+    fastest = nodes * catalog.limit("nics_per_node") * catalog.limit("nic_line_rate_gbps")
+    if gbps is not None and gbps < catalog.limit("link_gbps_min"):
+        raise InputError(
+            f"{gbps:,g} is below any real link (at least {catalog.limit('link_gbps_min'):g} Gb/s; "
+            f"{catalog.LIMITS_SOURCE})",
+            key=f"{key}.inter_worker_gbps",
+        )
+    if gbps is not None and gbps > fastest:
+        raise InputError(
+            f"{gbps:,g} is beyond any real machine (at most {fastest:,g} Gb/s: a worker of {nodes} "
+            f"node(s), each with {catalog.limit('nics_per_node')} NICs of "
+            f"{catalog.limit('nic_line_rate_gbps'):,} Gb/s; {catalog.LIMITS_SOURCE})",
+            key=f"{key}.inter_worker_gbps",
+        )
+    if latency_ms > catalog.limit("latency_s_max") * 1e3:
+        raise InputError(
+            f"{latency_ms:,g} ms is beyond any real link (at most {catalog.limit('latency_s_max') * 1e3:,g} "
+            f"ms, a day; {catalog.LIMITS_SOURCE})",
+            key=f"{key}.inter_worker_latency_ms",
+        )
+
+
+def check_seq_len(model: str, seq: int | None, key: str) -> None:
+    """A transformer's sequence fits its learned position table (BERT-Large: 512); ``key`` names where
+    the sequence was given (a scenario key, a command's option)."""
+    arch = catalog.model(model)
+    if arch.family == "transformer" and arch.max_positions and seq is not None and seq > arch.max_positions:
+        raise InputError(
+            f"{seq} tokens are more than {model}'s {arch.max_positions} learned positions (max_positions)",
+            key=key,
+        )
+
+
+def workload_for_command(model: str, options: dict[str, Any]) -> WorkloadSpec:
+    """A catalog model's workload from a command's options (``{"--micro-batch": 8, "--seq-len":
+    None}``), checked as a scenario's workload is: each error names the option."""
+    fields = {opt.lstrip("-").replace("-", "_"): opt for opt in options}
+    data = {"model": model, **{f: options[o] for f, o in fields.items() if options[o] is not None}}
+    try:
+        spec = WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        key, msg = first_error(exc, model=WorkloadSpec)
+        raise InputError(msg, key=fields.get(key.split(".")[0], key)) from None
+    check_seq_len(model, spec.seq_len, fields.get("seq_len", "seq_len"))
+    return spec
 
 
 def _check_model(s: Scenario) -> None:
@@ -797,13 +957,7 @@ def _check_model(s: Scenario) -> None:
         arch = catalog.model(s.workload.model)
     except InputError as exc:
         raise exc.located(key_prefix="workload.model") from None
-    seq = s.workload.seq_len
-    if arch.family == "transformer" and arch.max_positions and seq is not None and seq > arch.max_positions:
-        raise InputError(
-            f"{seq} tokens are more than {s.workload.model}'s {arch.max_positions} learned positions "
-            "(max_positions)",
-            key="workload.seq_len",
-        )
+    check_seq_len(s.workload.model, s.workload.seq_len, "workload.seq_len")
     multiple = s.vocab_multiple
     given = s.workload.pad_vocab_to_multiple_of is not None
     if given and arch.family == "transformer" and multiple > arch.vocab:
@@ -890,13 +1044,28 @@ def _check_semantics(s: Scenario) -> None:
     # Each optimizer has its own options schema (optimizer_options.py, same layer as this one).
     options = parse_options(s.training.optimizer, s.training.optimizer_options)
     _check_fragments(s, getattr(options, "fragments", 1))
+    _check_diloco(s, options)
     _check_update_implementation(s, getattr(options, "implementation", "fused"))
+    _check_gradient_copy(s.training)
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
+
+
+def _check_gradient_copy(t: TrainingSpec) -> None:
+    """``offload.gradient_copy: blocking`` is a path of DeepSpeed ZeRO-3's offloaded gradients only."""
+    off, sh = t.offload, t.sharding
+    if off.gradient_copy == "blocking" and not (
+        off.mode != "none" and sh.stage == 3 and sh.framework == "deepspeed"
+    ):
+        raise InputError(
+            "gradient_copy blocking is DeepSpeed ZeRO-3's offloaded gradient path (stage3.py): it needs "
+            "training.offload.mode zero or interleaved and training.sharding.stage 3 (framework deepspeed)",
+            key="training.offload.gradient_copy",
+        )
 
 
 def _check_update_implementation(s: Scenario, implementation: str) -> None:

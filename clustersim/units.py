@@ -40,6 +40,8 @@ def parse_bytes(text: str | int | float) -> float:
         value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"size must be a finite positive number of bytes, got {text!r}")
+    if value < 1:  # hardware_defaults.yaml limits.size_bytes_min: nothing sent or stored is smaller
+        raise InputError(f"{value:g} bytes is less than one byte ({text!r})")
     return value
 
 

@@ -8,7 +8,10 @@ Regenerate only when a prediction is *meant* to change:  python -m tests.golden
 cast of an offloaded gradient partition moved from the compute stream to the stream that reduced it,
 which changes offload-1.3b-2nodes/zero-one-adam alone, by 0.02%; GPT-3 13B's hidden size became 5120,
 40 heads of 128, as Megatron-LM builds it: the paper's 5140 cannot be split into 40 heads, which
-changes frontier-gpt3-13b-zero3 alone).
+changes frontier-gpt3-13b-zero3 alone; the default CPU Adam rate became 1.51e9, the same log's rate
+with its model's real size, and ZeRO-3's offloaded gradients take DeepSpeed's 16-bit round trip through
+the host buffer, which change the offload cases alone: offload/zero and offload/placement-cpu +13.7%,
+preset:offload-llama7b-h100 +0.3%; preset:offload-dos-7b-h100 is new).
 """
 
 from __future__ import annotations

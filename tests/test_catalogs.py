@@ -27,6 +27,10 @@ from clustersim.workloads import build_workload
         ("GPT-3-13B", 13e9, 0.02),  # 12.85e9 at hidden 5120 (the paper's 5140 is not 40 x 128)
         ("GPT-3-1.3B", 1.3e9, 0.03),
         ("LLaMA-2-70B", 68_976_648_192, 1e-9),  # meta-llama/Llama-2-70b-hf: 68,976,648,192 exactly
+        ("LLaMA-2-13B", 13_015_864_320, 1e-9),  # meta-llama/Llama-2-13b-hf
+        ("Llama-3-8B", 8_030_261_248, 1e-9),  # meta-llama/Meta-Llama-3-8B
+        ("Llama-3-70B", 70_553_706_496, 1e-9),  # meta-llama/Meta-Llama-3-70B
+        ("Llama-3.1-405B", 405_853_388_800, 1e-9),  # meta-llama/Llama-3.1-405B
         ("Megatron-GPT-145.6B", 145.6e9, 0.001),  # Narayanan et al. SC'21 Table 1
         ("Megatron-GPT-529.6B", 529.6e9, 0.001),
         ("Megatron-GPT-1T", 1008.0e9, 0.001),

@@ -154,11 +154,11 @@ def test_the_example_and_its_plain_diloco_variant_both_fit():
         assert set(steps_of(r)) == {"inner step", "sync window"}
 
 
-def _dgx_at_25(optimizer: str, **options):
+def _dgx_at_20(optimizer: str, **options):
     from clustersim.scenario import load_scenario
 
     s = load_scenario("preset:dgx-h100-gpt3-1.3b")
-    changes = {"cluster.nodes": 4, "cluster.nic.line_rate_gbps": 25, "workload.micro_batch": 3}
+    changes = {"cluster.nodes": 4, "cluster.nic.line_rate_gbps": 20, "workload.micro_batch": 3}
     changes["training.optimizer"] = optimizer
     if options:
         changes["training.optimizer_options"] = options
@@ -177,13 +177,13 @@ def test_both_backends_agree_on_diloco_as_on_adam(options):
     """DiLoCo's workers are 2-node groups, whose inner all-reduce NCCL runs as a double binary tree:
     on two nodes each node has one edge per tree and sends S, not 2S (the analytical tree once sent
     2S there: 54% apart). The two backends now agree on DiLoCo as closely as on plain Adam."""
-    adam = _dgx_at_25("adam")
+    adam = _dgx_at_20("adam")
     ana, flow = (
         simulate(adam.with_changes(**{"training.network": n}), uncertainty_samples=0)
         for n in ("analytical", "flow")
     )
     assert flow.iteration_time == pytest.approx(ana.iteration_time, rel=0.003)
-    s = _dgx_at_25("diloco", **options)
+    s = _dgx_at_20("diloco", **options)
     ana, flow = (
         simulate(s.with_changes(**{"training.network": n}), uncertainty_samples=0)
         for n in ("analytical", "flow")

@@ -126,7 +126,46 @@ BAD_PROFILE = [
     ("memory_gbs", True, "memory_gbs", "true"),
     ("collectives.0.nodes", True, "collectives.0.nodes", "true"),
     ("kernels_gbs.adam", False, "kernels_gbs.adam", "false"),
+    # values that used to be accepted, or refused as the scenario's "cluster.intra_node: simulated
+    # time exceeded": each is named in the profile, by its own key
+    ("format_version", True, "format_version", "not supported"),
+    ("network.cluster.nodes", "many", "network.cluster", "cluster.nodes"),
+    ("network.parameters.base_s", 1e300, "network.parameters", "base_s"),
+    ("network.parameters", lambda p: _factor(p, 1e300), "network.parameters", "beyond any fitted factor"),
+    ("network.parameters", lambda p: _factor(p, 1e-300), "network.parameters", "below"),
+    ("network.log_covariance", lambda p: _scaled_covariance(p, 1e300), "network", "log-sigma"),
+    ("network.residual_sigma", 1e300, "network", "residual_sigma"),
+    ("compute_model.fp16.log_sigma", 1e300, "compute_model.fp16", "log_sigma"),
+    ("launch_latency_s", 1e300, "launch_latency_s", "a day"),
+    ("memory_gbs", 1e300, "memory_gbs", "GB/s of device memory"),
+    ("kernels_gbs.adam", 1e300, "kernels_gbs.adam", "GB/s of device memory"),
 ]
+
+
+def _factor(p, value):
+    """The network model's parameters with its first fitted factor (a bw_eff) set to ``value``."""
+    params = dict(p["network"]["parameters"])
+    params[next(k for k in params if "bw_eff" in k)] = value
+    return params
+
+
+def _scaled_covariance(p, scale):
+    """The profile's own covariance times ``scale``: symmetric and positive semi-definite still."""
+    return [[v * scale for v in row] for row in p["network"]["log_covariance"]]
+
+
+def test_a_measured_phase_of_a_femtosecond_is_refused(tmp_path):
+    from clustersim.calibration.profile import _read
+
+    data = json.loads(_read("builtin:v100-bert-large-published")[1])
+    data["compute_phases"][0]["forward_s"] = 1e-300
+    path = write_json(tmp_path / "p.json", data)
+    refused(
+        invoke("run", "preset:default", "--samples", "0", "--profile", path),
+        path,
+        "compute_phases.0.forward_s",
+        "timer's resolution",
+    )
 
 
 @pytest.mark.parametrize(

@@ -149,6 +149,8 @@ BAD_HF = [
     ("hidden_act", "relu", "hidden_act", "relu"),
     ("hidden_act", 5, "hidden_act", "activation name"),
     ("model_type", ["llama"], "model_type", "no model_type"),
+    # refused before one layer is built (it used to build 10**12 layer objects: 87 s, past 6 GiB)
+    ("num_hidden_layers", 10**12, "num_hidden_layers", "DeepNet"),
 ]
 
 

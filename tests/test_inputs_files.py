@@ -136,3 +136,16 @@ def test_a_repeated_line_of_a_foreign_file_is_not_printed_as_a_key(tmp_path, kin
     r, path = _run(kind, tmp_path, lambda p: p.write_text(text))
     out = refused(r, path, "given twice")
     assert "s3cr3t" not in out, out
+
+
+def test_an_alias_bomb_is_refused_by_the_section_it_sits_under(tmp_path):
+    """The bomb under a scenario's training.optimizer_options: the line names that key."""
+    lines = ['    l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "cluster: {nodes: 2, gpus_per_node: 4, gpu: A100-80GB}\n"
+        "workload: {model: BERT-Large, micro_batch: 8}\n"
+        "training:\n  optimizer: adam\n  optimizer_options:\n" + "\n".join(lines) + "\n"
+    )
+    refused(invoke("run", path, "--samples", "0"), str(path), "training.optimizer_options:", "aliases")

@@ -148,6 +148,13 @@ def test_memory_per_rank_follows_the_split_and_korthikanti():
     assert full.block_activation_bytes() == pytest.approx(2 * s * b * h)
 
 
+def test_megatron_gradients_have_one_buffer_without_a_bucket_copy():
+    """Megatron-LM's DDP buckets are slices of the gradient buffer each param.main_grad views
+    (megatron/core/distributed/param_and_grad_buffer.py): no second gradient copy, unlike PyTorch DDP."""
+    mem = simulate(_scenario()).memory
+    assert mem["ddp_buckets"] == 0.0 and mem["gradients"] > 0
+
+
 def test_gpt3_175b_fits_with_3d_parallelism_and_not_without():
     big = _scenario(nodes=128, t=8, p=8, m=32, model_name="GPT-3-175B", recompute="full")
     r = simulate(big)
@@ -348,8 +355,9 @@ def test_distributed_optimizer_shards_the_fp32_states_over_the_data_parallel_rep
     """Megatron's distributed optimizer is ZeRO stage 1 over the data-parallel group (Rajbhandari et al.
     2020: 4Psi + 12Psi/N_d for mixed-precision Adam): the fp32 master weights and Adam's m, v shrink by
     d, the 16-bit weights and the gradients do not; the reduce-scatter plus all-gather move what the
-    all-reduce moved (the ring's 2(d-1)/d each way), and the update runs on 1/d of the parameters."""
-    plain = _scenario(nodes=4, t=2, p=2, m=8)  # d = 32 / 4 = 8
+    all-reduce moved (the ring's 2(d-1)/d each way), and the update runs on 1/d of the parameters.
+    Both on rings: a data group on 2 nodes would otherwise all-reduce on NCCL's tree, which moves less."""
+    plain = _scenario(nodes=4, t=2, p=2, m=8).with_changes(**{"training.collective_algorithm": "ring"})
     dist = plain.with_changes(**{"training.parallelism.distributed_optimizer": True})
     a, b = simulate(plain, uncertainty_samples=0), simulate(dist, uncertainty_samples=0)
     ctx = build_context(plain)

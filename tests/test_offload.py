@@ -164,9 +164,11 @@ def test_offload_plan_cli(runner):
 
 def test_zero3_offload_with_every_subgroup_resident_runs_as_zero3_alone():
     """Interleaved offload on ZeRO-3 that keeps every subgroup's state on the GPU does what ZeRO-3
-    does: the only extra work is each reduced partition's fp32 cast, which DeepSpeed runs on the
-    reduction stream. On the compute stream it made backward wait for every bucket's reduce-scatter:
-    18.20 s instead of 14.74 s on the preset (3.5 s of exposed communication instead of 0.05 s)."""
+    does: the only extra work is each reduced partition's fp32 cast and its 16-bit round trip through
+    the host gradient buffer (stage3.py partition_grads), which DeepSpeed runs on the reduction stream
+    (0.13% of the step here). On the compute stream it made backward wait for every bucket's
+    reduce-scatter: 18.20 s instead of 14.74 s on the preset (3.5 s of exposed communication instead
+    of 0.05 s)."""
     base = load_scenario("preset:zero3-gpt3-175b-a100")
     alone = simulate(base, uncertainty_samples=0)
     offloaded = simulate(
@@ -174,5 +176,6 @@ def test_zero3_offload_with_every_subgroup_resident_runs_as_zero3_alone():
     )
     placement = offloaded.extra["offload"]["placement"]
     assert placement.get("gpu_resident", 0) == offloaded.extra["offload"]["subgroups"], placement
-    assert offloaded.iteration_time == pytest.approx(alone.iteration_time, rel=1e-3)
+    assert alone.iteration_time <= offloaded.iteration_time
+    assert offloaded.iteration_time == pytest.approx(alone.iteration_time, rel=3e-3)
     assert offloaded.breakdown["exposed_communication"] < 2 * alone.breakdown["exposed_communication"]

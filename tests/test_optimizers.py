@@ -110,7 +110,7 @@ def test_onebit_loses_on_a_single_nvlink_node_and_wins_on_slow_ethernet():
 @pytest.mark.parametrize("optimizer", ["adam", "onebit-adam", "zero-one-adam", "binsgdm"])
 def test_every_optimizer_is_monotone_in_bandwidth(optimizer):
     times = []
-    for rate in (1, 10, 40, 100, 400):
+    for rate in (10, 20, 40, 100, 400):  # InfiniBand generations' rates (SDR .. NDR)
         s = make_scenario(
             **{"cluster.nodes": 4, "cluster.nic.line_rate_gbps": rate, "training.optimizer": optimizer}
         )

@@ -146,7 +146,7 @@ def test_compare_tables_fit_80_columns_without_cutting(monkeypatch, capsys):
     assert lines and max(len(line) for line in lines) <= 80
     for name in ("onebit-adam", "zero-one-adam", "binsgdm"):
         table_rows = [line for line in lines if f"│ {name} " in line]
-        assert len(table_rows) == 6, (name, text)  # 2 GPU counts x 3 tables, every name whole
+        assert len(table_rows) == 8, (name, text)  # 2 GPU counts x 4 tables (cost too), every name whole
         assert all(line.count("x (") <= 2 for line in table_rows)
     bands = [line for line in lines if "x (" in line and "binsgdm" in line]
     assert bands and all(line.count("–") == 2 for line in bands)  # both bands whole on the row

@@ -123,7 +123,7 @@ def test_more_network_bandwidth_is_never_slower(sharding):
     scenario = _sharded(sharding, **{"cluster.nodes": 4})
     times = [
         simulate(scenario.with_changes(**{"cluster.nic.line_rate_gbps": rate})).iteration_time
-        for rate in (25, 100, 400)
+        for rate in (20, 100, 400)
     ]
     assert times[0] >= times[1] >= times[2]
     assert times[0] > times[2]  # the network matters at 25 Gb/s
@@ -284,7 +284,7 @@ def test_zero3_with_cpu_offload_moves_partitions_and_needs_no_gather_after_the_s
         for stage in (2, 3)
     )
     assert model_states(zero3.memory) < model_states(zero2.memory)
-    assert any(op.name.startswith("D2H gradients") for op in zero3.ops)
+    assert any(op.name.startswith("D2H fp32 gradients") for op in zero3.ops)
     assert any(op.name.startswith("CPU update") for op in zero3.ops)
     gathers = [op for op in zero3.ops if op.meta.get("op") == "all_gather"]
     assert gathers and all(op.name.startswith("all_gather params") for op in gathers)

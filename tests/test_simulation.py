@@ -35,7 +35,7 @@ def test_overlap_helps_and_never_hurts():
 @pytest.mark.parametrize(
     "key,values",
     [
-        ("cluster.nic.line_rate_gbps", [10, 25, 100, 200, 400]),
+        ("cluster.nic.line_rate_gbps", [10, 20, 40, 100, 200, 400]),
         ("cluster.nic.count", [1, 2, 4]),
     ],
 )

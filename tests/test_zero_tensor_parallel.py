@@ -207,7 +207,7 @@ def test_more_network_bandwidth_is_never_slower(sharding, t):
     scenario = _scenario(t, sharding)
     times = [
         simulate(scenario.with_changes(**{"cluster.nic.line_rate_gbps": rate})).iteration_time
-        for rate in (25, 100, 400)
+        for rate in (20, 100, 400)  # InfiniBand DDR, EDR, NDR
     ]
     assert times[0] >= times[1] >= times[2]
     assert times[0] > times[2]

@@ -43,7 +43,21 @@ REFERENCE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all
 # Prior widths (log-sigma) around the defaults: latencies of software stacks differ from NCCL's
 # table by orders of magnitude (gloo over TCP: tens of microseconds per message), so they are left
 # nearly free; efficiencies are factors near 1.
-PRIOR_SIGMA = {"base_s": 3.0, "hop_s": 3.0, "bw_eff": 1.0, "op_bw_eff": 1.0, "op_latency_scale": 1.0}
+PRIOR_SIGMA = {
+    "base_s": 3.0,
+    "hop_s": 3.0,
+    "bw_eff": 1.0,
+    "op_bw_eff": 1.0,
+    "op_latency_scale": 1.0,
+    "pacing_cv": 2.0,
+}
+# Pacing (closed_forms.paced_factor: a lockstep collective waits for the slowest of N nodes) is told
+# apart from bandwidth only by how the per-byte time grows with the node count beyond the algorithm's
+# bytes (a ring's 2(N-1)/N), so it needs two node counts of two or more nodes (2 and 4 hosts), and is
+# kept only where it explains the data better (as an algorithm is chosen). The fit starts from a small
+# spread, not from 0, since the parameters live in log space.
+PACING_START = 0.02
+PACING_MIN_NODE_COUNTS = 2
 MIN_POINT_SIGMA = 0.03  # relative noise floor per measured median (timer, scheduler)
 # What a backend is known to run, so not chosen by residual: torch's gloo reduce_scatter is an
 # all-reduce with each rank keeping its slice (collective_algorithms.py via_all_reduce: its bytes on the
@@ -128,6 +142,8 @@ def _defaults(name: str, points: list[Point]) -> float:
     if kind == "hop_s":
         latency_class = "network" if key.startswith("net_") else key
         return model.cluster.hop_latency(latency_class, "Simple")
+    if kind == "pacing_cv":
+        return max(model.cluster.pacing_cv(), PACING_START)
     return 1.0
 
 
@@ -238,6 +254,12 @@ def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParam
             result = trial.solve()
             if result[3] < best[3] * 0.98:
                 problem, best, algorithms = trial, result, {**algorithms, op: alt}
+    pacing = f"pacing_cv.{class_key('network', nic_kind)}"
+    if len({p.shape.nodes for p in points if p.shape.nodes > 1}) >= PACING_MIN_NODE_COUNTS:
+        trial = _Problem(points, [*names, pacing], algorithms, protocols)
+        result = trial.solve()
+        if result[3] < best[3] * 0.98:
+            problem, best, names = trial, result, [*names, pacing]
     x, cov, resid_sigma, _ = best
     params = problem.params(x)
     stats = {

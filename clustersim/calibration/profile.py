@@ -13,11 +13,13 @@ Compute phases and collective fits apply only to the device and cluster they wer
 
 from __future__ import annotations
 
+import json
 import math
 from importlib import resources
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from clustersim.catalog import Count, Number
+from clustersim.catalog import LIMITS_SOURCE, Count, Number, below, beyond, limit
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
 from clustersim.io import first_error, parse_json, read_input_text
@@ -44,6 +46,48 @@ class _Strict(BaseModel):
 
 # Numbers as every input schema reads them: finite, never true/false (catalog.Number / Count).
 Positive = Annotated[Number, Field(gt=0)]
+
+
+def _measured_time(value: float) -> float:
+    """A measured time: 1 ns at the least (below any timer's resolution) and a day at the most
+    (hardware_defaults.yaml limits measured_s_min, latency_s_max)."""
+    why = below(value, "measured_s_min", "s, a timer's resolution") or beyond(
+        value, "latency_s_max", "s, a day", "any measured step"
+    )
+    if why:
+        raise ValueError(why)
+    return value
+
+
+def _time_at_most_a_day(value: float) -> float:
+    why = beyond(value, "latency_s_max", "s, a day", "any measured step")
+    if why:
+        raise ValueError(why)
+    return value
+
+
+def _rate(name: str, what: str):
+    """A measured rate no faster than the limit ``name`` (hardware_defaults limits): a GPU's peak or
+    HBM, a host's DRAM."""
+
+    def check(value: float) -> float:
+        why = beyond(value, name, what, "any real part")
+        if why:
+            raise ValueError(why)
+        return value
+
+    return AfterValidator(check)
+
+
+#: measured rates: a GPU's FLOP/s and memory bandwidth, a host's copy bandwidth
+Tflops = Annotated[Number, Field(gt=0), _rate("gpu_peak_tflops", "TFLOP/s per GPU")]
+DeviceGbs = Annotated[Number, Field(gt=0), _rate("gpu_hbm_gbs", "GB/s of device memory")]
+HostGbs = Annotated[Number, Field(gt=0), _rate("host_dram_gbs", "GB/s of host memory")]
+
+#: a measured duration: 1 ns to a day
+MeasuredSeconds = Annotated[Number, Field(gt=0), AfterValidator(_measured_time)]
+#: a fitted time or a time per unit that may be 0: at most a day
+Seconds = Annotated[float, Field(ge=0), AfterValidator(_time_at_most_a_day)]
 
 
 class Provenance(_Strict):
@@ -67,9 +111,9 @@ class ComputePhases(_Strict):
     micro_batch: Count = Field(gt=0)
     seq_len: Count = Field(gt=0)
     precision: str
-    forward_s: Number = Field(gt=0)
-    backward_s: Number = Field(gt=0)
-    other_s: Number = Field(
+    forward_s: MeasuredSeconds
+    backward_s: MeasuredSeconds
+    other_s: Annotated[Number, AfterValidator(_time_at_most_a_day)] = Field(
         0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
     )
     source: str = ""
@@ -126,6 +170,16 @@ def _finite(value: float, what: str) -> float:
     return value
 
 
+def _log_sigma(sigma: float, what: str) -> None:
+    """A log-sigma no fit gives (limits.profile_log_sigma_max): its bands would span decades."""
+    top = limit("profile_log_sigma_max")
+    if sigma > top:
+        raise ValueError(
+            f"{what} is a log-sigma of {sigma:.3g}, beyond any fit (at most {top:g}, a factor of "
+            f"{math.exp(top):.0f} per sigma; {LIMITS_SOURCE})"
+        )
+
+
 def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
     """A covariance of ``k`` parameters: k x k, finite, symmetric and positive semi-definite. Intervals
     are drawn from it (a Cholesky factor), which a matrix of another shape or sign cannot give."""
@@ -136,6 +190,8 @@ def _covariance(matrix: list[list[float]], k: int, what: str) -> None:
     for row in matrix:
         for v in row:
             _finite(v, f"{what} entry")
+    for i in range(k):
+        _log_sigma(math.sqrt(max(matrix[i][i], 0.0)), f"{what}[{i}][{i}] (a variance)")
     if k == 0:
         return
     m = np.asarray(matrix, float)
@@ -169,7 +225,8 @@ class NetworkCalibration(_Strict):
     cluster: dict = Field(description="the cluster the measurements were taken on (scenario cluster schema)")
     source: str = ""
     parameters: dict[str, Number] = Field(
-        description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>"
+        description="base_s, hop_s.<class>, bw_eff.<class>, op_bw_eff.<op>, op_latency_scale.<op>, "
+        "pacing_cv.<network class>"
     )
     log_covariance: list[list[Number]] = Field(description="covariance of log(parameters), in their order")
     residual_sigma: Number = Field(ge=0, description="log-sigma of measured medians about the fitted model")
@@ -182,14 +239,44 @@ class NetworkCalibration(_Strict):
     shapes: list[tuple[Count, Count]] = Field(default_factory=list)
     extrapolation: ExtrapolationCheck | None = None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "NetworkCalibration":
-        for name, value in self.parameters.items():
+    @field_validator("cluster")
+    @classmethod
+    def _a_cluster(cls, cluster: dict) -> dict:
+        """The measured cluster in the scenario's cluster schema (``nodes: many`` is no cluster): the
+        simulator prices collectives on it."""
+        from clustersim.scenario import ClusterSpec
+
+        try:
+            ClusterSpec.model_validate(cluster)
+        except ValidationError as exc:
+            key, msg = first_error(exc, ("gpu name", "inline gpu"), model=ClusterSpec)
+            raise ValueError(f"cluster.{key}: {msg}") from None
+        return cluster
+
+    @field_validator("parameters")
+    @classmethod
+    def _plausible_parameters(cls, parameters: dict) -> dict:
+        """Latencies (base_s, hop_s.*) positive and at most a day; factors (bw_eff, op_bw_eff,
+        op_latency_scale) within the decades a fit of a real stack lands in (hardware_defaults limits)."""
+        for name, value in parameters.items():
             _finite(value, name)
             if value <= 0:
                 raise ValueError(f"parameter {name} must be positive (got {value:g})")
+            if name.split(".")[0] in ("base_s", "hop_s"):
+                why = beyond(value, "latency_s_max", "s, a day", "any real link")
+            else:
+                why = beyond(value, "profile_factor_max", "as a factor", "any fitted factor") or below(
+                    value, "profile_factor_min", "as a factor"
+                )
+            if why:
+                raise ValueError(f"parameter {name}: {why}")
+        return parameters
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "NetworkCalibration":
         _covariance(self.log_covariance, len(self.parameters), "log_covariance")
         _finite(self.residual_sigma, "residual_sigma")
+        _log_sigma(self.residual_sigma, "residual_sigma")
         return self
 
 
@@ -204,9 +291,9 @@ class GemmModel(_Strict):
     """The GEMM shape model of one precision (calibration/compute_fit.py):
     t = launch + max(W / R_max, bytes / memory)."""
 
-    r_max_tflops: Number = Field(gt=0)
+    r_max_tflops: Tflops
     launch_s: Number = Field(ge=0)
-    memory_gbs: Number = Field(gt=0)
+    memory_gbs: DeviceGbs
     log_sigma: Number = Field(ge=0, description="scatter of log time about the model")
     log_covariance: list[list[Number]] = Field(default_factory=list)
     points: Count = Field(ge=0)
@@ -216,6 +303,7 @@ class GemmModel(_Strict):
     def _finite_values(self) -> "GemmModel":
         for name in ("r_max_tflops", "launch_s", "memory_gbs", "log_sigma"):
             _finite(getattr(self, name), name)
+        _log_sigma(self.log_sigma, "log_sigma")
         if self.log_covariance:  # log r_max and log launch
             _covariance(self.log_covariance, 2, "log_covariance")
         return self
@@ -227,7 +315,7 @@ class HostMeasurements(_Strict):
     cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], Positive] = Field(
         default_factory=dict, description="by thread count"
     )
-    copy_gbs: dict[str, Positive] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
+    copy_gbs: dict[str, HostGbs] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
 
 
 class Fingerprint(_Strict):
@@ -247,8 +335,8 @@ class Fingerprint(_Strict):
 class Linear(_Strict):
     """time = intercept_s + per_sample_s x micro_batch (least squares over the measured sizes)."""
 
-    intercept_s: float = Field(ge=0)
-    per_sample_s: float = Field(ge=0)
+    intercept_s: Seconds
+    per_sample_s: Seconds
 
     def at(self, micro_batch: float) -> float:
         return self.intercept_s + self.per_sample_s * micro_batch
@@ -313,14 +401,16 @@ class Profile(_Strict):
     format_version: int
     device: str = Field(description="GPU catalog name, or 'cpu'")
     provenance: Provenance
-    matmul_tflops: dict[str, Positive] = Field(default_factory=dict)
-    memory_gbs: Number | None = Field(None, gt=0)
-    kernels_gbs: dict[str, Positive] = Field(default_factory=dict)
+    matmul_tflops: dict[str, Tflops] = Field(default_factory=dict)
+    memory_gbs: DeviceGbs | None = None
+    kernels_gbs: dict[str, DeviceGbs] = Field(default_factory=dict)
     compute_phases: list[ComputePhases] = Field(default_factory=list)
     collectives: list[CollectiveFit] = Field(default_factory=list)
-    gemm_tflops_by_size: dict[str, list[tuple[Count, Positive]]] = Field(default_factory=dict)
+    gemm_tflops_by_size: dict[str, list[tuple[Count, Tflops]]] = Field(default_factory=dict)
     host: HostMeasurements = HostMeasurements()
-    launch_latency_s: Number | None = Field(None, ge=0)
+    launch_latency_s: Annotated[Number | None, AfterValidator(lambda v: v and _time_at_most_a_day(v))] = (
+        Field(None, ge=0)
+    )
     network: NetworkCalibration | None = Field(None, description="fitted collective model parameters (v3)")
     compute_model: dict[str, GemmModel] = Field(
         default_factory=dict, description="GEMM shape model per precision, used for any model (v3)"
@@ -374,9 +464,10 @@ def parse_profile(data: object, source: str) -> Profile:
             f'not a clustersim profile (expected "format": "{FORMAT}")', source=source, key="format"
         )
     version = data.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
         raise InputError(
-            f"profile format_version {version!r} is not supported by this clustersim "
+            f"profile format_version {json.dumps(version) if isinstance(version, bool) else repr(version)} "
+            "is not supported by this clustersim "
             f"(reads versions 1..{FORMAT_VERSION}); upgrade clustersim or re-run calibration",
             source=source,
             key="format_version",

@@ -78,13 +78,39 @@ def hardware_show(name: str = typer.Argument(..., help="GPU name, e.g. H100-SXM"
     for k, v in g.model_dump(exclude={"name", "description", "price_per_gpu_hour"}).items():
         console.print(f"  {k}: {_plain(v)}", highlight=False)
     price = gpu_price(g.name)
-    where = "this catalog entry" if g.price_per_gpu_hour is not None else "catalogs/prices.yaml, on-demand"
+    where = (
+        "this catalog entry"
+        if g.price_per_gpu_hour is not None
+        else "catalogs/prices.yaml, on-demand: the rented rate where no instance sells it"
+    )
     console.print(
         f"  price_per_gpu_hour: {price:g} USD ({where})"
         if price is not None
         else "  price_per_gpu_hour: not priced (plan/report --price, or price_per_gpu_hour in a catalog)",
         highlight=False,
     )
+    for line in _cost_lines(g.name):
+        console.print(f"  {line}", highlight=False, markup=False)
+
+
+def _cost_lines(gpu: str) -> list[str]:
+    """What the two cost models know of a GPU: its server (owned) and the instances that sell it (rented)."""
+    from clustersim.report.costing import load_instances, load_ownership
+
+    server = load_ownership()["servers"].get(gpu)
+    owned = (
+        f"owned: ${server['price']:,.0f} per {server['gpus']:g}-GPU server, {server['power_kw']:g} kW "
+        f"(ownership.yaml: {server['source']})"
+        if server
+        else "owned: no server price (ownership.yaml); plan/report price it as rented"
+    )
+    sold = [i for i in load_instances().values() if i["gpu"] == gpu]
+    rented = [
+        f"rented: {i['name']} ({i['provider']}) ${i['price_per_hour']:,.2f}/h for {i['gpus']} GPUs, "
+        f"network {i['network_as_sold']}"
+        for i in sorted(sold, key=lambda i: i["price_per_hour"] / i["gpus"])
+    ] or ["rented: no instance sells it (instances.yaml)"]
+    return [owned, *rented]
 
 
 def _plain(value) -> str:
@@ -154,11 +180,11 @@ def models_show(
 ):
     """Show a model's layers: parameters, forward FLOPs and saved activations per micro-batch."""
     from clustersim import catalog
-    from clustersim.scenario import WorkloadSpec
+    from clustersim.scenario import workload_for_command
     from clustersim.workloads import build_workload
 
     arch = catalog.model(name)
-    w = build_workload(WorkloadSpec(model=name, micro_batch=micro_batch, seq_len=seq_len))
+    w = build_workload(workload_for_command(name, {"--micro-batch": micro_batch, "--seq-len": seq_len}))
     layers = [
         {
             "layer": layer.name,

@@ -51,7 +51,9 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
     interleaved = None
     for mode in ("none", "zero", "interleaved"):
         try:
-            r = simulate(s.with_changes(**{"training.offload.mode": mode}), profile)
+            # without offload there is no offloaded gradient path: its copy mode goes back to the default
+            reset = {"training.offload.gradient_copy": None} if mode == "none" else {}
+            r = simulate(s.with_changes(**{"training.offload.mode": mode, **reset}), profile)
         except InputError as exc:
             if mode == "interleaved" or "does not fit" not in exc.message:
                 raise

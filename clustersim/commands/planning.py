@@ -14,10 +14,12 @@ from clustersim.commands.support import (
     console,
     emit_json,
     finite_option,
+    price_option,
     progress_bar,
     table,
     with_catalogs,
 )
+from clustersim.errors import shortened
 
 
 def sweep(
@@ -76,7 +78,7 @@ def sweep(
                 "(recorded as invalid, the others run):"
             )
             for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1])[:5]:
-                console.print(f"  {n} x {reason[:160]}")
+                console.print(f"  {n} x {shortened(reason, 200)}")
         try:
             with progress_bar("sweep", "rows", total) as update:
                 counts = run_locked(sw, folder, scheduler, workers, progress=update)
@@ -113,7 +115,7 @@ def _say_invalid(out: Path) -> None:
         return
     console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
-        console.print(f"  {n} x {reason[:160]}")
+        console.print(f"  {n} x {shortened(reason, 200)}")
 
 
 def _whole_tokens(tokens: float | None) -> int | None:
@@ -145,6 +147,33 @@ NetworkPricesOpt = typer.Option(
     help="Network price catalog (a copy of catalogs/network_prices.yaml with your quotes), or 'none' "
     "for GPU-hours only; default: the shipped one.",
 )
+CostOpt = typer.Option(
+    None,
+    "--cost",
+    help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
+    "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own, or rent "
+    "with --price or --instance.",
+)
+InstanceOpt = typer.Option(
+    None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
+)
+InstancesOpt = typer.Option(
+    None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."
+)
+OwnPricesOpt = typer.Option(
+    None, "--own-prices", help="Ownership catalog: a copy of catalogs/ownership.yaml with your figures."
+)
+
+
+def _costs(cost, price, network_prices, instance, instances, own_prices):
+    """The cost model the options ask for (report/costing.py), every file checked before any work."""
+    from clustersim.report.costing import cost_model
+
+    if cost is None and price is None and instance is None and instances is None and own_prices is None:
+        return None  # the command picks (costing.auto_model): owned where every GPU has a server price
+    return cost_model(cost, price, _network(network_prices), instance, instances, own_prices)
+
+
 BaselineOpt = typer.Option(
     None,
     "--baseline",
@@ -176,6 +205,10 @@ def report(
     budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
     baseline: Optional[str] = BaselineOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
+    cost: Optional[str] = CostOpt,
+    instance: Optional[str] = InstanceOpt,
+    instances: Optional[str] = InstancesOpt,
+    own_prices: Optional[str] = OwnPricesOpt,
     samples: Optional[int] = typer.Option(
         None,
         "--samples",
@@ -189,8 +222,8 @@ def report(
     json_out: bool = JsonOpt,
 ):
     """Capacity-planning report (self-contained HTML), one section per model: the recommendation, what to
-    run at each NIC speed with its speedup over the baseline (paired P10–P90) and cost (GPU-hours plus
-    the network, amortised), the Pareto frontier, and figures.
+    run at each NIC speed with its speedup over the baseline (paired P10–P90) and cost (owned: servers,
+    network and power; or rented: instance-hours, network included), the Pareto frontier, and figures.
 
     Figures: speedup vs GPU count per optimizer and network; the iteration breakdown as stacked bars; a
     timeline of one iteration; bytes on the wire; cost against time-to-train with the Pareto frontier.
@@ -198,17 +231,19 @@ def report(
     from clustersim.planner.compare import StepsPlan
     from clustersim.report.build import parse_duration, write_report
 
-    finite_option(price, "--price")
+    price_option(price, "--price")
     finite_option(budget, "--budget")
     hours = parse_duration(deadline) if deadline is not None else None
     plan = StepsPlan.parse(steps)
+    costs = _costs(cost, price, network_prices, instance, instances, own_prices)
     info = write_report(
-        results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples
+        results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples, costs
     )
     if json_out:
         emit_json(info)
         return
     console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
+    console.print(f"[dim]cost: {info['pricing']}[/]", highlight=False)
     for model, part in info["models"].items():
         if len(info["models"]) > 1:
             console.print(f"[bold]{model}[/]")
@@ -247,6 +282,80 @@ def _by_network_table(model: str, cells: list[dict]):
     )
 
 
+def _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget):
+    """`plan --have`: the owned cluster's options, each with capital, time to train and payback."""
+    from clustersim.planner.upgrades import plan_have
+    from clustersim.report.costing import cost_model
+
+    own = cost_model("own", None, extra["network"], own_prices=own_prices)
+    rent = cost_model("rent", instances=instances)
+    args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
+    if extra.get("json_out"):
+        emit_json(plan_have(*args, deadline_h=hours, budget=budget))
+        return
+    with progress_bar("plan", "options") as update:
+        result = plan_have(*args, progress=update, deadline_h=hours, budget=budget)
+    console.print(
+        f"[bold]{model}[/], {result['steps']:,} steps of {result['global_batch']:,} samples on "
+        f"{result['cluster']} ({have}), deadline {hours:,.1f} h: the fastest of "
+        f"{', '.join(result['optimizers'])} per option",
+        highlight=False,
+    )
+    console.print(f"[dim]owned options: {result['cost_basis']}[/]", highlight=False)
+    console.print(table("What to do with the cluster you have", *_have_table(result["options"]), left=2))
+    console.print(
+        "[dim]capital: what the option buys (the new NICs, cables and switch ports for every node; or the "
+        "added servers and their ports). run: what one run costs (owned: amortised capital and power; "
+        "rented: instance-hours). payback: the days of training the option must save to pay for its "
+        "capital, an owned cluster-hour valued at its own cost; runs: that many runs like this one"
+        + (
+            "; * misses the deadline or the budget"
+            if any(not r.get("meets", True) for r in result["options"])
+            else ""
+        )
+        + "[/]",
+        highlight=False,
+    )
+
+
+def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
+    def hours(r):
+        band = f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})" if r.get("ttt_p10_h") is not None else ""
+        return f"{r['ttt_h']:,.1f}{band}"
+
+    def payback(r):
+        if r.get("never_pays_back"):
+            return "never"
+        if r["payback_days"] is None:
+            return "—"
+        return f"{r['payback_days']:,.1f} d ({r['payback_runs']:,.1f} runs)"
+
+    cols = [
+        "option",
+        "what",
+        "optimizer",
+        "hours (P10–P90)",
+        "saved h",
+        "capital",
+        "run (P10–P90)",
+        "payback",
+    ]
+    body = [
+        [
+            r["option"] + ("" if r.get("meets", True) else " *"),
+            r["what"],
+            r["optimizer"],
+            hours(r),
+            "—" if r["saved_h"] is None or r["option"] == "keep" else f"{r['saved_h']:,.1f}",
+            f"${r['capital']:,.0f}",
+            f"${r['run_cost']:,.0f} ({r['run_cost_p10']:,.0f}–{r['run_cost_p90']:,.0f})",
+            payback(r),
+        ]
+        for r in rows
+    ]
+    return cols, body
+
+
 @with_catalogs
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
@@ -279,6 +388,16 @@ def plan_cmd(
     ),
     baseline: Optional[str] = BaselineOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
+    cost: Optional[str] = CostOpt,
+    instance: Optional[str] = InstanceOpt,
+    instances: Optional[str] = InstancesOpt,
+    own_prices: Optional[str] = OwnPricesOpt,
+    have: Optional[Path] = typer.Option(
+        None,
+        "--have",
+        help="The cluster you own (a scenario-style file with a `cluster:` section): the options become "
+        "keep / upgrade NICs / add nodes / rent, each with its capital, time to train and payback.",
+    ),
     profile: Optional[str] = ProfileOpt,
     samples: int = typer.Option(
         32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
@@ -299,7 +418,7 @@ def plan_cmd(
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
-    finite_option(price, "--price")
+    price_option(price, "--price")
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
         "tokens": _whole_tokens(tokens),
@@ -307,7 +426,19 @@ def plan_cmd(
         "samples": samples,
         "baseline": baseline,
         "network": _network(network_prices),
+        "costs": _costs(cost, price, network_prices, instance, instances, own_prices),
     }
+    if have is not None:
+        extra["json_out"] = json_out
+    if have is not None:
+        if tokens is not None:
+            from clustersim.errors import InputError
+
+            raise InputError(
+                "--have takes --steps (the owned cluster's options at a step count)", key="--tokens"
+            )
+        _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget)
+        return
     if json_out:
         result = plan(*args, **extra)
         emit_json(plan_as_json(result))
@@ -324,10 +455,11 @@ def plan_cmd(
     )
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
+    console.print(f"[dim]cost: {result['pricing']}[/]", highlight=False)
     for line in result["text"]:
         console.print(f"  • {line}")
     if chosen_flops(result["chosen"]):
-        console.print(f"  • The choice runs at {chosen_flops(result['chosen'])}.")
+        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
     for name, why in result["optimizers_not_run"].items():
         console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
     chosen = result["chosen"]

@@ -247,6 +247,18 @@ def finite_option(value: float | None, key: str, *, positive: bool = True) -> fl
     return value
 
 
+def price_option(value: float | None, key: str = "--price") -> float | None:
+    """A USD-per-GPU-hour option: finite, positive and within the catalog's limit for a GPU's price
+    (hardware_defaults.yaml limits.price_per_gpu_hour, the same bound as a catalog entry's)."""
+    from clustersim.catalog import beyond
+
+    finite_option(value, key)
+    why = value is not None and beyond(value, "price_per_gpu_hour", "USD per GPU-hour", "any real price")
+    if why:
+        raise InputError(why, key=key)
+    return value
+
+
 def table(
     title: str, columns: list[str], rows: list[list], justify_numbers: bool = True, left: int = 1
 ) -> RenderableType:

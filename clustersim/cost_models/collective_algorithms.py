@@ -13,8 +13,9 @@ Formulas: Thakur, Rabenseifner & Gropp 2005 (closed_forms.py), for p ranks, g pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from clustersim.catalog import hardware_defaults
 from clustersim.cost_models.closed_forms import lg
 from clustersim.topologies.cluster import Bandwidth, Cluster, GroupShape
 
@@ -38,6 +39,10 @@ class Decomposition:
     # What NCCL's tuner believes the algorithm costs, where that differs from what it moves: NCCL picks
     # its algorithm by this (collectives.CollectiveModel), the time is the decomposition's own.
     tuner: Decomposition | None = None
+    # Steps in lockstep across nodes (ring, tree, halving-doubling rounds): each waits for the slowest
+    # node's link, so the network legs are paced (closed_forms.paced_factor). A bulk exchange posted
+    # at once (all-to-all) or one pair's transfer averages its rate over the whole transfer instead.
+    paced: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,17 @@ class Inputs:
 
     def inter(self) -> Bandwidth:
         return self.cluster.inter_node(self.shape)
+
+    def tuner_inter(self) -> Bandwidth:
+        """The inter-node bandwidth as NCCL's tuner sees it: from the NIC's link speed, which the net
+        plugin reports (net_socket.cc reads /sys/class/net/<if>/speed, net_ib.cc the port's rate), not
+        a measured effective rate (cluster.nic.effective_gbps)."""
+        inter = self.inter()
+        nic = self.cluster.spec.nic
+        if nic.effective_gbps is None:
+            return inter
+        ratio = nic.line_rate_gbps * hardware_defaults()["nic"][nic.kind] / nic.effective_gbps
+        return Bandwidth(inter.bytes_per_s * ratio, inter.bottleneck, "network")
 
 
 Algorithm = Callable[[Inputs], Decomposition]
@@ -126,7 +142,31 @@ def _ring_like(x: Inputs, steps: float, per_rank: float, inter: float) -> Decomp
 @register("all_reduce", "ring")
 def _allreduce_ring(x: Inputs) -> Decomposition:
     per_rank = 2 * (x.p - 1) / x.p * x.nbytes
-    return _ring_like(x, 2 * (x.p - 1), per_rank, per_rank if x.n > 1 else 0.0)
+    plan = _ring_like(x, 2 * (x.p - 1), per_rank, per_rank if x.n > 1 else 0.0)
+    if x.n == 2 and x.cluster.spec.nic.effective_gbps is not None:
+        # on 2 nodes NCCL weighs ring against tree by its own view of the NIC (_two_node_tree_belief)
+        seen = min(x.tuner_inter(), x.intra(), key=lambda b: b.bytes_per_s)
+        believed = Decomposition(plan.latency_steps, (Leg(per_rank, seen),), False, 0.0, 0.0, seen.bottleneck)
+        return replace(plan, tuner=believed)
+    return plan
+
+
+def _two_node_tree_belief(x: Inputs, S: float) -> Decomposition:
+    """What NCCL's tuner believes a tree on 2 nodes costs: src/graph/search.cc raises a tree's intra-node
+    bandwidth up to twice its inter-node one ("increase bwIntra for trees (2 nodes or collnet)") and
+    src/graph/tuning.cc prices any algorithm on nNodes <= 2 by that intra-node bandwidth, so the tree is
+    costed as what it moves: S through the NIC beside 2S along the node's chain, at the tree's .92
+    discount. A node whose GPUs talk to each other at less than twice the NIC's rate (the 1-bit Adam
+    paper's PCIe nodes, 4.2 GB/s against 40 GbE) keeps the ring; an NVLink node (its InfiniBand
+    nodes: 42 GB/s against 40 Gb/s) gets the tree, as NCCL's maintainers describe ("On two nodes, NCCL
+    uses the tree algorithm which can go beyond the network bottleneck",
+    github.com/NVIDIA/nccl-tests/issues/196)."""
+    f = hardware_defaults()["nccl"]["tuner_tree_bandwidth_factor"]
+    nic, intra = x.tuner_inter(), x.intra()
+    legs = (Leg(S, Bandwidth(nic.bytes_per_s * f, nic.bottleneck, "network")),)
+    if x.g > 1:
+        legs += (Leg(2 * S, Bandwidth(intra.bytes_per_s * f, intra.bottleneck, intra.latency_class)),)
+    return Decomposition(((2 * lg(x.p), "network"),), legs, True, 0.0, 0.0, nic.bottleneck)
 
 
 def double_tree_edges(nodes: int) -> int:
@@ -144,8 +184,9 @@ def _allreduce_tree(x: Inputs) -> Decomposition:
     """NCCL's double binary tree: 2·lg p steps. Inside a node the trees are chains of its GPUs, each
     GPU sending and receiving the whole array twice over the intra-node links; across nodes a node's
     NICs send S/2 per tree edge it has (double_tree_edges: 2S from 4 nodes on, S on 2, 1.5S on 3).
-    The chains and the NICs are pipelined: the two legs run concurrently. NCCL chooses it by its
-    tuner's 2S all the same (``tuner``), so on 2-3 nodes it is chosen no more often than a 2S tree."""
+    The chains and the NICs are pipelined: the two legs run concurrently. NCCL's tuner (``tuner``)
+    costs it at 2S from 3 nodes on, and on 2 nodes by what it moves (_two_node_tree_belief), so a
+    bandwidth-bound all-reduce on 2 nodes whose GPUs talk faster than twice the NIC is a tree."""
     S = x.nbytes
     believed = _ring_like(x, 2 * lg(x.p), 2 * S, 2 * S if x.n > 1 else 0.0)
     if x.n == 1:
@@ -160,9 +201,10 @@ def _allreduce_tree(x: Inputs) -> Decomposition:
         max(x.g * 2 * S - inter, 0.0),
         inter,
         x.intra().bottleneck if intra_bound else x.inter().bottleneck,
-        # NCCL's tuner (src/graph/tuning.cc) gives a tree half its bus bandwidth as algorithm bandwidth
-        # on any node count, i.e. 2S: it chooses a tree on 2-3 nodes as if it sent 2S.
-        None if inter == 2 * S else believed,
+        # NCCL's tuner (src/graph/tuning.cc) gives a tree half its bus bandwidth as algorithm bandwidth,
+        # i.e. 2S over the inter-node bandwidth from 3 nodes on (3 nodes: as if it sent 2S); on 2
+        # nodes over the intra-node one, up to twice the NIC's.
+        _two_node_tree_belief(x, S) if x.n == 2 else None if inter == 2 * S else believed,
     )
 
 
@@ -252,6 +294,8 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
     inter_link, intra_link = x.inter(), x.intra()
     legs = (Leg(inter, inter_link),) + ((Leg((g - 1) / p * S, intra_link),) if g > 1 else ())
     intra_bound = g > 1 and inter / inter_link.bytes_per_s < (g - 1) / p * S / intra_link.bytes_per_s
+    # NCCL posts every send and receive of an all-to-all in one group, MPI as Isend/Irecv all at once
+    # (DeepSpeed's 1-bit Adam): no step waits for another node's, so it is not paced.
     return Decomposition(
         ((p - 1, "network"),),
         legs,
@@ -259,6 +303,7 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
         intra,
         inter,
         intra_link.bottleneck if intra_bound else inter_link.bottleneck,
+        paced=False,
     )
 
 
@@ -327,4 +372,5 @@ def _send_recv(x: Inputs) -> Decomposition:
         0.0 if x.n > 1 else x.nbytes,
         inter,
         ring.bottleneck,
+        paced=False,  # one link: nothing to wait for
     )

@@ -140,6 +140,19 @@ class CollectiveModel:
         self._params = params
         self._hop_cache: dict[tuple[str, str], float] = {}
         self._cost_cache: dict[tuple, CollectiveCost] = {}
+        self._pace_cache: dict[int, float] = {}
+
+    def pacing(self, nodes: int) -> float:
+        """The factor on a lockstep collective's network legs across ``nodes`` nodes: each step waits for
+        the slowest node's link (closed_forms.paced_factor, with the calibrated or the cluster's cv).
+        Memoized per node count for the current parameters."""
+        factor = self._pace_cache.get(nodes)
+        if factor is None:
+            cls = class_key("network", self.cluster.spec.nic.kind)
+            cv = self.params.pacing_cv.get(cls)
+            cv = self.cluster.pacing_cv() if cv is None else cv
+            factor = self._pace_cache[nodes] = cf.paced_factor(nodes, cv)
+        return factor
 
     def hop_latency(self, latency_class: str, protocol: str) -> float:
         """One step's latency on a link class: calibrated, else NCCL's constant (and the NIC's wire
@@ -177,9 +190,11 @@ class CollectiveModel:
         latency = (
             sum(steps * self.hop_latency(cls, protocol) for steps, cls in plan.latency_steps) * lat_scale
         )
+        pace = self.pacing(inputs.n) if plan.paced and inputs.n > 1 else 1.0
         transfer = [
             leg.nbytes
             / (leg.link.bytes_per_s * frac * prm.bandwidth_factor(class_key(leg.link.latency_class, nic), op))
+            * (pace if leg.link.latency_class == "network" else 1.0)
             for leg in plan.legs
         ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0

@@ -157,6 +157,10 @@ class DeviceCosts:
         return n
 
     def kernel_time(self, kernel: Kernel, precision: str) -> float:
+        """``precision``: the workload's; a kernel that names its own (FP8 training's GEMMs and the
+        bf16 kernels beside them, workloads/fp8.py) runs at that."""
+        if kernel.precision is not None:
+            precision = kernel.precision
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
         unaligned = kernel.alignment_bytes < 16 and precision != "fp32"

@@ -56,12 +56,15 @@ class NetworkParams:
     algorithms: dict[str, str] = field(default_factory=dict)  # op -> algorithm the backend runs
     protocols: tuple[str, ...] | None = None  # None: NCCL's protocol choice
     hop_scale: dict[str, float] = field(default_factory=dict)  # class -> multiplier on hop latency
+    # class (net_<nic kind>) -> per-chunk spread of a node's rate, pacing lockstep collectives
+    # (closed_forms.paced_factor); absent: the cluster's (cluster.nic.pacing_cv or its kind's default)
+    pacing_cv: dict[str, float] = field(default_factory=dict)
     time_scale: float = 1.0
     source: str = "topology model, default constants"
     calibrated: bool = False
     # Uncertainty: names of log-parameters, their mean and covariance, plus the log-sigma of the
     # residual scatter. Names: "base_s", "hop_s.<class>", "bw_eff.<class>", "op_bw_eff.<op>",
-    # "op_latency_scale.<op>".
+    # "op_latency_scale.<op>", "pacing_cv.<class>".
     names: tuple[str, ...] = ()
     log_mean: tuple[float, ...] = ()
     log_cov: tuple[tuple[float, ...], ...] = ()
@@ -90,20 +93,24 @@ class NetworkParams:
 
     def with_values(self, names, values) -> "NetworkParams":
         """A copy with the named parameters set (values in linear units)."""
-        hop, bw, opbw, oplat = (
+        hop, bw, opbw, oplat, pace = (
             dict(self.hop_s),
             dict(self.bw_eff),
             dict(self.op_bw_eff),
             dict(self.op_latency_scale),
+            dict(self.pacing_cv),
         )
         base = self.base_s
+        tables = {"hop_s": hop, "bw_eff": bw, "op_bw_eff": opbw, "op_latency_scale": oplat, "pacing_cv": pace}
         for name, value in zip(names, values):
             kind, _, key = name.partition(".")
             if kind == "base_s":
                 base = value
             else:
-                {"hop_s": hop, "bw_eff": bw, "op_bw_eff": opbw, "op_latency_scale": oplat}[kind][key] = value
-        return replace(self, hop_s=hop, bw_eff=bw, base_s=base, op_bw_eff=opbw, op_latency_scale=oplat)
+                tables[kind][key] = value
+        return replace(
+            self, hop_s=hop, bw_eff=bw, base_s=base, op_bw_eff=opbw, op_latency_scale=oplat, pacing_cv=pace
+        )
 
     def dimensions(self, classes: tuple[str, ...] = ()) -> int:
         """Independent standard normals one draw of ``from_normals`` consumes: the calibrated

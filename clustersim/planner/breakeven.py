@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from clustersim.catalog import hardware_defaults, nic_line_rate_at_least
 from clustersim.errors import InputError
 from clustersim.planner.compare import (
     StepsPlan,
@@ -36,7 +37,9 @@ from clustersim.simulator.context import build_context
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
-SEARCH_GBPS = (0.01, 10_000.0)  # 10 Mb/s .. 10 Tb/s per NIC: beyond any NIC sold
+# 100 Mb/s .. 10 Tb/s line rate per NIC: beyond any NIC sold, and within the scenario's limits at any
+# efficiency down to 10% (limits.link_gbps_min 0.01 Gb/s delivered, nic_line_rate_gbps 10,000)
+SEARCH_GBPS = (0.1, 10_000.0)
 # Bisection stops when the bracket is this narrow in log(bandwidth): 0.02%, so that two callers that
 # start from different brackets (compare's whole range, report's swept rates) agree far inside 1%.
 TOLERANCE = 2e-4
@@ -110,19 +113,29 @@ def _gbps(x: float) -> str:
 
 
 def _at(scenario: Scenario, gbps: float) -> Scenario:
-    """The scenario with NICs of ``gbps`` line rate, a measured efficiency kept (effective / line)."""
+    """The scenario with NICs of ``gbps`` line rate, delivering what such a NIC does: its measured
+    efficiency (effective / line rate) where the scenario has one, else the kind's protocol efficiency.
+    An InfiniBand port runs at one of its generations' rates (scenario._check_nic_product), so a rate
+    between two is simulated as the next generation's port delivering that rate's share: the search
+    stays continuous and on real products."""
     nic = scenario.cluster.nic
-    changes: dict = {"cluster.nic.line_rate_gbps": gbps}
-    if nic.effective_gbps is not None:
-        changes["cluster.nic.effective_gbps"] = gbps * nic.effective_gbps / nic.line_rate_gbps
+    line = nic_line_rate_at_least(nic.kind, gbps)
+    changes: dict = {"cluster.nic.line_rate_gbps": line}
+    if nic.effective_gbps is not None or line != gbps:
+        changes["cluster.nic.effective_gbps"] = gbps * _efficiency(scenario)
     return scenario.with_changes(**changes)
 
 
-def effective_at(scenario: Scenario, gbps: float) -> float:
-    """What one NIC of ``gbps`` line rate delivers, in Gb/s (topologies.node.nic_bandwidth)."""
-    from clustersim.topologies.node import nic_bandwidth
+def _efficiency(scenario: Scenario) -> float:
+    nic = scenario.cluster.nic
+    if nic.effective_gbps is not None:
+        return nic.effective_gbps / nic.line_rate_gbps
+    return hardware_defaults()["nic"][nic.kind]
 
-    return nic_bandwidth(_at(scenario, gbps).cluster) * 8 / 1e9
+
+def effective_at(scenario: Scenario, gbps: float) -> float:
+    """What one NIC of ``gbps`` line rate delivers, in Gb/s (topologies.node.nic_bandwidth's rule)."""
+    return gbps * _efficiency(scenario)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
 from clustersim.planner.layout_search import candidate_layouts, layout_label
-from clustersim.report import analysis
+from clustersim.report import analysis, costing
 from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
 from clustersim.sweeps.run import simulate_row
@@ -328,6 +328,7 @@ def plan(
     samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
     baseline: str | None = None,
     network="default",
+    costs=None,
     workers: int = 0,
     prune: bool = True,
     tokens: int | None = None,
@@ -341,7 +342,13 @@ def plan(
     ``steps`` (an int, "adam=100000,binsgdm=110000" or a StepsPlan) and ``global_batch`` default to the
     candidates file's ``steps`` and ``global_batch``; a value given here wins, and the result says which
     was used (``recipe``). ``tokens`` instead of ``steps``: the steps that train that many tokens,
-    tokens / (global batch x the model's sequence length), rounded up."""
+    tokens / (global batch x the model's sequence length), rounded up.
+
+    ``costs``: the cost model (report/costing.py; default: costing.auto_model, owned where the catalog
+    prices every candidate GPU, or rented at ``price`` per GPU-hour).
+    Rented without a candidates file or a flat --price, the candidates are the instances as sold.
+    ``workers``: processes that simulate (0: every core); ``prune``: skip candidates whose lower
+    bounds cannot win (planner/bounds.py; the answer is the same)."""
     sweep = candidate_sweep(candidates)
     seq = None
     if tokens is not None:
@@ -352,10 +359,13 @@ def plan(
             f"{tokens:,} tokens = {steps:,} steps x {recipe['global_batch']:,} samples x {seq:,} tokens "
             "per sample (rounded up)"
         )
+    as_sold = (
+        costs is not None and candidates is None and costs.model == "rent" and costs.per_gpu_hour is None
+    )
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
-            workers, prune,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune,
         )  # fmt: skip
 
 
@@ -404,6 +414,41 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
     return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
 
 
+def rented_rows(rows: list[dict[str, Any]], rent) -> list[dict[str, Any]]:
+    """A rented cluster is the instance as sold: the candidates' GPU counts and optimizers on every
+    instance (--instance: that one) whose GPUs per instance divide the count and that may be rented that
+    many at a time, with the instance's GPU, GPUs per node and network in place of the candidates'."""
+    counts = sorted({int(r["gpus"]) for r in rows if "gpus" in r}) or [8]
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in rows if r.get("optimizer"))) or [None]
+    chosen = [rent.instances[rent.instance]] if rent.instance else list(rent.instances.values())
+    out = []
+    for inst in chosen:
+        for n in counts:
+            nodes = n // inst["gpus"]
+            if n % inst["gpus"] or (inst["max_instances"] is not None and nodes > inst["max_instances"]):
+                continue
+            for opt in optimizers:
+                row = {
+                    "gpu": inst["gpu"],
+                    "gpus_per_node": inst["gpus"],
+                    "nic_kind": inst["nic"]["kind"],
+                    "nic_count": inst["nic"]["count"],
+                    "nic_gbps": inst["nic"]["line_rate_gbps"],
+                    "gpus": n,
+                }
+                out.append(row if opt is None else {**row, "optimizer": opt})
+    if not out:
+        raise InputError("no instance can be rented at the candidates' GPU counts", key="--instance")
+    return out
+
+
+def _as_sold(rows: list[dict[str, Any]], costs, as_sold: bool, notes: list[str]) -> list[dict[str, Any]]:
+    if not as_sold:
+        return rows
+    notes.append("rented: every candidate is an instance as sold (catalogs/instances.yaml)")
+    return rented_rows(rows, costs)
+
+
 def _plan(
     sweep: Sweep,
     model,
@@ -416,6 +461,8 @@ def _plan(
     samples,
     baseline,
     network,
+    costs=None,
+    as_sold=False,
     workers: int = 0,
     prune: bool = True,
 ):
@@ -435,7 +482,8 @@ def _plan(
 
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
-    rows = with_layouts(base, _for_model(sweep.rows(), model, recipe["notes"]), steps, global_batch)
+    candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
+    rows = with_layouts(base, candidates, steps, global_batch)
     pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
     if pinned is not base:
         note = "Megatron layouts among the candidates: every candidate priced as framework code"
@@ -443,8 +491,14 @@ def _plan(
     base = pinned
     base_json = base.model_dump(mode="json")
 
+    # the cost model is chosen from every candidate's GPU before any is simulated, so that pruning
+    # prices the rows as the plan does (a row's GPU as its scenario names it)
+    costs = costs or costing.auto_model(_candidate_gpus(base, rows), price, network)
+
     def cost_of(record: dict[str, Any]) -> tuple[float, float]:
-        (priced,) = analysis.enrich([record], steps_plan, price, baseline=preferred, network=network)
+        (priced,) = analysis.enrich(
+            [record], steps_plan, price, baseline=preferred, network=network, costs=costs
+        )
         return priced["ttt_h"], priced["cost"]
 
     pruning = Pruning(cost_of, deadline_h, budget, workers=workers) if prune else None
@@ -452,7 +506,7 @@ def _plan(
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         _nothing_runs(records, model)
-    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network)
+    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
@@ -468,7 +522,12 @@ def _plan(
     chosen = rec["chosen"]
     runners_up: list[dict[str, Any]] = []
     for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
-        if r is not chosen and not any(_same_numbers(r, o) for o in [chosen, *runners_up]):
+        said = {why_not(o, chosen) for o in runners_up} if chosen is not None else set()
+        if (
+            r is not chosen
+            and not any(_same_numbers(r, o) for o in [chosen, *runners_up])
+            and (chosen is None or why_not(r, chosen) not in said)  # reads as another runner-up
+        ):
             runners_up.append(r)
         if len(runners_up) == 4:
             break
@@ -482,7 +541,7 @@ def _plan(
         "recipe_notes": recipe["notes"],
         "deadline_h": deadline_h,
         "budget": budget,
-        "candidates": len(records),
+        "candidates": len(records) + (pruned[0] if pruned else 0),
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "interleaved_not_simulated": skipped,
@@ -493,7 +552,13 @@ def _plan(
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
         "optimizers_not_run": optimizers_not_run(records),
+        "pricing": costs.describe(),
     }
+
+
+def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
+    """The GPU of every candidate row (the base's where a row does not set one), as the catalog names it."""
+    return {str(r["gpu"]) if isinstance(r.get("gpu"), str) else base.cluster.gpu_name for r in rows}
 
 
 def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
@@ -554,7 +619,7 @@ def _add_bands(
 ) -> None:
     """Re-simulate candidates with parameter draws (one per worker at a time); each one's time-to-train
     band in hours, scaled from the step's band as the report scales it (analysis.enrich), so it holds
-    the row's own step count."""
+    the row's own step count, and its cost band (analysis.set_cost_band)."""
     values = [next(v for v in rows if _same_row(v, row)) for row in chosen_rows]
     with _pool(workers) as pool:
         banded_rows = pool.map(base_json, values, steps, global_batch, samples)
@@ -565,6 +630,7 @@ def _add_bands(
         if lo is not None and hi is not None and mid:
             row["ttt_p10_h"] = row["ttt_h"] * lo / mid
             row["ttt_p90_h"] = row["ttt_h"] * hi / mid
+            analysis.set_cost_band(row)
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
@@ -594,6 +660,13 @@ CANDIDATE_KEYS = (
     "ttt_p10_h",
     "ttt_p90_h",
     "cost",
+    "cost_p10",
+    "cost_p90",
+    "cost_model",
+    "cost_basis",
+    "cost_warning",
+    "capital",
+    "outlay",
     "gpu_cost",
     "network_cost",
     "samples_per_s",

@@ -10,7 +10,8 @@ from functools import lru_cache
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.report.prices import default_prices, network_catalog, network_per_node_hour, price_of
+from clustersim.report import costing
+from clustersim.report.prices import default_prices, price_of
 
 __all__ = ["default_prices", "price_of"]  # kept importable from here
 
@@ -104,14 +105,24 @@ def pick_baseline(rows: list[dict[str, Any]], preferred: str | None) -> str | No
 
 
 def _cluster_of(row: dict[str, Any], scenarios: dict[str, Any]) -> dict[str, Any]:
-    """A row's cluster section: its scenario's when known, else what the results columns say."""
+    """A row's cluster section: its scenario's when known, else what the results columns say; with the
+    row's GPU and GPUs per node, which a cost model prices."""
     scenario = row.get("scenario") or scenarios.get(row.get("row_id")) or {}
-    if "cluster" in scenario:
-        return scenario["cluster"]
-    return {
-        "nodes": row["nodes"],
-        "nic": {"kind": row.get("nic_kind"), "line_rate_gbps": row.get("nic_gbps"), "count": 1},
-    }
+    cluster = (
+        dict(scenario["cluster"])
+        if "cluster" in scenario
+        else {
+            "nodes": row["nodes"],
+            "nic": {
+                "kind": row.get("nic_kind"),
+                "line_rate_gbps": row.get("nic_gbps"),
+                "count": row.get("nic_count") or 1,
+            },
+        }
+    )
+    cluster.setdefault("gpu", row["gpu"])
+    cluster.setdefault("gpus_per_node", max(1, row["world_size"] // max(1, row["nodes"])))
+    return cluster
 
 
 def enrich(
@@ -122,14 +133,20 @@ def enrich(
     baseline: str | None = None,
     network: Any = "default",
     scenarios: dict[str, Any] | None = None,
+    costs: Any = None,
 ) -> list[dict[str, Any]]:
-    """Keep simulated rows; add time-to-train (h), cost ($: GPU-hours plus the network, report/prices.py)
-    and speedup over the baseline optimizer on the same cluster.
+    """Keep simulated rows; add time-to-train (h), cost ($, by one cost model: report/costing.py) with its
+    P10-P90 and what priced it, and speedup over the baseline optimizer on the same cluster.
 
     ``steps``: an int, a ``compare.StepsPlan`` (steps per optimizer) or None (the row's, else
     DEFAULT_STEPS). ``warmup`` is 1-bit Adam's warmup fraction (the sweep's, else the default).
-    ``baseline``: see ``pick_baseline``. ``network``: "default" (the shipped network price catalog),
-    a path to a copy of it, or None (GPU-hours only)."""
+    ``baseline``: see ``pick_baseline``. ``costs``: a cost model (costing.cost_model); by default
+    costing.auto_model: the owned model with ``network`` ("default", the shipped network price catalog,
+    a path to a copy, or None for servers and power only) where it prices every GPU, or rented at
+    ``price`` per GPU-hour when given.
+    Cost keys: ``cost`` (USD), ``cost_p10``/``cost_p90``, ``cost_model`` ("own" or "rent"), ``cost_basis``
+    (what priced it), ``capital`` (own: servers and network bought), ``network_cost`` (own: the network's
+    amortised share; rent: 0, it comes with the instance), ``gpu_cost`` (the rest), ``cost_warning``."""
     from clustersim.planner.compare import StepsPlan, mean_step_time
 
     ok = [dict(r) for r in rows if r.get("status") == "ok"]
@@ -137,7 +154,7 @@ def enrich(
         raise InputError("no successfully simulated rows to report on")
     plan = StepsPlan.parse(steps)
     base_name = pick_baseline(ok, baseline)
-    catalog = None if network is None else network_catalog(None if network == "default" else str(network))
+    model = costs if costs is not None else costing.auto_model({r["gpu"] for r in ok}, price, network)
     scenarios = scenarios or {}
     for r in ok:
         n = (plan and plan.of(r["optimizer"], base_name)) or r.get("steps") or DEFAULT_STEPS
@@ -146,18 +163,27 @@ def enrich(
         )
         r["steps"] = n
         r["ttt_h"] = n * per_step / 3600
-        r["gpu_cost"] = r["ttt_h"] * r["world_size"] * price_of(r["gpu"], price)
-        r["network_cost"] = (
-            r["ttt_h"] * r["nodes"] * network_per_node_hour(_cluster_of(r, scenarios), catalog)
+        priced = model.price(_cluster_of(r, scenarios))
+        r["cost"] = r["ttt_h"] * priced.per_hour
+        r["network_cost"] = r["ttt_h"] * priced.parts.get("network", 0.0)
+        r["gpu_cost"] = r["cost"] - r["network_cost"]
+        r["cost_model"], r["cost_basis"] = priced.model, priced.describe(r["ttt_h"])
+        r["capital"], r["cost_warning"], r["cost_sigma"] = priced.capital, priced.warning, priced.sigma
+        # what the run asks to spend: an owner buys the cluster and pays the run's power; a renter the hours
+        r["outlay"] = (
+            priced.capital + r["ttt_h"] * priced.parts["power"] if priced.model == "own" else r["cost"]
         )
-        r["cost"] = r["gpu_cost"] + r["network_cost"]
         lo, hi = r.get("iteration_time_p10_s"), r.get("iteration_time_p90_s")
         if isinstance(lo, float) and isinstance(hi, float) and r["iteration_time_s"] > 0:
             # The band scales the run's mean step as it scales the iteration (sweeps/run.py).
             r["ttt_p10_h"] = r["ttt_h"] * lo / r["iteration_time_s"]
             r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
+        set_cost_band(r)
         r["network"] = network_label(r)
         r["cluster"] = cluster_label(r)
+        if priced.extra.get("instance"):  # a rented row names what it rents
+            r["instance"] = priced.extra["instance"]
+            r["cluster"] += f" on {r['instance']}"
     for model in {r.get("model") for r in ok}:  # a report section is one model: no "..., BERT-Large"
         _disambiguate([r for r in ok if r.get("model") == model])
     base = {_same_cluster(r): r for r in ok if r["optimizer"] == base_name}
@@ -166,6 +192,16 @@ def enrich(
         r["speedup"] = b["ttt_h"] / r["ttt_h"] if b else None
         r["baseline"] = b
     return ok
+
+
+def set_cost_band(r: dict[str, Any]) -> None:
+    """A row's cost P10-P90: its price's uncertainty and its time-to-train band (costing.cost_band)."""
+    if "cost" not in r:  # a row not priced (yet)
+        return
+    mid = r["ttt_h"]
+    lo = r["ttt_p10_h"] / mid if mid and "ttt_p10_h" in r else None
+    hi = r["ttt_p90_h"] / mid if mid and "ttt_p90_h" in r else None
+    r["cost_p10"], r["cost_p90"] = costing.cost_band(r["cost"], r["cost_sigma"], lo, hi)
 
 
 def _same_cluster(r: dict[str, Any]) -> tuple:
@@ -302,7 +338,7 @@ def recommendation(
     feasible = [
         r
         for r in rows
-        if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or r["cost"] <= budget)
+        if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or outlay(r) <= budget)
     ]
     cheapest = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
     chosen = cheapest
@@ -325,19 +361,26 @@ def recommendation(
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
 
 
+def outlay(r: dict[str, Any]) -> float:
+    """What a budget caps: an owned cluster's capital and the run's power (an owner buys the cluster),
+    a rented one's instance-hours."""
+    return r.get("outlay", r["cost"])
+
+
 def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
     """Why nothing qualifies: the constraint no configuration meets, or, where each is met by some
     configuration, that none meets both."""
-    cheapest = min(rows, key=lambda r: r["cost"])
+    cheapest = min(rows, key=outlay)
     late = deadline_h is not None and fastest["ttt_h"] > deadline_h
-    dear = budget is not None and cheapest["cost"] > budget
+    dear = budget is not None and outlay(cheapest) > budget
     why = []
     if (late or not dear) and deadline_h is not None:
         why.append(
             f"the fastest option needs {_hours(fastest['ttt_h'])} against a {deadline_h:,.1f} h deadline"
         )
     if (dear or not late) and budget is not None:
-        why.append(f"the cheapest costs ${cheapest['cost']:,.0f} against a ${budget:,.0f} budget")
+        spend = "capital and power" if cheapest.get("cost_model") == "own" else "rent"
+        why.append(f"the cheapest needs ${outlay(cheapest):,.0f} ({spend}) against a ${budget:,.0f} budget")
     if not late and not dear:
         return "No configuration meets both constraints at once: " + "; ".join(why) + "."
     return "No configuration meets the constraints: " + "; ".join(why) + "."
@@ -363,16 +406,22 @@ def _sooner_line(chosen, feasible) -> list[str]:
     ]
 
 
+def cost_text(r: dict[str, Any]) -> str:
+    """``$1,234 (P10–P90 $1,100–$1,400; owned: ...)``: a row's cost, its band and what priced it."""
+    band = f"P10–P90 ${r['cost_p10']:,.0f}–${r['cost_p90']:,.0f}; " if "cost_p10" in r else ""
+    warn = f"; {r['cost_warning']}" if r.get("cost_warning") else ""
+    return f"${r['cost']:,.0f} ({band}{r.get('cost_basis', '')}{warn})"
+
+
 def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
     band = (
         f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
         if "ttt_p10_h" in chosen
         else ""
     )
-    net = f", of which ${chosen['network_cost']:,.0f} network" if chosen.get("network_cost") else ""
     lines = [
         f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
-        f"{band}, ${chosen['cost']:,.0f}{net}."
+        f"{band}, {cost_text(chosen)}."
     ] + _sooner_line(chosen, feasible)
     b = chosen.get("baseline")
     if b is not None and b is not chosen:

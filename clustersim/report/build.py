@@ -44,6 +44,7 @@ def build_report(
     baseline: str | None = None,
     network="default",
     samples: int | None = None,
+    costs=None,
 ):
     """The report's content: one Section per model in the sweep (a recommendation never picks across
     models, a line never joins two of them). ``samples``: draws for the paired speedup bands (default:
@@ -64,8 +65,22 @@ def build_report(
         choose_baseline(baseline, baseline)  # a compressed or unknown name: one clear line
         if baseline not in {r.get("optimizer") for r in rows}:
             raise InputError(f"{baseline} is not among the sweep's optimizers", key="--baseline")
+    if costs is None:
+        from clustersim.report.costing import auto_model
+
+        costs = auto_model(
+            {r["gpu"] for r in rows if r.get("status") == "ok" and r.get("gpu")}, price, network
+        )
+    meta["pricing"] = costs.describe()
     rows_ok = analysis.enrich(
-        rows, steps or meta.get("steps"), price, meta.get("warmup"), preferred, network, meta["scenarios"]
+        rows,
+        steps or meta.get("steps"),
+        price,
+        meta.get("warmup"),
+        preferred,
+        network,
+        meta["scenarios"],
+        costs=costs,
     )
     n = meta.get("samples", 32) if samples is None else samples  # uncertainty.DEFAULT_SAMPLES
     analysis.add_paired_bands(rows_ok, meta["scenarios"], n, None, meta.get("warmup"))
@@ -91,7 +106,7 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
     suffix = f" — {model}" if several else ""
     figs = {
         "speedup": figures.speedup_vs_gpus(rows, suffix),
-        "breakdown": figures.breakdown_bars(rows, focus["network"], focus["gpu"], suffix),
+        "breakdown": figures.breakdown_bars(rows, focus["gpu"], suffix),
         # named by the row it shows: a sweep's rows all carry the base scenario's name
         "timeline": figures.timeline(
             focus_run,
@@ -146,19 +161,31 @@ def _links_html(hot: dict | None, anchor: str) -> str:
     )
 
 
+def _cost_cell(r: dict) -> str:
+    band = f" ({r['cost_p10']:,.0f}–{r['cost_p90']:,.0f})" if "cost_p10" in r else ""
+    return f"${r['cost']:,.0f}{band}"
+
+
+def _network_cell(r: dict) -> str:
+    """An owned row's network share; a rented one's network comes with the instance."""
+    if r.get("cost_model") == "rent":
+        return "in the instance price"
+    return f"${r.get('network_cost', 0.0):,.0f}"
+
+
 def _by_network_html(section: Section) -> str:
     """Per network and GPU count: what to run, how much faster than the baseline, time and cost."""
     rows = "".join(
         f"<tr><td>{html.escape(c['network'])}</td><td>{c['world_size']} x {html.escape(c['gpu'])}</td>"
         f"<td>{html.escape(c['best']['optimizer'])}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
-        f"<td>{analysis._hours(c['best']['ttt_h'])}</td><td>${c['best']['cost']:,.0f}</td>"
-        f"<td>${c['best'].get('network_cost', 0.0):,.0f}</td></tr>"
+        f"<td>{analysis._hours(c['best']['ttt_h'])}</td><td>{_cost_cell(c['best'])}</td>"
+        f"<td>{_network_cell(c['best'])}</td></tr>"
         for c in section.table
     )
     base = next((r["baseline"]["optimizer"] for r in section.rows if r.get("baseline")), "the baseline")
     return (
         f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer</th>'
-        f"<th>speedup over {html.escape(base)} (P10–P90, paired)</th><th>time to train</th><th>cost</th>"
+        f"<th>speedup over {html.escape(base)} (P10–P90, paired)</th><th>time to train</th><th>cost (P10–P90)</th>"
         f"<th>of which network</th></tr>{rows}</table>"
     )
 
@@ -194,19 +221,14 @@ def _section_html(section: Section, index: int, several: bool) -> str:
 
 
 def render_html(
-    meta: dict, rows_ok, sections: list, failed: list, price: float | None, network="default"
+    meta: dict, rows_ok, sections: list, failed: list, price: float | None, network="default", costs=None
 ) -> str:
-    from clustersim.report.prices import network_catalog, network_note
+    from clustersim.report.costing import cost_model
 
     several = len(sections) > 1
     body = "".join(_section_html(sec, i, several) for i, sec in enumerate(sections, 1))
-    gpu_note = (
-        f"${price:g} per GPU-hour for every GPU"
-        if price
-        else "default on-demand prices per GPU type (catalogs/prices.yaml)"
-    )
-    net = network_note(
-        None if network is None else network_catalog(None if network == "default" else str(network))
+    priced = (
+        meta.get("pricing") or (costs if costs is not None else cost_model(None, price, network)).describe()
     )
     steps = sorted({(r["optimizer"], r["steps"]) for r in rows_ok})
     steps_note = (
@@ -233,7 +255,7 @@ th {{ background: #f6f6f6; }} td {{ white-space: nowrap; }} .fig {{ margin: 1.5r
 <h1>Capacity plan: {html.escape(meta.get("name", "sweep"))}</h1>
 <p class="runs" id="runs">{header}</p>
 <p class="meta">{len(rows_ok)} simulated configurations over {html.escape(", ".join(meta.get("axes", [])))};
-steps per run {html.escape(steps_note)}; cost: GPUs at {html.escape(gpu_note)}, {html.escape(net)}.
+steps per run {html.escape(steps_note)}; cost: {html.escape(priced)}.
 clustersim, plotly {plotly.__version__}.</p>
 {skipped}
 {body}
@@ -289,12 +311,13 @@ def write_report(
     baseline: str | None = None,
     network="default",
     samples: int | None = None,
+    costs=None,
 ) -> dict:
     check_writable_file(out)  # before the work
     meta, rows_ok, sections, failed = build_report(
-        results, steps, price, deadline_h, budget, baseline, network, samples
+        results, steps, price, deadline_h, budget, baseline, network, samples, costs
     )
-    text = render_html(meta, rows_ok, sections, failed, price, network)
+    text = render_html(meta, rows_ok, sections, failed, price, network, costs)
     out = Path(out)
     write_text_atomically(out, text, mode=0o644)
     figs = {
@@ -321,6 +344,10 @@ def write_report(
                         "speedup_p90": c["best"].get("speedup_p90"),
                         "ttt_h": c["best"]["ttt_h"],
                         "cost": c["best"]["cost"],
+                        "cost_p10": c["best"].get("cost_p10"),
+                        "cost_p90": c["best"].get("cost_p90"),
+                        "cost_model": c["best"].get("cost_model"),
+                        "cost_basis": c["best"].get("cost_basis"),
                         "network_cost": c["best"].get("network_cost"),
                     }
                     for c in sec.table
@@ -330,6 +357,7 @@ def write_report(
             for sec in sections
         },
         "png": png,
+        "pricing": meta["pricing"],
     }
 
 

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from clustersim.identifiers import Stream
 from clustersim.report.analysis import network_order, pareto
@@ -58,16 +59,26 @@ def _networks(rows: list[dict[str, Any]]) -> list[str]:
     return [r["network"] for r in sorted(rows, key=network_order)]
 
 
+LOG_STEPS = ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7))  # mantissas per decade, coarsest first
+MIN_TICKS = 3  # an axis with fewer labelled ticks cannot be read (a narrow cost range showed two)
+
+
 def log_ticks(values: list[float]) -> list[float]:
-    """Tick values for a log axis over ``values``: the decades (1, 10, 100, ...) it spans, plus 2 and 5
-    times each when it spans less than two decades, so an axis never reads "2 3 ... 10 2 3" and never
-    has fewer than two ticks."""
+    """Tick values for a log axis over ``values``: the decades (1, 10, 100, ...) it spans when that gives
+    MIN_TICKS, else 1, 2 and 5 times each decade, else 1, 1.5, 2, 3, 5 and 7 times (a span of less than a
+    factor of ten), so an axis never reads "2 3 ... 10 2 3" and always has a few labelled ticks."""
     lo, hi = min(values), max(values)
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    steps = (1,) if last - first > 2 else (1, 2, 5)
-    ticks = [m * 10.0**e for e in range(first, last + 1) for m in steps]
-    inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5]
-    return inside if len(inside) >= 2 else ticks
+    # 10.0**309 overflows (OverflowError): no tick above the largest finite decade
+    first, last = math.floor(math.log10(lo)), min(math.ceil(math.log10(hi)), 308)
+    inside: list[float] = []
+    for steps in LOG_STEPS:
+        if steps == (1,) and last - first <= 2:
+            continue
+        ticks = [round(m * 10.0**e, 12) for e in range(first, last + 1) for m in steps]
+        inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5]
+        if len(inside) >= MIN_TICKS:
+            return inside
+    return inside
 
 
 def _tick_text(t: float) -> str:
@@ -116,67 +127,121 @@ def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | N
     }
 
 
+FACET_COLUMNS = 3  # networks side by side per row of panels (the report is 1,100 px wide)
+
+
+def _facets(networks: list[str], title_y: str) -> go.Figure:
+    """One panel per network (sharing the y axis), so lines of two networks never lie on one another."""
+    cols = min(FACET_COLUMNS, len(networks)) or 1
+    rows = -(-len(networks) // cols) or 1
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        shared_yaxes=True,
+        subplot_titles=networks,
+        horizontal_spacing=0.04,
+        vertical_spacing=0.16 if rows > 1 else 0.1,
+    )
+    fig.update_layout(height=120 + 320 * rows)
+    fig.update_yaxes(title_text=title_y, col=1)
+    return fig
+
+
+def _cell(i: int) -> dict[str, int]:
+    return {"row": i // FACET_COLUMNS + 1, "col": i % FACET_COLUMNS + 1}
+
+
 def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
-    """Speedup per optimizer (colour), network (dash) and GPU type (marker) against the GPU count;
-    legend entries by optimizer, then network in numeric order."""
-    fig = go.Figure()
+    """Speedup per optimizer (colour) against the GPU count, one panel per network in numeric order (and
+    one dash per network), one marker per GPU type; the legend lists each optimizer once."""
     groups: dict[tuple, list] = {}
     for r in sorted(rows, key=lambda r: (r["optimizer"], network_order(r), r["gpu"])):
         # the baseline itself is the dotted 1x line, not three more legend entries
         if r.get("speedup") is not None and r["baseline"]["optimizer"] != r["optimizer"]:
             groups.setdefault((r["optimizer"], r["network"], r["gpu"]), []).append(r)
     colors = optimizer_colors(rows)
-    dashes = _styles(_networks(rows), DASHES)
+    networks = list(dict.fromkeys(_networks(rows)))
+    dashes = _styles(networks, DASHES)
     markers = _styles(sorted({gpu for _, _, gpu in groups}), MARKERS)
+    fig = _facets(networks, "speedup (x)")
+    shown: set[str] = set()
     for (opt, net, gpu), pts in groups.items():
         pts.sort(key=lambda r: r["world_size"])
         err = _error_bars(pts, "speedup", "")
+        legend = f"{opt}" + (f" · {gpu}" if len(markers) > 1 else "")
         fig.add_trace(
             go.Scatter(
                 x=[p["world_size"] for p in pts],
                 y=[p["speedup"] for p in pts],
                 mode="lines+markers",
                 name=f"{opt} · {net}" + (f" · {gpu}" if len(markers) > 1 else ""),
-                legendgroup=opt,
+                legendgroup=legend,
+                showlegend=False,
                 line={"color": colors[opt], "dash": dashes[net]},
                 marker={"color": colors[opt], "symbol": markers[gpu], "size": 8},
                 error_y=err and {**err, "color": colors[opt]},
-            )
+                hovertemplate=f"{opt} · {net}<br>%{{x}} GPUs: %{{y:.2f}}x<extra></extra>",
+            ),
+            **_cell(networks.index(net)),
         )
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+        if legend not in shown:  # the legend names the optimizer once, not once per network panel
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="lines+markers",
+                    name=legend,
+                    legendgroup=legend,
+                    line={"color": colors[opt]},
+                    marker={"color": colors[opt], "symbol": markers[gpu], "size": 8},
+                    showlegend=True,
+                )
+            )
+            shown.add(legend)
+    for i in range(len(networks)):
+        fig.add_hline(y=1.0, line_dash="dot", line_color="grey", **_cell(i))
     gpus = " · ".join(markers)
     base = next((r["baseline"]["optimizer"] for r in rows if r.get("baseline")), "the baseline")
     _layout(
-        fig,
-        f"Time-to-train speedup over {base} on the same cluster ({gpus}){suffix}",
-        "GPUs",
-        "speedup (x)",
-        log_x=True,
+        fig, f"Time-to-train speedup over {base} on the same cluster ({gpus}), per network{suffix}", "", ""
     )
+    fig.update_layout(height=120 + 320 * (-(-len(networks) // FACET_COLUMNS) or 1))
+    fig.update_xaxes(type="log", title_text="GPUs")
+    fig.update_yaxes(title_text="speedup (x)", col=1)
     _gpu_ticks(fig, [r["world_size"] for r in rows])
     return fig
 
 
-def breakdown_bars(rows: list[dict[str, Any]], network: str, gpu: str, suffix: str = "") -> go.Figure:
-    sel = sorted(
-        [r for r in rows if r["network"] == network and r["gpu"] == gpu],
-        key=lambda r: (r["world_size"], r["optimizer"]),
-    )
-    labels = [f"{r['optimizer']} @ {r['world_size']}" for r in sel]
-    fig = go.Figure()
-    for key, name, phase in PARTS:
-        fig.add_trace(
-            go.Bar(
-                x=labels,
-                y=[1e3 * (r.get(key) or 0.0) for r in sel],
-                name=name,
-                marker_color=PHASE_COLORS.get(phase, IDLE_COLOR),
-            )
+def breakdown_bars(rows: list[dict[str, Any]], gpu: str, suffix: str = "") -> go.Figure:
+    """Where one iteration goes, per optimizer and GPU count, one panel per network (every network of the
+    sweep, not only the recommended one's), the parts stacked in the phase colours of the timeline."""
+    mine = [r for r in rows if r["gpu"] == gpu]
+    networks = list(dict.fromkeys(_networks(mine)))
+    fig = _facets(networks, "ms per iteration")
+    for i, net in enumerate(networks):
+        sel = sorted(
+            [r for r in mine if r["network"] == net], key=lambda r: (r["world_size"], r["optimizer"])
         )
+        labels = [f"{r['optimizer']} @ {r['world_size']}" for r in sel]
+        for key, name, phase in PARTS:
+            fig.add_trace(
+                go.Bar(
+                    x=labels,
+                    y=[1e3 * (r.get(key) or 0.0) for r in sel],
+                    name=name,
+                    legendgroup=name,
+                    showlegend=i == 0,
+                    marker_color=PHASE_COLORS.get(phase, IDLE_COLOR),
+                ),
+                **_cell(i),
+            )
     fig.update_layout(barmode="stack")
-    return _layout(
-        fig, f"Where one iteration goes ({gpu}, {network}){suffix}", "optimizer @ GPUs", "ms per iteration"
-    )
+    _layout(fig, f"Where one iteration goes ({gpu}), per network{suffix}", "", "")
+    # room for the rotated bar labels and the eight parts of the legend
+    fig.update_layout(height=200 + 360 * (-(-len(networks) // FACET_COLUMNS) or 1))
+    fig.update_xaxes(title_text="optimizer @ GPUs")
+    fig.update_yaxes(title_text="ms per iteration", col=1)
+    return fig
 
 
 def timeline(result, label: str | None = None) -> go.Figure:
@@ -270,16 +335,21 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
     for opt in sorted({r["optimizer"] for r in rows}):
         pts = [r for r in rows if r["optimizer"] == opt]
         err = _error_bars(pts, "ttt", "_h")
+        cost_err = _error_bars(pts, "cost", "")
         fig.add_trace(
             go.Scatter(
                 x=[p["ttt_h"] for p in pts],
                 y=[p["cost"] for p in pts],
-                mode="markers",
+                mode="markers+text",
                 name=opt,
                 marker={"color": colors[opt], "size": 8},
-                text=[_point_label(p) for p in pts],
-                hovertemplate=f"{opt}<br>%{{text}}<br>%{{x:,.1f}} h, $%{{y:,.0f}}<extra></extra>",
+                text=[str(p["world_size"]) for p in pts],  # every point says its GPU count
+                textposition="middle right",
+                textfont={"size": 9, "color": colors[opt]},
+                customdata=[_point_label(p) for p in pts],
+                hovertemplate=f"{opt}<br>%{{customdata}}<br>%{{x:,.1f}} h, $%{{y:,.0f}}<extra></extra>",
                 error_x=err and {**err, "color": colors[opt]},
+                error_y=cost_err and {**cost_err, "color": colors[opt], "thickness": 1},
             )
         )
     if chosen is not None:
@@ -326,13 +396,33 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
                 font={"size": 11},
                 name="pareto-label",
             )
-    fig = _layout(fig, f"Cost vs time to train{suffix}", "time to train (h)", "cost (USD)")
+    basis = next((r.get("cost_basis", "") for r in rows), "")
+    model = "owned" if basis.startswith("owned") else "rented" if basis.startswith("rented") else ""
+    fig = _layout(
+        fig,
+        f"Cost ({model}, P10–P90) vs time to train{suffix}; points labelled with their GPU count",
+        "time to train (h)",
+        "cost (USD)",
+    )
     xs = [r["ttt_h"] for r in rows] + [r.get("ttt_p90_h", r["ttt_h"]) for r in rows]
     xs += [r.get("ttt_p10_h", r["ttt_h"]) for r in rows]
-    ys = [r["cost"] for r in rows]
+    ys = [r["cost"] for r in rows] + [r.get("cost_p10", r["cost"]) for r in rows]
+    ys += [r.get("cost_p90", r["cost"]) for r in rows]
     _log_axis(fig, "x", xs)
     _log_axis(fig, "y", ys)
-    # room above and right of the highest and rightmost points, so every label is inside the plot
-    fig.update_xaxes(range=[math.log10(min(xs)) - 0.05, math.log10(max(xs)) + 0.15])
-    fig.update_yaxes(range=[math.log10(min(ys)) - 0.05, math.log10(max(ys)) + 0.12])
+    # room above and right of the highest and rightmost points, so every label is inside the plot, and
+    # every tick inside the range
+    xt, yt = log_ticks(xs), log_ticks(ys)
+    fig.update_xaxes(
+        range=[
+            min(math.log10(min(xs)) - 0.05, math.log10(xt[0]) - 0.01),
+            max(math.log10(max(xs)) + 0.15, math.log10(xt[-1]) + 0.01),
+        ]
+    )
+    fig.update_yaxes(
+        range=[
+            min(math.log10(min(ys)) - 0.05, math.log10(yt[0]) - 0.01),
+            max(math.log10(max(ys)) + 0.12, math.log10(yt[-1]) + 0.01),
+        ]
+    )
     return fig

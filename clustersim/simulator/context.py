@@ -7,7 +7,7 @@ from functools import cached_property
 
 from clustersim import catalog
 from clustersim.calibration.profile import ComputePhases, ModelCompute, Profile, load_profile
-from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec
+from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, storage_precision
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
 from clustersim.cost_models.dispatch import Dispatch
@@ -130,7 +130,13 @@ class SimulationContext:
     @property
     def grad_bytes(self) -> int:
         """Bytes per communicated gradient element."""
-        return BYTES_PER_ELEMENT[self.scenario.training.gradient_dtype or self.precision]
+        return BYTES_PER_ELEMENT[self.scenario.training.gradient_dtype or storage_precision(self.precision)]
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes of a parameter or activation element as training keeps them: the precision's, bf16
+        under FP8 training (only the linear layers' GEMM operands are FP8: workloads/fp8.py)."""
+        return BYTES_PER_ELEMENT[storage_precision(self.precision)]
 
     @property
     def params(self) -> int:

@@ -20,9 +20,9 @@ HET = "cluster.heterogeneity"
 def _communication(ctx, op, alone: float, limit: float) -> str:
     s = ctx.scenario
     c = s.cluster
-    options = s.training.optimizer_options
-    if op.stream == Stream.OUTER and s.training.optimizer == "diloco" and options.get("inter_worker_gbps"):
-        return "training.optimizer_options.inter_worker_gbps"
+    source = op.meta.get("source")
+    if op.stream == Stream.OUTER and source in ("inter_worker_gbps", "inter_worker_latency_ms"):
+        return f"training.optimizer_options.{source}"  # DiLoCo's links between workers
     h = c.heterogeneity
     if h is not None and alone < limit:  # slower together than alone: a degraded link or another job
         if h.degraded_nics:
@@ -40,6 +40,8 @@ def _communication(ctx, op, alone: float, limit: float) -> str:
             return "cluster.nic.effective_gbps" if c.nic.effective_gbps else "cluster.nic.line_rate_gbps"
     if c.intra_node.measured_allreduce_busbw_gbs is not None:
         return "cluster.intra_node.measured_allreduce_busbw_gbs"
+    if ctx.profile is not None and ctx.profile.network is not None:
+        return "network.parameters"  # the profile's fitted network model set the links' rates
     return "cluster.intra_node"
 
 
@@ -57,6 +59,14 @@ def _input(ctx) -> str:
     if blow_up:
         return max(blow_up, key=blow_up.get)
     return "workload.input.bytes_per_sample"
+
+
+def culprit_source(ctx, key: str) -> str | None:
+    """The file that holds ``key``: the calibration profile for its sections (``network.*``,
+    ``profile``), else None (the scenario, which the caller names)."""
+    if ctx.profile is not None and key.split(".")[0] in ("network", "compute_model", "model_compute"):
+        return ctx.profile.label
+    return None
 
 
 def culprit(ctx, op, alone: float, limit: float) -> str:
@@ -81,4 +91,6 @@ def culprit(ctx, op, alone: float, limit: float) -> str:
         return f"{HET}.jitter.sigma" if h.jitter is not None else f"{HET}.node_gpus"
     if ctx.profile is not None:
         return "profile"
+    if not isinstance(c.gpu, str):  # the user's own GPU entry set the rates the compute ran at
+        return "cluster.gpu"  # its peak_tflops and hbm_gbs
     return "workload.layers" if ctx.scenario.workload.layers is not None else "workload"

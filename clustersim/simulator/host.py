@@ -69,6 +69,25 @@ class HostModel:
         t = nbytes / bw if nbytes > 0 else 0.0
         return t, ({path[0]: bw, path[1]: bw, DRAM: bw} if t > 0 else {})
 
+    def pageable_copy(self, nbytes: float, to_host: bool) -> tuple[float, dict[str, float]]:
+        """A copy to or from pageable host memory: the driver moves it through a pinned bounce buffer
+        and the CPU copies it on (hardware_defaults.yaml pageable_copy_fraction of the pinned rate),
+        so host DRAM carries it twice."""
+        path = (GPU_UP, SWITCH_UP) if to_host else (GPU_DOWN, SWITCH_DOWN)
+        bw = (
+            min(self.pcie, self.switch_share, self.dram_share / 2)
+            * hardware_defaults()["pageable_copy_fraction"]
+        )
+        t = nbytes / bw if nbytes > 0 else 0.0
+        return t, ({path[0]: bw, path[1]: bw, DRAM: 2 * bw} if t > 0 else {})
+
+    def cpu_stream(self, elements: float, dram_bytes_per_element: float) -> tuple[float, dict[str, float]]:
+        """A streaming pass of the rank's CPU threads over ``elements`` (a dtype conversion, a copy)
+        moving ``dram_bytes_per_element`` through host DRAM: at the rank's DRAM share (its threads
+        together saturate it, as STREAM does with a few cores per socket)."""
+        t = elements * dram_bytes_per_element / self.dram_share if elements > 0 else 0.0
+        return t, ({DRAM: self.dram_share} if t > 0 else {})
+
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param
         return min(roofline, self.measured_params_per_s) if self.measured_params_per_s else roofline

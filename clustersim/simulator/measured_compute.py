@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from clustersim import catalog
 from clustersim.calibration.profile import ModelCompute, Profile
-from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
+from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch, storage_precision
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.errors import InputError
 from clustersim.workloads.layers import Workload
@@ -191,12 +191,12 @@ def _measured_workload(mc: ModelCompute) -> Workload | None:
         return None
     b = mc.micro_batches[len(mc.micro_batches) // 2]
     p = mc.fingerprint.precision
-    d = BYTES_PER_ELEMENT[p]
+    d = BYTES_PER_ELEMENT[storage_precision(p)]
     if isinstance(arch, ResNetArch):
         return Workload(mc.model, tuple(resnet_layers(arch, b, d)), b, 1, p)
     # Hugging Face's eager attention runs plain ops on the scores; sdpa and FlashAttention are fused
     attention = _ATTENTION_OF.get(mc.fingerprint.attention or "", "fused")
     # a measured model is plain PyTorch code (calibrate model, a user's traced job) unless compiled
     unfused = mc.fingerprint.execution != "compiled"
-    layers = transformer_layers(arch, b, mc.seq_len, d, attention, unfused)
+    layers = transformer_layers(arch, b, mc.seq_len, d, attention, unfused, fp8=p == "fp8")
     return Workload(mc.model, tuple(layers), b, mc.seq_len, p)

@@ -4,16 +4,19 @@ Mixed precision (fp16/bf16) keeps an fp32 master copy of the parameters (4 B) be
 weights (2 B); optimizer state is fp32. Activations are those kept for backward of one micro-batch
 (Korthikanti et al. 2022 for transformers). With tensor/pipeline parallelism a rank holds its
 stage's share over t and the activations of its in-flight micro-batches (model_parallel.py).
-DDP buckets hold a second copy of the gradients. With CPU offload the master copy and the offloaded
-state live on the host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum),
-resident subgroups and staging buffers remain.
+PyTorch DDP's buckets hold a second copy of the gradients (Megatron-LM's are views). FP8 training
+keeps bf16 weights and activations (the GEMM inputs it saves are FP8) and FP8 copies of the linear
+weights (workloads/fp8.py). With CPU offload the master copy and the offloaded state live on the
+host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups
+and staging buffers remain.
 """
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
+from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.units import format_bytes
+from clustersim.workloads.fp8 import weight_copy_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
@@ -38,7 +41,7 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         mem["capacity"] = ctx.gpu.memory_bytes
         return mem
     P = ctx.rank_params
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     offloaded = ctx.scenario.training.offload.mode != "none"
     # Megatron's distributed optimizer shards the fp32 master weights and the optimizer state over the
     # data-parallel replicas (ZeRO stage 1: Rajbhandari et al. 2020, 4Psi + 12Psi/N_d for mixed Adam).
@@ -50,13 +53,17 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem = {
         "parameters": P * d + (4 * P / shards if d < 4 and not offloaded else 0),
         "gradients": P * ctx.grad_bytes,
-        # one GPU trains without DDP (strategies.common.add_ddp_gradient_sync): no bucket copy
-        "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 else P * ctx.grad_bytes,
+        # one GPU trains without DDP (strategies.common.add_ddp_gradient_sync): no bucket copy; nor
+        # Megatron-LM's DDP, whose buckets are slices of the one gradient buffer each param.main_grad
+        # views (megatron/core/distributed/param_and_grad_buffer.py)
+        "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 or ctx.model_parallel else P * ctx.grad_bytes,
         "optimizer_state": P
         / shards
         * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
         "activations": ctx.rank_activation_bytes,
     }
+    if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share
+        mem["fp8_weight_copies"] = weight_copy_bytes(ctx.workload.layers) * P / ctx.params
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
     scratch = _update_scratch(ctx, P / shards)
@@ -107,11 +114,65 @@ def _offloaded_parts(ctx) -> dict[str, float]:
     }
 
 
+def _check_other_gpus(ctx, mem: dict[str, float]) -> None:
+    """A node of another GPU type (cluster.heterogeneity.node_gpus) runs the same ranks, so it needs the
+    same memory per rank: one with less memory than that is refused by its own entry (an L4 node
+    in a job of 80 GB ranks used to be simulated as a slower node that fits)."""
+    h = ctx.scenario.cluster.heterogeneity
+    for i, n in enumerate(h.node_gpus if h is not None else []):
+        other = catalog.gpu(n.gpu)
+        if mem["total"] > other.memory_bytes:
+            raise InputError(
+                f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed but node "
+                f"{n.node}'s {other.name} has {format_bytes(other.memory_bytes)}",
+                key=f"cluster.heterogeneity.node_gpus.{i}.gpu",
+            )
+
+
+# The parts every optimizer's rank holds (gpu_memory, sharded_memory, _side_parts): what else a
+# strategy adds (1-bit and 0/1 Adam's error-feedback buffers, DiLoCo's outer copy) is its own.
+_COMMON_PARTS = {
+    "parameters",
+    "gradients",
+    "ddp_buckets",
+    "optimizer_state",
+    "activations",
+    "update_scratch",
+    "input_batches",
+    "optimizer_state_resident",
+    "offload_staging",
+    "total",
+    "capacity",
+    "peak_forward_backward",
+    "peak_update",
+}
+
+
+def _optimizer_buffers(mem: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in mem.items() if k not in _COMMON_PARTS and v > 0}
+
+
+def _one_sample_culprit(ctx, mem: dict[str, float], per_sample: float) -> str:
+    """Not even one sample's activations fit beside the model states: the sequence when the user set
+    one longer than the model's own; the optimizer when its own buffers (error feedback) take the room
+    a sample needs; else the GPU (its memory holds the model states, not a sample beside them)."""
+    w = ctx.scenario.workload
+    arch = catalog.model(w.model) if w.model is not None else None
+    if w.seq_len is not None and (arch is None or w.seq_len > arch.default_seq_len):
+        return "workload.seq_len"
+    without_activations = mem["peak_forward_backward"] - mem["activations"]
+    extra = sum(_optimizer_buffers(mem).values())
+    if extra and without_activations - extra + per_sample <= mem["capacity"]:
+        return "training.optimizer"
+    return "cluster.gpu"
+
+
 def check_fits(ctx, mem: dict[str, float]) -> None:
     """Refuse a rank that does not fit, naming the key that makes it not fit: the model when its
     weights, gradients and optimizer state alone exceed the GPU, the micro-batch when its activations
-    tip it over, else the GPU."""
+    tip it over, else the GPU; then a node of another GPU type that holds less."""
     if mem["total"] <= mem["capacity"]:
+        _check_other_gpus(ctx, mem)
         return
     parts = ", ".join(
         f"{k.replace('_', ' ')} {format_bytes(v)}"
@@ -186,14 +247,20 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
     elif mem["activations"] > 0 and without_activations <= mem["capacity"]:
         per_sample = mem["activations"] / w.micro_batch
         fits = int((mem["capacity"] - without_activations) // per_sample) if per_sample > 0 else 0
-        # not even one sample fits: the sequence the user set is what is too long, not the batch
-        key = "workload.seq_len" if fits < 1 and w.seq_len is not None else "workload.micro_batch"
+        key = "workload.micro_batch" if fits >= 1 else _one_sample_culprit(ctx, mem, per_sample)
         why = f"; the activations of micro_batch {w.micro_batch} need {format_bytes(mem['activations'])}" + (
             f" (a micro_batch of at most {fits} fits)" if fits >= 1 else " (not even a micro_batch of 1 fits)"
         )
+        if key == "training.optimizer":
+            extras = _optimizer_buffers(mem)
+            shown = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in extras.items())
+            why = (
+                f"; {ctx.scenario.training.optimizer}'s own buffers ({shown}) leave no room for one "
+                f"sample's activations ({format_bytes(per_sample)})"
+            )
         hint = ""
     raise InputError(
-        f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed "
-        f"({parts}) but {ctx.gpu.name} has {format_bytes(mem['capacity'])}{why}{'' if offload else hint}",
+        f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed but {ctx.gpu.name} has "
+        f"{format_bytes(mem['capacity'])}{why}{'' if offload else hint}; per rank: {parts}",
         key=key,
     )

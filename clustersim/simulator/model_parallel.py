@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model
+from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model, storage_precision
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import GroupShape
+from clustersim.workloads.fp8 import saved_bytes_saved
 from clustersim.workloads.layers import Kernel, Layer, Workload
 from clustersim.workloads.transformer import with_padded_vocab
 
@@ -179,15 +180,22 @@ class Layout:
         w = self.workload
         replicated = 0.0
         if not self.sequence_parallel:
-            tokens = w.micro_batch * w.seq_len
-            replicated = (
-                BYTES_PER_ELEMENT[w.precision] * 14 * tokens * self.arch.hidden * (2 if backward else 1)
-            )
+            tokens, d = w.micro_batch * w.seq_len, BYTES_PER_ELEMENT[storage_precision(w.precision)]
+            replicated = d * 14 * tokens * self.arch.hidden * (2 if backward else 1)
         out = []
         for k in kernels:
             rep = min(replicated, k.bytes) if k.name == "elementwise" else 0.0
             out.append(replace(k, flops=k.flops / t, bytes=rep + (k.bytes - rep) / t))
         return tuple(out)
+
+    @property
+    def gathers_in_fp8(self) -> bool:
+        """FP8 training with sequence parallelism all-gathers a block's activations in FP8: Transformer
+        Engine quantizes a linear layer's input before gathering it forward, and its output gradient
+        before gathering it backward (transformer_engine/pytorch/module/linear.py, layernorm_linear.py:
+        gather_along_first_dim(..., quantizer=...)); torchao's Float8ColwiseParallel casts its input to
+        float8 before the gather too. Reduce-scatters and all-reduces stay bf16."""
+        return self.workload.precision == "fp8" and self.sequence_parallel
 
     def tensor_collectives(self, layer: Layer, forward: bool) -> list[tuple[str, int]]:
         """The tensor-parallel collectives of one pass over ``layer``: (op, how many). Megatron's
@@ -237,16 +245,20 @@ class Layout:
         """Activations one block keeps for backward, per micro-batch, on one rank (Korthikanti et al.
         2022, Table 2, 16-bit): sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh(34/t +
         5as/(ht)); with full recomputation only the block's input, 2sbh (2sbh/t sequence-parallel).
-        Scaled by the element size for other precisions."""
+        Scaled by the element size for other precisions; under FP8 training the bf16 count less the
+        linear layers' inputs kept as FP8 copies (workloads/fp8.py)."""
         w, a = self.workload, self.arch
         s, b, h, t = w.seq_len, w.micro_batch, a.hidden, self.tensor
-        scale = BYTES_PER_ELEMENT[w.precision] / 2
+        scale = BYTES_PER_ELEMENT[storage_precision(w.precision)] / 2
         if self.recompute:
             return 2 * s * b * h / (t if self.sequence_parallel else 1) * scale
         # fused attention (FlashAttention) keeps no s^2 scores
         attention = 0.0 if self.fused_attention else 5 * a.heads * s / (h * t)
         per = 34 / t + attention if self.sequence_parallel else 10 + 24 / t + attention
-        return s * b * h * per * scale
+        kept = s * b * h * per * scale
+        if w.precision == "fp8":
+            kept -= saved_bytes_saved(s * b, h, a.ffn, self.fused_attention, t, self.sequence_parallel)
+        return kept
 
     def in_flight(self, stage: int) -> int:
         """Chunk-micro-batches whose activations ``stage`` holds at its peak: the warm-up forwards

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.errors import InputError
 from clustersim.identifiers import PlacementKind
 from clustersim.simulator.host import HostModel
@@ -88,7 +87,7 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
             "partition_params": partition_params,
         }
     P = ctx.params
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     base = P * d + P * ctx.grad_bytes + P * gpu_keep
     return {
         "peak_without_state": base + ctx.workload.activation_bytes,

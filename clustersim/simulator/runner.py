@@ -18,7 +18,7 @@ from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
 from clustersim.simulator.context import SimulationContext, build_context
-from clustersim.simulator.culprit import culprit
+from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.program import ProgramTooLarge, op_budget
@@ -265,10 +265,17 @@ def _run_engine(ctx: SimulationContext, program) -> tuple[dict, dict]:
         slowest = max(exc.running or program.ops, key=lambda op: _alone_time(op, program.links))
         alone = _alone_time(slowest, program.links)
         key = culprit(ctx, slowest, alone, MAX_ITERATION_S)
+        source = culprit_source(ctx, key)
+        where = (
+            f"'{slowest.name}' alone takes {alone:.3g} s"
+            if alone >= MAX_ITERATION_S
+            else f"'{slowest.name}' would take {alone:.3g} s alone; sharing its links, it runs past that"
+        )
         raise InputError(
-            f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration "
-            f"('{slowest.name}' alone takes {alone:.3g} s): check {key}",
+            f"simulated time exceeded {MAX_ITERATION_S:.0e} s in one iteration ({where}): check {key}"
+            + (f" in {source}" if source else ""),
             key=key,
+            source=source,
         ) from None
 
 
@@ -400,10 +407,11 @@ def _lm_head_source(ctx: SimulationContext) -> str | None:
         if padded == arch.vocab
         else (f"vocabulary padded from {arch.vocab:,} to {padded:,}")
     )
-    if vocab_gemms and ctx.precision != "fp32":
+    precision = vocab_gemms[0].precision or ctx.precision if vocab_gemms else ctx.precision
+    if vocab_gemms and precision != "fp32":
         width = vocab_gemms[0].alignment_bytes
-        unaligned = ctx.device.unaligned_gemm_rate(ctx.precision, width)
-        if unaligned < ctx.device.flops_rate(ctx.precision):
+        unaligned = ctx.device.unaligned_gemm_rate(precision, width)
+        if unaligned < ctx.device.flops_rate(precision):
             return (
                 f"{vocab} ({given}): its matmuls load {width} bytes at a time, "
                 f"{unaligned / 1e12:,.0f} TFLOP/s (unaligned tensor-core kernels)"
@@ -472,6 +480,25 @@ def _measured_compute_sources(ctx: SimulationContext) -> dict[str, str]:
     return out
 
 
+def _inter_node_sources(ctx: SimulationContext) -> dict[str, str]:
+    """The NIC bandwidth's source and, when the slowest node paces the cluster's lockstep collectives
+    (cost_models/collectives.CollectiveModel.pacing), by how much."""
+    c = ctx.scenario.cluster
+    if c.nodes <= 1:
+        return {}
+    out = {"inter_node_bandwidth": ctx.cluster.injection().bottleneck}
+    pace = ctx.collectives.pacing(c.nodes)
+    if pace > 1.0:
+        cv = ctx.collectives.params.pacing_cv.get(f"net_{c.nic.kind}")
+        origin = "calibrated" if cv is not None else "cluster.nic.pacing_cv"
+        cv = ctx.cluster.pacing_cv() if cv is None else cv
+        out["network pacing"] = (
+            f"rings, trees and halving-doubling across {c.nodes} nodes wait for the slowest node: "
+            f"network time x{pace:.3f} (per-chunk rate spread {cv:g}, {origin}); all-to-all not paced"
+        )
+    return out
+
+
 def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     """Where every number came from: compute rates, link bandwidths, and each collective's cost model."""
     c = ctx.scenario.cluster
@@ -508,8 +535,7 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     if sync is not None:
         sources["host sync before update"] = sync
     sources["intra_node_bandwidth"] = ctx.cluster.intra_ring(c.gpus_per_node).bottleneck
-    if c.nodes > 1:
-        sources["inter_node_bandwidth"] = ctx.cluster.injection().bottleneck
+    sources.update(_inter_node_sources(ctx))
     communication = Category.COMMUNICATION
     pairs = {(op.meta.get("source"), op.meta.get("op")) for op in ops if op.category == communication}
     by_source: dict[str, set] = {}

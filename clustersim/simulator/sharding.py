@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.sharding_rules import LEVELS, partition_levels
 from clustersim.topologies.cluster import GroupShape
 
@@ -171,7 +170,7 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
     sh = ctx.scenario.training.sharding
     P = ctx.params
     n_p, n_g, n_o = (lay.ranks(s) for s in ("parameters", "gradients", "optimizer_states"))
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     offloaded = ctx.scenario.training.offload.mode != "none"
     master = 4.0 if d < 4 and not offloaded else 0.0
     largest = max(layer.params for layer in ctx.workload.layers)
@@ -241,9 +240,7 @@ def model_states(mem: dict[str, float]) -> float:
 def prefetch_window(ctx) -> float:
     """stage3_prefetch_bucket_size in elements of the parameter dtype."""
     sh = ctx.scenario.training.sharding
-    return bucket_elements(
-        sh.prefetch_bucket_mb, BYTES_PER_ELEMENT[ctx.precision], DEEPSPEED_PREFETCH_ELEMENTS
-    )
+    return bucket_elements(sh.prefetch_bucket_mb, ctx.element_bytes, DEEPSPEED_PREFETCH_ELEMENTS)
 
 
 def gathered_peak(ctx, lay: Layout) -> float:

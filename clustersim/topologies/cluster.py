@@ -239,6 +239,14 @@ class Cluster:
             lat = max(lat, wire)
         return lat
 
+    def pacing_cv(self) -> float:
+        """Per-chunk spread of a node's network rate (cluster.nic.pacing_cv, else the NIC kind's default)."""
+        nic = self.spec.nic
+        if nic.pacing_cv is not None:
+            return float(nic.pacing_cv)
+        key = "rdma_ethernet" if nic.kind == "ethernet_tcp" and nic.gpudirect_rdma else nic.kind
+        return float(hardware_defaults()["nic"]["pacing_cv"][key])
+
     def step_latency(self, shape: GroupShape, protocol: str) -> float:
         """Latency of one ring step: the slowest hop class the group crosses."""
         if shape.nodes > 1:

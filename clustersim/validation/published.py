@@ -14,6 +14,8 @@ from clustersim.io import load_yaml
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
 
+Metric = Literal["samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "iteration_time", "speedup"]
+
 
 class Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,6 +29,23 @@ class Row(BaseModel):
     baseline: str | None = None
     # a row of another experiment than the dataset's scenario (a path or preset:NAME)
     scenario: str | None = None
+    # what the row's source publishes, where it is not the dataset's metric (a dataset gathered from
+    # several sources: one prints step times, another tokens per second per GPU)
+    metric: Metric | None = None
+    # a short name for the row (benchmark, system, size) and where exactly its number was read
+    label: str | None = None
+    source: str | None = None
+    # rows of one system and software (an MLPerf round's submissions on one cluster, one paper's
+    # table) at several sizes: how the error moves with scale inside a series, where a constant bias
+    # of the level (a compute rate) cancels
+    series: str | None = None
+    # metric "speedup" between two configurations of the same optimizer (offload modes, input
+    # pipelines): the baseline's dotted scenario keys, applied over the row's; the baseline optimizer
+    # is then the row's own unless ``baseline`` names another
+    baseline_changes: dict[str, Any] = Field(default_factory=dict)
+    # metric "speedup" end to end: the fraction of the run's steps in the optimizer's warmup stage (1-bit
+    # Adam's freeze_step / total steps), each simulated; the speedup is of the mean step over the run
+    warmup: float | None = Field(None, ge=0, lt=1)
 
 
 class Dataset(BaseModel):
@@ -35,15 +54,18 @@ class Dataset(BaseModel):
     description: str
     source: str
     scenario: str
-    metric: Literal["samples_per_s", "tflops_per_gpu", "iteration_time", "speedup"] = "samples_per_s"
+    metric: Metric = "samples_per_s"
     optimizer_options: dict[str, dict] = Field(default_factory=dict)
     changes: dict[str, Any] = Field(default_factory=dict)  # the published cluster, for every row
     rows: list[Row]
 
     @model_validator(mode="after")
     def _speedups_name_their_baseline(self) -> "Dataset":
-        if self.metric == "speedup" and any(r.baseline is None for r in self.rows):
-            raise ValueError("every row of a speedup dataset needs its 'baseline' optimizer")
+        for r in self.rows:
+            if (r.metric or self.metric) == "speedup" and r.baseline is None and not r.baseline_changes:
+                raise ValueError("every speedup row needs its 'baseline' optimizer or its 'baseline_changes'")
+            if (r.baseline_changes or r.warmup is not None) and (r.metric or self.metric) != "speedup":
+                raise ValueError("'baseline_changes' and 'warmup' are for speedup rows only")
         return self
 
 
@@ -59,6 +81,9 @@ class RowResult:
     baseline: str | None = None  # speedup rows: the optimizer the speedup is over
     scenario: str | None = None  # the row's own experiment, where it is not the dataset's
     band_note: str | None = None  # why the band has fewer draws than asked (or none), as run says
+    metric: str | None = None  # the row's own metric, where it is not the dataset's
+    label: str | None = None  # the row's name (benchmark, system, size)
+    series: str | None = None  # the rows of one system and software at several sizes
 
     @property
     def inside(self) -> bool | None:
@@ -119,9 +144,20 @@ def megatron_flops(scenario) -> float:
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + arch.vocab / (16 * layers * h))
 
 
+def tokens_per_iteration(result, scenario) -> int:
+    """Tokens one iteration trains on: its samples (micro-batch x accumulation x data-parallel
+    replicas) times the sequence length, what NeMo's and TorchTitan's tokens/s/GPU divide by time."""
+    from clustersim.catalog import model
+
+    w = scenario.workload
+    return result.samples_per_iteration * (w.seq_len or model(w.model).default_seq_len)
+
+
 def _metric(result, scenario, metric: str) -> float:
     if metric == "tflops_per_gpu":  # Narayanan et al.'s achieved teraFLOP/s per GPU
         return megatron_flops(scenario) / (result.iteration_time * result.world_size) / 1e12
+    if metric == "tokens_per_s_per_gpu":
+        return tokens_per_iteration(result, scenario) / (result.iteration_time * result.world_size)
     return getattr(result, metric)
 
 
@@ -135,21 +171,63 @@ def _band(result, metric: str, scenario=None) -> tuple[float | None, float | Non
     if metric == "tflops_per_gpu":
         work = megatron_flops(scenario) / result.world_size / 1e12
         return work / iv.p90, work / iv.p10
+    if metric == "tokens_per_s_per_gpu":
+        work = tokens_per_iteration(result, scenario) / result.world_size
+        return work / iv.p90, work / iv.p10
     if metric == "iteration_time":
         return iv.p10, iv.p90
     return None, None
 
 
-def _speedup(baseline, scenario, profile, samples: int) -> tuple[float, float | None, float | None]:
+def _speedup(
+    baseline, scenario, profile, samples: int, warmup: float | None = None
+) -> tuple[float, float | None, float | None]:
     """The step speedup of ``scenario`` over ``baseline`` and its paired P10-P90 (both under the same
-    draws of the uncertain hardware parameters, as `compare` pairs them)."""
-    from clustersim.planner.compare import paired_band
+    draws of the uncertain hardware parameters, as `compare` pairs them). With ``warmup``, the end-to-end
+    speedup of a run whose first ``warmup`` of steps are the optimizer's warmup stage (simulated too):
+    the baseline's step over the run's mean step, as `compare --steps` times a run."""
+    from clustersim.planner.compare import StepsPlan, mean_step_time, paired_band
+    from clustersim.simulator.strategies import registry
 
-    point = simulate(baseline, profile).iteration_time / simulate(scenario, profile).iteration_time
+    base = simulate(baseline, profile).iteration_time
+    step = simulate(scenario, profile).iteration_time
+    name = scenario.training.optimizer
+    if warmup is not None:
+        warm_opts = registry.get(name).warmup_options(scenario.training.optimizer_options)
+        if warm_opts is None:
+            raise InputError(f"{name} has no warmup stage for the row's 'warmup'", key="warmup")
+        warm = simulate(scenario.with_changes(**{"training.optimizer_options": warm_opts}), profile)
+        step = mean_step_time(name, step, warm.iteration_time, warmup)
+    point = base / step
     if samples <= 0:
         return point, None, None
-    lo, hi = paired_band(baseline, scenario, profile, samples)["speedup"]
+    if warmup is None:
+        lo, hi = paired_band(baseline, scenario, profile, samples)["speedup"]
+    else:  # one step count for both: the ratio of mean steps, draw by draw
+        band = paired_band(baseline, scenario, profile, samples, StepsPlan(default=1), warmup)
+        lo, hi = band["ttt_speedup"]
     return point, lo, hi
+
+
+def row_scenario(data: Dataset, row: Row, bases: dict | None = None):
+    """The scenario one row predicts: the dataset's (or the row's own) experiment with the row's
+    optimizer, the dataset's published cluster and the row's own published setup; ``bases`` caches
+    loaded base scenarios by name."""
+    bases = {} if bases is None else bases
+    source = row.scenario or data.scenario
+    base = bases.get(source) or bases.setdefault(source, load_scenario(source))
+    changes = {
+        "training.optimizer": row.optimizer,
+        "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
+        **data.changes,
+        **row.changes,
+    }
+    if row.changes:  # one validation: a layout may only fit the row's GPU count
+        per_node = base.cluster.gpus_per_node
+        if row.gpus % per_node:
+            raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
+        return base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
+    return base.with_world_size(row.gpus).with_changes(**changes)
 
 
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
@@ -158,34 +236,23 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
     bases = {data.scenario: load_scenario(data.scenario)}
     results = []
     for row in data.rows:
-        source = row.scenario or data.scenario
-        base = bases.get(source) or bases.setdefault(source, load_scenario(source))
-        changes = {
-            "training.optimizer": row.optimizer,
-            "training.optimizer_options": data.optimizer_options.get(row.optimizer, {}),
-            **data.changes,
-            **row.changes,
-        }
-        if row.changes:  # one validation: a layout may only fit the row's GPU count
-            per_node = base.cluster.gpus_per_node
-            if row.gpus % per_node:
-                raise InputError(f"{row.gpus} GPUs is not a whole number of {per_node}-GPU nodes", key="gpus")
-            scenario = base.with_changes(**changes, **{"cluster.nodes": row.gpus // per_node})
-        else:
-            scenario = base.with_world_size(row.gpus).with_changes(**changes)
-        if data.metric == "speedup":
+        scenario = row_scenario(data, row, bases)
+        metric = row.metric or data.metric
+        if metric == "speedup":
+            against = row.baseline or row.optimizer
             baseline = scenario.with_changes(
                 **{
-                    "training.optimizer": row.baseline,
-                    "training.optimizer_options": data.optimizer_options.get(row.baseline, {}),
+                    "training.optimizer": against,
+                    "training.optimizer_options": data.optimizer_options.get(against, {}),
+                    **row.baseline_changes,
                 }
             )
-            predicted, lo, hi = _speedup(baseline, scenario, profile, samples)
+            predicted, lo, hi = _speedup(baseline, scenario, profile, samples, row.warmup)
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, data.metric)
-            lo, hi = _band(r, data.metric, scenario)
+            predicted = _metric(r, scenario, metric)
+            lo, hi = _band(r, metric, scenario)
             note = next((n for n in r.notes if "P10-P90 band" in n), None)
         results.append(
             RowResult(
@@ -199,6 +266,9 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 row.baseline,
                 row.scenario,
                 note,
+                row.metric,
+                row.label,
+                row.series,
             )  # fmt: skip
         )
         if progress:

@@ -6,8 +6,9 @@ from dataclasses import replace
 from functools import lru_cache
 
 from clustersim import catalog
-from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch
+from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch, storage_precision
 from clustersim.scenario import WorkloadSpec
+from clustersim.workloads.fp8 import in_bf16
 from clustersim.workloads.layers import Kernel, Layer, Workload
 from clustersim.workloads.resnet import needs_layout_transposes, resnet_layers
 from clustersim.workloads.transformer import transformer_layers, with_padded_vocab
@@ -68,7 +69,7 @@ def build_workload(
         spec.precision,
         definition,
         "fused" if convolutional else spec.attention,
-        convolutional and needs_layout_transposes(spec.memory_format, spec.precision),
+        convolutional and needs_layout_transposes(spec.memory_format, storage_precision(spec.precision)),
         spec.batch_norm if convolutional else "separate",
         unfused_pointwise,
         vocab_multiple,
@@ -117,14 +118,20 @@ def _catalog_workload(
     uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
     model by what it is, not only by its name. ``vocab_multiple``: the code pads the vocabulary to
     a multiple of it (workload.pad_vocab_to_multiple_of), which adds embedding rows and can align
-    the LM head's matmuls."""
-    d = BYTES_PER_ELEMENT[precision]
+    the LM head's matmuls. ``precision`` fp8: the linear layers' GEMMs in FP8 and everything else in
+    bf16, as FP8 training runs (workloads/fp8.py); a convolution network has no linear layers to speak
+    of and runs in bf16."""
+    d = BYTES_PER_ELEMENT[storage_precision(precision)]
+    fp8 = precision == "fp8"
     arch = catalog.model(model)
     if isinstance(arch, ResNetArch):
         layers = resnet_layers(arch, micro_batch, d, nchw_transposes, batch_norm)
+        layers = [in_bf16(layer) for layer in layers] if fp8 else layers
         seq = 1
     else:
         arch = with_padded_vocab(arch, vocab_multiple)
         seq = seq_len or arch.default_seq_len
-        layers = transformer_layers(arch, micro_batch, seq, d, attention, unfused_pointwise, vocab_shards)
+        layers = transformer_layers(
+            arch, micro_batch, seq, d, attention, unfused_pointwise, vocab_shards, fp8=fp8
+        )
     return Workload(model, tuple(layers), micro_batch, seq, precision)

@@ -25,6 +25,9 @@ class Kernel:
     #: GEMMs: the widest load every row of its operands allows, in bytes (16: aligned for the tensor
     #: cores; an unpadded vocabulary of 30,522 bf16 entries allows 4, one of 50,257 allows 2)
     alignment_bytes: int = 16
+    #: the precision the group runs at where it is not the workload's (None): under FP8 training the
+    #: linear layers' GEMMs run in fp8 and every other kernel in bf16 (workloads/fp8.py)
+    precision: str | None = None
 
 
 @dataclass(frozen=True)

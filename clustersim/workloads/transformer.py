@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from clustersim import catalog
 from clustersim.catalog import TransformerArch, eager_kernels
+from clustersim.workloads import fp8 as fp8_rules
 from clustersim.workloads.layers import Kernel, Layer
 
 # Eager attention over scores in memory, counted op by op against the unfused count (which takes 6
@@ -105,11 +106,14 @@ def _block(
     d: int,
     attention: str = "fused",
     unfused_pointwise: bool = False,
+    fp8: bool = False,
 ) -> Layer:
-    """``attention`` (workload.attention). ``fused``: one kernel that never writes the b*a*s*s scores
-    to memory (FlashAttention, PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes
-    the output, and its backward recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022);
-    the block keeps no s^2 activations. ``unfused`` (Megatron-LM's and apex's softmax kernels)
+    """``fp8``: the linear layers' GEMMs run in FP8 as Transformer Engine runs them, on bf16
+    activations (``d`` is then 2; workloads/fp8.py). ``attention`` (workload.attention). ``fused``:
+    one kernel that never writes the b*a*s*s scores to memory (FlashAttention, PyTorch's
+    scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
+    recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
+    activations. ``unfused`` (Megatron-LM's and apex's softmax kernels)
     writes the scores, reads them back through one fused scale-mask-softmax kernel and dropout, and
     keeps them for backward (Korthikanti et al. 2022's 5as/h term). ``eager`` (unfused, as plain
     PyTorch ops: Hugging Face's eager attention, BERT code before PyTorch 2.0) scales and masks the
@@ -132,6 +136,9 @@ def _block(
     attn_flops = 4 * tokens * s * h
     weight_bytes = d * sum(tensors)
     gemm_io = d * (tokens * (h + 3 * h) + tokens * 2 * h + mlp_io)
+    # the same elements, GEMM inputs and outputs apart (QKV, projection, MLP), for FP8's byte widths
+    gemm_in = tokens * (3 * h + f)
+    gemm_out = tokens * (3 * h + h) + (mlp_io - tokens * (h + f))
     scores = 0 if fused else b * a * s * s
     attn_bytes = d * (2 * scores + (4 if fused else 3) * tokens * h)
     elementwise, elementwise_bwd = _pointwise_bytes(
@@ -159,6 +166,12 @@ def _block(
         Kernel("elementwise", 0.0, elementwise_bwd, max(1, n_bwd - 2 * n_gemm - 4)),
     )
     activations = s * b * h * (34 + (0 if fused else 5 * a * s / h)) * d / 2
+    if fp8:
+        linear_fwd, linear_bwd = fp8_rules.linear_gemms(
+            gemm_flops, qkv + h * h + mlp_gemm, gemm_in, gemm_out, n_gemm
+        )
+        forward, backward = linear_fwd + forward[1:], linear_bwd + backward[1:]
+        activations -= fp8_rules.saved_bytes_saved(tokens, h, f, fused)
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
@@ -211,13 +224,15 @@ def transformer_layers(
     attention: str = "fused",
     unfused_pointwise: bool = False,
     vocab_shards: int = 1,
+    fp8: bool = False,
 ) -> list[Layer]:
     """``attention``: fused, unfused or eager (workload.attention, _block); ``unfused_pointwise``: the
     model is plain PyTorch code (workload.pointwise: unfused); ``vocab_shards``: tensor-parallel ranks
-    the LM head's vocabulary is split over."""
+    the LM head's vocabulary is split over; ``fp8``: FP8 training (the blocks' linear GEMMs in FP8,
+    every other kernel in bf16, on ``dtype_bytes`` = 2: workloads/fp8.py)."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d)]
     for i in range(arch.layers):
-        layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise))
+        layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise, fp8))
     layers.append(_head(arch, b, s, d, vocab_shards))
-    return layers
+    return [fp8_rules.in_bf16(layer) for layer in layers] if fp8 else layers

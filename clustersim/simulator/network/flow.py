@@ -177,6 +177,11 @@ class FlowBackend:
         """Seconds per byte of S and the bytes per link per byte of S."""
         net = self.network(shape.nodes)
         cap = self.capacity(net, op, protocol)
+        plan = algos.REGISTRY[op][algorithm](algos.Inputs(self.cluster, shape, 1.0))
+        if plan.paced and shape.nodes > 1:  # lockstep steps wait for the slowest node (collectives.pacing)
+            pace = self.model.pacing(shape.nodes)
+            if pace != 1.0:
+                cap = cap / np.where(np.asarray(net.kind) == "network", pace, 1.0)
         background, weights = (
             faults.background_paths(net, self.hetero) if self.hetero is not None else ([], [])
         )

@@ -22,7 +22,6 @@ Default ``hierarchical`` scheme (../shared/reference/algorithms.md sec. 4):
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import (
     APPLY_BYTES,
     HOST_APPLY_BYTES,
@@ -62,7 +61,7 @@ class BinSGDM(Strategy):
         """The averaged 1-bit update goes to the host, which applies it to the fp32 master weights."""
         return offload.UpdateSpec(
             to_host=1 / 8,
-            to_device=BYTES_PER_ELEMENT[self.ctx.precision],
+            to_device=self.ctx.element_bytes,
             cpu_dram=HOST_APPLY_BYTES,
             gpu_update=APPLY_BYTES,
             state=4.0,

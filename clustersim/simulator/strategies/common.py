@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.dispatch_lane import (
@@ -17,6 +16,7 @@ from clustersim.simulator.dispatch_lane import (
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
+from clustersim.workloads.fp8 import FP8_BYTES
 
 
 class PricedCollective(NamedTuple):
@@ -133,10 +133,12 @@ def add_tensor_parallel(prog: Program, ctx: SimulationContext, layer, forward: b
         return
     lay = ctx.layout
     w = ctx.workload
-    activation = w.micro_batch * w.seq_len * lay.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    activation = w.micro_batch * w.seq_len * lay.arch.hidden * ctx.element_bytes
+    fp8 = lay.gathers_in_fp8 and layer.name.startswith("block")
     for coll, count in lay.tensor_collectives(layer, forward):
+        nbytes = activation * FP8_BYTES / ctx.element_bytes if fp8 and coll == "all_gather" else activation
         add_collective(
-            prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, activation,
+            prog, ctx, f"tp {coll} x{count} {'fwd' if forward else 'bwd'} {layer.name}", coll, nbytes,
             ctx.tensor_parallel, stream="compute", count=count, micro=micro,
         )  # fmt: skip
 
@@ -286,6 +288,64 @@ def add_gradient_to_host(
     )
     secs, dem = ctx.host.copy(shard * spec.to_host * on_cpu, to_host=True)
     return prog.add(f"D2H gradients {label}", "d2h", secs, "transfer", (cast,), demands=dem)
+
+
+def add_zero3_gradient_to_host(
+    prog: Program, ctx: SimulationContext, on_cpu: float, shard: float, dep, label: str
+) -> int:
+    """A reduced gradient partition of ``shard`` elements on its way to ZeRO-3's fp32 host buffer, as
+    DeepSpeed's stage3.py ``partition_grads`` moves it with the optimizer offloaded. The partition is
+    first copied into the flat 16-bit gradient buffer, which lives in (pinned) host memory, and back to
+    the GPU (``grad_buffer.copy_(...)``, ``grad_buffer.to(device)``); its norm runs on the GPU. Then the
+    CPU-updated share (``on_cpu``) goes to the fp32 buffer, by ``training.offload.gradient_copy``:
+
+    * ``async`` (``copy_(..., non_blocking=True)``: Deep Optimizer States' part_grads_async; DeepSpeed
+      from 0.16.3 casts with ``.float()`` explicitly): PyTorch casts on the GPU, then a pinned fp32
+      copy on the reduction stream, beside backward.
+    * ``blocking`` (``fp32_grad_tensor.copy_(grad_buffer)``, DeepSpeed up to 0.15.3): a blocking copy
+      between devices and dtypes, which PyTorch runs as a 16-bit copy into a new pageable CPU tensor
+      and an upcast on the CPU (ATen Copy.cu: "type conversions are performed on the CPU" unless
+      non_blocking). The host thread waits for both, and it is the thread that launches backward's
+      kernels, so backward stalls: the two ops hold the compute stream.
+
+    Returns the last op's id."""
+    g = ctx.grad_bytes
+    host, gradient_copy = ctx.host, ctx.scenario.training.offload.gradient_copy
+    secs, dem = host.copy(shard * g, to_host=True)
+    out = prog.add(f"D2H 16-bit gradients {label}", "d2h", secs, "transfer", (dep,), demands=dem)
+    secs, dem = host.copy(shard * g, to_host=False)
+    back = prog.add(f"H2D 16-bit gradients {label}", "h2d", secs, "transfer", (out,), demands=dem)
+    if gradient_copy == "async":
+        cast = prog.add(
+            f"grad norm + fp32 cast {label}",
+            prog.ops[dep].stream,
+            ctx.device.stream_time(shard * (2 * g + 4), "grad_cast"),
+            "other",
+            (back,),
+        )
+        secs, dem = host.copy(shard * 4 * on_cpu, to_host=True)
+        return prog.add(f"D2H fp32 gradients {label}", "d2h", secs, "transfer", (cast,), demands=dem)
+    norm = prog.add(
+        f"grad norm {label}",
+        prog.ops[dep].stream,
+        ctx.device.stream_time(shard * g, "grad_norm"),
+        "other",
+        (back,),
+    )
+    secs, dem = host.pageable_copy(shard * g * on_cpu, to_host=True)
+    staged = prog.add(
+        f"D2H 16-bit gradients to pageable memory (host blocked) {label}",
+        "compute",
+        secs,
+        "transfer",
+        (norm,),
+        demands=dem,
+    )
+    # the upcast reads the 16-bit copy and writes fp32 (read for ownership, then written back: 8 bytes)
+    secs, dem = host.cpu_stream(shard * on_cpu, g + 8)
+    return prog.add(
+        f"CPU upcast to fp32 (host blocked) {label}", "compute", secs, "host", (staged,), demands=dem
+    )
 
 
 def add_update_and_other(

@@ -13,7 +13,6 @@ are all-gathered before the next forward.
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
 from clustersim.optimizer_options import UpdateOptions
 from clustersim.simulator import offload
@@ -81,7 +80,7 @@ def zero_offload_program(
                 ctx,
                 "all_gather parameters",
                 "all_gather",
-                ctx.params * BYTES_PER_ELEMENT[ctx.precision],
+                ctx.params * ctx.element_bytes,
                 dp,
                 deps=tuple(ends),
             )
@@ -94,7 +93,7 @@ def adam_spec(ctx, cpu_bytes: float, state: float) -> offload.UpdateSpec:
     """Gradients reach the host as fp32 (cast on the GPU first, see zero_offload_program)."""
     return offload.UpdateSpec(
         to_host=4.0,
-        to_device=BYTES_PER_ELEMENT[ctx.precision],
+        to_device=ctx.element_bytes,
         cpu_dram=cpu_bytes,
         gpu_update=cpu_bytes,
         state=state,

@@ -18,7 +18,9 @@ which waits for both (tau = 0: the inner step before a blocking exchange). The w
 n = max(tau, 1) steps; weighted (K - n)/K and n/K per step, their mean is the time per inner step. The
 exchange shares the NICs with the inner steps' all-reduces in the engine; with ``inter_worker_gbps``
 the workers are instead joined by their own links (datacenters), priced as a ring over M workers:
-2(M-1)/M of the fragment's bytes through each worker's link plus 2(M-1) latencies.
+2(M-1)/M of the fragment's bytes through each worker's link plus 2(M-1) latencies. Without it, the
+latency between workers (``inter_worker_latency_ms``, 0 by default: one cluster) is added to the
+collective the cluster's NICs price, once per ring step.
 
 How the exchange is carried out. Every GPU of a worker holds the whole model, so the worker's n GPUs
 split the fragment and each all-reduces its 1/n with its peers in the other workers (M ranks, one per
@@ -117,8 +119,7 @@ class DiLoCo(Strategy):
 
     def _exchange(self, prog: Program, dep: int) -> int:
         """The fragment's outer gradient averaged over the workers; returns the id of its last op."""
-        ctx, o = self.ctx, self.options
-        wire = o.bits / 8
+        o = self.options
         if o.inter_worker_gbps is not None:
             m = o.workers
             nbytes = self.fragment_wire_bytes()
@@ -133,6 +134,29 @@ class DiLoCo(Strategy):
                 (dep,),
                 meta={"op": "all_reduce", "bytes": nbytes, "ranks": m, "source": "inter_worker_gbps"},
             )
+        return self._latency(prog, self._exchange_on_nics(prog, dep))
+
+    def _latency(self, prog: Program, dep: int) -> int:
+        """The workers' own latency (``inter_worker_latency_ms``, datacenters apart) on the cluster's
+        NICs: each of the ring's 2(M-1) steps crosses it once (the all-to-all and all-gather of the
+        quantised path likewise M-1 each), on top of the collective the NICs price."""
+        o = self.options
+        if not o.inter_worker_latency_ms:
+            return dep
+        m = o.workers
+        return prog.add(
+            f"outer inter-worker latency ({2 * (m - 1)} x {o.inter_worker_latency_ms:g} ms)",
+            "outer",
+            2 * (m - 1) * o.inter_worker_latency_ms / 1e3,
+            "communication",
+            (dep,),
+            meta={"source": "inter_worker_latency_ms"},
+        )
+
+    def _exchange_on_nics(self, prog: Program, dep: int) -> int:
+        """The exchange over the cluster's own NICs: one rank per worker, the g GPUs of a node at once."""
+        ctx, o = self.ctx, self.options
+        wire = o.bits / 8
         c = ctx.scenario.cluster
         shape = GroupShape(o.workers, 1, sharing=c.gpus_per_node)
         per_gpu = self.fragment_params / self.worker.ranks  # elements this GPU exchanges

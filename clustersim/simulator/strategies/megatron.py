@@ -18,11 +18,11 @@ first and last stage, then runs the optimizer update on its share of the paramet
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective, add_priced, price_collective
+from clustersim.workloads.fp8 import FP8_BYTES
 
 
 def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[str, int]]:
@@ -38,6 +38,28 @@ def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[s
     if L.sequence_parallel:
         return [("all_gather", n), ("reduce_scatter", n)]
     return [("all_reduce", n)]
+
+
+def _priced_tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool, activation: float) -> list:
+    """``_tp_ops`` priced on messages of ``activation`` bytes: (name, priced collective). Under FP8
+    with sequence parallelism the blocks' all-gathers move FP8 (Layout.gathers_in_fp8), the
+    embedding's and the LM head's bf16."""
+    L, out = ctx.layout, []
+    for coll, count in _tp_ops(ctx, chunk, forward):
+        parts = [(coll, count, activation)]
+        if coll == "all_gather" and L.gathers_in_fp8:
+            edge = (1 if forward and chunk.first else 0) + (1 if not forward and chunk.last else 0)
+            fp8 = (coll + " fp8", count - edge, activation * FP8_BYTES / ctx.element_bytes)
+            parts = [fp8] + ([(coll, edge, activation)] if edge else [])
+        out += [
+            (
+                f"tp {name} x{n} chunk{chunk.index}",
+                price_collective(ctx, coll, nbytes, ctx.tensor_parallel, count=n),
+            )
+            for name, n, nbytes in parts
+            if n
+        ]
+    return out
 
 
 def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
@@ -71,23 +93,13 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
         )
     prog = Program()
     w = ctx.workload
-    activation = w.micro_batch * w.seq_len * L.arch.hidden * BYTES_PER_ELEMENT[ctx.precision]
+    activation = w.micro_batch * w.seq_len * L.arch.hidden * ctx.element_bytes
     message = activation / L.tensor
     times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
     # is priced once (a 1T-parameter step adds 130k of them).
-    tp_shape, pair = ctx.tensor_parallel, ctx.pipeline_pair
-    tp = {
-        (c.index, f): [
-            (
-                f"tp {coll} x{count} chunk{c.index}",
-                price_collective(ctx, coll, activation, tp_shape, count=count),
-            )
-            for coll, count in _tp_ops(ctx, c, f)
-        ]
-        for c in L.chunks
-        for f in (True, False)
-    }
+    pair = ctx.pipeline_pair
+    tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
     n = len(L.chunks)
     # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all)
     send = price_collective(ctx, "send_recv", message, pair) if n > 1 else None
@@ -176,7 +188,7 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
     if distributed:  # every replica gets the updated 16-bit weights of the others' shards
         update = add_collective(
             prog, ctx, "all_gather parameters (distributed optimizer)", "all_gather",
-            params * BYTES_PER_ELEMENT[ctx.precision], ctx.data_parallel, (update,), rank=s,
+            params * ctx.element_bytes, ctx.data_parallel, (update,), rank=s,
         )  # fmt: skip
     other = params * ctx.grad_bytes  # zero_grad: Megatron zeroes its contiguous gradient buffer
     if ctx.precision == "fp16":  # bf16 runs without a loss scaler (Megatron-LM: grad_scaler is None)

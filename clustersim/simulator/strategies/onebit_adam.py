@@ -10,7 +10,6 @@ compression entirely (``if self.size > 1``).
 
 from __future__ import annotations
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.cost_models import kernel_bytes as ok
 from clustersim.optimizer_options import OneBitAdamOptions
 from clustersim.simulator import offload
@@ -55,7 +54,7 @@ def frozen_variance_offload_spec(ctx, gpu_state: float) -> offload.UpdateSpec:
     per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
     return offload.UpdateSpec(
         to_host=4.0,
-        to_device=BYTES_PER_ELEMENT[ctx.precision],
+        to_device=ctx.element_bytes,
         cpu_dram=per,
         gpu_update=per,
         state=8.0,

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator import offload
 from clustersim.simulator.dispatch_lane import PassSequence, reversed_layers
 from clustersim.simulator.input_pipeline import add_input
@@ -68,10 +67,10 @@ from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
 from clustersim.simulator.strategies.common import (
     add_collective,
-    add_gradient_to_host,
     add_micro_steps,
     add_other,
     add_tensor_parallel,
+    add_zero3_gradient_to_host,
 )
 
 NIC_SHARE = "nic_share"  # the rank's share of its node's NICs (a link of the program, see share_nics)
@@ -136,7 +135,7 @@ class Sharded(Strategy):
         else:
             ends, buckets = _stage12_program(prog, ctx, lay)
         ends = self._update(prog, ends)
-        d = BYTES_PER_ELEMENT[ctx.precision]
+        d = ctx.element_bytes
         if not lay.parameters:
             ends = _gather_updated(prog, ctx, ends, ctx.params * d, lay.group("optimizer_states"))
         add_other(prog, ctx, ends, params=ctx.params / lay.ranks("optimizer_states"))
@@ -159,10 +158,11 @@ class Sharded(Strategy):
 
     def _stage3_offloaded(self) -> StepProgram:
         """ZeRO-3 with the optimizer on the CPU (offload_optimizer, or interleaved as Deep Optimizer
-        States does on ZeRO-3): each reduced gradient partition is cast to fp32 on the GPU and copied to
-        the host as it is produced, every micro-step (stage3.py ``__partition_grads`` accumulates into
-        the fp32 host buffer); the offloaded update returns the rank's 16-bit partition, and the next
-        forward gathers it as usual (no all-gather after the step)."""
+        States does on ZeRO-3): each reduced gradient partition goes to the host as it is produced,
+        every micro-step, the way stage3.py ``partition_grads`` moves it (common.
+        add_zero3_gradient_to_host: ``training.offload.gradient_copy``); the offloaded update returns
+        the rank's 16-bit partition, and the next forward gathers it as usual (no all-gather after the
+        step)."""
         ctx, lay = self.ctx, self.layout
         spec = self.inner.offload_spec()
         partition = ctx.params / lay.degree
@@ -176,7 +176,7 @@ class Sharded(Strategy):
         def to_host(bucket, reduced: int) -> None:
             shard = bucket.elements / lay.degree
             moved.append(
-                add_gradient_to_host(prog, ctx, spec, on_cpu, shard, reduced, f"partition {bucket.index}")
+                add_zero3_gradient_to_host(prog, ctx, on_cpu, shard, reduced, f"partition {bucket.index}")
             )
 
         ends, buckets = _stage3_program(prog, ctx, lay, to_host)
@@ -349,7 +349,7 @@ def _stage12_program(prog: Program, ctx, lay: Layout) -> tuple[list[int], list[d
 def _gather_updated(prog: Program, ctx, deps, nbytes: float, shape) -> list[int]:
     """Stage 1/2: all-gather the updated 16-bit partitions (``nbytes`` in all) over the optimizer's
     group ``shape`` in allgather_bucket_size chunks (DeepSpeed all_gather_dp_groups)."""
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     sh = ctx.scenario.training.sharding
     chunk = bucket_elements(sh.allgather_bucket_mb, d, DEEPSPEED_BUCKET_ELEMENTS)
     count = max(1, math.ceil(nbytes / d / chunk))
@@ -404,7 +404,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     ctx,
                     f"all_gather updated param slices {layer.name}",
                     "all_gather",
-                    layer.params * BYTES_PER_ELEMENT[ctx.precision] / lay.ranks("parameters"),
+                    layer.params * ctx.element_bytes / lay.ranks("parameters"),
                     refresh,
                     deps=(start,) if start is not None else (),
                     stream="gather",

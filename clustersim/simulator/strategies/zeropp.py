@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 
-from clustersim.catalog import BYTES_PER_ELEMENT
 from clustersim.simulator.sharding import (
     QGZ_BYTES,
     QWZ_BYTES,
@@ -48,7 +47,7 @@ def gather_parameters(prog, ctx, lay: Layout, layer, start, forward: bool):
     layer's compute must wait for (``start`` itself for a layer without parameters)."""
     if layer.params == 0:
         return start
-    d = BYTES_PER_ELEMENT[ctx.precision]
+    d = ctx.element_bytes
     zpp = ctx.scenario.training.sharding.zeropp
     group = hpz_group(ctx) if zpp.hierarchical_partition and not forward else lay.group("parameters")
     phase = "fwd" if forward else "bwd"

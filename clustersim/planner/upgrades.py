@@ -1,0 +1,264 @@
+"""`plan --have FILE`: what the team's own cluster can do, and what changing it buys.
+
+The options: keep it; upgrade its NICs (each faster NIC in the network price catalog, same count per
+node); add as many nodes again (same NIC); or rent (each instance selling the same GPU, at the same GPU
+count, network as sold). Each is simulated with every candidate optimizer in the layouts that fit (as
+plan's candidates) and the fastest is kept. Capital is what the option buys: the new network's ports
+(NIC, cable, switch ports per tier: report/prices.py) or the added servers and their network; renting
+buys nothing and pays the instance-hours.
+
+Payback is counted in days of training saved: an hour the owned cluster no longer spends on this run is
+worth what an hour of it costs (its servers and network amortised, and power: costing.Own), less any
+power the option adds; the capital divided by that value per day is the days of training the option must
+save to pay for itself, and divided by the days one run saves, the runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from clustersim.errors import InputError
+from clustersim.io import read_structured_file
+from clustersim.report.costing import Own, Rent, cost_band, nic_label
+from clustersim.scenario import validate_scenario
+from clustersim.sweeps.spec import row_id
+
+HOURS_PER_DAY = 24.0
+OPTION_KEYS = ("nic_kind", "nic_gbps", "nic_count", "nodes", "gpus_per_node")  # what an option changes
+
+
+def load_have(path: Path, base) -> Any:
+    """The owned cluster: a scenario-style file whose ``cluster`` section replaces the plan base's, and
+    whose ``workload`` (all but the model, which --model names) and ``training`` sections, where given,
+    are the team's code and recipe (fused kernels, precision, micro-batch); one line naming the file and
+    key when it is not a valid cluster."""
+    source = str(path)
+    if not Path(path).is_file():
+        raise InputError("no such file", source=source, key="--have")
+    data = read_structured_file(Path(path))
+    if not isinstance(data, dict) or not isinstance(data.get("cluster"), dict):
+        raise InputError(
+            "expected a scenario-style file with a `cluster:` mapping", source=source, key="cluster"
+        )
+    merged = base.model_dump(mode="json")
+    merged["cluster"] = data["cluster"]
+    if isinstance(data.get("workload"), dict):
+        merged["workload"] = {**data["workload"], "model": base.workload.model}
+        if base.workload.model != data["workload"].get("model"):
+            merged["workload"]["seq_len"] = base.workload.seq_len  # another model: its own length
+    if isinstance(data.get("training"), dict):
+        merged["training"] = data["training"]
+    return validate_scenario(merged, source=source)
+
+
+def options(have, rent: Rent, network: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The options for an owned cluster, each as sweep-row values on the have scenario, with its kind,
+    label and capital (USD)."""
+    c = have.cluster
+    nodes, nic = c.nodes, c.nic
+    rate = nic.count * nic.line_rate_gbps
+    out = [{"option": "keep", "what": f"as owned ({nic_label(nic.model_dump())} per node)", "values": {}}]
+    for kind in ("ethernet_tcp", "infiniband"):
+        for r in sorted(float(x) for x in ((network or {}).get(kind) or {})):
+            if nic.count * r > rate + 1e-9:
+                new = {"kind": kind, "count": nic.count, "line_rate_gbps": r}
+                out.append(
+                    {
+                        "option": "upgrade NICs",
+                        "what": f"to {nic_label(new)} per node",
+                        "values": {"nic_kind": kind, "nic_gbps": r},
+                    }
+                )
+    out.append({"option": "add nodes", "what": f"{nodes} more nodes", "values": {"nodes": 2 * nodes}})
+    for inst in rent.sold_for(c.gpu, nodes):
+        if (c.gpus_per_node * nodes) % inst["gpus"] == 0:
+            out.append(
+                {
+                    "option": "rent",
+                    "what": f"{c.gpus_per_node * nodes // inst['gpus']} x {inst['name']}",
+                    "values": {
+                        "gpus_per_node": inst["gpus"],
+                        "nodes": c.gpus_per_node * nodes // inst["gpus"],
+                        "nic_kind": inst["nic"]["kind"],
+                        "nic_count": inst["nic"]["count"],
+                        "nic_gbps": inst["nic"]["line_rate_gbps"],
+                    },
+                    "instance": inst["name"],
+                }
+            )
+    return out
+
+
+def _cluster(have, values: dict[str, Any]) -> dict[str, Any]:
+    c = have.cluster.model_dump(mode="json")
+    c["nodes"] = values.get("nodes", c["nodes"])
+    c["gpus_per_node"] = values.get("gpus_per_node", c["gpus_per_node"])
+    nic = dict(c["nic"])
+    nic["kind"] = values.get("nic_kind", nic["kind"])
+    nic["count"] = values.get("nic_count", nic["count"])
+    nic["line_rate_gbps"] = values.get("nic_gbps", nic["line_rate_gbps"])
+    c["nic"] = nic
+    return c
+
+
+def capital(own: Own, have, option: dict[str, Any]) -> float:
+    """USD the option buys: an upgrade's whole new network (ports, cables, switch ports per tier), added
+    nodes' servers and network; nothing to keep or rent."""
+    kind = option["option"]
+    if kind == "upgrade NICs":
+        return own.capital(_cluster(have, option["values"]))[1]
+    if kind == "add nodes":
+        servers, network = own.capital(_cluster(have, option["values"]))
+        kept = own.capital(have.cluster.model_dump(mode="json"))
+        return servers - kept[0] + network - kept[1]  # the added servers and their ports
+    return 0.0
+
+
+def evaluate(
+    have_path: Path,
+    base,
+    optimizers: list[str],
+    steps: int,
+    global_batch: int,
+    own: Own,
+    rent: Rent,
+    samples: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Every option with its fastest optimizer and layout: time to train (with its band), capital, what a
+    run costs (owned options: the owned model; rented ones: the instance-hours), hours saved per run and
+    payback in days of training saved."""
+    from clustersim.planner.compare import mean_step_time
+    from clustersim.planner.planning import _add_bands, simulate_rows, with_layouts
+    from clustersim.report.analysis import cluster_label
+
+    have = load_have(have_path, base)
+    base_json = have.model_dump(mode="json")
+    opts = options(have, rent, own.network)
+    rows = [{**opt["values"], "optimizer": name} for opt in opts for name in optimizers]
+    laid = with_layouts(have, rows, steps, global_batch)
+    option_of = {row_id(r): _option_index(r, opts) for r in laid}
+    records, _ = simulate_rows(base_json, laid, steps, global_batch, progress)
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        raise InputError(
+            f"the owned cluster cannot train {have.workload.model} in any option: "
+            f"{records[0]['error'][:200]}",
+            source=str(have_path),
+        )
+    results = []
+    for i, opt in enumerate(opts):
+        mine = [r for r in ok if option_of.get(r["row_id"]) == i]
+        if not mine:
+            continue
+        for r in mine:  # 1-bit Adam's warmup stage runs at its own speed (compare.mean_step_time)
+            per_step = mean_step_time(
+                r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), None
+            )
+            r["ttt_h"] = steps * per_step / 3600
+        best = min(mine, key=lambda r: r["ttt_h"])
+        if samples > 0:
+            _add_bands([best], base_json, laid, steps, global_batch, samples, workers=1)
+        cluster = _cluster(have, opt["values"])
+        cluster["gpu"] = have.cluster.gpu
+        priced = (rent if opt["option"] == "rent" else own).price(cluster)
+        ratio = [best[k] / best["ttt_h"] if best.get(k) else None for k in ("ttt_p10_h", "ttt_p90_h")]
+        band = cost_band(best["ttt_h"] * priced.per_hour, priced.sigma, *ratio)
+        results.append(
+            {
+                **{k: v for k, v in opt.items() if k != "values"},
+                "optimizer": best["optimizer"],
+                "layout": best.get("layout"),
+                "cluster": cluster_label({**best, "layout": best.get("layout")}),
+                "ttt_h": best["ttt_h"],
+                "ttt_p10_h": best.get("ttt_p10_h"),
+                "ttt_p90_h": best.get("ttt_p90_h"),
+                "capital": capital(own, have, opt),
+                "run_cost": best["ttt_h"] * priced.per_hour,
+                "run_cost_p10": band[0],
+                "run_cost_p90": band[1],
+                "power_per_h": priced.parts.get("power", 0.0),
+                "cost_basis": priced.describe(best["ttt_h"]),
+            }
+        )
+    _payback(results, own.price({**have.cluster.model_dump(mode="json")}))
+    return {"have": str(have_path), "cluster": cluster_label_of(have), "options": results}
+
+
+def cluster_label_of(have) -> str:
+    c = have.cluster
+    return f"{c.nodes} nodes x {c.gpus_per_node} {c.gpu}, {nic_label(c.nic.model_dump())} per node"
+
+
+def _option_index(values: dict[str, Any], opts: list[dict[str, Any]]) -> int | None:
+    """The option a row was made for: its values less the optimizer and what the layout search added."""
+    own = {k: v for k, v in values.items() if k in OPTION_KEYS}
+    return next((i for i, opt in enumerate(opts) if opt["values"] == own), None)
+
+
+def _payback(results: list[dict[str, Any]], kept) -> None:
+    """Hours saved per run against keeping the cluster, and for an option that buys something, the days
+    of training it must save to pay back its capital (an owned cluster-hour is worth kept.per_hour; power
+    the option adds is taken off) and how many runs like this one that is."""
+    keep = next((r for r in results if r["option"] == "keep"), None)
+    for r in results:
+        r["saved_h"] = None if keep is None else keep["ttt_h"] - r["ttt_h"]
+        r["payback_days"] = r["payback_runs"] = None
+        r["never_pays_back"] = False
+        if keep is None or r["option"] in ("keep", "rent") or r["capital"] <= 0:
+            continue
+        extra_power = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
+        per_day = HOURS_PER_DAY * (kept.per_hour - extra_power)
+        saving_per_run = r["saved_h"] * kept.per_hour - r["ttt_h"] * extra_power
+        if per_day <= 0 or saving_per_run <= 0:
+            r["never_pays_back"] = True  # it saves no money per run (slower, or its power costs more)
+            continue
+        r["payback_days"] = r["capital"] / per_day
+        r["payback_runs"] = r["capital"] / saving_per_run
+
+
+def plan_have(
+    model: str,
+    steps,
+    have_path: Path,
+    candidates: Path | None,
+    global_batch: int | None,
+    own: Own,
+    rent: Rent,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
+    progress: Callable[[int, int], None] | None = None,
+    deadline_h: float | None = None,
+    budget: float | None = None,
+) -> dict[str, Any]:
+    """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (the
+    baseline's, when per optimizer) at the candidates' global batch, with every candidate optimizer."""
+    from clustersim import catalog
+    from clustersim.planner.planning import _recipe, candidate_sweep
+
+    sweep = candidate_sweep(candidates)
+    recipe = _recipe(sweep, steps, global_batch)
+    try:
+        catalog.model(model)
+    except InputError as exc:
+        raise InputError(exc.message, key="--model") from None
+    base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in sweep.rows() if r.get("optimizer")))
+    optimizers = optimizers or [base.training.optimizer]
+    plan = recipe["steps"]
+    n = plan.default or max(k for _, k in plan.per)
+    with sweep.catalogs_in_use():
+        out = evaluate(have_path, base, optimizers, n, recipe["global_batch"], own, rent, samples, progress)
+    for r in out["options"]:
+        r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
+            budget is None or r["capital"] + (r["run_cost"] if r["option"] == "rent" else 0.0) <= budget
+        )
+    return {
+        **out,
+        "model": model,
+        "steps": n,
+        "global_batch": recipe["global_batch"],
+        "optimizers": optimizers,
+        "recipe_notes": recipe["notes"],
+        "cost_basis": own.describe(),
+    }

@@ -1,0 +1,442 @@
+"""What a cluster costs per hour of training, by one of two whole cost models.
+
+``rent``: N cloud instances of one type (catalogs/instances.yaml). The instance's price per hour buys
+its GPUs and the network it is sold with, so nothing is added for the network. ``own``: total cost of
+ownership (catalogs/ownership.yaml): the servers and their network (network_prices.yaml, per port and
+tier) bought and amortised over the catalog's years at its utilisation, plus power at the node's draw x
+PUE x $/kWh. The two are never mixed: a row says which model priced it (``basis``).
+
+Each figure carries an uncertainty (a +- fraction read as its P10-P90 half-width on a log scale); a
+price's ``sigma`` is the log-space standard deviation of the hourly price those give (the parts'
+shares weight them), and ``cost_band`` combines it with a time-to-train band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from clustersim.errors import InputError
+from clustersim.io import load_yaml
+from clustersim.report.prices import network_capex_per_node, network_catalog
+
+Z90 = 1.2815515655446004  # the standard normal's P90: a P10-P90 half-width of z sigmas
+INSTANCES = "instances.yaml"
+OWNERSHIP = "ownership.yaml"
+NETWORK_UNCERTAINTY = 0.5  # network_prices.yaml: "treat every figure as +-50%"
+DEFAULT_RENT_UNCERTAINTY = 0.1  # a planning assumption for a dated list price (instances.yaml says why)
+MODELS = ("own", "rent")
+
+
+def sigma_of(uncertainty: float) -> float:
+    """The log-space standard deviation of a figure whose P10-P90 is value / (1+u) .. value x (1+u)."""
+    return math.log1p(uncertainty) / Z90
+
+
+@dataclass(frozen=True)
+class Price:
+    """One cluster's price per hour of training under one model, with its parts and where it came from."""
+
+    model: str  # "rent" or "own"
+    per_hour: float  # USD per hour, the whole cluster
+    parts: dict[str, float]  # USD per hour: rent | servers, network, power
+    sigma: float  # log-space standard deviation of per_hour
+    basis: str  # how it was priced, without the run's hours
+    capital: float = 0.0  # own: USD bought (servers + network); rent: 0
+    warning: str | None = None  # rent: the simulated network is not the instance's
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self, hours: float) -> str:
+        """What a run of ``hours`` costs and why, in one phrase: "rented at $55.04/h x 16 p5.48xlarge ..."
+        or "owned: $A of $C capital amortised over N years at U% utilisation + $B power"."""
+        if self.model == "rent":
+            return self.basis
+        e = self.extra
+        share = (self.parts["servers"] + self.parts["network"]) * hours
+        return (
+            f"owned: ${share:,.0f} of ${self.capital:,.0f} capital amortised over {e['years']:g} years at "
+            f"{100 * e['utilisation']:.0f}% utilisation + ${self.parts['power'] * hours:,.0f} power "
+            f"({e['power_note']})"
+        )
+
+
+def cost_band(cost: float, sigma: float, ttt_ratio_lo: float | None, ttt_ratio_hi: float | None):
+    """P10 and P90 of a run's cost: the price's log-normal spread and the time band's (its P10/P90 over
+    the central time), taken as independent and added in quadrature on each side of the log scale."""
+    z = Z90 * sigma
+    lo = math.log(ttt_ratio_lo) if ttt_ratio_lo else 0.0
+    hi = math.log(ttt_ratio_hi) if ttt_ratio_hi else 0.0
+    return cost * math.exp(-math.hypot(min(lo, 0.0), z)), cost * math.exp(math.hypot(max(hi, 0.0), z))
+
+
+def _number(value, source, key, *, low: float = 0.0, strict: bool = True) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= low if strict else value < low):
+        rel = ">" if strict else ">="
+        raise InputError(f"must be a number {rel} {low:g}, got {value!r}", source=source, key=key)
+    return float(value)
+
+
+def _text(name: str, path: str | None) -> tuple[str, str]:
+    if path is None:
+        return resources.files("clustersim.catalogs").joinpath(name).read_text(), name
+    if not Path(path).is_file():
+        raise InputError("no such file", source=str(path))
+    return Path(path).read_text(), str(path)
+
+
+def _mapping(data, source: str, key: str | None = None) -> dict:
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping", source=source, key=key)
+    return data
+
+
+def load_instances(path: str | None = None) -> dict[str, dict[str, Any]]:
+    """The instance catalog (or a copy with the user's prices), every entry checked."""
+    from clustersim import catalog
+
+    text, source = _text(INSTANCES, path)
+    data = _mapping(load_yaml(text), source)
+    table = _mapping(data.get("instances"), source, "instances")
+    out = {}
+    for name, entry in table.items():
+        key = f"instances.{name}"
+        entry = _mapping(entry, source, key)
+        gpu = entry.get("gpu")
+        try:
+            catalog.gpu(str(gpu))
+        except InputError as exc:
+            raise InputError(exc.message, source=source, key=f"{key}.gpu") from None
+        nic = _mapping(entry.get("nic"), source, f"{key}.nic")
+        if nic.get("kind") not in ("ethernet_tcp", "infiniband"):
+            raise InputError(
+                f"must be ethernet_tcp or infiniband, got {nic.get('kind')!r}",
+                source=source,
+                key=f"{key}.nic.kind",
+            )
+        gpus = _number(entry.get("gpus"), source, f"{key}.gpus")
+        count = _number(nic.get("count"), source, f"{key}.nic.count")
+        for whole, k in ((gpus, "gpus"), (count, "nic.count")):
+            if whole != int(whole):
+                raise InputError(f"must be a whole number, got {whole:g}", source=source, key=f"{key}.{k}")
+        most = entry.get("max_instances")
+        out[str(name)] = {
+            **entry,
+            "name": str(name),
+            "gpu": str(gpu),
+            "gpus": int(gpus),
+            "nic": {
+                "kind": nic["kind"],
+                "count": int(count),
+                "line_rate_gbps": _number(nic.get("line_rate_gbps"), source, f"{key}.nic.line_rate_gbps"),
+            },
+            "price_per_hour": _number(entry.get("price_per_hour"), source, f"{key}.price_per_hour"),
+            "uncertainty": _number(
+                entry.get("uncertainty", DEFAULT_RENT_UNCERTAINTY), source, f"{key}.uncertainty", strict=False
+            ),
+            "max_instances": None if most is None else int(_number(most, source, f"{key}.max_instances")),
+            "source": str(entry.get("source") or source),
+            "date": str(entry.get("date") or "undated"),
+        }
+    if not out:
+        raise InputError("lists no instances", source=source, key="instances")
+    return out
+
+
+def load_ownership(path: str | None = None) -> dict[str, Any]:
+    """The ownership catalog (or a copy with the user's figures), every entry checked."""
+    text, source = _text(OWNERSHIP, path)
+    data = _mapping(load_yaml(text), source)
+    out: dict[str, Any] = {"source": source}
+    for key in ("amortisation_years", "hours_per_year"):
+        out[key] = _number(data.get(key), source, key)
+    out["utilisation"] = _number(data.get("utilisation"), source, "utilisation")
+    if out["utilisation"] > 1:
+        raise InputError(f"must be at most 1, got {out['utilisation']:g}", source=source, key="utilisation")
+    for key, low in (("pue", 1.0), ("usd_per_kwh", 0.0)):
+        entry = _mapping(data.get(key), source, key)
+        out[key] = _number(entry.get("value"), source, f"{key}.value", low=low, strict=key != "pue")
+        out[f"{key}_uncertainty"] = _number(
+            entry.get("uncertainty", 0.0), source, f"{key}.uncertainty", strict=False
+        )
+    servers = {}
+    for gpu, entry in _mapping(data.get("servers"), source, "servers").items():
+        key = f"servers.{gpu}"
+        entry = _mapping(entry, source, key)
+        servers[str(gpu)] = {
+            "gpus": _number(entry.get("gpus"), source, f"{key}.gpus"),
+            "price": _number(entry.get("price"), source, f"{key}.price", strict=False),
+            "uncertainty": _number(entry.get("uncertainty", 0.0), source, f"{key}.uncertainty", strict=False),
+            "power_kw": _number(entry.get("power_kw"), source, f"{key}.power_kw", strict=False),
+            "power_uncertainty": _number(
+                entry.get("power_uncertainty", 0.0), source, f"{key}.power_uncertainty", strict=False
+            ),
+            "source": str(entry.get("source") or source),
+        }
+    out["servers"] = servers
+    return out
+
+
+def nic_label(nic: dict[str, Any]) -> str:
+    kind = {"ethernet_tcp": "Ethernet", "infiniband": "InfiniBand"}.get(nic.get("kind"), nic.get("kind"))
+    count = int(nic.get("count") or 1)
+    rate = float(nic.get("line_rate_gbps") or 0)
+    return f"{count} x {rate:g} Gb/s {kind}" if count > 1 else f"{rate:g} Gb/s {kind}"
+
+
+def _same_nic(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (
+        a.get("kind") == b.get("kind")
+        and int(a.get("count") or 1) == int(b.get("count") or 1)
+        and abs(float(a.get("line_rate_gbps") or 0) - float(b.get("line_rate_gbps") or 0)) < 1e-9
+    )
+
+
+class Rent:
+    """N instances of one type; or, with ``per_gpu_hour`` (--price), any GPU at that flat rate."""
+
+    model = "rent"
+
+    def __init__(
+        self, instances: dict[str, dict], instance: str | None = None, per_gpu_hour: float | None = None
+    ):
+        if per_gpu_hour is not None and not (math.isfinite(per_gpu_hour) and per_gpu_hour > 0):
+            raise InputError(f"price per GPU-hour must be positive, got {per_gpu_hour}", key="--price")
+        if instance is not None and instance not in instances:
+            known = ", ".join(sorted(instances))
+            raise InputError(f"unknown instance {instance!r}; known: {known}", key="--instance")
+        self.instances, self.instance, self.per_gpu_hour = instances, instance, per_gpu_hour
+
+    def describe(self) -> str:
+        if self.per_gpu_hour is not None:
+            return f"rented at ${self.per_gpu_hour:g} per GPU-hour (--price), network included"
+        only = f" {self.instance}" if self.instance else ""
+        why = f" ({self.reason})" if getattr(self, "reason", None) else ""
+        return (
+            f"rented{why}:{only} instance-hours at the providers' on-demand list prices ({INSTANCES}), each "
+            "instance's network included in its price; a GPU no instance sells at its per-GPU-hour rate "
+            "(its catalog entry, else prices.yaml)"
+        )
+
+    def sold_for(self, gpu: str, nodes: int = 1) -> list[dict[str, Any]]:
+        """The instances that sell ``gpu`` and may be rented ``nodes`` at a time, cheapest per GPU first."""
+        rows = [
+            i
+            for i in self.instances.values()
+            if i["gpu"] == gpu and (i["max_instances"] is None or nodes <= i["max_instances"])
+        ]
+        return sorted(rows, key=lambda i: (i["price_per_hour"] / i["gpus"], i["name"]))
+
+    def choose(self, cluster: dict[str, Any]) -> dict[str, Any] | None:
+        """The instance a cluster is rented as: --instance; else the one selling its GPU with its network;
+        else the cheapest selling its GPU."""
+        if self.instance is not None:
+            inst = self.instances[self.instance]
+            if inst["gpu"] != cluster["gpu"]:
+                raise InputError(
+                    f"{inst['name']} sells {inst['gpu']}, not {cluster['gpu']}", key="--instance"
+                )
+            return inst
+        sold = self.sold_for(cluster["gpu"], int(cluster["nodes"]))
+        same = [i for i in sold if _same_nic(i["nic"], cluster.get("nic") or {})]
+        return (same or sold or [None])[0]
+
+    def price(self, cluster: dict[str, Any]) -> Price:
+        gpus = int(cluster["nodes"]) * int(cluster["gpus_per_node"])
+        if self.per_gpu_hour is not None:
+            rate = self.per_gpu_hour
+            return Price(
+                "rent",
+                gpus * rate,
+                {"rent": gpus * rate},
+                0.0,
+                f"rented at ${rate:g} per GPU-hour (--price), network included",
+            )
+        inst = self.choose(cluster)
+        if inst is None:
+            rate = _per_gpu_hour(cluster["gpu"])  # a catalog entry's price_per_gpu_hour, else prices.yaml
+            if rate is None:
+                raise InputError(
+                    f"no instance in {INSTANCES} sells {cluster['gpu']}; add one to a copy "
+                    "(--instances FILE), "
+                    "give --price USD per GPU-hour, or price it as owned (--cost own)",
+                    key="--cost",
+                )
+            return Price(
+                "rent",
+                gpus * rate,
+                {"rent": gpus * rate},
+                sigma_of(DEFAULT_RENT_UNCERTAINTY),
+                f"rented at ${rate:g} per GPU-hour ({rate_source(cluster['gpu'])}), network included",
+            )
+        n = -(-gpus // inst["gpus"])
+        per_hour = n * inst["price_per_hour"]
+        warning = None
+        if not _same_nic(inst["nic"], cluster.get("nic") or {}):
+            warning = (
+                f"simulated on {nic_label(cluster.get('nic') or {})} per node; {inst['name']} is sold with "
+                f"{inst['network_as_sold']}"
+            )
+        basis = (
+            f"rented at ${inst['price_per_hour']:,.2f}/h x {n} {inst['name']} ({inst['provider']} on-demand, "
+            f"{inst['region']}, price of {_month(inst['date'])}; network {inst['network_as_sold']}, included)"
+        )
+        return Price(
+            "rent",
+            per_hour,
+            {"rent": per_hour},
+            sigma_of(inst["uncertainty"]),
+            basis,
+            warning=warning,
+            extra={"instance": inst["name"], "instances": n},
+        )
+
+
+def _month(date: str) -> str:
+    """An instance price's date as its month ("November 2026"): when it was read, said as people say it."""
+    import datetime
+
+    try:
+        return datetime.date.fromisoformat(date).strftime("%B %Y")
+    except ValueError:
+        return date
+
+
+def _catalog_entry_price(gpu: str) -> float | None:
+    from clustersim import catalog
+
+    try:
+        return catalog.gpu(gpu).price_per_gpu_hour
+    except InputError:
+        return None
+
+
+def _per_gpu_hour(gpu: str) -> float | None:
+    """A GPU's rate per GPU-hour where no instance sells it: its catalog entry's price_per_gpu_hour, else
+    prices.yaml's on-demand rate (AWS list prices per GPU, 2024)."""
+    from clustersim.report.prices import gpu_price
+
+    return gpu_price(gpu)
+
+
+def rate_source(gpu: str) -> str:
+    return "its catalog entry" if _catalog_entry_price(gpu) is not None else "prices.yaml, on-demand per GPU"
+
+
+class Own:
+    """Bought servers and network amortised over the years at the utilisation, plus power."""
+
+    model = "own"
+
+    def __init__(self, ownership: dict[str, Any], network: dict[str, Any] | None):
+        self.o, self.network = ownership, network
+
+    def describe(self) -> str:
+        o = self.o
+        net = "not priced (--network-prices none)" if self.network is None else self.network["source"]
+        return (
+            f"owned: servers ({o['source']}) and network ({net}) amortised over {o['amortisation_years']:g} "
+            f"years at {100 * o['utilisation']:.0f}% utilisation, plus power at each node's draw x PUE "
+            f"{o['pue']:g} x ${o['usd_per_kwh']:g}/kWh"
+        )
+
+    def server(self, gpu: str) -> dict[str, Any]:
+        entry = self.o["servers"].get(gpu)
+        if entry is None:
+            priced = ", ".join(sorted(self.o["servers"])) or "none"
+            raise InputError(
+                f"no server price for {gpu} in {self.o['source']} (priced: {priced}); add it to a copy "
+                "(--own-prices FILE) or price it as rented (--cost rent)",
+                key="--cost",
+            )
+        return entry
+
+    def capital(self, cluster: dict[str, Any]) -> tuple[float, float]:
+        """USD of servers and of network bought for ``cluster``."""
+        nodes = int(cluster["nodes"])
+        s = self.server(cluster["gpu"])
+        servers = nodes * int(cluster["gpus_per_node"]) / s["gpus"] * s["price"]
+        network = 0.0 if self.network is None else nodes * network_capex_per_node(cluster, self.network)
+        return servers, network
+
+    def price(self, cluster: dict[str, Any]) -> Price:
+        o, s = self.o, self.server(cluster["gpu"])
+        life_h = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"]
+        servers, network = self.capital(cluster)
+        per_node_kw = int(cluster["gpus_per_node"]) / s["gpus"] * s["power_kw"]
+        power = int(cluster["nodes"]) * per_node_kw * o["pue"] * o["usd_per_kwh"]
+        parts = {"servers": servers / life_h, "network": network / life_h, "power": power}
+        total = sum(parts.values())
+        sig_power = math.sqrt(
+            sigma_of(s["power_uncertainty"]) ** 2
+            + sigma_of(o["pue_uncertainty"]) ** 2
+            + sigma_of(o["usd_per_kwh_uncertainty"]) ** 2
+        )
+        spread = {
+            "servers": sigma_of(s["uncertainty"]),
+            "network": sigma_of(NETWORK_UNCERTAINTY),
+            "power": sig_power,
+        }
+        sigma = math.sqrt(sum((parts[k] / total * spread[k]) ** 2 for k in parts)) if total > 0 else 0.0
+        note = f"{per_node_kw:g} kW per node x PUE {o['pue']:g} x ${o['usd_per_kwh']:g}/kWh"
+        basis = (
+            f"owned: ${servers + network:,.0f} capital amortised over {o['amortisation_years']:g} years at "
+            f"{100 * o['utilisation']:.0f}% utilisation + power ({note})"
+        )
+        return Price(
+            "own",
+            total,
+            parts,
+            sigma,
+            basis,
+            capital=servers + network,
+            extra={"years": o["amortisation_years"], "utilisation": o["utilisation"], "power_note": note},
+        )
+
+
+def auto_model(
+    gpus: set[str],
+    price: float | None = None,
+    network: Any = "default",
+    instance: str | None = None,
+    instances: str | None = None,
+    own_prices: str | None = None,
+):
+    """The model a command uses when none is asked for: owned, when the ownership catalog prices every
+    GPU among ``gpus``; else rented (one model for every row, never a mix), saying which GPU it lacks."""
+    model = cost_model(None, price, network, instance, instances, own_prices)
+    if isinstance(model, Own):
+        missing = sorted(g for g in gpus if g not in model.o["servers"])
+        if missing:
+            rent = Rent(load_instances(instances))
+            rent.reason = f"{model.o['source']} has no server price for {', '.join(missing)}"
+            return rent
+    return model
+
+
+def cost_model(
+    kind: str | None = None,
+    price: float | None = None,
+    network: Any = "default",
+    instance: str | None = None,
+    instances: str | None = None,
+    own_prices: str | None = None,
+):
+    """The cost model a command asked for: ``kind`` "own" or "rent" (default: "rent" when --price or
+    --instance is given, else "own"); ``network`` the network price catalog for owned clusters
+    ("default", a path, or None for servers and power only)."""
+    if kind is None:
+        kind = "rent" if price is not None or instance is not None else "own"
+    if kind not in MODELS:
+        raise InputError(f"must be own or rent, got {kind!r}", key="--cost")
+    if kind == "rent":
+        return Rent(load_instances(instances), instance, price)
+    if price is not None or instance is not None:
+        raise InputError(
+            "--price and --instance price a rented cluster; drop them or use --cost rent", key="--cost"
+        )
+    net = None if network is None else network_catalog(None if network == "default" else str(network))
+    return Own(load_ownership(own_prices), net)

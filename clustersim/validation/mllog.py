@@ -1,0 +1,96 @@
+"""Seconds per training step from MLPerf Training result logs, the way the multinode_scale dataset's
+MLPerf rows were read (so a new round's submission can be added the same way):
+
+    python -m clustersim.validation.mllog results/<system>/gpt3/result_*.txt
+
+MLPerf scores time-to-train, which mixes the step with evaluation, warm-up and convergence; the
+simulator predicts a step. The logs give the step two ways. NeMo's GPT-3 code of rounds v3.0 and v3.1
+prints one ``tracked_stats`` line per step with ``train_step_timing`` (seconds): the step is their
+median over every step of every run. Later rounds' logs print none; there each training block
+(``block_start`` .. ``block_stop``, between evaluations) lasts ``time_ms`` from start to stop over
+``epoch_count`` tokens, i.e. epoch_count / (global_batch_size x max_sequence_length) steps: the step
+is the median over runs of each run's median block, leaving out the first block (it includes the
+first steps' warm-up). A block also counts the few milliseconds between steps that
+train_step_timing leaves out (0.2-2.5% longer on the v3.1 logs that have both)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+MARK = ":::MLLOG"
+
+
+def events(text: str) -> list[dict]:
+    """The MLLOG events of one log, in order (lines that are not MLLOG JSON are skipped)."""
+    out = []
+    for line in text.splitlines():
+        if MARK not in line:
+            continue
+        try:
+            out.append(json.loads(line.split(MARK, 1)[1]))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def logged(evs: list[dict], key: str):
+    """The value of the last event named ``key`` (global_batch_size, max_sequence_length, ...)."""
+    return next((e["value"] for e in reversed(evs) if e.get("key") == key), None)
+
+
+def train_step_timings(evs: list[dict]) -> list[float]:
+    """Every ``train_step_timing`` the log prints, in seconds (NeMo's per-step timer)."""
+    return [
+        e["value"]["train_step_timing"]
+        for e in evs
+        if e.get("key") == "tracked_stats"
+        and isinstance(e.get("value"), dict)
+        and "train_step_timing" in e["value"]
+    ]
+
+
+def block_step_times(evs: list[dict]) -> list[float]:
+    """Seconds per step of each training block after the first: its duration over its steps."""
+    gbs, seq = logged(evs, "global_batch_size"), logged(evs, "max_sequence_length") or 1
+    if not gbs:
+        return []
+    out, start = [], None
+    for e in evs:
+        if e.get("key") == "block_start":
+            start = e
+        elif e.get("key") == "block_stop" and start is not None:
+            tokens = (e.get("metadata") or {}).get("epoch_count")
+            if tokens:
+                out.append((e["time_ms"] - start["time_ms"]) / 1000 / (tokens / (gbs * seq)))
+            start = None
+    return out[1:]
+
+
+def step_time(texts: list[str]) -> tuple[float, str]:
+    """The submission's seconds per step from its runs' logs, and how it was read."""
+    runs = [events(t) for t in texts]
+    timings = [x for evs in runs for x in train_step_timings(evs)]
+    if timings:
+        return statistics.median(timings), f"train_step_timing, median of {len(timings)} steps"
+    per_run = [statistics.median(b) for b in map(block_step_times, runs) if b]
+    if not per_run:
+        raise ValueError("the logs have neither train_step_timing lines nor timed training blocks")
+    return statistics.median(per_run), f"block timing, median of {len(per_run)} runs' median blocks"
+
+
+def main(paths: list[str]) -> None:
+    texts = [Path(p).read_text(encoding="utf-8") for p in paths]
+    seconds, how = step_time(texts)
+    evs = events(texts[0])
+    print(
+        f"{seconds:.4f} s per step ({how}); global batch {logged(evs, 'global_batch_size')}, "
+        f"accumulation {logged(evs, 'gradient_accumulation_steps')}, "
+        f"sequence {logged(evs, 'max_sequence_length')}"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - a maintainer's tool
+    main(sys.argv[1:])

@@ -1,0 +1,158 @@
+"""The seed systems' own results (validation/seeds.yaml) and what they need: ZeRO-3's offloaded
+gradient path as DeepSpeed moves it (blocking vs asynchronous copies), and rows whose metric is not
+their dataset's, or that compare two configurations of one optimizer (``baseline_changes``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.api import load_scenario
+from clustersim.simulator import simulate
+from clustersim.validation.published import Dataset, load_dataset, validate
+
+
+def _dos(**changes):
+    return load_scenario("preset:offload-dos-7b-h100").with_changes(**changes)
+
+
+def test_blocking_gradient_copy_stalls_backward_and_async_hides_part_of_it():
+    """DeepSpeed 0.13's blocking copy_ (upcast on the CPU through pageable memory, the host waiting)
+    is slower than the asynchronous copy on the reduction stream, and neither beats the run with no
+    gradient traffic at all (the same program on an infinitely fast link is the compute-only bound)."""
+    blocking = simulate(_dos(**{"training.offload.gradient_copy": "blocking"}))
+    asynchronous = simulate(_dos(**{"training.offload.gradient_copy": "async"}))
+    assert blocking.iteration_time > asynchronous.iteration_time
+    compute = asynchronous.breakdown["forward"] + asynchronous.breakdown["backward"]
+    assert asynchronous.iteration_time > compute
+
+
+@pytest.mark.parametrize("copy", ["blocking", "async"])
+def test_more_pcie_bandwidth_is_never_slower(copy):
+    gen4 = simulate(_dos(**{"training.offload.gradient_copy": copy, "cluster.intra_node.pcie_gen": 4}))
+    gen5 = simulate(_dos(**{"training.offload.gradient_copy": copy, "cluster.intra_node.pcie_gen": 5}))
+    assert gen5.iteration_time <= gen4.iteration_time
+
+
+def test_blocking_copy_adds_the_pageable_copy_and_the_upcast_on_the_compute_stream():
+    """Closed form of the blocking path's host time: the 16-bit gradients through pageable memory
+    (pageable_copy_fraction of the pinned rate) and a DRAM pass of 2 + 8 bytes per element; nothing
+    else runs beside them (backward waits), so they take their standalone time."""
+    from clustersim.catalog import hardware_defaults
+    from clustersim.simulator.context import build_context
+
+    s = _dos(**{"training.offload.gradient_copy": "blocking"})
+    ops = [op for op in simulate(s).ops if "host blocked" in op.name]
+    ctx = build_context(s)
+    host, params = ctx.host, ctx.params
+    pageable = (
+        min(host.pcie, host.switch_share, host.dram_share / 2) * hardware_defaults()["pageable_copy_fraction"]
+    )
+    expected = params * 2 / pageable + params * 10 / host.dram_share
+    assert sum(op.end - op.start for op in ops) == pytest.approx(expected, rel=1e-3)
+    assert all(op.stream == "compute" for op in ops)
+
+
+def test_a_speedup_between_identical_configurations_is_one():
+    data = load_dataset("seeds")
+    row = next(r for r in data.rows if r.baseline_changes)
+    same = row.model_copy(update={"baseline_changes": dict(row.changes)})
+    patched = data.model_copy(update={"rows": [same]})
+    from clustersim.validation import published
+
+    original = published.load_dataset
+    published.load_dataset = lambda name: patched
+    try:
+        (result,) = validate("seeds", samples=0).rows
+    finally:
+        published.load_dataset = original
+    assert result.predicted == pytest.approx(1.0)
+
+
+def test_rows_check_their_own_metric():
+    base = {"name": "x", "description": "x", "source": "x", "scenario": "preset:default"}
+    with pytest.raises(ValueError, match="baseline"):
+        Dataset.model_validate(
+            {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "metric": "speedup"}]}
+        )
+    with pytest.raises(ValueError, match="speedup rows only"):
+        Dataset.model_validate(
+            {
+                **base,
+                "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "baseline_changes": {"a": 1}}],
+            }
+        )
+
+
+def test_seeds_binsgdm_rows_are_the_binsgdm_datasets_predictions():
+    seeds = {r.label: r for r in validate("seeds", samples=0).rows}
+    binsgdm = validate("binsgdm_speedups", samples=0).rows
+    ours = sorted(r.predicted for r in seeds.values() if r.label and r.label.startswith("BinSGDM"))
+    assert ours == pytest.approx(sorted(r.predicted for r in binsgdm))
+
+
+def test_end_to_end_speedup_weighs_the_warmup_stage_as_amdahl_says():
+    """A speedup row with ``warmup`` w: Tb / (w Tw + (1 - w) Tc), each stage simulated; with a warmup
+    step as fast as the baseline's it is 1 / (w + (1 - w)/s)."""
+    from clustersim.planner.compare import end_to_end_speedup
+
+    data = load_dataset("seeds")
+    row = next(r for r in data.rows if r.warmup is not None)
+    base = load_scenario(row.scenario).with_changes(**{**row.changes, "cluster.nodes": row.gpus // 4})
+    opts = data.optimizer_options["onebit-adam"]
+    tb = simulate(
+        base.with_changes(**{"training.optimizer": "adam", "training.optimizer_options": {}})
+    ).iteration_time
+    tc = simulate(
+        base.with_changes(**{"training.optimizer": "onebit-adam", "training.optimizer_options": opts})
+    )
+    tw = simulate(
+        base.with_changes(
+            **{"training.optimizer": "onebit-adam", "training.optimizer_options": {**opts, "stage": "warmup"}}
+        )
+    )
+    w = row.warmup
+    expected = tb / (w * tw.iteration_time + (1 - w) * tc.iteration_time)
+    (got,) = [r for r in validate("seeds", samples=0).rows if r.label == row.label]
+    assert got.predicted == pytest.approx(expected, rel=1e-9)
+    # the warmup stage is Adam: close to the baseline's step, so Amdahl's closed form holds nearly
+    amdahl = end_to_end_speedup(w, tb / tc.iteration_time)
+    assert got.predicted == pytest.approx(amdahl, rel=0.02)
+    assert 1.0 < got.predicted < tb / tc.iteration_time
+
+
+def test_warmup_is_for_speedup_rows_only():
+    base = {"name": "x", "description": "x", "source": "x", "scenario": "preset:default"}
+    with pytest.raises(ValueError, match="speedup rows only"):
+        Dataset.model_validate(
+            {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "warmup": 0.1}]}
+        )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training.offload.mode": "none"},
+        {"training.sharding": {"stage": 2}},
+        {"training.sharding": {"stage": 3, "framework": "fsdp"}},
+    ],
+)
+def test_blocking_gradient_copy_is_refused_outside_deepspeed_zero3_offload(changes):
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        _dos(**changes)
+    assert err.value.key == "training.offload.gradient_copy"
+
+
+def test_offload_plan_compares_modes_on_a_blocking_gradient_copy_preset(runner):
+    """`offload plan` runs the scenario without offload too, where the offloaded gradient path (and
+    its blocking copy) does not exist."""
+    import json
+
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["offload", "plan", "preset:offload-dos-7b-h100", "--json"])
+    assert r.exit_code == 0, r.output
+    modes = json.loads(r.stdout)["modes"]
+    assert modes["none"]["fits"] is False and "does not fit" in modes["none"]["why"]
+    assert modes["interleaved"]["iteration_time_s"] < modes["zero"]["iteration_time_s"]

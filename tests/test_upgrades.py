@@ -1,0 +1,129 @@
+"""`plan --have`: the owned cluster's options, their capital, time to train and payback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from clustersim.cli import app
+from clustersim.planner.upgrades import _payback, capital, load_have, options
+from clustersim.report.costing import cost_model
+from clustersim.scenario import load_scenario
+
+TEAM = "examples/team-a100-40gb-25gbe.yaml"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def test_options_and_their_capital_by_hand():
+    have = load_scenario(TEAM)
+    own, rent = cost_model("own"), cost_model("rent")
+    opts = options(have, rent, own.network)
+    kinds = [o["option"] for o in opts]
+    assert kinds[0] == "keep" and "upgrade NICs" in kinds and "add nodes" in kinds and "rent" in kinds
+    by_what = {o["what"]: o for o in opts}
+    assert capital(own, have, by_what["to 100 Gb/s Ethernet per node"]) == pytest.approx(
+        16 * (713 + 330 + 372)
+    )
+    assert capital(own, have, by_what["to 200 Gb/s InfiniBand per node"]) == pytest.approx(
+        16 * (925 + 660 + 458)
+    )
+    # adding 16 nodes buys 16 DGX A100 (less adapters) and 16 more 25 GbE ports
+    assert capital(own, have, by_what["16 more nodes"]) == pytest.approx(16 * (192_600 + 423 + 83 + 246))
+    assert capital(own, have, opts[0]) == 0.0
+    assert {o["instance"] for o in opts if o["option"] == "rent"} == {"p4d.24xlarge", "Standard_ND96asr_v4"}
+    assert not any("25 Gb/s" in o["what"] for o in opts if o["option"] == "upgrade NICs")  # only faster
+
+
+def test_payback_by_hand():
+    """An upgrade of $24,000 saving 2 h of a 20 h run on a cluster worth $100/h: $200 saved per run, 120
+    runs; $2,400 per day of training saved, 10 days. Power the option adds comes off the saving."""
+
+    class Kept:
+        per_hour = 100.0
+
+    rows = [
+        {"option": "keep", "ttt_h": 20.0, "capital": 0.0, "power_per_h": 10.0},
+        {"option": "upgrade NICs", "ttt_h": 18.0, "capital": 24_000.0, "power_per_h": 10.0},
+        {"option": "add nodes", "ttt_h": 19.0, "capital": 1_000.0, "power_per_h": 30.0},
+        {"option": "rent", "ttt_h": 10.0, "capital": 0.0, "power_per_h": 0.0},
+    ]
+    _payback(rows, Kept())
+    up, more, rented = rows[1], rows[2], rows[3]
+    assert up["saved_h"] == 2.0 and up["payback_runs"] == pytest.approx(120.0)
+    assert up["payback_days"] == pytest.approx(24_000 / (24 * 100))
+    # 1 h x $100 saved, 19 h x $20 more power: it never pays back
+    assert more["payback_days"] is None and more["never_pays_back"]
+    assert rented["payback_days"] is None and rented["saved_h"] == 10.0
+
+
+def test_plan_have_prints_every_option_with_its_capital_and_payback(runner):
+    args = ["plan", "--model", "BERT-Large", "--steps", "20000", "--deadline", "30d", "--samples", "2"]
+    r = runner.invoke(app, [*args, "--have", TEAM])
+    assert r.exit_code == 0, r.output
+    for word in ("keep", "upgrade NICs", "add nodes", "rent", "$22,640", "$32,688", "p4d.24xlarge"):
+        assert word in r.stdout
+    d = json.loads(runner.invoke(app, [*args, "--have", TEAM, "--json"]).stdout)
+    rows = d["options"]
+    keep = next(o for o in rows if o["option"] == "keep")
+    for o in rows:
+        assert o["ttt_h"] > 0 and o["run_cost"] > 0 and o["capital"] >= 0
+        assert (
+            o["ttt_p10_h"] <= o["ttt_h"] <= o["ttt_p90_h"]
+            and o["run_cost_p10"] <= o["run_cost"] <= o["run_cost_p90"]
+        )
+        if o["option"] == "upgrade NICs":  # more bandwidth is never slower (each option's fastest optimizer)
+            assert o["ttt_h"] <= keep["ttt_h"] * (1 + 1e-9)
+            assert o["cost_basis"].startswith("owned: $")
+        if o["option"] == "rent":
+            assert o["cost_basis"].startswith("rented at $") and o["payback_days"] is None
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        ({"name": "x"}, "cluster"),
+        (
+            {"cluster": {"nodes": 4, "gpus_per_node": 8, "gpu": "A100-40GB", "nic": {"kind": "ib"}}},
+            "cluster.nic.kind",
+        ),
+        ({"cluster": {"nodes": -1, "gpus_per_node": 8, "gpu": "A100-40GB"}}, "cluster.nodes"),
+    ],
+)
+def test_a_malformed_have_file_is_one_line_naming_file_and_key(runner, tmp_path, content, key):
+    path = tmp_path / "have.yaml"
+    path.write_text(yaml.safe_dump(content))
+    r = runner.invoke(
+        app, ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d", "--have", str(path)]
+    )
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert str(path) in r.output and key in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_load_have_keeps_the_plan_base_but_the_cluster_and_the_teams_code(tmp_path):
+    base = load_scenario("preset:default").with_changes(**{"workload.model": "GPT-2-1.5B"})
+    path = tmp_path / "have.yaml"
+    path.write_text(yaml.safe_dump({"cluster": yaml.safe_load(Path(TEAM).read_text())["cluster"]}))
+    have = load_have(path, base)
+    assert have.cluster.gpu == "A100-40GB" and have.cluster.nodes == 16
+    assert have.workload.model == base.workload.model and have.workload.precision == base.workload.precision
+    team = load_have(Path(TEAM), base)  # its workload: the team's kernels and precision, --model's model
+    assert team.workload.model == "GPT-2-1.5B" and team.workload.pointwise == "fused"
+    assert team.workload.precision == "fp16" and team.workload.micro_batch == 16
+
+
+def test_options_that_miss_the_deadline_are_marked(runner):
+    args = ["plan", "--model", "GPT-2-1.5B", "--steps", "100000", "--global-batch", "4096", "--samples", "0"]
+    r = runner.invoke(app, [*args, "--deadline", "40h", "--have", TEAM])
+    assert r.exit_code == 0, r.output
+    marked = [line for line in r.stdout.splitlines() if line.split()[:2] in (["keep", "*"], ["add", "nodes"])]
+    assert any(line.startswith("keep *") for line in marked)  # 59.6 h: past 40 h
+    assert any(line.startswith("add nodes ") and " * " not in line for line in marked)  # 32.5 h meets it
+    assert "* misses the deadline or the budget" in r.stdout
