@@ -458,10 +458,10 @@ def plan_cmd(
     console.print(f"[dim]cost: {result['pricing']}[/]", highlight=False)
     for line in result["text"]:
         console.print(f"  • {line}")
-    if chosen_flops(result["chosen"]):
-        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
     for name, why in result["optimizers_not_run"].items():
         console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
+    if chosen_flops(result["chosen"]):
+        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
         console.print(
