@@ -28,14 +28,36 @@ from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile
 NOTHING_FITS = {"micro_batch": 1}
 
 
-def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[dict[str, Any]]:
+def with_layouts(
+    base, rows: list[dict[str, Any]], steps: int, global_batch: int, workers: int = 1
+) -> list[dict[str, Any]]:
     """Each candidate row once per layout worth simulating on it (layout_search.py): itself when data
     parallelism fits, else its ZeRO and tensor x pipeline layouts that fit (sequence parallel, 1F1B or
     interleaved). A row that cannot be resolved stays as it is, to be recorded with its reason; one where
     nothing fits even at micro-batch 1 is simulated there (NOTHING_FITS). Rows that come to the same
     scenario (a candidates file varying tensor x pipeline names a layout the search also finds for
-    another row) are kept once."""
+    another row) are kept once. The search runs on ``workers`` processes (0: every core), in chunks
+    of rows; the order is the rows' own."""
+    base_json = base.model_dump(mode="json")
+    with _pool(workers) as pool:
+        size = max(1, -(-len(rows) // (4 * pool.size)))
+        chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
+        found = pool.starmap(_layouts_of, [(base_json, chunk, steps, global_batch) for chunk in chunks])
     out, seen = [], set()
+    for row, key in (pair for chunk in found for pair in chunk):
+        if key is None or key not in seen:
+            out.append(row)
+            seen.add(key)
+    return out
+
+
+def _layouts_of(base_json: dict, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[tuple]:
+    """(row with a layout, its scenario as JSON or None when it cannot be resolved) for each layout worth
+    simulating on each of ``rows`` (with_layouts)."""
+    from clustersim.scenario import validate_scenario
+
+    base = validate_scenario(base_json, source="base")
+    out = []
     for values in rows:
         try:
             resolve_row(base, values, steps, global_batch)  # a row that cannot run is recorded as it is
@@ -48,9 +70,7 @@ def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int
                 key = resolve_row(base, row, steps, global_batch).model_dump_json()
             except InputError:
                 key = None  # recorded with its reason
-            if key is None or key not in seen:
-                out.append(row)
-                seen.add(key)
+            out.append((row, key))
     return out
 
 
@@ -281,6 +301,12 @@ class _pool:
         ]
         return [f.result() for f in jobs]
 
+    def starmap(self, fn, args_list: list[tuple]) -> list:
+        """``fn(*args)`` for each, on the workers (in this process with one)."""
+        if self.executor is None or len(args_list) < 2:
+            return [fn(*args) for args in args_list]
+        return [f.result() for f in [self.executor.submit(fn, *args) for args in args_list]]
+
 
 SCHEDULE = "training.parallelism.schedule"
 _LAYOUT_KEYS = ("training.parallelism.", "training.sharding.", "workload.activation_checkpointing")
@@ -483,7 +509,7 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
-    rows = with_layouts(base, candidates, steps, global_batch)
+    rows = with_layouts(base, candidates, steps, global_batch, workers)
     pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
     if pinned is not base:
         note = "Megatron layouts among the candidates: every candidate priced as framework code"
@@ -617,20 +643,49 @@ def _add_bands(
     samples: int,
     workers: int,
 ) -> None:
-    """Re-simulate candidates with parameter draws (one per worker at a time); each one's time-to-train
-    band in hours, scaled from the step's band as the report scales it (analysis.enrich), so it holds
-    the row's own step count, and its cost band (analysis.set_cost_band)."""
-    values = [next(v for v in rows if _same_row(v, row)) for row in chosen_rows]
+    """Each candidate's time-to-train band in hours, scaled from its step's band as the report scales it
+    (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
+    The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
+    the same estimator), its draws shared out over the workers so that every core stays busy."""
+    from clustersim.simulator.runner import band_samples
+    from clustersim.simulator.uncertainty import Interval
+
     with _pool(workers) as pool:
-        banded_rows = pool.map(base_json, values, steps, global_batch, samples)
-    for row, banded in zip(chosen_rows, banded_rows):
-        lo, hi, mid = (
-            banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
-        )
-        if lo is not None and hi is not None and mid:
-            row["ttt_p10_h"] = row["ttt_h"] * lo / mid
-            row["ttt_p90_h"] = row["ttt_h"] * hi / mid
-            analysis.set_cost_band(row)
+        parts = pool.size
+        jobs = [(row["scenario"], samples, k, parts) for row in chosen_rows for k in range(parts)]
+        done = pool.starmap(_band_draws, jobs)
+        for i, row in enumerate(chosen_rows):
+            mine = done[i * parts : (i + 1) * parts]
+            times = [t for part, _ in mine for t in part]
+            ops = max(n for _, n in mine)
+            if band_samples(samples, ops)[0] == samples:
+                lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
+            else:  # a program too large for every draw: the band `run` gives it, from fewer draws
+                values = next(v for v in rows if _same_row(v, row))
+                (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
+                lo, hi, mid = (
+                    banded.get(k)
+                    for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
+                )
+            if lo is not None and hi is not None and mid:
+                row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+                row["ttt_p90_h"] = row["ttt_h"] * hi / mid
+                analysis.set_cost_band(row)
+
+
+def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
+    """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
+    ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
+    from clustersim.scenario import validate_scenario
+    from clustersim.simulator import simulate
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.runner import ops_of_last_run
+    from clustersim.simulator.uncertainty import perturbations
+
+    s = validate_scenario(scenario_json, source="row")
+    draws = perturbations(build_context(s), samples)[part::parts]
+    times = [simulate(s, perturbation=p).iteration_time for p in draws]
+    return times, ops_of_last_run()
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -110,6 +110,11 @@ MAX_BAND_OP_RUNS = 2_000_000
 _ops_per_run: ContextVar[int] = ContextVar("ops_per_run", default=0)
 
 
+def ops_of_last_run() -> int:
+    """The ops of the last program this context ran (what band_samples weighs)."""
+    return _ops_per_run.get()
+
+
 def band_samples(samples: int, ops: int) -> tuple[int, str | None]:
     """The draws the band can afford for a program of ``ops`` ops, and a note when fewer than asked."""
     fit = MAX_BAND_OP_RUNS // max(ops, 1)
