@@ -21,8 +21,8 @@ from clustersim.simulator.result import SimulationResult
 
 # The optimizers `compare` puts side by side when none are named: the CLI's default.
 DEFAULT_OPTIMIZERS = ("adam", "onebit-adam", "zero-one-adam", "binsgdm")
-# Draws of the uncertain parameters per comparison cell and plan candidate: the CLI's defaults.
-DEFAULT_SAMPLES = 8
+# Draws of the uncertain parameters per band: every command's default (simulator.uncertainty).
+DEFAULT_SAMPLES = 32
 
 
 def _dataframe(records: list[dict[str, Any]]):
@@ -146,7 +146,7 @@ class Comparison:
         )
 
     def to_dataframe(self):
-        return _dataframe([r.as_dict() for r in self.rows])
+        return _dataframe([r.to_dict() for r in self.rows])
 
 
 def _as_argument(exc: InputError) -> InputError:
@@ -208,7 +208,8 @@ def compare(
     bandwidth at ``break_even_at`` GPUs (default: the largest count; 0 skips it). ``global_batch``
     keeps the samples per step the same at every count; ``steps`` (a count, a mapping per optimizer or
     the command's text) and ``warmup`` give the time to train, as the command's options do."""
-    from clustersim.planner.compare import break_evens_or_reason, check_request
+    from clustersim.planner.breakeven import break_evens_or_reason
+    from clustersim.planner.compare import check_request
     from clustersim.planner.compare import compare as _compare
 
     # read once: a generator is used up by the first pass over it
@@ -227,7 +228,9 @@ def compare(
             s, names, counts, steps, warmup, profile, samples=samples, baseline=base,
             global_batch=global_batch,
         )  # fmt: skip
-        evens, why_none = break_evens_or_reason(s, names, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, names, at, profile, samples, base, global_batch, request.plan, warmup
+        )
     except InputError as exc:
         raise _as_argument(exc) from None
     return Comparison(rows, names, counts, base, global_batch, evens, at or None, why_none)
@@ -290,11 +293,13 @@ class Plan:
 
     @property
     def chosen(self) -> dict[str, Any] | None:
-        return self.summary["chosen"]
+        """The chosen candidate by its own numbers (plain data: ``json.dumps`` takes it), as
+        ``to_dict()["chosen"]``; None when nothing meets the constraints."""
+        return self.to_dict()["chosen"]
 
     @property
     def runners_up(self) -> list[dict[str, Any]]:
-        return list(self.summary["runners_up"])
+        return self.to_dict()["runners_up"]
 
     @property
     def text(self) -> list[str]:
@@ -315,9 +320,10 @@ class Plan:
 
 def plan(
     model: str,
-    steps: int,
+    steps: "int | None",
     deadline: str | float,
     *,
+    tokens: int | None = None,
     budget: float | None = None,
     candidates: str | Path | None = None,
     global_batch: int = 1024,
@@ -327,7 +333,8 @@ def plan(
 ) -> Plan:
     """``clustersim plan``: the cheapest candidate cluster, optimizer and layout that trains ``model``
     for ``steps`` steps of ``global_batch`` samples within ``deadline`` (``"5d"``, ``"72h"``, or hours
-    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid)."""
+    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid).
+    ``tokens`` instead of ``steps`` (give None): tokens / (global batch x sequence length) steps."""
     from clustersim.planner.planning import plan as _plan
     from clustersim.report.build import parse_duration
 
@@ -335,5 +342,16 @@ def plan(
     if not 0 < hours < float("inf"):
         raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
     path = None if candidates is None else Path(candidates)
-    summary = _plan(model, steps, hours, budget, path, global_batch, price, profile=profile, samples=samples)
+    summary = _plan(
+        model,
+        steps,
+        hours,
+        budget,
+        path,
+        global_batch,
+        price,
+        profile=profile,
+        samples=samples,
+        tokens=tokens,
+    )
     return Plan(summary)

@@ -489,7 +489,7 @@ def compare(
         help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps).",
     ),
     samples: int = typer.Option(
-        8,
+        32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
         "--samples",
         min=0,
         max=1000,
@@ -522,12 +522,8 @@ def compare(
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
     optimizer beats the baseline."""
-    from clustersim.planner.compare import (
-        break_evens_or_reason,
-        check_request,
-        comparison_as_json,
-        notes_by_cells,
-    )
+    from clustersim.planner.breakeven import break_evens_or_reason
+    from clustersim.planner.compare import check_request, comparison_as_json, notes_by_cells
     from clustersim.planner.compare import compare as run_compare
 
     finite_option(warmup, "--warmup", positive=False)
@@ -547,7 +543,9 @@ def compare(
         rows = _some_simulated(
             run_compare(*run_args, samples=samples, baseline=base, global_batch=global_batch), s
         )
-        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, opts, at, profile, samples, base, global_batch, plan, warmup
+        )
         emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at))
         return
     done = [0]
@@ -568,14 +566,16 @@ def compare(
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at} GPUs")
-        evens, why_none = break_evens_or_reason(s, opts, at, profile, samples, base, global_batch)
+        evens, why_none = break_evens_or_reason(
+            s, opts, at, profile, samples, base, global_batch, plan, warmup
+        )
     console.print(compare_header(s, settings), markup=False, highlight=False)
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
             console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
-        console.print(f"break-even at {at} GPUs: {b.optimizer} vs {b.baseline} — {b.describe()}")
+        console.print(f"break-even at {at} GPUs: {b.describe()}", markup=False, highlight=False)
     if why_none:
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
@@ -738,12 +738,14 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
     console.print(
         table(
             "Throughput and bytes per node per step",
-            ["GPUs", "optimizer", "samples/s", "intra-node", "inter-node"],
+            ["GPUs", "optimizer", "samples/s", "MFU", "tok/s/GPU", "intra-node", "inter-node"],
             [
                 [
                     r.gpus,
                     r.optimizer,
                     f"{r.samples_per_s:,.0f}",
+                    dash if r.mfu is None else f"{100 * r.mfu:.0f}%",
+                    dash if r.tokens_per_s_per_gpu is None else f"{r.tokens_per_s_per_gpu:,.0f}",
                     format_bytes(r.intra_node_bytes),
                     format_bytes(r.inter_node_bytes),
                 ]

@@ -175,15 +175,16 @@ def test_global_batch_must_split(tmp_path):
 
 
 def test_a_folder_begun_before_new_columns_resumes_in_its_own_columns(tmp_path):
-    """results.csv written by an older clustersim (without the hottest_link and nic_count columns) is
-    resumed with its own header: appended rows stay aligned and the whole file reads back."""
+    """results.csv written by an older clustersim (without the hottest_link, nic_count, mfu and
+    tokens_per_s_per_gpu columns) is resumed with its own header: appended rows stay aligned and the
+    whole file reads back."""
     from clustersim.sweeps.store import read_results
 
     sweep = load_sweep(write(tmp_path))
     run_sweep(sweep, tmp_path / "out", batch_size=1, stop_after=3)
     path = tmp_path / "out" / "results.csv"
     with path.open(newline="") as fh:
-        old = [r[:-3] for r in csv.reader(fh)]  # drop the three newest columns, as an older version wrote
+        old = [r[:-5] for r in csv.reader(fh)]  # drop the five newest columns, as an older version wrote
     assert old[0][-1] == "gpu_hours"
     with path.open("w", newline="") as fh:
         csv.writer(fh).writerows(old)

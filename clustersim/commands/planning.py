@@ -44,7 +44,7 @@ def sweep(
         max=1000,
         help=(
             "Draws of the uncertain parameters per row for the P10–P90 columns (default: the sweep file's "
-            "`samples`, 8); 0 turns them off and runs about 9x faster."
+            "`samples`, 32); 0 turns them off and runs about 33x faster."
         ),
     ),
     json_out: bool = JsonOpt,
@@ -116,6 +116,29 @@ def _say_invalid(out: Path) -> None:
     console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
     for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
         console.print(f"  {n} x {shortened(reason, 200)}")
+
+
+def _whole_tokens(tokens: float | None) -> int | None:
+    """--tokens as a whole count (300e9 reads as a float)."""
+    from clustersim.errors import InputError
+
+    if tokens is None:
+        return None
+    if not (tokens > 0 and tokens < 2**63 and float(tokens).is_integer()):
+        raise InputError(f"tokens must be a positive whole number, got {tokens:g}", key="--tokens")
+    return int(tokens)
+
+
+def _mfu(row: dict) -> str:
+    return "—" if row.get("mfu") is None else f"{100 * row['mfu']:.0f}%"
+
+
+def chosen_flops(row: dict | None) -> str | None:
+    """MFU and tokens/s per GPU of a plan's choice, as run reports them (model FLOPs, no recomputation)."""
+    if row is None or row.get("mfu") is None:
+        return None
+    tokens = row.get("tokens_per_s_per_gpu")
+    return f"{100 * row['mfu']:.1f}% MFU" + (f", {tokens:,.0f} tokens/s per GPU" if tokens else "")
 
 
 NetworkPricesOpt = typer.Option(
@@ -342,6 +365,12 @@ def plan_cmd(
         help="Training steps: 100000 or per optimizer (adam=100000,binsgdm=110000); default: the "
         "candidates file's `steps`.",
     ),
+    tokens: Optional[float] = typer.Option(
+        None,
+        "--tokens",
+        help="Training tokens instead of --steps (300e9 or 300000000000): steps = tokens / (global batch "
+        "x the model's sequence length), rounded up.",
+    ),
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
     budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
     candidates: Optional[Path] = typer.Option(
@@ -371,7 +400,7 @@ def plan_cmd(
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = typer.Option(
-        8,
+        32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
         "--samples",
         min=0,
         max=1000,
@@ -392,6 +421,7 @@ def plan_cmd(
     price_option(price, "--price")
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
+        "tokens": _whole_tokens(tokens),
         "profile": profile,
         "samples": samples,
         "baseline": baseline,
@@ -401,6 +431,12 @@ def plan_cmd(
     if have is not None:
         extra["json_out"] = json_out
     if have is not None:
+        if tokens is not None:
+            from clustersim.errors import InputError
+
+            raise InputError(
+                "--have takes --steps (the owned cluster's options at a step count)", key="--tokens"
+            )
         _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget)
         return
     if json_out:
@@ -424,16 +460,19 @@ def plan_cmd(
         console.print(f"  • {line}")
     for name, why in result["optimizers_not_run"].items():
         console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
+    if chosen_flops(result["chosen"]):
+        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
         console.print(
             table(
                 "Runners-up (also meet the constraints)",
-                ["optimizer", "cluster", "hours", "cost", "vs the choice"],
+                ["optimizer", "cluster", "MFU", "hours", "cost", "vs the choice"],
                 [
                     [
                         r["optimizer"],
                         r["cluster"],
+                        _mfu(r),
                         f"{r['ttt_h']:,.1f}"
                         + (
                             f" ({r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f})"
@@ -450,6 +489,11 @@ def plan_cmd(
         )
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+    if result.get("pruned"):
+        console.print(
+            f"[dim]{result['pruned']} candidates not simulated: their compute-only lower bound could be "
+            "neither among the cheapest that meet the constraints nor the fastest[/]"
+        )
     if result["interleaved_not_simulated"]:
         console.print(
             f"[dim]{result['interleaved_not_simulated']} interleaved layouts not simulated: their 1F1B twin "

@@ -281,7 +281,7 @@ def table(
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 SamplesOpt = typer.Option(
-    16,
+    32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
     "--samples",
     min=0,
     max=1000,
@@ -417,6 +417,14 @@ def ms(t: float) -> str:
 
 
 _progress_shown = threading.Event()  # set when a command shows progress of its own (the heartbeat stops)
+# When the command started (heartbeat): every phase's "elapsed" counts from it, so a command of several
+# phases (compare's simulations, then its break-even) does not restart its clock at each.
+_command_start: list[float | None] = [None]
+
+
+def command_elapsed_origin() -> float:
+    """The monotonic time a command's elapsed time counts from (now, outside a command)."""
+    return _command_start[0] if _command_start[0] is not None else time.monotonic()
 
 
 @contextmanager
@@ -430,6 +438,7 @@ def heartbeat(label: str, disabled: bool = False):
     _progress_shown.clear()
     stop = threading.Event()
     start = time.monotonic()
+    _command_start[0] = start
 
     def beat() -> None:
         wait = HEARTBEAT_AFTER_S
@@ -445,6 +454,7 @@ def heartbeat(label: str, disabled: bool = False):
     finally:
         stop.set()
         thread.join()
+        _command_start[0] = None
 
 
 class PlainProgress:
@@ -466,7 +476,8 @@ class PlainProgress:
         _progress_shown.set()
         self.done = 0
         self.message: str | None = None
-        self.start = self.last_print = time.monotonic()
+        self.phase_start = self.last_print = time.monotonic()
+        self.start = command_elapsed_origin()  # elapsed: the command's; the estimate left: this phase's
         self._step = 0  # the last 10% mark printed
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -483,7 +494,8 @@ class PlainProgress:
             return f"{self.label}: {count}{elapsed:,.1f} s elapsed"
         text = f"{self.label}: {self.done:,}/{self.total:,}{unit}, {elapsed:,.1f} s elapsed"
         if 0 < self.done < self.total:
-            text += f", ~{elapsed / self.done * (self.total - self.done):,.0f} s left"
+            mine = time.monotonic() - self.phase_start
+            text += f", ~{mine / self.done * (self.total - self.done):,.0f} s left"
         return text
 
     def _print(self) -> None:
@@ -565,6 +577,7 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=total)
+        _count_from_command_start(bar, task)
 
         def update(done: int, total: int | None = None) -> None:
             if total is None:
@@ -573,6 +586,13 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
                 bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def _count_from_command_start(bar, task) -> None:
+    """A rich bar's elapsed time from the command's start, not this phase's (rich's clock is monotonic)."""
+    started = bar._tasks[task].start_time
+    if started is not None:
+        bar._tasks[task].start_time = started - (time.monotonic() - command_elapsed_origin())
 
 
 @contextmanager
@@ -599,4 +619,5 @@ def spinner(description: str, disabled: bool = False):
         disable=disabled,
     ) as bar:
         task = bar.add_task(description, total=None)
+        _count_from_command_start(bar, task)
         yield lambda message: bar.update(task, description=str(message)[:70])

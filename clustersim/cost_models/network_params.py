@@ -112,6 +112,43 @@ class NetworkParams:
             self, hop_s=hop, bw_eff=bw, base_s=base, op_bw_eff=opbw, op_latency_scale=oplat, pacing_cv=pace
         )
 
+    def dimensions(self, classes: tuple[str, ...] = ()) -> int:
+        """Independent standard normals one draw of ``from_normals`` consumes: the calibrated
+        parameters and the residual scatter (when calibrated), then a bandwidth and a hop latency per
+        class the calibration did not measure."""
+        own = len(self.names) + 1 if self.names else 0
+        return own + 2 * sum(1 for c in classes if c not in self.calibrated_classes)
+
+    def from_normals(self, z: np.ndarray, classes: tuple[str, ...] = ()) -> list["NetworkParams"]:
+        """One parameter set per row of ``z`` (standard normals, ``dimensions(classes)`` columns), as
+        ``sample`` draws them: the same distribution, from points the caller chose (quasi-random draws,
+        simulator/uncertainty.py) instead of a generator's."""
+        z = np.atleast_2d(np.asarray(z, dtype=float))
+        col = 0
+        if self.names:
+            k = len(self.names)
+            w, v = np.linalg.eigh(np.asarray(self.log_cov, dtype=float))
+            root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root @ root.T
+            draws = np.asarray(self.log_mean) + z[:, :k] @ root.T
+            scales = np.exp(self.residual_sigma * z[:, k])
+            col = k + 1
+            calibrated = [
+                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
+                for row, s in zip(draws, scales)
+            ]
+        else:
+            calibrated = [self] * len(z)
+        own = [c for c in classes if c not in self.calibrated_classes]
+        out = []
+        for i, params in enumerate(calibrated):
+            bw, hop = dict(params.bw_eff), dict(params.hop_scale)
+            for j, cls in enumerate(own):
+                sigma = DEFAULT_SIGMA["bw_eff.net" if cls.startswith("net_") else "bw_eff.intra"]
+                bw[cls] = bw.get(cls, 1.0) * math.exp(sigma * z[i, col + 2 * j])
+                hop[cls] = hop.get(cls, 1.0) * math.exp(DEFAULT_SIGMA["hop_s"] * z[i, col + 2 * j + 1])
+            out.append(replace(params, bw_eff=bw, hop_scale=hop))
+        return out
+
     def sample(
         self, rng: np.random.Generator, n: int, classes: tuple[str, ...] = ()
     ) -> list["NetworkParams"]:

@@ -1,16 +1,18 @@
-"""Break-even bandwidth: the NIC bandwidth below which a compressed optimizer beats its baseline.
+"""Break-even bandwidth: the NIC line rate below which a compressed optimizer trains faster than its baseline.
 
-Compression trades kernel time on the GPU for bytes on the network, so on a given cluster and model
-there is one effective per-NIC bandwidth b* where the compressed step and the baseline step take the
-same time: below b* compression wins, above it loses. It is found by bisection on log(bandwidth) of
-``t_compressed(b) / t_baseline(b) - 1``, each side a full simulation with the scenario's NIC delivering
-``b`` (``cluster.nic.effective_gbps``; what iperf or ib_write_bw would measure, not the line rate).
+One definition, used by ``compare``, ``report``, ``plan`` and the API alike: the **line rate per NIC**
+(``cluster.nic.line_rate_gbps``, what a NIC is sold as) at which the **whole run** of the compressed
+optimizer (its steps, 1-bit Adam's warm-up stage at its own speed, 0/1 Adam's schedule fitted to its
+steps) takes as long as the baseline's whole run (its steps). Below it compression wins, above it loses.
+It is found by bisection on log(line rate) of ``T_compressed(b) / T_baseline(b) - 1``, each side a full
+simulation. A scenario whose NIC has a measured ``effective_gbps`` keeps its measured efficiency
+(effective / line rate) at every line rate tried; otherwise the kind's protocol efficiency applies
+(catalogs hardware defaults). What each NIC then delivers (``effective_gbps``, what iperf or
+ib_write_bw would measure) is given beside it as a labelled extra, never instead of it.
 
 Its interval pairs the two simulations under the same parameter draw (simulator/uncertainty.py):
 both optimizers run on the same hardware, so what is uncertain about the hardware moves both, and
-only what differs between them (compression kernels vs bytes) widens b*. The compressed optimizer's
-compression-stage step is compared; a warmup run at the baseline's speed (1-bit Adam) leaves b*
-unchanged, since w·t_base + (1-w)·t_c = t_base exactly when t_c = t_base.
+only what differs between them (compression kernels vs bytes) widens b*.
 """
 
 from __future__ import annotations
@@ -18,46 +20,92 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from clustersim.catalog import nic_line_rate_at_least
+from clustersim.catalog import hardware_defaults, nic_line_rate_at_least
+from clustersim.errors import InputError
+from clustersim.planner.compare import (
+    StepsPlan,
+    choose_baseline,
+    is_uncompressed,
+    mean_step_time,
+    scenario_for_optimizer,
+    split_global_batch,
+    warmup_fraction,
+)
 from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
-from clustersim.simulator.uncertainty import Interval, perturbations
+from clustersim.simulator.strategies import registry
+from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, perturbations
 
-SEARCH_GBPS = (0.01, 10_000.0)  # 10 Mb/s .. 10 Tb/s per NIC: beyond any NIC sold
-NOMINAL_STEPS = 14  # bisection steps over the full range: 2^-14 of 6 decades = 0.04% in bandwidth
-SAMPLE_STEPS = 9  # per parameter draw, inside a bracket of 16x around the nominal answer
+# 100 Mb/s .. 10 Tb/s line rate per NIC: beyond any NIC sold, and within the scenario's limits at any
+# efficiency down to 10% (limits.link_gbps_min 0.01 Gb/s delivered, nic_line_rate_gbps 10,000)
+SEARCH_GBPS = (0.1, 10_000.0)
+# Bisection stops when the bracket is this narrow in log(bandwidth): 0.02%, so that two callers that
+# start from different brackets (compare's whole range, report's swept rates) agree far inside 1%.
+TOLERANCE = 2e-4
+SAMPLE_TOLERANCE = 5e-3  # per parameter draw: 0.5%, far inside a band's width
 
 
 @dataclass(frozen=True)
 class BreakEven:
+    """``gbps``: line rate per NIC (None: no crossing in SEARCH_GBPS, see ``verdict``);
+    ``effective_gbps``: what each NIC delivers at that line rate. ``steps`` / ``baseline_steps`` and
+    ``warmup``: the run it holds for (None steps: the same count for both)."""
+
     optimizer: str
     baseline: str
-    gbps: float | None  # None: no crossing in SEARCH_GBPS (see ``verdict``)
+    gbps: float | None
     verdict: str  # "crossing" | "always faster" | "never faster" | "single node"
     interval: Interval | None = None
+    effective_gbps: float | None = None
+    steps: int | None = None
+    baseline_steps: int | None = None
+    warmup: float | None = None
+    gpus: int | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "optimizer": self.optimizer,
             "baseline": self.baseline,
+            "gpus": self.gpus,
             "gbps": self.gbps,
+            "rate": "line rate per NIC, whole run",
             "verdict": self.verdict,
             "interval_gbps": self.interval.as_dict() if self.interval else None,
+            "effective_gbps": self.effective_gbps,
+            "steps": self.steps,
+            "baseline_steps": self.baseline_steps,
+            "warmup": self.warmup,
+            "text": self.describe(),
         }
 
+    as_dict = to_dict  # the name the tables' rows use too
+
+    def run_text(self) -> str:
+        """The run the break-even holds for: steps and, where it has one, the warm-up stage."""
+        if self.steps is None:
+            steps = "the same steps"
+        elif self.baseline_steps in (None, self.steps):
+            steps = f"{self.steps:,} steps"
+        else:
+            steps = f"{self.steps:,} steps against {self.baseline_steps:,}"
+        warm = f", warm-up {self.warmup:.0%}" if self.warmup is not None else ""
+        return steps + warm
+
     def describe(self) -> str:
+        who = f"{self.optimizer} vs {self.baseline}"
         if self.verdict == "single node":
-            return "no network in a single node"
-        # the search varies what each NIC delivers (cluster.nic.effective_gbps), and compares steps
+            return f"{who}: no network in a single node"
+        run = f"over the whole run ({self.run_text()})"
         if self.verdict == "always faster":
-            return f"faster per step at every effective NIC bandwidth up to {SEARCH_GBPS[1]:,.0f} Gb/s"
+            return f"{who}: faster {run} at every line rate per NIC up to {SEARCH_GBPS[1]:,.0f} Gb/s"
         if self.verdict == "never faster":
-            return f"slower per step at every effective NIC bandwidth down to {SEARCH_GBPS[0]} Gb/s"
+            return f"{who}: slower {run} at every line rate per NIC down to {SEARCH_GBPS[0]} Gb/s"
         band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
-        return f"faster per step below {_gbps(self.gbps)} Gb/s effective per NIC{band}"
+        eff = ""
+        if self.effective_gbps:  # the labelled extra: what iperf would measure on such a NIC
+            eff = f"; each NIC then delivers {_gbps(self.effective_gbps)} Gb/s effective"
+        return f"{who}: faster {run} below {_gbps(self.gbps)} Gb/s line rate per NIC{band}{eff}"
 
 
 def _gbps(x: float) -> str:
@@ -65,22 +113,60 @@ def _gbps(x: float) -> str:
 
 
 def _at(scenario: Scenario, gbps: float) -> Scenario:
+    """The scenario with NICs of ``gbps`` line rate, delivering what such a NIC does: its measured
+    efficiency (effective / line rate) where the scenario has one, else the kind's protocol efficiency.
+    An InfiniBand port runs at one of its generations' rates (scenario._check_nic_product), so a rate
+    between two is simulated as the next generation's port delivering that rate's share: the search
+    stays continuous and on real products."""
     nic = scenario.cluster.nic
-    # a faster NIC than the scenario's where needed, at a rate such NICs are sold at
-    line = max(nic.line_rate_gbps, nic_line_rate_at_least(nic.kind, gbps))
-    return scenario.with_changes(**{"cluster.nic.line_rate_gbps": line, "cluster.nic.effective_gbps": gbps})
+    line = nic_line_rate_at_least(nic.kind, gbps)
+    changes: dict = {"cluster.nic.line_rate_gbps": line}
+    if nic.effective_gbps is not None or line != gbps:
+        changes["cluster.nic.effective_gbps"] = gbps * _efficiency(scenario)
+    return scenario.with_changes(**changes)
 
 
-def _ratio(compressed: Scenario, baseline: Scenario, gbps: float, profile, perturbation) -> float:
-    tc = simulate(_at(compressed, gbps), profile, perturbation=perturbation).iteration_time
-    tb = simulate(_at(baseline, gbps), profile, perturbation=perturbation).iteration_time
-    return tc / tb
+def _efficiency(scenario: Scenario) -> float:
+    nic = scenario.cluster.nic
+    if nic.effective_gbps is not None:
+        return nic.effective_gbps / nic.line_rate_gbps
+    return hardware_defaults()["nic"][nic.kind]
 
 
-def _bisect(compressed, baseline, profile, perturbation, lo: float, hi: float, steps: int) -> float:
-    """log-space bisection for ratio == 1, assuming ratio(lo) < 1 <= ratio(hi)."""
+def effective_at(scenario: Scenario, gbps: float) -> float:
+    """What one NIC of ``gbps`` line rate delivers, in Gb/s (topologies.node.nic_bandwidth's rule)."""
+    return gbps * _efficiency(scenario)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One side of the comparison: a scenario and the steps of its whole run (None: the same for both,
+    so only the mean step counts) with its warm-up fraction (1-bit Adam's warm-up stage)."""
+
+    scenario: Scenario
+    steps: int | None = None
+    warmup: float | None = None
+
+    def time(self, gbps: float, profile, perturbation) -> float:
+        s = _at(self.scenario, gbps)
+        name = s.training.optimizer
+        step = simulate(s, profile, perturbation=perturbation).iteration_time
+        warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
+        warm = None
+        if warm_opts is not None:
+            warm_s = s.with_changes(**{"training.optimizer_options": warm_opts})
+            warm = simulate(warm_s, profile, perturbation=perturbation).iteration_time
+        return (self.steps or 1) * mean_step_time(name, step, warm, self.warmup)
+
+
+def _ratio(compressed: Run, baseline: Run, gbps: float, profile, perturbation) -> float:
+    return compressed.time(gbps, profile, perturbation) / baseline.time(gbps, profile, perturbation)
+
+
+def _bisect(compressed, baseline, profile, perturbation, lo: float, hi: float, tol: float) -> float:
+    """log-space bisection for ratio == 1, assuming ratio(lo) < 1 <= ratio(hi), to ``tol`` in log."""
     a, b = math.log(lo), math.log(hi)
-    for _ in range(steps):
+    while b - a > tol:
         mid = 0.5 * (a + b)
         if _ratio(compressed, baseline, math.exp(mid), profile, perturbation) < 1.0:
             a = mid
@@ -90,32 +176,120 @@ def _bisect(compressed, baseline, profile, perturbation, lo: float, hi: float, s
 
 
 def break_even(
-    compressed: Scenario, baseline: Scenario, profile=None, samples: int = 8, seed: int = 0
+    compressed: Scenario,
+    baseline: Scenario,
+    profile=None,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    *,
+    steps: int | None = None,
+    baseline_steps: int | None = None,
+    warmup: float | None = None,
+    bracket: tuple[float, float] | None = None,
 ) -> BreakEven:
-    """The effective per-NIC bandwidth where ``compressed`` and ``baseline`` take equally long per step."""
+    """The line rate per NIC where ``compressed`` and ``baseline`` train equally long (module docstring).
+    ``steps`` and ``baseline_steps``: each side's run (None: the same); ``warmup``: 1-bit Adam's warm-up
+    fraction (compare.warmup_fraction; None: the default). ``bracket``: two line rates known to lie
+    either side of the crossing (a sweep's rates), which only saves simulations: the answer is the same."""
+    from clustersim.planner.compare import DEFAULT_WARMUP
+
     opt, base = compressed.training.optimizer, baseline.training.optimizer
+    has_warmup = registry.get(opt).warmup_options(compressed.training.optimizer_options) is not None
+    w = (DEFAULT_WARMUP if warmup is None else warmup) if has_warmup else None
+    if steps is not None and baseline_steps is None:
+        baseline_steps = steps
+    if steps is None and baseline_steps is not None:
+        steps = baseline_steps
+    found = dict(optimizer=opt, baseline=base, steps=steps, baseline_steps=baseline_steps, warmup=w)
+    found["gpus"] = compressed.cluster.world_size
     if compressed.cluster.nodes <= 1:
-        return BreakEven(opt, base, None, "single node")
+        return BreakEven(**found, gbps=None, verdict="single node")
+    comp, ref = Run(compressed, steps, w), Run(baseline, baseline_steps)
     lo, hi = SEARCH_GBPS
-    r_lo = _ratio(compressed, baseline, lo, profile, None)
-    r_hi = _ratio(compressed, baseline, hi, profile, None)
-    if r_hi < 1.0:
-        return BreakEven(opt, base, None, "always faster")
-    if r_lo >= 1.0:
-        return BreakEven(opt, base, None, "never faster")
-    nominal = _bisect(compressed, baseline, profile, None, lo, hi, NOMINAL_STEPS)
+    if bracket is not None and _ratio(comp, ref, bracket[0], profile, None) < 1.0 <= _ratio(
+        comp, ref, bracket[1], profile, None
+    ):
+        nominal = _bisect(comp, ref, profile, None, *bracket, TOLERANCE)
+    else:
+        if _ratio(comp, ref, hi, profile, None) < 1.0:
+            return BreakEven(**found, gbps=None, verdict="always faster")
+        if _ratio(comp, ref, lo, profile, None) >= 1.0:
+            return BreakEven(**found, gbps=None, verdict="never faster")
+        nominal = _bisect(comp, ref, profile, None, lo, hi, TOLERANCE)
     interval = None
     if samples > 0:
         ctx = build_context(compressed, profile)
-        found = []
+        draws = []
         for p in perturbations(ctx, samples, seed):
             a, b = max(lo, nominal / 16), min(hi, nominal * 16)
-            if _ratio(compressed, baseline, a, profile, p) >= 1.0:
-                found.append(a)
-            elif _ratio(compressed, baseline, b, profile, p) < 1.0:
-                found.append(b)
+            if _ratio(comp, ref, a, profile, p) >= 1.0:
+                draws.append(a)
+            elif _ratio(comp, ref, b, profile, p) < 1.0:
+                draws.append(b)
             else:
-                found.append(_bisect(compressed, baseline, profile, p, a, b, SAMPLE_STEPS))
-        q = np.quantile(found, [0.1, 0.5, 0.9])
-        interval = Interval(float(q[0]), float(q[1]), float(q[2]), len(found))
-    return BreakEven(opt, base, nominal, "crossing", interval)
+                draws.append(_bisect(comp, ref, profile, p, a, b, SAMPLE_TOLERANCE))
+        interval = Interval.of(draws)
+    eff = effective_at(compressed, nominal)
+    return BreakEven(**found, gbps=nominal, verdict="crossing", interval=interval, effective_gbps=eff)
+
+
+def break_evens_or_reason(
+    scenario: Scenario,
+    optimizers: list[str],
+    gpus: int,
+    profile=None,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
+    baseline: str | None = None,
+    global_batch: int | None = None,
+    steps: "int | str | StepsPlan | None" = None,
+    warmup: float | None = None,
+) -> tuple[list, str | None]:
+    """Break-even line rate per NIC (breakeven.py: the whole run at ``steps`` and ``warmup``, as the
+    table's time to train) of each compressed optimizer against the baseline (``choose_baseline``: the
+    scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at ``gpus`` GPUs (0: none asked
+    for); and why some are missing: a scenario that cannot be simulated at that count, or one optimizer
+    that cannot run there, is the table's footnote, not the end of the comparison (the other optimizers
+    keep theirs)."""
+    if not gpus:
+        return [], None
+    base = choose_baseline(scenario.training.optimizer, baseline)
+    plan = StepsPlan.parse(steps)
+    try:
+        w = warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base), warmup)
+        sized = scenario.with_world_size(gpus)
+        if global_batch:
+            sized = split_global_batch(sized, global_batch, key="--global-batch")
+        base_steps = plan and plan.of(base, base)
+        baseline_scenario = scenario_for_optimizer(sized, base, base_steps)
+    except InputError as exc:
+        return [], exc.message
+    out, missing = [], []
+    for name in optimizers:
+        if is_uncompressed(name):
+            continue
+        try:
+            n = plan and plan.of(name, base)
+            comp = scenario_for_optimizer(sized, name, n)
+            found = break_even(
+                comp, baseline_scenario, profile, samples, steps=n, baseline_steps=base_steps, warmup=w
+            )
+            out.append(found)
+        except InputError as exc:
+            missing.append(f"{name}: {exc.message}")
+    return out, "; ".join(missing) or None
+
+
+def span_text(evens: list[BreakEven]) -> str | None:
+    """Break-evens of one optimizer over several clusters (a report's sweep) as one phrase: the range of
+    their line rates and the GPU counts where they cross; None when none crosses."""
+    crossing = [b for b in evens if b.verdict == "crossing"]
+    if not crossing:
+        return None
+    rates = sorted(b.gbps for b in crossing)
+    sizes = sorted({b.gpus for b in crossing})
+    span = _gbps(rates[0]) if len(rates) == 1 else f"{_gbps(rates[0])}–{_gbps(rates[-1])}"
+    where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+    return (
+        f"it trains faster than {crossing[0].baseline} over the whole run ({crossing[0].run_text()}) only "
+        f"below {span} Gb/s line rate per NIC (at {where} GPUs)"
+    )

@@ -63,13 +63,19 @@ class CompareRow:
     # the GPU waiting on its host's dispatch (run's "exposed host"), apart from communication
     exposed_host_s: float | None = None
     notes: list[str] = field(default_factory=list)  # the simulation's notes (run prints the same)
+    # model FLOPs utilisation and tokens/s per GPU (a transformer's), as run computes them
+    mfu: float | None = None
+    tokens_per_s_per_gpu: float | None = None
 
     @classmethod
     def failed(cls, gpus: int, optimizer: str, error: str) -> "CompareRow":
         return cls(gpus, optimizer, *([None] * 9), error=error)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
+        """The cell as plain data (what ``compare --json`` prints per row)."""
         return asdict(self)
+
+    as_dict = to_dict  # the name this had before
 
 
 def notes_by_cells(rows: list[CompareRow]) -> list[str]:
@@ -443,6 +449,8 @@ def _row(s: Scenario, gpus: int, name: str, steps: int | None, w: float, profile
         inter_node_bytes=r.bytes_per_link_kind["inter_node_per_node"],
         steps=steps,
         notes=list(r.notes),
+        mfu=(r.extra.get("model_flops") or {}).get("mfu"),
+        tokens_per_s_per_gpu=(r.extra.get("model_flops") or {}).get("tokens_per_s_per_gpu"),
     )
     warm_opts = registry.get(name).warmup_options(s.training.optimizer_options)
     if warm_opts is not None:
@@ -468,10 +476,7 @@ def paired_band(
     time-to-train speedup, draw by draw under the same parameter draws (simulator/uncertainty.py): what
     is uncertain about the hardware moves both, so only what differs between them widens the band. An
     optimizer with a warmup stage (1-bit Adam) has that stage simulated under the same draws too."""
-    import numpy as np
-
     from clustersim.simulator.runner import paired_times
-    from clustersim.simulator.uncertainty import QUANTILES
 
     name, base_name = other.training.optimizer, baseline.training.optimizer
     scenarios = [baseline, other]
@@ -481,58 +486,24 @@ def paired_band(
     times = paired_times(scenarios, profile, samples, seed)
     tb, to = times[0], times[1]
     out = {
-        "iteration": _p10_p90(np.quantile(to, QUANTILES)),
-        "speedup": _p10_p90(np.quantile(tb / to, QUANTILES)),
+        "iteration": _p10_p90(to),
+        "speedup": _p10_p90(tb / to),
     }
     if steps is not None:
         warm = times[2] if warm_opts is not None else None
         w = DEFAULT_WARMUP if warmup is None else warmup
         per_step = to if warm is None else w * warm + (1 - w) * to
         ratio = steps.of(base_name, base_name) * tb / (steps.of(name, base_name) * per_step)
-        out["ttt_speedup"] = _p10_p90(np.quantile(ratio, QUANTILES))
+        out["ttt_speedup"] = _p10_p90(ratio)
     return out
 
 
-def _p10_p90(q) -> tuple[float, float]:
-    return float(q[0]), float(q[-1])
+def _p10_p90(draws) -> tuple[float, float]:
+    """The draws' P10-P90 as every band is read (uncertainty.Interval.of)."""
+    from clustersim.simulator.uncertainty import Interval
 
-
-def break_evens_or_reason(
-    scenario: Scenario,
-    optimizers: list[str],
-    gpus: int,
-    profile=None,
-    samples: int = 8,
-    baseline: str | None = None,
-    global_batch: int | None = None,
-) -> tuple[list, str | None]:
-    """Break-even NIC bandwidth (breakeven.py) of each compressed optimizer against the baseline
-    (``choose_baseline``: the scenario's uncompressed optimizer, e.g. Adam for BinSGDM on BERT), at
-    ``gpus`` GPUs (0: none asked for); and why some are missing: a scenario that cannot be simulated at
-    that count, or one optimizer that cannot run there, is the table's footnote, not the end of the
-    comparison (the other optimizers keep theirs)."""
-    from clustersim.planner.breakeven import break_even
-
-    if not gpus:
-        return [], None
-    base = choose_baseline(scenario.training.optimizer, baseline)
-    try:
-        sized = scenario.with_world_size(gpus)
-        if global_batch:
-            sized = split_global_batch(sized, global_batch, key="--global-batch")
-        baseline_scenario = scenario_for_optimizer(sized, base, None)
-    except InputError as exc:
-        return [], exc.message
-    out, missing = [], []
-    for name in optimizers:
-        if is_uncompressed(name):
-            continue
-        try:
-            comp = scenario_for_optimizer(sized, name, None)
-            out.append(break_even(comp, baseline_scenario, profile, samples))
-        except InputError as exc:
-            missing.append(f"{name}: {exc.message}")
-    return out, "; ".join(missing) or None
+    iv = Interval.of(draws)
+    return iv.p10, iv.p90
 
 
 def comparison_as_json(
@@ -547,8 +518,8 @@ def comparison_as_json(
     return {
         "baseline": baseline,
         "global_batch": global_batch,
-        "rows": [r.as_dict() for r in rows],
-        "break_even": [b.as_dict() | {"gpus": break_even_gpus} for b in evens],
+        "rows": [r.to_dict() for r in rows],
+        "break_even": [b.to_dict() | {"gpus": break_even_gpus} for b in evens],
         "break_even_error": why_no_break_even,
         "notes": notes_by_cells(rows),
     }

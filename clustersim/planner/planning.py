@@ -7,6 +7,7 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +17,7 @@ from clustersim.errors import InputError
 from clustersim.io import load_yaml
 from clustersim.planner.layout_search import candidate_layouts, layout_label
 from clustersim.report import analysis, costing
+from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
 from clustersim.sweeps.run import simulate_row
 from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row, row_id
@@ -26,14 +28,36 @@ from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile
 NOTHING_FITS = {"micro_batch": 1}
 
 
-def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[dict[str, Any]]:
+def with_layouts(
+    base, rows: list[dict[str, Any]], steps: int, global_batch: int, workers: int = 1
+) -> list[dict[str, Any]]:
     """Each candidate row once per layout worth simulating on it (layout_search.py): itself when data
     parallelism fits, else its ZeRO and tensor x pipeline layouts that fit (sequence parallel, 1F1B or
     interleaved). A row that cannot be resolved stays as it is, to be recorded with its reason; one where
     nothing fits even at micro-batch 1 is simulated there (NOTHING_FITS). Rows that come to the same
     scenario (a candidates file varying tensor x pipeline names a layout the search also finds for
-    another row) are kept once."""
+    another row) are kept once. The search runs on ``workers`` processes (0: every core), in chunks
+    of rows; the order is the rows' own."""
+    base_json = base.model_dump(mode="json")
+    with _pool(workers) as pool:
+        size = max(1, -(-len(rows) // (4 * pool.size)))
+        chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
+        found = pool.starmap(_layouts_of, [(base_json, chunk, steps, global_batch) for chunk in chunks])
     out, seen = [], set()
+    for row, key in (pair for chunk in found for pair in chunk):
+        if key is None or key not in seen:
+            out.append(row)
+            seen.add(key)
+    return out
+
+
+def _layouts_of(base_json: dict, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[tuple]:
+    """(row with a layout, its scenario as JSON or None when it cannot be resolved) for each layout worth
+    simulating on each of ``rows`` (with_layouts)."""
+    from clustersim.scenario import validate_scenario
+
+    base = validate_scenario(base_json, source="base")
+    out = []
     for values in rows:
         try:
             resolve_row(base, values, steps, global_batch)  # a row that cannot run is recorded as it is
@@ -46,9 +70,7 @@ def with_layouts(base, rows: list[dict[str, Any]], steps: int, global_batch: int
                 key = resolve_row(base, row, steps, global_batch).model_dump_json()
             except InputError:
                 key = None  # recorded with its reason
-            if key is None or key not in seen:
-                out.append(row)
-                seen.add(key)
+            out.append((row, key))
     return out
 
 
@@ -58,31 +80,232 @@ def simulate_rows(
     steps: int,
     global_batch: int,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[dict[str, Any]], int]:
+    prune: "Pruning | None" = None,
+) -> tuple[list[dict[str, Any]], int] | tuple[list[dict[str, Any]], int, int]:
     """Simulate the rows, the interleaved ones last and only those that could still be the fastest
     layout on their cluster (where the fastest is also the cheapest): the interleaved schedule removes
     idle pipeline time, not work, so a row whose 1F1B twin spends at least the cluster's best step time
     computing (and updating) on its critical rank cannot win, and is not simulated. Returns the records
-    and how many rows were skipped so."""
+    and how many rows were skipped so. With ``prune`` (a plan's constraints), rows go in order of their
+    cost's lower bound, and a row whose lower bounds (planner.bounds) can make it neither one of the
+    cheapest that meet the constraints nor the fastest is not simulated either; the rows are then
+    simulated on every core, and the count of those pruned comes third."""
     later = [r for r in rows if r.get(SCHEDULE) == "interleaved"]
     first = [r for r in rows if r.get(SCHEDULE) != "interleaved"]
+    if prune is not None:
+        return _simulate_pruned(base_json, first, later, steps, global_batch, progress, prune)
     records: list[dict[str, Any]] = []
     fastest: dict[str, float] = {}
     skipped = 0
     for i, values in enumerate(first + later):
-        twin = _one_f_one_b_twin(values, records) if values.get(SCHEDULE) == "interleaved" else None
-        if twin is not None and _busy_s(twin) >= fastest.get(_cluster_id(values), float("inf")):
+        if _twin_cannot_win(values, records, fastest):
             skipped += 1
         else:
-            rec = simulate_row(base_json, values, steps, None, global_batch)
-            rec["layout"] = layout_label(rec["scenario"]) if "scenario" in rec else "DP"
-            records.append(rec)
-            if rec["status"] == "ok":
-                key = _cluster_id(values)
-                fastest[key] = min(fastest.get(key, float("inf")), rec["iteration_time_s"])
+            _record(records, fastest, values, simulate_row(base_json, values, steps, None, global_batch))
         if progress:
             progress(i + 1, len(rows))
     return records, skipped
+
+
+def _twin_cannot_win(values, records, fastest) -> bool:
+    twin = _one_f_one_b_twin(values, records) if values.get(SCHEDULE) == "interleaved" else None
+    return twin is not None and _busy_s(twin) >= fastest.get(_cluster_id(values), float("inf"))
+
+
+def _record(records, fastest, values, rec) -> None:
+    rec["layout"] = layout_label(rec["scenario"]) if "scenario" in rec else "DP"
+    records.append(rec)
+    if rec["status"] == "ok":
+        key = _cluster_id(values)
+        fastest[key] = min(fastest.get(key, float("inf")), rec["iteration_time_s"])
+
+
+@dataclass
+class Pruning:
+    """What a plan asks, to rule out candidates unsimulated: the cost of a row as the plan prices it
+    (``cost_of(record) -> (hours, dollars)``), the deadline and budget, and how many of the cheapest
+    rows that meet them must be exact (the choice, the runners-up and look-alikes among them)."""
+
+    cost_of: Callable[[dict[str, Any]], tuple[float, float]]
+    deadline_h: float
+    budget: float | None
+    keep: int = 10
+    workers: int = 0  # 0: every core this process may use
+
+    def meets(self, hours: float, dollars: float) -> bool:
+        return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
+
+    def could_win(self, bound: tuple[float, float] | None, met: list[float], fastest_h: float) -> bool:
+        """Whether a row with lower bounds ``bound`` (hours, dollars; None: unknown) could still be the
+        fastest, or among the ``keep`` cheapest that meet the constraints (``met``: the dollars of those
+        simulated so far, sorted), within twice the plan's equivalence margin."""
+        if bound is None:
+            return True
+        hours, dollars = bound
+        if hours < fastest_h:
+            return True
+        if not self.meets(hours, dollars):
+            return False
+        return len(met) < self.keep or dollars <= met[self.keep - 1] * (1 + 2 * EQUIVALENT_GAIN)
+
+
+def _bound_record(values: dict[str, Any], scenario, step_s: float) -> dict[str, Any]:
+    """A record as simulate_row writes it, at a step of ``step_s``: what the plan's pricing reads."""
+    c = scenario.cluster
+    return {
+        **values,
+        "row_id": row_id(values),
+        "status": "ok",
+        "world_size": c.world_size,
+        "nodes": c.nodes,
+        "gpus_per_node": c.gpus_per_node,
+        "gpu": c.gpu_name,
+        "model": scenario.workload.model or "custom",
+        "optimizer": scenario.training.optimizer,
+        "nic_kind": c.nic.kind,
+        "nic_gbps": c.nic.line_rate_gbps,
+        "nic_effective_gbps": c.nic.effective_gbps,
+        "nic_count": c.nic.count,
+        "iteration_time_s": step_s,
+        "scenario": scenario.model_dump(mode="json"),
+    }
+
+
+def _bounds(base, rows, steps, global_batch, prune: Pruning) -> dict[str, tuple[float, float]]:
+    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known."""
+    from clustersim.planner.bounds import step_time_lower_bound
+
+    out = {}
+    for values in rows:
+        try:
+            scenario = resolve_row(base, values, steps, global_batch)
+        except InputError:
+            continue  # simulated, to be recorded with its reason
+        lb = step_time_lower_bound(scenario)
+        if lb > 0:
+            out[row_id(values)] = prune.cost_of(_bound_record(values, scenario, lb))
+    return out
+
+
+def _cheapest_first(rows, bounds) -> list[dict[str, Any]]:
+    """The cheapest bounds first, so that the rows that set the bar are simulated early; and first of
+    all the one whose bound is fastest, which sets the bar for the fastest."""
+    order = sorted(rows, key=lambda v: bounds.get(row_id(v), (0.0, 0.0))[1])
+    if order:
+        quickest = min(order, key=lambda v: bounds.get(row_id(v), (float("inf"), 0.0))[0])
+        order = [quickest] + [v for v in order if v is not quickest]
+    return order
+
+
+def _missing_baselines(records, values_of, baseline: str) -> list[str]:
+    """Row ids of the baseline rows on the simulated rows' clusters that were not simulated."""
+    done = {r["row_id"] for r in records}
+    out: list[str] = []
+    for rec in records:
+        values = values_of.get(rec["row_id"])
+        if rec["status"] == "ok" and values is not None:
+            tid = row_id({**values, "optimizer": baseline})
+            if tid in values_of and tid not in done and tid not in out:
+                out.append(tid)
+    return out
+
+
+def _simulate_pruned(base_json, first, later, steps, global_batch, progress, prune: Pruning):
+    """simulate_rows with pruning (its docstring), in waves of one row per worker."""
+    from clustersim.planner.compare import choose_baseline
+    from clustersim.scenario import validate_scenario
+
+    base = validate_scenario(base_json, source="base")
+    bounds = _bounds(base, first + later, steps, global_batch, prune)
+    order = _cheapest_first(first, bounds) + later
+    total = len(order)
+    records: list[dict[str, Any]] = []
+    fastest: dict[str, float] = {}
+    met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
+    best_h = [float("inf")]
+    skipped = pruned = done = 0
+
+    def could_win(values) -> bool:
+        return prune.could_win(bounds.get(row_id(values)), met, best_h[0])
+
+    def take(values, rec) -> None:
+        _record(records, fastest, values, rec)
+        if rec["status"] == "ok":
+            hours, dollars = prune.cost_of(rec)
+            best_h[0] = min(best_h[0], hours)
+            if prune.meets(hours, dollars):
+                met.append(dollars)
+                met.sort()
+
+    with _pool(prune.workers) as pool:
+        i = 0
+        while i < len(order):
+            wave = []
+            while i < len(order) and len(wave) < pool.size:
+                values = order[i]
+                i += 1
+                if _twin_cannot_win(values, records, fastest):
+                    skipped += 1
+                elif not could_win(values):
+                    pruned += 1
+                else:
+                    wave.append(values)
+                    continue
+                done += 1
+                if progress:
+                    progress(done, total)
+            for values, rec in zip(wave, pool.map(base_json, wave, steps, global_batch)):
+                take(values, rec)
+                done += 1
+                if progress:
+                    progress(done, total)
+        # a kept row's baseline on its cluster (its speedup, "Over adam on the same cluster")
+        values_of = {row_id(v): v for v in order}
+        twins = _missing_baselines(records, values_of, choose_baseline(base.training.optimizer))
+        for tid, rec in zip(twins, pool.map(base_json, [values_of[t] for t in twins], steps, global_batch)):
+            take(values_of[tid], rec)
+            pruned -= 1
+    # in the candidates' own order, as without pruning: ties (the same cost on two networks) go the same way
+    position = {row_id(v): i for i, v in enumerate(first + later)}
+    records.sort(key=lambda r: position.get(r["row_id"], len(position)))
+    return records, skipped, pruned
+
+
+class _pool:
+    """simulate_row on ``workers`` processes (0: every core this process may use; 1: this process),
+    forked so that they start with this process's imports and catalogs."""
+
+    def __init__(self, workers: int):
+        from clustersim.sweeps.run import default_workers
+
+        self.size = workers or default_workers()
+        self.executor = None
+
+    def __enter__(self):
+        if self.size > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.executor = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+        return self
+
+    def __exit__(self, *exc):
+        if self.executor is not None:
+            self.executor.shutdown(cancel_futures=True)
+
+    def map(self, base_json, rows, steps, global_batch, samples: int = 0) -> list[dict[str, Any]]:
+        if self.executor is None or len(rows) < 2:
+            return [simulate_row(base_json, v, steps, None, global_batch, samples) for v in rows]
+        jobs = [
+            self.executor.submit(simulate_row, base_json, v, steps, None, global_batch, samples) for v in rows
+        ]
+        return [f.result() for f in jobs]
+
+    def starmap(self, fn, args_list: list[tuple]) -> list:
+        """``fn(*args)`` for each, on the workers (in this process with one)."""
+        if self.executor is None or len(args_list) < 2:
+            return [fn(*args) for args in args_list]
+        return [f.result() for f in [self.executor.submit(fn, *args) for args in args_list]]
 
 
 SCHEDULE = "training.parallelism.schedule"
@@ -128,10 +351,13 @@ def plan(
     price: float | None,
     progress: Callable[[int, int], None] | None = None,
     profile: str | None = None,
-    samples: int = 8,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
     baseline: str | None = None,
     network="default",
     costs=None,
+    workers: int = 0,
+    prune: bool = True,
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """Simulate every candidate once and choose; then give the five cheapest that meet the constraints (and
     the choice) their P10-P90 time-to-train (``samples`` draws each; banding every candidate would cost 9x
@@ -141,32 +367,53 @@ def plan(
 
     ``steps`` (an int, "adam=100000,binsgdm=110000" or a StepsPlan) and ``global_batch`` default to the
     candidates file's ``steps`` and ``global_batch``; a value given here wins, and the result says which
-    was used (``recipe``).
+    was used (``recipe``). ``tokens`` instead of ``steps``: the steps that train that many tokens,
+    tokens / (global batch x the model's sequence length), rounded up.
 
     ``costs``: the cost model (report/costing.py; default: costing.auto_model, owned where the catalog
     prices every candidate GPU, or rented at ``price`` per GPU-hour).
-    Rented without a candidates file or a flat --price, the candidates are the instances as sold."""
+    Rented without a candidates file or a flat --price, the candidates are the instances as sold.
+    ``workers``: processes that simulate (0: every core); ``prune``: skip candidates whose lower
+    bounds cannot win (planner/bounds.py; the answer is the same)."""
     sweep = candidate_sweep(candidates)
+    seq = None
+    if tokens is not None:
+        steps, seq = _steps_for_tokens(sweep, model, tokens, steps, global_batch)
     recipe = _recipe(sweep, steps, global_batch)
+    if tokens is not None:
+        recipe["notes"].append(
+            f"{tokens:,} tokens = {steps:,} steps x {recipe['global_batch']:,} samples x {seq:,} tokens "
+            "per sample (rounded up)"
+        )
     as_sold = (
         costs is not None and candidates is None and costs.model == "rent" and costs.per_gpu_hour is None
     )
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
-            sweep,
-            model,
-            recipe,
-            deadline_h,
-            budget,
-            price,
-            progress,
-            profile,
-            samples,
-            baseline,
-            network,
-            costs=costs,
-            as_sold=as_sold,
-        )
+            sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune,
+        )  # fmt: skip
+
+
+def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int | None) -> tuple[int, int]:
+    """Steps = tokens / (global batch x sequence length), rounded up: how teams state a training run."""
+    import math
+
+    from clustersim.workloads import build_workload
+
+    if steps is not None:
+        raise InputError("give --steps or --tokens, not both", key="--tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise InputError(f"tokens must be a positive whole number, got {tokens!r}", key="--tokens")
+    try:
+        spec = sweep.base.workload.model_copy(update={"model": model, "seq_len": None})
+        seq = build_workload(spec).seq_len
+    except InputError as exc:
+        raise InputError(exc.message, key="--model") from None
+    if not seq:
+        raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
+    batch = global_batch or sweep.spec.global_batch or DEFAULT_GLOBAL_BATCH
+    return max(1, math.ceil(tokens / (batch * seq))), seq
 
 
 def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
@@ -242,6 +489,8 @@ def _plan(
     network,
     costs=None,
     as_sold=False,
+    workers: int = 0,
+    prune: bool = True,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -260,25 +509,35 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
-    rows = with_layouts(base, candidates, steps, global_batch)
+    rows = with_layouts(base, candidates, steps, global_batch, workers)
     pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
     if pinned is not base:
         note = "Megatron layouts among the candidates: every candidate priced as framework code"
         recipe["notes"].append(note + " (pointwise: fused)")
     base = pinned
     base_json = base.model_dump(mode="json")
-    records, skipped = simulate_rows(base_json, rows, steps, global_batch, progress)
+
+    # the cost model is chosen from every candidate's GPU before any is simulated, so that pruning
+    # prices the rows as the plan does (a row's GPU as its scenario names it)
+    costs = costs or costing.auto_model(_candidate_gpus(base, rows), price, network)
+
+    def cost_of(record: dict[str, Any]) -> tuple[float, float]:
+        (priced,) = analysis.enrich(
+            [record], steps_plan, price, baseline=preferred, network=network, costs=costs
+        )
+        return priced["ttt_h"], priced["cost"]
+
+    pruning = Pruning(cost_of, deadline_h, budget, workers=workers) if prune else None
+    records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         _nothing_runs(records, model)
-    costs = costs or costing.auto_model({r["gpu"] for r in ok}, price, network)
     enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
     def band(chosen_rows: list[dict[str, Any]]) -> None:
-        for row in chosen_rows:
-            _add_band(row, base_json, rows, steps, global_batch, samples)
+        _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, workers)
         analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
 
     if samples > 0:
@@ -308,10 +567,11 @@ def _plan(
         "recipe_notes": recipe["notes"],
         "deadline_h": deadline_h,
         "budget": budget,
-        "candidates": len(records),
+        "candidates": len(records) + (pruned[0] if pruned else 0),
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "interleaved_not_simulated": skipped,
+        "pruned": pruned[0] if pruned else 0,
         "chosen": chosen,
         "runners_up": runners_up,
         "fastest": rec["fastest"],
@@ -320,6 +580,11 @@ def _plan(
         "optimizers_not_run": optimizers_not_run(records),
         "pricing": costs.describe(),
     }
+
+
+def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
+    """The GPU of every candidate row (the base's where a row does not set one), as the catalog names it."""
+    return {str(r["gpu"]) if isinstance(r.get("gpu"), str) else base.cluster.gpu_name for r in rows}
 
 
 def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
@@ -369,25 +634,58 @@ def _nothing_runs(records: list[dict[str, Any]], model: str) -> None:
     raise InputError(f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}")
 
 
-def _add_band(
-    row: dict[str, Any],
+def _add_bands(
+    chosen_rows: list[dict[str, Any]],
     base_json: dict,
     rows: list[dict[str, Any]],
     steps: int,
     global_batch: int,
     samples: int,
+    workers: int,
 ) -> None:
-    """Re-simulate one candidate with parameter draws; its time-to-train band in hours, scaled from the
-    step's band as the report scales it (analysis.enrich), so it holds the row's own step count."""
-    values = next(v for v in rows if _same_row(v, row))
-    banded = simulate_row(base_json, values, steps, None, global_batch, samples)
-    lo, hi, mid = (
-        banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
-    )
-    if lo is not None and hi is not None and mid:
-        row["ttt_p10_h"] = row["ttt_h"] * lo / mid
-        row["ttt_p90_h"] = row["ttt_h"] * hi / mid
-        analysis.set_cost_band(row)
+    """Each candidate's time-to-train band in hours, scaled from its step's band as the report scales it
+    (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
+    The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
+    the same estimator), its draws shared out over the workers so that every core stays busy."""
+    from clustersim.simulator.runner import band_samples
+    from clustersim.simulator.uncertainty import Interval
+
+    with _pool(workers) as pool:
+        parts = pool.size
+        jobs = [(row["scenario"], samples, k, parts) for row in chosen_rows for k in range(parts)]
+        done = pool.starmap(_band_draws, jobs)
+        for i, row in enumerate(chosen_rows):
+            mine = done[i * parts : (i + 1) * parts]
+            times = [t for part, _ in mine for t in part]
+            ops = max(n for _, n in mine)
+            if band_samples(samples, ops)[0] == samples:
+                lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
+            else:  # a program too large for every draw: the band `run` gives it, from fewer draws
+                values = next(v for v in rows if _same_row(v, row))
+                (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
+                lo, hi, mid = (
+                    banded.get(k)
+                    for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
+                )
+            if lo is not None and hi is not None and mid:
+                row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+                row["ttt_p90_h"] = row["ttt_h"] * hi / mid
+                analysis.set_cost_band(row)
+
+
+def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
+    """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
+    ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
+    from clustersim.scenario import validate_scenario
+    from clustersim.simulator import simulate
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.runner import ops_of_last_run
+    from clustersim.simulator.uncertainty import perturbations
+
+    s = validate_scenario(scenario_json, source="row")
+    draws = perturbations(build_context(s), samples)[part::parts]
+    times = [simulate(s, perturbation=p).iteration_time for p in draws]
+    return times, ops_of_last_run()
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
@@ -427,6 +725,8 @@ CANDIDATE_KEYS = (
     "gpu_cost",
     "network_cost",
     "samples_per_s",
+    "mfu",
+    "tokens_per_s_per_gpu",
     "speedup",
     "speedup_p10",
     "speedup_p90",

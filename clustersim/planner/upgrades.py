@@ -130,7 +130,7 @@ def evaluate(
     run costs (owned options: the owned model; rented ones: the instance-hours), hours saved per run and
     payback in days of training saved."""
     from clustersim.planner.compare import mean_step_time
-    from clustersim.planner.planning import _add_band, simulate_rows, with_layouts
+    from clustersim.planner.planning import _add_bands, simulate_rows, with_layouts
     from clustersim.report.analysis import cluster_label
 
     have = load_have(have_path, base)
@@ -159,7 +159,7 @@ def evaluate(
             r["ttt_h"] = steps * per_step / 3600
         best = min(mine, key=lambda r: r["ttt_h"])
         if samples > 0:
-            _add_band(best, base_json, laid, steps, global_batch, samples)
+            _add_bands([best], base_json, laid, steps, global_batch, samples, workers=1)
         cluster = _cluster(have, opt["values"])
         cluster["gpu"] = have.cluster.gpu
         priced = (rent if opt["option"] == "rent" else own).price(cluster)
@@ -226,7 +226,7 @@ def plan_have(
     global_batch: int | None,
     own: Own,
     rent: Rent,
-    samples: int = 8,
+    samples: int = 32,  # uncertainty.DEFAULT_SAMPLES
     progress: Callable[[int, int], None] | None = None,
     deadline_h: float | None = None,
     budget: float | None = None,

@@ -326,7 +326,11 @@ def convergence_caveat(rows: list[dict[str, Any]], chosen: dict[str, Any]) -> st
 
 
 def recommendation(
-    rows: list[dict[str, Any]], deadline_h: float | None = None, budget: float | None = None
+    rows: list[dict[str, Any]],
+    deadline_h: float | None = None,
+    budget: float | None = None,
+    scenarios: dict[str, Any] | None = None,
+    warmup: float | None = None,
 ) -> dict:
     """The cheapest row meeting the constraints, the fastest row, and where compression stops paying:
     at most MAX_BULLETS lines, the most important first (the choice, its speedup, the convergence
@@ -353,7 +357,7 @@ def recommendation(
             f"Fastest: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
             f"${fastest['cost']:,.0f})."
         )
-    lines += optimizer_lines(rows)
+    lines += optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
 
 
@@ -458,11 +462,16 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
     return lines
 
 
-def optimizer_lines(rows: list[dict[str, Any]], threshold: float = 1.10) -> list[str]:
+def optimizer_lines(
+    rows: list[dict[str, Any]],
+    threshold: float = 1.10,
+    scenarios: dict[str, Any] | None = None,
+    warmup: float | None = None,
+) -> list[str]:
     """One line per compressed optimizer: its speedup range over the baseline, where it drops below
     ``threshold``, and its break-even NIC rate (break_evens), de-duplicated across clusters."""
     out = []
-    evens = break_evens(rows)
+    evens = break_evens(rows, scenarios, warmup)
     for opt in sorted(o for o in {r["optimizer"] for r in rows} if not _is_baseline(o)):
         mine = [r for r in rows if r["optimizer"] == opt and r.get("speedup") is not None]
         if not mine:
@@ -485,14 +494,42 @@ def optimizer_lines(rows: list[dict[str, Any]], threshold: float = 1.10) -> list
     return out
 
 
-def break_evens(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Where a sweep over NIC rates crosses speedup 1, per compressed optimizer: the bandwidth below
-    which it beats the baseline, interpolated in log(bandwidth) between the two swept rates around the
-    crossing (`clustersim compare` bisects it with full simulations instead), given once per optimizer
-    as the range over the clusters where it crosses."""
+def break_evens(
+    rows: list[dict[str, Any]], scenarios: dict[str, Any] | None = None, warmup: float | None = None
+) -> dict[str, str]:
+    """Where a sweep over NIC line rates crosses speedup 1 (time to train, the whole run), per compressed
+    optimizer: the line rate per NIC below which it beats the baseline, given once per optimizer as the
+    range over the clusters where it crosses (break_even_crossings)."""
+    from clustersim.planner.breakeven import span_text
+
+    out = {}
+    for opt, found in break_even_crossings(rows, scenarios, warmup).items():
+        exact = [b for b in found if not isinstance(b, tuple)]
+        if exact:
+            out[opt] = span_text(exact)
+            continue
+        rates = sorted(c for c, _ in found)
+        sizes = sorted({n for _, n in found})
+        span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
+        where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+        out[opt] = (
+            f"it beats the baseline over the whole run only below about {span} Gb/s line rate per NIC "
+            f"(at {where} GPUs)"
+        )
+    return out
+
+
+def break_even_crossings(
+    rows: list[dict[str, Any]], scenarios: dict[str, Any] | None = None, warmup: float | None = None
+) -> dict[str, list]:
+    """Per compressed optimizer, each cluster (model, GPU count, GPU, NIC kind) whose swept line rates
+    cross speedup 1: the crossing ``compare`` finds (planner.breakeven.BreakEven, bisected with full
+    simulations between the two swept rates around it) where the rows' scenarios are known; for rows
+    without them (hand-made rows) a (line rate, GPUs) pair interpolated in log(line rate) between those
+    two rates."""
     groups: dict[tuple, list] = {}
     for r in rows:
-        rate = rate_of(r)
+        rate = float(r.get("nic_gbps") or 0.0)
         if (
             r.get("speedup") is not None
             and rate
@@ -501,25 +538,52 @@ def break_evens(rows: list[dict[str, Any]]) -> dict[str, str]:
         ):
             key = (r["optimizer"], r.get("model"), r["world_size"], r["gpu"], r.get("nic_kind"))
             groups.setdefault(key, []).append((rate, r))
-    found: dict[str, list[tuple[float, int]]] = {}
+    out: dict[str, list] = {}
     for (opt, _, n, _, _), pts in groups.items():
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
             if r2 > r1 and a["speedup"] >= 1.0 > b["speedup"]:
-                f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
-                found.setdefault(opt, []).append(
-                    (math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1))), n)
-                )
+                found = _exact_break_even(a, (r1, r2), scenarios or {}, warmup)
+                if found is None:
+                    f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
+                    found = (math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1))), n)
+                if isinstance(found, tuple) or found.verdict == "crossing":
+                    out.setdefault(opt, []).append(found)
                 break
-    out = {}
-    for opt, crossings in found.items():
-        rates = sorted(c for c, _ in crossings)
-        sizes = sorted({n for _, n in crossings})
-        span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
-        where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
-        kind = "effective " if any(r.get("nic_effective_gbps") for r in rows) else "line rate "
-        out[opt] = f"it beats the baseline only below about {span} Gb/s {kind}per NIC (at {where} GPUs)"
     return out
+
+
+_BREAK_EVENS: dict[str, Any] = {}  # the same crossing asked twice (plan chooses twice) is bisected once
+
+
+def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenarios: dict, warmup):
+    """planner.breakeven.break_even for a row and its baseline (their scenarios and steps), between two
+    line rates that bracket the crossing; None without both scenarios."""
+    import json
+
+    from clustersim.planner.breakeven import break_even
+    from clustersim.scenario import validate_scenario
+
+    b = row.get("baseline")
+    if b is None:
+        return None
+    mine = row.get("scenario") or scenarios.get(row.get("row_id"))
+    theirs = b.get("scenario") or scenarios.get(b.get("row_id"))
+    if mine is None or theirs is None:
+        return None
+    key = json.dumps([mine, theirs, row["steps"], b["steps"], warmup, bracket], sort_keys=True, default=str)
+    if key not in _BREAK_EVENS:
+        _BREAK_EVENS[key] = break_even(
+            validate_scenario(mine, source="row"),
+            validate_scenario(theirs, source="baseline row"),
+            None,
+            samples=0,
+            steps=row["steps"],
+            baseline_steps=b["steps"],
+            warmup=warmup,
+            bracket=bracket,
+        )
+    return _BREAK_EVENS[key]
 
 
 def by_network(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

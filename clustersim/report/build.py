@@ -32,6 +32,7 @@ class Section:
     figs: dict
     hottest_links: dict | None = None
     table: list = field(default_factory=list)
+    break_even: list = field(default_factory=list)  # planner.breakeven.BreakEven, where the sweep crosses
 
 
 def build_report(
@@ -81,7 +82,7 @@ def build_report(
         meta["scenarios"],
         costs=costs,
     )
-    n = meta.get("samples", 8) if samples is None else samples
+    n = meta.get("samples", 32) if samples is None else samples  # uncertainty.DEFAULT_SAMPLES
     analysis.add_paired_bands(rows_ok, meta["scenarios"], n, None, meta.get("warmup"))
     models = sorted({str(r.get("model")) for r in rows_ok})
     sections = []
@@ -95,7 +96,7 @@ def build_report(
 def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> Section:
     from clustersim.simulator import simulate
 
-    rec = analysis.recommendation(rows, deadline_h, budget)
+    rec = analysis.recommendation(rows, deadline_h, budget, meta["scenarios"], meta.get("warmup"))
     focus = rec["chosen"] or rec["fastest"]
     jsonl = f"{results}/scenarios.jsonl"
     if focus["row_id"] not in meta["scenarios"]:
@@ -116,7 +117,9 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
         "cost": figures.cost_vs_time(rows, rec["chosen"], suffix),
     }
     hot = hottest_links(scenario, focus_run) | {"role": "recommended" if rec["chosen"] else "fastest"}
-    return Section(model, rows, rec, figs, hot, analysis.by_network(rows))
+    crossings = analysis.break_even_crossings(rows, meta["scenarios"], meta.get("warmup"))
+    evens = [b for found in crossings.values() for b in found if not isinstance(b, tuple)]
+    return Section(model, rows, rec, figs, hot, analysis.by_network(rows), evens)
 
 
 def hottest_links(scenario, run) -> dict:
@@ -349,6 +352,7 @@ def write_report(
                     }
                     for c in sec.table
                 ],
+                "break_even": [b.to_dict() for b in sec.break_even],
             }
             for sec in sections
         },

@@ -103,10 +103,16 @@ def _too_large(scenario: Scenario, limit: int) -> str:
 
 
 # The most op runs the uncertainty band may cost: each draw re-runs the whole simulation, so a program
-# of n ops gets at most MAX_BAND_OP_RUNS // n draws (the 1T layout's 196,000 ops: 5 of the default
-# 16). Not a model constant: it keeps a band within about a minute (docs/scale-limits.md).
-MAX_BAND_OP_RUNS = 1_000_000
+# of n ops gets at most MAX_BAND_OP_RUNS // n draws (the 1T layout's 196,000 ops: 10 of the default
+# 32). Not a model constant: it keeps a band within about two minutes (docs/scale-limits.md); doubled
+# with the default draws (16 to 32) so that the programs that get every draw are the same as before.
+MAX_BAND_OP_RUNS = 2_000_000
 _ops_per_run: ContextVar[int] = ContextVar("ops_per_run", default=0)
+
+
+def ops_of_last_run() -> int:
+    """The ops of the last program this context ran (what band_samples weighs)."""
+    return _ops_per_run.get()
 
 
 def band_samples(samples: int, ops: int) -> tuple[int, str | None]:
@@ -673,6 +679,10 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     scenario = ctx.scenario
     if strategy is None:
         strategy = registry.create(ctx)
+        if ctx.offload_placement is None and scenario.training.offload.mode == "none":
+            # before the program is built: a row that does not fit costs no program (an offloaded
+            # one's placement, which its memory depends on, is made while its program is built)
+            check_fits(ctx, gpu_memory(ctx, strategy))
         steps = strategy.steps()
         memory = gpu_memory(ctx, strategy)
         check_fits(ctx, memory)

@@ -95,6 +95,9 @@ def simulate_row(
                 "global_batch": r.samples_per_iteration,
             }
         )
+        flops = r.extra.get("model_flops") or {}
+        rec["mfu"] = flops.get("mfu")
+        rec["tokens_per_s_per_gpu"] = flops.get("tokens_per_s_per_gpu")
         hot = r.extra.get("hottest_links")
         if hot:  # flow backend rows: their busiest link (issue #11)
             rec["hottest_link"], rec["hottest_link_utilisation"] = hot[0]["link"], hot[0]["utilisation"]

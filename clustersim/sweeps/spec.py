@@ -78,7 +78,7 @@ class SweepFile(BaseModel):
     global_batch: Count | None = Field(None, gt=0)
     warmup: Number | None = Field(None, ge=0, lt=1)
     samples: Count = Field(
-        8,
+        32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
         ge=0,
         le=1000,
         description="draws of the uncertain parameters per row for the "

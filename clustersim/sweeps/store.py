@@ -64,6 +64,8 @@ METRICS = [
     "hottest_link",  # flow backend rows (training.network: flow): the busiest link and its utilisation
     "hottest_link_utilisation",
     "nic_count",  # NICs per node (last: a results file written before it resumes without it)
+    "mfu",  # model FLOPs utilisation and, for a transformer, tokens/s per GPU (run's model_flops)
+    "tokens_per_s_per_gpu",
 ]
 
 

@@ -179,7 +179,7 @@ def validate_paired(
     rate: str,
     job: Job = Job(steps=32),  # noqa: B008 - frozen dataclass
     optimizers: tuple[str, ...] = PAIRED,
-    samples: int = 16,
+    samples: int = 32,
     progress=None,
     sweep_bytes: tuple[int, int] = (1 << 12, 1 << 23),
     sweep_repeat: int = 5,
@@ -244,7 +244,7 @@ def validate_paired(
     return result
 
 
-def repredict(stored: dict, source: str, samples: int = 16, progress=None) -> dict:
+def repredict(stored: dict, source: str, samples: int = 32, progress=None) -> dict:
     """A stored validation predicted again (validate.repredict); for a paired file each compressed
     row's speedup too, from the profile its row was re-predicted with, beside its stored ratios."""
     from clustersim.testbed.validate import repredict as repredict_rows

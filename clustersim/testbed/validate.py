@@ -293,7 +293,7 @@ def validate(
     rate: str,
     job: Job = Job(),  # noqa: B008 - frozen dataclass
     optimizers: tuple[str, ...] = ("adam",),
-    samples: int = 16,
+    samples: int = 32,
     progress=None,
     sweep_bytes: tuple[int, int] = (1 << 12, 1 << 23),
     sweep_repeat: int = 5,
@@ -371,7 +371,7 @@ def validate(
     }
 
 
-def repredict(stored: dict, source: str, samples: int = 16, progress=None, profiles_out=None) -> dict:
+def repredict(stored: dict, source: str, samples: int = 32, progress=None, profiles_out=None) -> dict:
     """Predict a stored validation's measured steps again with today's model: the network model refitted
     on the file's own sweep, each host count's compute and kernels from its stored calibration. The
     measurements are the file's; only the predicted columns are new. A model change is checked against

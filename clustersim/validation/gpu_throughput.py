@@ -147,7 +147,7 @@ def rows_for_profile(rows: list[ThroughputRow], profile) -> list[ThroughputRow]:
 
 
 def validate_throughput(
-    profile=None, samples: int = 16, progress=None, dataset: str = "gpu_throughput"
+    profile=None, samples: int = 32, progress=None, dataset: str = "gpu_throughput"
 ) -> ThroughputReport:
     """Predict every row of ``dataset``; with a profile, the rows on its GPU (rows_for_profile)."""
     from clustersim.calibration.profile import load_profile

@@ -230,7 +230,7 @@ def row_scenario(data: Dataset, row: Row, bases: dict | None = None):
     return base.with_world_size(row.gpus).with_changes(**changes)
 
 
-def validate(name: str, profile=None, samples: int = 16, progress=None) -> ValidationReport:
+def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
     bases = {data.scenario: load_scenario(data.scenario)}

@@ -1,0 +1,87 @@
+"""Plans in seconds: candidates whose lower bounds (planner.bounds) cannot win are not simulated, and
+that never changes the answer (the choice, the runners-up, the fastest)."""
+
+import pytest
+
+from clustersim.planner.bounds import step_time_lower_bound
+from clustersim.planner.planning import plan
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+
+
+def _answer(result):
+    def one(r):
+        return r and (r["optimizer"], r["cluster"], round(r["cost"], 2))
+
+    return one(result["chosen"]), [one(r) for r in result["runners_up"]], one(result["fastest"])
+
+
+@pytest.mark.parametrize(
+    "model, steps, deadline_h, budget",
+    [
+        ("BERT-Large", 100_000, 72.0, None),
+        ("GPT-3-1.3B", 50_000, 200.0, 60_000.0),
+        ("GPT-3-13B", 20_000, 400.0, None),
+    ],
+)
+def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget):
+    args = (model, steps, deadline_h, budget, None, None, None)
+    pruned = plan(*args, samples=0, workers=1)
+    full = plan(*args, samples=0, workers=1, prune=False)
+    assert full["pruned"] == 0 and pruned["simulated"] + pruned["pruned"] >= full["simulated"]
+    assert _answer(pruned) == _answer(full)
+
+
+@pytest.mark.parametrize(
+    "preset, changes",
+    [
+        ("preset:dgx-h100-gpt3-1.3b", {}),
+        ("preset:dgx-h100-gpt3-1.3b", {"training.parallelism.tensor": 2, "training.parallelism.pipeline": 4}),
+        ("preset:default", {}),
+    ],
+)
+def test_the_compute_bound_is_below_the_simulated_step(preset, changes):
+    s = load_scenario(preset).with_changes(**changes)
+    bound = step_time_lower_bound(s)
+    assert 0 < bound < simulate(s).iteration_time
+
+
+def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
+    import json
+
+    from clustersim.cli import app
+
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "GPT-3-1.3B",
+            "--tokens",
+            "26e9",
+            "--deadline",
+            "10d",
+            "--samples",
+            "0",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["steps"] == -(-26_000_000_000 // (1024 * 2048))  # tokens / (global batch x seq len), up
+    chosen = out["chosen"]
+    assert 0 < chosen["mfu"] < 1 and chosen["tokens_per_s_per_gpu"] > 0
+    both = runner.invoke(
+        app, ["plan", "--model", "GPT-3-1.3B", "--tokens", "1e9", "--steps", "5", "--deadline", "1d"]
+    )
+    assert both.exit_code == 2 and "--tokens" in both.output
+
+
+def test_compare_rows_carry_mfu_as_run_computes_it():
+    from clustersim.api import compare
+    from clustersim.api import simulate as api_simulate
+
+    (row,) = compare("preset:dgx-h100-gpt3-1.3b", ["adam"], [16], samples=0, break_even_at=0).rows
+    run = api_simulate(load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(16))
+    assert row.mfu == pytest.approx(run.result.extra["model_flops"]["mfu"])
+    assert row.tokens_per_s_per_gpu == pytest.approx(run.result.extra["model_flops"]["tokens_per_s_per_gpu"])
