@@ -43,8 +43,8 @@ ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD
 
 
 def band(values: list[float]) -> tuple[float, float, float]:
-    """Median, P10 and P90 (Hazen's plotting position, as the predicted bands use)."""
-    iv = Interval.of(values)
+    """Median, P10 and P90 of measured rounds (Hazen's plotting position)."""
+    iv = Interval.empirical(values)
     return iv.p50, iv.p10, iv.p90
 
 
