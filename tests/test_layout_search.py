@@ -192,15 +192,16 @@ def test_only_sequence_parallelism_lets_tp8_pp8_run_without_recomputation_and_it
 
 
 def test_interleaving_is_proposed_where_the_bubble_is_large_and_plan_picks_it(runner, tmp_path):
-    """GPT-3 175B on 128 A100-40GB at a global batch of 512: only 16 stages with recomputation fit at
-    TP4, running 64 micro-batches of 4 under 1F1B, a bubble of 15/64 of the ideal step; interleaving
+    """GPT-3 175B on 128 A100-40GB at a global batch of 512: at TP4 8 stages with recomputation and the
+    distributed optimizer fit (Megatron's gradient buckets are views of its one gradient buffer), and
+    1F1B leaves a bubble of 7 micro-batch slots on every stage; interleaving
     cuts it (Narayanan et al. SC'21), so the search proposes it, it simulates faster than 1F1B by more
     than the plan's 3%, and plan chooses an interleaved layout."""
     gb, gpu = 512, "A100-40GB"
     base = base_scenario("GPT-3-175B", gpu)
     layouts = candidate_layouts(resolve_row(base, {"gpus": 128}, 10_000), gb)
     one_f_one_b = next(x for x in layouts if x.get("training.parallelism.tensor") == 4)
-    assert one_f_one_b["training.parallelism.pipeline"] == 16
+    assert one_f_one_b["training.parallelism.pipeline"] == 8
     interleaved = [
         x for x in layouts if x.get("training.parallelism.schedule") and x.items() > one_f_one_b.items()
     ]
@@ -217,7 +218,7 @@ def test_interleaving_is_proposed_where_the_bubble_is_large_and_plan_picks_it(ru
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     chosen = out["chosen"]
-    assert chosen["layout"].startswith("TP4·PP16·DP2, interleaved v"), chosen["layout"]
+    assert ", interleaved v" in chosen["layout"], chosen["layout"]
     # Megatron layouts are framework code: every candidate is compared on fused pointwise kernels
     assert any("framework code" in note for note in out["recipe_notes"])
 
