@@ -512,6 +512,11 @@ class TrainingSpec(_Strict):
         "read on the host (clip_grad_norm_(...).item()). The optimizer's host work then runs after "
         "backward's kernels instead of beside them. Default: true for fp16, false otherwise",
     )
+    memory_breakdown: StrictBool = Field(
+        False,
+        description="DeepSpeed's memory_breakdown: the engine reports memory (gc.collect() and memory "
+        "statistics on the training thread) before and after forward, backward and step, six times a step",
+    )
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()
