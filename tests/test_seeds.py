@@ -220,3 +220,15 @@ def test_offload_plan_compares_modes_on_a_blocking_gradient_copy_preset(runner):
     modes = json.loads(r.stdout)["modes"]
     assert modes["none"]["fits"] is False and "does not fit" in modes["none"]["why"]
     assert modes["interleaved"]["iteration_time_s"] < modes["zero"]["iteration_time_s"]
+
+
+def test_run_names_the_host_band_where_the_host_works():
+    """`run` says how wide the host part of the band is where the host does CPU work (offload), and
+    says nothing of it where it does none."""
+    from clustersim.simulator.uncertainty import HOST_SIGMA
+
+    assert HOST_SIGMA > 0
+    offloaded = simulate(_dos()).sources
+    plain = simulate(load_scenario("preset:default")).sources
+    assert "page faults" in offloaded["host band"]
+    assert "host band" not in plain
