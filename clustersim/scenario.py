@@ -545,6 +545,11 @@ class TrainingSpec(_Strict):
         "(torch.cuda.synchronize(), as calibrate model and per-phase benchmarks do). Backward's dispatch "
         "then starts when forward's kernels are done, without a queue of work ahead of the device",
     )
+    memory_breakdown: StrictBool = Field(
+        False,
+        description="DeepSpeed's memory_breakdown: the engine reports memory (gc.collect() and memory "
+        "statistics on the training thread) before and after forward, backward and step, six times a step",
+    )
     collective_algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO
     offload: OffloadSpec = OffloadSpec()
     sharding: ShardingSpec = ShardingSpec()

@@ -33,23 +33,87 @@ def test_more_pcie_bandwidth_is_never_slower(copy):
     assert gen5.iteration_time <= gen4.iteration_time
 
 
-def test_blocking_copy_adds_the_pageable_copy_and_the_upcast_on_the_compute_stream():
+def test_blocking_copy_adds_the_pageable_copy_the_page_faults_and_the_upcast_on_the_compute_stream():
     """Closed form of the blocking path's host time: the 16-bit gradients through pageable memory
-    (pageable_copy_fraction of the pinned rate) and a DRAM pass of 2 + 8 bytes per element; nothing
-    else runs beside them (backward waits), so they take their standalone time."""
+    (pageable_copy_fraction of the pinned rate), one demand-zero page fault per 4 KiB page of the new
+    pageable buffers (every DOS-7B tensor but the norms' is at glibc's 32 MiB mmap threshold or above) and a
+    DRAM pass of 2 + 8 bytes per element; nothing else runs beside them (backward waits), so they take
+    their standalone time."""
     from clustersim.catalog import hardware_defaults
     from clustersim.simulator.context import build_context
+    from clustersim.simulator.host import freshly_mapped_share
 
     s = _dos(**{"training.offload.gradient_copy": "blocking"})
     ops = [op for op in simulate(s).ops if "host blocked" in op.name]
     ctx = build_context(s)
-    host, params = ctx.host, ctx.params
-    pageable = (
-        min(host.pcie, host.switch_share, host.dram_share / 2) * hardware_defaults()["pageable_copy_fraction"]
-    )
-    expected = params * 2 / pageable + params * 10 / host.dram_share
+    host, params, d = ctx.host, ctx.params, hardware_defaults()
+    pageable = min(host.pcie, host.switch_share, host.dram_share / 2) * d["pageable_copy_fraction"]
+    share = freshly_mapped_share(ctx.workload.layers, 2)
+    assert 0.999 < share < 1.0  # the norms' weights (4,096 elements) stay on malloc's heap
+    faults = params * 2 * share / d["host"]["page_bytes"] * d["host"]["first_touch_s_per_page"]
+    expected = params * 2 / pageable + faults + params * 10 / host.dram_share
     assert sum(op.end - op.start for op in ops) == pytest.approx(expected, rel=1e-3)
     assert all(op.stream == "compute" for op in ops)
+
+
+def test_buffers_below_the_mmap_threshold_take_no_page_faults():
+    """glibc maps a buffer afresh at its mmap threshold (32 MiB at most) and above: a tensor of 16M
+    16-bit elements (32 MiB, plus malloc's header) is mapped, one element less is not counted."""
+    from types import SimpleNamespace
+
+    from clustersim.simulator.host import freshly_mapped_share
+
+    below = SimpleNamespace(param_tensors=(16 * 2**20 - 1,))
+    at = SimpleNamespace(param_tensors=(16 * 2**20,))
+    assert freshly_mapped_share([below], 2) == 0.0
+    assert freshly_mapped_share([at], 2) == 1.0
+    assert freshly_mapped_share([below, at], 2) == pytest.approx(0.5, rel=1e-6)
+
+
+def test_page_faults_are_the_blocking_paths_only():
+    """The asynchronous copy goes to the pinned fp32 buffer: no pageable buffer, no page faults."""
+    names = [op.name for op in simulate(_dos(**{"training.offload.gradient_copy": "async"})).ops]
+    assert not any("page faults" in n or "host blocked" in n for n in names)
+
+
+def test_memory_breakdown_adds_six_memory_reports_per_step():
+    """DeepSpeed's memory_breakdown reports memory (gc.collect) before and after forward, backward and
+    step: 6 x see_memory_usage_s on the training thread, after the step."""
+    from clustersim.catalog import hardware_defaults
+
+    on = simulate(_dos(**{"training.memory_breakdown": True}))
+    off = simulate(_dos(**{"training.memory_breakdown": False}))
+    per_call = hardware_defaults()["host"]["see_memory_usage_s"]
+    assert on.iteration_time - off.iteration_time == pytest.approx(6 * per_call, rel=1e-6)
+
+
+def test_a_slower_host_is_never_faster_and_leaves_the_device_alone():
+    """The host factor of a draw (uncertainty.HOST_SIGMA) slows only the host's CPU and memory work:
+    a slower host never speeds up an offloaded step, and a run without host work does not move."""
+    from clustersim.simulator.context import DEFAULT_NETWORK, Perturbation
+
+    s = _dos(**{"training.offload.gradient_copy": "blocking"})
+    base = simulate(s, perturbation=Perturbation(DEFAULT_NETWORK, 1.0, 1.0)).iteration_time
+    slow = simulate(s, perturbation=Perturbation(DEFAULT_NETWORK, 1.0, 1.5)).iteration_time
+    assert slow > base
+    assert base == pytest.approx(simulate(s).iteration_time)
+    plain = load_scenario("preset:default")
+    one = simulate(plain, perturbation=Perturbation(DEFAULT_NETWORK, 1.0, 1.0)).iteration_time
+    two = simulate(plain, perturbation=Perturbation(DEFAULT_NETWORK, 1.0, 2.0)).iteration_time
+    assert one == two
+
+
+def test_the_offloaded_steps_band_covers_the_host_rates():
+    """With host rates uncertain, the offloaded step's P10-P90 is wider than the device's alone."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.uncertainty import perturbations
+
+    s = _dos(**{"training.offload.gradient_copy": "blocking"})
+    draws = perturbations(build_context(s), 8)
+    hosts = sorted(p.host_scale for p in draws)
+    assert hosts[0] < 1.0 < hosts[-1]
+    times = [simulate(s, perturbation=p).iteration_time for p in draws]
+    assert max(times) > min(times)
 
 
 def test_a_speedup_between_identical_configurations_is_one():
@@ -156,3 +220,15 @@ def test_offload_plan_compares_modes_on_a_blocking_gradient_copy_preset(runner):
     modes = json.loads(r.stdout)["modes"]
     assert modes["none"]["fits"] is False and "does not fit" in modes["none"]["why"]
     assert modes["interleaved"]["iteration_time_s"] < modes["zero"]["iteration_time_s"]
+
+
+def test_run_names_the_host_band_where_the_host_works():
+    """`run` says how wide the host part of the band is where the host does CPU work (offload), and
+    says nothing of it where it does none."""
+    from clustersim.simulator.uncertainty import HOST_SIGMA
+
+    assert HOST_SIGMA > 0
+    offloaded = simulate(_dos()).sources
+    plain = simulate(load_scenario("preset:default")).sources
+    assert "page faults" in offloaded["host band"]
+    assert "host band" not in plain

@@ -50,6 +50,7 @@ class SimulationContext:
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
     _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
+    _host_rate_scale: float = 1.0  # the draw's factor on host CPU/memory time (simulator/host.py)
     _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
     _host_bwd_scale: float = 1.0
     _host_opt_scale: float = 1.0
@@ -282,10 +283,12 @@ def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Work
 class Perturbation:
     """One draw of the uncertain model parameters (simulator/uncertainty.py): the collective model's
     parameters and a factor on the device's time (forward, backward, host dispatch and every other
-    kernel pass: update, casts, compression)."""
+    kernel pass: update, casts, compression) and a factor on the host's CPU and memory time
+    (simulator/host.py: CPU Adam, streaming passes, pageable copies, page faults, memory reports)."""
 
     network: NetworkParams
     compute_scale: float = 1.0
+    host_scale: float = 1.0
 
 
 def network_params(profile: Profile | None, label: str = "profile") -> NetworkParams:
@@ -389,6 +392,8 @@ def build_context(
         ctx._fwd_scale *= perturbation.compute_scale
         ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
+        ctx._host_rate_scale = perturbation.host_scale
+        ctx._host = None  # rebuilt with the draw's host factor
         # set last: the measured-to-modelled ratios above (apply_model_compute) are taken unscaled
         device.stream_scale = perturbation.compute_scale
     return ctx

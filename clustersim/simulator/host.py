@@ -10,6 +10,10 @@ threads) when present, else the documented typical node rate (hardware_defaults.
 cpu_adam_params_per_s, Deep Optimizer States' measurement) scaled by threads / cores; either is capped
 by the DRAM roofline: DRAM bandwidth per rank / bytes of DRAM traffic per parameter (~28 for Adam;
 ../shared/reference/algorithms.md sec. 5).
+
+``scale`` is one draw of the host's uncertainty (simulator/uncertainty.py host_sigma): a factor on the
+time of the work the host's CPUs and memory system do (CPU Adam, streaming passes, the driver's
+pageable copies, page faults, DeepSpeed's memory reports), not on PCIe's pinned copies.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class HostModel:
     threads: int
     measured_params_per_s: float | None  # at ``threads``, from a profile
     rdma: bool
+    scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
 
     @classmethod
     def of(cls, ctx) -> "HostModel":
@@ -51,7 +56,8 @@ class HostModel:
                 / c.host.cores
             )
         rdma = c.nic.gpudirect_rdma if c.nic.gpudirect_rdma is not None else c.nic.kind == "infiniband"
-        return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma)
+        scale = getattr(ctx, "_host_rate_scale", 1.0)
+        return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma, scale)
 
     def links(self) -> dict[str, float]:
         return {
@@ -77,6 +83,7 @@ class HostModel:
         bw = (
             min(self.pcie, self.switch_share, self.dram_share / 2)
             * hardware_defaults()["pageable_copy_fraction"]
+            / self.scale
         )
         t = nbytes / bw if nbytes > 0 else 0.0
         return t, ({path[0]: bw, path[1]: bw, DRAM: 2 * bw} if t > 0 else {})
@@ -85,12 +92,20 @@ class HostModel:
         """A streaming pass of the rank's CPU threads over ``elements`` (a dtype conversion, a copy)
         moving ``dram_bytes_per_element`` through host DRAM: at the rank's DRAM share (its threads
         together saturate it, as STREAM does with a few cores per socket)."""
-        t = elements * dram_bytes_per_element / self.dram_share if elements > 0 else 0.0
-        return t, ({DRAM: self.dram_share} if t > 0 else {})
+        bw = self.dram_share / self.scale
+        t = elements * dram_bytes_per_element / bw if elements > 0 else 0.0
+        return t, ({DRAM: bw} if t > 0 else {})
+
+    def first_touch(self, nbytes: float) -> float:
+        """Seconds one thread spends faulting in ``nbytes`` of a freshly mapped buffer on first write:
+        one demand-zero page fault per page (hardware_defaults.yaml host.first_touch_s_per_page)."""
+        d = hardware_defaults()["host"]
+        return max(nbytes, 0.0) / d["page_bytes"] * d["first_touch_s_per_page"] * self.scale
 
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param
-        return min(roofline, self.measured_params_per_s) if self.measured_params_per_s else roofline
+        rate = min(roofline, self.measured_params_per_s) if self.measured_params_per_s else roofline
+        return rate / self.scale
 
     def cpu_update(self, params: float, dram_bytes_per_param: float) -> tuple[float, dict[str, float]]:
         rate = self.cpu_rate(dram_bytes_per_param)
@@ -106,3 +121,20 @@ class HostModel:
         if not self.rdma:  # staged through host memory
             demands.update({SWITCH_UP: bw, SWITCH_DOWN: bw, DRAM: 2 * bw})
         return demands
+
+
+def freshly_mapped_share(layers, bytes_per_element: float) -> float:
+    """The share of parameter elements whose per-tensor host buffer of ``bytes_per_element`` each is
+    at least glibc's largest mmap threshold (hardware_defaults.yaml mmap_threshold_max_bytes; with
+    malloc's chunk header such a request is above it): malloc maps each such buffer afresh and unmaps it
+    at free, so every use faults its pages in again. Smaller buffers may come from malloc's heap, whose
+    pages stay mapped, depending on the threshold's history: none of their faults are counted (a lower
+    bound)."""
+    limit = hardware_defaults()["host"]["mmap_threshold_max_bytes"]
+    total = big = 0.0
+    for layer in layers:
+        for n in layer.param_tensors:
+            total += n
+            if n * bytes_per_element >= limit:
+                big += n
+    return big / total if total > 0 else 0.0

@@ -32,7 +32,13 @@ from clustersim.simulator.stragglers import (
 )
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
-from clustersim.simulator.uncertainty import DEFAULT_SAMPLES, Interval, compute_band_source, perturbations
+from clustersim.simulator.uncertainty import (
+    DEFAULT_SAMPLES,
+    Interval,
+    compute_band_source,
+    host_band_source,
+    perturbations,
+)
 from clustersim.workloads.builder import build_workload
 
 # Longest simulated iteration (s, ~12 days). Not a model constant: a bound that stops runaway inputs
@@ -699,6 +705,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
     extra: dict = {"steps": out.per_step} if len(steps) > 1 else {}
     if ctx.offload_placement is not None:
         extra["offload"] = _offload_summary(ctx, sources)
+    if ctx.offload_placement is not None or scenario.training.memory_breakdown:
+        sources["host band"] = host_band_source()
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
     own, own_notes = strategy.result_extra(out.per_step)

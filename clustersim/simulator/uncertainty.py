@@ -10,9 +10,14 @@ What is uncertain, and how wide:
   kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
   the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
   were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
+* **Host.** The host's CPU and memory work (simulator/host.py: the CPU optimizer's rate, streaming
+  passes such as a CPU upcast, the driver's pageable copies, page faults, DeepSpeed's memory reports)
+  gets one lognormal factor per draw, independent of the device's, of width HOST_SIGMA. It changes
+  nothing where the host does no such work (no offload), so those runs' bands are as before.
 
 **Draws.** All of these are standard normals mapped through their widths, and the draws are the
-points of one scrambled Sobol sequence over all of them (quasi_normals, a fixed seed): the same inputs
+points of one scrambled Sobol sequence over all of them (quasi_normals, a fixed seed; the host's
+factor from a sequence of its own): the same inputs
 give the same draws, so every command prints the same band. Each draw rebuilds the cost models and
 re-runs the whole discrete-event simulation, so overlap, bucket timing and offload interleaving respond
 to the perturbation exactly as they would to a real change; the band is read from the draws' log-mean
@@ -65,6 +70,14 @@ RUN_TO_RUN = 0.05
 # +2% (BERT-Base, with --step-time) and +22% (GPT-2 XL, whose profiler cost per op was uneven between
 # forward and backward); exp(+-1.2816 x 0.18) = -21%..+26% holds all four.
 IMPORTED_TRACE_SIGMA = 0.18
+# Default log-sigma of the host's CPU and memory rates (CPU Adam, pageable copies, page faults, memory
+# reports), which the hosts of published runs seldom name: the published single-thread demand-zero
+# page fault costs 1.0 and 1.9 us (hardware_defaults.yaml host.first_touch_s_per_page) are the
+# default's P10 and P90 at this width (exp(+-1.2816 x 0.25) = x0.73..x1.38 about 1.4 us); the default
+# CPU Adam rate (1.51e9/s, one H100 node's) and a 16-core H100 host's measured 1.69e9/s differ by
+# 11%; DeepSpeed's memory report took 0.085 s and 0.14 s per call in the two logs we hold
+# (hardware_defaults.yaml see_memory_usage_s).
+HOST_SIGMA = 0.25
 # Draws per band, in every command (run, compare, sweep, plan, validate, the API): scrambled Sobol points
 # (quasi_normals), the band read from the draws' log-mean and log-spread (Interval.of). On five cases
 # (preset:default and GPT-3 1.3B steps; BinSGDM on BERT-Base, 1-bit Adam on InfiniBand at 128 GPUs and on
@@ -192,6 +205,15 @@ def compute_band_source(ctx: SimulationContext) -> str:
     )
 
 
+def host_band_source() -> str:
+    """One line for `run` where the host does CPU work: how wide the host part of the band is, and why."""
+    lo, hi = math.exp(-_Z90 * HOST_SIGMA), math.exp(_Z90 * HOST_SIGMA)
+    return (
+        f"-{1 - lo:.0%}/+{hi - 1:.0%} (P10-P90) on the host's CPU and memory time (CPU optimizer, "
+        "pageable copies, page faults, memory reports): the published page-fault costs span it"
+    )
+
+
 def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturbation]:
     """``n`` draws of the uncertain parameters of this context's models (quasi_normals: the first
     column is the compute factor, the others the collective model's parameters)."""
@@ -203,7 +225,10 @@ def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturb
     z = quasi_normals(n, 1 + model.params.dimensions(classes), seed)
     nets = model.params.from_normals(z[:, 1:], classes)
     scales = np.exp(compute_sigma(ctx) * z[:, 0])
-    return [Perturbation(net, float(s)) for net, s in zip(nets, scales)]
+    # the host's factor from its own sequence (seed + 1), so that every other draw is what it is without
+    # it, and a run whose host does no CPU work keeps its band
+    hosts = np.exp(HOST_SIGMA * quasi_normals(n, 1, seed + 1)[:, 0])
+    return [Perturbation(net, float(s), float(h)) for net, s, h in zip(nets, scales, hosts)]
 
 
 def quasi_normals(n: int, d: int, seed: int = 0) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from clustersim.catalog import hardware_defaults
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.dispatch_lane import (
@@ -13,6 +14,7 @@ from clustersim.simulator.dispatch_lane import (
     merge_from,
     reversed_layers,
 )
+from clustersim.simulator.host import freshly_mapped_share
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
@@ -308,7 +310,9 @@ def add_zero3_gradient_to_host(
       between devices and dtypes, which PyTorch runs as a 16-bit copy into a new pageable CPU tensor
       and an upcast on the CPU (ATen Copy.cu: "type conversions are performed on the CPU" unless
       non_blocking). The host thread waits for both, and it is the thread that launches backward's
-      kernels, so backward stalls: the two ops hold the compute stream.
+      kernels, so backward stalls: the ops hold the compute stream. The pageable tensor is new for
+      every parameter (``empty_like`` in Copy.cu); one above glibc's mmap threshold is a fresh mapping,
+      so the driver's copy into it takes a demand-zero page fault per page (host.first_touch).
 
     Returns the last op's id."""
     g = ctx.grad_bytes
@@ -343,6 +347,15 @@ def add_zero3_gradient_to_host(
         (norm,),
         demands=dem,
     )
+    fresh = shard * g * on_cpu * freshly_mapped_share(ctx.workload.layers, g)
+    if fresh > 0:
+        staged = prog.add(
+            f"page faults of the new pageable buffer (host blocked) {label}",
+            "compute",
+            host.first_touch(fresh),
+            "host",
+            (staged,),
+        )
     # the upcast reads the 16-bit copy and writes fp32 (read for ownership, then written back: 8 bytes)
     secs, dem = host.cpu_stream(shard * on_cpu, g + 8)
     return prog.add(
@@ -405,6 +418,23 @@ def add_other(prog: Program, ctx: SimulationContext, deps, params: float | None 
     (torch.amp.GradScaler, DeepSpeed's dynamic loss scaler); bf16 and fp32 need no loss scaling.
     zero_grad sets gradients to None (PyTorch's default since 2.0): no kernel, its host loop is part
     of the optimizer's host time."""
+    end = _add_other(prog, ctx, deps, params)
+    return add_memory_reports(prog, ctx, end)
+
+
+def add_memory_reports(prog: Program, ctx: SimulationContext, dep: int) -> int:
+    """DeepSpeed's ``memory_breakdown``: the engine reports memory (runtime/utils.py
+    ``see_memory_usage``) before and after each of forward, backward and step, six times a step. Each
+    report runs ``gc.collect()`` on the training thread, between phases whose end the thread has
+    waited for, so the device waits too: here one host op after the step, 6 x
+    hardware_defaults.yaml host.see_memory_usage_s (a draw's host factor on it)."""
+    if not ctx.scenario.training.memory_breakdown:
+        return dep
+    seconds = 6 * hardware_defaults()["host"]["see_memory_usage_s"] * ctx.host.scale
+    return prog.add("memory reports (memory_breakdown: 6 x gc.collect)", "compute", seconds, "host", (dep,))
+
+
+def _add_other(prog: Program, ctx: SimulationContext, deps, params: float | None) -> int:
     P = ctx.params if params is None else params
     measured = ctx.measured_other()
     if measured is not None:
