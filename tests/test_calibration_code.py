@@ -373,3 +373,19 @@ def test_an_imported_trace_records_its_jobs_code_and_ops(runner, tmp_path):
     assert load_profile(str(tmp_path / "b.json")).model_compute[0].fingerprint.implementation == "megatron"
     result = runner.invoke(app, args + ["--implementation", "no such!", "--out", str(tmp_path / "c.json")])
     assert result.exit_code == 2 and "--implementation" in result.output
+
+
+def test_a_code_name_nothing_has_measured_is_said_not_taken_silently():
+    """A user's code name is valid only as the name of a measurement: without one (a misspelt name, a
+    profile not given) the run says nothing measured prices it; a known code or a measured one says
+    nothing."""
+
+    def note(ctx):
+        return [n for n in ctx.notes if "workload.implementation" in n]
+
+    assert note(build_context(_scenario(**{"implementation": "my-bert"}), None))
+    assert not note(build_context(_scenario(**{"implementation": "hf"}), None))
+    assert not note(build_context(_scenario(**{"implementation": "HF"}), None))
+    profile = load_profile("builtin:h200-pytorch-2.11")
+    assert note(build_context(_scenario(**{"implementation": "my-bert"}), profile))
+    assert not note(build_context(_scenario(**{"implementation": "plain"}), profile))

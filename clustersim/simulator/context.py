@@ -379,6 +379,9 @@ def build_context(
     if device_note:
         ctx.notes.append(device_note)
     ctx.notes.extend(_ignored_workload_keys(scenario))
+    unmeasured = _unmeasured_code_note(scenario, prof)
+    if unmeasured:
+        ctx.notes.append(unmeasured)
     other = _other_cluster_note(measured, c, _profile_label(ref, prof))
     if other:
         ctx.notes.append(other)
@@ -483,3 +486,20 @@ def _profile_label(ref, prof: Profile | None) -> str:
     if isinstance(ref, str):
         return ref
     return prof.label if prof is not None else "profile"
+
+
+def _unmeasured_code_note(scenario: Scenario, prof) -> str | None:
+    """A ``workload.implementation`` that is neither a known code nor the code of any of the profile's
+    measurements names code nothing here has seen (a misspelt name, or a profile not given): say so,
+    instead of taking the name without a word."""
+    code = scenario.workload.implementation
+    known = catalog.known_implementations()
+    if code is None or code.lower() in known:
+        return None
+    measured = prof.model_compute if prof is not None and prof.model_compute else []
+    if any((m.fingerprint.implementation or "").lower() == code.lower() for m in measured):
+        return None
+    return (
+        f"workload.implementation {code!r} is none of {', '.join(known)} and no measurement in the "
+        "profile is of that code: nothing measured prices it, the step is priced from the catalog's rates"
+    )
