@@ -855,9 +855,12 @@ def validate(
 
 
 def _metric_format(metric: str) -> str:
-    return {"speedup": "{:,.2f}x", "iteration_time": "{:,.3f}", "tokens_per_s_per_gpu": "{:,.0f}"}.get(
-        metric, "{:,.1f}"
-    )
+    return {
+        "speedup": "{:,.2f}x",
+        "iteration_time": "{:,.3f}",
+        "tokens_per_s_per_gpu": "{:,.0f}",
+        "compute_utilization": "{:.1%}",
+    }.get(metric, "{:,.1f}")
 
 
 def _print_speedups_by_scale(scale) -> None:

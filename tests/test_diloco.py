@@ -29,12 +29,13 @@ def test_inner_step_is_adam_ddp_on_one_worker():
     assert steps_of(r)["inner step"]["iteration_time_s"] == pytest.approx(adam.iteration_time, rel=1e-9)
 
 
-@pytest.mark.parametrize("tau", [0, 1, 5])
-def test_mean_step_is_the_weighted_period(tau):
-    """Per inner step: ((K - n) * inner + window) / K with K = H/P and n = max(tau, 1) steps in the window."""
-    r = simulate(diloco(overlap_steps=tau), uncertainty_samples=0)
+@pytest.mark.parametrize(("tau", "fragments"), [(0, 4), (1, 4), (5, 4), (1, 8), (3, 24)])
+def test_mean_step_is_the_weighted_period(tau, fragments):
+    """Per inner step: ((K - n) * inner + window) / K with K = H/P and n = max(tau, 1) steps in the window;
+    K need not be whole (8 fragments in H = 100: a sync every 12.5 steps on average)."""
+    r = simulate(diloco(overlap_steps=tau, fragments=fragments), uncertainty_samples=0)
     s = steps_of(r)
-    k, n = 25, max(tau, 1)
+    k, n = 100 / fragments, max(tau, 1)
     window = s["sync window"]["iteration_time_s"] * n  # the runner reports it per step
     expected = ((k - n) * s["inner step"]["iteration_time_s"] + window) / k
     assert r.iteration_time == pytest.approx(expected, rel=1e-9)
@@ -104,7 +105,8 @@ def test_exchange_on_the_cluster_network_uses_the_nics():
     ("options", "key"),
     [
         ({"workers": 3}, "training.optimizer_options.workers"),
-        ({"fragments": 3}, "training.optimizer_options.fragments"),
+        ({"fragments": 8, "inner_steps": 4}, "training.optimizer_options.fragments"),
+        ({"fragments": 24, "overlap_steps": 5}, "training.optimizer_options.overlap_steps"),
         ({"fragments": 4, "overlap_steps": 26}, "training.optimizer_options.overlap_steps"),
     ],
 )

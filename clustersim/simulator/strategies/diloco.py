@@ -10,17 +10,17 @@ Streaming DiLoCo (Douillard et al. 2025, arXiv:2501.18512) splits the model into
 the next tau inner steps (``overlap_steps``) before it is applied, and sends the outer gradients in 4
 bits (``bits``). Convergence is outside the simulator: the user supplies the number of steps.
 
-What is simulated. The schedule repeats every K = H/P inner steps, and every period is alike: one
-fragment (Psi/P parameters) is exchanged. So two programs: a plain inner step, and a "sync window"
-holding the fragment's outer gradient, its exchange on its own stream (``outer``, a separate
-communicator as DiLoCo implementations use), the tau inner steps it overlaps, and the outer step,
-which waits for both (tau = 0: the inner step before a blocking exchange). The window covers
-n = max(tau, 1) steps; weighted (K - n)/K and n/K per step, their mean is the time per inner step. The
-exchange shares the NICs with the inner steps' all-reduces in the engine; with ``inter_worker_gbps``
-the workers are instead joined by their own links (datacenters), priced as a ring over M workers:
-2(M-1)/M of the fragment's bytes through each worker's link plus 2(M-1) latencies. Without it, the
-latency between workers (``inter_worker_latency_ms``, 0 by default: one cluster) is added to the
-collective the cluster's NICs price, once per ring step.
+What is simulated. The schedule repeats every K = H/P inner steps (on average, where P does not divide
+H), and every period is alike: one fragment (Psi/P parameters) is exchanged. So two programs: a plain
+inner step, and a "sync window" holding the fragment's outer gradient, its exchange on its own stream
+(``outer``, a separate communicator as DiLoCo implementations use), the tau inner steps it overlaps,
+and the outer step, which waits for both (tau = 0: the inner step before a blocking exchange). The
+window covers n = max(tau, 1) steps; weighted (K - n)/K and n/K per step, their mean is the time per
+inner step. The exchange shares the NICs with the inner steps' all-reduces in the engine; with
+``inter_worker_gbps`` the workers are instead joined by their own links (datacenters), priced as a ring
+over M workers: 2(M-1)/M of the fragment's bytes through each worker's link plus 2(M-1) latencies.
+Without it, the latency between workers (``inter_worker_latency_ms``, 0 by default: one cluster) is
+added to the collective the cluster's NICs price, once per ring step.
 
 How the exchange is carried out. Every GPU of a worker holds the whole model, so the worker's n GPUs
 split the fragment and each all-reduces its 1/n with its peers in the other workers (M ranks, one per
@@ -76,16 +76,16 @@ class DiLoCo(Strategy):
                 f"of whole nodes); the cluster has {c.nodes}",
                 key=f"{KEY}.workers",
             )
-        if options.inner_steps % options.fragments:
+        if options.fragments > options.inner_steps:
             raise InputError(
-                f"inner_steps {options.inner_steps} is not a multiple of fragments {options.fragments} "
-                "(one fragment is synchronised every inner_steps / fragments steps)",
+                f"fragments {options.fragments} exceed inner_steps {options.inner_steps} "
+                "(each fragment is synchronised once every inner_steps steps, one at a time)",
                 key=f"{KEY}.fragments",
             )
-        period = options.inner_steps // options.fragments
+        period = options.inner_steps / options.fragments
         if options.overlap_steps > period:
             raise InputError(
-                f"overlap_steps {options.overlap_steps} exceeds the {period} "
+                f"overlap_steps {options.overlap_steps} exceeds the {period:g} "
                 "inner steps between two fragment synchronisations",
                 key=f"{KEY}.overlap_steps",
             )
@@ -102,9 +102,11 @@ class DiLoCo(Strategy):
         return self.ctx.params / self.options.fragments
 
     @property
-    def period(self) -> int:
-        """K: inner steps between two fragment synchronisations."""
-        return self.options.inner_steps // self.options.fragments
+    def period(self) -> float:
+        """K = H/P: inner steps between two fragment synchronisations, on average. Where P does not
+        divide H (the paper's 1B model: 8 fragments of 3 layers, H = 100) the syncs fall every 12 or 13
+        steps; the mean step only needs their rate, P per H steps."""
+        return self.options.inner_steps / self.options.fragments
 
     def fragment_wire_bytes(self) -> float:
         return self.fragment_params * self.options.bits / 8
@@ -277,7 +279,7 @@ class DiLoCo(Strategy):
         avg = per_worker * 8 / k / inner / 1e9 if inner else None
         note = (
             f"diloco: {o.workers} workers of {self.worker.ranks} GPUs; a fragment of "
-            f"{self.fragment_params / 1e6:,.1f}M parameters ({o.bits}b) every {k} inner steps: "
+            f"{self.fragment_params / 1e6:,.1f}M parameters ({o.bits}b) every {k:g} inner steps: "
             f"{per_worker / 1e9:.3g} GB through each worker's links per fragment"
             + (f", {avg:.3g} Gb/s on average" if avg is not None else "")
             + (

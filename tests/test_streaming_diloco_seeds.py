@@ -1,0 +1,76 @@
+"""Streaming DiLoCo's compute-utilization simulation (Douillard et al. 2025, arXiv:2501.18512, Table 4) as
+the seeds dataset predicts it: preset:streaming-diloco-1b, the ``compute_utilization`` metric, and the
+schedule's closed form where the fragments do not divide H (8 fragments in H = 100)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.api import load_scenario
+from clustersim.simulator import simulate
+from clustersim.validation.published import compute_utilization, load_dataset, validate
+
+GBPS = "training.optimizer_options.inter_worker_gbps"
+
+
+def _at(gbps: float):
+    return load_scenario("preset:streaming-diloco-1b").with_changes(**{GBPS: gbps})
+
+
+def _steps(result):
+    return {s["label"].split(" (")[0]: s for s in result.extra["steps"]}
+
+
+def test_the_papers_step_time_is_the_forward_and_backward():
+    """The paper's 0.1 s of pure compute per step (Table 4), split 1:2 as Kaplan's 2N:4N FLOPs."""
+    r = simulate(_at(1.0), uncertainty_samples=0)
+    assert r.breakdown["forward"] + r.breakdown["backward"] == pytest.approx(0.1, rel=1e-4)
+    assert r.breakdown["backward"] == pytest.approx(2 * r.breakdown["forward"], rel=1e-4)
+
+
+def test_a_slow_link_exposes_the_fragments_exchange_less_one_overlapped_step():
+    """Closed form at 0.4 Gbit/s: a fragment is 1e9/8 parameters in 4 bits (0.5 Gbit), 1.25 s over the
+    2-worker ring (2(M-1)/M = 1 of its bytes per worker), far longer than the one inner step it overlaps;
+    the window is the outer gradient, the exchange and the outer step, and a sync comes every
+    H/P = 12.5 inner steps, so the mean step is ((12.5 - 1) inner + window) / 12.5."""
+    r = simulate(_at(0.4), uncertainty_samples=0)
+    s = _steps(r)
+    inner = s["inner step"]["iteration_time_s"]
+    exchange = 1e9 / 8 * 4 / 0.4e9
+    window = s["sync window"]["iteration_time_s"]  # one overlapped step: the window covers one step
+    outer_kernels = window - exchange
+    assert 0 < outer_kernels < 0.01 * exchange
+    assert r.iteration_time == pytest.approx(((12.5 - 1) * inner + window) / 12.5, rel=1e-9)
+
+
+def test_utilization_is_the_busy_share_and_bandwidth_never_lowers_it():
+    values = []
+    for gbps in (0.2, 0.4, 0.9, 1.7, 3.0, 10.0, 1000.0):
+        r = simulate(_at(gbps), uncertainty_samples=0)
+        busy = sum(r.breakdown[k] for k in ("forward", "backward", "compression", "optimizer", "other"))
+        assert compute_utilization(r) == pytest.approx(busy / r.iteration_time, rel=1e-12)
+        values.append(compute_utilization(r))
+    assert values == sorted(values)
+    assert 0 < values[0] < values[-1] <= 1
+    assert values[-1] == pytest.approx(1.0, abs=1e-3)  # the exchange hides behind its step
+
+
+def test_seeds_streaming_rows_are_the_presets_utilization_at_their_bandwidth():
+    data = load_dataset("seeds")
+    rows = [r for r in data.rows if r.scenario == "preset:streaming-diloco-1b"]
+    assert [r.published for r in rows] == [0.5, 0.8, 0.9, 0.95, 0.99]
+    got = {r.label: r for r in validate("seeds", samples=0).rows}
+    for row in rows:
+        gbps = row.changes["training.optimizer_options"]["inter_worker_gbps"]
+        expected = compute_utilization(simulate(_at(gbps), uncertainty_samples=0))
+        assert got[row.label].predicted == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_utilization_band_brackets_the_point():
+    """The band is taken draw by draw (compute and network both move the busy time and the step)."""
+    from clustersim.validation.published import _utilization_band
+
+    s = _at(0.9)
+    lo, hi = _utilization_band(s, None, 16)
+    point = compute_utilization(simulate(s, uncertainty_samples=0))
+    assert lo < point < hi
