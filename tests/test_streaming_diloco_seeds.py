@@ -57,7 +57,11 @@ def test_utilization_is_the_busy_share_and_bandwidth_never_lowers_it():
 
 def test_seeds_streaming_rows_are_the_presets_utilization_at_their_bandwidth():
     data = load_dataset("seeds")
-    rows = [r for r in data.rows if r.scenario == "preset:streaming-diloco-1b"]
+    rows = [
+        r
+        for r in data.rows
+        if r.scenario == "preset:streaming-diloco-1b" and r.metric == "compute_utilization"
+    ]
     assert [r.published for r in rows] == [0.5, 0.8, 0.9, 0.95, 0.99]
     got = {r.label: r for r in validate("seeds", samples=0).rows}
     for row in rows:
@@ -74,3 +78,17 @@ def test_the_utilization_band_brackets_the_point():
     lo, hi = _utilization_band(s, None, 16)
     point = compute_utilization(simulate(s, uncertainty_samples=0))
     assert lo < point < hi
+
+
+def test_table_1_rows_are_the_slowdown_of_a_1_gbit_link_against_an_unlimited_one():
+    """Table 1's hours at 1 Gbit/s over hours at +inf: the ratio of the step at 1 Gbit/s to the step on
+    an unlimited link, for Streaming DiLoCo (the workers' own link) and Data-Parallel (each worker's NIC)."""
+    got = {r.label: r for r in validate("seeds", samples=0).rows}
+    streaming = next(v for k, v in got.items() if k.startswith("Streaming DiLoCo (FP4, tau 1), 1B: hours"))
+    slow = simulate(_at(1.0), uncertainty_samples=0).iteration_time
+    fast = simulate(_at(10000.0), uncertainty_samples=0).iteration_time
+    assert streaming.predicted == pytest.approx(slow / fast, rel=1e-9)
+    assert 1.0 < streaming.predicted < 1.5  # one FP4 fragment per 12.5 steps, one step of it hidden
+    dp = next(v for k, v in got.items() if k.startswith("Data-Parallel, 1B"))
+    # bf16 gradients of 1e9 parameters, 2 (M-1)/M of them through a 1 Gb/s link: 16 s against ~0.1 s steps
+    assert 100 < dp.predicted < 200
