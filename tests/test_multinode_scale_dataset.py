@@ -63,6 +63,8 @@ LOGGED_BATCH = {
     "DGXC NeMo 24.11 GPT-3 175B FP8, Eos, 2,048 GPUs": 4096,  # 16 per node
     "DGXC NeMo 24.11 GPT-3 175B BF16, Eos, 128 GPUs": 256,
     "NeMo launcher GPT-3 5B, DGX A100, 8 GPUs": 2048,
+    "DGXC NeMo 24.11 Nemotron-4 15B BF16, Eos, 16 GPUs": 64,  # 4 per GPU
+    "DGXC NeMo 24.11 Nemotron-4 15B FP8, Eos, 2,048 GPUs": 8192,
 }
 
 
@@ -155,10 +157,12 @@ def _sizes_per_benchmark() -> dict[str, set[int]]:
 def test_benchmarks_are_measured_at_three_sizes_or_more():
     sizes = _sizes_per_benchmark()
     at_scale = {model for model, gpus in sizes.items() if len(gpus) >= 3}
-    # GPT-3 175B (MLPerf, NeMo 24.07), BERT-Large (1-bit Adam Table 1, 4-64 GPUs), NeMo GPT-3 5B (64 on
-    # DGX H100, 8-256 on DGX A100 from the NeMo launcher's scaling table)
-    assert {"GPT-3-175B", "BERT-Large", "NeMo-GPT3-5B"} <= at_scale
+    # GPT-3 175B (MLPerf, NeMo 24.07, DGX Cloud Benchmarking), BERT-Large (1-bit Adam Table 1, 4-64
+    # GPUs), NeMo GPT-3 5B (64 on DGX H100, 8-256 on DGX A100 from the NeMo launcher's scaling table),
+    # Nemotron-4 15B (DGX Cloud Benchmarking, 16-2,048 GPUs)
+    assert {"GPT-3-175B", "BERT-Large", "NeMo-GPT3-5B", "Nemotron-4-15B"} <= at_scale
     assert sizes["NeMo-GPT3-5B"] >= {8, 16, 32, 64, 128, 256}
+    assert sizes["Nemotron-4-15B"] == {16, 32, 64, 128, 256, 512, 1024, 2048}
     assert max(sizes["GPT-3-175B"]) > 1000
 
 
