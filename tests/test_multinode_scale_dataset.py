@@ -39,8 +39,11 @@ def test_every_row_builds_its_published_layout():
         par = s.training.parallelism
         assert s.cluster.world_size == row.gpus
         assert row.gpus % (par.tensor * par.pipeline) == 0, row.label
-        if row.scenario is None:  # the H100 rows: FP8 GEMMs, gradients reduced in bf16 or fp32
-            assert s.workload.precision == "fp8" and s.cluster.gpu == "H100-SXM", row.label
+        if row.label.startswith("NeMo launcher"):  # the NeMo launcher's DGX A100 table, bf16
+            assert s.workload.precision == "bf16" and s.cluster.gpu == "A100-80GB", row.label
+        elif row.scenario is None:  # the H100 rows: FP8 GEMMs (BF16 where the table says so)
+            precision = "bf16" if " BF16" in row.label else "fp8"
+            assert s.workload.precision == precision and s.cluster.gpu == "H100-SXM", row.label
             assert s.training.gradient_dtype in ("bf16", "fp32"), row.label
         else:  # the 1-bit Adam paper's V100 clusters, fp16
             assert s.workload.precision == "fp16" and s.cluster.gpu.startswith("V100"), row.label
@@ -57,6 +60,11 @@ LOGGED_BATCH = {
     "NeMo 24.07 LLAMA2-70B pre-training, 64 GPUs": 128,
     "Megatron-Bridge 26.02 LLAMA3_70B, 64 GPUs, GBS 256": 256,
     "TorchTitan Llama 3.1 70B, 256 GPUs, FSDP 32 x TP 8": 512,
+    "DGXC NeMo 24.11 GPT-3 175B FP8, Eos, 2,048 GPUs": 4096,  # 16 per node
+    "DGXC NeMo 24.11 GPT-3 175B BF16, Eos, 128 GPUs": 256,
+    "NeMo launcher GPT-3 5B, DGX A100, 8 GPUs": 2048,
+    "DGXC NeMo 24.11 Nemotron-4 15B BF16, Eos, 16 GPUs": 64,  # 4 per GPU
+    "DGXC NeMo 24.11 Nemotron-4 15B FP8, Eos, 2,048 GPUs": 8192,
 }
 
 
@@ -135,3 +143,36 @@ def test_a_row_cannot_turn_into_a_speedup():
             name="x", description="x", source="x", scenario="preset:default",
             rows=[{"optimizer": "adam", "gpus": 8, "published": 1.0, "metric": "speedup"}],
         )  # fmt: skip
+
+
+def _sizes_per_benchmark() -> dict[str, set[int]]:
+    """GPU counts per benchmark: the model a row trains (its preset's when the row does not change it)."""
+    sizes: dict[str, set[int]] = {}
+    bases = {}
+    for row in DATA.rows:
+        sizes.setdefault(row_scenario(DATA, row, bases).workload.model, set()).add(row.gpus)
+    return sizes
+
+
+def test_benchmarks_are_measured_at_three_sizes_or_more():
+    sizes = _sizes_per_benchmark()
+    at_scale = {model for model, gpus in sizes.items() if len(gpus) >= 3}
+    # GPT-3 175B (MLPerf, NeMo 24.07, DGX Cloud Benchmarking), BERT-Large (1-bit Adam Table 1, 4-64
+    # GPUs), NeMo GPT-3 5B (64 on DGX H100, 8-256 on DGX A100 from the NeMo launcher's scaling table),
+    # Nemotron-4 15B (DGX Cloud Benchmarking, 16-2,048 GPUs)
+    assert {"GPT-3-175B", "BERT-Large", "NeMo-GPT3-5B", "Nemotron-4-15B"} <= at_scale
+    assert sizes["NeMo-GPT3-5B"] >= {8, 16, 32, 64, 128, 256}
+    assert sizes["Nemotron-4-15B"] == {16, 32, 64, 128, 256, 512, 1024, 2048}
+    assert max(sizes["GPT-3-175B"]) > 1000
+
+
+def test_a100_rows_run_on_the_dgx_a100_cluster():
+    # the NeMo launcher's table ran on DGX A100 80GB nodes with 8 x HDR 200 Gb/s InfiniBand
+    row = _row("NeMo launcher GPT-3 5B, DGX A100, 256 GPUs")
+    s = row_scenario(DATA, row)
+    assert s.cluster.gpu == "A100-80GB" and s.cluster.nic.line_rate_gbps == 200
+    assert s.workload.precision == "bf16"
+    # GBS 2048 = micro-batch 2 x 4 accumulation x 256 replicas (TP 1, PP 1)
+    assert s.workload.micro_batch * s.workload.gradient_accumulation * s.cluster.world_size == 2048
+    # the table's 1,159,288 tokens/s over 256 GPUs
+    assert row.published == pytest.approx(1159288 / 256, abs=0.1)
