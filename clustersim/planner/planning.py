@@ -677,15 +677,13 @@ def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tup
     """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
     ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
     from clustersim.scenario import validate_scenario
-    from clustersim.simulator import simulate
     from clustersim.simulator.context import build_context
-    from clustersim.simulator.runner import ops_of_last_run
+    from clustersim.simulator.runner import draw_times, ops_of_last_run
     from clustersim.simulator.uncertainty import perturbations
 
     s = validate_scenario(scenario_json, source="row")
     draws = perturbations(build_context(s), samples)[part::parts]
-    times = [simulate(s, perturbation=p).iteration_time for p in draws]
-    return times, ops_of_last_run()
+    return draw_times(s, None, draws), ops_of_last_run()
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
