@@ -295,6 +295,18 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     return records, skipped, pruned
 
 
+def _starmap_on(workers: int):
+    """``starmap(fn, args_list)`` on ``workers`` processes (_pool), started only for two jobs or more."""
+
+    def starmap(fn, args_list: list[tuple]) -> list:
+        if len(args_list) < 2:
+            return [fn(*args) for args in args_list]
+        with _pool(workers) as pool:
+            return pool.starmap(fn, args_list)
+
+    return starmap
+
+
 class _pool:
     """simulate_row on ``workers`` processes (0: every core this process may use; 1: this process),
     forked so that they start with this process's imports and catalogs."""
@@ -557,6 +569,8 @@ def _plan(
     if not ok:
         _nothing_runs(records, model)
     enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
+    # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
+    analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
