@@ -89,3 +89,23 @@ def test_run_help_says_traces_have_a_process_or_file_per_pipeline_stage(runner):
     text = " ".join(r.output.split())
     assert "one process per rank class" in text and "or pipeline stage, one track per stream" in text
     assert "one .et per rank class or pipeline stage" in text
+
+
+def test_plan_help_names_the_built_in_candidates(runner):
+    """`plan --help` says what the built-in grid holds: every GPU, GPU count, NIC and optimizer of
+    catalogs/plan_candidates.yaml (the help is kept in step with the file)."""
+    from importlib import resources
+
+    import yaml
+
+    grid = yaml.safe_load(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
+    r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    vary = grid["vary"]
+    for gpu in vary["gpu"]:
+        assert gpu in text
+    assert f"{min(vary['gpus'])} to {max(vary['gpus'])} GPUs" in text
+    assert "Ethernet" in text and "InfiniBand" in text
+    assert " or ".join(str(r) for r in vary["nic_gbps"]) + " Gb/s" in text
+    for optimizer in vary["optimizer"]:
+        assert optimizer in text

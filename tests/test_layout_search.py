@@ -345,3 +345,24 @@ def test_a_row_reshaping_an_interleaved_base_is_checked_as_the_row_it_becomes():
         assert exc.key == "training.parallelism.pipeline"
     else:
         raise AssertionError("4 x 5 chunks of 96 layers accepted")
+
+
+def test_rows_that_differ_only_in_their_network_get_the_layouts_each_would_alone():
+    """The search runs once per row's values without its NICs (memory does not depend on the network);
+    every row still gets what searching it alone gives, in the rows' order, and a NIC the scenario
+    refuses (InfiniBand at a rate it does not come in) is still recorded as it is."""
+    from clustersim.planner.planning import with_layouts
+
+    base = base_scenario("GPT-3-13B")
+    rows = [
+        {"gpus": g, "nic_kind": kind, "nic_gbps": rate, "optimizer": opt}
+        for g in (16, 64)
+        for kind in ("ethernet_tcp", "infiniband")
+        for rate in (100, 150, 400)
+        for opt in ("adam", "onebit-adam")
+    ]
+    together = with_layouts(base, rows, 1000, GB)
+    alone = [r for row in rows for r in with_layouts(base, [row], 1000, GB)]
+    assert together == alone
+    assert len(together) > len(rows)  # adam's rows were searched into several layouts each
+    assert {"gpus": 16, "nic_kind": "infiniband", "nic_gbps": 150, "optimizer": "adam"} in together

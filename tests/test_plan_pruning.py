@@ -85,3 +85,21 @@ def test_compare_rows_carry_mfu_as_run_computes_it():
     run = api_simulate(load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(16))
     assert row.mfu == pytest.approx(run.result.extra["model_flops"]["mfu"])
     assert row.tokens_per_s_per_gpu == pytest.approx(run.result.extra["model_flops"]["tokens_per_s_per_gpu"])
+
+
+def test_break_evens_bisected_ahead_on_two_workers_are_the_ones_choosing_bisects(monkeypatch):
+    """plan bisects the compressed optimizers' break-even line rates ahead, on every core
+    (analysis.bisect_break_evens); the answer and its lines are those of one process bisecting each
+    crossing as choosing asks for it."""
+    from clustersim.report import analysis
+
+    args = ("BERT-Large", 100_000, 72.0, None, None, None, None)
+    monkeypatch.setattr(analysis, "_BREAK_EVENS", {})
+    ahead = plan(*args, samples=0, workers=2)
+    ahead_found = dict(analysis._BREAK_EVENS)
+    monkeypatch.setattr(analysis, "_BREAK_EVENS", {})
+    monkeypatch.setattr(analysis, "bisect_break_evens", lambda rows, starmap, warmup=None: None)
+    one = plan(*args, samples=0, workers=1)
+    assert any("line rate per NIC" in line for line in one["text"])  # crossings were bisected
+    assert ahead["text"] == one["text"] and _answer(ahead) == _answer(one)
+    assert ahead_found == analysis._BREAK_EVENS

@@ -374,7 +374,11 @@ def plan_cmd(
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
     budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
     candidates: Optional[Path] = typer.Option(
-        None, "--candidates", help="Sweep file of candidate clusters (default: built-in grid)."
+        None,
+        "--candidates",
+        help="Sweep file of candidate clusters; default: the built-in grid (catalogs/plan_candidates.yaml): "
+        "A100-80GB and H100-SXM, 8 to 512 GPUs in 8-GPU NVSwitch nodes, Ethernet or InfiniBand at 100 or "
+        "400 Gb/s, adam, onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit.",
     ),
     global_batch: Optional[int] = typer.Option(
         None,

@@ -36,33 +36,57 @@ def with_layouts(
     interleaved). A row that cannot be resolved stays as it is, to be recorded with its reason; one where
     nothing fits even at micro-batch 1 is simulated there (NOTHING_FITS). Rows that come to the same
     scenario (a candidates file varying tensor x pipeline names a layout the search also finds for
-    another row) are kept once. The search runs on ``workers`` processes (0: every core), in chunks
-    of rows; the order is the rows' own."""
+    another row) are kept once. The search decides by memory alone, which the network does not change,
+    so rows that differ only in their NICs are searched once (_memory_key). It runs on ``workers``
+    processes (0: every core), in chunks of such groups; the order is the rows' own."""
     base_json = base.model_dump(mode="json")
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(_memory_key(row), []).append((i, row))
+    grouped = list(groups.values())
     with _pool(workers) as pool:
-        size = max(1, -(-len(rows) // (4 * pool.size)))
-        chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
+        size = max(1, -(-len(grouped) // (4 * pool.size)))
+        chunks = [[r for g in grouped[i : i + size] for r in g] for i in range(0, len(grouped), size)]
         found = pool.starmap(_layouts_of, [(base_json, chunk, steps, global_batch) for chunk in chunks])
     out, seen = [], set()
-    for row, key in (pair for chunk in found for pair in chunk):
+    for _, row, key in sorted((t for chunk in found for t in chunk), key=lambda t: t[0]):
         if key is None or key not in seen:
             out.append(row)
             seen.add(key)
     return out
 
 
-def _layouts_of(base_json: dict, rows: list[dict[str, Any]], steps: int, global_batch: int) -> list[tuple]:
-    """(row with a layout, its scenario as JSON or None when it cannot be resolved) for each layout worth
-    simulating on each of ``rows`` (with_layouts)."""
+# A row's values that name its network: the layout search, which decides by memory, ignores them.
+_NIC_AXES = ("nic_kind", "nic_gbps", "nic_count")
+
+
+def _memory_key(values: dict[str, Any]) -> str:
+    """What a row's layouts depend on: its values without its network's."""
+    return row_id(
+        {k: v for k, v in values.items() if k not in _NIC_AXES and not k.startswith("cluster.nic.")}
+    )
+
+
+def _layouts_of(
+    base_json: dict, rows: list[tuple[int, dict[str, Any]]], steps: int, global_batch: int
+) -> list[tuple]:
+    """(position, row with a layout, its scenario as JSON or None when it cannot be resolved) for each
+    layout worth simulating on each of ``rows`` ((position, values); with_layouts), the search made once
+    per _memory_key."""
     from clustersim.scenario import validate_scenario
 
     base = validate_scenario(base_json, source="base")
+    searched: dict[str, list[dict[str, Any]]] = {}
     out = []
-    for values in rows:
+    for i, values in rows:
         try:
             resolve_row(base, values, steps, global_batch)  # a row that cannot run is recorded as it is
-            # searched from the micro-batch the row starts at, before the global batch is split
-            layouts = candidate_layouts(resolve_row(base, values, steps), global_batch) or [NOTHING_FITS]
+            key = _memory_key(values)
+            if key not in searched:  # searched from the micro-batch the row starts at, before the split
+                searched[key] = candidate_layouts(resolve_row(base, values, steps), global_batch) or [
+                    NOTHING_FITS
+                ]
+            layouts = searched[key]
         except InputError:
             layouts = [{}]
         for row in [{**values, **layout} for layout in layouts]:
@@ -70,7 +94,7 @@ def _layouts_of(base_json: dict, rows: list[dict[str, Any]], steps: int, global_
                 key = resolve_row(base, row, steps, global_batch).model_dump_json()
             except InputError:
                 key = None  # recorded with its reason
-            out.append((row, key))
+            out.append((i, row, key))
     return out
 
 
@@ -269,6 +293,18 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+def _starmap_on(workers: int):
+    """``starmap(fn, args_list)`` on ``workers`` processes (_pool), started only for two jobs or more."""
+
+    def starmap(fn, args_list: list[tuple]) -> list:
+        if len(args_list) < 2:
+            return [fn(*args) for args in args_list]
+        with _pool(workers) as pool:
+            return pool.starmap(fn, args_list)
+
+    return starmap
 
 
 class _pool:
@@ -533,6 +569,8 @@ def _plan(
     if not ok:
         _nothing_runs(records, model)
     enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
+    # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
+    analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
@@ -677,15 +715,13 @@ def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tup
     """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
     ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
     from clustersim.scenario import validate_scenario
-    from clustersim.simulator import simulate
     from clustersim.simulator.context import build_context
-    from clustersim.simulator.runner import ops_of_last_run
+    from clustersim.simulator.runner import draw_times, ops_of_last_run
     from clustersim.simulator.uncertainty import perturbations
 
     s = validate_scenario(scenario_json, source="row")
     draws = perturbations(build_context(s), samples)[part::parts]
-    times = [simulate(s, perturbation=p).iteration_time for p in draws]
-    return times, ops_of_last_run()
+    return draw_times(s, None, draws), ops_of_last_run()
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

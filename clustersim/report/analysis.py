@@ -527,6 +527,20 @@ def break_even_crossings(
     simulations between the two swept rates around it) where the rows' scenarios are known; for rows
     without them (hand-made rows) a (line rate, GPUs) pair interpolated in log(line rate) between those
     two rates."""
+    out: dict[str, list] = {}
+    for opt, n, (r1, a), (r2, b) in _crossing_brackets(rows):
+        found = _exact_break_even(a, (r1, r2), scenarios or {}, warmup)
+        if found is None:
+            f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
+            found = (math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1))), n)
+        if isinstance(found, tuple) or found.verdict == "crossing":
+            out.setdefault(opt, []).append(found)
+    return out
+
+
+def _crossing_brackets(rows: list[dict[str, Any]]) -> list[tuple]:
+    """(optimizer, GPUs, (rate, row), (rate, row)) for each cluster's first two swept line rates
+    between which the speedup falls through 1 (break_even_crossings)."""
     groups: dict[tuple, list] = {}
     for r in rows:
         rate = float(r.get("nic_gbps") or 0.0)
@@ -538,31 +552,35 @@ def break_even_crossings(
         ):
             key = (r["optimizer"], r.get("model"), r["world_size"], r["gpu"], r.get("nic_kind"))
             groups.setdefault(key, []).append((rate, r))
-    out: dict[str, list] = {}
+    out = []
     for (opt, _, n, _, _), pts in groups.items():
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
             if r2 > r1 and a["speedup"] >= 1.0 > b["speedup"]:
-                found = _exact_break_even(a, (r1, r2), scenarios or {}, warmup)
-                if found is None:
-                    f = math.log(a["speedup"]) / (math.log(a["speedup"]) - math.log(b["speedup"]))
-                    found = (math.exp(math.log(r1) + f * (math.log(r2) - math.log(r1))), n)
-                if isinstance(found, tuple) or found.verdict == "crossing":
-                    out.setdefault(opt, []).append(found)
+                out.append((opt, n, (r1, a), (r2, b)))
                 break
     return out
+
+
+def bisect_break_evens(rows: list[dict[str, Any]], starmap, warmup: float | None = None) -> None:
+    """Every crossing break_even_crossings will ask for ``rows`` (scenarios in the rows), bisected ahead
+    through ``starmap(fn, [args, ...])`` (a pool's: each bisection is its own simulations) into the
+    cache it reads, so that choosing does not bisect them one after another."""
+    todo = {}
+    for _, _, (r1, a), (r2, _) in _crossing_brackets(rows):
+        args = _break_even_args(a, (r1, r2), {}, warmup)
+        if args is not None and args[0] not in _BREAK_EVENS:
+            todo[args[0]] = args[1]
+    for key, found in zip(todo, starmap(_bisect, list(todo.values()))):
+        _BREAK_EVENS[key] = found
 
 
 _BREAK_EVENS: dict[str, Any] = {}  # the same crossing asked twice (plan chooses twice) is bisected once
 
 
-def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenarios: dict, warmup):
-    """planner.breakeven.break_even for a row and its baseline (their scenarios and steps), between two
-    line rates that bracket the crossing; None without both scenarios."""
+def _break_even_args(row: dict[str, Any], bracket: tuple[float, float], scenarios: dict, warmup):
+    """(cache key, break_even's arguments) for a row and its baseline; None without both scenarios."""
     import json
-
-    from clustersim.planner.breakeven import break_even
-    from clustersim.scenario import validate_scenario
 
     b = row.get("baseline")
     if b is None:
@@ -572,17 +590,34 @@ def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenari
     if mine is None or theirs is None:
         return None
     key = json.dumps([mine, theirs, row["steps"], b["steps"], warmup, bracket], sort_keys=True, default=str)
+    return key, (mine, theirs, row["steps"], b["steps"], warmup, bracket)
+
+
+def _bisect(mine: dict, theirs: dict, steps, baseline_steps, warmup, bracket):
+    from clustersim.planner.breakeven import break_even
+    from clustersim.scenario import validate_scenario
+
+    return break_even(
+        validate_scenario(mine, source="row"),
+        validate_scenario(theirs, source="baseline row"),
+        None,
+        samples=0,
+        steps=steps,
+        baseline_steps=baseline_steps,
+        warmup=warmup,
+        bracket=bracket,
+    )
+
+
+def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenarios: dict, warmup):
+    """planner.breakeven.break_even for a row and its baseline (their scenarios and steps), between two
+    line rates that bracket the crossing; None without both scenarios."""
+    args = _break_even_args(row, bracket, scenarios, warmup)
+    if args is None:
+        return None
+    key, call = args
     if key not in _BREAK_EVENS:
-        _BREAK_EVENS[key] = break_even(
-            validate_scenario(mine, source="row"),
-            validate_scenario(theirs, source="baseline row"),
-            None,
-            samples=0,
-            steps=row["steps"],
-            baseline_steps=b["steps"],
-            warmup=warmup,
-            bracket=bracket,
-        )
+        _BREAK_EVENS[key] = _bisect(*call)
     return _BREAK_EVENS[key]
 
 

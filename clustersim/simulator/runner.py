@@ -183,10 +183,61 @@ def iteration_interval(
     scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES, seed: int = 0
 ) -> Interval:
     """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps)."""
-    times = [
-        simulate(scenario, profile, perturbation=p).iteration_time for p in perturbations(ctx, samples, seed)
-    ]
-    return Interval.of(times)
+    return Interval.of(draw_times(scenario, profile, perturbations(ctx, samples, seed)))
+
+
+def draw_times(scenario: Scenario, profile, draws) -> list[float]:
+    """``simulate(scenario, profile, perturbation=p).iteration_time`` for each of ``draws``, the same
+    numbers at less cost: a draw changes what ops cost, not which ops there are, so a Megatron pipeline's
+    program (most of whose cost is building its passes) is built once and re-priced for each further
+    draw (strategies.megatron.PipelineRepricer). The first draw runs as ``simulate`` does, with its
+    checks (memory, op budget); other programs, and any whose shape a draw changes, are rebuilt."""
+    from clustersim.simulator.strategies.ddp import AdamDDP
+    from clustersim.simulator.strategies.megatron import PipelineRepricer
+
+    times: list[float] = []
+    repricer = None
+    for i, p in enumerate(draws):
+        prog = None
+        ctx = build_context(scenario, profile, p) if i > 0 and repricer is not False else None
+        if ctx is not None and repricer is None:
+            strategy = registry.create(ctx) if _repriceable(ctx) else None
+            if (
+                strategy is not None
+                and type(strategy).steps is AdamDDP.steps
+                and type(strategy).build_program is AdamDDP.build_program
+            ):
+                label = f"{strategy.name} update"
+                repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, label)
+            else:
+                repricer = False  # not a pipeline's program: every draw is simulated
+        if repricer:
+            prog = repricer.program_for(ctx)
+        if prog is None:
+            times.append(simulate(scenario, profile, perturbation=p).iteration_time)
+            continue
+        with _collector_paused():
+            prog.links = dict(ctx.link_capacities())  # as _simulate_steps joins them, the program having none
+            _ops_per_run.set(len(prog.ops))
+            try:
+                _, end = _run_engine(ctx, prog)
+            except InputError as exc:
+                raise exc.located(source=scenario.source) from None
+        times.append(max(end.values(), default=0.0))  # attribute_timeline's total, a step of weight 1
+    return times
+
+
+def _repriceable(ctx: SimulationContext) -> bool:
+    """Whether ``simulate`` runs ``ctx`` as one Megatron program on the analytical network, unchanged
+    between building and running (no straggler classes, no offload placement search)."""
+    s = ctx.scenario
+    return (
+        ctx.megatron_program
+        and ctx.network is None
+        and s.training.offload.mode == "none"
+        and s.cluster.heterogeneity is None
+        and ctx.offload_placement is None
+    )
 
 
 def paired_times(scenarios: list[Scenario], profile, samples: int, seed: int = 0) -> np.ndarray:

@@ -20,8 +20,10 @@ points of one scrambled Sobol sequence over all of them (quasi_normals, a fixed 
 factor from a sequence of its own): the same inputs
 give the same draws, so every command prints the same band. Each draw rebuilds the cost models and
 re-runs the whole discrete-event simulation, so overlap, bucket timing and offload interleaving respond
-to the perturbation exactly as they would to a real change; the band is read from the draws' log-mean
-and log-spread (Interval.of), whose P10 and P90 at DEFAULT_SAMPLES move < 3% against 256 draws. The band is
+to the perturbation exactly as they would to a real change (a Megatron pipeline's program, whose ops a
+draw does not change, is built once and re-priced op for op: runner.draw_times); the band is read
+from the draws' log-mean and log-spread (Interval.of), whose P10 and P90 at DEFAULT_SAMPLES move < 3%
+against 256 draws. The band is
 the uncertainty of the *model's parameters* and of repeated measurements, not of things the model
 does not contain (stragglers, other jobs on the fabric).
 """

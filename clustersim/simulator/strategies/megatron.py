@@ -18,10 +18,17 @@ first and last stage, then runs the optimizer update on its share of the paramet
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
 from clustersim.simulator.program import Program
-from clustersim.simulator.strategies.common import add_collective, add_priced, price_collective
+from clustersim.simulator.strategies.common import (
+    PricedCollective,
+    add_collective,
+    add_priced,
+    price_collective,
+)
 from clustersim.workloads.fp8 import FP8_BYTES
 
 
@@ -79,6 +86,39 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
+class PipelinePrices(NamedTuple):
+    """What a pipeline program's passes cost under one context: each chunk's (forward, backward) time,
+    its passes' tensor-parallel collectives (name, priced) by (chunk, forward), and the priced send
+    between stages (None for a single chunk). The program's shape follows from the layout alone."""
+
+    times: dict
+    tp: dict
+    send: PricedCollective | None
+
+    def same_shape(self, other: "PipelinePrices") -> bool:
+        """Whether a program laid out with ``other`` has the same ops as one with these prices."""
+        names = {k: [name for name, _ in v] for k, v in self.tp.items()}
+        return names == {k: [name for name, _ in v] for k, v in other.tp.items()} and (
+            (self.send is None) == (other.send is None)
+        )
+
+
+def pipeline_prices(ctx: SimulationContext) -> PipelinePrices:
+    L = ctx.layout
+    activation = ctx.workload.micro_batch * ctx.workload.seq_len * L.arch.hidden * ctx.element_bytes
+    times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
+    # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
+    # is priced once (a 1T-parameter step adds 130k of them).
+    tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
+    # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all)
+    send = (
+        price_collective(ctx, "send_recv", activation / L.tensor, ctx.pipeline_pair)
+        if len(L.chunks) > 1
+        else None
+    )
+    return PipelinePrices(times, tp, send)
+
+
 def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float, label: str) -> Program:
     L = ctx.layout
     if L.tensor > L.gpus_per_node:
@@ -91,18 +131,20 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
             "model parallel: gradients are all-reduced after the last backward (Megatron-LM's 2021 DDP); "
             "training.overlap does not apply"
         )
+    prog, tails = _passes(ctx, pipeline_prices(ctx))
+    for s in range(L.pipeline):
+        _finish_stage(prog, ctx, s, tails[s], update_bytes_per_param, label)
+    return prog
+
+
+def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, list[int | None]]:
+    """Every stage's passes (forward and backward of each micro-batch and chunk, their tensor-parallel
+    collectives and sends) in the schedule's order, and each stage's last op, which its finish
+    (_finish_stage) follows."""
+    L = ctx.layout
     prog = Program()
-    w = ctx.workload
-    activation = w.micro_batch * w.seq_len * L.arch.hidden * ctx.element_bytes
-    message = activation / L.tensor
-    times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
-    # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
-    # is priced once (a 1T-parameter step adds 130k of them).
-    pair = ctx.pipeline_pair
-    tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
+    times, tp, send = prices
     n = len(L.chunks)
-    # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all)
-    send = price_collective(ctx, "send_recv", message, pair) if n > 1 else None
     orders = [schedule(L, s) for s in range(L.pipeline)]
     sent: dict[tuple[bool, int, int], int] = {}
     tail: list[int | None] = [None] * L.pipeline
@@ -144,9 +186,59 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
                 moved = True
         if not moved:  # pragma: no cover - Megatron's schedules never deadlock
             raise RuntimeError("pipeline schedule deadlocked while building the program")
-    for s in range(L.pipeline):
-        _finish_stage(prog, ctx, s, tail[s], update_bytes_per_param, label)
-    return prog
+    return prog, tail
+
+
+class PipelineRepricer:
+    """A pipeline program built once and re-priced for another context of the same scenario (another
+    draw of the uncertain parameters, simulator/uncertainty.py): a draw changes what the passes, the
+    collectives and the updates cost, never which ops there are or what each waits for. Each pass op
+    takes its price from the new context's PipelinePrices and each stage's finish is added again, so
+    the program is op for op the one model_parallel_program builds for that context, at a fraction of
+    the cost (a pipeline's passes are most of its ops)."""
+
+    def __init__(self, ctx: SimulationContext, update_bytes_per_param: float, label: str):
+        self.prices = pipeline_prices(ctx)
+        self.update_bytes, self.label = update_bytes_per_param, label
+        self.program, self.tails = _passes(ctx, self.prices)
+        self.passes = len(self.program.ops)
+        where = {}  # an op's price: ("pass", chunk, forward) or (chunk, forward, i) of tp, or "send"
+        for key, ops in self.prices.tp.items():
+            for i, (_, priced) in enumerate(ops):
+                where[id(priced.meta)] = (*key, i)
+        if self.prices.send is not None:
+            where[id(self.prices.send.meta)] = "send"
+        self.keys = [
+            ("pass", op.meta["chunk"], op.category == "forward")
+            if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
+            else where[id(op.meta)]
+            for op in self.program.ops
+        ]
+
+    def program_for(self, ctx: SimulationContext) -> Program | None:
+        """The program model_parallel_program would build for ``ctx``; None where its shape differs
+        (then build it)."""
+        prices = pipeline_prices(ctx)
+        if not prices.same_shape(self.prices):
+            return None
+        prog = self.program
+        del prog.ops[self.passes :]
+        prog.links = {}
+        for op, key in zip(prog.ops, self.keys):
+            if key[0] == "pass":
+                op.duration = prices.times[key[1]][0 if key[2] else 1]
+                continue
+            priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
+            op.duration = priced.duration
+            op.intra_node_bytes = priced.intra_node_bytes
+            op.inter_node_bytes = priced.inter_node_bytes
+            op.compute_slowdown = priced.compute_slowdown
+            op.demands = dict(priced.demands)
+            op.meta = priced.meta
+            op.collective = priced.collective
+        for s in range(ctx.layout.pipeline):
+            _finish_stage(prog, ctx, s, self.tails[s], self.update_bytes, self.label)
+        return prog
 
 
 def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_bytes: float, label: str):
