@@ -772,11 +772,12 @@ def validate(
     how often the published value falls inside the predicted P10–P90 band. Datasets: the 1-bit Adam
     paper's Ethernet table (default), Megatron-LM's weak scaling (megatron_weak_scaling), BinSGDM's
     64-GPU speedups over SGD and Adam (binsgdm_speedups, paired bands), the seed systems' own results
-    (seeds: Deep Optimizer States, BinSGDM, 1-bit Adam end to end), single-GPU and single-node
-    training throughputs of BERT-Large and ResNet-50 (gpu_throughput), single-GPU eager steps of
-    BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100 (gpu_steps), and measured
-    multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs, NeMo's and TorchTitan's
-    performance tables, the 1-bit Adam paper's profile (multinode_scale). Where a dataset measures
+    (seeds: Deep Optimizer States, BinSGDM, 1-bit Adam end to end, Streaming DiLoCo's simulation),
+    single-GPU and single-node training throughputs of BERT-Large and ResNet-50 (gpu_throughput),
+    single-GPU eager steps of BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100
+    (gpu_steps), and measured multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs,
+    NeMo's, NVIDIA DGX Cloud Benchmarking's and TorchTitan's performance tables, the 1-bit Adam
+    paper's profile (multinode_scale). Where a dataset measures
     several optimizers on the same GPU counts, the speedup over the first at each count follows, with
     its median and worst error and whether it moves with scale as the measurement does."""
     from clustersim.validation.published import load_dataset
