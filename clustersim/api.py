@@ -116,6 +116,11 @@ class Comparison:
     break_even_gpus: int | None = None
     #: why there is no break-even (the scenario cannot be simulated at that count); None otherwise
     break_even_error: str | None = None
+    #: given steps: each simulated cell's cost to train, its P10-P90 and the cost model that priced it
+    #: (report.costing.price_compare_rows), as compare's table prints them
+    costs: list[dict[str, Any]] = field(default_factory=list)
+    #: why ``costs`` is empty although steps were given (the default model cannot price the GPU)
+    cost_error: str | None = None
 
     def row(self, optimizer: str, gpus: int):
         """The cell of one optimizer at one GPU count."""
@@ -143,6 +148,8 @@ class Comparison:
             self.break_even,
             self.break_even_error,
             self.break_even_gpus,
+            self.costs,
+            self.cost_error,
         )
 
     def to_dataframe(self):
@@ -201,13 +208,17 @@ def compare(
     break_even_at: int | None = None,
     steps: "int | str | dict[str, int] | None" = None,
     warmup: float | None = None,
+    cost: str | None = None,
+    instance: str | None = None,
 ) -> Comparison:
     """``clustersim compare``: each optimizer at each GPU count (default: the scenario's own), with
     speedups over the baseline (the scenario's uncompressed optimizer, or ``baseline``) and their paired
     P10-P90 (``samples`` draws; 0 turns bands off), and each compressed optimizer's break-even NIC
     bandwidth at ``break_even_at`` GPUs (default: the largest count; 0 skips it). ``global_batch``
     keeps the samples per step the same at every count; ``steps`` (a count, a mapping per optimizer or
-    the command's text) and ``warmup`` give the time to train, as the command's options do."""
+    the command's text) and ``warmup`` give the time to train, as the command's options do; given steps,
+    ``costs`` prices each cell's run by ``cost`` ("own" or "rent", with ``instance`` an instance type),
+    by default owned where the ownership catalog prices the GPU, else rented, as the command does."""
     from clustersim.planner.breakeven import break_evens_or_reason
     from clustersim.planner.compare import check_request
     from clustersim.planner.compare import compare as _compare
@@ -231,9 +242,29 @@ def compare(
         evens, why_none = break_evens_or_reason(
             s, names, at, profile, samples, base, global_batch, request.plan, warmup
         )
+        priced, cost_error = _compare_costs(s, rows, request.plan, cost, instance)
     except InputError as exc:
         raise _as_argument(exc) from None
-    return Comparison(rows, names, counts, base, global_batch, evens, at or None, why_none)
+    return Comparison(
+        rows, names, counts, base, global_batch, evens, at or None, why_none, priced, cost_error
+    )
+
+
+def _compare_costs(s, rows, plan, cost, instance) -> tuple[list[dict[str, Any]], str | None]:
+    """Each cell's cost to train, as ``compare``'s table gives it: only with steps; the asked model, or
+    the default one, whose failure to price the GPU is a reason rather than an error."""
+    from clustersim.report.costing import auto_model, cost_model, price_compare_rows
+
+    if not plan:
+        return [], None
+    asked = cost is not None or instance is not None
+    if not asked:
+        try:
+            return price_compare_rows(s, rows, auto_model({s.cluster.gpu})), None
+        except InputError as exc:
+            return [], exc.message
+    model = cost_model(cost, None, "default", instance)
+    return price_compare_rows(s, rows, model), None
 
 
 @dataclass

@@ -546,7 +546,10 @@ def compare(
         evens, why_none = break_evens_or_reason(
             s, opts, at, profile, samples, base, global_batch, plan, warmup
         )
-        emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at))
+        priced, cost_error = [], None
+        if plan:
+            priced, cost_error = _costs_or_reason(s, rows, costs, asked)
+        emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at, priced, cost_error))
         return
     done = [0]
 
@@ -601,41 +604,46 @@ def compare_header(s, settings: list[str] | None) -> str:
 def _print_costs(s, rows, costs, asked: bool = True) -> None:
     """Each cell's time to train priced by one cost model, with the model and what it assumed named. A
     GPU the default model cannot price gets a note instead, unless --cost or --instance asked for it."""
-    from clustersim.report.costing import cost_band
+    from clustersim.report.costing import price_compare_rows
 
-    ok = [r for r in rows if not r.error and r.time_to_train_s]
-    if costs is None or not ok:
+    if costs is None:
         return
-    body, basis = [], {}
-    for r in ok:
-        cluster = s.with_world_size(r.gpus).cluster.model_dump(mode="json")
-        try:
-            priced = costs.price(cluster)
-        except InputError as exc:
-            if asked:
-                raise
-            console.print(f"[dim]cost not shown: {exc.message}[/]", highlight=False)
-            return
-        hours = r.time_to_train_s / 3600
-        mid = r.iteration_time_s or 0.0
-        lo = r.iteration_time_p10_s / mid if mid and r.iteration_time_p10_s else None
-        hi = r.iteration_time_p90_s / mid if mid and r.iteration_time_p90_s else None
-        p10, p90 = cost_band(hours * priced.per_hour, priced.sigma, lo, hi)
-        body.append(
-            [
-                r.gpus,
-                r.optimizer,
-                f"{hours:,.1f} h",
-                f"${hours * priced.per_hour:,.0f} ({p10:,.0f}–{p90:,.0f})",
-            ]
-        )
-        basis.setdefault(r.gpus, priced)
-        timed = lo is not None
+    try:
+        priced = price_compare_rows(s, rows, costs)
+    except InputError as exc:
+        if asked:
+            raise
+        console.print(f"[dim]cost not shown: {exc.message}[/]", highlight=False)
+        return
+    if not priced:
+        return
+    body = [
+        [c["gpus"], c["optimizer"], f"{c['hours']:,.1f} h",
+         f"${c['cost_usd']:,.0f} ({c['cost_p10_usd']:,.0f}–{c['cost_p90_usd']:,.0f})"]
+        for c in priced
+    ]  # fmt: skip
+    timed = priced[-1]["band"] == "price and time"
     what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
     console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
-    for gpus, priced in basis.items():
-        warn = f"; {priced.warning}" if priced.warning else ""
-        console.print(f"[dim]{gpus} GPUs: {priced.basis}{warn}[/]", highlight=False)
+    basis = {}
+    for c in priced:
+        basis.setdefault(c["gpus"], c)
+    for gpus, c in basis.items():
+        warn = f"; {c['warning']}" if c["warning"] else ""
+        console.print(f"[dim]{gpus} GPUs: {c['basis']}{warn}[/]", highlight=False)
+
+
+def _costs_or_reason(s, rows, costs, asked: bool) -> tuple[list[dict], str | None]:
+    """compare --json's costs: every cell priced, or (when no model was asked for and the default one
+    cannot price this GPU) none, with the reason the table prints as a note."""
+    from clustersim.report.costing import price_compare_rows
+
+    try:
+        return price_compare_rows(s, rows, costs), None
+    except InputError as exc:
+        if asked:
+            raise
+        return [], exc.message
 
 
 def _some_simulated(rows, s):

@@ -281,3 +281,36 @@ def test_hardware_show_says_what_each_cost_model_knows_of_a_gpu():
     assert "rented: p5.48xlarge (AWS) $55.04/h for 8 GPUs, network 32 x 100 Gb/s EFA" in r.stdout
     v100 = CliRunner().invoke(app, ["hardware", "show", "V100-PCIe"]).stdout
     assert "owned: no server price" in v100 and "rented: no instance sells it" in v100
+
+
+def test_compare_json_and_the_api_carry_the_costs_the_table_prints():
+    """compare's table, its --json and clustersim.compare() price each cell by the same function: the same
+    cost model, the same dollars and band, and json.dumps of the API's to_dict() works."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import clustersim
+    from clustersim.cli import app
+
+    scenario = "examples/team-a100-40gb-25gbe.yaml"
+    args = ["compare", scenario, "--gpus", "16", "--samples", "0", "--break-even-at", "0"]
+    args += ["--optimizers", "adam,binsgdm", "--steps", "1000"]
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0, table.output
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert doc["cost_error"] is None and [c["optimizer"] for c in doc["costs"]] == ["adam", "binsgdm"]
+    for c in doc["costs"]:
+        assert c["cost_model"] == "own" and c["capital_usd"] > 0 and c["band"] == "price only"
+        assert c["cost_p10_usd"] < c["cost_usd"] < c["cost_p90_usd"]
+        assert f"${c['cost_usd']:,.0f} ({c['cost_p10_usd']:,.0f}–{c['cost_p90_usd']:,.0f})" in table.stdout
+    api = clustersim.compare(
+        scenario, ["adam", "binsgdm"], [16], samples=0, break_even_at=0, steps=1000, cost="rent"
+    )
+    assert {c["cost_model"] for c in api.costs} == {"rent"}
+    assert json.loads(json.dumps(api.to_dict()))["costs"] == api.costs
+    owned = clustersim.compare(scenario, ["adam", "binsgdm"], [16], samples=0, break_even_at=0, steps=1000)
+    assert [round(c["cost_usd"], 6) for c in owned.costs] == [round(c["cost_usd"], 6) for c in doc["costs"]]
+    assert clustersim.compare(scenario, ["adam"], [16], samples=0, break_even_at=0).costs == []  # no steps
+    with pytest.raises(InputError, match="own or rent"):
+        clustersim.compare(scenario, ["adam"], [16], samples=0, break_even_at=0, steps=1000, cost="lease")

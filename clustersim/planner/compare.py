@@ -513,13 +513,19 @@ def comparison_as_json(
     evens: list,
     why_no_break_even: str | None,
     break_even_gpus: int | None,
+    costs: list[dict] | None = None,
+    cost_error: str | None = None,
 ) -> dict:
-    """``clustersim compare --json``'s document, which the API's ``Comparison.to_dict()`` returns too."""
+    """``clustersim compare --json``'s document, which the API's ``Comparison.to_dict()`` returns too.
+    ``costs``: each cell's cost to train (report.costing.price_compare_rows), given steps; empty without
+    them, and ``cost_error`` says why where the default cost model cannot price the cluster's GPU."""
     return {
         "baseline": baseline,
         "global_batch": global_batch,
         "rows": [r.to_dict() for r in rows],
         "break_even": [b.to_dict() | {"gpus": break_even_gpus} for b in evens],
         "break_even_error": why_no_break_even,
+        "costs": costs or [],
+        "cost_error": cost_error,
         "notes": notes_by_cells(rows),
     }

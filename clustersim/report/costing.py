@@ -440,3 +440,39 @@ def cost_model(
         )
     net = None if network is None else network_catalog(None if network == "default" else str(network))
     return Own(load_ownership(own_prices), net)
+
+
+def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
+    """What each simulated compare cell costs to train: its hours, the cost under ``costs`` (one model
+    for every cell) with a P10-P90 from the price's spread and the cell's time band, and how it was
+    priced. The one place compare's table, its --json and the API's ``Comparison.costs`` come from, so
+    the three say the same. Raises InputError where the model cannot price a cell's cluster."""
+    priced_rows = []
+    for r in rows:
+        if r.error or not r.time_to_train_s:
+            continue
+        cluster = scenario.with_world_size(r.gpus).cluster.model_dump(mode="json")
+        priced = costs.price(cluster)
+        hours = r.time_to_train_s / 3600
+        mid = r.iteration_time_s or 0.0
+        lo = r.iteration_time_p10_s / mid if mid and r.iteration_time_p10_s else None
+        hi = r.iteration_time_p90_s / mid if mid and r.iteration_time_p90_s else None
+        cost = hours * priced.per_hour
+        p10, p90 = cost_band(cost, priced.sigma, lo, hi)
+        priced_rows.append(
+            {
+                "gpus": r.gpus,
+                "optimizer": r.optimizer,
+                "hours": hours,
+                "cost_usd": cost,
+                "cost_p10_usd": p10,
+                "cost_p90_usd": p90,
+                "band": "price and time" if lo is not None else "price only",
+                "cost_model": priced.model,
+                "per_hour_usd": priced.per_hour,
+                "capital_usd": priced.capital,
+                "basis": priced.basis,
+                "warning": priced.warning,
+            }
+        )
+    return priced_rows
