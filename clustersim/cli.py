@@ -15,7 +15,9 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import plan_cmd, report, sweep
 from clustersim.commands.support import (
+    CostOpt,
     HelpfulGroup,
+    InstanceOpt,
     JsonOpt,
     ProfileOpt,
     SamplesOpt,
@@ -509,15 +511,8 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
     settings: Optional[list[str]] = SetOpt,
-    cost: Optional[str] = typer.Option(
-        None,
-        "--cost",
-        help="With --steps, what each run costs: own (servers, network and power, amortised: "
-        "catalogs/ownership.yaml) or rent (instances as sold: catalogs/instances.yaml); default: own.",
-    ),
-    instance: Optional[str] = typer.Option(
-        None, "--instance", help="With --cost rent: this instance type (catalogs/instances.yaml)."
-    ),
+    cost: Optional[str] = CostOpt,
+    instance: Optional[str] = InstanceOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed

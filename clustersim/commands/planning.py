@@ -9,6 +9,8 @@ import typer
 
 from clustersim.commands.support import (
     CatalogOpt,
+    CostOpt,
+    InstanceOpt,
     JsonOpt,
     ProfileOpt,
     console,
@@ -146,16 +148,6 @@ NetworkPricesOpt = typer.Option(
     "--network-prices",
     help="Network price catalog (a copy of catalogs/network_prices.yaml with your quotes), or 'none' "
     "for GPU-hours only; default: the shipped one.",
-)
-CostOpt = typer.Option(
-    None,
-    "--cost",
-    help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
-    "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own, or rent "
-    "with --price or --instance.",
-)
-InstanceOpt = typer.Option(
-    None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
 )
 InstancesOpt = typer.Option(
     None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."

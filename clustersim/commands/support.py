@@ -279,6 +279,17 @@ def table(
 
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
+# How every command that prices a run (compare, report, plan) names its cost model, one text for all.
+CostOpt = typer.Option(
+    None,
+    "--cost",
+    help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
+    "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own where "
+    "catalogs/ownership.yaml prices every GPU, else rent; rent with --price or --instance.",
+)
+InstanceOpt = typer.Option(
+    None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
+)
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 SamplesOpt = typer.Option(
     32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
