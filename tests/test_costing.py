@@ -203,6 +203,18 @@ def test_the_default_model_is_owned_where_every_gpu_has_a_server_price_else_rent
     assert p.per_hour == pytest.approx(16 * 3.06) and "prices.yaml" in p.basis  # no instance sells it
 
 
+def test_a_b200_node_is_owned_at_its_reported_list_price_less_its_adapters():
+    from clustersim.report.costing import Own, auto_model, load_ownership
+
+    entry = load_ownership(None)["servers"]["B200"]
+    assert entry["price"] == 515_000 - 8 * 1_200 and "DGX B200" in entry["source"]
+    owned = auto_model({"B200", "H100-SXM"})
+    assert isinstance(owned, Own)
+    p = owned.price({**A100_25G, "gpu": "B200", "nodes": 2})
+    assert p.capital > 2 * entry["price"]  # servers and their network
+    assert p.parts["power"] == pytest.approx(2 * 11.9 * 1.58 * 0.1194)
+
+
 def test_a_budget_caps_an_owners_capital_and_power_and_a_renters_hours():
     """An owned run's cost is its share of the servers' life; a team with $3M must buy the cluster, so
     --budget caps the capital plus the run's power."""
