@@ -570,7 +570,9 @@ def _print_profile(p) -> None:
             )
         )
     if p.memory_gbs:
-        console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s")
+        stream = p.copy_stream_gbs
+        between = f" (streaming {stream:,.1f} GB/s between the two largest copies)" if stream else ""
+        console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s{between}")
     if p.kernels_gbs:
         console.print(
             table(
