@@ -222,6 +222,7 @@ def compare(
     from clustersim.planner.breakeven import break_evens_or_reason
     from clustersim.planner.compare import check_request
     from clustersim.planner.compare import compare as _compare
+    from clustersim.report.costing import compare_costs
 
     # read once: a generator is used up by the first pass over it
     if isinstance(optimizers, Iterable) and not isinstance(optimizers, str):
@@ -242,29 +243,12 @@ def compare(
         evens, why_none = break_evens_or_reason(
             s, names, at, profile, samples, base, global_batch, request.plan, warmup
         )
-        priced, cost_error = _compare_costs(s, rows, request.plan, cost, instance)
+        priced, cost_error = compare_costs(s, rows, cost, instance) if request.plan else ([], None)
     except InputError as exc:
         raise _as_argument(exc) from None
     return Comparison(
         rows, names, counts, base, global_batch, evens, at or None, why_none, priced, cost_error
     )
-
-
-def _compare_costs(s, rows, plan, cost, instance) -> tuple[list[dict[str, Any]], str | None]:
-    """Each cell's cost to train, as ``compare``'s table gives it: only with steps; the asked model, or
-    the default one, whose failure to price the GPU is a reason rather than an error."""
-    from clustersim.report.costing import auto_model, cost_model, price_compare_rows
-
-    if not plan:
-        return [], None
-    asked = cost is not None or instance is not None
-    if not asked:
-        try:
-            return price_compare_rows(s, rows, auto_model({s.cluster.gpu})), None
-        except InputError as exc:
-            return [], exc.message
-    model = cost_model(cost, None, "default", instance)
-    return price_compare_rows(s, rows, model), None
 
 
 @dataclass

@@ -541,9 +541,9 @@ def compare(
         evens, why_none = break_evens_or_reason(
             s, opts, at, profile, samples, base, global_batch, plan, warmup
         )
-        priced, cost_error = [], None
-        if plan:
-            priced, cost_error = _costs_or_reason(s, rows, costs, asked)
+        from clustersim.report.costing import compare_costs
+
+        priced, cost_error = compare_costs(s, rows, cost, instance) if plan else ([], None)
         emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at, priced, cost_error))
         return
     done = [0]
@@ -626,19 +626,6 @@ def _print_costs(s, rows, costs, asked: bool = True) -> None:
     for gpus, c in basis.items():
         warn = f"; {c['warning']}" if c["warning"] else ""
         console.print(f"[dim]{gpus} GPUs: {c['basis']}{warn}[/]", highlight=False)
-
-
-def _costs_or_reason(s, rows, costs, asked: bool) -> tuple[list[dict], str | None]:
-    """compare --json's costs: every cell priced, or (when no model was asked for and the default one
-    cannot price this GPU) none, with the reason the table prints as a note."""
-    from clustersim.report.costing import price_compare_rows
-
-    try:
-        return price_compare_rows(s, rows, costs), None
-    except InputError as exc:
-        if asked:
-            raise
-        return [], exc.message
 
 
 def _some_simulated(rows, s):

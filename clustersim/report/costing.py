@@ -476,3 +476,17 @@ def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
             }
         )
     return priced_rows
+
+
+def compare_costs(scenario, rows, cost: str | None = None, instance: str | None = None):
+    """Compare's costs as its --json and the API give them: each cell priced by the model asked for
+    (``cost``, ``instance``), or by the default one (auto_model), whose failure to price the GPU is a
+    reason returned beside an empty list rather than an error."""
+    asked = cost is not None or instance is not None
+    model = cost_model(cost, None, "default", instance) if asked else auto_model({scenario.cluster.gpu})
+    try:
+        return price_compare_rows(scenario, rows, model), None
+    except InputError as exc:
+        if asked:
+            raise
+        return [], exc.message
