@@ -578,7 +578,7 @@ def compare(
         console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
-        _print_costs(s, rows, costs, asked=cost is not None or instance is not None)
+        _print_costs(s, rows, costs, asked=asked)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
 
