@@ -56,6 +56,30 @@ def test_blocking_copy_adds_the_pageable_copy_the_page_faults_and_the_upcast_on_
     assert all(op.stream == "compute" for op in ops)
 
 
+def test_partition_grads_runs_in_order_on_the_reduction_stream():
+    """DeepSpeed queues all of partition_grads on reduce_and_partition_stream: each partition's 16-bit
+    round trip through the pinned buffer, its norm and cast, and its fp32 copy run one after another on
+    the reduction's stream, and one partition's copy back never overlaps the next one's copy out."""
+    result = simulate(_dos(**{"training.offload.gradient_copy": "async"}))
+    path = [op for op in result.ops if "gradients partition" in op.name or "cast partition" in op.name]
+    reduce_streams = {op.stream for op in result.ops if op.meta.get("op") == "reduce_scatter"}
+    assert path and {op.stream for op in path} == reduce_streams
+    spans = sorted((op.start, op.end) for op in path)
+    assert all(a_end <= b_start + 1e-12 for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+def test_the_gradient_norm_reads_a_double_copy():
+    """_constant_buffered_norm2 runs norm(2) on part.double(): a read of the 16-bit gradient, a write
+    and a read of 8 bytes per element (18 bytes), at the device's streaming rate."""
+    from clustersim.simulator.context import build_context
+
+    s = _dos(**{"training.offload.gradient_copy": "blocking"})
+    ctx = build_context(s)
+    norms = [op for op in simulate(s).ops if op.name.startswith("grad norm partition")]
+    expected = ctx.device.stream_time(ctx.params * (ctx.grad_bytes + 16), "grad_norm")
+    assert sum(op.end - op.start for op in norms) == pytest.approx(expected, rel=1e-6)
+
+
 def test_buffers_below_the_mmap_threshold_take_no_page_faults():
     """glibc maps a buffer afresh at its mmap threshold (32 MiB at most) and above: a tensor of 16M
     16-bit elements (32 MiB, plus malloc's header) is mapped, one element less is not counted."""

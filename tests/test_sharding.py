@@ -145,6 +145,31 @@ def test_zero3_gathers_every_layer_twice_and_fsdp_grad_op_once():
     assert sum(op.meta.get("op") == "all_gather" for op in grad_op.ops) == layers
 
 
+def test_deepspeed_zero3_copies_each_bucket_three_times_before_reducing_it_and_fsdp_does_not():
+    """stage3.py: the IPG bucket copy, reduce_scatter_coalesced's torch.cat and its div_ by the world
+    size, each a read and a write of the bucket (6 x its bytes), on the reduction stream, before the
+    bucket's reduce-scatter; FSDP's per-unit path has none of them."""
+    from clustersim.simulator.sharding import layout
+    from clustersim.simulator.strategies.zero import _reduce_buckets
+
+    s = _sharded({"stage": 3})
+    assert s.workload.gradient_accumulation == 1
+    ctx = build_context(s)
+    result = simulate(s)
+    copies = [op for op in result.ops if "copy+cat+scale" in op.name]
+    buckets = _reduce_buckets(ctx, layout(ctx))
+    assert len(copies) == len(buckets)
+    total = sum(b.nbytes(ctx.grad_bytes) for b in buckets)
+    expected = sum(ctx.device.stream_time(6 * b.nbytes(ctx.grad_bytes), "bucket_copy") for b in buckets)
+    assert sum(op.end - op.start for op in copies) == pytest.approx(expected, rel=1e-9)
+    assert total == pytest.approx(ctx.params * ctx.grad_bytes, rel=1e-9)
+    reductions = {op.meta.get("bucket"): op for op in result.ops if op.meta.get("op") == "reduce_scatter"}
+    for op in copies:
+        assert op.stream == reductions[int(op.name.split()[0][len("bucket") :])].stream
+    fsdp = simulate(_sharded({"framework": "fsdp"}))
+    assert not any("copy+cat+scale" in op.name for op in fsdp.ops)
+
+
 def test_stage_2_reduces_every_micro_step_and_stage_1_once():
     def reductions(stage):
         result = simulate(_sharded({"stage": stage}, **{"workload.gradient_accumulation": 3}))

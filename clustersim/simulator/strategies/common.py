@@ -300,8 +300,10 @@ def add_zero3_gradient_to_host(
     """A reduced gradient partition of ``shard`` elements on its way to ZeRO-3's fp32 host buffer, as
     DeepSpeed's stage3.py ``partition_grads`` moves it with the optimizer offloaded. The partition is
     first copied into the flat 16-bit gradient buffer, which lives in (pinned) host memory, and back to
-    the GPU (``grad_buffer.copy_(...)``, ``grad_buffer.to(device)``); its norm runs on the GPU. Then the
-    CPU-updated share (``on_cpu``) goes to the fp32 buffer, by ``training.offload.gradient_copy``:
+    the GPU (``grad_buffer.copy_(...)``, ``grad_buffer.to(device)``); its norm runs on the GPU in double
+    precision (``_constant_buffered_norm2``: ``.double()`` writes 8 bytes per element, ``norm(2)`` reads
+    them). The GPU-updated share's fp32 gradient is a cast into a GPU buffer. Then the CPU-updated share
+    (``on_cpu``) goes to the fp32 host buffer, by ``training.offload.gradient_copy``:
 
     * ``async`` (``copy_(..., non_blocking=True)``: Deep Optimizer States' part_grads_async; DeepSpeed
       from 0.16.3 casts with ``.float()`` explicitly): PyTorch casts on the GPU, then a pinned fp32
@@ -314,27 +316,33 @@ def add_zero3_gradient_to_host(
       every parameter (``empty_like`` in Copy.cu); one above glibc's mmap threshold is a fresh mapping,
       so the driver's copy into it takes a demand-zero page fault per page (host.first_touch).
 
-    Returns the last op's id."""
+    ``partition_grads`` runs inside ``with stream(reduce_and_partition_stream)``: every copy and kernel
+    above is queued on that one stream, so they run one after another (CUDA streams are in order) and
+    a partition's 16-bit copy back to the GPU never overlaps the next one's copy out. The ops sit on
+    the stream of the reduction ``dep``. Returns the last op's id."""
     g = ctx.grad_bytes
     host, gradient_copy = ctx.host, ctx.scenario.training.offload.gradient_copy
+    stream = prog.ops[dep].stream
     secs, dem = host.copy(shard * g, to_host=True)
-    out = prog.add(f"D2H 16-bit gradients {label}", "d2h", secs, "transfer", (dep,), demands=dem)
+    out = prog.add(f"D2H 16-bit gradients {label}", stream, secs, "transfer", (dep,), demands=dem)
     secs, dem = host.copy(shard * g, to_host=False)
-    back = prog.add(f"H2D 16-bit gradients {label}", "h2d", secs, "transfer", (out,), demands=dem)
+    back = prog.add(f"H2D 16-bit gradients {label}", stream, secs, "transfer", (out,), demands=dem)
+    norm_bytes = shard * (g + 2 * 8)  # .double() reads g and writes 8 bytes, norm(2) reads the 8
+    cast_bytes = shard * (g + 4) * (1.0 - on_cpu)  # the GPU-updated share: cast into a GPU fp32 buffer
     if gradient_copy == "async":
         cast = prog.add(
             f"grad norm + fp32 cast {label}",
-            prog.ops[dep].stream,
-            ctx.device.stream_time(shard * (2 * g + 4), "grad_cast"),
+            stream,
+            ctx.device.stream_time(norm_bytes + cast_bytes + shard * on_cpu * (g + 4), "grad_cast"),
             "other",
             (back,),
         )
         secs, dem = host.copy(shard * 4 * on_cpu, to_host=True)
-        return prog.add(f"D2H fp32 gradients {label}", "d2h", secs, "transfer", (cast,), demands=dem)
+        return prog.add(f"D2H fp32 gradients {label}", stream, secs, "transfer", (cast,), demands=dem)
     norm = prog.add(
         f"grad norm {label}",
-        prog.ops[dep].stream,
-        ctx.device.stream_time(shard * g, "grad_norm"),
+        stream,
+        ctx.device.stream_time(norm_bytes + cast_bytes, "grad_norm"),
         "other",
         (back,),
     )

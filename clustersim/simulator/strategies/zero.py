@@ -243,6 +243,26 @@ def _unit_buckets(layers) -> list[Bucket]:
     return [Bucket(i, layers[li].params, li) for i, li in enumerate(order)]
 
 
+def _bucket_copies(prog: Program, ctx, lay: Layout, bucket, dep, stream: str) -> int:
+    """DeepSpeed ZeRO-3's passes over a gradient bucket before its reduce-scatter, on the reduction
+    stream (stage3.py): each gradient is copied into the flat IPG bucket (``__add_grad_to_ipg_bucket``,
+    contiguous_gradients), then ``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py,
+    reduce_scatter on by default) concatenates the bucket's tensors into one buffer (``torch.cat``) and
+    pre-divides it by the world size (``div_``): three read-and-write passes, six times the bucket's
+    bytes of HBM traffic, at any world size (one rank included). FSDP (one flat gradient per unit) and
+    qgZ (its own quantizing all-to-all) do not take this path. Returns the op the reduction waits for."""
+    if lay.per_unit or ctx.scenario.training.sharding.zeropp.quantized_gradients:
+        return dep
+    nbytes = bucket.nbytes(ctx.grad_bytes)
+    return prog.add(
+        f"bucket{bucket.index} copy+cat+scale",
+        stream,
+        ctx.device.stream_time(6 * nbytes, "bucket_copy"),
+        "other",
+        (dep,),
+    )
+
+
 def _reduce(
     prog: Program, ctx, lay: Layout, bucket, dep, info: list, stream: str, boundary: bool = True
 ) -> list[int]:
@@ -429,7 +449,8 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
             bwd.append(last)
             add_tensor_parallel(prog, ctx, layers[li], False, micro)
             for b in by_layer.get(li, []):
-                reduced += _reduce(prog, ctx, lay, b, last, info if boundary else [], stream, boundary)
+                ready = _bucket_copies(prog, ctx, lay, b, last, stream)
+                reduced += _reduce(prog, ctx, lay, b, ready, info if boundary else [], stream, boundary)
                 if on_reduced is not None:
                     on_reduced(b, reduced[-1])
     return [last, *reduced], info
