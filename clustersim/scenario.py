@@ -402,6 +402,16 @@ class OffloadSpec(_Strict):
             "the CPU through a pageable buffer while backward waits (DeepSpeed up to 0.15.3)"
         ),
     )
+    gpu_update_gap: Count | None = Field(
+        None,
+        gt=0,
+        description=(
+            "mode zero under DeepSpeed ZeRO-3 only: Deep Optimizer States' DeepSpeed fork "
+            "(prefetch_optimizer_gap): subgroup i (DeepSpeed's subgroups of whole parameter tensors) is "
+            "updated on the GPU when (i + 1) % gap == 0, its fp32 parameters and moments copied in and "
+            "out while the CPU updates the others; none (plain DeepSpeed) or 1 = every update on the CPU"
+        ),
+    )
 
 
 class ZeroPPSpec(_Strict):
@@ -1082,6 +1092,7 @@ def _check_semantics(s: Scenario) -> None:
     _check_diloco(s, options)
     _check_update_implementation(s, getattr(options, "implementation", "fused"))
     _check_gradient_copy(s.training)
+    _check_gpu_update_gap(s.training)
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
@@ -1100,6 +1111,20 @@ def _check_gradient_copy(t: TrainingSpec) -> None:
             "gradient_copy blocking is DeepSpeed ZeRO-3's offloaded gradient path (stage3.py): it needs "
             "training.offload.mode zero or interleaved and training.sharding.stage 3 (framework deepspeed)",
             key="training.offload.gradient_copy",
+        )
+
+
+def _check_gpu_update_gap(t: TrainingSpec) -> None:
+    """``offload.gpu_update_gap`` is the Deep Optimizer States fork's stage3.py schedule (ZeRO-3 only)."""
+    off, sh = t.offload, t.sharding
+    if off.gpu_update_gap is not None and not (
+        off.mode == "zero" and sh.stage == 3 and sh.framework == "deepspeed"
+    ):
+        raise InputError(
+            "gpu_update_gap is Deep Optimizer States' DeepSpeed ZeRO-3 schedule (stage3.py "
+            "prefetch_optimizer_gap): it needs training.offload.mode zero and training.sharding.stage 3 "
+            "(framework deepspeed)",
+            key="training.offload.gpu_update_gap",
         )
 
 

@@ -30,6 +30,9 @@ from clustersim.units import format_bytes
 # far smaller than any DeepSpeed setting (default sub_group_size 1e9 parameters) and only exhausts memory.
 MAX_SUBGROUPS = 100_000
 MAX_CHUNKS = 48  # subgroups of the same placement are merged into at most this many program steps
+# The fork's async copiers' lane: each copier copies its tensor out, then in, in order on its own stream
+# (csrc/async_copier: cudaMemcpyAsync on trf_stream); both directions on one in-order lane, as they run.
+COPIER = "h2d_state"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,15 @@ class Placement:
     kinds: list[str]  # per subgroup: cpu | gpu_streamed | gpu_resident
     partition_params: float = 0.0  # the parameters this rank updates (P, or P/p under ZeRO)
     chosen_by: str = "performance model"
+    sizes: tuple[float, ...] | None = None  # per subgroup when they differ (DeepSpeed's whole tensors)
+
+    def subgroup_sizes(self) -> list[float]:
+        """Parameters per subgroup: ``sizes``, or equal subgroups with the remainder in the last."""
+        if self.sizes is not None:
+            return list(self.sizes)
+        out = [self.subgroup_params] * len(self.kinds)
+        out[-1] = self.partition_params - self.subgroup_params * (len(self.kinds) - 1)
+        return out
 
     def count(self, kind: str) -> int:
         return sum(1 for k in self.kinds if k == kind)
@@ -70,6 +82,36 @@ def mode(ctx) -> str:
 
 def subgroup_count(params: float, size: float) -> int:
     return max(1, math.ceil(params / size))
+
+
+def deepspeed_subgroups(layers, partition_params: float, size: float) -> list[float]:
+    """DeepSpeed ZeRO-3's subgroups (stage3.py ``_create_fp16_sub_groups``): the rank's partitions of
+    the parameter tensors, in order, closed into a subgroup once it holds ``size`` elements or more, so
+    a tensor is never split and one larger than ``size`` is a subgroup of its own. One parameter group
+    is assumed (Megatron's separate no-weight-decay group of biases and norms is a few small tensors)."""
+    tensors = [n for layer in layers for n in layer.param_tensors if n > 0]
+    scale = partition_params / sum(tensors)  # each rank holds 1/p of every tensor
+    out: list[float] = []
+    current = 0.0
+    for n in tensors:
+        current += n * scale
+        if current >= size:
+            out.append(current)
+            current = 0.0
+    if current > 0:
+        out.append(current)
+    return out
+
+
+def gap_kinds(n: int, gap: int) -> list[str]:
+    """Deep Optimizer States' DeepSpeed fork (github.com/DataStates/DeepSpeed, branch
+    deep-optimizer-states, stage3.py ``get_opt_update_device``): subgroup i is updated on the GPU
+    (PF_OPT_GPU_ONLY) when ``(i + 1) % gap == 0`` and ``i % gap != 0``, else on the CPU; a gap of 1
+    puts every update on the CPU."""
+    return [
+        PlacementKind.GPU_STREAMED if (i + 1) % gap == 0 and i % gap != 0 else PlacementKind.CPU
+        for i in range(n)
+    ]
 
 
 def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[str, float]:
@@ -116,6 +158,12 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
             f"activations need {format_bytes(budget['peak_without_state'])} of "
             f"{format_bytes(budget['capacity'])}",
             key="cluster.gpu",
+        )
+    if off.mode == "zero" and (off.gpu_update_gap or 1) > 1:
+        sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)
+        kinds = gap_kinds(len(sizes), off.gpu_update_gap)
+        return Placement(
+            max(sizes), kinds, partition_params, f"every {off.gpu_update_gap}th subgroup on the GPU", tuple(sizes)
         )
     if off.mode == "zero" or off.placement == "cpu":
         return Placement(
@@ -203,8 +251,9 @@ def _chunks(placement: Placement, total_params: float) -> list[tuple[str, float]
     """Merge consecutive subgroups of one kind into at most MAX_CHUNKS steps of (kind, params)."""
     per = max(1, math.ceil(len(placement.kinds) / MAX_CHUNKS))
     out: list[tuple[str, float]] = []
-    sizes = [placement.subgroup_params] * len(placement.kinds)
-    sizes[-1] = total_params - placement.subgroup_params * (len(placement.kinds) - 1)
+    sizes = placement.subgroup_sizes()
+    if placement.sizes is None:
+        sizes[-1] = total_params - placement.subgroup_params * (len(placement.kinds) - 1)
     run_kind, run_params, run_len = None, 0.0, 0
     for kind, s in zip(placement.kinds, sizes):
         if kind != run_kind or run_len >= per:
@@ -231,6 +280,8 @@ def add_offloaded_update(
     """The update phase of one iteration under offload; returns the ops the next step waits for."""
     ends: list[int] = []
     deps = tuple(d for d in deps if d is not None)
+    if placement.sizes is not None:
+        return add_gap_update(prog, ctx, deps, spec, placement, host)
     for i, (kind, params) in enumerate(_chunks(placement, partition_params)):
         tag = f"{label} chunk{i} ({kind}, {params / 1e6:,.1f}M params)"
         if kind == PlacementKind.CPU:
@@ -267,8 +318,81 @@ def add_offloaded_update(
     return ends
 
 
+def add_gap_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: Placement, host: HostModel) -> list[int]:
+    """The step of Deep Optimizer States' DeepSpeed fork (``training.offload.gpu_update_gap``), in the
+    order of its stage3.py ``step`` (github.com/DataStates/DeepSpeed, branch deep-optimizer-states):
+
+    * One host thread walks the subgroups in order. At a CPU subgroup ``i % gap == 0`` it first queues
+      ``opt_transfers``: the previous GPU subgroup's fp32 parameters, ``exp_avg`` and ``exp_avg_sq``
+      back to the host, then the next GPU subgroup's three tensors to the GPU (``spec.state`` bytes per
+      parameter each way), with ``cudaMemcpyAsync`` on the copiers' own streams (csrc/async_copier:
+      one stream per tensor, so each stream copies out, then in); then it runs DeepSpeed's CPU Adam on
+      its own subgroup while they move. Its updated 16-bit parameters go back as today's CPU path has
+      them (``downsample_fp32_fp16`` on an executor thread, then a pinned copy).
+    * At a GPU subgroup the thread waits for the copiers (``wait()``, a stream synchronize), then
+      launches torch.optim.AdamW on the GPU (the fork's ``backup_optimizer``; PyTorch picks its foreach
+      path for CUDA tensors), whose fp32 gradient is already on the GPU (cast there in backward). The
+      16-bit parameters are a device-to-device copy of the fp32 ones (no PCIe).
+    * The last GPU subgroup's state is copied back by the next CPU subgroup's ``opt_transfers`` only,
+      so with none after it, it stays on the GPU (as the code has it).
+
+    So each CPU update overlaps the copies for the GPU subgroups around it, and the thread cannot pass
+    a GPU subgroup before its state has arrived. Returns the ops the next step waits for."""
+    from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
+
+    gap = ctx.scenario.training.offload.gpu_update_gap
+    gpu_bytes = UPDATE_BYTES[("adam", "foreach")] if spec.gpu_update > 0 else 0.0
+    sizes, kinds = placement.subgroup_sizes(), placement.kinds
+    gpu_ids = [i for i, k in enumerate(kinds) if k != PlacementKind.CPU]
+    ends: list[int] = []
+    thread = tuple(deps)  # what the host thread has waited for so far
+    copier = None  # the copiers' last copy (their streams run in order)
+    updated: dict[int, int] = {}  # GPU subgroup -> its update op
+    arrived: dict[int, int] = {}  # GPU subgroup -> its state's copy in
+    for i, (params, kind) in enumerate(zip(sizes, kinds)):
+        tag = f"subgroup {i} ({params / 1e6:,.1f}M params)"
+        if kind == PlacementKind.CPU:
+            if i % gap == 0:
+                prev = max((g for g in gpu_ids if g < i), default=None)
+                nxt = min((g for g in gpu_ids if g > i), default=None)
+                if prev is not None:
+                    t, dem = host.copy(sizes[prev] * spec.state, to_host=True)
+                    after = (updated[prev],) + ((copier,) if copier is not None else ())
+                    copier = prog.add(f"D2H state subgroup {prev}", COPIER, t, "transfer", after, demands=dem)
+                if nxt is not None:
+                    t, dem = host.copy(sizes[nxt] * spec.state, to_host=False)
+                    after = thread + ((copier,) if copier is not None else ())
+                    copier = prog.add(f"H2D state subgroup {nxt}", COPIER, t, "transfer", after, demands=dem)
+                    arrived[nxt] = copier
+            t, dem = host.cpu_update(params, spec.cpu_dram)
+            cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", thread, demands=dem, meta={"params": params})
+            t, dem = host.copy(params * spec.to_device, to_host=False)
+            ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
+            thread = (cpu,)
+        else:
+            wait = (arrived[i],) if i in arrived else ()
+            upd = prog.add(
+                f"GPU update {tag}",
+                "compute",
+                ctx.gpu_update_time(gpu_bytes, params),
+                "optimizer",
+                thread + wait,
+            )
+            updated[i] = upd
+            ends.append(upd)
+            thread = thread + wait
+    if copier is not None:
+        ends.append(copier)
+    return ends
+
+
 def gpu_fraction(placement: Placement) -> float:
-    return sum(1 for k in placement.kinds if k != PlacementKind.CPU) / len(placement.kinds)
+    """The share of the parameters updated on the GPU (of the subgroups, when they are equal)."""
+    if placement.sizes is None:
+        return sum(1 for k in placement.kinds if k != PlacementKind.CPU) / len(placement.kinds)
+    sizes = placement.subgroup_sizes()
+    on_gpu = sum(s for s, k in zip(sizes, placement.kinds) if k != PlacementKind.CPU)
+    return on_gpu / sum(sizes)
 
 
 def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params: float) -> dict[str, float]:

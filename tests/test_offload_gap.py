@@ -1,0 +1,107 @@
+"""Deep Optimizer States' DeepSpeed fork (training.offload.gpu_update_gap): which subgroups its
+stage3.py updates on the GPU, what crosses PCIe for them, and that a gap of 1 is plain ZeRO-Offload."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from clustersim.errors import InputError
+from clustersim.identifiers import PlacementKind
+from clustersim.scenario import load_scenario
+from clustersim.simulator import simulate
+from clustersim.simulator.context import build_context
+from clustersim.simulator.offload import (
+    add_gap_update,
+    deepspeed_subgroups,
+    gap_kinds,
+    gpu_fraction,
+    plan,
+)
+from clustersim.simulator.program import Program
+from clustersim.simulator.strategies.ddp import adam_spec
+
+
+def _dos(**changes):
+    return load_scenario("preset:offload-dos-7b-h100").with_changes(
+        **{"training.offload.gradient_copy": "async", **changes}
+    )
+
+
+def test_gap_kinds_follow_the_forks_rule():
+    """get_opt_update_device: GPU when (i + 1) % gap == 0 and i % gap != 0."""
+    gpu = PlacementKind.GPU_STREAMED
+    assert [k == gpu for k in gap_kinds(6, 2)] == [False, True, False, True, False, True]
+    assert [i for i, k in enumerate(gap_kinds(9, 3)) if k == gpu] == [2, 5, 8]
+    assert all(k == PlacementKind.CPU for k in gap_kinds(7, 1))
+
+
+def test_subgroups_are_whole_tensors_closed_at_the_size():
+    """_create_fp16_sub_groups: tensors in order, a subgroup closed once it holds sub_group_size or more."""
+    layers = [SimpleNamespace(param_tensors=(4, 3, 10, 2)), SimpleNamespace(param_tensors=(0, 6, 1))]
+    assert deepspeed_subgroups(layers, 26, 5) == [7, 10, 8, 1]
+    # a rank's partition scales every tensor by 1/p, so a 4-way partition halves nothing but the sizes
+    assert deepspeed_subgroups(layers, 13, 2.5) == [3.5, 5, 4, 0.5]
+
+
+def test_dos7b_subgroups_cover_the_model_and_gap_2_sends_half_to_the_gpu():
+    ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
+    sizes = deepspeed_subgroups(ctx.workload.layers, ctx.params, 1e7)
+    assert sum(sizes) == pytest.approx(ctx.params)
+    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host, inputs_on_host=True)
+    gpu = sum(s for s, k in zip(sizes, placement.kinds) if k != PlacementKind.CPU)
+    assert gpu_fraction(placement) == pytest.approx(gpu / ctx.params)
+    assert 0.45 < gpu_fraction(placement) < 0.55
+
+
+class _CountingHost:
+    """Records the bytes of every copy by direction; every op takes one second."""
+
+    def __init__(self):
+        self.bytes = {True: 0.0, False: 0.0}
+
+    def copy(self, nbytes, to_host):
+        self.bytes[to_host] += nbytes
+        return 1.0, {}
+
+    def cpu_update(self, params, dram):
+        return 1.0, {}
+
+
+def test_bytes_over_pcie_are_what_the_fork_copies():
+    """Each GPU subgroup's fp32 parameters, exp_avg and exp_avg_sq (12 bytes per parameter) go in, and out
+    again at the next CPU subgroup's opt_transfers (the last GPU subgroup has none after it); each CPU
+    subgroup sends its 16-bit parameters back (2 bytes)."""
+    ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
+    spec = adam_spec(ctx, 16.0, 12.0)
+    placement = plan(ctx, spec, ctx.params, ctx.host, inputs_on_host=True)
+    sizes, kinds = placement.subgroup_sizes(), placement.kinds
+    gpu = [s for s, k in zip(sizes, kinds) if k != PlacementKind.CPU]
+    cpu = [s for s, k in zip(sizes, kinds) if k == PlacementKind.CPU]
+    last_gpu_is_last = kinds[-1] != PlacementKind.CPU
+    host = _CountingHost()
+    add_gap_update(Program(), ctx, (), spec, placement, host)
+    assert host.bytes[False] == pytest.approx(12 * sum(gpu) + ctx.element_bytes * sum(cpu))
+    assert host.bytes[True] == pytest.approx(12 * (sum(gpu) - (gpu[-1] if last_gpu_is_last else 0.0)))
+
+
+def test_gap_of_one_is_plain_zero_offload():
+    plain = simulate(_dos())
+    assert simulate(_dos(**{"training.offload.gpu_update_gap": 1})).iteration_time == plain.iteration_time
+
+
+def test_gpu_updates_overlap_the_cpu_so_the_step_is_shorter():
+    """Half the updates leave the CPU while their copies overlap the other half's CPU updates."""
+    plain = simulate(_dos()).iteration_time
+    forked = simulate(_dos(**{"training.offload.gpu_update_gap": 2})).iteration_time
+    assert forked < plain
+
+
+def test_more_pcie_bandwidth_is_never_slower():
+    slow = simulate(_dos(**{"training.offload.gpu_update_gap": 2, "cluster.intra_node.pcie_gen": 4}))
+    fast = simulate(_dos(**{"training.offload.gpu_update_gap": 2}))
+    assert fast.iteration_time <= slow.iteration_time
+
+
+def test_gap_needs_deepspeed_zero3_offload():
+    with pytest.raises(InputError, match="training.offload.gpu_update_gap"):
+        _dos(**{"training.offload.gpu_update_gap": 2, "training.sharding.stage": 2})
