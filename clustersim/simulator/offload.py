@@ -163,7 +163,11 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)
         kinds = gap_kinds(len(sizes), off.gpu_update_gap)
         return Placement(
-            max(sizes), kinds, partition_params, f"every {off.gpu_update_gap}th subgroup on the GPU", tuple(sizes)
+            max(sizes),
+            kinds,
+            partition_params,
+            f"every {off.gpu_update_gap}th subgroup on the GPU",
+            tuple(sizes),
         )
     if off.mode == "zero" or off.placement == "cpu":
         return Placement(
@@ -318,7 +322,9 @@ def add_offloaded_update(
     return ends
 
 
-def add_gap_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: Placement, host: HostModel) -> list[int]:
+def add_gap_update(
+    prog: Program, ctx, deps, spec: UpdateSpec, placement: Placement, host: HostModel
+) -> list[int]:
     """The step of Deep Optimizer States' DeepSpeed fork (``training.offload.gpu_update_gap``), in the
     order of its stage3.py ``step`` (github.com/DataStates/DeepSpeed, branch deep-optimizer-states):
 
@@ -365,7 +371,9 @@ def add_gap_update(prog: Program, ctx, deps, spec: UpdateSpec, placement: Placem
                     copier = prog.add(f"H2D state subgroup {nxt}", COPIER, t, "transfer", after, demands=dem)
                     arrived[nxt] = copier
             t, dem = host.cpu_update(params, spec.cpu_dram)
-            cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", thread, demands=dem, meta={"params": params})
+            cpu = prog.add(
+                f"CPU update {tag}", "cpu", t, "host", thread, demands=dem, meta={"params": params}
+            )
             t, dem = host.copy(params * spec.to_device, to_host=False)
             ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
             thread = (cpu,)
