@@ -105,3 +105,14 @@ def test_more_pcie_bandwidth_is_never_slower():
 def test_gap_needs_deepspeed_zero3_offload():
     with pytest.raises(InputError, match="training.offload.gpu_update_gap"):
         _dos(**{"training.offload.gpu_update_gap": 2, "training.sharding.stage": 2})
+
+
+def test_gpu_subgroups_fp32_gradients_are_held_on_the_gpu():
+    """prefetch_optimizer_gpu_fp32_grads: 4 bytes per GPU-updated parameter, beside the staging buffers."""
+    plain = simulate(_dos()).memory["offload_staging"]
+    forked = simulate(_dos(**{"training.offload.gpu_update_gap": 2}))
+    ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
+    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host, inputs_on_host=True)
+    expected = 2 * max(placement.sizes) * 12.0 + 4.0 * gpu_fraction(placement) * ctx.params
+    assert plain == 0.0
+    assert forked.memory["offload_staging"] == pytest.approx(expected)

@@ -408,6 +408,10 @@ def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params
     streamed = (
         (2 * placement.subgroup_params * spec.state) if placement.count(PlacementKind.GPU_STREAMED) else 0.0
     )
+    if placement.sizes is not None:
+        # Deep Optimizer States' fork keeps every GPU subgroup's fp32 gradient in its own GPU buffer
+        # (stage3.py prefetch_optimizer_gpu_fp32_grads) from backward until the step updates it.
+        streamed += 4.0 * gpu_fraction(placement) * sum(placement.sizes)
     c = ctx.scenario.cluster
     host_bytes = partition_params * (spec.state + spec.to_host) * c.gpus_per_node
     if host_bytes > c.host.memory_gib * 2**30:
