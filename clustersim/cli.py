@@ -131,7 +131,37 @@ def _print_parallelism(par: dict) -> None:
     )
 
 
-def _print_result(r) -> None:
+def _compute_utilization(r) -> float:
+    """The share of the step the compute stream is busy (forward, backward, update, compression): what
+    is left waits on the network, the host or host-device copies (validation.published's metric)."""
+    from clustersim.identifiers import COMPUTE_CATEGORIES
+
+    return sum(r.breakdown.get(str(c), 0.0) for c in COMPUTE_CATEGORIES) / r.iteration_time
+
+
+def _link_rows(r, scenario=None) -> list[list[str]]:
+    """The bytes table's rows: per node on the intra-node links and out of the NICs, and DiLoCo's outer
+    exchange where the workers have their own links (``inter_worker_gbps``): those bytes never cross a
+    NIC of the cluster, so the NIC row alone would read 0 B for the whole exchange."""
+    bl = r.bytes_per_link_kind
+    rows = [
+        [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
+        ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])],
+    ]
+    diloco = r.extra.get("diloco")
+    own = scenario is not None and scenario.training.optimizer_options.get("inter_worker_gbps")
+    if diloco and own:
+        rows.append(
+            [
+                f"inter-worker links ({own:g} Gb/s, outer exchange, per worker)",
+                format_bytes(diloco["bytes_per_worker_per_inner_step"]),
+            ]
+        )
+    return rows
+
+
+def _print_result(r, scenario=None) -> None:
+    """``scenario``: the scenario simulated, for what the result does not carry (DiLoCo's own links)."""
     from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
 
     console.print(
@@ -150,6 +180,10 @@ def _print_result(r) -> None:
             f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
             + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
         )
+    console.print(
+        f"  compute utilization {_compute_utilization(r):.1%} of the step (forward, backward, update and "
+        "compression; the rest waits on the network, the host or copies)"
+    )
     if r.interval is not None:
         iv = r.interval
         console.print(
@@ -195,16 +229,8 @@ def _print_result(r) -> None:
                 [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown],
             )
         )
-    bl = r.bytes_per_link_kind
     console.print(
-        table(
-            "Bytes moved per node per iteration",
-            ["link kind", "bytes"],
-            [
-                [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
-                ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])],
-            ],
-        )
+        table("Bytes moved per node per iteration", ["link kind", "bytes"], _link_rows(r, scenario))
     )
     mem = r.memory
     console.print(
@@ -304,7 +330,7 @@ def run(
     if json_out:
         emit_json(result.to_dict())
     else:
-        _print_result(result)
+        _print_result(result, s)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
         if chakra_files:

@@ -17,6 +17,25 @@ def test_run_default_prints_breakdown(runner):
     assert "samples/s" in r.output and "exposed communication" in r.output
 
 
+def test_run_shows_diloco_exchange_on_its_own_links_and_compute_utilization(runner):
+    """Streaming DiLoCo's workers joined by their own links (inter_worker_gbps): the outer exchange never
+    crosses the cluster's NICs, so the run names the bytes on those links instead of a lone 0 B; and the
+    run says how much of the step the compute stream is busy (the paper's compute utilization)."""
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import simulate
+    from clustersim.validation.published import compute_utilization
+
+    r = invoke(runner, "run", "preset:streaming-diloco-1b", "--samples", "0")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if line.startswith("inter-worker links"))
+    result = simulate(load_scenario("preset:streaming-diloco-1b"))
+    per_worker = result.extra["diloco"]["bytes_per_worker_per_inner_step"]
+    assert per_worker > 0 and row.split()[-2:] == [f"{per_worker / 2**20:.2f}", "MiB"]
+    assert f"compute utilization {compute_utilization(result):.1%} of the step" in r.stdout
+    plain = invoke(runner, "run", "preset:default", "--samples", "0")
+    assert "inter-worker links" not in plain.stdout and "compute utilization" in plain.stdout
+
+
 def test_run_json_and_trace(runner, tmp_path):
     trace = tmp_path / "trace.json"
     r = invoke(runner, "run", "preset:default", "--json", "--trace", str(trace))
