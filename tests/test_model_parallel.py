@@ -208,6 +208,24 @@ def test_compressed_optimizers_and_offload_are_refused_with_model_parallelism():
     assert err.value.key.endswith("training.offload.mode")
 
 
+def test_a_compressed_optimizers_refusal_names_the_split_the_layout_has():
+    """On a pipeline-free layout the refusal names tensor parallelism and its key, never DeepSpeed's
+    pipeline incompatibility; with a pipeline it names both splits and says the pipeline reason."""
+    tensor_only = _scenario(p=1).model_dump()
+    data = {**tensor_only, "training": {**tensor_only["training"], "optimizer": "onebit-adam"}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    text = str(err.value)
+    assert "pipeline" not in text.replace("tensor and pipeline parallelism is modelled", "")
+    assert "tensor = 2" in text and "training.parallelism.tensor to 1" in text
+    both = _scenario().model_dump()
+    data = {**both, "training": {**both["training"], "optimizer": "zero-one-adam"}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    assert "tensor = 2 and pipeline = 4" in str(err.value)
+    assert "not compatible with pipeline parallelism" in str(err.value)
+
+
 def test_step_is_the_slowest_stage_and_placement_is_reported():
     r = simulate(_scenario(p=4, m=8))
     par = r.extra["parallelism"]
