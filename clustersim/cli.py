@@ -600,13 +600,34 @@ def compare(
             console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
         console.print(f"break-even at {at} GPUs: {b.describe()}", markup=False, highlight=False)
-    if why_none:
-        console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
+    _print_break_even_missing(rows, at, why_none)
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
         _print_costs(s, rows, costs, asked=asked)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def _print_break_even_missing(rows, at: int, why_none: str | None) -> None:
+    """Why the break-even is missing, each reason once: an optimizer not simulated at ``at`` GPUs had
+    its reason printed on its row's line just above, so here it is only named."""
+    if not why_none:
+        return
+    rest, named = why_none, []
+    for r in rows:
+        piece = f"{r.optimizer}: {r.error}"
+        if r.gpus != at or not r.error or piece not in rest:
+            continue
+        named.append(r.optimizer)
+        # break_evens_or_reason joins "name: reason" pieces with "; "
+        rest = "" if rest == piece else rest.replace(f"{piece}; ", "", 1).replace(f"; {piece}", "", 1)
+    if named:
+        console.print(
+            f"[yellow]break-even at {at} GPUs not computed[/] for {', '.join(named)}: not simulated there "
+            "(above)"
+        )
+    if rest:
+        console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {rest}")
 
 
 def compare_header(s, settings: list[str] | None) -> str:
@@ -708,7 +729,7 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
             f"{name}: iteration time split, ms",
             ["GPUs", "optimizer", "iter", *parts],
             [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * len(parts)]
+                [r.gpus, f"{r.optimizer} (not simulated, below)", dash, *[dash] * len(parts)]
                 if r.error
                 else [r.gpus, r.optimizer, *split(r)]
                 for r in rows
