@@ -871,12 +871,18 @@ def validate(
         else:
             over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
             label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
+        err = _slowness(r.error, r.metric or d.metric)
         rows.append(
-            [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
+            [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * err:+.1f}%"]
         )
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
     title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
     console.print(table(title, header, rows, left=len(header) - 4))
+    some_speedup = any((r.metric or d.metric) == "speedup" for r in report.rows)
+    sign = (
+        _ERROR_SIGN_SPEEDUP if speedup else _ERROR_SIGN + ("; speedups: + too high" if some_speedup else "")
+    )
+    console.print(sign, style="dim", markup=False, highlight=False)
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -889,7 +895,24 @@ def validate(
     if scale.trends:
         _print_speedups_by_scale(scale)
     if series:
-        _print_scaling_by_series(series, median_relative_error(series))
+        rate_series = {r.series for r in report.rows if (r.metric or d.metric) in _RATE_METRICS}
+        _print_scaling_by_series(series, median_relative_error(series), rate_series)
+
+
+# Metrics where more is faster: their error's sign is turned in the tables, so that every row's error
+# reads the same way, + predicted too slow (a step too long, a rate too low), - predicted too fast.
+_RATE_METRICS = {"samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "compute_utilization"}
+_ERROR_SIGN = (
+    "error: + predicted too slow (a step too long, a rate too low), - predicted too fast; "
+    "|error| = |predicted - published| / published"
+)
+_ERROR_SIGN_SPEEDUP = "error: (predicted - published) / published speedup, + the predicted speedup too high"
+
+
+def _slowness(error: float, metric: str) -> float:
+    """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
+    for rates (_RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
+    return -error if metric in _RATE_METRICS else error
 
 
 def _metric_format(metric: str) -> str:
@@ -926,15 +949,27 @@ def _print_speedups_by_scale(scale) -> None:
         )
 
 
-def _print_scaling_by_series(series, median: float | None) -> None:
-    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels)."""
+def _print_scaling_by_series(series, median: float | None, rates: set | frozenset = frozenset()) -> None:
+    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels);
+    the series in ``rates`` measure a rate, whose errors are signed as 'predicted too slow' (_slowness)."""
+
+    def pct(x: float, name: str) -> str:
+        return f"{-100 * x if name in rates else 100 * x:+.1f}%"
+
     rows = [
-        [x.name, p.gpus, f"{100 * p.error:+.1f}%", "-" if i == 0 else f"{100 * p.relative:+.1f}%"]
+        [x.name, p.gpus, pct(p.error, x.name), "-" if i == 0 else pct(p.relative, x.name)]
         for x in series
         for i, p in enumerate(x.points)
     ]
     header = ["series", "GPUs", "error", "relative to smallest"]
     console.print(table("error with scale, inside one system's runs", header, rows, left=1))
+    console.print(
+        "error and relative error: + predicted too slow (relative: the step grows more with scale than "
+        "measured), - predicted too fast",
+        style="dim",
+        markup=False,
+        highlight=False,
+    )
     if median is not None:
         console.print(
             f"median absolute error relative to each series' smallest run [bold]{100 * median:.1f}%[/]"
@@ -972,13 +1007,15 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
             [
                 f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
                 r.source_label, *([r.compute] if profile else []), f"{r.published:,.1f}",
-                f"{r.predicted:,.1f}", band, f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
+                f"{r.predicted:,.1f}", band,
+                f"{100 * _slowness(r.error, 'samples_per_s'):+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
         )  # fmt: skip
     truth = "measured" if dataset == "gpu_steps" else "published"
     header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "source"]
     header += [*(["compute"] if profile else []), truth, "predicted", "P10–P90"]
     console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=len(header) - 3))
+    console.print(_ERROR_SIGN, style="dim", markup=False, highlight=False)
     if profile:
         console.print(
             "[dim]compute: measured = the profile's own measurement of that model; carried = another "
