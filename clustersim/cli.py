@@ -40,7 +40,7 @@ from clustersim.commands.testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.io import check_writable_file
-from clustersim.units import format_bytes, format_seconds, parse_bytes
+from clustersim.units import count_of, format_bytes, format_seconds, on_off, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
 
@@ -117,9 +117,10 @@ def _print_parallelism(par: dict) -> None:
     """The model-parallel placement: the groups and where they sit, and the critical stage."""
     console.print(
         f"Model parallelism: tensor {par['tensor']} x data {par['data']} x pipeline {par['pipeline']} "
-        f"({par['schedule']}, {par['virtual_stages']} chunk(s) per stage of {par['layers_per_chunk']} "
-        f"layers, {par['micro_batches']} micro-batches; sequence parallel {par['sequence_parallel']}, "
-        f"recompute {par['recompute']})"
+        f"({par['schedule']}, {count_of(par['virtual_stages'], 'chunk')} per stage of "
+        f"{count_of(par['layers_per_chunk'], 'layer')}, "
+        f"{count_of(par['micro_batches'], 'micro-batch', 'micro-batches')}; "
+        f"sequence parallel: {on_off(par['sequence_parallel'])}, recompute: {par['recompute']})"
     )
     console.print(f"  rank = {par['rank_order']}")
     for group in ("tensor", "data", "pipeline"):
@@ -165,12 +166,13 @@ def _print_result(r, scenario=None) -> None:
     from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
 
     console.print(
-        f"[bold]{escape(r.scenario)}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), "
+        f"[bold]{escape(r.scenario)}[/]: {count_of(r.world_size, 'GPU')} ({r.nodes:,} x {r.gpus_per_node}), "
         f"optimizer {r.optimizer}"
     )
     console.print(
         f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
-        f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)"
+        f"[bold]{r.samples_per_s:,.1f}[/] samples/s "
+        f"({count_of(r.samples_per_iteration, 'sample')} per iteration)"
     )
     flops = r.extra.get("model_flops")
     if flops:
@@ -589,7 +591,7 @@ def compare(
     _some_simulated(rows, s)
     with spinner("compare") as say:
         if at:
-            say(f"break-even bandwidth at {at} GPUs")
+            say(f"break-even bandwidth at {at:,} GPUs")
         evens, why_none = break_evens_or_reason(
             s, opts, at, profile, samples, base, global_batch, plan, warmup
         )
@@ -597,9 +599,9 @@ def compare(
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
-            console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
+            console.print(f"[yellow]{count_of(r.gpus, 'GPU')}, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
-        console.print(f"break-even at {at} GPUs: {b.describe()}", markup=False, highlight=False)
+        console.print(f"break-even at {at:,} GPUs: {b.describe()}", markup=False, highlight=False)
     _print_break_even_missing(rows, at, why_none)
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
@@ -623,11 +625,11 @@ def _print_break_even_missing(rows, at: int, why_none: str | None) -> None:
         rest = "" if rest == piece else rest.replace(f"{piece}; ", "", 1).replace(f"; {piece}", "", 1)
     if named:
         console.print(
-            f"[yellow]break-even at {at} GPUs not computed[/] for {', '.join(named)}: not simulated there "
+            f"[yellow]break-even at {at:,} GPUs not computed[/] for {', '.join(named)}: not simulated there "
             "(above)"
         )
     if rest:
-        console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {rest}")
+        console.print(f"[yellow]break-even at {at:,} GPUs not computed[/]: {rest}")
 
 
 def compare_header(s, settings: list[str] | None) -> str:
@@ -638,7 +640,7 @@ def compare_header(s, settings: list[str] | None) -> str:
     c, w = s.cluster, s.workload
     line = (
         f"{s.name}: {c.gpus_per_node} x {c.gpu} per node, {nic_label(c.nic.model_dump())} per node; "
-        f"{w.model}, {w.precision}, micro-batch {w.micro_batch}"
+        f"{w.model or 'custom layers'}, {w.precision}, micro-batch {w.micro_batch}"
     )
     return line + (f"; --set {', '.join(settings)}" if settings else "")
 

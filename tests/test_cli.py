@@ -1,6 +1,7 @@
 """The CLI as a user runs it, including every kind of bad input (exit 2, one line, no traceback)."""
 
 import json
+import re
 
 import pytest
 
@@ -34,6 +35,26 @@ def test_run_shows_diloco_exchange_on_its_own_links_and_compute_utilization(runn
     assert f"compute utilization {compute_utilization(result):.1%} of the step" in r.stdout
     plain = invoke(runner, "run", "preset:default", "--samples", "0")
     assert "inter-worker links" not in plain.stdout and "compute utilization" in plain.stdout
+
+
+def test_run_output_says_counts_and_flags_in_words(runner):
+    """One GPU is '1 GPU', one sample '1 sample'; a flag reads 'on', never Python's True; counts past a
+    thousand carry separators in tables and sizes alike."""
+    from clustersim.commands.support import console, table
+    from clustersim.units import format_bytes
+
+    one = invoke(runner, "run", "preset:offload-llama7b-h100", "--samples", "0")
+    assert one.exit_code == 0, one.output
+    assert ": 1 GPU (1 x 1)" in one.stdout and "(1 sample per iteration)" in one.stdout
+    assert not re.search(r"(?<![\d.,])1 (GPUs|samples)\b", one.stdout)
+    mp = invoke(runner, "run", "preset:dgx-h100-gpt3-175b-3d", "--samples", "0")
+    assert mp.exit_code == 0, mp.output
+    line = next(x for x in mp.stdout.splitlines() if x.startswith("Model parallelism"))
+    assert "sequence parallel: on" in line and "True" not in line and "1 chunk per stage" in line
+    with console.capture() as cap:
+        console.print(table("t", ["GPUs", "flag"], [[16384, True], [8, False]]))
+    assert "16,384" in cap.get() and " on" in cap.get() and " off" in cap.get()
+    assert format_bytes(12138 * 2**30) == "12,138.00 GiB"
 
 
 def test_run_json_and_trace(runner, tmp_path):

@@ -22,6 +22,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from clustersim.errors import InputError
+from clustersim.units import on_off
 
 PIPED_WIDTH = 10_000  # characters per line when the output is a file or a pipe: nothing wraps or is cut
 PROGRESS_EVERY_S = 5.0  # off a terminal, a plain progress line on stderr at least this often ...
@@ -274,8 +275,17 @@ def table(
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
     for r in rows:  # cells are text, not markup: a name like 'stage 0 [slowest rank]' prints whole
-        t.add_row(*[x if isinstance(x, Text) else Text(str(x)) for x in r])
+        t.add_row(*[x if isinstance(x, Text) else Text(_cell(x)) for x in r])
     return Group(Text(title), t) if piped else t
+
+
+def _cell(x) -> str:
+    """A table cell's text: counts with thousands separators (16,384 GPUs), a flag as on / off."""
+    if isinstance(x, bool):
+        return on_off(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
 
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
