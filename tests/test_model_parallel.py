@@ -226,6 +226,25 @@ def test_a_compressed_optimizers_refusal_names_the_split_the_layout_has():
     assert "not compatible with pipeline parallelism" in str(err.value)
 
 
+def test_out_of_memory_suggests_the_distributed_optimizer_where_it_fits():
+    """A 3D layout whose model states overflow the GPU: the error suggests Megatron's distributed
+    optimizer with the rank's total it would leave, which is what the simulation of it then holds."""
+    from clustersim.units import format_bytes
+
+    big = dict(nodes=32, gpn=8, t=8, p=4, model_name="GPT-3-175B", sequence_parallel=True, recompute="full")
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(**big))
+    text = err.value.message
+    assert "does not fit in GPU memory" in text and "a larger training.parallelism.tensor" in text
+    assert "training.parallelism.distributed_optimizer: true" in text and "which fits" in text
+    fits = simulate(_scenario(**big, distributed_optimizer=True))
+    assert f"about {format_bytes(fits.memory['total'])} per rank" in text
+    # already on, or no data-parallel replicas to shard over: not suggested
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(**{**big, "nodes": 4}, distributed_optimizer=True))
+    assert "distributed_optimizer" not in err.value.message
+
+
 def test_step_is_the_slowest_stage_and_placement_is_reported():
     r = simulate(_scenario(p=4, m=8))
     par = r.extra["parallelism"]
