@@ -15,7 +15,7 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import plan_cmd, report, sweep
 from clustersim.commands.support import (
-    CostOpt,
+    CompareCostOpt,
     HelpfulGroup,
     InstanceOpt,
     JsonOpt,
@@ -539,7 +539,7 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
     settings: Optional[list[str]] = SetOpt,
-    cost: Optional[str] = CostOpt,
+    cost: Optional[str] = CompareCostOpt,
     instance: Optional[str] = InstanceOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
@@ -554,7 +554,11 @@ def compare(
     from clustersim.report.costing import auto_model, cost_model
 
     asked = cost is not None or instance is not None
-    costs = cost_model(cost, None, "default", instance) if asked else auto_model({s.cluster.gpu})
+    costs = (
+        cost_model(cost, None, "default", instance, price_option=False)
+        if asked
+        else auto_model({s.cluster.gpu}, price_option=False)
+    )
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     # each count once: a repeated one is the same cells again
     counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)

@@ -289,14 +289,23 @@ def _cell(x) -> str:
 
 
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
+
+
 # How every command that prices a run (compare, report, plan) names its cost model, one text for all.
-CostOpt = typer.Option(
-    None,
-    "--cost",
-    help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
-    "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own where "
-    "catalogs/ownership.yaml prices every GPU, else rent; rent with --price or --instance.",
-)
+def _cost_option(rent_with: str) -> typer.models.OptionInfo:
+    """--cost, its help naming the options that make a run rented in the command at hand (``rent_with``:
+    compare has --instance only, report and plan --price too)."""
+    return typer.Option(
+        None,
+        "--cost",
+        help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
+        "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own where "
+        f"catalogs/ownership.yaml prices every GPU, else rent; rent with {rent_with}.",
+    )
+
+
+CostOpt = _cost_option("--price or --instance")
+CompareCostOpt = _cost_option("--instance")  # compare has no --price
 InstanceOpt = typer.Option(
     None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
 )
