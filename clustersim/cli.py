@@ -924,6 +924,7 @@ def _slowness(error: float, metric: str) -> float:
 def _metric_format(metric: str) -> str:
     return {
         "speedup": "{:,.2f}x",
+        "slowdown": "{:,.2f}x",
         "iteration_time": "{:,.3f}",
         "tokens_per_s_per_gpu": "{:,.0f}",
         "compute_utilization": "{:.1%}",

@@ -20,8 +20,12 @@ Metric = Literal[
     "tokens_per_s_per_gpu",
     "iteration_time",
     "speedup",
+    "slowdown",
     "compute_utilization",
 ]
+
+# metrics that compare the row's run with a baseline run (the same draws for both)
+RATIO_METRICS = ("speedup", "slowdown")
 
 
 class Row(BaseModel):
@@ -46,9 +50,10 @@ class Row(BaseModel):
     # table) at several sizes: how the error moves with scale inside a series, where a constant bias
     # of the level (a compute rate) cancels
     series: str | None = None
-    # metric "speedup" between two configurations of the same optimizer (offload modes, input
-    # pipelines): the baseline's dotted scenario keys, applied over the row's; the baseline optimizer
-    # is then the row's own unless ``baseline`` names another
+    # metric "speedup" (the baseline's step time over the row's) or "slowdown" (the row's over the
+    # baseline's: a published "hours at 1 Gbit/s over hours at +inf") between two configurations of the
+    # same optimizer (offload modes, input pipelines, links): the baseline's dotted scenario keys, applied
+    # over the row's; the baseline optimizer is then the row's own unless ``baseline`` names another
     baseline_changes: dict[str, Any] = Field(default_factory=dict)
     # metric "speedup" end to end: the fraction of the run's steps in the optimizer's warmup stage (1-bit
     # Adam's freeze_step / total steps), each simulated; the speedup is of the mean step over the run
@@ -69,10 +74,15 @@ class Dataset(BaseModel):
     @model_validator(mode="after")
     def _speedups_name_their_baseline(self) -> "Dataset":
         for r in self.rows:
-            if (r.metric or self.metric) == "speedup" and r.baseline is None and not r.baseline_changes:
-                raise ValueError("every speedup row needs its 'baseline' optimizer or its 'baseline_changes'")
-            if (r.baseline_changes or r.warmup is not None) and (r.metric or self.metric) != "speedup":
-                raise ValueError("'baseline_changes' and 'warmup' are for speedup rows only")
+            metric = r.metric or self.metric
+            if metric in RATIO_METRICS and r.baseline is None and not r.baseline_changes:
+                raise ValueError(
+                    f"every {metric} row needs its 'baseline' optimizer or its 'baseline_changes'"
+                )
+            if r.baseline_changes and metric not in RATIO_METRICS:
+                raise ValueError("'baseline_changes' are for speedup and slowdown rows only")
+            if r.warmup is not None and metric != "speedup":
+                raise ValueError("'warmup' is for speedup rows only")
         return self
 
 
@@ -272,7 +282,7 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
     for row in data.rows:
         scenario = row_scenario(data, row, bases)
         metric = row.metric or data.metric
-        if metric == "speedup":
+        if metric in RATIO_METRICS:
             against = row.baseline or row.optimizer
             baseline = scenario.with_changes(
                 **{
@@ -282,6 +292,9 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 }
             )
             predicted, lo, hi = _speedup(baseline, scenario, profile, samples, row.warmup)
+            if metric == "slowdown":  # the row's time over the baseline's: the speedup inverted
+                inverted = (None if hi is None else 1 / hi), (None if lo is None else 1 / lo)
+                predicted, (lo, hi) = 1 / predicted, inverted
             note = None
         else:
             r = simulate(scenario, profile, uncertainty_samples=samples)
