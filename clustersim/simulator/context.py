@@ -392,8 +392,9 @@ def build_context(
 
         ctx.network = FlowBackend(ctx)
     if perturbation is not None:
-        ctx._fwd_scale *= perturbation.compute_scale
-        ctx._bwd_scale *= perturbation.compute_scale
+        if ctx.phases is None or not ctx.phases.stated:  # a stated step time is exact: no draw moves it
+            ctx._fwd_scale *= perturbation.compute_scale
+            ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
         ctx._host_rate_scale = perturbation.host_scale
         ctx._host = None  # rebuilt with the draw's host factor
