@@ -107,3 +107,21 @@ def test_table_1_rows_are_the_slowdown_of_a_1_gbit_link_against_an_unlimited_one
     dp = next(v for k, v in got.items() if k.startswith("Data-Parallel, 1B"))
     # bf16 gradients of 1e9 parameters, 2 (M-1)/M of them through a 1 Gb/s link: 16 s against ~0.1 s steps
     assert 100 < dp.predicted < 200
+
+
+def test_the_papers_stated_step_time_is_not_drawn():
+    """The profile marks the paper's 0.1 s step as stated (a simulation's assumption, not a measurement):
+    every draw keeps forward and backward at it, and moves only what the device prices (the update)."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.uncertainty import compute_band_source, perturbations
+
+    s = _at(0.9)
+    ctx = build_context(s, None)
+    assert ctx.phases is not None and ctx.phases.stated
+    assert "stated step time" in compute_band_source(ctx)
+    updates = set()
+    for p in perturbations(ctx, 8):
+        r = simulate(s, perturbation=p)
+        assert r.breakdown["forward"] + r.breakdown["backward"] == pytest.approx(0.1, rel=1e-4)
+        updates.add(round(r.breakdown["optimizer"], 9))
+    assert len(updates) > 1
