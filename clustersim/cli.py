@@ -878,9 +878,7 @@ def validate(
             over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
             label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
         err = _slowness(r.error, r.metric or d.metric)
-        rows.append(
-            [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * err:+.1f}%"]
-        )
+        rows.append([*label, r.gpus, _published(r, fmt), fmt.format(r.predicted), band, f"{100 * err:+.1f}%"])
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
     title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
     console.print(table(title, header, rows, left=len(header) - 4))
@@ -919,6 +917,13 @@ def _slowness(error: float, metric: str) -> float:
     """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
     for rates (_RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
     return -error if metric in _RATE_METRICS else error
+
+
+def _published(r, fmt: str) -> str:
+    """The published value, or a threshold row's range (published to published_below)."""
+    if r.published_below is None:
+        return fmt.format(r.published)
+    return f"{fmt.format(r.published)}–{fmt.format(r.published_below)}"
 
 
 def _metric_format(metric: str) -> str:
