@@ -235,3 +235,22 @@ def test_release_during_backward_hides_above_its_reported_bandwidth(tau):
 def test_release_during_backward_needs_room_for_its_extra_step():
     with pytest.raises(InputError, match="during_backward"):
         simulate(diloco(outer_release="during_backward", overlap_steps=25), uncertainty_samples=0)
+
+
+@pytest.mark.parametrize("bits", [4, 32])
+def test_release_during_backward_sends_the_whole_fragment_over_the_nics(bits):
+    """Over the cluster's own NICs the fragment leaves in per-layer shares (all-to-all, sum and all-gather
+    below 16 bits; all-reduce at 16 and 32); their bytes add up to the fragment's, as one exchange after
+    the step sends."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.strategies import registry
+
+    def outer_ops(release):
+        s = diloco(bits=bits, outer_release=release)
+        cls = registry.get("diloco")
+        strategy = cls(build_context(s, None), cls.Options(**s.training.optimizer_options))
+        return [op for op in strategy.sync_window().ops if op.stream == "outer" and "bytes" in op.meta]
+
+    late, early = outer_ops("after_step"), outer_ops("during_backward")
+    assert len(early) > len(late) > 0  # one exchange per layer's share
+    assert sum(op.meta["bytes"] for op in early) == pytest.approx(sum(op.meta["bytes"] for op in late))

@@ -253,11 +253,12 @@ class DiLoCo(Strategy):
 
     def _released_in_backward(self, prog: Program) -> tuple[int, int]:
         """The inner step at the end of a fragment's period, with the fragment's outer gradient leaving
-        during its backward: after each layer's backward, that layer's share of the fragment (a strided
-        fragment, one layer in P, as the paper's layers in turn: the fragment's bytes leave in step with
-        the backward) is formed, quantised and sent on the ``outer`` stream, in order behind the earlier
-        shares (one link). The workers' latency is paid once, after the last share: the shares stream
-        back to back. Returns the ids of the exchange's last op and of the step's last op."""
+        during its backward: after each layer's backward, that layer's share of the fragment (1/P of its
+        parameters: the fragments are alike in the schedule, so each is taken as spread over the layers,
+        as a strided fragment of every P-th layer nearly is) is formed, quantised and sent on the
+        ``outer`` stream, in order behind the earlier shares (one link). The workers' latency is paid
+        once, after the last share: the shares stream back to back. Returns the ids of the exchange's
+        last op and of the step's last op."""
         ctx, o = self.ctx, self.options
         wire = o.bits / 8
         layers = ctx.workload.layers
@@ -278,7 +279,7 @@ class DiLoCo(Strategy):
             sent.append(self._exchange(prog, grad, share, latency=False))
 
         last = self._inner_step(prog, release)
-        return self._latency(prog, sent[-1]), last
+        return self._latency(prog, sent[-1] if sent else last), last
 
     @property
     def window_steps(self) -> int:
