@@ -48,6 +48,7 @@ from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_ddp_gradient_sync, add_update_and_other
 from clustersim.topologies.cluster import GroupShape
+from clustersim.units import count_of
 
 KEY = "training.optimizer_options"
 
@@ -293,7 +294,7 @@ class DiLoCo(Strategy):
     def steps(self) -> list[StepProgram]:
         k, n = self.period, self.window_steps
         o = self.options
-        label = f"sync window ({o.overlap_steps} overlapped inner steps"
+        label = f"sync window ({count_of(o.overlap_steps, 'overlapped inner step')}"
         label += ", released during backward)" if o.outer_release == "during_backward" else ")"
         steps = [StepProgram(label, n / k, self.sync_window(), covers=n)]
         # The plain inner step: the steps outside the window; where every step is in a window (H/P steps
@@ -335,11 +336,11 @@ class DiLoCo(Strategy):
         }
         avg = per_worker * 8 / k / inner / 1e9
         window_steps = o.overlap_steps + (o.outer_release == "during_backward")
-        behind = f"the {o.overlap_steps} overlapped steps" + (
+        behind = f"the {count_of(o.overlap_steps, 'overlapped step')}" + (
             " and the backward it leaves in" if o.outer_release == "during_backward" else ""
         )
         note = (
-            f"diloco: {o.workers} workers of {self.worker.ranks} GPUs; a fragment of "
+            f"diloco: {o.workers} workers of {count_of(self.worker.ranks, 'GPU')}; a fragment of "
             f"{self.fragment_params / 1e6:,.1f}M parameters ({o.bits}b) every {k:g} inner steps: "
             f"{per_worker / 1e9:.3g} GB through each worker's links per fragment"
             + f", {avg:.3g} Gb/s on average"
