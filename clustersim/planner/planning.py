@@ -721,7 +721,7 @@ def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tup
 
     s = validate_scenario(scenario_json, source="row")
     draws = perturbations(build_context(s), samples)[part::parts]
-    return draw_times(s, None, draws), ops_of_last_run()
+    return draw_times(s, None, draws, checked=True), ops_of_last_run()  # the plan simulated it
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:
