@@ -103,3 +103,20 @@ def test_break_evens_bisected_ahead_on_two_workers_are_the_ones_choosing_bisects
     assert any("line rate per NIC" in line for line in one["text"])  # crossings were bisected
     assert ahead["text"] == one["text"] and _answer(ahead) == _answer(one)
     assert ahead_found == analysis._BREAK_EVENS
+
+
+def test_plan_under_own_says_it_cannot_price_a_gpu_without_a_server_price(runner, tmp_path):
+    """A GPU with no public server price (L4) is not priced with an invented figure under `own`: plan
+    stops with a one-line error naming the GPU and the ownership catalog."""
+    from clustersim.cli import app
+
+    path = tmp_path / "l4.yaml"
+    path.write_text(
+        "name: l4\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: L4, intra_node: {fabric: pcie}}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        "  training: {optimizer: adam}\nvary:\n  gpus: [8]\n"
+    )
+    args = ["plan", "--model", "BERT-Large", "--steps", "1000", "--deadline", "30d", "--samples", "0"]
+    r = runner.invoke(app, [*args, "--candidates", str(path), "--cost", "own"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "no server price for L4" in r.output and "ownership.yaml" in r.output
