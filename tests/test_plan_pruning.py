@@ -32,6 +32,18 @@ def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget):
     assert _answer(pruned) == _answer(full)
 
 
+def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run():
+    """Rows go to the workers through a window whose results are taken in the order sent, so what is
+    pruned does not depend on which worker finishes first: two runs prune the same count, and the
+    answer is the unpruned one."""
+    args = ("GPT-3-1.3B", 50_000, 200.0, 60_000.0, None, None, None)
+    first = plan(*args, samples=0, workers=2)
+    again = plan(*args, samples=0, workers=2)
+    full = plan(*args, samples=0, workers=1, prune=False)
+    assert first["pruned"] == again["pruned"] > 0 and first["simulated"] == again["simulated"]
+    assert _answer(first) == _answer(again) == _answer(full)
+
+
 @pytest.mark.parametrize(
     "preset, changes",
     [

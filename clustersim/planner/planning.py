@@ -7,6 +7,7 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -235,7 +236,7 @@ def _missing_baselines(records, values_of, baseline: str) -> list[str]:
 
 
 def _simulate_pruned(base_json, first, later, steps, global_batch, progress, prune: Pruning):
-    """simulate_rows with pruning (its docstring), in waves of one row per worker."""
+    """simulate_rows with pruning (its docstring), a window of rows in flight on the workers."""
     from clustersim.planner.compare import choose_baseline
     from clustersim.scenario import validate_scenario
 
@@ -262,27 +263,36 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.sort()
 
     with _pool(prune.workers) as pool:
-        i = 0
-        while i < len(order):
-            wave = []
-            while i < len(order) and len(wave) < pool.size:
-                values = order[i]
-                i += 1
-                if _twin_cannot_win(values, records, fastest):
-                    skipped += 1
-                elif not could_win(values):
-                    pruned += 1
-                else:
-                    wave.append(values)
-                    continue
-                done += 1
-                if progress:
-                    progress(done, total)
-            for values, rec in zip(wave, pool.map(base_json, wave, steps, global_batch)):
-                take(values, rec)
-                done += 1
-                if progress:
-                    progress(done, total)
+        # A window of rows in flight, their results taken in the order they were sent: a row is decided
+        # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
+        # pruned are the same on every run; one more row than workers keeps every worker busy while the
+        # oldest is awaited (waves of one row per worker left a core idle behind each wave's slowest).
+        ahead = pool.size + 1 if pool.executor is not None else 1
+        flight: deque = deque()
+
+        def land() -> None:
+            nonlocal done
+            values, future = flight.popleft()
+            take(values, future.result())
+            done += 1
+            if progress:
+                progress(done, total)
+
+        for values in order:
+            while len(flight) >= ahead:
+                land()
+            if _twin_cannot_win(values, records, fastest):
+                skipped += 1
+            elif not could_win(values):
+                pruned += 1
+            else:
+                flight.append((values, pool.submit(base_json, values, steps, global_batch)))
+                continue
+            done += 1
+            if progress:
+                progress(done, total)
+        while flight:
+            land()
         # a kept row's baseline on its cluster (its speedup, "Over adam on the same cluster")
         values_of = {row_id(v): v for v in order}
         twins = _missing_baselines(records, values_of, choose_baseline(base.training.optimizer))
@@ -336,6 +346,16 @@ class _pool:
             self.executor.submit(simulate_row, base_json, v, steps, None, global_batch, samples) for v in rows
         ]
         return [f.result() for f in jobs]
+
+    def submit(self, base_json, values, steps, global_batch):
+        """simulate_row of one row on a worker: a future (with one worker, one already done here)."""
+        if self.executor is None:
+            from concurrent.futures import Future
+
+            done: Future = Future()
+            done.set_result(simulate_row(base_json, values, steps, None, global_batch))
+            return done
+        return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
 
     def starmap(self, fn, args_list: list[tuple]) -> list:
         """``fn(*args)`` for each, on the workers (in this process with one)."""
