@@ -132,3 +132,16 @@ def test_plan_under_own_says_it_cannot_price_a_gpu_without_a_server_price(runner
     r = runner.invoke(app, [*args, "--candidates", str(path), "--cost", "own"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "no server price for L4" in r.output and "ownership.yaml" in r.output
+
+
+def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():
+    """plan splits only a band's large rows over the workers and sends the largest first; each row's
+    draws are put back in their own order, so its band is the one a single process gives, exactly."""
+
+    def bands(result):
+        return [
+            (r["cluster"], r["ttt_p10_h"], r["ttt_p90_h"]) for r in [result["chosen"], *result["runners_up"]]
+        ]
+
+    args = ("GPT-3-13B", 20_000, 400.0, None, None, None, None)
+    assert bands(plan(*args, samples=8, workers=2)) == bands(plan(*args, samples=8, workers=1))

@@ -709,12 +709,26 @@ def _add_bands(
     from clustersim.simulator.uncertainty import Interval
 
     with _pool(workers) as pool:
-        parts = pool.size
-        jobs = [(row["scenario"], samples, k, parts) for row in chosen_rows for k in range(parts)]
-        done = pool.starmap(_band_draws, jobs)
+        # A row is split over the workers only where its draws are more than half a worker's fair share
+        # (each part builds the row's program once more); the jobs go largest first, so that the small
+        # ones fill in behind the large (longest-processing-time-first list scheduling).
+        cost = [_draw_cost(row["scenario"]) for row in chosen_rows]
+        share = sum(cost) / pool.size
+        parts_of = [pool.size if c > share / 2 else 1 for c in cost]
+        jobs = [(i, k) for i, n in enumerate(parts_of) for k in range(n)]
+        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
+        results = pool.starmap(
+            _band_draws, [(chosen_rows[i]["scenario"], samples, k, parts_of[i]) for i, k in jobs]
+        )
+        got: dict[int, dict[int, tuple[list[float], int]]] = {}
+        for (i, k), result in zip(jobs, results):
+            got.setdefault(i, {})[k] = result
         for i, row in enumerate(chosen_rows):
-            mine = done[i * parts : (i + 1) * parts]
-            times = [t for part, _ in mine for t in part]
+            parts = parts_of[i]
+            mine = [got[i][k] for k in range(parts)]
+            # the draws in their own order (part k holds draws k, k + parts, ...): the band's sums are
+            # the same to the last bit however the draws were shared out
+            times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
             ops = max(n for _, n in mine)
             if band_samples(samples, ops)[0] == samples:
                 lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
@@ -729,6 +743,14 @@ def _add_bands(
                 row["ttt_p10_h"] = row["ttt_h"] * lo / mid
                 row["ttt_p90_h"] = row["ttt_h"] * hi / mid
                 analysis.set_cost_band(row)
+
+
+def _draw_cost(scenario_json: dict) -> int:
+    """What one draw of a row costs to simulate, relatively: a pipeline program's passes (stages x model
+    chunks x micro-batches), most of its ops; 1 for a data-parallel one."""
+    par = scenario_json.get("training", {}).get("parallelism") or {}
+    micro_batches = scenario_json.get("workload", {}).get("gradient_accumulation") or 1
+    return max(1, int(par.get("pipeline") or 1) * int(par.get("virtual_stages") or 1) * int(micro_batches))
 
 
 def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
