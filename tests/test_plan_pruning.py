@@ -145,3 +145,23 @@ def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():
 
     args = ("GPT-3-13B", 20_000, 400.0, None, None, None, None)
     assert bands(plan(*args, samples=8, workers=2)) == bands(plan(*args, samples=8, workers=1))
+
+
+def test_an_unset_global_batch_gives_every_gpu_of_the_largest_candidate_a_sample(tmp_path):
+    """Nobody set the batch: 1,024 samples, or more where the largest candidate has more GPUs (a multiple
+    of 1,024 that splits over all of them), with a note; a batch the user or the file gives is kept."""
+    from clustersim.planner.planning import _recipe, candidate_sweep, default_global_batch
+
+    assert default_global_batch(candidate_sweep(None)) == 1024  # the built-in grid: up to 512 GPUs
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        "name: big\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: H100-SXM}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        "  training: {optimizer: adam}\nvary:\n  gpus: [8, 2048, 16384]\n"
+    )
+    sweep = candidate_sweep(path)
+    recipe = _recipe(sweep, 1000, None)
+    assert recipe["global_batch"] == 16384 and any("largest candidate" in n for n in recipe["notes"])
+    assert _recipe(sweep, 1000, 512)["global_batch"] == 512  # --global-batch wins
+    path.write_text(path.read_text().replace("name: big\n", "name: big\nglobal_batch: 4096\n"))
+    assert _recipe(candidate_sweep(path), 1000, None)["global_batch"] == 4096  # the file's

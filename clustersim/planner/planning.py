@@ -397,6 +397,24 @@ def candidate_sweep(path: Path | None) -> Sweep:
 DEFAULT_GLOBAL_BATCH = 1024  # plan's samples per step when neither --global-batch nor the file sets one
 
 
+def default_global_batch(sweep: Sweep) -> int:
+    """The samples per step of a plan whose batch nobody set: DEFAULT_GLOBAL_BATCH, or, where the largest
+    candidate has more GPUs than that, the smallest multiple of it that gives that candidate's every GPU
+    a sample (1,024 samples cannot be split over 2,048 data-parallel ranks, and a batch that leaves
+    candidates out would make the plan choose among the small ones only). Every candidate trains with
+    this one batch, so all of them train the same recipe; give --global-batch for your own."""
+    per_node = sweep.base.cluster.gpus_per_node
+
+    def world(row: dict[str, Any]) -> int:
+        if isinstance(row.get("gpus"), int):
+            return row["gpus"]
+        nodes = row.get("nodes", sweep.base.cluster.nodes)
+        return int(nodes) * int(row.get("gpus_per_node", per_node)) if isinstance(nodes, int) else 0
+
+    largest = max([sweep.base.cluster.world_size, *(world(r) for r in sweep.rows())])
+    return DEFAULT_GLOBAL_BATCH * max(1, -(-largest // DEFAULT_GLOBAL_BATCH))
+
+
 def plan(
     model: str,
     steps,
@@ -468,7 +486,7 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
         raise InputError(exc.message, key="--model") from None
     if not seq:
         raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
-    batch = global_batch or sweep.spec.global_batch or DEFAULT_GLOBAL_BATCH
+    batch = global_batch or sweep.spec.global_batch or default_global_batch(sweep)
     return max(1, math.ceil(tokens / (batch * seq))), seq
 
 
@@ -488,9 +506,14 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
     elif file_steps is not None and plan_steps != StepsPlan(default=file_steps):
         notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
     if global_batch is None:
-        global_batch = file_batch or DEFAULT_GLOBAL_BATCH
+        global_batch = file_batch or default_global_batch(sweep)
         if file_batch:
             notes.append(f"global batch {file_batch:,} from the candidates file")
+        elif global_batch != DEFAULT_GLOBAL_BATCH:
+            notes.append(
+                f"global batch {global_batch:,}: a sample for each GPU of the largest candidate "
+                f"(at least {DEFAULT_GLOBAL_BATCH:,}); --global-batch sets your own"
+            )
     elif file_batch is not None and global_batch != file_batch:
         notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
     return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
