@@ -31,6 +31,7 @@ def _cli(args: list[str], tree: str | None = None) -> tuple[float, dict]:
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": tree} if tree else os.environ,
+        cwd=tree,  # `python -m` puts the working directory first on the path, before PYTHONPATH
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU[0] += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime

@@ -156,6 +156,9 @@ class Pruning:
     budget: float | None
     keep: int = 10
     workers: int = 0  # 0: every core this process may use
+    # Work for this process while its workers simulate (once, when the first rows are in flight): what
+    # it does then costs no core that would otherwise be idle later (the bands' sampler import).
+    meanwhile: Callable[[], None] | None = None
 
     def meets(self, hours: float, dollars: float) -> bool:
         return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
@@ -279,6 +282,9 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 progress(done, total)
 
         for values in order:
+            if len(flight) >= ahead and prune.meanwhile is not None:
+                prune.meanwhile()
+                prune.meanwhile = None
             while len(flight) >= ahead:
                 land()
             if _twin_cannot_win(values, records, fastest):
@@ -606,7 +612,10 @@ def _plan(
         )
         return priced["ttt_h"], priced["cost"]
 
-    pruning = Pruning(cost_of, deadline_h, budget, workers=workers) if prune else None
+    # With bands to draw, the sampler's import (scipy.stats, about half a second) is made here while the
+    # workers simulate, once, instead of in each of the bands' workers, which are forked from this process
+    meanwhile = _load_band_sampler if samples > 0 and workers != 1 else None
+    pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
@@ -766,6 +775,14 @@ def _add_bands(
                 row["ttt_p10_h"] = row["ttt_h"] * lo / mid
                 row["ttt_p90_h"] = row["ttt_h"] * hi / mid
                 analysis.set_cost_band(row)
+
+
+def _load_band_sampler() -> None:
+    """Import what the bands' draws need (uncertainty.quasi_normals: scipy's Sobol sequence), so that the
+    workers forked after it have it."""
+    from clustersim.simulator.uncertainty import quasi_normals
+
+    quasi_normals(1, 1)
 
 
 def _draw_cost(scenario_json: dict) -> int:
