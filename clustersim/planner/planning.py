@@ -741,12 +741,12 @@ def _add_bands(
     from clustersim.simulator.uncertainty import Interval
 
     with _pool(workers) as pool:
-        # A row is split over the workers only where its draws are more than half a worker's fair share
+        # A row is split over the workers only where its draws are more than a quarter of a worker's share
         # (each part builds the row's program once more); the jobs go largest first, so that the small
         # ones fill in behind the large (longest-processing-time-first list scheduling).
         cost = [_draw_cost(row["scenario"]) for row in chosen_rows]
         share = sum(cost) / pool.size
-        parts_of = [pool.size if c > share / 2 else 1 for c in cost]
+        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
         jobs = [(i, k) for i, n in enumerate(parts_of) for k in range(n)]
         jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
         results = pool.starmap(
