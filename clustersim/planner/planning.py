@@ -199,11 +199,23 @@ def _bound_record(values: dict[str, Any], scenario, step_s: float) -> dict[str, 
     }
 
 
-def _bounds(base, rows, steps, global_batch, prune: Pruning) -> dict[str, tuple[float, float]]:
-    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known."""
-    from clustersim.planner.bounds import step_time_lower_bound
+def _bounds(base_json, rows, steps, global_batch, prune: Pruning, pool) -> dict[str, tuple[float, float]]:
+    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known; the
+    bounds found on the workers (a few chunks each), the pricing here (Pruning.cost_of)."""
+    size = max(1, -(-len(rows) // (2 * pool.size)))
+    chunks = [(base_json, rows[i : i + size], steps, global_batch) for i in range(0, len(rows), size)]
+    return {
+        rec["row_id"]: prune.cost_of(rec) for part in pool.starmap(_bound_records, chunks) for rec in part
+    }
 
-    out = {}
+
+def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str, Any]]:
+    """Each row's record at its compute-only step (_bound_record), where a bound is known."""
+    from clustersim.planner.bounds import step_time_lower_bound
+    from clustersim.scenario import validate_scenario
+
+    base = validate_scenario(base_json, source="base")
+    out = []
     for values in rows:
         try:
             scenario = resolve_row(base, values, steps, global_batch)
@@ -211,7 +223,7 @@ def _bounds(base, rows, steps, global_batch, prune: Pruning) -> dict[str, tuple[
             continue  # simulated, to be recorded with its reason
         lb = step_time_lower_bound(scenario)
         if lb > 0:
-            out[row_id(values)] = prune.cost_of(_bound_record(values, scenario, lb))
+            out.append(_bound_record(values, scenario, lb))
     return out
 
 
@@ -244,9 +256,6 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     from clustersim.scenario import validate_scenario
 
     base = validate_scenario(base_json, source="base")
-    bounds = _bounds(base, first + later, steps, global_batch, prune)
-    order = _cheapest_first(first, bounds) + later
-    total = len(order)
     records: list[dict[str, Any]] = []
     fastest: dict[str, float] = {}
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
@@ -266,6 +275,9 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.sort()
 
     with _pool(prune.workers) as pool:
+        bounds = _bounds(base_json, first + later, steps, global_batch, prune, pool)
+        order = _cheapest_first(first, bounds) + later
+        total = len(order)
         # A window of rows in flight, their results taken in the order they were sent: a row is decided
         # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
         # pruned are the same on every run; one more row than workers keeps every worker busy while the
