@@ -386,7 +386,8 @@ def plan_cmd(
         "--global-batch",
         min=1,
         help="Samples per step, the same on every candidate; default: the candidates file's "
-        "`global_batch`, else 1,024.",
+        "`global_batch`, else 1,024, or a multiple of 1,024 giving each GPU of the largest candidate a "
+        "sample where it has more GPUs.",
     ),
     price: Optional[float] = typer.Option(
         None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."

@@ -208,12 +208,17 @@ class PipelineRepricer:
                 where[id(priced.meta)] = (*key, i)
         if self.prices.send is not None:
             where[id(self.prices.send.meta)] = "send"
-        self.keys = [
+        keys = [
             ("pass", op.meta["chunk"], op.category == "forward")
             if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
             else where[id(op.meta)]
             for op in self.program.ops
         ]
+        # the passes' ops grouped by what prices them, so that a draw looks each price up once, not
+        # once per op (a 16-stage pipeline has thousands of passes and collectives per draw)
+        self.groups: dict = {}
+        for op, key in zip(self.program.ops, keys):
+            self.groups.setdefault(key, []).append(op)
 
     def program_for(self, ctx: SimulationContext) -> Program | None:
         """The program model_parallel_program would build for ``ctx``; None where its shape differs
@@ -224,18 +229,21 @@ class PipelineRepricer:
         prog = self.program
         del prog.ops[self.passes :]
         prog.links = {}
-        for op, key in zip(prog.ops, self.keys):
+        for key, ops in self.groups.items():
             if key[0] == "pass":
-                op.duration = prices.times[key[1]][0 if key[2] else 1]
+                duration = prices.times[key[1]][0 if key[2] else 1]
+                for op in ops:
+                    op.duration = duration
                 continue
             priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
-            op.duration = priced.duration
-            op.intra_node_bytes = priced.intra_node_bytes
-            op.inter_node_bytes = priced.inter_node_bytes
-            op.compute_slowdown = priced.compute_slowdown
-            op.demands = dict(priced.demands)
-            op.meta = priced.meta
-            op.collective = priced.collective
+            for op in ops:
+                op.duration = priced.duration
+                op.intra_node_bytes = priced.intra_node_bytes
+                op.inter_node_bytes = priced.inter_node_bytes
+                op.compute_slowdown = priced.compute_slowdown
+                op.demands = dict(priced.demands)
+                op.meta = priced.meta
+                op.collective = priced.collective
         for s in range(ctx.layout.pipeline):
             _finish_stage(prog, ctx, s, self.tails[s], self.update_bytes, self.label)
         return prog
