@@ -504,8 +504,11 @@ class ParallelismSpec(_Strict):
         description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
         "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
     )
-    recompute: Literal["none", "full"] = Field(
-        "none", description="full activation recomputation: backward re-runs each layer's forward"
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none",
+        description="activation recomputation (Megatron's --recompute-granularity): full re-runs each "
+        "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
+        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
     )
 
     @property
