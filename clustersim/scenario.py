@@ -1130,6 +1130,12 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled or s.training.offload.mode != "none":
         _check_sharded_model_parallel(s)
+    if s.workload.activation_checkpointing and par.recompute == "selective":
+        raise InputError(
+            "recomputation is set twice: workload.activation_checkpointing recomputes whole blocks and "
+            "training.parallelism.recompute: selective only their core attention; keep one",
+            key="workload.activation_checkpointing",
+        )
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "

@@ -549,3 +549,12 @@ def test_selective_recompute_reruns_the_core_attention_forward(attention):
     assert sum(o.meta.get("count", 1) for o in r1.ops if o.name.startswith("tp ")) == sum(
         o.meta.get("count", 1) for o in r0.ops if o.name.startswith("tp ")
     )
+
+
+def test_selective_recompute_beside_activation_checkpointing_is_refused_with_its_key():
+    scenario = _scenario(nodes=1, t=1, p=1, m=2, recompute="selective").model_dump()
+    scenario["workload"]["activation_checkpointing"] = True
+    with pytest.raises(InputError) as err:
+        validate_scenario(scenario)
+    assert err.value.key == "workload.activation_checkpointing"
+    assert "selective" in str(err.value)
