@@ -504,8 +504,11 @@ class ParallelismSpec(_Strict):
         description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
         "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
     )
-    recompute: Literal["none", "full"] = Field(
-        "none", description="full activation recomputation: backward re-runs each layer's forward"
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none",
+        description="activation recomputation (Megatron's --recompute-granularity): full re-runs each "
+        "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
+        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
     )
 
     @property
@@ -1127,6 +1130,12 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled or s.training.offload.mode != "none":
         _check_sharded_model_parallel(s)
+    if s.workload.activation_checkpointing and par.recompute == "selective":
+        raise InputError(
+            "recomputation is set twice: workload.activation_checkpointing recomputes whole blocks and "
+            "training.parallelism.recompute: selective only their core attention; keep one",
+            key="workload.activation_checkpointing",
+        )
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "

@@ -25,7 +25,7 @@ from clustersim.simulator.measured_compute import (
 from clustersim.simulator.program import MAX_PROGRAM_OPS
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
-from clustersim.workloads.layers import Layer
+from clustersim.workloads.layers import Kernel, Layer
 
 
 @dataclass
@@ -236,6 +236,15 @@ class SimulationContext:
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""
         return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
+
+    def rank_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
+        """Forward kernels already split to one tensor-parallel rank (Layout.recomputed_attention)."""
+        return self.device.kernels_time(kernels, self.precision) * self._fwd_scale
+
+    def host_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
+        """Host dispatch time of forward ``kernels`` (as host_forward_time)."""
+        launched = self.device.kernels_launched(kernels)
+        return self.dispatch.pass_time(launched, True) * self._host_fwd_scale * self._host_scale
 
     def rank_backward_time(self, layer: Layer) -> float:
         kernels = self.layout.kernels(layer.backward, backward=True)

@@ -2,18 +2,18 @@
 stage, data parallelism across pipelines (Shoeybi et al. 2019; Narayanan et al. SC'21).
 
 One program holds every pipeline stage (``Op.rank`` = stage; all data-parallel replicas and all
-tensor-parallel ranks of a stage run the same ops, so one rank stands for each stage). Each stage
-runs its passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pass is one
-compute op for its chunk's layers (kernels split by t) followed by one op for the chunk's
-tensor-parallel collectives, on the critical path: per block 2 all-reduces of b*s*h elements forward
-and 2 backward (sequence parallel: an all-gather and a reduce-scatter each), plus one for the
-vocab-parallel embedding forward and one for the LM head's input backward; full recomputation
-repeats the forward's in backward. The activation (forward) or its gradient (backward) then goes to
-the next chunk's stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al.
-sec. 4.1, scatter/gather optimisation). The receiving pass waits for it. After its last backward each
-stage all-reduces its gradients over the data-parallel group (after backward, not overlapped: the
-2021 Megatron-LM DDP the validation table measured), the tied word embedding's gradient between the
-first and last stage, then runs the optimizer update on its share of the parameters.
+tensor-parallel ranks of a stage run the same ops, so one rank stands for each stage). Each stage runs its
+passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pass is one compute op for its
+chunk's layers (kernels split by t) followed by one op for the chunk's tensor-parallel collectives, on the
+critical path: per block 2 all-reduces of b*s*h elements forward and 2 backward (sequence parallel: an
+all-gather and a reduce-scatter each), plus one for the vocab-parallel embedding forward and one for the LM
+head's input backward; full recomputation repeats the forward's in backward (selective recomputation, of the
+core attention alone, none). The activation (forward) or its gradient (backward) then goes to the next chunk's
+stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al. sec. 4.1, scatter/gather
+optimisation). The receiving pass waits for it. After its last backward each stage all-reduces its gradients
+over the data-parallel group (after backward, not overlapped: the 2021 Megatron-LM DDP the validation table
+measured), the tied word embedding's gradient between the first and last stage, then runs the optimizer update
+on its share of the parameters.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     if ctx.layout.recompute:  # the blocks' forward runs again before their backward
         bwd += sum(ctx.rank_forward_time(layer) for layer in blocks)
         host_bwd += sum(ctx.host_forward_time(layer) for layer in blocks)
+    elif ctx.layout.selective:  # the blocks' core attention runs again before their backward
+        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
+        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
     return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
