@@ -17,9 +17,10 @@ import sys
 import time
 
 
-def _cli(args: list[str]) -> tuple[float, dict]:
-    """Wall seconds and the JSON answer of one `clustersim plan` process; its CPU seconds (with its
-    workers') are added to CPU[0], which says what the work costs on a machine others share too."""
+def _cli(args: list[str], tree: str | None = None) -> tuple[float, dict]:
+    """Wall seconds and the JSON answer of one `clustersim plan` process (``tree``: import clustersim
+    from that source tree instead); its CPU seconds (with its workers') are added to CPU[0], which says
+    what the work costs on a machine others share too."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -29,7 +30,8 @@ def _cli(args: list[str]) -> tuple[float, dict]:
         check=True,
         capture_output=True,
         text=True,
-        env=os.environ,
+        env={**os.environ, "PYTHONPATH": tree} if tree else os.environ,
+        cwd=tree,  # `python -m` puts the working directory first on the path, before PYTHONPATH
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU[0] += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -47,10 +49,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--samples", default=None, help="plan --samples (default: the command's)")
     ap.add_argument("--no-reference", action="store_true", help="skip the unpruned one-core run")
+    ap.add_argument(
+        "--against",
+        metavar="TREE",
+        help="another source tree (e.g. main's checkout): its runs alternate with this tree's, so that "
+        "both see the same load, and the per-pair ratios are printed",
+    )
     args = ap.parse_args()
     argv = ["--model", args.model, "--steps", args.steps, "--deadline", args.deadline]
     if args.samples is not None:
         argv += ["--samples", args.samples]
+    if args.against:
+        _interleaved(argv, args.against, args.runs)
+        return
     times = []
     for _ in range(args.runs):
         elapsed, result = _cli(argv)
@@ -73,6 +84,41 @@ def main() -> None:
     print(f"  unpruned, one core (in-process): {time.perf_counter() - t:.1f} s, {ref['simulated']} simulated")
     same = (ref["chosen"] or {}).get("cluster") == (chosen or {}).get("cluster")
     print(f"  same choice: {same} ({ref['chosen'] and ref['chosen']['cluster']})")
+
+
+def _interleaved(argv: list[str], other: str, runs: int) -> None:
+    """Runs of ``other``'s tree and this one's, alternating (the load on a shared machine moves between
+    minutes, so pairs are compared, not two batches): medians, spreads and the per-pair ratio, and
+    whether both chose the same candidate."""
+    import statistics
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    old, new, ratios, cpu_old, cpu_new = [], [], [], [], []
+    for _ in range(runs):
+        c = CPU[0]
+        t_old, r_old = _cli(argv, other)
+        cpu_old.append(CPU[0] - c)
+        c = CPU[0]
+        t_new, r_new = _cli(argv, here)
+        cpu_new.append(CPU[0] - c)
+        old.append(t_old)
+        new.append(t_new)
+        ratios.append(t_new / t_old)
+        same = (r_old["chosen"] or {}).get("cluster") == (r_new["chosen"] or {}).get("cluster")
+        print(
+            f"  pair: {other} {t_old:.2f} s ({cpu_old[-1]:.1f} s CPU), this tree {t_new:.2f} s "
+            f"({cpu_new[-1]:.1f} s CPU), {t_new / t_old:.2f}x; same choice: {same}"
+        )
+    for name, ts, cpu in ((other, old, cpu_old), ("this tree", new, cpu_new)):
+        print(
+            f"{name}: wall median {statistics.median(ts):.2f} s (min {min(ts):.2f}, max {max(ts):.2f}, "
+            f"n={runs}); CPU median {statistics.median(cpu):.2f} s (min {min(cpu):.2f}, max {max(cpu):.2f})"
+        )
+    print(
+        f"wall ratio this/other: median {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+    )
+    chosen = r_new["chosen"] and r_new["chosen"]["cluster"]
+    print(f"this tree: {r_new['simulated']} simulated, {r_new['pruned']} pruned; chosen: {chosen}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import plan_cmd, report, sweep
 from clustersim.commands.support import (
-    CostOpt,
+    CompareCostOpt,
     HelpfulGroup,
     InstanceOpt,
     JsonOpt,
@@ -40,7 +40,7 @@ from clustersim.commands.testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.io import check_writable_file
-from clustersim.units import format_bytes, format_seconds, parse_bytes
+from clustersim.units import count_of, format_bytes, format_seconds, on_off, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
 
@@ -117,9 +117,10 @@ def _print_parallelism(par: dict) -> None:
     """The model-parallel placement: the groups and where they sit, and the critical stage."""
     console.print(
         f"Model parallelism: tensor {par['tensor']} x data {par['data']} x pipeline {par['pipeline']} "
-        f"({par['schedule']}, {par['virtual_stages']} chunk(s) per stage of {par['layers_per_chunk']} "
-        f"layers, {par['micro_batches']} micro-batches; sequence parallel {par['sequence_parallel']}, "
-        f"recompute {par['recompute']})"
+        f"({par['schedule']}, {count_of(par['virtual_stages'], 'chunk')} per stage of "
+        f"{count_of(par['layers_per_chunk'], 'layer')}, "
+        f"{count_of(par['micro_batches'], 'micro-batch', 'micro-batches')}; "
+        f"sequence parallel: {on_off(par['sequence_parallel'])}, recompute: {par['recompute']})"
     )
     console.print(f"  rank = {par['rank_order']}")
     for group in ("tensor", "data", "pipeline"):
@@ -131,16 +132,47 @@ def _print_parallelism(par: dict) -> None:
     )
 
 
-def _print_result(r) -> None:
+def _compute_utilization(r) -> float:
+    """The share of the step the compute stream is busy (forward, backward, update, compression): what
+    is left waits on the network, the host or host-device copies (validation.published's metric)."""
+    from clustersim.identifiers import COMPUTE_CATEGORIES
+
+    return sum(r.breakdown.get(str(c), 0.0) for c in COMPUTE_CATEGORIES) / r.iteration_time
+
+
+def _link_rows(r, scenario=None) -> list[list[str]]:
+    """The bytes table's rows: per node on the intra-node links and out of the NICs, and DiLoCo's outer
+    exchange where the workers have their own links (``inter_worker_gbps``): those bytes never cross a
+    NIC of the cluster, so the NIC row alone would read 0 B for the whole exchange."""
+    bl = r.bytes_per_link_kind
+    rows = [
+        [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
+        ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])],
+    ]
+    diloco = r.extra.get("diloco")
+    own = scenario is not None and scenario.training.optimizer_options.get("inter_worker_gbps")
+    if diloco and own:
+        rows.append(
+            [
+                f"inter-worker links ({own:g} Gb/s, outer exchange, per worker)",
+                format_bytes(diloco["bytes_per_worker_per_inner_step"]),
+            ]
+        )
+    return rows
+
+
+def _print_result(r, scenario=None) -> None:
+    """``scenario``: the scenario simulated, for what the result does not carry (DiLoCo's own links)."""
     from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
 
     console.print(
-        f"[bold]{escape(r.scenario)}[/]: {r.world_size} GPUs ({r.nodes} x {r.gpus_per_node}), "
+        f"[bold]{escape(r.scenario)}[/]: {count_of(r.world_size, 'GPU')} ({r.nodes:,} x {r.gpus_per_node}), "
         f"optimizer {r.optimizer}"
     )
     console.print(
         f"iteration time [bold]{format_seconds(r.iteration_time)}[/], "
-        f"[bold]{r.samples_per_s:,.1f}[/] samples/s ({r.samples_per_iteration} samples per iteration)"
+        f"[bold]{r.samples_per_s:,.1f}[/] samples/s "
+        f"({count_of(r.samples_per_iteration, 'sample')} per iteration)"
     )
     flops = r.extra.get("model_flops")
     if flops:
@@ -150,6 +182,10 @@ def _print_result(r) -> None:
             f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
             + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
         )
+    console.print(
+        f"  compute utilization {_compute_utilization(r):.1%} of the step (forward, backward, update and "
+        "compression; the rest waits on the network, the host or copies)"
+    )
     if r.interval is not None:
         iv = r.interval
         console.print(
@@ -195,16 +231,8 @@ def _print_result(r) -> None:
                 [[b["bucket"], format_bytes(b["bytes"]), _ms(b["start_s"]), _ms(b["end_s"])] for b in shown],
             )
         )
-    bl = r.bytes_per_link_kind
     console.print(
-        table(
-            "Bytes moved per node per iteration",
-            ["link kind", "bytes"],
-            [
-                [f"intra-node ({bl['intra_node_link']})", format_bytes(bl["intra_node_per_node"])],
-                ["inter-node (NIC egress)", format_bytes(bl["inter_node_per_node"])],
-            ],
-        )
+        table("Bytes moved per node per iteration", ["link kind", "bytes"], _link_rows(r, scenario))
     )
     mem = r.memory
     console.print(
@@ -304,7 +332,7 @@ def run(
     if json_out:
         emit_json(result.to_dict())
     else:
-        _print_result(result)
+        _print_result(result, s)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
         if chakra_files:
@@ -511,7 +539,7 @@ def compare(
     json_out: bool = JsonOpt,
     profile: Optional[str] = ProfileOpt,
     settings: Optional[list[str]] = SetOpt,
-    cost: Optional[str] = CostOpt,
+    cost: Optional[str] = CompareCostOpt,
     instance: Optional[str] = InstanceOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
@@ -526,7 +554,11 @@ def compare(
     from clustersim.report.costing import auto_model, cost_model
 
     asked = cost is not None or instance is not None
-    costs = cost_model(cost, None, "default", instance) if asked else auto_model({s.cluster.gpu})
+    costs = (
+        cost_model(cost, None, "default", instance, price_option=False)
+        if asked
+        else auto_model({s.cluster.gpu}, price_option=False)
+    )
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     # each count once: a repeated one is the same cells again
     counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)
@@ -563,7 +595,7 @@ def compare(
     _some_simulated(rows, s)
     with spinner("compare") as say:
         if at:
-            say(f"break-even bandwidth at {at} GPUs")
+            say(f"break-even bandwidth at {at:,} GPUs")
         evens, why_none = break_evens_or_reason(
             s, opts, at, profile, samples, base, global_batch, plan, warmup
         )
@@ -571,16 +603,37 @@ def compare(
     _print_compare(s.name, rows, base, plan, samples, global_batch)
     for r in rows:
         if r.error:
-            console.print(f"[yellow]{r.gpus} GPUs, {r.optimizer}: not simulated[/]: {r.error}")
+            console.print(f"[yellow]{count_of(r.gpus, 'GPU')}, {r.optimizer}: not simulated[/]: {r.error}")
     for b in evens:
-        console.print(f"break-even at {at} GPUs: {b.describe()}", markup=False, highlight=False)
-    if why_none:
-        console.print(f"[yellow]break-even at {at} GPUs not computed[/]: {why_none}")
+        console.print(f"break-even at {at:,} GPUs: {b.describe()}", markup=False, highlight=False)
+    _print_break_even_missing(rows, at, why_none)
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
         _print_costs(s, rows, costs, asked=asked)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def _print_break_even_missing(rows, at: int, why_none: str | None) -> None:
+    """Why the break-even is missing, each reason once: an optimizer not simulated at ``at`` GPUs had
+    its reason printed on its row's line just above, so here it is only named."""
+    if not why_none:
+        return
+    rest, named = why_none, []
+    for r in rows:
+        piece = f"{r.optimizer}: {r.error}"
+        if r.gpus != at or not r.error or piece not in rest:
+            continue
+        named.append(r.optimizer)
+        # break_evens_or_reason joins "name: reason" pieces with "; "
+        rest = "" if rest == piece else rest.replace(f"{piece}; ", "", 1).replace(f"; {piece}", "", 1)
+    if named:
+        console.print(
+            f"[yellow]break-even at {at:,} GPUs not computed[/] for {', '.join(named)}: not simulated there "
+            "(above)"
+        )
+    if rest:
+        console.print(f"[yellow]break-even at {at:,} GPUs not computed[/]: {rest}")
 
 
 def compare_header(s, settings: list[str] | None) -> str:
@@ -591,7 +644,7 @@ def compare_header(s, settings: list[str] | None) -> str:
     c, w = s.cluster, s.workload
     line = (
         f"{s.name}: {c.gpus_per_node} x {c.gpu} per node, {nic_label(c.nic.model_dump())} per node; "
-        f"{w.model}, {w.precision}, micro-batch {w.micro_batch}"
+        f"{w.model or 'custom layers'}, {w.precision}, micro-batch {w.micro_batch}"
     )
     return line + (f"; --set {', '.join(settings)}" if settings else "")
 
@@ -682,7 +735,7 @@ def _print_compare(name: str, rows, base: str, plan, samples: int, global_batch:
             f"{name}: iteration time split, ms",
             ["GPUs", "optimizer", "iter", *parts],
             [
-                [r.gpus, r.optimizer, "not simulated (see below)", *[dash] * len(parts)]
+                [r.gpus, f"{r.optimizer} (not simulated, below)", dash, *[dash] * len(parts)]
                 if r.error
                 else [r.gpus, r.optimizer, *split(r)]
                 for r in rows
@@ -824,12 +877,16 @@ def validate(
         else:
             over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
             label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
-        rows.append(
-            [*label, r.gpus, fmt.format(r.published), fmt.format(r.predicted), band, f"{100 * r.error:+.1f}%"]
-        )
+        err = _slowness(r.error, r.metric or d.metric)
+        rows.append([*label, r.gpus, _published(r, fmt), fmt.format(r.predicted), band, f"{100 * err:+.1f}%"])
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
     title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
     console.print(table(title, header, rows, left=len(header) - 4))
+    some_speedup = any((r.metric or d.metric) == "speedup" for r in report.rows)
+    sign = (
+        _ERROR_SIGN_SPEEDUP if speedup else _ERROR_SIGN + ("; speedups: + too high" if some_speedup else "")
+    )
+    console.print(sign, style="dim", markup=False, highlight=False)
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -842,12 +899,37 @@ def validate(
     if scale.trends:
         _print_speedups_by_scale(scale)
     if series:
-        _print_scaling_by_series(series, median_relative_error(series))
+        rate_series = {r.series for r in report.rows if (r.metric or d.metric) in _RATE_METRICS}
+        _print_scaling_by_series(series, median_relative_error(series), rate_series)
+
+
+# Metrics where more is faster: their error's sign is turned in the tables, so that every row's error
+# reads the same way, + predicted too slow (a step too long, a rate too low), - predicted too fast.
+_RATE_METRICS = {"samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "compute_utilization"}
+_ERROR_SIGN = (
+    "error: + predicted too slow (a step too long, a rate too low), - predicted too fast; "
+    "|error| = |predicted - published| / published"
+)
+_ERROR_SIGN_SPEEDUP = "error: (predicted - published) / published speedup, + the predicted speedup too high"
+
+
+def _slowness(error: float, metric: str) -> float:
+    """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
+    for rates (_RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
+    return -error if metric in _RATE_METRICS else error
+
+
+def _published(r, fmt: str) -> str:
+    """The published value, or a threshold row's range (published to published_below)."""
+    if r.published_below is None:
+        return fmt.format(r.published)
+    return f"{fmt.format(r.published)}–{fmt.format(r.published_below)}"
 
 
 def _metric_format(metric: str) -> str:
     return {
         "speedup": "{:,.2f}x",
+        "slowdown": "{:,.2f}x",
         "iteration_time": "{:,.3f}",
         "tokens_per_s_per_gpu": "{:,.0f}",
         "compute_utilization": "{:.1%}",
@@ -879,15 +961,27 @@ def _print_speedups_by_scale(scale) -> None:
         )
 
 
-def _print_scaling_by_series(series, median: float | None) -> None:
-    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels)."""
+def _print_scaling_by_series(series, median: float | None, rates: set | frozenset = frozenset()) -> None:
+    """Each series' rows: their error, and relative to the series' smallest run (a level bias cancels);
+    the series in ``rates`` measure a rate, whose errors are signed as 'predicted too slow' (_slowness)."""
+
+    def pct(x: float, name: str) -> str:
+        return f"{-100 * x if name in rates else 100 * x:+.1f}%"
+
     rows = [
-        [x.name, p.gpus, f"{100 * p.error:+.1f}%", "-" if i == 0 else f"{100 * p.relative:+.1f}%"]
+        [x.name, p.gpus, pct(p.error, x.name), "-" if i == 0 else pct(p.relative, x.name)]
         for x in series
         for i, p in enumerate(x.points)
     ]
     header = ["series", "GPUs", "error", "relative to smallest"]
     console.print(table("error with scale, inside one system's runs", header, rows, left=1))
+    console.print(
+        "error and relative error: + predicted too slow (relative: the step grows more with scale than "
+        "measured), - predicted too fast",
+        style="dim",
+        markup=False,
+        highlight=False,
+    )
     if median is not None:
         console.print(
             f"median absolute error relative to each series' smallest run [bold]{100 * median:.1f}%[/]"
@@ -925,13 +1019,15 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
             [
                 f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
                 r.source_label, *([r.compute] if profile else []), f"{r.published:,.1f}",
-                f"{r.predicted:,.1f}", band, f"{100 * r.error:+.1f}%" + ("" if r.scored else " (not scored)"),
+                f"{r.predicted:,.1f}", band,
+                f"{100 * _slowness(r.error, 'samples_per_s'):+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
         )  # fmt: skip
     truth = "measured" if dataset == "gpu_steps" else "published"
     header = ["model", "GPU", "GPUs", "batch", "prec.", "execution", "source"]
     header += [*(["compute"] if profile else []), truth, "predicted", "P10–P90"]
     console.print(table(f"samples/s: predicted vs {truth}", [*header, "error"], rows, left=len(header) - 3))
+    console.print(_ERROR_SIGN, style="dim", markup=False, highlight=False)
     if profile:
         console.print(
             "[dim]compute: measured = the profile's own measurement of that model; carried = another "

@@ -6,6 +6,8 @@ rejects input raises this (never a bare ValueError) and names where the bad valu
 
 from __future__ import annotations
 
+import re
+
 
 class InputError(Exception):
     """A problem with user input (scenario, profile, command option) that the user can fix."""
@@ -24,8 +26,17 @@ class InputError(Exception):
         return InputError(self.message, source=self.source or source, key=key)
 
     def __str__(self) -> str:
-        parts = [p for p in (self.source, self.key) if p]
-        return ": ".join(parts + [self.message])
+        """``FILE: KEY: message``, the key said once: a source that ends by naming the key (``preset:x
+        with --set KEY``) drops it, and a message that opens with the key's own name and its value
+        (``overlap_steps 20 exceeds ...``) keeps only the value."""
+        source, message = self.source, self.message
+        if self.key:
+            if source and source.endswith(f" {self.key}"):
+                source = source[: -len(self.key) - 1]
+            leaf = re.escape(self.key.rsplit(".", 1)[-1])
+            message = re.sub(rf"^{leaf} (?=-?[0-9.]+\b|'[^']*'|\"[^\"]*\")", "", message)
+        parts = [p for p in (source, self.key) if p]
+        return ": ".join(parts + [message])
 
 
 def shortened(message: str, limit: int = 160) -> str:

@@ -129,6 +129,13 @@ class DiLoCoOptions(BaseModel):
         description="one-way latency between workers, ms, once per step of the outer ring's 2(M-1): over "
         "inter_worker_gbps links, or added to the cluster's own NICs' exchange (workers apart)",
     )
+    outer_release: Literal["after_step", "during_backward"] = Field(
+        "after_step",
+        description="when a fragment's outer gradient leaves: after_step, once the inner step's update is "
+        "done (PyTorch DiLoCo implementations: after optimizer.step()); during_backward, each layer's "
+        "share as soon as that layer's backward is done, its update applied there (a compiled step that "
+        "updates each layer when its gradient is ready; the Streaming DiLoCo paper's simulation)",
+    )
 
 
 OPTIONS: dict[str, type[BaseModel]] = {

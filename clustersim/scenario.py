@@ -514,8 +514,11 @@ class ParallelismSpec(_Strict):
         description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
         "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
     )
-    recompute: Literal["none", "full"] = Field(
-        "none", description="full activation recomputation: backward re-runs each layer's forward"
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none",
+        description="activation recomputation (Megatron's --recompute-granularity): full re-runs each "
+        "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
+        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
     )
 
     @property
@@ -1152,6 +1155,12 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled or s.training.offload.mode != "none":
         _check_sharded_model_parallel(s)
+    if s.workload.activation_checkpointing and par.recompute == "selective":
+        raise InputError(
+            "recomputation is set twice: workload.activation_checkpointing recomputes whole blocks and "
+            "training.parallelism.recompute: selective only their core attention; keep one",
+            key="workload.activation_checkpointing",
+        )
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "
@@ -1225,24 +1234,41 @@ def _check_parallelism(s: Scenario) -> None:
             key="training.optimizer",
         )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
-        raise InputError(
-            f"{s.training.optimizer} is modelled with data parallelism only: "
-            f"{_COMPRESSED_WHY.get(s.training.optimizer, _COMPRESSED_WHY['other'])}; use adam or sgdm with "
-            "tensor/pipeline parallelism",
-            key="training.optimizer",
-        )
+        _refuse_compressed_model_parallel(s.training.optimizer, t, p)
+
+
+def _refuse_compressed_model_parallel(optimizer: str, tensor: int, pipeline: int) -> None:
+    """A compressed optimizer on a tensor- or pipeline-parallel layout: the message names the split the
+    layout actually has (tensor = 8 on a pipeline-free one) and only the reasons that hold for it."""
+    split = [(name, n) for name, n in (("tensor", tensor), ("pipeline", pipeline)) if n > 1]
+    why = []
+    if pipeline > 1 and optimizer in _PIPELINE_WHY:
+        why.append(_PIPELINE_WHY[optimizer])
+    why.append(_COMPRESSED_WHY.get(optimizer, _COMPRESSED_WHY["other"]))
+    has = " and ".join(f"{name} = {n}" for name, n in split)
+    keys = " and ".join(f"training.parallelism.{name}" for name, _ in split)
+    raise InputError(
+        f"{optimizer} is modelled with data parallelism only, and this layout has {has}: "
+        f"{'; '.join(why)}; set {keys} to 1, or use adam or sgdm",
+        key="training.optimizer",
+    )
 
 
 # Why each compressed optimizer stays data-parallel here: its program models a data-parallel
 # compressed all-reduce, and the frameworks that ship it say what they support.
 _COMPRESSED_WHY = {
-    "onebit-adam": "DeepSpeed's MPI-based 1-bit Adam is not compatible with pipeline parallelism "
-    "(deepspeed.ai/tutorials/onebit-adam), and Megatron-LM does not offer it",
-    "zero-one-adam": "DeepSpeed's MPI-based 0/1 Adam is not compatible with pipeline parallelism "
-    "(deepspeed.ai/tutorials/zero-one-adam), and Megatron-LM does not offer it",
+    "onebit-adam": "Megatron-LM, whose tensor and pipeline parallelism is modelled, does not offer it",
+    "zero-one-adam": "Megatron-LM, whose tensor and pipeline parallelism is modelled, does not offer it",
     "binsgdm": "BinSGDM's hierarchical 1-bit all-reduce is over data-parallel replicas, and Megatron-LM "
     "does not offer it",
     "other": "Megatron-LM offers none of the compressed optimizers",
+}
+# Said only where the layout has a pipeline: DeepSpeed's own tutorials.
+_PIPELINE_WHY = {
+    "onebit-adam": "DeepSpeed's MPI-based 1-bit Adam is not compatible with pipeline parallelism "
+    "(deepspeed.ai/tutorials/onebit-adam)",
+    "zero-one-adam": "DeepSpeed's MPI-based 0/1 Adam is not compatible with pipeline parallelism "
+    "(deepspeed.ai/tutorials/zero-one-adam)",
 }
 
 

@@ -48,8 +48,18 @@ def parse_bytes(text: str | int | float) -> float:
 def format_bytes(n: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
+            return f"{n / scale:,.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def count_of(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` things in words, the noun plural but for one: 1 GPU, 16,384 GPUs, 1 sample, 2 samples."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def on_off(flag: bool) -> str:
+    """A setting's boolean as a person says it: on / off (not Python's True / False)."""
+    return "on" if flag else "off"
 
 
 def format_seconds(t: float) -> str:

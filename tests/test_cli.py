@@ -1,6 +1,7 @@
 """The CLI as a user runs it, including every kind of bad input (exit 2, one line, no traceback)."""
 
 import json
+import re
 
 import pytest
 
@@ -15,6 +16,45 @@ def test_run_default_prints_breakdown(runner):
     r = invoke(runner, "run", "preset:default")
     assert r.exit_code == 0, r.output
     assert "samples/s" in r.output and "exposed communication" in r.output
+
+
+def test_run_shows_diloco_exchange_on_its_own_links_and_compute_utilization(runner):
+    """Streaming DiLoCo's workers joined by their own links (inter_worker_gbps): the outer exchange never
+    crosses the cluster's NICs, so the run names the bytes on those links instead of a lone 0 B; and the
+    run says how much of the step the compute stream is busy (the paper's compute utilization)."""
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import simulate
+    from clustersim.validation.published import compute_utilization
+
+    r = invoke(runner, "run", "preset:streaming-diloco-1b", "--samples", "0")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if line.startswith("inter-worker links"))
+    result = simulate(load_scenario("preset:streaming-diloco-1b"))
+    per_worker = result.extra["diloco"]["bytes_per_worker_per_inner_step"]
+    assert per_worker > 0 and row.split()[-2:] == [f"{per_worker / 2**20:.2f}", "MiB"]
+    assert f"compute utilization {compute_utilization(result):.1%} of the step" in r.stdout
+    plain = invoke(runner, "run", "preset:default", "--samples", "0")
+    assert "inter-worker links" not in plain.stdout and "compute utilization" in plain.stdout
+
+
+def test_run_output_says_counts_and_flags_in_words(runner):
+    """One GPU is '1 GPU', one sample '1 sample'; a flag reads 'on', never Python's True; counts past a
+    thousand carry separators in tables and sizes alike."""
+    from clustersim.commands.support import console, table
+    from clustersim.units import format_bytes
+
+    one = invoke(runner, "run", "preset:offload-llama7b-h100", "--samples", "0")
+    assert one.exit_code == 0, one.output
+    assert ": 1 GPU (1 x 1)" in one.stdout and "(1 sample per iteration)" in one.stdout
+    assert not re.search(r"(?<![\d.,])1 (GPUs|samples)\b", one.stdout)
+    mp = invoke(runner, "run", "preset:dgx-h100-gpt3-175b-3d", "--samples", "0")
+    assert mp.exit_code == 0, mp.output
+    line = next(x for x in mp.stdout.splitlines() if x.startswith("Model parallelism"))
+    assert "sequence parallel: on" in line and "True" not in line and "1 chunk per stage" in line
+    with console.capture() as cap:
+        console.print(table("t", ["GPUs", "flag"], [[16384, True], [8, False]]))
+    assert "16,384" in cap.get() and " on" in cap.get() and " off" in cap.get()
+    assert format_bytes(12138 * 2**30) == "12,138.00 GiB"
 
 
 def test_run_json_and_trace(runner, tmp_path):

@@ -85,3 +85,33 @@ def test_sweep_progress_on_stderr(tmp_path, runner):
     assert "sweep: 4/4 rows" in r.stderr and "sweep:" not in r.stdout
     r = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out2"), "--samples", "0", "--json"])
     assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_compare_says_a_refusal_once_and_keeps_its_table_aligned(runner):
+    """An optimizer that cannot run at the break-even's GPU count: its reason on its own line once, the
+    break-even line only names it; the time table's numeric columns stay as narrow as their numbers."""
+    r = runner.invoke(
+        app,
+        ["compare", "preset:dgx-h100-gpt3-1.3b", "--set", "training.parallelism.tensor=2", "--gpus", "64"]
+        + ["--optimizers", "adam,onebit-adam", "--samples", "0"],
+    )
+    assert r.exit_code == 0, r.output
+    reason = "onebit-adam is modelled with data parallelism only"
+    assert r.stdout.count(reason) == 1, r.stdout
+    assert "break-even at 64 GPUs not computed for onebit-adam: not simulated there (above)" in r.stdout
+    lines = r.stdout.splitlines()
+    head = next(line for line in lines if line.startswith("GPUs  optimizer") and "iter" in line)
+    refused = next(line for line in lines if line.startswith("64") and "onebit-adam (not simulated" in line)
+    # every column ends where its header does (right-aligned numbers under their titles)
+    assert len(refused) == len(head.rstrip()) and refused.rstrip().endswith("—")
+    assert head.index("iter") - head.index("optimizer") < 40
+
+
+def test_a_sweep_says_an_invalid_rows_reason_once(tmp_path, runner):
+    sweep = tmp_path / "sweep.yaml"
+    data = {"name": "t", "base": "preset:dgx-h100-gpt3-175b-zero3-tp8"}
+    sweep.write_text(yaml.safe_dump(data | {"vary": {"gpus": [64], "optimizer": ["adam", "onebit-adam"]}}))
+    r = runner.invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "out"), "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("not compatible with ZeRO") == 1, r.stdout
+    assert "1 row(s) could not be simulated, 1 of them the invalid rows above" in r.stdout

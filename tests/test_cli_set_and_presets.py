@@ -71,7 +71,7 @@ def test_compare_takes_set_too(runner):
         ("workload.precision=fp8", "A100-80GB has no fp8 tensor cores"),
         (
             "workload.micro_batch=1e5",
-            "with --set workload.micro_batch: workload.micro_batch: does not fit in GPU memory",
+            "preset:binsgdm-bert-base with --set: workload.micro_batch: does not fit in GPU memory",
         ),
     ],
 )
@@ -174,3 +174,20 @@ def test_a_sweeps_bad_values_share_a_line_per_problem(tmp_path, runner):
     assert len(lines) == 2, out
     assert '"maybe", 2, 0: Input should be a boolean (true or false)' in out
     assert not (tmp_path / "out").exists()
+
+
+def test_an_overlap_error_names_the_file_and_key_once(runner, tmp_path):
+    """DiLoCo's overlap_steps past its period, from --set and from a file: one line naming where the
+    value came from and the key, each once."""
+    key = "training.optimizer_options.overlap_steps"
+    res = runner.invoke(app, ["run", "preset:streaming-diloco-1b", "--set", f"{key}=20"])
+    out = res.stdout + (res.stderr or "")
+    assert res.exit_code == 2 and len(out.strip().splitlines()) == 1, out
+    assert out.count("overlap_steps") == 1 and "preset:streaming-diloco-1b" in out, out
+    assert f"{key}: 20 exceeds the 12.5 inner steps" in out
+    text = runner.invoke(app, ["presets", "show", "streaming-diloco-1b"]).stdout
+    path = tmp_path / "diloco.yaml"
+    path.write_text(text.replace("overlap_steps: 1,", "overlap_steps: 20,"))
+    res = runner.invoke(app, ["run", str(path)])
+    out = res.stdout + (res.stderr or "")
+    assert res.exit_code == 2 and out.count("overlap_steps") == 1 and str(path) in out, out

@@ -165,8 +165,8 @@ def test_unknown_instance_and_unpriced_gpu_are_input_errors():
     with pytest.raises(InputError, match="unknown instance") as exc:
         cost_model("rent", instance="p9.huge")
     assert exc.value.key == "--instance"
-    with pytest.raises(InputError, match="no server price for V100-SXM2"):
-        cost_model("own").price({**A100_25G, "gpu": "V100-SXM2"})
+    with pytest.raises(InputError, match="no server price for L4"):
+        cost_model("own").price({**A100_25G, "gpu": "L4"})
     with pytest.raises(InputError, match="sells H100-SXM, not A100-40GB"):
         cost_model("rent", instance="p5.48xlarge").price(A100_25G)
     with pytest.raises(InputError, match="must be own or rent"):

@@ -191,3 +191,66 @@ def test_both_backends_agree_on_diloco_as_on_adam(options):
         for n in ("analytical", "flow")
     )
     assert flow.iteration_time == pytest.approx(ana.iteration_time, rel=0.003)
+
+
+def test_every_step_overlapping_an_exchange_still_reports_where_it_hides():
+    """overlap_steps = H/P: every inner step is in a sync window, yet the exchange can hide behind them.
+    The plain inner step is still simulated (with no weight) as the reference, so the note gives the hide
+    bandwidth instead of saying it cannot hide, and above that bandwidth the mean step is the inner one."""
+    probe = simulate(diloco(overlap_steps=25, inter_worker_gbps=100.0), uncertainty_samples=0)
+    s = steps_of(probe)
+    assert s["inner step"]["weight"] == 0 and s["sync window"]["weight"] == pytest.approx(1.0)
+    hide = probe.extra["diloco"]["hide_bandwidth_gbps"]
+    assert hide is not None and hide > 0
+    note = next(n for n in probe.notes if n.startswith("diloco:"))
+    assert "cannot hide" not in note and f"{hide:.3g} Gb/s" in note
+    fast = simulate(diloco(overlap_steps=25, inter_worker_gbps=hide * 1.05), uncertainty_samples=0)
+    slow = simulate(diloco(overlap_steps=25, inter_worker_gbps=hide / 2), uncertainty_samples=0)
+    # 25 steps back to back in one program (each step's tail under the next one's start) are a little
+    # shorter per step than one step alone; the exchange adds nothing to them above ``hide``
+    assert fast.iteration_time <= s["inner step"]["iteration_time_s"] * 1.001
+    assert fast.iteration_time == pytest.approx(probe.iteration_time, rel=0.01)
+    assert slow.iteration_time > fast.iteration_time * 1.05
+
+
+@pytest.mark.parametrize("tau", [0, 1, 3])
+def test_release_during_backward_hides_above_its_reported_bandwidth(tau):
+    """outer_release during_backward: the exchange may also use the backward it leaves in (and what
+    follows it in that step), so it hides at a lower bandwidth than after_step reports, and above the
+    reported bandwidth the mean step is the inner step plus the outer kernels."""
+    opts = {"overlap_steps": tau, "inter_worker_gbps": 100.0}
+    early = simulate(diloco(outer_release="during_backward", **opts), uncertainty_samples=0)
+    hide = early.extra["diloco"]["hide_bandwidth_gbps"]
+    if tau:
+        late = simulate(diloco(**opts), uncertainty_samples=0).extra["diloco"]["hide_bandwidth_gbps"]
+        assert hide < late
+    inner = steps_of(early)["inner step"]["iteration_time_s"]
+    fast = simulate(
+        diloco(outer_release="during_backward", overlap_steps=tau, inter_worker_gbps=hide * 1.05),
+        uncertainty_samples=0,
+    )
+    assert fast.iteration_time == pytest.approx(inner, rel=0.01)
+
+
+def test_release_during_backward_needs_room_for_its_extra_step():
+    with pytest.raises(InputError, match="during_backward"):
+        simulate(diloco(outer_release="during_backward", overlap_steps=25), uncertainty_samples=0)
+
+
+@pytest.mark.parametrize("bits", [4, 32])
+def test_release_during_backward_sends_the_whole_fragment_over_the_nics(bits):
+    """Over the cluster's own NICs the fragment leaves in per-layer shares (all-to-all, sum and all-gather
+    below 16 bits; all-reduce at 16 and 32); their bytes add up to the fragment's, as one exchange after
+    the step sends."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.strategies import registry
+
+    def outer_ops(release):
+        s = diloco(bits=bits, outer_release=release)
+        cls = registry.get("diloco")
+        strategy = cls(build_context(s, None), cls.Options(**s.training.optimizer_options))
+        return [op for op in strategy.sync_window().ops if op.stream == "outer" and "bytes" in op.meta]
+
+    late, early = outer_ops("after_step"), outer_ops("during_backward")
+    assert len(early) > len(late) > 0  # one exchange per layer's share
+    assert sum(op.meta["bytes"] for op in early) == pytest.approx(sum(op.meta["bytes"] for op in late))

@@ -109,3 +109,13 @@ def test_a_pipelines_default_draws_give_the_band_of_256_draws():
     few, many = (iteration_interval(s, None, ctx, n) for n in (DEFAULT_SAMPLES, 256))
     assert few.p10 == pytest.approx(many.p10, rel=0.03) and few.p90 == pytest.approx(many.p90, rel=0.03)
     assert many.p90 > 1.1 * many.p10  # a band, not a point
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_draw_times_checked_reprices_the_first_draw_to_the_same_times(name):
+    """With the nominal run's checks already made (checked=True), the first draw is re-priced instead
+    of simulated: the times are still those of simulating every draw."""
+    s = CASES[name]
+    draws = perturbations(build_context(s), 4)
+    expected = [simulate(s, perturbation=p).iteration_time for p in draws]
+    assert draw_times(s, None, draws, checked=True) == expected

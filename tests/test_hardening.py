@@ -632,8 +632,8 @@ def test_compare_marks_a_cell_out_of_memory_and_prints_the_rest(runner, tmp_path
     args = ("compare", path, "--gpus", "8,1024", "--optimizers", "adam,onebit-adam", "--samples", "2")
     r = invoke(runner, *args)
     assert r.exit_code == 0, r.output
-    assert "1024 GPUs, onebit-adam: not simulated" in r.output and "does not fit in GPU memory" in r.output
-    assert "break-even at 1024 GPUs not computed" in r.output
+    assert "1,024 GPUs, onebit-adam: not simulated" in r.output and "does not fit in GPU memory" in r.output
+    assert "break-even at 1,024 GPUs not computed" in r.output
     r = invoke(runner, *args, "--json")
     assert r.exit_code == 0, r.output
     rows = {(row["gpus"], row["optimizer"]): row for row in json.loads(r.stdout)["rows"]}

@@ -48,6 +48,8 @@ OPTIMIZER_MOVES = [
     ("diloco", "bits", 4),
     ("diloco", "inter_worker_gbps", 1.0),
     ("diloco", "inter_worker_latency_ms", 100.0),
+    # preset:default's DiLoCo blocks (tau 0): released during the backward, the exchange overlaps it
+    ("diloco", "outer_release", "during_backward"),
 ]
 
 # Options that do not change one iteration, with the result they change (tested below).

@@ -208,6 +208,43 @@ def test_compressed_optimizers_and_offload_are_refused_with_model_parallelism():
     assert err.value.key.endswith("training.offload.mode")
 
 
+def test_a_compressed_optimizers_refusal_names_the_split_the_layout_has():
+    """On a pipeline-free layout the refusal names tensor parallelism and its key, never DeepSpeed's
+    pipeline incompatibility; with a pipeline it names both splits and says the pipeline reason."""
+    tensor_only = _scenario(p=1).model_dump()
+    data = {**tensor_only, "training": {**tensor_only["training"], "optimizer": "onebit-adam"}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    text = str(err.value)
+    assert "pipeline" not in text.replace("tensor and pipeline parallelism is modelled", "")
+    assert "tensor = 2" in text and "training.parallelism.tensor to 1" in text
+    both = _scenario().model_dump()
+    data = {**both, "training": {**both["training"], "optimizer": "zero-one-adam"}}
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    assert "tensor = 2 and pipeline = 4" in str(err.value)
+    assert "not compatible with pipeline parallelism" in str(err.value)
+
+
+def test_out_of_memory_suggests_the_distributed_optimizer_where_it_fits():
+    """A 3D layout whose model states overflow the GPU: the error suggests Megatron's distributed
+    optimizer with the rank's total it would leave, which is what the simulation of it then holds."""
+    from clustersim.units import format_bytes
+
+    big = dict(nodes=32, gpn=8, t=8, p=4, model_name="GPT-3-175B", sequence_parallel=True, recompute="full")
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(**big))
+    text = err.value.message
+    assert "does not fit in GPU memory" in text and "a larger training.parallelism.tensor" in text
+    assert "training.parallelism.distributed_optimizer: true" in text and "which fits" in text
+    fits = simulate(_scenario(**big, distributed_optimizer=True))
+    assert f"about {format_bytes(fits.memory['total'])} per rank" in text
+    # already on, or no data-parallel replicas to shard over: not suggested
+    with pytest.raises(InputError) as err:
+        simulate(_scenario(**{**big, "nodes": 4}, distributed_optimizer=True))
+    assert "distributed_optimizer" not in err.value.message
+
+
 def test_step_is_the_slowest_stage_and_placement_is_reported():
     r = simulate(_scenario(p=4, m=8))
     par = r.extra["parallelism"]
@@ -463,3 +500,61 @@ def test_one_node_without_a_nic_runs_model_parallel(parallelism):
     }
     s = validate_scenario(scenario, "one node")
     assert simulate(s).iteration_time > 0
+
+
+def test_selective_recompute_memory_is_korthikantis_table_2():
+    """Selective recomputation drops the 5as/(ht) score term and nothing else (Korthikanti et al. 2022,
+    Table 2): sbh(10 + 24/t), sbh*34/t with sequence parallelism, for unfused attention; fused attention
+    keeps no scores either way, so selective changes nothing there."""
+    t, p, m = 2, 4, 8
+    arch = model("GPT-3-1.3B")
+    s, b, h = 2048, 1, arch.hidden
+    unfused = {"workload.attention": "unfused"}
+
+    def layout(**par):
+        return build_context(_scenario(t=t, p=p, m=m, **par).with_changes(**unfused)).layout
+
+    assert layout(recompute="selective").block_activation_bytes() == pytest.approx(s * b * h * (10 + 24 / t))
+    sp = layout(recompute="selective", sequence_parallel=True)
+    assert sp.block_activation_bytes() == pytest.approx(s * b * h * 34 / t)
+    assert layout().block_activation_bytes() > layout(recompute="selective").block_activation_bytes()
+    fused = build_context(_scenario(t=t, p=p, m=m, recompute="selective")).layout
+    assert fused.block_activation_bytes() == pytest.approx(s * b * h * (10 + 24 / t))
+    assert fused.describe()["recompute"] == "selective"
+
+
+@pytest.mark.parametrize("attention", ["unfused", "fused"])
+def test_selective_recompute_reruns_the_core_attention_forward(attention):
+    """The extra backward work per block on one of t ranks is the core attention's forward: the QK^T and
+    attention-over-V matmuls, 4bs^2h/t FLOPs, and (unfused) the softmax and dropout's 4 passes over the
+    b*a*s^2/t scores; the step grows by that and stays below full recomputation's."""
+    t, arch, b, s = 2, model("GPT-3-1.3B"), 1, 2048
+    changes = {"workload.attention": attention}
+    base = _scenario(nodes=1, t=t, p=1, m=2).with_changes(**changes)
+    sel = _scenario(nodes=1, t=t, p=1, m=2, recompute="selective").with_changes(**changes)
+    ctx = build_context(sel)
+    block = next(x for x in ctx.workload.layers if x.name.startswith("block"))
+    kernels = ctx.layout.recomputed_attention(block)
+    assert sum(k.flops for k in kernels) == pytest.approx(4 * b * s * s * arch.hidden / t)
+    scores = b * arch.heads * s * s / t
+    softmax = sum(k.bytes for k in kernels if k.name == "elementwise")
+    assert softmax == pytest.approx(4 * 2 * scores if attention == "unfused" else 0.0)
+    r0, r1 = simulate(base), simulate(sel)
+    full = simulate(_scenario(nodes=1, t=t, p=1, m=2, recompute="full").with_changes(**changes))
+    extra = r1.breakdown["backward"] - r0.breakdown["backward"]
+    per_block = ctx.rank_kernels_time(kernels)
+    assert extra == pytest.approx(per_block * arch.layers * 2, rel=1e-6)  # 2 micro-batches
+    assert r0.iteration_time < r1.iteration_time < full.iteration_time
+    # no tensor-parallel collective is repeated: the core attention has none
+    assert sum(o.meta.get("count", 1) for o in r1.ops if o.name.startswith("tp ")) == sum(
+        o.meta.get("count", 1) for o in r0.ops if o.name.startswith("tp ")
+    )
+
+
+def test_selective_recompute_beside_activation_checkpointing_is_refused_with_its_key():
+    scenario = _scenario(nodes=1, t=1, p=1, m=2, recompute="selective").model_dump()
+    scenario["workload"]["activation_checkpointing"] = True
+    with pytest.raises(InputError) as err:
+        validate_scenario(scenario)
+    assert err.value.key == "workload.activation_checkpointing"
+    assert "selective" in str(err.value)

@@ -176,3 +176,25 @@ def test_a100_rows_run_on_the_dgx_a100_cluster():
     assert s.workload.micro_batch * s.workload.gradient_accumulation * s.cluster.world_size == 2048
     # the table's 1,159,288 tokens/s over 256 GPUs
     assert row.published == pytest.approx(1159288 / 256, abs=0.1)
+
+
+def test_validate_signs_every_error_as_predicted_too_slow(runner):
+    """Step times and tokens/s in one table: + is always predicted too slow (a step too long, a rate too
+    low), - too fast, and the table says so."""
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["validate", "--dataset", "multinode_scale", "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    signs = {}
+    for line in r.stdout.splitlines():
+        cells = line.split()
+        if len(cells) < 6 or cells[-6] not in ("iteration_time", "tokens_per_s_per_gpu"):
+            continue
+        published, predicted = (float(x.replace(",", "")) for x in cells[-4:-2])
+        error = float(cells[-1].rstrip("%"))
+        slow = predicted > published if cells[-6] == "iteration_time" else predicted < published
+        if abs(error) >= 0.1:
+            assert (error > 0) == slow, line
+            signs.setdefault(cells[-6], set()).add(error > 0)
+    assert signs["iteration_time"] == {True, False} and signs["tokens_per_s_per_gpu"] == {True, False}
+    assert "+ predicted too slow" in r.stdout and "- predicted too fast" in r.stdout

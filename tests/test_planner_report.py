@@ -402,6 +402,24 @@ def test_where_an_optimizer_falls_short_is_named_per_network():
     assert "under 1.10x on Ethernet 50 Gb/s (64 GPUs), Ethernet 100 Gb/s (64, 128 GPUs)" in line
 
 
+def test_a_report_gives_no_break_even_between_two_level_speedups():
+    """Swept speedups of 1.003x and 0.998x are level (planner.breakeven.LEVEL), as compare says: no
+    'faster below X Gb/s'; a crossing from 1.2x to 0.9x keeps its break-even."""
+    from clustersim.report.analysis import break_evens
+
+    def row(rate, speedup, opt="diloco"):
+        return {
+            "optimizer": opt, "speedup": speedup, "baseline": {"optimizer": "adam"}, "nodes": 8,
+            "network": f"Ethernet {rate} Gb/s", "nic_kind": "ethernet_tcp", "nic_gbps": rate,
+            "world_size": 64, "gpu": "A100-80GB", "model": "BERT-Large",
+        }  # fmt: skip
+
+    level = [row(10, 1.003), row(100, 0.998)]
+    assert break_evens(level) == {}
+    crossing = [row(10, 1.2, "binsgdm"), row(100, 0.9, "binsgdm")]
+    assert "below about" in break_evens(level + crossing)["binsgdm"]
+
+
 def test_plan_says_which_optimizers_no_candidate_could_run():
     """An optimizer every candidate row refuses (out of memory, refused under sharding) is named with a
     reason, not dropped without a word."""

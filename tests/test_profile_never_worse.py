@@ -18,6 +18,8 @@ DATASETS = sorted(published.datasets()) + list(GPU_DATASETS)
 
 # Pairs where the invariant does not hold today, each with what was measured and why; strict, so that
 # the test says so when they start to hold.
+# Errors quoted here are raw, (predicted - published) / published of the row's metric, as --json gives
+# them (validate's tables sign rates the other way: + predicted too slow).
 KNOWN = {
     ("gpu_throughput", "h100-pytorch-2.11"): "median 0.6% without the profile, 1.7% with it over the 3 "
     "MLPerf ResNet-50 rows on H100 (MXNet, CUDA graphs, three releases 8% apart: +8.8%, +1.7%, +0.6% "

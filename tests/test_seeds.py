@@ -8,7 +8,7 @@ import pytest
 
 from clustersim.api import load_scenario
 from clustersim.simulator import simulate
-from clustersim.validation.published import Dataset, load_dataset, validate
+from clustersim.validation.published import Dataset, load_dataset, row_scenario, validate
 
 
 def _dos(**changes):
@@ -162,7 +162,7 @@ def test_rows_check_their_own_metric():
         Dataset.model_validate(
             {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "metric": "speedup"}]}
         )
-    with pytest.raises(ValueError, match="speedup rows only"):
+    with pytest.raises(ValueError, match="speedup and slowdown rows only"):
         Dataset.model_validate(
             {
                 **base,
@@ -256,3 +256,61 @@ def test_run_names_the_host_band_where_the_host_works():
     plain = simulate(load_scenario("preset:default")).sources
     assert "page faults" in offloaded["host band"]
     assert "host band" not in plain
+
+
+def test_slowdown_rows_are_the_rows_time_over_the_baselines():
+    """Table 1 of Streaming DiLoCo gives hours at 1 Gbit/s over hours at +inf: a slowdown (> 1), the row's
+    step time over its baseline's, not a speedup of the row over the baseline."""
+    data = load_dataset("seeds")
+    rows = [r for r in data.rows if r.metric == "slowdown"]
+    assert len(rows) == 2 and all(r.published > 1 for r in rows)
+    got = {r.label: r for r in validate("seeds", samples=0).rows}
+    for row in rows:
+        slow = row_scenario(data, row)
+        base = slow.with_changes(**row.baseline_changes)
+        expected = simulate(slow).iteration_time / simulate(base).iteration_time
+        assert got[row.label].predicted == pytest.approx(expected, rel=1e-9)
+        assert got[row.label].predicted > 1
+
+
+def test_slowdown_band_is_the_inverted_speedup_band(monkeypatch):
+    from clustersim.validation import published
+
+    data = load_dataset("seeds")
+    row = next(r for r in data.rows if r.metric == "slowdown" and r.optimizer == "diloco")
+    monkeypatch.setattr(published, "load_dataset", lambda name: data.model_copy(update={"rows": [row]}))
+    (got,) = validate("seeds", samples=8).rows
+    slow = row_scenario(data, row)
+    speedup, lo, hi = published._speedup(slow, slow.with_changes(**row.baseline_changes), None, 8)
+    assert got.predicted == pytest.approx(speedup, rel=1e-9)  # slow over fast: the same ratio
+    assert (got.p10, got.p90) == pytest.approx((lo, hi), rel=1e-9)
+    assert got.p10 <= got.predicted <= got.p90
+
+
+def test_a_threshold_rows_band_holds_it_when_the_ranges_meet():
+    """A published threshold (the first grid setting at which the source reaches ``published``, below
+    ``published_below`` there): the band holds it when the band and [published, published_below] overlap;
+    the error stays against ``published``."""
+    from clustersim.validation.published import RowResult
+
+    def row(p10, p90):
+        return RowResult("diloco", 2, 0.8, (p10 + p90) / 2, 0.0, p10, p90, published_below=0.9)
+
+    assert row(0.82, 0.85).inside and row(0.78, 0.81).inside and row(0.89, 0.93).inside
+    assert not row(0.76, 0.79).inside and not row(0.91, 0.93).inside
+    plain = RowResult("diloco", 2, 0.8, 0.85, 0.0625, 0.82, 0.88)
+    assert not plain.inside  # without published_below, the band must hold the value itself
+    base = {"name": "x", "description": "x", "source": "x", "scenario": "preset:default"}
+    with pytest.raises(ValueError, match="published_below"):
+        Dataset.model_validate(
+            {**base, "rows": [{"optimizer": "adam", "gpus": 1, "published": 1.0, "published_below": 0.5}]}
+        )
+
+
+def test_streaming_diloco_thresholds_are_the_tables_next_targets():
+    """Table 4 gives the first bandwidth at which each utilization is reached, rising with the target:
+    at each row's bandwidth the paper's utilization is below the next target (the last: below 100%)."""
+    rows = [r for r in load_dataset("seeds").rows if r.published_below is not None]
+    assert [(r.published, r.published_below) for r in rows] == [
+        (0.5, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 0.99), (0.99, 1.0)
+    ]  # fmt: skip

@@ -28,19 +28,34 @@ def test_the_papers_step_time_is_the_forward_and_backward():
     assert r.breakdown["backward"] == pytest.approx(2 * r.breakdown["forward"], rel=1e-4)
 
 
-def test_a_slow_link_exposes_the_fragments_exchange_less_one_overlapped_step():
+def test_a_slow_link_exposes_the_fragments_exchange_less_what_it_overlaps():
     """Closed form at 0.4 Gbit/s: a fragment is 1e9/8 parameters in 4 bits (0.5 Gbit), 1.25 s over the
-    2-worker ring (2(M-1)/M = 1 of its bytes per worker), far longer than the one inner step it overlaps;
-    the window is the outer gradient, the exchange and the outer step, and a sync comes every
-    H/P = 12.5 inner steps, so the mean step is ((12.5 - 1) inner + window) / 12.5."""
+    2-worker ring (2(M-1)/M = 1 of its bytes per worker), far longer than the steps it overlaps. The
+    paper's simulation releases the outer gradient during the backward (outer_release: during_backward):
+    the first share leaves after the forward (1/3 of 0.1 s) and the last layer's backward (1/24 of the
+    other 2/3), the link then stays busy to the end, and the outer step follows. The window covers the
+    releasing step and the tau = 1 overlapped one, and a sync comes every H/P = 12.5 inner steps, so the
+    mean step is ((12.5 - 2) inner + window) / 12.5."""
     r = simulate(_at(0.4), uncertainty_samples=0)
     s = _steps(r)
     inner = s["inner step"]["iteration_time_s"]
     exchange = 1e9 / 8 * 4 / 0.4e9
-    window = s["sync window"]["iteration_time_s"]  # one overlapped step: the window covers one step
-    outer_kernels = window - exchange
+    window = 2 * s["sync window"]["iteration_time_s"]  # per step over the two steps it covers
+    first_release = 0.1 / 3 + 0.2 / 3 / 24
+    outer_kernels = window - first_release - exchange
     assert 0 < outer_kernels < 0.01 * exchange
-    assert r.iteration_time == pytest.approx(((12.5 - 1) * inner + window) / 12.5, rel=1e-9)
+    assert r.iteration_time == pytest.approx(((12.5 - 2) * inner + window) / 12.5, rel=1e-9)
+
+
+def test_releasing_during_backward_never_loses_to_releasing_after_the_step():
+    """The same exchange started earlier (during the backward rather than after the update) exposes no
+    more time at any bandwidth, and less wherever the link is the bottleneck."""
+    after = "training.optimizer_options.outer_release"
+    for gbps in (0.4, 1.7, 3.0):
+        early = simulate(_at(gbps), uncertainty_samples=0)
+        late = simulate(_at(gbps).with_changes(**{after: "after_step"}), uncertainty_samples=0)
+        assert early.iteration_time < late.iteration_time
+        assert compute_utilization(early) > compute_utilization(late)
 
 
 def test_utilization_is_the_busy_share_and_bandwidth_never_lowers_it():
@@ -92,3 +107,21 @@ def test_table_1_rows_are_the_slowdown_of_a_1_gbit_link_against_an_unlimited_one
     dp = next(v for k, v in got.items() if k.startswith("Data-Parallel, 1B"))
     # bf16 gradients of 1e9 parameters, 2 (M-1)/M of them through a 1 Gb/s link: 16 s against ~0.1 s steps
     assert 100 < dp.predicted < 200
+
+
+def test_the_papers_stated_step_time_is_not_drawn():
+    """The profile marks the paper's 0.1 s step as stated (a simulation's assumption, not a measurement):
+    every draw keeps forward and backward at it, and moves only what the device prices (the update)."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.uncertainty import compute_band_source, perturbations
+
+    s = _at(0.9)
+    ctx = build_context(s, None)
+    assert ctx.phases is not None and ctx.phases.stated
+    assert "stated step time" in compute_band_source(ctx)
+    updates = set()
+    for p in perturbations(ctx, 8):
+        r = simulate(s, perturbation=p)
+        assert r.breakdown["forward"] + r.breakdown["backward"] == pytest.approx(0.1, rel=1e-4)
+        updates.add(round(r.breakdown["optimizer"], 9))
+    assert len(updates) > 1

@@ -186,6 +186,24 @@ def test_break_even_verdicts_without_a_crossing():
     assert break_even(comp1, base1, samples=0).verdict == "single node"
 
 
+def test_break_even_of_two_level_runs_says_level_not_faster():
+    """The same run on both sides (or two within LEVEL of each other) is level: no break-even, and the
+    text never calls one faster or slower; an end that is level is said as level."""
+    from clustersim.planner.breakeven import BreakEven
+
+    comp, base = _pair("preset:default", "adam")
+    be = break_even(comp, base, samples=0)
+    assert be.verdict == "level" and be.gbps is None and be.speedups == (1.0, 1.0)
+    text = be.describe()
+    assert "level" in text and "faster" not in text and "slower" not in text
+    assert be.to_dict()["speedups_at_search_ends"] == [1.0, 1.0]
+    top_level = BreakEven("diloco", "adam", None, "always faster", speedups=(1.2, 1.001))
+    assert "never slower" in top_level.describe() and "1.20x at 0.1 Gb/s, level at 10,000 Gb/s" in (
+        top_level.describe()
+    )
+    assert " faster " not in top_level.describe()
+
+
 def test_interval_of_quantiles():
     """Positive draws: the lognormal's quantiles from the log moments; others: Hazen's empirical ones."""
     import math

@@ -118,6 +118,11 @@ class ComputePhases(_Strict):
         0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
     )
     source: str = ""
+    stated: bool = Field(
+        False,
+        description="the phases are a stated assumption (a paper's simulated step time), not a measurement: "
+        "exact, so the band leaves them fixed and moves only what the device prices",
+    )
 
 
 class FitQuality(_Strict):

@@ -79,7 +79,8 @@ def sweep(
                 f"[yellow]{sum(invalid.values())} of {total} rows are not a valid cluster as given[/] "
                 "(recorded as invalid, the others run):"
             )
-            for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1])[:5]:
+            invalid = dict(sorted(invalid.items(), key=lambda kv: -kv[1])[:5])  # those printed
+            for reason, n in invalid.items():
                 console.print(f"  {n} x {shortened(reason, 200)}")
         try:
             with progress_bar("sweep", "rows", total) as update:
@@ -93,7 +94,7 @@ def sweep(
     console.print(
         f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
     )
-    _say_invalid(out)
+    _say_invalid(out, invalid)
 
 
 def _invalid_reasons(out: Path) -> dict[str, int]:
@@ -109,14 +110,22 @@ def _invalid_reasons(out: Path) -> dict[str, int]:
     return dict(Counter(r.get("error", "") for r in unique.values() if r.get("status") == "invalid"))
 
 
-def _say_invalid(out: Path) -> None:
-    """Rows that could not run are kept with their reason; say how many and the commonest reasons."""
+def _say_invalid(out: Path, announced: dict[str, int] | None = None) -> None:
+    """Rows that could not run are kept with their reason; say how many and the commonest reasons,
+    each reason once: those ``announced`` before the run (the rows found invalid as given) are counted,
+    not printed again."""
     reasons = _invalid_reasons(out)
     if not reasons:
         console.print("every row was simulated (none invalid)")
         return
-    console.print(f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/], e.g.:")
-    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
+    said = [r for r in reasons if any(a and a in r for a in announced or {})]
+    new = {r: n for r, n in reasons.items() if r not in said}
+    known = f", {sum(reasons[r] for r in said)} of them the invalid rows above" if said else ""
+    console.print(
+        f"[yellow]{sum(reasons.values())} row(s) could not be simulated[/]{known}"
+        + (", e.g.:" if new else "")
+    )
+    for reason, n in sorted(new.items(), key=lambda kv: -kv[1])[:3]:
         console.print(f"  {n} x {shortened(reason, 200)}")
 
 
@@ -377,7 +386,8 @@ def plan_cmd(
         "--global-batch",
         min=1,
         help="Samples per step, the same on every candidate; default: the candidates file's "
-        "`global_batch`, else 1,024.",
+        "`global_batch`, else 1,024, or a multiple of 1,024 giving each GPU of the largest candidate a "
+        "sample where it has more GPUs.",
     ),
     price: Optional[float] = typer.Option(
         None, "--price", help="USD per GPU-hour for every GPU; default: catalog prices."

@@ -22,6 +22,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from clustersim.errors import InputError
+from clustersim.units import on_off
 
 PIPED_WIDTH = 10_000  # characters per line when the output is a file or a pipe: nothing wraps or is cut
 PROGRESS_EVERY_S = 5.0  # off a terminal, a plain progress line on stderr at least this often ...
@@ -274,19 +275,37 @@ def table(
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if (justify_numbers and i >= left) else "left")
     for r in rows:  # cells are text, not markup: a name like 'stage 0 [slowest rank]' prints whole
-        t.add_row(*[x if isinstance(x, Text) else Text(str(x)) for x in r])
+        t.add_row(*[x if isinstance(x, Text) else Text(_cell(x)) for x in r])
     return Group(Text(title), t) if piped else t
 
 
+def _cell(x) -> str:
+    """A table cell's text: counts with thousands separators (16,384 GPUs), a flag as on / off."""
+    if isinstance(x, bool):
+        return on_off(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML/JSON) or preset:NAME.")
+
+
 # How every command that prices a run (compare, report, plan) names its cost model, one text for all.
-CostOpt = typer.Option(
-    None,
-    "--cost",
-    help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
-    "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own where "
-    "catalogs/ownership.yaml prices every GPU, else rent; rent with --price or --instance.",
-)
+def _cost_option(rent_with: str) -> typer.models.OptionInfo:
+    """--cost, its help naming the options that make a run rented in the command at hand (``rent_with``:
+    compare has --instance only, report and plan --price too)."""
+    return typer.Option(
+        None,
+        "--cost",
+        help="Cost model: own (servers, network and power bought and amortised: catalogs/ownership.yaml) or "
+        "rent (cloud instances as sold, network included: catalogs/instances.yaml); default: own where "
+        f"catalogs/ownership.yaml prices every GPU, else rent; rent with {rent_with}.",
+    )
+
+
+CostOpt = _cost_option("--price or --instance")
+CompareCostOpt = _cost_option("--instance")  # compare has no --price
 InstanceOpt = typer.Option(
     None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
 )

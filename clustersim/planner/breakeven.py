@@ -44,6 +44,9 @@ SEARCH_GBPS = (0.1, 10_000.0)
 # start from different brackets (compare's whole range, report's swept rates) agree far inside 1%.
 TOLERANCE = 2e-4
 SAMPLE_TOLERANCE = 5e-3  # per parameter draw: 0.5%, far inside a band's width
+# Two whole runs within 0.5% of each other are level: the speedup compare prints (two decimals) reads
+# 1.00x, and the difference is far inside either's P10-P90 band, so "faster" would claim what is not there
+LEVEL = 5e-3
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,16 @@ class BreakEven:
     optimizer: str
     baseline: str
     gbps: float | None
-    verdict: str  # "crossing" | "always faster" | "never faster" | "single node"
+    verdict: str  # "crossing" | "always faster" | "never faster" | "level" | "single node"
     interval: Interval | None = None
     effective_gbps: float | None = None
     steps: int | None = None
     baseline_steps: int | None = None
     warmup: float | None = None
     gpus: int | None = None
+    # without a crossing: the speedup (baseline time / compressed time) at the search's lowest and highest
+    # line rates (SEARCH_GBPS), so that a verdict says by how much, and "level" where it is within LEVEL
+    speedups: tuple[float, float] | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +82,7 @@ class BreakEven:
             "steps": self.steps,
             "baseline_steps": self.baseline_steps,
             "warmup": self.warmup,
+            "speedups_at_search_ends": list(self.speedups) if self.speedups else None,
             "text": self.describe(),
         }
 
@@ -97,15 +104,40 @@ class BreakEven:
         if self.verdict == "single node":
             return f"{who}: no network in a single node"
         run = f"over the whole run ({self.run_text()})"
-        if self.verdict == "always faster":
-            return f"{who}: faster {run} at every line rate per NIC up to {SEARCH_GBPS[1]:,.0f} Gb/s"
-        if self.verdict == "never faster":
-            return f"{who}: slower {run} at every line rate per NIC down to {SEARCH_GBPS[0]} Gb/s"
+        lo, hi = SEARCH_GBPS
+        if self.verdict == "level":
+            return (
+                f"{who}: level {run}, within {LEVEL:.1%} of each other at {lo} and {hi:,.0f} Gb/s line "
+                f"rate per NIC: no break-even"
+            )
+        if self.verdict in ("always faster", "never faster"):
+            ends = self.speedups or ()
+            level_end = any(_level(x) for x in ends)
+            if self.verdict == "always faster":
+                said = "never slower" if level_end else "faster"
+                return f"{who}: {said} {run} at any line rate per NIC up to {hi:,.0f} Gb/s{self._margins()}"
+            said = "never faster" if level_end else "slower"
+            return f"{who}: {said} {run} at any line rate per NIC down to {lo} Gb/s{self._margins()}"
         band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
         eff = ""
         if self.effective_gbps:  # the labelled extra: what iperf would measure on such a NIC
             eff = f"; each NIC then delivers {_gbps(self.effective_gbps)} Gb/s effective"
         return f"{who}: faster {run} below {_gbps(self.gbps)} Gb/s line rate per NIC{band}{eff}"
+
+    def _margins(self) -> str:
+        """The speedups at the search's two ends, " (1.21x at 0.1 Gb/s, level at 10,000 Gb/s)"."""
+        if self.speedups is None:
+            return ""
+        said = []
+        for x, g in zip(self.speedups, SEARCH_GBPS):
+            rate = f"{g:,.0f}" if g >= 1 else f"{g}"
+            said.append(f"{'level' if _level(x) else f'{x:.2f}x'} at {rate} Gb/s")
+        return f" ({', '.join(said)})"
+
+
+def _level(speedup: float) -> bool:
+    """Two runs within LEVEL of each other: neither is faster."""
+    return abs(speedup - 1.0) < LEVEL
 
 
 def _gbps(x: float) -> str:
@@ -211,10 +243,14 @@ def break_even(
     ):
         nominal = _bisect(comp, ref, profile, None, *bracket, TOLERANCE)
     else:
-        if _ratio(comp, ref, hi, profile, None) < 1.0:
-            return BreakEven(**found, gbps=None, verdict="always faster")
-        if _ratio(comp, ref, lo, profile, None) >= 1.0:
-            return BreakEven(**found, gbps=None, verdict="never faster")
+        at_hi, at_lo = _ratio(comp, ref, hi, profile, None), _ratio(comp, ref, lo, profile, None)
+        if at_hi < 1.0 or at_lo >= 1.0:
+            speedups = (1.0 / at_lo, 1.0 / at_hi)
+            if all(_level(x) for x in speedups):
+                verdict = "level"
+            else:
+                verdict = "always faster" if at_hi < 1.0 else "never faster"
+            return BreakEven(**found, gbps=None, verdict=verdict, speedups=speedups)
         nominal = _bisect(comp, ref, profile, None, lo, hi, TOLERANCE)
     interval = None
     if samples > 0:

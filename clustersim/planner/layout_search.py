@@ -259,4 +259,6 @@ def layout_label(scenario: dict[str, Any]) -> str:
         parts.append(f"ZeRO-{sh['stage']}")
     if par.get("recompute") == "full" or scenario.get("workload", {}).get("activation_checkpointing"):
         parts.append("recompute")
+    elif par.get("recompute") == "selective":
+        parts.append("selective recompute")
     return ", ".join(parts) or "DP"

@@ -7,6 +7,7 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -155,6 +156,9 @@ class Pruning:
     budget: float | None
     keep: int = 10
     workers: int = 0  # 0: every core this process may use
+    # Work for this process while its workers simulate (once, when the first rows are in flight): what
+    # it does then costs no core that would otherwise be idle later (the bands' sampler import).
+    meanwhile: Callable[[], None] | None = None
 
     def meets(self, hours: float, dollars: float) -> bool:
         return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
@@ -195,11 +199,23 @@ def _bound_record(values: dict[str, Any], scenario, step_s: float) -> dict[str, 
     }
 
 
-def _bounds(base, rows, steps, global_batch, prune: Pruning) -> dict[str, tuple[float, float]]:
-    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known."""
-    from clustersim.planner.bounds import step_time_lower_bound
+def _bounds(base_json, rows, steps, global_batch, prune: Pruning, pool) -> dict[str, tuple[float, float]]:
+    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known; the
+    bounds found on the workers (a few chunks each), the pricing here (Pruning.cost_of)."""
+    size = max(1, -(-len(rows) // (2 * pool.size)))
+    chunks = [(base_json, rows[i : i + size], steps, global_batch) for i in range(0, len(rows), size)]
+    return {
+        rec["row_id"]: prune.cost_of(rec) for part in pool.starmap(_bound_records, chunks) for rec in part
+    }
 
-    out = {}
+
+def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str, Any]]:
+    """Each row's record at its compute-only step (_bound_record), where a bound is known."""
+    from clustersim.planner.bounds import step_time_lower_bound
+    from clustersim.scenario import validate_scenario
+
+    base = validate_scenario(base_json, source="base")
+    out = []
     for values in rows:
         try:
             scenario = resolve_row(base, values, steps, global_batch)
@@ -207,7 +223,7 @@ def _bounds(base, rows, steps, global_batch, prune: Pruning) -> dict[str, tuple[
             continue  # simulated, to be recorded with its reason
         lb = step_time_lower_bound(scenario)
         if lb > 0:
-            out[row_id(values)] = prune.cost_of(_bound_record(values, scenario, lb))
+            out.append(_bound_record(values, scenario, lb))
     return out
 
 
@@ -235,14 +251,11 @@ def _missing_baselines(records, values_of, baseline: str) -> list[str]:
 
 
 def _simulate_pruned(base_json, first, later, steps, global_batch, progress, prune: Pruning):
-    """simulate_rows with pruning (its docstring), in waves of one row per worker."""
+    """simulate_rows with pruning (its docstring), a window of rows in flight on the workers."""
     from clustersim.planner.compare import choose_baseline
     from clustersim.scenario import validate_scenario
 
     base = validate_scenario(base_json, source="base")
-    bounds = _bounds(base, first + later, steps, global_batch, prune)
-    order = _cheapest_first(first, bounds) + later
-    total = len(order)
     records: list[dict[str, Any]] = []
     fastest: dict[str, float] = {}
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
@@ -262,27 +275,42 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.sort()
 
     with _pool(prune.workers) as pool:
-        i = 0
-        while i < len(order):
-            wave = []
-            while i < len(order) and len(wave) < pool.size:
-                values = order[i]
-                i += 1
-                if _twin_cannot_win(values, records, fastest):
-                    skipped += 1
-                elif not could_win(values):
-                    pruned += 1
-                else:
-                    wave.append(values)
-                    continue
-                done += 1
-                if progress:
-                    progress(done, total)
-            for values, rec in zip(wave, pool.map(base_json, wave, steps, global_batch)):
-                take(values, rec)
-                done += 1
-                if progress:
-                    progress(done, total)
+        bounds = _bounds(base_json, first + later, steps, global_batch, prune, pool)
+        order = _cheapest_first(first, bounds) + later
+        total = len(order)
+        # A window of rows in flight, their results taken in the order they were sent: a row is decided
+        # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
+        # pruned are the same on every run; one more row than workers keeps every worker busy while the
+        # oldest is awaited (waves of one row per worker left a core idle behind each wave's slowest).
+        ahead = pool.size + 1 if pool.executor is not None else 1
+        flight: deque = deque()
+
+        def land() -> None:
+            nonlocal done
+            values, future = flight.popleft()
+            take(values, future.result())
+            done += 1
+            if progress:
+                progress(done, total)
+
+        for values in order:
+            if len(flight) >= ahead and prune.meanwhile is not None:
+                prune.meanwhile()
+                prune.meanwhile = None
+            while len(flight) >= ahead:
+                land()
+            if _twin_cannot_win(values, records, fastest):
+                skipped += 1
+            elif not could_win(values):
+                pruned += 1
+            else:
+                flight.append((values, pool.submit(base_json, values, steps, global_batch)))
+                continue
+            done += 1
+            if progress:
+                progress(done, total)
+        while flight:
+            land()
         # a kept row's baseline on its cluster (its speedup, "Over adam on the same cluster")
         values_of = {row_id(v): v for v in order}
         twins = _missing_baselines(records, values_of, choose_baseline(base.training.optimizer))
@@ -337,6 +365,16 @@ class _pool:
         ]
         return [f.result() for f in jobs]
 
+    def submit(self, base_json, values, steps, global_batch):
+        """simulate_row of one row on a worker: a future (with one worker, one already done here)."""
+        if self.executor is None:
+            from concurrent.futures import Future
+
+            done: Future = Future()
+            done.set_result(simulate_row(base_json, values, steps, None, global_batch))
+            return done
+        return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
+
     def starmap(self, fn, args_list: list[tuple]) -> list:
         """``fn(*args)`` for each, on the workers (in this process with one)."""
         if self.executor is None or len(args_list) < 2:
@@ -375,6 +413,24 @@ def candidate_sweep(path: Path | None) -> Sweep:
 
 
 DEFAULT_GLOBAL_BATCH = 1024  # plan's samples per step when neither --global-batch nor the file sets one
+
+
+def default_global_batch(sweep: Sweep) -> int:
+    """The samples per step of a plan whose batch nobody set: DEFAULT_GLOBAL_BATCH, or, where the largest
+    candidate has more GPUs than that, the smallest multiple of it that gives that candidate's every GPU
+    a sample (1,024 samples cannot be split over 2,048 data-parallel ranks, and a batch that leaves
+    candidates out would make the plan choose among the small ones only). Every candidate trains with
+    this one batch, so all of them train the same recipe; give --global-batch for your own."""
+    per_node = sweep.base.cluster.gpus_per_node
+
+    def world(row: dict[str, Any]) -> int:
+        if isinstance(row.get("gpus"), int):
+            return row["gpus"]
+        nodes = row.get("nodes", sweep.base.cluster.nodes)
+        return int(nodes) * int(row.get("gpus_per_node", per_node)) if isinstance(nodes, int) else 0
+
+    largest = max([sweep.base.cluster.world_size, *(world(r) for r in sweep.rows())])
+    return DEFAULT_GLOBAL_BATCH * max(1, -(-largest // DEFAULT_GLOBAL_BATCH))
 
 
 def plan(
@@ -448,7 +504,7 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
         raise InputError(exc.message, key="--model") from None
     if not seq:
         raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
-    batch = global_batch or sweep.spec.global_batch or DEFAULT_GLOBAL_BATCH
+    batch = global_batch or sweep.spec.global_batch or default_global_batch(sweep)
     return max(1, math.ceil(tokens / (batch * seq))), seq
 
 
@@ -468,9 +524,14 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
     elif file_steps is not None and plan_steps != StepsPlan(default=file_steps):
         notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
     if global_batch is None:
-        global_batch = file_batch or DEFAULT_GLOBAL_BATCH
+        global_batch = file_batch or default_global_batch(sweep)
         if file_batch:
             notes.append(f"global batch {file_batch:,} from the candidates file")
+        elif global_batch != DEFAULT_GLOBAL_BATCH:
+            notes.append(
+                f"global batch {global_batch:,}: a sample for each GPU of the largest candidate "
+                f"(at least {DEFAULT_GLOBAL_BATCH:,}); --global-batch sets your own"
+            )
     elif file_batch is not None and global_batch != file_batch:
         notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
     return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
@@ -563,7 +624,10 @@ def _plan(
         )
         return priced["ttt_h"], priced["cost"]
 
-    pruning = Pruning(cost_of, deadline_h, budget, workers=workers) if prune else None
+    # With bands to draw, the sampler's import (scipy.stats, about half a second) is made here while the
+    # workers simulate, once, instead of in each of the bands' workers, which are forked from this process
+    meanwhile = _load_band_sampler if samples > 0 and workers != 1 else None
+    pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
@@ -689,12 +753,26 @@ def _add_bands(
     from clustersim.simulator.uncertainty import Interval
 
     with _pool(workers) as pool:
-        parts = pool.size
-        jobs = [(row["scenario"], samples, k, parts) for row in chosen_rows for k in range(parts)]
-        done = pool.starmap(_band_draws, jobs)
+        # A row is split over the workers only where its draws are more than a quarter of a worker's share
+        # (each part builds the row's program once more); the jobs go largest first, so that the small
+        # ones fill in behind the large (longest-processing-time-first list scheduling).
+        cost = [_draw_cost(row["scenario"]) for row in chosen_rows]
+        share = sum(cost) / pool.size
+        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
+        jobs = [(i, k) for i, n in enumerate(parts_of) for k in range(n)]
+        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
+        results = pool.starmap(
+            _band_draws, [(chosen_rows[i]["scenario"], samples, k, parts_of[i]) for i, k in jobs]
+        )
+        got: dict[int, dict[int, tuple[list[float], int]]] = {}
+        for (i, k), result in zip(jobs, results):
+            got.setdefault(i, {})[k] = result
         for i, row in enumerate(chosen_rows):
-            mine = done[i * parts : (i + 1) * parts]
-            times = [t for part, _ in mine for t in part]
+            parts = parts_of[i]
+            mine = [got[i][k] for k in range(parts)]
+            # the draws in their own order (part k holds draws k, k + parts, ...): the band's sums are
+            # the same to the last bit however the draws were shared out
+            times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
             ops = max(n for _, n in mine)
             if band_samples(samples, ops)[0] == samples:
                 lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
@@ -711,6 +789,22 @@ def _add_bands(
                 analysis.set_cost_band(row)
 
 
+def _load_band_sampler() -> None:
+    """Import what the bands' draws need (uncertainty.quasi_normals: scipy's Sobol sequence), so that the
+    workers forked after it have it."""
+    from clustersim.simulator.uncertainty import quasi_normals
+
+    quasi_normals(1, 1)
+
+
+def _draw_cost(scenario_json: dict) -> int:
+    """What one draw of a row costs to simulate, relatively: a pipeline program's passes (stages x model
+    chunks x micro-batches), most of its ops; 1 for a data-parallel one."""
+    par = scenario_json.get("training", {}).get("parallelism") or {}
+    micro_batches = scenario_json.get("workload", {}).get("gradient_accumulation") or 1
+    return max(1, int(par.get("pipeline") or 1) * int(par.get("virtual_stages") or 1) * int(micro_batches))
+
+
 def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
     """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
     ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
@@ -721,7 +815,7 @@ def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tup
 
     s = validate_scenario(scenario_json, source="row")
     draws = perturbations(build_context(s), samples)[part::parts]
-    return draw_times(s, None, draws), ops_of_last_run()
+    return draw_times(s, None, draws, checked=True), ops_of_last_run()  # the plan simulated it
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -541,6 +541,8 @@ def break_even_crossings(
 def _crossing_brackets(rows: list[dict[str, Any]]) -> list[tuple]:
     """(optimizer, GPUs, (rate, row), (rate, row)) for each cluster's first two swept line rates
     between which the speedup falls through 1 (break_even_crossings)."""
+    from clustersim.planner.breakeven import LEVEL
+
     groups: dict[tuple, list] = {}
     for r in rows:
         rate = float(r.get("nic_gbps") or 0.0)
@@ -556,7 +558,10 @@ def _crossing_brackets(rows: list[dict[str, Any]]) -> list[tuple]:
     for (opt, _, n, _, _), pts in groups.items():
         pts.sort(key=lambda x: x[0])
         for (r1, a), (r2, b) in zip(pts, pts[1:]):
-            if r2 > r1 and a["speedup"] >= 1.0 > b["speedup"]:
+            # a crossing between two level speedups (both within LEVEL of 1) is no break-even: the two
+            # runs take the same time there, as compare says "level" (planner.breakeven)
+            level = abs(a["speedup"] - 1.0) < LEVEL and abs(b["speedup"] - 1.0) < LEVEL
+            if r2 > r1 and a["speedup"] >= 1.0 > b["speedup"] and not level:
                 out.append((opt, n, (r1, a), (r2, b)))
                 break
     return out

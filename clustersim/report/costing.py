@@ -201,8 +201,14 @@ class Rent:
     model = "rent"
 
     def __init__(
-        self, instances: dict[str, dict], instance: str | None = None, per_gpu_hour: float | None = None
+        self,
+        instances: dict[str, dict],
+        instance: str | None = None,
+        per_gpu_hour: float | None = None,
+        *,
+        price_option: bool = True,
     ):
+        self.price_option = price_option  # the command has --price (compare has not: cost_model)
         if per_gpu_hour is not None and not (math.isfinite(per_gpu_hour) and per_gpu_hour > 0):
             raise InputError(f"price per GPU-hour must be positive, got {per_gpu_hour}", key="--price")
         if instance is not None and instance not in instances:
@@ -259,10 +265,14 @@ class Rent:
         if inst is None:
             rate = _per_gpu_hour(cluster["gpu"])  # a catalog entry's price_per_gpu_hour, else prices.yaml
             if rate is None:
+                ways = (
+                    "add one to a copy (--instances FILE), give --price USD per GPU-hour"
+                    if self.price_option
+                    else f"give {cluster['gpu']} a price_per_gpu_hour in a user catalog (--catalog)"
+                )
                 raise InputError(
-                    f"no instance in {INSTANCES} sells {cluster['gpu']}; add one to a copy "
-                    "(--instances FILE), "
-                    "give --price USD per GPU-hour, or price it as owned (--cost own)",
+                    f"no instance in {INSTANCES} sells {cluster['gpu']}; {ways}, or price it as owned "
+                    "(--cost own)",
                     key="--cost",
                 )
             return Price(
@@ -404,14 +414,16 @@ def auto_model(
     instance: str | None = None,
     instances: str | None = None,
     own_prices: str | None = None,
+    price_option: bool = True,
 ):
     """The model a command uses when none is asked for: owned, when the ownership catalog prices every
-    GPU among ``gpus``; else rented (one model for every row, never a mix), saying which GPU it lacks."""
-    model = cost_model(None, price, network, instance, instances, own_prices)
+    GPU among ``gpus``; else rented (one model for every row, never a mix), saying which GPU it lacks.
+    ``price_option``: as cost_model's."""
+    model = cost_model(None, price, network, instance, instances, own_prices, price_option)
     if isinstance(model, Own):
         missing = sorted(g for g in gpus if g not in model.o["servers"])
         if missing:
-            rent = Rent(load_instances(instances))
+            rent = Rent(load_instances(instances), price_option=price_option)
             rent.reason = f"{model.o['source']} has no server price for {', '.join(missing)}"
             return rent
     return model
@@ -424,19 +436,24 @@ def cost_model(
     instance: str | None = None,
     instances: str | None = None,
     own_prices: str | None = None,
+    price_option: bool = True,
 ):
     """The cost model a command asked for: ``kind`` "own" or "rent" (default: "rent" when --price or
     --instance is given, else "own"); ``network`` the network price catalog for owned clusters
-    ("default", a path, or None for servers and power only)."""
+    ("default", a path, or None for servers and power only). ``price_option``: whether the command has
+    --price (compare has not), so that a message names only options the user can give."""
     if kind is None:
         kind = "rent" if price is not None or instance is not None else "own"
     if kind not in MODELS:
         raise InputError(f"must be own or rent, got {kind!r}", key="--cost")
     if kind == "rent":
-        return Rent(load_instances(instances), instance, price)
-    if price is not None or instance is not None:
+        return Rent(load_instances(instances), instance, price, price_option=price_option)
+    given = [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
+    if given:
+        verb, them = ("prices", "it") if len(given) == 1 else ("price", "them")
         raise InputError(
-            "--price and --instance price a rented cluster; drop them or use --cost rent", key="--cost"
+            f"{' and '.join(given)} {verb} a rented cluster; drop {them} or use --cost rent",
+            key="--cost",
         )
     net = None if network is None else network_catalog(None if network == "default" else str(network))
     return Own(load_ownership(own_prices), net)
@@ -483,7 +500,11 @@ def compare_costs(scenario, rows, cost: str | None = None, instance: str | None 
     (``cost``, ``instance``), or by the default one (auto_model), whose failure to price the GPU is a
     reason returned beside an empty list rather than an error."""
     asked = cost is not None or instance is not None
-    model = cost_model(cost, None, "default", instance) if asked else auto_model({scenario.cluster.gpu})
+    model = (
+        cost_model(cost, None, "default", instance, price_option=False)
+        if asked
+        else auto_model({scenario.cluster.gpu}, price_option=False)
+    )
     try:
         return price_compare_rows(scenario, rows, model), None
     except InputError as exc:

@@ -25,7 +25,7 @@ from clustersim.simulator.measured_compute import (
 from clustersim.simulator.program import MAX_PROGRAM_OPS
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
-from clustersim.workloads.layers import Layer
+from clustersim.workloads.layers import Kernel, Layer
 
 
 @dataclass
@@ -237,6 +237,15 @@ class SimulationContext:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""
         return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
 
+    def rank_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
+        """Forward kernels already split to one tensor-parallel rank (Layout.recomputed_attention)."""
+        return self.device.kernels_time(kernels, self.precision) * self._fwd_scale
+
+    def host_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
+        """Host dispatch time of forward ``kernels`` (as host_forward_time)."""
+        launched = self.device.kernels_launched(kernels)
+        return self.dispatch.pass_time(launched, True) * self._host_fwd_scale * self._host_scale
+
     def rank_backward_time(self, layer: Layer) -> float:
         kernels = self.layout.kernels(layer.backward, backward=True)
         return self.device.kernels_time(kernels, self.precision) * self._bwd_scale
@@ -392,8 +401,9 @@ def build_context(
 
         ctx.network = FlowBackend(ctx)
     if perturbation is not None:
-        ctx._fwd_scale *= perturbation.compute_scale
-        ctx._bwd_scale *= perturbation.compute_scale
+        if ctx.phases is None or not ctx.phases.stated:  # a stated step time is exact: no draw moves it
+            ctx._fwd_scale *= perturbation.compute_scale
+            ctx._bwd_scale *= perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
         ctx._host_rate_scale = perturbation.host_scale
         ctx._host = None  # rebuilt with the draw's host factor

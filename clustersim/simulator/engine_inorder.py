@@ -89,6 +89,14 @@ def _slowed_end(t: float, work: float, running: list[tuple[float, float, float]]
     """When a compute op that starts at ``t`` with ``work`` seconds at full speed ends, running at
     1 - the largest slowdown among the ``running`` kernels (start, end, slowdown) that cover each
     instant. None if a kernel would stop it altogether (slowdown >= 1)."""
+    if len(running) == 1 and running[0][0] <= t:  # the common case, the general loop's arithmetic
+        _, b, slow = running[0]
+        if slow >= 1.0:
+            return None
+        rate = 1.0 - slow
+        if t + work / rate <= b:
+            return t + work / rate
+        return b + (work - (b - t) * rate)
     points = sorted({p for a, b, _ in running for p in (a, b) if p > t})
     now = t
     for p in points:

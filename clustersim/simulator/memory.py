@@ -167,6 +167,27 @@ def _one_sample_culprit(ctx, mem: dict[str, float], per_sample: float) -> str:
     return "cluster.gpu"
 
 
+def _distributed_optimizer_hint(ctx, mem: dict[str, float]) -> str:
+    """Megatron's distributed optimizer where the scenario leaves it off and has data-parallel replicas
+    to shard over: the fp32 master weights and the optimizer state divided by the data-parallel size
+    (gpu_memory's own sharding, 4Psi + 12Psi/N_d for mixed-precision Adam), with the rank's total it
+    would leave and whether that fits; "" where it cannot help."""
+    par, data = ctx.scenario.training.parallelism, ctx.layout.data
+    if par.distributed_optimizer or data <= 1 or ctx.scenario.training.offload.mode != "none":
+        return ""
+    master = 4 * ctx.rank_params if ctx.element_bytes < 4 else 0.0
+    saved = (master + mem.get("optimizer_state", 0.0)) * (1 - 1 / data)
+    if saved <= 0:
+        return ""
+    left = mem["total"] - saved
+    verdict = "which fits" if left <= mem["capacity"] else "still too much alone"
+    return (
+        f"; try training.parallelism.distributed_optimizer: true (Megatron's ZeRO-1 shards the fp32 master "
+        f"weights and optimizer state over the {data} data-parallel ranks: about {format_bytes(left)} per "
+        f"rank, {verdict})"
+    )
+
+
 def check_fits(ctx, mem: dict[str, float]) -> None:
     """Refuse a rank that does not fit, naming the key that makes it not fit: the model when its
     weights, gradients and optimizer state alone exceed the GPU, the micro-batch when its activations
@@ -192,6 +213,9 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         )
         if par.pipeline == 1:  # ZeRO composes with tensor parallelism only (scenario.py)
             hint += ", or training.sharding.stage: 3 over the data-parallel ranks"
+        megatron_zero = _distributed_optimizer_hint(ctx, mem)
+        if megatron_zero:  # first: it keeps the layout; then the layout's own ways
+            hint = megatron_zero + hint.replace("; try ", ", or ", 1)
     elif (lay is None or not lay.parameters) and not runs_sharded(ctx.scenario.training.optimizer):
         # neither ZeRO nor tensor/pipeline parallelism runs it: only what shrinks a replica helps
         hint = (

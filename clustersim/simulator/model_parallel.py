@@ -49,6 +49,7 @@ class Layout:
     arch: TransformerArch
     workload: Workload
     fused_attention: bool = True
+    selective: bool = False  # selective recomputation (the core attention only); ``recompute`` is full
 
     @classmethod
     def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
@@ -69,6 +70,7 @@ class Layout:
             arch,
             workload,
             scenario.workload.attention == "fused",
+            selective=par.recompute == "selective",
         )
 
     # ---- communicators -------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class Layout:
             "schedule": self.schedule,
             "micro_batches": self.micro_batches,
             "sequence_parallel": self.sequence_parallel,
-            "recompute": "full" if self.recompute else "none",
+            "recompute": self.recompute_name,
             "rank_order": "tp + t*dp + t*d*pp (Megatron: tensor fastest, then data, then pipeline)",
             "tensor_group": f"ranks {ranks(list(range(t)))} {where(self.tensor_group())}",
             "data_group": f"ranks {ranks([i * t for i in range(d)])} {where(self.data_group())}",
@@ -131,6 +133,10 @@ class Layout:
             ),
             "layers_per_chunk": self.arch.layers // (p * self.virtual),
         }
+
+    @property
+    def recompute_name(self) -> str:
+        return "full" if self.recompute else "selective" if self.selective else "none"
 
     # ---- the model split -----------------------------------------------------------------------
     @cached_property
@@ -188,6 +194,35 @@ class Layout:
             out.append(replace(k, flops=k.flops / t, bytes=rep + (k.bytes - rep) / t))
         return tuple(out)
 
+    def recomputed_attention(self, layer: Layer) -> tuple[Kernel, ...]:
+        """What selective recomputation runs again before a block's backward, on one tensor-parallel
+        rank: the core attention's forward (Megatron-LM: ``CoreAttention``/``DotProductAttention``
+        under ``tensor_parallel.checkpoint``, megatron/core/transformer/attention.py
+        ``_checkpointed_attention_forward``; Korthikanti et al. 2022 sec. 5). That is the QK^T and
+        attention-over-V matmuls (4bs^2h FLOPs, the block's attention kernel) and, where the scores are
+        written to memory (unfused attention), Megatron's scale-mask-softmax and dropout kernels: each
+        reads and writes the b*a*s*s scores once, 4 passes (the unfused count's, transformer.py). A
+        fused (flash) kernel is recomputed whole; its own backward recomputes the scores besides, as
+        without selective recomputation. No tensor-parallel collective sits inside the core attention,
+        so none is repeated. Heads are split by t, so all of it is."""
+        hit = self._recomputed.get(layer.name)
+        if hit is not None:
+            return hit
+        t, w = self.tensor, self.workload
+        out = tuple(
+            replace(k, flops=k.flops / t, bytes=k.bytes / t) for k in layer.forward if k.name == "attention"
+        )
+        if not self.fused_attention:
+            d = BYTES_PER_ELEMENT[storage_precision(w.precision)]
+            scores = w.micro_batch * self.arch.heads * w.seq_len**2 / t
+            out += (Kernel("elementwise", 0.0, 4 * d * scores, 2),)
+        self._recomputed[layer.name] = out  # one tuple per block: the device caches launches by it
+        return out
+
+    @cached_property
+    def _recomputed(self) -> dict[str, tuple[Kernel, ...]]:
+        return {}
+
     @property
     def gathers_in_fp8(self) -> bool:
         """FP8 training with sequence parallelism all-gathers a block's activations in FP8: Transformer
@@ -223,9 +258,10 @@ class Layout:
         parallel layout without a pipeline (ZeRO/FSDP or ZeRO-Offload beside Megatron's mpu, as
         Megatron-DeepSpeed and FSDP2 + DTensor do): every layer's parameters over t (as
         ``stage_params``), its kernels as ``kernels`` splits them, a block's forward again in its
-        backward under full recomputation (as megatron.py ``_pass_times``), and the activations this
-        module's memory model keeps (``activation_bytes``), so the sharding layer's ZeRO formulas,
-        buckets and gathers apply to params/t unchanged."""
+        backward under full recomputation (as megatron.py ``_pass_times``), and the activations this module's
+        memory model keeps (``activation_bytes``); under selective recomputation the core attention's forward
+        (``recomputed_attention``) before the block's backward, so the sharding layer's ZeRO formulas, buckets
+        and gathers apply to params/t unchanged."""
         if self.pipeline != 1:
             raise ValueError("a rank workload stands for the whole model only without a pipeline")
         t, block = self.tensor, self.block_activation_bytes()
@@ -235,6 +271,8 @@ class Layout:
             is_block = layer.name.startswith("block")
             if is_block and self.recompute:
                 bwd = fwd + bwd
+            elif is_block and self.selective:
+                bwd = self.recomputed_attention(layer) + bwd
             activations = block if is_block else layer.activation_bytes / t
             tensors = tuple(p / t for p in layer.param_tensors)
             layers.append(Layer(layer.name, tensors, fwd, bwd, activations))
@@ -242,18 +280,19 @@ class Layout:
 
     # ---- memory --------------------------------------------------------------------------------
     def block_activation_bytes(self) -> float:
-        """Activations one block keeps for backward, per micro-batch, on one rank (Korthikanti et al.
-        2022, Table 2, 16-bit): sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh(34/t +
-        5as/(ht)); with full recomputation only the block's input, 2sbh (2sbh/t sequence-parallel).
-        Scaled by the element size for other precisions; under FP8 training the bf16 count less the
-        linear layers' inputs kept as FP8 copies (workloads/fp8.py)."""
+        """Activations one block keeps for backward, per micro-batch, on one rank (Korthikanti et al. 2022,
+        Table 2, 16-bit): sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh(34/t + 5as/(ht)); with
+        selective recomputation the 5as/(ht) term goes; with full recomputation only the block's input, 2sbh
+        (2sbh/t sequence-parallel). Scaled by the element size for other precisions; under FP8 training the
+        bf16 count less the linear layers' inputs kept as FP8 copies (workloads/fp8.py)."""
         w, a = self.workload, self.arch
         s, b, h, t = w.seq_len, w.micro_batch, a.hidden, self.tensor
         scale = BYTES_PER_ELEMENT[storage_precision(w.precision)] / 2
         if self.recompute:
             return 2 * s * b * h / (t if self.sequence_parallel else 1) * scale
-        # fused attention (FlashAttention) keeps no s^2 scores
-        attention = 0.0 if self.fused_attention else 5 * a.heads * s / (h * t)
+        # fused attention (FlashAttention) keeps no s^2 scores, nor does selective recomputation
+        # (Table 2: sbh(10 + 24/t), sbh*34/t with sequence parallelism)
+        attention = 0.0 if self.fused_attention or self.selective else 5 * a.heads * s / (h * t)
         per = 34 / t + attention if self.sequence_parallel else 10 + 24 / t + attention
         kept = s * b * h * per * scale
         if w.precision == "fp8":

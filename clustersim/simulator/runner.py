@@ -173,25 +173,34 @@ def _simulate(scenario: Scenario, profile, perturbation, uncertainty_samples: in
     if uncertainty_samples > 0:
         samples, note = band_samples(uncertainty_samples, _ops_per_run.get())
         if samples:
-            result.interval = iteration_interval(scenario, profile, ctx, samples)
+            result.interval = iteration_interval(scenario, profile, ctx, samples, checked=True)
         if note:
             result.notes.append(note)
     return result
 
 
 def iteration_interval(
-    scenario: Scenario, profile, ctx: SimulationContext, samples: int = DEFAULT_SAMPLES, seed: int = 0
+    scenario: Scenario,
+    profile,
+    ctx: SimulationContext,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    checked: bool = False,
 ) -> Interval:
-    """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps)."""
-    return Interval.of(draw_times(scenario, profile, perturbations(ctx, samples, seed)))
+    """P10/P50/P90 of the iteration time (the mean over a strategy's weighted steps); ``checked``: the
+    nominal run has passed simulate's checks (draw_times)."""
+    return Interval.of(draw_times(scenario, profile, perturbations(ctx, samples, seed), checked))
 
 
-def draw_times(scenario: Scenario, profile, draws) -> list[float]:
+def draw_times(scenario: Scenario, profile, draws, checked: bool = False) -> list[float]:
     """``simulate(scenario, profile, perturbation=p).iteration_time`` for each of ``draws``, the same
     numbers at less cost: a draw changes what ops cost, not which ops there are, so a Megatron pipeline's
     program (most of whose cost is building its passes) is built once and re-priced for each further
     draw (strategies.megatron.PipelineRepricer). The first draw runs as ``simulate`` does, with its
-    checks (memory, op budget); other programs, and any whose shape a draw changes, are rebuilt."""
+    checks (memory, op budget), unless ``checked`` says the scenario's nominal run has just passed them
+    (a draw changes costs, not memory or op counts): then a pipeline's first draw is re-priced too,
+    which saves a build per call (a band split over workers makes one call per worker). Other programs,
+    and any whose shape a draw changes, are rebuilt."""
     from clustersim.simulator.strategies.ddp import AdamDDP
     from clustersim.simulator.strategies.megatron import PipelineRepricer
 
@@ -199,7 +208,7 @@ def draw_times(scenario: Scenario, profile, draws) -> list[float]:
     repricer = None
     for i, p in enumerate(draws):
         prog = None
-        ctx = build_context(scenario, profile, p) if i > 0 and repricer is not False else None
+        ctx = build_context(scenario, profile, p) if (i > 0 or checked) and repricer is not False else None
         if ctx is not None and repricer is None:
             strategy = registry.create(ctx) if _repriceable(ctx) else None
             if (

@@ -131,7 +131,9 @@ def compute_sigma(ctx: SimulationContext) -> float:
     if ctx.model_compute is not None:
         return _model_compute_sigma(ctx.model_compute)
     if ctx.phases is not None:
-        return MEASURED_PHASES_SIGMA
+        # stated phases (a simulation's assumed step) are exact; the draws then move only the kernels the
+        # device prices at its default rates (update, outer kernels), as uncertain as those rates
+        return DEFAULT_COMPUTE_SIGMA if ctx.phases.stated else MEASURED_PHASES_SIGMA
     if ctx.transferred_from is not None:
         if ctx.carry_sigma is None:
             return TRANSFERRED_COMPUTE_SIGMA
@@ -180,6 +182,11 @@ def compute_band_source(ctx: SimulationContext) -> str:
                 "session's steps move about their median by 10% (root mean square)"
             )
         return f"{width} (P10-P90): {why}"
+    if ctx.phases is not None and ctx.phases.stated:
+        return (
+            f"{width} (P10-P90) on the kernels the device prices (update, casts, compression), at default "
+            "rates; the profile's forward/backward are a stated step time, exact"
+        )
     if ctx.phases is not None:
         return f"{width} (P10-P90): measured phases, two measurements of one step differ ~10%"
     source = ctx.transferred_from

@@ -220,17 +220,24 @@ def add_micro_steps(
 
 
 def add_ddp_gradient_sync(
-    prog: Program, ctx: SimulationContext, bytes_per_element: int, overlap: bool, shape=None
+    prog: Program,
+    ctx: SimulationContext,
+    bytes_per_element: int,
+    overlap: bool,
+    shape=None,
+    on_backward=None,
 ) -> tuple[list[int], list[dict]]:
     """Forward/backward plus DDP bucketed all-reduce of the gradients over ``shape`` (default: every rank).
 
     With overlap, a bucket's all-reduce is launched when it and all earlier buckets are ready
     (launch_i = max(ready_i, launch_{i-1}), enforced by the FIFO comm stream). Without it (DeepSpeed's
-    engine), all buckets are reduced after backward. Returns the collective op ids and bucket info.
+    engine), all buckets are reduced after backward. ``on_backward(layer_index, op_id)``, if given, is
+    called after each layer's backward in the last micro-step (after DDP's own hook: Streaming DiLoCo's
+    per-layer outer gradients). Returns the collective op ids and bucket info.
     """
     t = ctx.scenario.training
     if (shape or ctx.world).ranks == 1:  # one GPU trains without DDP: nothing to reduce or copy
-        add_micro_steps(prog, ctx)
+        add_micro_steps(prog, ctx, on_backward)
         return [], []
     buckets = assign_buckets(
         ctx.workload.layers, bytes_per_element, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb
@@ -265,10 +272,15 @@ def add_ddp_gradient_sync(
         comm_ops.append(op)
         info.append({"bucket": bucket.index, "bytes": nbytes, "op": op})
 
-    if overlap:
-        add_micro_steps(prog, ctx, lambda li, op: [launch(b, op) for b in by_layer.get(li, [])])
-    else:
-        last = add_micro_steps(prog, ctx)
+    def hook(li, op):
+        if overlap:
+            for b in by_layer.get(li, []):
+                launch(b, op)
+        if on_backward is not None:
+            on_backward(li, op)
+
+    last = add_micro_steps(prog, ctx, hook if overlap or on_backward is not None else None)
+    if not overlap:
         for b in buckets:
             launch(b, last)
     return comm_ops, info

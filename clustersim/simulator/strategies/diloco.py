@@ -48,6 +48,7 @@ from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_ddp_gradient_sync, add_update_and_other
 from clustersim.topologies.cluster import GroupShape
+from clustersim.units import count_of
 
 KEY = "training.optimizer_options"
 
@@ -89,6 +90,13 @@ class DiLoCo(Strategy):
                 "inner steps between two fragment synchronisations",
                 key=f"{KEY}.overlap_steps",
             )
+        if options.outer_release == "during_backward" and options.overlap_steps + 1 > period:
+            raise InputError(
+                f"outer_release during_backward: the fragment leaves during the backward of the step "
+                f"before its {options.overlap_steps} overlapped steps, {options.overlap_steps + 1} steps in "
+                f"all, more than the {period:g} inner steps between two fragment synchronisations",
+                key=f"{KEY}.overlap_steps",
+            )
 
     # ---- the shapes ------------------------------------------------------------------------------
     @property
@@ -112,23 +120,26 @@ class DiLoCo(Strategy):
         return self.fragment_params * self.options.bits / 8
 
     # ---- programs ----------------------------------------------------------------------------------
-    def _inner_step(self, prog: Program) -> int:
+    def _inner_step(self, prog: Program, on_backward=None) -> int:
         """One Adam step with DDP inside the worker (after what the compute stream holds already: streams
-        run in order); returns the id of its last op."""
+        run in order); ``on_backward(layer_index, op_id)`` after each layer's backward. Returns the id of
+        its last op."""
         ctx = self.ctx
-        comm, _ = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap, self.worker)
+        comm, _ = add_ddp_gradient_sync(
+            prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap, self.worker, on_backward
+        )
         return add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], self.update_bytes_per_param)
 
-    def _exchange(self, prog: Program, dep: int) -> int:
-        """The fragment's outer gradient averaged over the workers; returns the id of its last op."""
+    def _exchange(self, prog: Program, dep: int, params: float | None = None, latency: bool = True) -> int:
+        """The outer gradient of ``params`` parameters (default: the fragment) averaged over the workers;
+        with ``latency``, the workers' latency after it. Returns the id of its last op."""
         o = self.options
+        params = self.fragment_params if params is None else params
         if o.inter_worker_gbps is not None:
             m = o.workers
-            nbytes = self.fragment_wire_bytes()
-            secs = 2 * (m - 1) / m * nbytes / (o.inter_worker_gbps * 1e9 / 8) + 2 * (m - 1) * (
-                o.inter_worker_latency_ms / 1e3
-            )
-            return prog.add(
+            nbytes = params * o.bits / 8
+            secs = 2 * (m - 1) / m * nbytes / (o.inter_worker_gbps * 1e9 / 8)
+            dep = prog.add(
                 f"outer all_reduce fragment ({o.bits}b, inter-worker links)",
                 "outer",
                 secs,
@@ -136,7 +147,9 @@ class DiLoCo(Strategy):
                 (dep,),
                 meta={"op": "all_reduce", "bytes": nbytes, "ranks": m, "source": "inter_worker_gbps"},
             )
-        return self._latency(prog, self._exchange_on_nics(prog, dep))
+        else:
+            dep = self._exchange_on_nics(prog, dep, params)
+        return self._latency(prog, dep) if latency else dep
 
     def _latency(self, prog: Program, dep: int) -> int:
         """The workers' own latency (``inter_worker_latency_ms``, datacenters apart) on the cluster's
@@ -155,13 +168,13 @@ class DiLoCo(Strategy):
             meta={"source": "inter_worker_latency_ms"},
         )
 
-    def _exchange_on_nics(self, prog: Program, dep: int) -> int:
+    def _exchange_on_nics(self, prog: Program, dep: int, params: float) -> int:
         """The exchange over the cluster's own NICs: one rank per worker, the g GPUs of a node at once."""
         ctx, o = self.ctx, self.options
         wire = o.bits / 8
         c = ctx.scenario.cluster
         shape = GroupShape(o.workers, 1, sharing=c.gpus_per_node)
-        per_gpu = self.fragment_params / self.worker.ranks  # elements this GPU exchanges
+        per_gpu = params / self.worker.ranks  # elements this GPU exchanges
         if o.bits >= 16:
             return add_collective(
                 prog,
@@ -205,22 +218,27 @@ class DiLoCo(Strategy):
     def sync_window(self) -> Program:
         """Outer gradient of one fragment, its exchange beside the tau inner steps it overlaps, the outer
         step after both (the next inner step starts from its result). With tau = 0 the exchange blocks:
-        the window is the inner step after which it runs, then the exchange and the outer step."""
+        the window is the inner step after which it runs, then the exchange and the outer step. With
+        ``outer_release: during_backward`` the window starts one step earlier: the fragment's outer
+        gradient leaves layer by layer during that step's backward (``_released_in_backward``)."""
         ctx, o = self.ctx, self.options
         prog = Program()
         wire = o.bits / 8
-        last = self._inner_step(prog) if o.overlap_steps == 0 else None
-        start = prog.add(
-            "outer gradient + quantise (fragment)",
-            "compute",
-            ctx.device.stream_time(
-                self.fragment_params * (DILOCO_OUTER_GRADIENT_BYTES + wire), "diloco_outer"
-            ),
-            "compression",
-            (last,),
-        )
-        exchanged = self._exchange(prog, start)
-        last = start
+        if o.outer_release == "during_backward":
+            exchanged, last = self._released_in_backward(prog)
+        else:
+            last = self._inner_step(prog) if o.overlap_steps == 0 else None
+            start = prog.add(
+                "outer gradient + quantise (fragment)",
+                "compute",
+                ctx.device.stream_time(
+                    self.fragment_params * (DILOCO_OUTER_GRADIENT_BYTES + wire), "diloco_outer"
+                ),
+                "compression",
+                (last,),
+            )
+            exchanged = self._exchange(prog, start)
+            last = start
         for _ in range(o.overlap_steps):
             last = self._inner_step(prog)
         prog.add(
@@ -234,19 +252,56 @@ class DiLoCo(Strategy):
         )
         return prog
 
+    def _released_in_backward(self, prog: Program) -> tuple[int, int]:
+        """The inner step at the end of a fragment's period, with the fragment's outer gradient leaving
+        during its backward: after each layer's backward, that layer's share of the fragment (1/P of its
+        parameters: the fragments are alike in the schedule, so each is taken as spread over the layers,
+        as a strided fragment of every P-th layer nearly is) is formed, quantised and sent on the
+        ``outer`` stream, in order behind the earlier shares (one link). The workers' latency is paid
+        once, after the last share: the shares stream back to back. Returns the ids of the exchange's
+        last op and of the step's last op."""
+        ctx, o = self.ctx, self.options
+        wire = o.bits / 8
+        layers = ctx.workload.layers
+        total = sum(layer.params for layer in layers)
+        sent: list[int] = []
+
+        def release(li: int, backward: int) -> None:
+            share = self.fragment_params * layers[li].params / total
+            if share <= 0:
+                return
+            grad = prog.add(
+                f"outer gradient + quantise (layer {li}'s share of the fragment)",
+                "compute",
+                ctx.device.stream_time(share * (DILOCO_OUTER_GRADIENT_BYTES + wire), "diloco_outer"),
+                "compression",
+                (backward,),
+            )
+            sent.append(self._exchange(prog, grad, share, latency=False))
+
+        last = self._inner_step(prog, release)
+        return self._latency(prog, sent[-1] if sent else last), last
+
     @property
     def window_steps(self) -> int:
-        """Inner steps the sync window holds."""
-        return max(1, self.options.overlap_steps)
+        """Inner steps the sync window holds: the tau overlapped steps (at least the one the exchange
+        follows), and with ``during_backward`` the step whose backward releases the fragment too."""
+        o = self.options
+        if o.outer_release == "during_backward":
+            return o.overlap_steps + 1
+        return max(1, o.overlap_steps)
 
     def steps(self) -> list[StepProgram]:
         k, n = self.period, self.window_steps
-        label = f"sync window ({self.options.overlap_steps} overlapped inner steps)"
+        o = self.options
+        label = f"sync window ({count_of(o.overlap_steps, 'overlapped inner step')}"
+        label += ", released during backward)" if o.outer_release == "during_backward" else ")"
         steps = [StepProgram(label, n / k, self.sync_window(), covers=n)]
-        if k > n:  # the inner steps outside the window
-            inner = Program()
-            self._inner_step(inner)
-            steps.insert(0, StepProgram("inner step", (k - n) / k, inner))
+        # The plain inner step: the steps outside the window; where every step is in a window (H/P steps
+        # each), still simulated with no weight, as the reference the exchange hides behind.
+        inner = Program()
+        self._inner_step(inner)
+        steps.insert(0, StepProgram("inner step", max(0.0, (k - n) / k), inner))
         return steps
 
     def extra_gpu_memory(self) -> dict[str, float]:
@@ -258,13 +313,16 @@ class DiLoCo(Strategy):
         """Bandwidth between workers: bytes per inner step (average and within the overlap window) and the
         bandwidth at which the exchange hides behind the overlapped steps (the paper's reporting)."""
         o, k = self.options, self.period
-        inner = next((s["iteration_time_s"] for s in per_step if s["label"] == "inner step"), None)
+        plain = next(s for s in per_step if s["label"] == "inner step")  # simulated even at no weight
+        inner = plain["iteration_time_s"]
         ring = 2 * (o.workers - 1) / o.workers
         per_worker = ring * self.fragment_wire_bytes()  # through each worker's links per fragment
-        # The time the overlapped steps leave for moving bytes, after the ring's 2(M-1) latencies.
-        window = (
-            o.overlap_steps * inner - 2 * (o.workers - 1) * o.inter_worker_latency_ms / 1e3 if inner else 0
-        )
+        # The time the overlapped steps leave for moving bytes (with during_backward also the releasing
+        # step's backward and what follows it), after the ring's 2(M-1) latencies.
+        released = 0.0
+        if o.outer_release == "during_backward":
+            released = inner - plain["breakdown_s"].get("forward", 0.0)
+        window = o.overlap_steps * inner + released - 2 * (o.workers - 1) * o.inter_worker_latency_ms / 1e3
         summary = {
             "workers": o.workers,
             "inner_steps": o.inner_steps,
@@ -276,18 +334,21 @@ class DiLoCo(Strategy):
             "inner_step_s": inner,
             "hide_bandwidth_gbps": per_worker * 8 / window / 1e9 if window > 0 else None,
         }
-        avg = per_worker * 8 / k / inner / 1e9 if inner else None
+        avg = per_worker * 8 / k / inner / 1e9
+        window_steps = o.overlap_steps + (o.outer_release == "during_backward")
+        behind = f"the {count_of(o.overlap_steps, 'overlapped step')}" + (
+            " and the backward it leaves in" if o.outer_release == "during_backward" else ""
+        )
         note = (
-            f"diloco: {o.workers} workers of {self.worker.ranks} GPUs; a fragment of "
+            f"diloco: {o.workers} workers of {count_of(self.worker.ranks, 'GPU')}; a fragment of "
             f"{self.fragment_params / 1e6:,.1f}M parameters ({o.bits}b) every {k:g} inner steps: "
             f"{per_worker / 1e9:.3g} GB through each worker's links per fragment"
-            + (f", {avg:.3g} Gb/s on average" if avg is not None else "")
+            + f", {avg:.3g} Gb/s on average"
             + (
-                f"; it hides behind the {o.overlap_steps} overlapped steps at "
-                f"{summary['hide_bandwidth_gbps']:.3g} Gb/s or more per worker"
+                f"; it hides behind {behind} at {summary['hide_bandwidth_gbps']:.3g} Gb/s or more per worker"
                 if summary["hide_bandwidth_gbps"]
                 else "; it cannot hide: "
-                + ("overlap_steps is 0" if not o.overlap_steps else "the latencies alone outlast the overlap")
+                + ("overlap_steps is 0" if not window_steps else "the latencies alone outlast the overlap")
             )
         )
         return {"diloco": summary}, [note]

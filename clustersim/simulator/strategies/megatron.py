@@ -2,18 +2,18 @@
 stage, data parallelism across pipelines (Shoeybi et al. 2019; Narayanan et al. SC'21).
 
 One program holds every pipeline stage (``Op.rank`` = stage; all data-parallel replicas and all
-tensor-parallel ranks of a stage run the same ops, so one rank stands for each stage). Each stage
-runs its passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pass is one
-compute op for its chunk's layers (kernels split by t) followed by one op for the chunk's
-tensor-parallel collectives, on the critical path: per block 2 all-reduces of b*s*h elements forward
-and 2 backward (sequence parallel: an all-gather and a reduce-scatter each), plus one for the
-vocab-parallel embedding forward and one for the LM head's input backward; full recomputation
-repeats the forward's in backward. The activation (forward) or its gradient (backward) then goes to
-the next chunk's stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al.
-sec. 4.1, scatter/gather optimisation). The receiving pass waits for it. After its last backward each
-stage all-reduces its gradients over the data-parallel group (after backward, not overlapped: the
-2021 Megatron-LM DDP the validation table measured), the tied word embedding's gradient between the
-first and last stage, then runs the optimizer update on its share of the parameters.
+tensor-parallel ranks of a stage run the same ops, so one rank stands for each stage). Each stage runs its
+passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pass is one compute op for its
+chunk's layers (kernels split by t) followed by one op for the chunk's tensor-parallel collectives, on the
+critical path: per block 2 all-reduces of b*s*h elements forward and 2 backward (sequence parallel: an
+all-gather and a reduce-scatter each), plus one for the vocab-parallel embedding forward and one for the LM
+head's input backward; full recomputation repeats the forward's in backward (selective recomputation, of the
+core attention alone, none). The activation (forward) or its gradient (backward) then goes to the next chunk's
+stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al. sec. 4.1, scatter/gather
+optimisation). The receiving pass waits for it. After its last backward each stage all-reduces its gradients
+over the data-parallel group (after backward, not overlapped: the 2021 Megatron-LM DDP the validation table
+measured), the tied word embedding's gradient between the first and last stage, then runs the optimizer update
+on its share of the parameters.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     if ctx.layout.recompute:  # the blocks' forward runs again before their backward
         bwd += sum(ctx.rank_forward_time(layer) for layer in blocks)
         host_bwd += sum(ctx.host_forward_time(layer) for layer in blocks)
+    elif ctx.layout.selective:  # the blocks' core attention runs again before their backward
+        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
+        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
     return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
@@ -208,12 +211,17 @@ class PipelineRepricer:
                 where[id(priced.meta)] = (*key, i)
         if self.prices.send is not None:
             where[id(self.prices.send.meta)] = "send"
-        self.keys = [
+        keys = [
             ("pass", op.meta["chunk"], op.category == "forward")
             if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
             else where[id(op.meta)]
             for op in self.program.ops
         ]
+        # the passes' ops grouped by what prices them, so that a draw looks each price up once, not
+        # once per op (a 16-stage pipeline has thousands of passes and collectives per draw)
+        self.groups: dict = {}
+        for op, key in zip(self.program.ops, keys):
+            self.groups.setdefault(key, []).append(op)
 
     def program_for(self, ctx: SimulationContext) -> Program | None:
         """The program model_parallel_program would build for ``ctx``; None where its shape differs
@@ -224,18 +232,21 @@ class PipelineRepricer:
         prog = self.program
         del prog.ops[self.passes :]
         prog.links = {}
-        for op, key in zip(prog.ops, self.keys):
+        for key, ops in self.groups.items():
             if key[0] == "pass":
-                op.duration = prices.times[key[1]][0 if key[2] else 1]
+                duration = prices.times[key[1]][0 if key[2] else 1]
+                for op in ops:
+                    op.duration = duration
                 continue
             priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
-            op.duration = priced.duration
-            op.intra_node_bytes = priced.intra_node_bytes
-            op.inter_node_bytes = priced.inter_node_bytes
-            op.compute_slowdown = priced.compute_slowdown
-            op.demands = dict(priced.demands)
-            op.meta = priced.meta
-            op.collective = priced.collective
+            for op in ops:
+                op.duration = priced.duration
+                op.intra_node_bytes = priced.intra_node_bytes
+                op.inter_node_bytes = priced.inter_node_bytes
+                op.compute_slowdown = priced.compute_slowdown
+                op.demands = dict(priced.demands)
+                op.meta = priced.meta
+                op.collective = priced.collective
         for s in range(ctx.layout.pipeline):
             _finish_stage(prog, ctx, s, self.tails[s], self.update_bytes, self.label)
         return prog
