@@ -107,12 +107,30 @@ def test_gap_needs_deepspeed_zero3_offload():
         _dos(**{"training.offload.gpu_update_gap": 2, "training.sharding.stage": 2})
 
 
-def test_gpu_subgroups_fp32_gradients_are_held_on_the_gpu():
-    """prefetch_optimizer_gpu_fp32_grads: 4 bytes per GPU-updated parameter, beside the staging buffers."""
+def test_gpu_subgroups_gradients_are_held_on_the_gpu():
+    """prefetch_optimizer_gpu_fp32_grads: DeepSpeed's gradient accumulation dtype (bf16 here: 2 bytes)
+    per GPU-updated parameter, plus one GPU subgroup's fp32 cast, beside the staging buffers."""
     plain = simulate(_dos()).memory["offload_staging"]
     forked = simulate(_dos(**{"training.offload.gpu_update_gap": 2}))
     ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
     placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host, inputs_on_host=True)
-    expected = 2 * max(placement.sizes) * 12.0 + 4.0 * gpu_fraction(placement) * ctx.params
+    gpu = [s for s, k in zip(placement.sizes, placement.kinds) if k != PlacementKind.CPU]
+    assert ctx.grad_bytes == 2
+    expected = 2 * max(placement.sizes) * 12.0 + 2.0 * gpu_fraction(placement) * ctx.params + 4.0 * max(gpu)
     assert plain == 0.0
     assert forked.memory["offload_staging"] == pytest.approx(expected)
+
+
+def test_cpu_update_after_a_gpu_subgroup_waits_for_the_earlier_16_bit_copies():
+    """step(): at a CPU subgroup i % gap == 0 the thread runs opt_transfers, then
+    prefetch_optimizer_copier_fetch_fp16.wait(), then its CPU update: that update depends on the last
+    CPU subgroup's 16-bit parameter copy, the state copies queued before the wait do not."""
+    ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
+    spec = adam_spec(ctx, 16.0, 12.0)
+    placement = plan(ctx, spec, ctx.params, ctx.host, inputs_on_host=True)
+    prog = Program()
+    add_gap_update(prog, ctx, (), spec, placement, _CountingHost())
+    ops = {op.name.split(" (")[0]: op for op in prog.ops}
+    assert ops["H2D params subgroup 0"].id in ops["CPU update subgroup 2"].deps
+    assert ops["H2D params subgroup 0"].id not in ops["H2D state subgroup 3"].deps
+    assert ops["CPU update subgroup 0"].deps == ()

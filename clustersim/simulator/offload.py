@@ -342,6 +342,11 @@ def add_gap_update(
     * The last GPU subgroup's state is copied back by the next CPU subgroup's ``opt_transfers`` only,
       so with none after it, it stays on the GPU (as the code has it).
 
+    * At a CPU subgroup ``i % gap == 0``, right after queueing ``opt_transfers``, the thread also waits
+      for the 16-bit parameter copies already issued (``prefetch_optimizer_copier_fetch_fp16.wait()``,
+      a ``cudaStreamSynchronize`` on that copier's stream) before its CPU update: the earlier CPU
+      subgroups' parameters, whose downsample the executor had the GPU subgroup's wait to issue.
+
     So each CPU update overlaps the copies for the GPU subgroups around it, and the thread cannot pass
     a GPU subgroup before its state has arrived. Returns the ops the next step waits for."""
     from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
@@ -355,6 +360,7 @@ def add_gap_update(
     copier = None  # the copiers' last copy (their streams run in order)
     updated: dict[int, int] = {}  # GPU subgroup -> its update op
     arrived: dict[int, int] = {}  # GPU subgroup -> its state's copy in
+    fp16_copied = None  # the last CPU subgroup's 16-bit parameters copy (the fetch copier runs in order)
     for i, (params, kind) in enumerate(zip(sizes, kinds)):
         tag = f"subgroup {i} ({params / 1e6:,.1f}M params)"
         if kind == PlacementKind.CPU:
@@ -370,12 +376,15 @@ def add_gap_update(
                     after = thread + ((copier,) if copier is not None else ())
                     copier = prog.add(f"H2D state subgroup {nxt}", COPIER, t, "transfer", after, demands=dem)
                     arrived[nxt] = copier
+                if fp16_copied is not None:
+                    thread = thread + (fp16_copied,)
             t, dem = host.cpu_update(params, spec.cpu_dram)
             cpu = prog.add(
                 f"CPU update {tag}", "cpu", t, "host", thread, demands=dem, meta={"params": params}
             )
             t, dem = host.copy(params * spec.to_device, to_host=False)
-            ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
+            fp16_copied = prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem)
+            ends.append(fp16_copied)
             thread = (cpu,)
         else:
             wait = (arrived[i],) if i in arrived else ()
@@ -409,9 +418,13 @@ def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params
         (2 * placement.subgroup_params * spec.state) if placement.count(PlacementKind.GPU_STREAMED) else 0.0
     )
     if placement.sizes is not None:
-        # Deep Optimizer States' fork keeps every GPU subgroup's fp32 gradient in its own GPU buffer
-        # (stage3.py prefetch_optimizer_gpu_fp32_grads) from backward until the step updates it.
-        streamed += 4.0 * gpu_fraction(placement) * sum(placement.sizes)
+        # Deep Optimizer States' fork keeps every GPU subgroup's gradient in its own GPU buffer (stage3.py
+        # prefetch_optimizer_gpu_fp32_grads) from backward until the step updates it. Despite the name
+        # the buffer has DeepSpeed's gradient_accumulation_dtype (the engine's default under ZeRO: the
+        # model's dtype, bf16 in the artifact's run; ctx.grad_bytes); opt_transfers casts the next GPU
+        # subgroup's to fp32 (``.to(dtype)``), 4 bytes per parameter of one subgroup at a time.
+        gpu_sizes = [s for s, k in zip(placement.sizes, placement.kinds) if k != PlacementKind.CPU]
+        streamed += ctx.grad_bytes * sum(gpu_sizes) + 4.0 * max(gpu_sizes, default=0.0)
     c = ctx.scenario.cluster
     host_bytes = partition_params * (spec.state + spec.to_host) * c.gpus_per_node
     if host_bytes > c.host.memory_gib * 2**30:
