@@ -1,6 +1,7 @@
 """`plan` searches parallel layouts (layout_search.py): data parallelism when it fits, else the lowest
 ZeRO stage and, per tensor-parallel size, the fewest pipeline stages that fit (sequence parallel for
-t > 1), also without recomputation, and interleaved where its bubble saving can pay."""
+t > 1), with the cheapest recomputation that fits (none, selective, full) and deeper ones with less of it,
+and interleaved where its bubble saving can pay."""
 
 import json
 
