@@ -1,6 +1,7 @@
 """`plan` searches parallel layouts (layout_search.py): data parallelism when it fits, else the lowest
 ZeRO stage and, per tensor-parallel size, the fewest pipeline stages that fit (sequence parallel for
-t > 1), also without recomputation, and interleaved where its bubble saving can pay."""
+t > 1), with the cheapest recomputation that fits (none, selective, full) and deeper ones with less of it,
+and interleaved where its bubble saving can pay."""
 
 import json
 
@@ -10,6 +11,7 @@ from clustersim import catalog
 from clustersim.cli import app
 from clustersim.errors import InputError
 from clustersim.planner.layout_search import (
+    RECOMPUTES,
     _fits_with,
     _megatron_changes,
     candidate_layouts,
@@ -74,7 +76,8 @@ def test_gpt3_175b_gets_zero_and_megatron_layouts_each_the_smallest_that_fits():
     for layout in (x for x in megatron if "training.parallelism.schedule" not in x):
         t, p = layout["training.parallelism.tensor"], layout["training.parallelism.pipeline"]
         smaller = [d for d in range(1, p) if 96 % d == 0 and 64 % (t * d) == 0 and t * d > 1]
-        recomputes = ("none", "full") if layout["training.parallelism.recompute"] == "full" else ("none",)
+        # no fewer stages fit with this recomputation or a cheaper one (none < selective < full)
+        recomputes = RECOMPUTES[: RECOMPUTES.index(layout["training.parallelism.recompute"]) + 1]
         for d in smaller:
             for recompute in recomputes:
                 assert not _fits_with(s, _megatron_changes(t, d, recompute), GB), (t, d, recompute)
@@ -191,17 +194,81 @@ def test_only_sequence_parallelism_lets_tp8_pp8_run_without_recomputation_and_it
     assert fast["iteration_time_s"] < slow["iteration_time_s"]
 
 
+def _memory(s, changes: dict) -> dict:
+    """One rank's memory (simulator/memory.py) under a layout at micro-batch 1, as the search checks it."""
+    from clustersim.planner.layout_search import _resolved
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.memory import gpu_memory
+    from clustersim.simulator.strategies import registry
+
+    ctx = build_context(_resolved(s, changes, GB, micro_batch=1))
+    return gpu_memory(ctx, registry.create(ctx))
+
+
+def test_selective_recomputation_is_chosen_where_it_fits_and_no_recomputation_does_not():
+    """Llama 2 70B on 64 A100-80GB at TP8 and one stage: the attention scores (5as/(ht) of a block's
+    activations, Korthikanti et al. 2022 Table 2) are what keeps it from fitting without recomputation;
+    selective recomputation drops them and fits, so the search proposes it and not full recomputation,
+    which re-runs every block's forward, at that t. The simulation finds selective the faster."""
+    s = cluster("LLaMA-2-70B", 64)
+    layouts = [x for x in candidate_layouts(s, GB) if x.get("training.parallelism.tensor") == 8]
+    mem = {r: _memory(s, _megatron_changes(8, 1, r)) for r in RECOMPUTES}
+    capacity = mem["none"]["capacity"]
+    # the memory model's own numbers: each recomputation keeps less, and only none is over the GPU
+    assert mem["full"]["total"] < mem["selective"]["total"] <= capacity < mem["none"]["total"]
+    selective = _megatron_changes(8, 1, "selective")
+    assert layouts[0] == selective
+    assert not [x for x in layouts if x["training.parallelism.recompute"] == "full"]
+    # deeper pipelines are tried only for less recomputation: the next is the fewest stages without it
+    assert [
+        x["training.parallelism.recompute"] for x in layouts if "training.parallelism.schedule" not in x
+    ] == [
+        "selective",
+        "none",
+    ]
+    fast = _simulate("LLaMA-2-70B", 64, selective)
+    slow = _simulate("LLaMA-2-70B", 64, _megatron_changes(8, 1, "full"))
+    assert fast["iteration_time_s"] < slow["iteration_time_s"]
+
+
+def test_no_recomputation_stays_chosen_where_it_fits():
+    """GPT-3 175B on 64 A100-80GB at TP8: PP8 fits without recomputation, so neither selective nor full
+    is proposed there, nor deeper; shallower pipelines recompute (full at PP2, selective at PP4)."""
+    s = cluster("GPT-3-175B", 64)
+    layouts = [
+        x
+        for x in candidate_layouts(s, GB)
+        if x.get("training.parallelism.tensor") == 8 and "training.parallelism.schedule" not in x
+    ]
+    assert _fits_with(s, _megatron_changes(8, 8, "none"), GB)
+    assert layouts[-1] == _megatron_changes(8, 8, "none")
+    assert [x["training.parallelism.pipeline"] for x in layouts] == [2, 4, 8]
+    assert [x["training.parallelism.recompute"] for x in layouts] == ["full", "selective", "none"]
+
+
+def test_selective_recomputation_is_not_tried_under_fused_attention():
+    """A fused attention kernel keeps no s x s scores, which is all selective recomputation drops: the
+    memory model gives it the same memory as none, so it never fits where none does not, and the
+    search does not propose it (plan's default attention is fused)."""
+    s = cluster("LLaMA-2-70B", 64).with_changes(**{"workload.attention": "fused"})
+    for t, p in ((8, 1), (4, 2), (2, 8)):
+        none, selective = (_memory(s, _megatron_changes(t, p, r))["total"] for r in ("none", "selective"))
+        assert selective == none
+    layouts = candidate_layouts(s, GB)
+    assert layouts and not [x for x in layouts if x.get("training.parallelism.recompute") == "selective"]
+
+
 def test_interleaving_is_proposed_where_the_bubble_is_large_and_plan_picks_it(runner, tmp_path):
-    """GPT-3 175B on 128 A100-40GB at a global batch of 512: at TP4 8 stages with recomputation and the
-    distributed optimizer fit (Megatron's gradient buckets are views of its one gradient buffer), and
-    1F1B leaves a bubble of 7 micro-batch slots on every stage; interleaving
-    cuts it (Narayanan et al. SC'21), so the search proposes it, it simulates faster than 1F1B by more
-    than the plan's 3%, and plan chooses an interleaved layout."""
-    gb, gpu = 512, "A100-40GB"
+    """GPT-3 175B on 128 A100-40GB at a global batch of 128: at TP8 8 stages with selective
+    recomputation and the distributed optimizer fit (Megatron's gradient buckets are views of its one
+    gradient buffer), and with two replicas 1F1B leaves a bubble of 7 micro-batch slots in each
+    pipeline's 64 samples; interleaving cuts it (Narayanan et al. SC'21), so the search proposes it, it
+    simulates faster than 1F1B by more than the plan's 3%, and plan chooses an interleaved layout."""
+    gb, gpu = 128, "A100-40GB"
     base = base_scenario("GPT-3-175B", gpu)
     layouts = candidate_layouts(resolve_row(base, {"gpus": 128}, 10_000), gb)
-    one_f_one_b = next(x for x in layouts if x.get("training.parallelism.tensor") == 4)
-    assert one_f_one_b["training.parallelism.pipeline"] == 8
+    one_f_one_b = _megatron_changes(8, 8, "selective")
+    assert one_f_one_b in layouts
     interleaved = [
         x for x in layouts if x.get("training.parallelism.schedule") and x.items() > one_f_one_b.items()
     ]

@@ -418,8 +418,9 @@ def plan_cmd(
 ):
     """The cheapest cluster, optimizer and parallel layout that meets the deadline (and budget), with
     runners-up and why. Where data parallelism does not fit, each candidate is tried with the lowest ZeRO
-    stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel,
-    also without recomputation, and interleaved where that can pay)."""
+    stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel;
+    no recomputation, else selective (unfused attention only), else full; deeper pipelines with less
+    recomputation too; interleaved where that can pay)."""
     from clustersim.planner.planning import plan, plan_as_json, why_not
     from clustersim.report.build import parse_duration
 

@@ -1,10 +1,10 @@
 """Which parallel layouts `plan` simulates for a model on one candidate cluster.
 
 A layout is a set of scenario changes: nothing (data parallelism), a ZeRO stage, or Megatron's tensor x
-pipeline split (with full recomputation when activations would not fit otherwise). Simulating every
-combination would cost tens of simulations per candidate cluster, so the search keeps, per cluster, the
-layouts the practice of the field says can win, each decided by a memory check that runs no simulation
-(the model states and activations per rank, simulator/memory.py):
+pipeline split (with selective or full recomputation when activations would not fit otherwise).
+Simulating every combination would cost tens of simulations per candidate cluster, so the search keeps,
+per cluster, the layouts the practice of the field says can win, each decided by a memory check that
+runs no simulation (the model states and activations per rank, simulator/memory.py):
 
 * **Data parallelism fits: nothing else.** Sharding and model parallelism exist to save memory; at a
   fixed global batch they add communication (ZeRO-3's 1.5x volume, TP's per-layer all-reduces, the
@@ -18,9 +18,11 @@ layouts the practice of the field says can win, each decided by a memory check t
   - for each tensor-parallel size t of 1, 2, 4, 8 within a node (Narayanan et al., SC'21: keep TP inside
     a node, where NVLink carries its per-layer all-reduces), with Megatron's distributed optimizer
     (ZeRO-1 over the data-parallel replicas) and, for t > 1, sequence parallelism (_megatron):
-    the fewest pipeline stages p that fit, first without recomputation, then with it (fewer stages: a
-    smaller bubble, fewer point-to-point hops); where that needs recomputation, also the fewest stages
-    that fit without it (a larger bubble against a third more compute: only the simulation can say);
+    the fewest pipeline stages p that fit, first without recomputation, then with selective
+    recomputation (the core attention again: a few percent more compute; only where the attention
+    scores are kept, unfused), then with full (a third more) (fewer stages: a smaller bubble, fewer
+    point-to-point hops); where that needs recomputation, also the fewest stages that fit with less of
+    it, down to none (a larger bubble against less compute: only the simulation can say);
   - for each of those with p > 1, the interleaved schedule with v model chunks per stage, for the v
     the layers allow, where the bubble it removes could be worth more than the 3% the plan needs to
     prefer a more complex option (_interleaved).
@@ -46,6 +48,12 @@ MODEL_PARALLEL_OPTIMIZERS = ("adam", "sgdm")  # scenario._MODEL_PARALLEL_OPTIMIZ
 # three quarters: a larger v can gain at most a quarter of the bubble more while its sends (and this
 # simulation's work) keep growing in v. The paper's Fig. 4 illustrates the schedule with v = 2.
 VIRTUAL_STAGES = (2, 3, 4)
+# Megatron's recomputation choices, cheapest first: none; selective, the core attention's forward again
+# before each block's backward (4bs^2h/t FLOPs, a few percent of a block's forward at GPT-3's s/h; no
+# collective repeated), dropping the s^2 scores from the activations; full, each block's whole forward
+# again (a third more compute, its tensor-parallel collectives too), keeping only the block's input
+# (Korthikanti et al. 2022, sec. 5 and Table 2; simulator/model_parallel.py).
+RECOMPUTES = ("none", "selective", "full")
 
 
 def fits(scenario: Scenario, global_batch: int | None = None) -> bool:
@@ -147,22 +155,36 @@ def _megatron(scenario: Scenario, global_batch: int | None) -> list[dict[str, An
 
 
 def _stage_counts(scenario: Scenario, t: int, global_batch: int | None) -> list[dict[str, Any]]:
-    """The fewest pipeline stages that fit at tensor size t (recomputation only where needed) and, when
-    those need recomputation, the fewest that fit without it."""
+    """The fewest pipeline stages that fit at tensor size t, with the cheapest recomputation that lets
+    them (RECOMPUTES, cheapest first) and, while that still recomputes, the fewest further stages that
+    fit with less of it: full recomputation at p, then selective at a deeper p', then none at a deeper
+    p'' still (each a larger bubble against less compute: only the simulation can say which wins)."""
     c = scenario.cluster
     layers = _layers(scenario)
+    recomputes = _recomputes(scenario)
     out: list[dict[str, Any]] = []
     for p in (d for d in range(1, layers + 1) if layers % d == 0 and c.world_size % (t * d) == 0):
         if t * p == 1:
             continue
-        for recompute in ("none", "full") if not out else ("none",):
+        for i, recompute in enumerate(recomputes):
             changes = _megatron_changes(t, p, recompute)
             if _fits_with(scenario, changes, global_batch):
                 out.append(changes)
+                recomputes = recomputes[:i]  # a deeper pipeline only for less recomputation
                 break
-        if out and out[-1]["training.parallelism.recompute"] == "none":
+        if not recomputes:
             break
     return out
+
+
+def _recomputes(scenario: Scenario) -> tuple[str, ...]:
+    """RECOMPUTES for this workload. Selective recomputation only drops the attention's s x s scores
+    (5as/(ht) of a block's sbh(34/t + 5as/(ht)), Korthikanti et al. 2022 Table 2), which a fused
+    attention kernel never keeps (simulator/model_parallel.py ``block_activation_bytes``): there it
+    saves no memory and re-runs the attention, so it is not tried."""
+    if scenario.workload.attention == "fused":
+        return tuple(r for r in RECOMPUTES if r != "selective")
+    return RECOMPUTES
 
 
 def _megatron_changes(t: int, p: int, recompute: str) -> dict[str, Any]:
