@@ -453,11 +453,13 @@ def plan_cmd(
         result = plan(*args, progress=update, **extra)
     per = result["steps_per_optimizer"]
     steps_text = ", ".join(f"{o} {n:,}" for o, n in per.items()) if per else f"{result['steps']:,}"
+    # the refused candidates are not among the simulated ones ("(84 could not ...)" read as 84 of them)
+    refused = f", {n:,} more could not run it (e.g. out of GPU memory)" if (n := result["invalid"]) else ""
     console.print(
         f"[bold]{model}[/], {steps_text} steps of {result['global_batch']:,} samples, deadline {hours:,.1f} h"
         + (f", budget ${budget:,.0f}" if budget else "")
-        + f": {result['simulated']} candidates simulated"
-        + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else "")
+        + f": {result['simulated']:,} candidates simulated"
+        + refused
     )
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
@@ -494,10 +496,10 @@ def plan_cmd(
             )
         )
     if result["missed_deadline"]:
-        console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+        console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):
         console.print(
-            f"[dim]{result['pruned']} candidates not simulated: their compute-only lower bound could be "
+            f"[dim]{result['pruned']:,} candidates not simulated: their compute-only lower bound could be "
             "neither among the cheapest that meet the constraints nor the fastest[/]"
         )
     if result["interleaved_not_simulated"]:
