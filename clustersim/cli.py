@@ -40,6 +40,7 @@ from clustersim.commands.testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.io import check_writable_file
+from clustersim.optimizer_options import OPTIONS
 from clustersim.units import count_of, format_bytes, format_seconds, on_off, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
@@ -485,7 +486,7 @@ def compare(
     optimizers: str = typer.Option(
         "adam,onebit-adam,zero-one-adam,binsgdm",
         "--optimizers",
-        help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm.",
+        help=f"Comma-separated: {', '.join(OPTIONS)} (diloco: DiLoCo / Streaming DiLoCo).",
     ),
     gpus: Optional[str] = typer.Option(
         None,

@@ -109,3 +109,13 @@ def test_plan_help_names_the_built_in_candidates(runner):
     assert " or ".join(str(r) for r in vary["nic_gbps"]) + " Gb/s" in text
     for optimizer in vary["optimizer"]:
         assert optimizer in text
+
+
+def test_compare_help_lists_every_optimizer_compare_accepts(runner):
+    """`compare --help` listed adam, sgdm, onebit-adam, zero-one-adam and binsgdm, while compare also
+    runs diloco (Streaming DiLoCo): a user asking about DiLoCo read that it was not there."""
+    from clustersim.simulator.strategies import registry
+
+    r = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "Comma-separated: " + ", ".join(registry.names()) in text
