@@ -52,7 +52,8 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     rich_markup_mode="rich",
     help="Simulate distributed deep-learning training on a cluster: iteration time, where it goes, "
-    "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
+    "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) or rarely-synchronising ones (DiLoCo, "
+    "Streaming DiLoCo) would change.\n\n"
     "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
 )
 one_line_usage_errors()  # a bad option value is one line, exit 2, like every other bad input

@@ -119,3 +119,10 @@ def test_compare_help_lists_every_optimizer_compare_accepts(runner):
     r = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"})
     text = " ".join(r.output.replace("│", " ").split())
     assert "Comma-separated: " + ", ".join(registry.names()) in text
+
+
+def test_top_level_help_names_diloco_beside_the_compressed_optimizers(runner):
+    """`clustersim --help` named 1-bit Adam, 0/1 Adam and BinSGDM only; DiLoCo is simulated as well."""
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "(1-bit Adam, 0/1 Adam, BinSGDM) or rarely-synchronising ones (DiLoCo, Streaming DiLoCo)" in text
