@@ -5,6 +5,7 @@ Adding a GPU or a model means adding an entry to ``catalogs/*.yaml``; no code br
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -518,7 +519,15 @@ def _lookup(kind: str, name: str, table: dict):
     folded = {k.lower(): k for k in table}
     if name.lower() in folded:
         return table[folded[name.lower()]]
-    raise InputError(f"unknown {kind} {name!r} (known: {', '.join(sorted(table))})")
+    # a near spelling with the same numbers (H100-SMX: H100-SXM); never another size (LLaMA-2-7B is not 70B)
+    numbers = re.findall(r"\d+", name)
+    close = [
+        c
+        for c in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.8)
+        if re.findall(r"\d+", c) == numbers
+    ]
+    hint = f"did you mean {folded[close[0]]}? " if close else ""
+    raise InputError(f"unknown {kind} {name!r} ({hint}known: {', '.join(sorted(table))})")
 
 
 def gpu(name: "str | GpuSpec") -> GpuSpec:

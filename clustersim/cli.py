@@ -40,6 +40,7 @@ from clustersim.commands.testbed import testbed_app
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm
 from clustersim.io import check_writable_file
+from clustersim.optimizer_options import OPTIONS
 from clustersim.units import count_of, format_bytes, format_seconds, on_off, parse_bytes
 
 ALGO_NAMES = [str(a) for a in CollectiveAlgorithm]
@@ -51,7 +52,8 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     rich_markup_mode="rich",
     help="Simulate distributed deep-learning training on a cluster: iteration time, where it goes, "
-    "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) would change.\n\n"
+    "and what compressed optimizers (1-bit Adam, 0/1 Adam, BinSGDM) or rarely-synchronising ones (DiLoCo, "
+    "Streaming DiLoCo) would change.\n\n"
     "SCENARIO arguments take a YAML/JSON file or [bold]preset:NAME[/] (see `clustersim presets list`).",
 )
 one_line_usage_errors()  # a bad option value is one line, exit 2, like every other bad input
@@ -485,7 +487,7 @@ def compare(
     optimizers: str = typer.Option(
         "adam,onebit-adam,zero-one-adam,binsgdm",
         "--optimizers",
-        help="Comma-separated: adam, sgdm, onebit-adam, zero-one-adam, binsgdm.",
+        help=f"Comma-separated: {', '.join(OPTIONS)} (diloco: DiLoCo / Streaming DiLoCo).",
     ),
     gpus: Optional[str] = typer.Option(
         None,

@@ -271,3 +271,19 @@ def test_compare_defaults_to_gpu_counts_the_layout_can_hold(runner):
     assert counts == [64, 128, 256, 512, 1024]
     bad = invoke(runner, "compare", "preset:dgx-h100-gpt3-175b-3d", "--gpus", "8", "--samples", "0")
     assert bad.exit_code == 2 and "--gpus" in bad.output  # a count given explicitly is still checked
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (("--set", "cluster.gpu=H100-SMX"), "unknown GPU 'H100-SMX' (did you mean H100-SXM? known: "),
+        (("--set", "workload.model=GPT-3-13X"), "unknown model 'GPT-3-13X' (did you mean GPT-3-13B? known: "),
+        (("--set", "workload.model=LLaMA-2-7B"), "unknown model 'LLaMA-2-7B' (known: "),  # not 70B
+        (("--set", "cluster.gpu=Z100"), "unknown GPU 'Z100' (known: "),
+    ],
+)
+def test_an_unknown_gpu_or_model_suggests_a_near_name_with_the_same_numbers(runner, args, hint):
+    """A misspelt GPU or model named every known one but not the one meant; a suggestion never changes a
+    number (LLaMA-2-7B is 0.95 similar to LLaMA-2-70B, another model)."""
+    r = runner.invoke(app, ["run", "preset:default", "--samples", "0", *args])
+    assert r.exit_code == 2 and hint in r.output and "Traceback" not in r.output

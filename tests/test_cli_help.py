@@ -109,3 +109,20 @@ def test_plan_help_names_the_built_in_candidates(runner):
     assert " or ".join(str(r) for r in vary["nic_gbps"]) + " Gb/s" in text
     for optimizer in vary["optimizer"]:
         assert optimizer in text
+
+
+def test_compare_help_lists_every_optimizer_compare_accepts(runner):
+    """`compare --help` listed adam, sgdm, onebit-adam, zero-one-adam and binsgdm, while compare also
+    runs diloco (Streaming DiLoCo): a user asking about DiLoCo read that it was not there."""
+    from clustersim.simulator.strategies import registry
+
+    r = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "Comma-separated: " + ", ".join(registry.names()) in text
+
+
+def test_top_level_help_names_diloco_beside_the_compressed_optimizers(runner):
+    """`clustersim --help` named 1-bit Adam, 0/1 Adam and BinSGDM only; DiLoCo is simulated as well."""
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "(1-bit Adam, 0/1 Adam, BinSGDM) or rarely-synchronising ones (DiLoCo, Streaming DiLoCo)" in text

@@ -115,3 +115,20 @@ def test_a_sweep_says_an_invalid_rows_reason_once(tmp_path, runner):
     assert r.exit_code == 0, r.output
     assert r.stdout.count("not compatible with ZeRO") == 1, r.stdout
     assert "1 row(s) could not be simulated, 1 of them the invalid rows above" in r.stdout
+
+
+def test_offload_plan_says_when_no_offload_is_faster(runner):
+    """On a cluster whose optimizer state fits, `offload plan` ended with 'interleaved is 1.17x faster than
+    ZeRO-Offload', which read as advice to offload, while no offload was faster still; and '1 subgroups'."""
+    import json
+
+    args = ["offload", "plan", "examples/a100-8gpu-ethernet.yaml"]
+    modes = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["modes"]
+    ratio = modes["interleaved"]["iteration_time_s"] / modes["none"]["iteration_time_s"]
+    assert modes["none"]["fits"] and ratio > 1
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert f"no offload is {ratio:.2f}x faster than interleaved" in r.stdout
+    assert "1 subgroup of" in r.stdout and "1 subgroups" not in r.stdout
+    big = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100"])  # it does not fit there
+    assert big.exit_code == 0 and "no offload is" not in big.stdout and "674 subgroups of" in big.stdout

@@ -109,6 +109,11 @@ def test_readme_tour_files_exist_and_name_their_files():
                 assert (ROOT / arg).is_file(), arg
     tour = yaml.safe_load((ROOT / "examples" / "tour-bert-nics.yaml").read_text())
     assert tour["vary"]["nic_gbps"] == [25, 50, 100] and tour["vary"]["model"] == ["BERT-Large"]
+    # The tour is the planning guide's question in short: the same team cluster (fp16 gradients,
+    # framework kernels), not the BinSGDM paper's BERT-Base preset with its fp32 gradient all-reduce.
+    assert tour["base"] == "a100-8gpu-ethernet.yaml"
+    guide = (ROOT / "docs" / "planning-guide.md").read_text()
+    assert "`examples/a100-8gpu-ethernet.yaml` is the team's cluster" in guide
 
 
 def test_scenario_reference_covers_every_key():

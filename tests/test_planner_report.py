@@ -461,3 +461,27 @@ def test_an_optimizer_that_cannot_be_sharded_is_not_told_to_shard():
     assert "onebit-adam runs only as whole replicas" in err.value.message
     assert "sharding.stage: 3" not in err.value.message and "try training.offload" not in err.value.message
     assert "even with its optimizer state on the host" in err.value.message
+
+
+def test_plan_header_counts_the_refused_candidates_beside_the_simulated_ones(runner, tmp_path):
+    """The header read "9 candidates simulated (2 could not run it ...)", as if 2 of the 9 failed; the
+    2 are candidates beside the 9 (GPT-3 6.7B's 1-bit Adam replicas do not fit a V100)."""
+    cand = tmp_path / "cand.yaml"
+    cand.write_text(
+        yaml.safe_dump(
+            {
+                "base": "preset:default",
+                "vary": {"gpus": [8, 32], "optimizer": ["adam", "onebit-adam"]},
+                "global_batch": 64,
+                "steps": 1000,
+            }
+        )
+    )
+    args = ["plan", "--model", "GPT-3-6.7B", "--deadline", "3000d", "--candidates", str(cand)]
+    args += ["--samples", "0", "--price", "3"]
+    d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert d["invalid"] > 0 and d["simulated"] + d["invalid"] + d["pruned"] == d["candidates"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    header = r.stdout.splitlines()[0]
+    assert f"{d['simulated']} candidates simulated, {d['invalid']} more could not run it" in header

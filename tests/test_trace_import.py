@@ -179,7 +179,7 @@ def damaged(tmp_path):
 @pytest.mark.parametrize(
     "name, says",
     [
-        ("not-json.json", "not JSON"),
+        ("not-json.json", "not JSON: line 1: Expecting value"),
         ("truncated.json.gz", "truncated"),
         ("no-events.json", "traceEvents"),
         ("no-kernels.json", "no GPU kernels"),

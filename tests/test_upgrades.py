@@ -127,3 +127,20 @@ def test_options_that_miss_the_deadline_are_marked(runner):
     assert any(line.startswith("keep *") for line in marked)  # 59.6 h: past 40 h
     assert any(line.startswith("add nodes ") and " * " not in line for line in marked)  # 32.5 h meets it
     assert "* misses the deadline or the budget" in r.stdout
+
+
+def test_plan_have_takes_tokens_as_plan_does(runner):
+    """`plan --tokens 300e9 --have ...` stopped with '--have takes --steps': the owned cluster's options
+    now train the steps that many tokens need, tokens / (global batch x seq_len), rounded up."""
+    args = ["plan", "--model", "BERT-Large", "--deadline", "30d", "--samples", "0", "--global-batch", "4096"]
+    r = runner.invoke(app, [*args, "--tokens", "1e9", "--have", TEAM])
+    assert r.exit_code == 0, r.output
+    steps = -(-(10**9) // (4096 * 128))  # BERT-Large's sequence of 128 tokens: 1,908 steps
+    assert f"BERT-Large, {steps:,} steps of 4,096 samples" in r.stdout
+    assert f"1,000,000,000 tokens = {steps:,} steps x 4,096 samples x 128 tokens per sample" in r.stdout
+    by_steps = runner.invoke(app, [*args, "--steps", str(steps), "--have", TEAM, "--json"])
+    by_tokens = runner.invoke(app, [*args, "--tokens", "1e9", "--have", TEAM, "--json"])
+    a, b = json.loads(by_steps.stdout), json.loads(by_tokens.stdout)
+    assert b["steps"] == steps and [o["ttt_h"] for o in a["options"]] == [o["ttt_h"] for o in b["options"]]
+    both = runner.invoke(app, [*args, "--tokens", "1e9", "--steps", "100", "--have", TEAM])
+    assert both.exit_code == 2 and "--tokens" in both.output and "Traceback" not in both.output

@@ -445,3 +445,16 @@ def test_compares_pricing_messages_name_only_options_compare_has(runner, tmp_pat
     for command in ("compare", "plan", "report"):  # --cost's help names what makes it rented there
         text = invoke(runner, command, "--help").output
         assert ("--price" in text) == (command != "compare"), command
+
+
+def test_hardware_list_and_show_write_numbers_as_the_other_tables_do(runner, user_catalog):
+    """`hardware list` printed 12000.0 and 1555.0 GB/s (every other table writes 12,000.0) and `hardware
+    show` of a user GPU without cuda_name printed 'cuda_name: None'."""
+    r = invoke(runner, "hardware", "list", "--catalog", user_catalog)
+    assert r.exit_code == 0, r.output
+    x100 = next(line for line in r.stdout.splitlines() if line.startswith("X100 "))
+    assert x100.split()[1:5] == ["3,000.0", "3,000.0", "12,000.0", "256.0"]
+    assert "1,555.0" in r.stdout  # A100-40GB's HBM
+    show = invoke(runner, "hardware", "show", "X100", "--catalog", user_catalog)
+    assert show.exit_code == 0 and "None" not in show.stdout
+    assert "hbm_gbs: 12,000.0" in show.stdout and "fp16 3,000.0" in show.stdout

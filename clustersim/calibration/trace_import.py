@@ -141,7 +141,9 @@ def read_json(path: Path, what: str) -> dict:
         raise InputError(
             f"cannot read {what} (truncated or corrupt gzip: {exc.__class__.__name__})", source=str(path)
         ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except json.JSONDecodeError as exc:  # where, as every other JSON input's error says
+        raise InputError(f"{what} is not JSON: line {exc.lineno}: {exc.msg}", source=str(path)) from None
+    except (UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"{what} is not JSON ({exc.__class__.__name__})", source=str(path)) from None
     if not isinstance(data, dict):
         raise InputError(f"{what} is not a JSON object", source=str(path))

@@ -43,11 +43,11 @@ def hardware_list(json_out: bool = JsonOpt):
     rows = [
         [
             n,
-            g.peak_tflops.get("fp16", g.peak_tflops["fp32"]),
-            g.peak_tflops.get("bf16", "-"),
-            g.hbm_gbs,
-            g.memory_gib,
-            f"{g.nvlink.links} x {g.nvlink.gbs_per_link}",
+            _plain(g.peak_tflops.get("fp16", g.peak_tflops["fp32"])),
+            _plain(g.peak_tflops.get("bf16", "-")),
+            _plain(g.hbm_gbs),
+            _plain(g.memory_gib),
+            f"{g.nvlink.links} x {_plain(g.nvlink.gbs_per_link)}",
             g.pcie_gen,
         ]
         for n, g in gpus.items()
@@ -114,12 +114,16 @@ def _cost_lines(gpu: str) -> list[str]:
 
 
 def _plain(value) -> str:
-    """A catalog value as a reader writes it: ``fp16 989.4, bf16 989.4`` rather than a Python dict; unset
-    entries left out."""
+    """A catalog value as a reader writes it: ``fp16 989.4, bf16 989.4`` rather than a Python dict, numbers
+    with thousands separators; unset entries left out."""
     if isinstance(value, dict):
         return ", ".join(f"{k} {_plain(v)}" for k, v in value.items() if v is not None) or "—"
     if isinstance(value, list | tuple):
         return ", ".join(_plain(v) for v in value)
+    if value is None:
+        return "—"  # unset (a user catalog's GPU without cuda_name), not "None"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:,}"  # 3,350.0 GB/s as every other table writes it, not 3350.0
     return str(value)
 
 

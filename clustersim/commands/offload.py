@@ -19,7 +19,7 @@ from clustersim.commands.support import (
 from clustersim.commands.support import load_scenario_ref as _load
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
-from clustersim.units import format_bytes
+from clustersim.units import count_of, format_bytes
 
 offload_app = typer.Typer(
     help="CPU optimizer offload: ZeRO-Offload and interleaved (Deep Optimizer States).", no_args_is_help=True
@@ -29,7 +29,8 @@ offload_app = typer.Typer(
 def _print_placement(off: dict) -> None:
     pl = off["placement"]
     console.print(
-        f"offload ({off['mode']}): {off['subgroups']} subgroups of {off['subgroup_params'] / 1e6:,.1f}M "
+        f"offload ({off['mode']}): {count_of(off['subgroups'], 'subgroup')} of "
+        f"{off['subgroup_params'] / 1e6:,.1f}M "
         "parameters: "
         f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} "
         "resident on the GPU "
@@ -128,4 +129,12 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
         console.print(
             f"interleaved is {base / results['interleaved']['iteration_time_s']:.2f}x faster than "
             "ZeRO-Offload"
+        )
+    plain = results["none"]
+    if plain["fits"] and plain["iteration_time_s"] < results["interleaved"]["iteration_time_s"]:
+        # the line above alone read as a recommendation to offload where nothing needs it
+        console.print(
+            f"no offload is {results['interleaved']['iteration_time_s'] / plain['iteration_time_s']:.2f}x "
+            "faster than interleaved: the optimizer state fits in GPU memory, so offload only frees "
+            "memory here"
         )

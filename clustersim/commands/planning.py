@@ -291,17 +291,20 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     own = cost_model("own", None, extra["network"], own_prices=own_prices)
     rent = cost_model("rent", instances=instances)
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
+    kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"]}
     if extra.get("json_out"):
-        emit_json(plan_have(*args, deadline_h=hours, budget=budget))
+        emit_json(plan_have(*args, **kw))
         return
     with progress_bar("plan", "options") as update:
-        result = plan_have(*args, progress=update, deadline_h=hours, budget=budget)
+        result = plan_have(*args, progress=update, **kw)
     console.print(
         f"[bold]{model}[/], {result['steps']:,} steps of {result['global_batch']:,} samples on "
         f"{result['cluster']} ({have}), deadline {hours:,.1f} h: the fastest of "
         f"{', '.join(result['optimizers'])} per option",
         highlight=False,
     )
+    if result["tokens_note"]:
+        console.print(f"[dim]{result['tokens_note']}[/]", highlight=False)
     console.print(f"[dim]owned options: {result['cost_basis']}[/]", highlight=False)
     console.print(table("What to do with the cluster you have", *_have_table(result["options"]), left=2))
     console.print(
@@ -438,12 +441,6 @@ def plan_cmd(
     if have is not None:
         extra["json_out"] = json_out
     if have is not None:
-        if tokens is not None:
-            from clustersim.errors import InputError
-
-            raise InputError(
-                "--have takes --steps (the owned cluster's options at a step count)", key="--tokens"
-            )
         _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget)
         return
     if json_out:
@@ -454,11 +451,13 @@ def plan_cmd(
         result = plan(*args, progress=update, **extra)
     per = result["steps_per_optimizer"]
     steps_text = ", ".join(f"{o} {n:,}" for o, n in per.items()) if per else f"{result['steps']:,}"
+    # the refused candidates are not among the simulated ones ("(84 could not ...)" read as 84 of them)
+    refused = f", {n:,} more could not run it (e.g. out of GPU memory)" if (n := result["invalid"]) else ""
     console.print(
         f"[bold]{model}[/], {steps_text} steps of {result['global_batch']:,} samples, deadline {hours:,.1f} h"
         + (f", budget ${budget:,.0f}" if budget else "")
-        + f": {result['simulated']} candidates simulated"
-        + (f" ({result['invalid']} could not run it, e.g. out of GPU memory)" if result["invalid"] else "")
+        + f": {result['simulated']:,} candidates simulated"
+        + refused
     )
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
@@ -495,10 +494,10 @@ def plan_cmd(
             )
         )
     if result["missed_deadline"]:
-        console.print(f"[dim]{result['missed_deadline']} candidates were too slow for the deadline[/]")
+        console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):
         console.print(
-            f"[dim]{result['pruned']} candidates not simulated: their compute-only lower bound could be "
+            f"[dim]{result['pruned']:,} candidates not simulated: their compute-only lower bound could be "
             "neither among the cheapest that meet the constraints nor the fastest[/]"
         )
     if result["interleaved_not_simulated"]:

@@ -473,10 +473,7 @@ def plan(
         steps, seq = _steps_for_tokens(sweep, model, tokens, steps, global_batch)
     recipe = _recipe(sweep, steps, global_batch)
     if tokens is not None:
-        recipe["notes"].append(
-            f"{tokens:,} tokens = {steps:,} steps x {recipe['global_batch']:,} samples x {seq:,} tokens "
-            "per sample (rounded up)"
-        )
+        recipe["notes"].append(tokens_note(tokens, steps, recipe["global_batch"], seq))
     as_sold = (
         costs is not None and candidates is None and costs.model == "rent" and costs.per_gpu_hour is None
     )
@@ -485,6 +482,14 @@ def plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
             costs=costs, as_sold=as_sold, workers=workers, prune=prune,
         )  # fmt: skip
+
+
+def tokens_note(tokens: int, steps: int, global_batch: int, seq: int) -> str:
+    """The arithmetic behind --tokens, printed under the plan's header."""
+    return (
+        f"{tokens:,} tokens = {steps:,} steps x {global_batch:,} samples x {seq:,} tokens per sample "
+        "(rounded up)"
+    )
 
 
 def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int | None) -> tuple[int, int]:

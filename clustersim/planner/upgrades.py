@@ -230,14 +230,22 @@ def plan_have(
     progress: Callable[[int, int], None] | None = None,
     deadline_h: float | None = None,
     budget: float | None = None,
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (the
-    baseline's, when per optimizer) at the candidates' global batch, with every candidate optimizer."""
+    baseline's, when per optimizer) at the candidates' global batch, with every candidate optimizer.
+    ``tokens`` instead of ``steps``: the steps that train that many tokens, as `plan` counts them."""
     from clustersim import catalog
-    from clustersim.planner.planning import _recipe, candidate_sweep
+    from clustersim.planner.planning import _recipe, _steps_for_tokens, candidate_sweep
+    from clustersim.planner.planning import tokens_note as note_for_tokens
 
     sweep = candidate_sweep(candidates)
+    tokens_note = None
+    if tokens is not None:
+        steps, seq = _steps_for_tokens(sweep, model, tokens, steps, global_batch)
     recipe = _recipe(sweep, steps, global_batch)
+    if tokens is not None:
+        tokens_note = note_for_tokens(tokens, steps, recipe["global_batch"], seq)
     try:
         catalog.model(model)
     except InputError as exc:
@@ -260,5 +268,6 @@ def plan_have(
         "global_batch": recipe["global_batch"],
         "optimizers": optimizers,
         "recipe_notes": recipe["notes"],
+        "tokens_note": tokens_note,
         "cost_basis": own.describe(),
     }
