@@ -26,12 +26,17 @@ class InputError(Exception):
         return InputError(self.message, source=self.source or source, key=key)
 
     def __str__(self) -> str:
-        """``FILE: KEY: message``, the key said once: a source that ends by naming the key (``preset:x
-        with --set KEY``) drops it, and a message that opens with the key's own name and its value
-        (``overlap_steps 20 exceeds ...``) keeps only the value."""
+        """``FILE: KEY: message``, the key said once: a source that lists the key among its ``--set``
+        options (``preset:x with --set KEY, OTHER``) drops the list, whose other options are not at
+        fault, and a message that opens with the key's own name and its value (``overlap_steps 20
+        exceeds ...``) keeps only the value."""
         source, message = self.source, self.message
         if self.key:
-            if source and source.endswith(f" {self.key}"):
+            if source and " with --set " in source:
+                base, _, keys = source.partition(" with --set ")
+                if self.key in keys.split(", "):
+                    source = f"{base} with --set"
+            elif source and source.endswith(f" {self.key}"):
                 source = source[: -len(self.key) - 1]
             leaf = re.escape(self.key.rsplit(".", 1)[-1])
             message = re.sub(rf"^{leaf} (?=-?[0-9.]+\b|'[^']*'|\"[^\"]*\")", "", message)

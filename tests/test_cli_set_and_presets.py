@@ -185,6 +185,12 @@ def test_an_overlap_error_names_the_file_and_key_once(runner, tmp_path):
     assert res.exit_code == 2 and len(out.strip().splitlines()) == 1, out
     assert out.count("overlap_steps") == 1 and "preset:streaming-diloco-1b" in out, out
     assert f"{key}: 20 exceeds the 12.5 inner steps" in out
+    res = runner.invoke(
+        app, ["run", "preset:streaming-diloco-1b", "--set", f"{key}=20", "--set", "workload.micro_batch=2"]
+    )
+    out = res.stdout + (res.stderr or "")
+    assert res.exit_code == 2 and out.count("overlap_steps") == 1, out
+    assert "micro_batch" not in out, "an option that is not at fault is not named beside the one that is"
     text = runner.invoke(app, ["presets", "show", "streaming-diloco-1b"]).stdout
     path = tmp_path / "diloco.yaml"
     path.write_text(text.replace("overlap_steps: 1,", "overlap_steps: 20,"))
