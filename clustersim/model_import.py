@@ -129,7 +129,9 @@ def arch_from_hf_config(cfg: dict, source: str = "config.json") -> dict[str, Any
     vocab = _count(cfg, source, "vocab")
     ffn = _count(cfg, source, "ffn", required=False) or 4 * hidden
     kv_heads = _count(cfg, source, "kv_heads", required=False)
-    positions = _count(cfg, source, "max_positions", required=False) or 0
+    # learned positions (bert, gpt) are a table whose size is part of the model and caps its sequence;
+    # RoPE (llama) has none, so only there may the config leave it out
+    positions = _count(cfg, source, "max_positions", required=style != "llama") or 0
     entry: dict[str, Any] = {
         "family": "transformer",
         "description": f"imported from {Path(source).name} ({archs}; {style} style, {act} MLP)",

@@ -373,6 +373,9 @@ def test_models_import_prints_yaml_by_default(runner, tmp_path):
         (dict(LLAMA2_7B, num_hidden_layers="32"), "num_hidden_layers: expected a positive integer"),
         (dict(LLAMA2_7B, num_local_experts=8), "mixture-of-experts"),
         ([1, 2], "expected a JSON object"),
+        # a learned position table's size is part of the model: GPT-2 without it is refused, not
+        # imported with no table (Llama's RoPE has none, so there it may be absent)
+        ({k: v for k, v in GPT2.items() if k not in ("n_positions", "n_ctx")}, "no max_position_embeddings"),
     ],
 )
 def test_models_import_bad_config_is_one_line(runner, tmp_path, cfg, expected):
