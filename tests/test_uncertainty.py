@@ -5,7 +5,7 @@ import json
 import pytest
 
 from clustersim.cli import app
-from clustersim.planner.breakeven import _at, break_even
+from clustersim.planner.breakeven import Run, _at, break_even, effective_at
 from clustersim.planner.compare import scenario_for_optimizer
 from clustersim.scenario import load_scenario
 from clustersim.simulator import simulate
@@ -151,8 +151,6 @@ def _pair(preset, optimizer, baseline="adam"):
 def test_break_even_is_where_the_two_whole_runs_cross():
     """The line rate per NIC where the whole runs take equally long: 1-bit Adam's warm-up stage runs at
     its own speed for its fraction of the steps, so a faster NIC below it trains sooner, above it later."""
-    from clustersim.planner.breakeven import Run
-
     comp, base = _pair("preset:onebit-adam-infiniband", "onebit-adam")
     be = break_even(comp, base, samples=4, steps=1000, warmup=0.2)
     assert be.verdict == "crossing" and be.warmup == 0.2 and be.steps == be.baseline_steps == 1000
@@ -181,7 +179,19 @@ def test_break_even_keeps_a_measured_nic_efficiency():
 
 def test_break_even_verdicts_without_a_crossing():
     comp, base = _pair("preset:default", "onebit-adam")  # PCIe V100 nodes: compression wins at any NIC speed
-    assert break_even(comp, base, samples=0).verdict == "always faster"
+    be = break_even(comp, base, samples=0)
+    assert be.verdict == "always faster"
+    # why no line rate lets Adam catch up: past the line rate whose effective rate fills the NIC's PCIe
+    # link (the V100's Gen3, 12 GB/s), the link, not the NIC, sets what it delivers; the text says so
+    line, gen = be.host_link
+    assert gen == 3 and effective_at(comp, line) == pytest.approx(12.0 * 8)
+    assert f"PCIe Gen{gen}" in be.describe() and be.to_dict()["pcie_limit_line_rate_gbps"] == line
+    for side in (Run(comp), Run(base)):
+        at_twice, at_eight = (side.time(k * line, None, None) for k in (2, 8))
+        assert at_eight == pytest.approx(at_twice, rel=1e-9), (
+            "a NIC past its PCIe link's rate changes nothing"
+        )
+    assert Run(comp).time(line / 2, None, None) > Run(comp).time(line, None, None)
     comp1, base1 = comp.with_world_size(4), base.with_world_size(4)
     assert break_even(comp1, base1, samples=0).verdict == "single node"
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from clustersim.catalog import gpu as catalog_gpu
 from clustersim.catalog import hardware_defaults, nic_line_rate_at_least
 from clustersim.errors import InputError
 from clustersim.planner.compare import (
@@ -68,6 +69,10 @@ class BreakEven:
     # without a crossing: the speedup (baseline time / compressed time) at the search's lowest and highest
     # line rates (SEARCH_GBPS), so that a verdict says by how much, and "level" where it is within LEVEL
     speedups: tuple[float, float] | None = None
+    # "always faster": (line rate per NIC, PCIe generation) past which the NIC's PCIe link, not its line
+    # rate, limits what it delivers (topologies.cluster's injection is a max-flow through the PCIe tree):
+    # past it a faster NIC changes nothing, which is why no line rate lets the baseline catch up
+    host_link: tuple[float, int] | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -83,6 +88,7 @@ class BreakEven:
             "baseline_steps": self.baseline_steps,
             "warmup": self.warmup,
             "speedups_at_search_ends": list(self.speedups) if self.speedups else None,
+            "pcie_limit_line_rate_gbps": self.host_link[0] if self.host_link else None,
             "text": self.describe(),
         }
 
@@ -115,7 +121,17 @@ class BreakEven:
             level_end = any(_level(x) for x in ends)
             if self.verdict == "always faster":
                 said = "never slower" if level_end else "faster"
-                return f"{who}: {said} {run} at any line rate per NIC up to {hi:,.0f} Gb/s{self._margins()}"
+                capped = ""
+                if self.host_link is not None:
+                    line, gen = self.host_link
+                    capped = (
+                        f"; past {_gbps(line)} Gb/s line rate the NIC's PCIe Gen{gen} link, not the line "
+                        "rate, limits what it delivers, so a faster NIC does not close the gap"
+                    )
+                return (
+                    f"{who}: {said} {run} at any line rate per NIC up to {hi:,.0f} Gb/s{self._margins()}"
+                    + capped
+                )
             said = "never faster" if level_end else "slower"
             return f"{who}: {said} {run} at any line rate per NIC down to {lo} Gb/s{self._margins()}"
         band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
@@ -163,6 +179,15 @@ def _efficiency(scenario: Scenario) -> float:
     if nic.effective_gbps is not None:
         return nic.effective_gbps / nic.line_rate_gbps
     return hardware_defaults()["nic"][nic.kind]
+
+
+def pcie_limited_line_rate(scenario: Scenario) -> tuple[float, int]:
+    """(line rate per NIC, PCIe generation): the line rate whose effective rate (effective_at) fills
+    the NIC's PCIe link (hardware_defaults pcie_gbs of the GPUs' generation, the link every NIC hangs
+    off in topologies.node); above it the PCIe link, not the NIC, sets what the NIC delivers."""
+    gen = catalog_gpu(scenario.cluster.gpu).pcie_generation(scenario.cluster.intra_node.pcie_gen)
+    pcie_gbps = hardware_defaults()["pcie_gbs"][gen] * 8
+    return pcie_gbps / _efficiency(scenario), gen
 
 
 def effective_at(scenario: Scenario, gbps: float) -> float:
@@ -250,7 +275,11 @@ def break_even(
                 verdict = "level"
             else:
                 verdict = "always faster" if at_hi < 1.0 else "never faster"
-            return BreakEven(**found, gbps=None, verdict=verdict, speedups=speedups)
+            host_link = None
+            if verdict == "always faster":
+                line, gen = pcie_limited_line_rate(compressed)
+                host_link = (line, gen) if line < hi else None
+            return BreakEven(**found, gbps=None, verdict=verdict, speedups=speedups, host_link=host_link)
         nominal = _bisect(comp, ref, profile, None, lo, hi, TOLERANCE)
     interval = None
     if samples > 0:
