@@ -134,14 +134,6 @@ def _print_parallelism(par: dict) -> None:
     )
 
 
-def _compute_utilization(r) -> float:
-    """The share of the step the compute stream is busy (forward, backward, update, compression): what
-    is left waits on the network, the host or host-device copies (validation.published's metric)."""
-    from clustersim.identifiers import COMPUTE_CATEGORIES
-
-    return sum(r.breakdown.get(str(c), 0.0) for c in COMPUTE_CATEGORIES) / r.iteration_time
-
-
 def _link_rows(r, scenario=None) -> list[list[str]]:
     """The bytes table's rows: per node on the intra-node links and out of the NICs, and DiLoCo's outer
     exchange where the workers have their own links (``inter_worker_gbps``): those bytes never cross a
@@ -184,8 +176,10 @@ def _print_result(r, scenario=None) -> None:
             f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
             + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
         )
+    from clustersim.validation.published import compute_utilization
+
     console.print(
-        f"  compute utilization {_compute_utilization(r):.1%} of the step (forward, backward, update and "
+        f"  compute utilization {compute_utilization(r):.1%} of the step (forward, backward, update and "
         "compression; the rest waits on the network, the host or copies)"
     )
     if r.interval is not None:
@@ -901,13 +895,12 @@ def validate(
     if scale.trends:
         _print_speedups_by_scale(scale)
     if series:
-        rate_series = {r.series for r in report.rows if (r.metric or d.metric) in _RATE_METRICS}
+        from clustersim.validation.published import RATE_METRICS
+
+        rate_series = {r.series for r in report.rows if (r.metric or d.metric) in RATE_METRICS}
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
 
 
-# Metrics where more is faster: their error's sign is turned in the tables, so that every row's error
-# reads the same way, + predicted too slow (a step too long, a rate too low), - predicted too fast.
-_RATE_METRICS = {"samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "compute_utilization"}
 _ERROR_SIGN = (
     "error: + predicted too slow (a step too long, a rate too low), - predicted too fast; "
     "|error| = |predicted - published| / published"
@@ -917,8 +910,10 @@ _ERROR_SIGN_SPEEDUP = "error: (predicted - published) / published speedup, + the
 
 def _slowness(error: float, metric: str) -> float:
     """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
-    for rates (_RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
-    return -error if metric in _RATE_METRICS else error
+    for rates (RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
+    from clustersim.validation.published import RATE_METRICS
+
+    return -error if metric in RATE_METRICS else error
 
 
 def _published(r, fmt: str) -> str:

@@ -169,19 +169,17 @@ def test_plan_prints_a_few_bullets_and_no_runners_up_identical_to_the_choice(run
     assert len(shown) == len(set(shown))  # no two runners-up read alike
 
 
+def _candidates_file(tmp_path, optimizers: list[str], global_batch: int, steps: int):
+    """A plan candidates file on the default preset at 8 and 32 GPUs with its own batch and steps."""
+    cand = tmp_path / "cand.yaml"
+    body = {"base": "preset:default", "vary": {"gpus": [8, 32], "optimizer": optimizers}}
+    cand.write_text(yaml.safe_dump({**body, "global_batch": global_batch, "steps": steps}))
+    return cand
+
+
 def test_plan_honours_the_candidates_files_global_batch_and_steps(runner, tmp_path):
     """`plan --candidates` used 1,024 samples per step whatever the file said, without a word."""
-    cand = tmp_path / "cand.yaml"
-    cand.write_text(
-        yaml.safe_dump(
-            {
-                "base": "preset:default",
-                "vary": {"gpus": [8, 32], "optimizer": ["adam", "binsgdm"]},
-                "global_batch": 512,
-                "steps": 3000,
-            }
-        )
-    )
+    cand = _candidates_file(tmp_path, ["adam", "binsgdm"], global_batch=512, steps=3000)
     args = ["plan", "--model", "BERT-Large", "--deadline", "30d", "--candidates", str(cand), "--samples", "0"]
     args += ["--price", "3"]  # V100s, which the owned model has no server price for
     d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
@@ -466,17 +464,7 @@ def test_an_optimizer_that_cannot_be_sharded_is_not_told_to_shard():
 def test_plan_header_counts_the_refused_candidates_beside_the_simulated_ones(runner, tmp_path):
     """The header read "9 candidates simulated (2 could not run it ...)", as if 2 of the 9 failed; the
     2 are candidates beside the 9 (GPT-3 6.7B's 1-bit Adam replicas do not fit a V100)."""
-    cand = tmp_path / "cand.yaml"
-    cand.write_text(
-        yaml.safe_dump(
-            {
-                "base": "preset:default",
-                "vary": {"gpus": [8, 32], "optimizer": ["adam", "onebit-adam"]},
-                "global_batch": 64,
-                "steps": 1000,
-            }
-        )
-    )
+    cand = _candidates_file(tmp_path, ["adam", "onebit-adam"], global_batch=64, steps=1000)
     args = ["plan", "--model", "GPT-3-6.7B", "--deadline", "3000d", "--candidates", str(cand)]
     args += ["--samples", "0", "--price", "3"]
     d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)

@@ -26,6 +26,9 @@ Metric = Literal[
 
 # metrics that compare the row's run with a baseline run (the same draws for both)
 RATIO_METRICS = ("speedup", "slowdown")
+# metrics where more is faster: validate's tables turn their error's sign, so that every row's error
+# reads the same way, + predicted too slow (a step too long, a rate too low), - predicted too fast
+RATE_METRICS = ("samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "compute_utilization")
 
 
 class Row(BaseModel):
