@@ -168,6 +168,22 @@ def test_a_measured_phase_of_a_femtosecond_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_phase_stated_as_anything_but_true_or_false_is_refused(tmp_path, value):
+    """``stated`` fixes the phases in the band; a string or a number is not read as true."""
+    from clustersim.calibration.profile import _read
+
+    data = json.loads(_read("builtin:v100-bert-large-published")[1])
+    data["compute_phases"][0]["stated"] = value
+    path = write_json(tmp_path / "p.json", data)
+    refused(
+        invoke("run", "preset:default", "--samples", "0", "--profile", path),
+        path,
+        "compute_phases.0.stated",
+        "boolean",
+    )
+
+
 @pytest.mark.parametrize(
     "key,value,where,words", BAD_PROFILE, ids=[f"{k}-{i}" for i, (k, *_) in enumerate(BAD_PROFILE)]
 )

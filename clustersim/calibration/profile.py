@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -118,7 +119,7 @@ class ComputePhases(_Strict):
         0.0, ge=0, description="per-step work outside forward/backward/communication, optimizer included"
     )
     source: str = ""
-    stated: bool = Field(
+    stated: StrictBool = Field(
         False,
         description="the phases are a stated assumption (a paper's simulated step time), not a measurement: "
         "exact, so the band leaves them fixed and moves only what the device prices",
