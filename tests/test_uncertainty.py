@@ -301,3 +301,33 @@ def test_sweep_with_a_profile_for_another_chip_says_why_rows_did_not_run(runner,
     )
     assert res.exit_code == 0, res.output
     assert "could not be simulated" in res.output and "another chip" in res.output
+
+
+def test_a_draw_moves_a_measured_other_phase_with_forward_and_backward():
+    """The paper's profile measured forward, backward and the rest of the step ("other": loss scaling,
+    data, bookkeeping, 57-76 ms) in the same runs; a draw that finds the device slower finds all of
+    them slower. On one GPU nothing else is in the step, so a draw's compute factor scales it whole."""
+    from clustersim.simulator.context import Perturbation, network_params
+
+    s = scenario_for_optimizer(load_scenario("preset:onebit-adam-ethernet"), "adam", None).with_world_size(1)
+    net = network_params(None)
+    one = simulate(s, None, perturbation=Perturbation(net, 1.0))
+    slow = simulate(s, None, perturbation=Perturbation(net, 1.25))
+    assert one.breakdown["other"] > 0.3 * one.iteration_time  # the measured phase is a large part
+    assert slow.breakdown["other"] == pytest.approx(1.25 * one.breakdown["other"], rel=1e-9)
+    assert slow.iteration_time == pytest.approx(1.25 * one.iteration_time, rel=1e-9)
+
+
+def test_a_stated_step_keeps_its_other_phase_in_every_draw():
+    """Stated phases (a paper's assumed step, not a measurement) are exact: no draw moves them; the
+    same phases as a measurement move with the draw."""
+    from clustersim.calibration.profile import load_profile
+    from clustersim.simulator.context import Perturbation, build_context, network_params
+
+    measured = load_profile("builtin:v100-bert-large-published")
+    phases = measured.compute_phases[0]
+    stated = measured.model_copy(update={"compute_phases": [phases.model_copy(update={"stated": True})]})
+    s = scenario_for_optimizer(load_scenario("preset:onebit-adam-ethernet"), "adam", None).with_world_size(1)
+    draw = Perturbation(network_params(None), 1.5)
+    assert build_context(s, stated, draw).measured_other() == phases.other_s
+    assert build_context(s, measured, draw).measured_other() == pytest.approx(1.5 * phases.other_s)

@@ -49,6 +49,7 @@ class SimulationContext:
     network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path
     _fwd_scale: float = 1.0
     _bwd_scale: float = 1.0
+    _other_scale: float = 1.0  # the draw's compute factor on a measured "other" phase
     _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
     _host_rate_scale: float = 1.0  # the draw's factor on host CPU/memory time (simulator/host.py)
     _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
@@ -222,10 +223,15 @@ class SimulationContext:
         """An update's passes over ``params`` parameters on the GPU at the rate of the profile's
         ``kernel``, with gradient clipping's (training.gradient_clipping) before them: every update
         path that runs on the GPU (DDP's, ZeRO's, Megatron's, an offload's GPU subgroups, a compressed
-        optimizer's own kernel) prices its clipping here. Per-tensor launches are update_device_time's."""
+        optimizer's own kernel) prices its clipping here. Per-tensor launches are update_device_time's.
+        A profile's "optimizer" rate is the kernel ``calibrate run`` timed, Adam's update (fused on a
+        GPU): it prices Adam's update only. SGD's update and the clipping's norm and scale are other
+        kernels, streamed at the rate of a pass the profile did not time (DeviceCosts.stream_time)."""
+        if kernel == "optimizer" and self.scenario.training.optimizer == "sgdm":
+            kernel = "sgdm_update"
         seconds = self.device.stream_time(bytes_per_param * params, kernel)
         if self.scenario.training.gradient_clipping != "none":
-            seconds += self.device.stream_time(CLIP_BYTES * params, "optimizer")
+            seconds += self.device.stream_time(CLIP_BYTES * params, "gradient_clipping")
         return seconds
 
     def clip_time(self, params: float) -> float:
@@ -269,7 +275,9 @@ class SimulationContext:
         return self.host.links()
 
     def measured_other(self) -> float | None:
-        return self.phases.other_s if self.phases else None
+        """The profile's measured per-step work outside forward, backward and communication, times the
+        draw's compute factor: a measurement of the same run as its forward and backward, as uncertain."""
+        return self.phases.other_s * self._other_scale if self.phases else None
 
 
 def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Workload) -> ComputePhases | None:
@@ -404,6 +412,7 @@ def build_context(
         if ctx.phases is None or not ctx.phases.stated:  # a stated step time is exact: no draw moves it
             ctx._fwd_scale *= perturbation.compute_scale
             ctx._bwd_scale *= perturbation.compute_scale
+            ctx._other_scale = perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
         ctx._host_rate_scale = perturbation.host_scale
         ctx._host = None  # rebuilt with the draw's host factor
