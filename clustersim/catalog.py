@@ -491,6 +491,11 @@ def default_implementation(arch: "ModelArch", model_parallel: bool = False) -> s
     return str(table["default"][kind])
 
 
+def device_s_between_kernels() -> float:
+    """The device's idle time between two queued kernels of one stream (catalogs/execution.yaml)."""
+    return float(execution()["device_s_between_kernels"])
+
+
 def backward_ops_per_launch(arch: "ModelArch") -> float:
     """Autograd ops an eager backward of this architecture style runs per launch (catalogs/execution.yaml,
     from the frameworks' traces)."""

@@ -21,7 +21,8 @@ The profiler's own cost per recorded op is measured and reported; it never enter
 (host time comes from the unprofiled run or the op count, device time from kernel durations). Each
 phase's host and device times are fitted linear in the micro-batch, and one size left out of the
 fit is predicted: the step (forward + backward + optimizer), a phase taking host + device on the
-CPU, where they run in series, and max(host, device) on a GPU, where they overlap.
+CPU, where they run in series, and max(host, device) on a GPU, where they overlap (the device's
+time there being its busy time and the gaps between its queued kernels).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from clustersim import catalog
 from clustersim.calibration.profile import (
     DispatchRates,
     Fingerprint,
@@ -450,7 +452,11 @@ def fit(
     held = None
     if holdout is not None:
         b = holdout.micro_batch
-        predicted = sum(combine(p.host_s.at(b), p.device_s.at(b)) for p in phases.values())
+        # on a GPU a device-bound phase also spends the gap between its queued kernels, which its
+        # busy time leaves out (catalogs/execution.yaml device_s_between_kernels), as the simulator
+        # prices it (simulator/measured_compute.device_time)
+        gap = 0.0 if device == "cpu" else catalog.device_s_between_kernels()
+        predicted = sum(combine(p.host_s.at(b), p.device_s.at(b) + p.kernels * gap) for p in phases.values())
         measured_s = holdout.step_wall_s()
         held = ModelHoldout(
             micro_batch=b, measured_s=measured_s, predicted_s=predicted, rel_error=predicted / measured_s - 1

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from clustersim import catalog
-from clustersim.calibration.profile import ModelCompute, Profile
+from clustersim.calibration.profile import ModelCompute, PhaseMeasurement, Profile
 from clustersim.catalog import BYTES_PER_ELEMENT, ResNetArch, storage_precision
 from clustersim.cost_models.kernel_bytes import FUSED_ADAM
 from clustersim.errors import InputError
@@ -89,14 +89,25 @@ def _phase_totals(ctx, workload: Workload) -> dict[str, float]:
     }
 
 
+def device_time(mc: ModelCompute, phase: PhaseMeasurement, b: float) -> float:
+    """One of ``mc``'s measured phases' device time at micro-batch ``b`` when its kernels run back to
+    back. On a GPU the measurement is its kernels' busy time (the union of their intervals, from the
+    profiler), which leaves out the device's gap between each two queued kernels
+    (catalogs/execution.yaml device_s_between_kernels); a host-bound phase hides the gaps behind its
+    dispatch, as the step takes max(host, device). On the CPU the device time is the phase's wall time
+    less its dispatch: nothing is left out."""
+    gap = 0.0 if mc.fingerprint.device == "cpu" else catalog.device_s_between_kernels()
+    return phase.device_s.at(b) + phase.kernels * gap
+
+
 def _ratios(mc: ModelCompute, b: float, modelled: dict[str, float]) -> dict[str, float]:
     measured = {
-        "device_fwd": mc.forward.device_s.at(b),
-        "device_bwd": mc.backward.device_s.at(b),
+        "device_fwd": device_time(mc, mc.forward, b),
+        "device_bwd": device_time(mc, mc.backward, b),
         "host_fwd": mc.forward.host_s.at(b),
         "host_bwd": mc.backward.host_s.at(b),
         "host_opt": mc.optimizer.host_s.at(b),
-        "device_opt": mc.optimizer.device_s.at(b),
+        "device_opt": device_time(mc, mc.optimizer, b),
     }
     return {k: measured[k] / modelled[k] if modelled[k] > 0 else 1.0 for k in measured}
 
@@ -235,7 +246,7 @@ def _carry_update(ctx, profile: Profile) -> None:
         if workload is None:
             continue
         modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
-        measured = mc.optimizer.device_s.at(mc.micro_batches[0])
+        measured = device_time(mc, mc.optimizer, mc.micro_batches[0])
         if modelled > 0 and measured > 0:
             ctx._update_scale, ctx.update_from = measured / modelled, mc
             ctx.notes.append(
@@ -283,9 +294,9 @@ def _step(target: ModelCompute, b: float, source: ModelCompute) -> float:
         else bwd * target.backward.kernels
     )
     return (
-        max(fwd * target.forward.kernels, target.forward.device_s.at(b))
-        + max(backward, target.backward.device_s.at(b))
-        + max(target.optimizer.host_s.at(b), target.optimizer.device_s.at(b))
+        max(fwd * target.forward.kernels, device_time(target, target.forward, b))
+        + max(backward, device_time(target, target.backward, b))
+        + max(target.optimizer.host_s.at(b), device_time(target, target.optimizer, b))
     )
 
 

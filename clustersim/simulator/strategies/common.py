@@ -16,6 +16,7 @@ from clustersim.simulator.dispatch_lane import (
 )
 from clustersim.simulator.host import freshly_mapped_share
 from clustersim.simulator.input_pipeline import add_input
+from clustersim.simulator.measured_compute import device_time
 from clustersim.simulator.program import CollectiveSpec, Program
 from clustersim.simulator.strategies.buckets import assign_buckets
 from clustersim.workloads.fp8 import FP8_BYTES
@@ -425,7 +426,7 @@ def add_update_and_other(
             seconds = ctx.gpu_update_time(update_bytes_per_param, P, kernel)
         if mc is not None and kernel == "optimizer" and ctx.update_implementation == "fused":
             # the model's own optimizer phase was measured (calibrate model times a fused update)
-            seconds = mc.optimizer.device_s.at(ctx.workload.micro_batch) + ctx.clip_time(P)
+            seconds = device_time(mc, mc.optimizer, ctx.workload.micro_batch) + ctx.clip_time(P)
         elif kernel == "optimizer":  # a measured model's update rate on this device, if any
             seconds *= ctx._update_scale
         ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
