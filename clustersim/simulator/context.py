@@ -223,15 +223,10 @@ class SimulationContext:
         """An update's passes over ``params`` parameters on the GPU at the rate of the profile's
         ``kernel``, with gradient clipping's (training.gradient_clipping) before them: every update
         path that runs on the GPU (DDP's, ZeRO's, Megatron's, an offload's GPU subgroups, a compressed
-        optimizer's own kernel) prices its clipping here. Per-tensor launches are update_device_time's.
-        A profile's "optimizer" rate is the kernel ``calibrate run`` timed, Adam's update (fused on a
-        GPU): it prices Adam's update only. SGD's update and the clipping's norm and scale are other
-        kernels, streamed at the rate of a pass the profile did not time (DeviceCosts.stream_time)."""
-        if kernel == "optimizer" and self.scenario.training.optimizer == "sgdm":
-            kernel = "sgdm_update"
+        optimizer's own kernel) prices its clipping here. Per-tensor launches are update_device_time's."""
         seconds = self.device.stream_time(bytes_per_param * params, kernel)
         if self.scenario.training.gradient_clipping != "none":
-            seconds += self.device.stream_time(CLIP_BYTES * params, "gradient_clipping")
+            seconds += self.device.stream_time(CLIP_BYTES * params, "optimizer")
         return seconds
 
     def clip_time(self, params: float) -> float:
