@@ -886,6 +886,7 @@ def validate(
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
+    _print_undisclosed(report.rows, d.metric)
     cov = report.coverage
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
@@ -899,6 +900,27 @@ def validate(
 
         rate_series = {r.series for r in report.rows if (r.metric or d.metric) in RATE_METRICS}
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
+
+
+def _print_undisclosed(rows, metric: str) -> None:
+    """Each row that depends on a setting its source does not give: the setting, why it is open, and
+    the prediction (and its error) at each plausible value; the row above keeps the preset's value."""
+    for r in rows:
+        if not r.undisclosed_range:
+            continue
+        own = r.metric or metric
+        fmt = _metric_format(own)
+        points = ", ".join(
+            f"{value:g} → {fmt.format(pred)} ({100 * _slowness(pred / r.published - 1, own):+.1f}%)"
+            for value, pred in r.undisclosed_range
+        )
+        console.print(
+            f"undisclosed: {r.label or r.optimizer}: {r.undisclosed_key} is not published "
+            f"({r.undisclosed_why}); predicted over its plausible values: {points}",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
 
 
 _ERROR_SIGN = (

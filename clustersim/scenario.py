@@ -137,6 +137,14 @@ class HostSpec(_Strict):
     cores: Count = Field(48, gt=0, description="physical cores per node")
     dram_gbs: Number | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
     memory_gib: Number = Field(512.0, gt=0)
+    page_fault_us: Number | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="cost of one demand-zero page fault (4 KiB page) when the driver first writes a freshly "
+        "mapped pageable buffer, microseconds; it varies with the CPU, the kernel and its mitigations; "
+        "default hardware_defaults.yaml host.first_touch_s_per_page",
+    )
 
 
 class SlowGpuSpec(_Strict):
