@@ -53,9 +53,14 @@ def test_the_seeds_rows_show_their_prediction_over_the_undisclosed_setting():
     (lo_v, lo), (hi_v, hi) = dos.undisclosed_range
     assert (lo_v, hi_v) == (1.0, 1.9)
     assert lo == pytest.approx(_time(1.0), rel=1e-9) and hi == pytest.approx(_time(1.9), rel=1e-9)
-    assert lo < dos.predicted < hi  # the row itself keeps the catalog's cost, between the two
+    assert lo < dos.predicted < hi  # the row itself keeps the preset's cost, between the two
+    assert dos.undisclosed_used == 1.4 and dos.undisclosed_unit == "us"
+    speedup = rows["Deep Optimizer States over DeepSpeed ZeRO-3 offload"]
+    (_, fast_faults), (_, slow_faults) = speedup.undisclosed_range
+    assert fast_faults < speedup.predicted < slow_faults  # costlier faults, a slower baseline
     onebit = next(r for r in report.rows if r.undisclosed_key == "gpus")
     assert [v for v, _ in onebit.undisclosed_range] == [16, 32, 64]
+    assert onebit.undisclosed_used == onebit.gpus == 32
     at_32 = dict(onebit.undisclosed_range)[32]
     assert at_32 == pytest.approx(onebit.predicted, rel=1e-9)  # the row's own size is one of them
     plain = [r for r in report.rows if r.undisclosed_key is None]
@@ -67,6 +72,8 @@ def test_validate_prints_the_undisclosed_range():
     assert out.exit_code == 0, out.output
     assert "undisclosed: Deep Optimizer States" in out.output
     assert "cluster.host.page_fault_us is not published" in out.output
+    assert "the row above uses 1.4 us; predicted at 1 us → 9.471 s" in out.output
+    assert "the GPU count is not published" in out.output
 
 
 def test_an_undisclosed_setting_needs_two_values_and_a_reason():

@@ -83,6 +83,7 @@ class Undisclosed(BaseModel):
     key: str = Field(min_length=1)
     values: list[float] = Field(min_length=2)
     why: str = Field(min_length=1)
+    unit: str = Field("", description="the values' unit, as printed after each (us, GPUs, samples per GPU)")
 
 
 Row.model_rebuild()
@@ -135,6 +136,8 @@ class RowResult:
     # a setting the source does not disclose: its key, why, and the prediction at each plausible value
     undisclosed_key: str | None = None
     undisclosed_why: str | None = None
+    undisclosed_unit: str | None = None
+    undisclosed_used: float | None = None  # the value the row itself was predicted at
     undisclosed_range: list[tuple[float, float]] | None = None  # (value, predicted), in value order
 
     @property
@@ -354,6 +357,16 @@ def _over_undisclosed(data: Dataset, row: Row, profile, bases: dict) -> list[tup
     return out
 
 
+def _used_value(row: Row, scenario) -> float | None:
+    """The value of the row's undisclosed setting that its own prediction used (None: unset, a default)."""
+    if row.undisclosed.key == "gpus":
+        return float(row.gpus)
+    value = scenario.model_dump()
+    for part in row.undisclosed.key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return None if value is None else float(value)
+
+
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
@@ -381,6 +394,8 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 row.published_below,
                 spec.key if spec else None,
                 spec.why if spec else None,
+                spec.unit if spec else None,
+                _used_value(row, scenario) if spec else None,
                 _over_undisclosed(data, row, profile, bases) if spec else None,
             )  # fmt: skip
         )
