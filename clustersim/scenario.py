@@ -528,6 +528,21 @@ class ParallelismSpec(_Strict):
         "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
         "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
     )
+    recompute_num_layers: Count | None = Field(
+        None,
+        ge=0,
+        description="with recompute: full, partial recomputation by layer count (Megatron's "
+        "--recompute-num-layers, NeMo's activations_checkpoint_num_layers), counted per model chunk (a "
+        "pipeline stage's, or a virtual stage's, blocks): with recompute_method block the first N blocks "
+        "of each chunk are recomputed and the rest keep their activations; with uniform every block is "
+        "recomputed, checkpointed in groups of N (only each group's input kept). Default: every block, "
+        "one at a time",
+    )
+    recompute_method: Literal["uniform", "block"] = Field(
+        "uniform",
+        description="how recompute_num_layers applies (Megatron's --recompute-method): block (the first N "
+        "blocks of each chunk) or uniform (groups of N blocks, each checkpointed at its input)",
+    )
 
     @property
     def model_parallel(self) -> bool:
@@ -1107,6 +1122,7 @@ def _check_semantics(s: Scenario) -> None:
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
+    _check_recompute_layers(s)
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
@@ -1174,6 +1190,43 @@ def _check_composition(s: Scenario) -> None:
             "with tensor/pipeline parallelism recomputation is Megatron's: set "
             "training.parallelism.recompute: full instead",
             key="workload.activation_checkpointing",
+        )
+
+
+def _check_recompute_layers(s: Scenario) -> None:
+    """Partial recomputation by layer count applies to full recomputation only, and counts blocks of one
+    model chunk (Megatron: num_layers_per_pipeline_rank, per virtual stage with interleaving)."""
+    par, key = s.training.parallelism, "training.parallelism.recompute_num_layers"
+    n = par.recompute_num_layers
+    if n is None:
+        if par.recompute_method != "uniform":
+            raise InputError(
+                "recompute_method: block needs recompute_num_layers (the blocks recomputed per chunk)",
+                key="training.parallelism.recompute_method",
+            )
+        return
+    if par.recompute != "full":
+        raise InputError(
+            f"recompute_num_layers applies to recompute: full (whole blocks), not {par.recompute}", key=key
+        )
+    if s.workload.activation_checkpointing:
+        raise InputError(
+            "recomputation is set twice: workload.activation_checkpointing recomputes every block; "
+            "keep training.parallelism.recompute_num_layers",
+            key="workload.activation_checkpointing",
+        )
+    if n == 0 and par.recompute_method == "uniform":
+        raise InputError("recompute_method uniform needs groups of at least 1 block", key=key)
+    arch = catalog.model(s.workload.model) if s.workload.model else None
+    if arch is None or arch.family != "transformer":
+        raise InputError("recompute_num_layers counts the blocks of a catalog transformer", key=key)
+    chunks = par.pipeline * par.virtual_stages
+    per_chunk = arch.layers // chunks
+    if n > per_chunk:
+        raise InputError(
+            f"recompute_num_layers {n} exceeds the {per_chunk} blocks of one model chunk "
+            f"({arch.layers} layers over pipeline x virtual_stages = {chunks})",
+            key=key,
         )
 
 

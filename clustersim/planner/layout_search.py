@@ -200,6 +200,9 @@ def _megatron_changes(t: int, p: int, recompute: str) -> dict[str, Any]:
         "training.parallelism.tensor": t,
         "training.parallelism.pipeline": p,
         "training.parallelism.recompute": recompute,
+        # the search recomputes every block or none (a scenario's partial count would not fit its layouts)
+        "training.parallelism.recompute_num_layers": None,
+        "training.parallelism.recompute_method": "uniform",
         "training.parallelism.distributed_optimizer": True,
         "training.parallelism.sequence_parallel": t > 1,
     }
