@@ -522,11 +522,14 @@ class ParallelismSpec(_Strict):
         description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
         "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
     )
-    recompute: Literal["none", "selective", "full"] = Field(
+    recompute: Literal["none", "selective", "full", "selective_op"] = Field(
         "none",
         description="activation recomputation (Megatron's --recompute-granularity): full re-runs each "
         "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
-        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
+        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022); selective_op is "
+        "TorchTitan's op-level selective checkpointing of Llama blocks (selective_ac_option 'op'): the "
+        "outputs of the attention kernel and of every other matmul (wq, wv, w1, w2) are kept, the "
+        "block's input besides, and the other matmuls (wk, wo, w3) and every pointwise op re-run",
     )
     recompute_num_layers: Count | None = Field(
         None,
@@ -1179,17 +1182,38 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled or s.training.offload.mode != "none":
         _check_sharded_model_parallel(s)
-    if s.workload.activation_checkpointing and par.recompute == "selective":
+    if s.workload.activation_checkpointing and par.recompute in ("selective", "selective_op"):
         raise InputError(
             "recomputation is set twice: workload.activation_checkpointing recomputes whole blocks and "
-            "training.parallelism.recompute: selective only their core attention; keep one",
+            f"training.parallelism.recompute: {par.recompute} only some of their ops; keep one",
             key="workload.activation_checkpointing",
         )
+    if par.recompute == "selective_op":
+        _check_op_checkpointing(s)
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "
             "training.parallelism.recompute: full instead",
             key="workload.activation_checkpointing",
+        )
+
+
+def _check_op_checkpointing(s: Scenario) -> None:
+    """TorchTitan's op-level policy counts the matmuls of its Llama block (wq, wk, wv, wo, w1, w3, w2 in
+    that order) and saves every other one; its blocks under tensor parallelism re-run their collectives,
+    which is not modelled."""
+    key = "training.parallelism.recompute"
+    arch = catalog.model(s.workload.model)
+    if getattr(arch, "style", None) != "llama":
+        raise InputError(
+            f"recompute: selective_op is TorchTitan's policy for Llama blocks; {s.workload.model} is not one",
+            key=key,
+        )
+    if s.training.parallelism.tensor > 1:
+        raise InputError(
+            "recompute: selective_op with tensor parallelism is not modelled (its re-run ops include "
+            "the blocks' collectives); use full or tensor: 1",
+            key=key,
         )
 
 

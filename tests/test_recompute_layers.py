@@ -186,3 +186,75 @@ def test_a_negative_layer_count_is_refused_by_the_schema():
     with pytest.raises(InputError) as err:
         validate_scenario(data)
     assert "recompute_num_layers" in str(err.value) or err.value.key.endswith("recompute_num_layers")
+
+
+# ---- TorchTitan's op-level selective checkpointing (recompute: selective_op) ----------------------------
+
+
+def _llama(recompute, **par):
+    data = {
+        "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "nic": {"count": 8}},
+        "workload": {"model": "Llama-3-8B", "micro_batch": 1, "seq_len": 2048, "gradient_accumulation": 2},
+        "training": {
+            "optimizer": "adam",
+            "sharding": {"framework": "fsdp"},
+            "parallelism": {"recompute": recompute, **par},
+        },
+    }
+    return validate_scenario(data)
+
+
+def test_op_checkpointing_reruns_every_second_matmul_and_the_pointwise_ops():
+    """Llama 3 8B (h 4096, 8 of 32 heads for K and V, f 14336): wk, wo and w3 run again, (h*kv + h^2 +
+    h*f) / (2h^2 + 2h*kv + 3hf) of the block's matmul FLOPs; the attention kernel does not; the forward's
+    pointwise group runs again whole. The step grows by exactly that per block and micro-batch."""
+    arch = model("Llama-3-8B")
+    h, f, kv = arch.hidden, arch.ffn, arch.hidden * arch.kv_heads // arch.heads
+    share = (h * kv + h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f)
+    assert share == pytest.approx(79_691_776 / 218_103_808)
+    sc = _llama("selective_op")
+    ctx = build_context(sc)
+    block = next(x for x in ctx.workload.layers if x.name == "block0")
+    lay = ctx.layout
+    again = lay.recomputed_ops(block)
+    fwd = {k.name: k for k in lay.kernels(build_context(_llama("full")).workload.layers[1].forward)}
+    gemm = next(k for k in again if k.name == "gemm")
+    assert gemm.flops == pytest.approx(share * fwd["gemm"].flops) and gemm.launches == 3
+    assert not any(k.name == "attention" for k in again)
+    assert next(k for k in again if k.name == "elementwise") == fwd["elementwise"]
+    base = simulate(_llama("full", recompute_method="block", recompute_num_layers=0))
+    extra = simulate(sc).breakdown["backward"] - base.breakdown["backward"]
+    assert extra == pytest.approx(2 * arch.layers * ctx.rank_kernels_time(again), rel=1e-9)
+
+
+def test_op_checkpointing_keeps_the_input_and_the_saved_outputs():
+    """Per block and micro-batch: 2 bytes x tokens x (input h + wq h + wv kv + attention h + w1 f + w2 h)
+    and the attention's fp32 log-sum-exp (4 bytes per head and token); between full and none in memory,
+    and in time."""
+    arch, tokens = model("Llama-3-8B"), 2048
+    h, kv = arch.hidden, arch.hidden * arch.kv_heads // arch.heads
+    lay = build_context(_llama("selective_op")).layout
+    assert lay.kept_block_bytes() == pytest.approx(tokens * (2 * (4 * h + kv + arch.ffn) + 4 * arch.heads))
+    runs = [
+        simulate(_llama("full")),
+        simulate(_llama("selective_op")),
+        simulate(_llama("full", recompute_method="block", recompute_num_layers=0)),
+    ]
+    mem = [r.memory["activations"] for r in runs]
+    times = [r.iteration_time for r in runs]
+    assert mem[0] < mem[1] < mem[2]
+    assert times[0] > times[1] > times[2]
+
+
+@pytest.mark.parametrize(
+    "model_name,par,words",
+    [("GPT-3-1.3B", {}, "Llama blocks"), ("Llama-3-8B", {"tensor": 2}, "tensor parallelism")],
+)
+def test_op_checkpointing_outside_torchtitans_llama_is_refused(model_name, par, words):
+    data = _llama("selective_op").model_dump()
+    data["workload"]["model"] = model_name
+    data["training"]["parallelism"].update(par)
+    with pytest.raises(InputError) as err:
+        validate_scenario(data)
+    assert err.value.key == "training.parallelism.recompute"
+    assert words in str(err.value)

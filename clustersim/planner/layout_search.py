@@ -284,6 +284,6 @@ def layout_label(scenario: dict[str, Any]) -> str:
         parts.append(f"ZeRO-{sh['stage']}")
     if par.get("recompute") == "full" or scenario.get("workload", {}).get("activation_checkpointing"):
         parts.append("recompute")
-    elif par.get("recompute") == "selective":
+    elif par.get("recompute") in ("selective", "selective_op"):
         parts.append("selective recompute")
     return ", ".join(parts) or "DP"

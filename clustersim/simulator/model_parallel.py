@@ -54,6 +54,7 @@ class Layout:
     # chunk): None recomputes every block, each checkpointed alone
     recompute_method: str = "uniform"
     recompute_num_layers: int | None = None
+    op_selective: bool = False  # TorchTitan's op-level selective checkpointing (recompute: selective_op)
 
     @classmethod
     def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
@@ -77,6 +78,7 @@ class Layout:
             selective=par.recompute == "selective",
             recompute_method=par.recompute_method,
             recompute_num_layers=par.recompute_num_layers,
+            op_selective=par.recompute == "selective_op",
         )
 
     # ---- communicators -------------------------------------------------------------------------
@@ -144,6 +146,8 @@ class Layout:
     def recompute_name(self) -> str:
         if self.recompute and self.recompute_num_layers is not None:
             return f"full ({self.recompute_method}, {self.recompute_num_layers} layers)"
+        if self.op_selective:
+            return "selective_op"
         return "full" if self.recompute else "selective" if self.selective else "none"
 
     # ---- full recomputation by layer count ------------------------------------------------------
@@ -258,6 +262,50 @@ class Layout:
         return {}
 
     @property
+    def op_recomputed_share(self) -> float:
+        """The share of a Llama block's matmul FLOPs TorchTitan's op-level policy re-runs: it counts the
+        block's aten.mm calls in order (wq, wk, wv in Attention.forward, wo, then w1, w3, w2 in
+        FeedForward.forward: w2(silu(w1(x)) * w3(x))) and saves the output of the 1st, 3rd, 5th and 7th
+        (torchtitan/parallelisms/parallelize_llama.py ``_save_list`` and ``_custom_policy``: "every second
+        mm" is recomputed), so wk (h x kv), wo (h x h) and w3 (h x f) run again."""
+        a = self.arch
+        h, f = a.hidden, a.ffn
+        kv = h * (a.kv_heads or a.heads) // a.heads
+        return (h * kv + h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f)
+
+    def recomputed_ops(self, layer: Layer) -> tuple[Kernel, ...]:
+        """What op-level selective checkpointing runs again before a block's backward, on one rank: the
+        re-run matmuls' share of the block's GEMM group (op_recomputed_share of its FLOPs, bytes and, under
+        FP8, of its casts; 3 launches: wk, wo, w3) and every pointwise op of the forward (RMSNorm, rotary
+        embedding, SiLU, gating multiply, residual adds: none is in ``_save_list``), which the block's
+        elementwise group counts whole. The attention kernel's output is saved, so it is not re-run."""
+        hit = self._recomputed.get(layer.name)
+        if hit is not None:
+            return hit
+        share, out = self.op_recomputed_share, []
+        for k in self.kernels(layer.forward):
+            if k.name == "gemm":
+                out.append(replace(k, flops=k.flops * share, bytes=k.bytes * share, launches=3))
+            elif k.name == "fp8_cast":
+                out.append(replace(k, bytes=k.bytes * share))
+            elif k.name != "attention":
+                out.append(k)
+        self._recomputed[layer.name] = out = tuple(out)
+        return out
+
+    def op_kept_bytes(self) -> float:
+        """What a block keeps under op-level selective checkpointing, per micro-batch: the checkpoint's
+        input (h per token) and the saved outputs: wq's (h), wv's (kv), the attention kernel's (h, and its
+        fp32 log-sum-exp, one per head and token), w1's (f) and w2's (h), at the activations' element size
+        (a Float8 matmul's output is bf16). The amax outputs the policy also saves are scalars per tensor
+        (abs outputs fused into them are not counted)."""
+        w, a = self.workload, self.arch
+        tokens, h = w.seq_len * w.micro_batch, a.hidden
+        kv = h * (a.kv_heads or a.heads) // a.heads
+        d = BYTES_PER_ELEMENT[storage_precision(w.precision)]
+        return tokens * (d * (4 * h + kv + a.ffn) + 4 * a.heads)
+
+    @property
     def gathers_in_fp8(self) -> bool:
         """FP8 training with sequence parallelism all-gathers a block's activations in FP8: Transformer
         Engine quantizes a linear layer's input before gathering it forward, and its output gradient
@@ -306,6 +354,8 @@ class Layout:
                 bwd = fwd + bwd
             elif is_block and self.selective:
                 bwd = self.recomputed_attention(layer) + bwd
+            elif is_block and self.op_selective:
+                bwd = self.recomputed_ops(layer) + bwd
             activations = self.kept_by(layer) if is_block else layer.activation_bytes / t
             tensors = tuple(p / t for p in layer.param_tensors)
             layers.append(Layer(layer.name, tensors, fwd, bwd, activations))
@@ -354,6 +404,8 @@ class Layout:
 
     def kept_block_bytes(self) -> float:
         """A block's activations kept for backward without full recomputation (block_activation_bytes)."""
+        if self.op_selective:
+            return self.op_kept_bytes()
         w, a = self.workload, self.arch
         s, b, h, t = w.seq_len, w.micro_batch, a.hidden, self.tensor
         scale = BYTES_PER_ELEMENT[storage_precision(w.precision)] / 2

@@ -89,6 +89,9 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     elif ctx.layout.selective:  # the blocks' core attention runs again before their backward
         bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
         host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
+    elif ctx.layout.op_selective:  # TorchTitan's op-level policy: some matmuls and the pointwise ops again
+        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
+        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
     return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
