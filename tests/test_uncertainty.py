@@ -301,3 +301,18 @@ def test_sweep_with_a_profile_for_another_chip_says_why_rows_did_not_run(runner,
     )
     assert res.exit_code == 0, res.output
     assert "could not be simulated" in res.output and "another chip" in res.output
+
+
+def test_a_pcie_limited_nic_is_not_said_to_keep_a_gap_the_runs_close():
+    """Where the speedup at the search's top is level (the two runs meet), the PCIe clause ("a faster NIC
+    does not close the gap") would contradict the margins printed beside it: it is left out."""
+    from clustersim.planner.breakeven import LEVEL, SEARCH_GBPS, BreakEven
+
+    common = dict(
+        optimizer="binsgdm", baseline="adam", gbps=None, verdict="always faster", host_link=(213.0, 4)
+    )
+    open_gap = BreakEven(**common, speedups=(16.6, 1.3))
+    closed = BreakEven(**common, speedups=(16.6, 1.0 + LEVEL / 2))
+    assert "does not close the gap" in open_gap.describe()
+    assert "does not close the gap" not in closed.describe()
+    assert f"level at {SEARCH_GBPS[1]:,.0f} Gb/s" in closed.describe() and "never slower" in closed.describe()
