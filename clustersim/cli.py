@@ -561,6 +561,8 @@ def compare(
     # every argument checked before any work starts
     request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
     opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at
+    if plan and asked and not json_out and getattr(costs, "model", None) == "own":
+        costs.server(s.cluster.gpu)  # a GPU the asked ownership model cannot price: said before any work
     run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
         rows = _some_simulated(
