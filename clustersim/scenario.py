@@ -1488,7 +1488,11 @@ def load_scenario(ref: str | Path) -> Scenario:
     if ref.startswith(PRESET_PREFIX):
         name = ref[len(PRESET_PREFIX) :]
         if name not in _preset_names():
-            raise InputError(f"unknown preset {name!r} (known: {', '.join(preset_names())})", source=ref)
+            import difflib
+
+            close = difflib.get_close_matches(name, preset_names(), n=1, cutoff=0.75)
+            hint = f"did you mean preset:{close[0]}? " if close else ""
+            raise InputError(f"unknown preset {name!r} ({hint}known: {', '.join(preset_names())})", source=ref)
         return _preset(name)
     path = Path(ref)
     return validate_scenario(read_structured_file(path), source=str(path))
