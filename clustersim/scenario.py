@@ -1492,7 +1492,8 @@ def load_scenario(ref: str | Path) -> Scenario:
 
             close = difflib.get_close_matches(name, preset_names(), n=1, cutoff=0.75)
             hint = f"did you mean preset:{close[0]}? " if close else ""
-            raise InputError(f"unknown preset {name!r} ({hint}known: {', '.join(preset_names())})", source=ref)
+            known = ", ".join(preset_names())
+            raise InputError(f"unknown preset {name!r} ({hint}known: {known})", source=ref)
         return _preset(name)
     path = Path(ref)
     return validate_scenario(read_structured_file(path), source=str(path))
