@@ -561,6 +561,8 @@ def compare(
     # every argument checked before any work starts
     request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
     opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at
+    if plan and asked and not json_out and getattr(costs, "model", None) == "own":
+        costs.server(s.cluster.gpu)  # a GPU the asked ownership model cannot price: said before any work
     run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
         rows = _some_simulated(
@@ -883,9 +885,14 @@ def validate(
         _ERROR_SIGN_SPEEDUP if speedup else _ERROR_SIGN + ("; speedups: + too high" if some_speedup else "")
     )
     console.print(sign, style="dim", markup=False, highlight=False)
+    if any(r.p10 is not None for r in report.rows):
+        console.print(_BAND_MARKS, style="dim", markup=False, highlight=False)
+    if any(r.published_below is not None for r in report.rows):
+        console.print(_THRESHOLD_ROWS, style="dim", markup=False, highlight=False)
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
+    _print_undisclosed(report.rows, d.metric)
     cov = report.coverage
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
@@ -901,11 +908,43 @@ def validate(
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
 
 
+def _print_undisclosed(rows, metric: str) -> None:
+    """Each row that depends on a setting its source does not give: the setting, why it is open, the
+    value the row above used, and the prediction (and its error) at each plausible value."""
+    for r in rows:
+        if not r.undisclosed_range:
+            continue
+        own = r.metric or metric
+        fmt = _metric_format(own) + _METRIC_UNIT.get(own, "")
+        unit = f" {r.undisclosed_unit}" if r.undisclosed_unit else ""
+        name = "the GPU count" if r.undisclosed_key == "gpus" else r.undisclosed_key
+        used = "its default" if r.undisclosed_used is None else f"{r.undisclosed_used:g}{unit}"
+        points = ", ".join(
+            f"{value:g}{unit} → {fmt.format(pred)} ({100 * _slowness(pred / r.published - 1, own):+.1f}%)"
+            for value, pred in r.undisclosed_range
+        )
+        console.print(
+            f"undisclosed: {r.label or r.optimizer}: {name} is not published ({r.undisclosed_why}); "
+            f"the row above uses {used}; predicted at {points}",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
+
+
+_METRIC_UNIT = {"iteration_time": " s"}
+
+
 _ERROR_SIGN = (
     "error: + predicted too slow (a step too long, a rate too low), - predicted too fast; "
     "|error| = |predicted - published| / published"
 )
 _ERROR_SIGN_SPEEDUP = "error: (predicted - published) / published speedup, + the predicted speedup too high"
+_BAND_MARKS = "✓ / ✗: the published value inside / outside the predicted P10–P90"
+_THRESHOLD_ROWS = (
+    "a published range a–b: the source gives a threshold (the first point of its grid that reaches a), "
+    "so its own value lies in a–b; ✓ when the band meets that range; the error is still against a"
+)
 
 
 def _slowness(error: float, metric: str) -> float:

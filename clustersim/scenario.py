@@ -137,6 +137,14 @@ class HostSpec(_Strict):
     cores: Count = Field(48, gt=0, description="physical cores per node")
     dram_gbs: Number | None = Field(None, gt=0, description="host DRAM bandwidth per node, GB/s")
     memory_gib: Number = Field(512.0, gt=0)
+    page_fault_us: Number | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="cost of one demand-zero page fault (4 KiB page) when the driver first writes a freshly "
+        "mapped pageable buffer, microseconds; it varies with the CPU, the kernel and its mitigations; "
+        "default hardware_defaults.yaml host.first_touch_s_per_page",
+    )
 
 
 class SlowGpuSpec(_Strict):
@@ -514,11 +522,29 @@ class ParallelismSpec(_Strict):
         description="Megatron's --use-distributed-optimizer: fp32 master weights and optimizer state "
         "sharded over the data-parallel group (ZeRO-1); gradients reduce-scattered, weights all-gathered",
     )
-    recompute: Literal["none", "selective", "full"] = Field(
+    recompute: Literal["none", "selective", "full", "selective_op"] = Field(
         "none",
         description="activation recomputation (Megatron's --recompute-granularity): full re-runs each "
         "block's forward in its backward; selective re-runs only the core attention (QK^T, softmax, "
-        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022)",
+        "dropout, attention over V) and keeps no s^2 scores (Korthikanti et al. 2022); selective_op is "
+        "TorchTitan's op-level selective checkpointing of Llama blocks (selective_ac_option 'op'): the "
+        "outputs of the attention kernel and of every other matmul (wq, wv, w1, w2) are kept, the "
+        "block's input besides, and the other matmuls (wk, wo, w3) and every pointwise op re-run",
+    )
+    recompute_num_layers: Count | None = Field(
+        None,
+        ge=0,
+        description="with recompute: full, partial recomputation by layer count (Megatron's "
+        "--recompute-num-layers, NeMo's activations_checkpoint_num_layers), counted per model chunk (a "
+        "pipeline stage's, or a virtual stage's, blocks): with recompute_method block the first N blocks "
+        "of each chunk are recomputed and the rest keep their activations; with uniform every block is "
+        "recomputed, checkpointed in groups of N (only each group's input kept). Default: every block, "
+        "one at a time",
+    )
+    recompute_method: Literal["uniform", "block"] = Field(
+        "uniform",
+        description="how recompute_num_layers applies (Megatron's --recompute-method): block (the first N "
+        "blocks of each chunk) or uniform (groups of N blocks, each checkpointed at its input)",
     )
 
     @property
@@ -1099,6 +1125,7 @@ def _check_semantics(s: Scenario) -> None:
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
+    _check_recompute_layers(s)
     if par.model_parallel or par.virtual_stages > 1 or par.sequence_parallel:
         _check_parallelism(s)
         _check_composition(s)
@@ -1155,17 +1182,75 @@ def _check_composition(s: Scenario) -> None:
     par = s.training.parallelism
     if s.training.sharding.enabled or s.training.offload.mode != "none":
         _check_sharded_model_parallel(s)
-    if s.workload.activation_checkpointing and par.recompute == "selective":
+    if s.workload.activation_checkpointing and par.recompute in ("selective", "selective_op"):
         raise InputError(
             "recomputation is set twice: workload.activation_checkpointing recomputes whole blocks and "
-            "training.parallelism.recompute: selective only their core attention; keep one",
+            f"training.parallelism.recompute: {par.recompute} only some of their ops; keep one",
             key="workload.activation_checkpointing",
         )
+    if par.recompute == "selective_op":
+        _check_op_checkpointing(s)
     if s.workload.activation_checkpointing and (par.tensor > 1 or par.pipeline > 1):
         raise InputError(
             "with tensor/pipeline parallelism recomputation is Megatron's: set "
             "training.parallelism.recompute: full instead",
             key="workload.activation_checkpointing",
+        )
+
+
+def _check_op_checkpointing(s: Scenario) -> None:
+    """TorchTitan's op-level policy counts the matmuls of its Llama block (wq, wk, wv, wo, w1, w3, w2 in
+    that order) and saves every other one; its blocks under tensor parallelism re-run their collectives,
+    which is not modelled."""
+    key = "training.parallelism.recompute"
+    arch = catalog.model(s.workload.model)
+    if getattr(arch, "style", None) != "llama":
+        raise InputError(
+            f"recompute: selective_op is TorchTitan's policy for Llama blocks; {s.workload.model} is not one",
+            key=key,
+        )
+    if s.training.parallelism.tensor > 1:
+        raise InputError(
+            "recompute: selective_op with tensor parallelism is not modelled (its re-run ops include "
+            "the blocks' collectives); use full or tensor: 1",
+            key=key,
+        )
+
+
+def _check_recompute_layers(s: Scenario) -> None:
+    """Partial recomputation by layer count applies to full recomputation only, and counts blocks of one
+    model chunk (Megatron: num_layers_per_pipeline_rank, per virtual stage with interleaving)."""
+    par, key = s.training.parallelism, "training.parallelism.recompute_num_layers"
+    n = par.recompute_num_layers
+    if n is None:
+        if par.recompute_method != "uniform":
+            raise InputError(
+                "recompute_method: block needs recompute_num_layers (the blocks recomputed per chunk)",
+                key="training.parallelism.recompute_method",
+            )
+        return
+    if par.recompute != "full":
+        raise InputError(
+            f"recompute_num_layers applies to recompute: full (whole blocks), not {par.recompute}", key=key
+        )
+    if s.workload.activation_checkpointing:
+        raise InputError(
+            "recomputation is set twice: workload.activation_checkpointing recomputes every block; "
+            "keep training.parallelism.recompute_num_layers",
+            key="workload.activation_checkpointing",
+        )
+    if n == 0 and par.recompute_method == "uniform":
+        raise InputError("recompute_method uniform needs groups of at least 1 block", key=key)
+    arch = catalog.model(s.workload.model) if s.workload.model else None
+    if arch is None or arch.family != "transformer":
+        raise InputError("recompute_num_layers counts the blocks of a catalog transformer", key=key)
+    chunks = par.pipeline * par.virtual_stages
+    per_chunk = arch.layers // chunks
+    if n > per_chunk:
+        raise InputError(
+            f"recompute_num_layers {n} exceeds the {per_chunk} blocks of one model chunk "
+            f"({arch.layers} layers over pipeline x virtual_stages = {chunks})",
+            key=key,
         )
 
 
@@ -1403,7 +1488,12 @@ def load_scenario(ref: str | Path) -> Scenario:
     if ref.startswith(PRESET_PREFIX):
         name = ref[len(PRESET_PREFIX) :]
         if name not in _preset_names():
-            raise InputError(f"unknown preset {name!r} (known: {', '.join(preset_names())})", source=ref)
+            import difflib
+
+            close = difflib.get_close_matches(name, preset_names(), n=1, cutoff=0.75)
+            hint = f"did you mean preset:{close[0]}? " if close else ""
+            known = ", ".join(preset_names())
+            raise InputError(f"unknown preset {name!r} ({hint}known: {known})", source=ref)
         return _preset(name)
     path = Path(ref)
     return validate_scenario(read_structured_file(path), source=str(path))

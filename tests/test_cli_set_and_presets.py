@@ -197,3 +197,9 @@ def test_an_overlap_error_names_the_file_and_key_once(runner, tmp_path):
     res = runner.invoke(app, ["run", str(path)])
     out = res.stdout + (res.stderr or "")
     assert res.exit_code == 2 and out.count("overlap_steps") == 1 and str(path) in out, out
+
+
+def test_a_misspelled_preset_suggests_the_near_name(runner):
+    res = runner.invoke(app, ["run", "preset:defualt"])
+    assert res.exit_code == 2 and "did you mean preset:default?" in res.output
+    assert "did you mean" not in runner.invoke(app, ["run", "preset:nope"]).output

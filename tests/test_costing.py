@@ -193,6 +193,17 @@ def test_compare_names_the_cluster_and_set_values_and_prices_by_one_model():
     assert "Cost to train" not in CliRunner().invoke(app, args).stdout  # no steps, no cost
 
 
+def test_compare_refuses_an_unpriced_owned_gpu_before_printing_anything():
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    args = ["compare", "preset:default", "--gpus", "16", "--steps", "1000", "--samples", "0", "--cost", "own"]
+    r = CliRunner().invoke(app, [*args, "--set", "cluster.gpu=V100-PCIe", "--optimizers", "adam,binsgdm"])
+    assert r.exit_code == 2
+    assert r.stdout == "" and "no server price for V100-PCIe" in r.stderr
+
+
 def test_the_default_model_is_owned_where_every_gpu_has_a_server_price_else_rented():
     from clustersim.report.costing import Own, Rent, auto_model
 

@@ -60,6 +60,8 @@ LOGGED_BATCH = {
     "NeMo 24.07 LLAMA2-70B pre-training, 64 GPUs": 128,
     "Megatron-Bridge 26.02 LLAMA3_70B, 64 GPUs, GBS 256": 256,
     "TorchTitan Llama 3.1 70B, 256 GPUs, FSDP 32 x TP 8": 512,
+    "TorchTitan Llama 3.1 8B, 8 GPUs, FSDP 8, selective op AC, eager, BF16": 16,  # Table 1
+    "TorchTitan Llama 3.1 8B, 128 GPUs, FSDP 128, selective op AC, compiled, Float8": 256,  # Table 3
     "DGXC NeMo 24.11 GPT-3 175B FP8, Eos, 2,048 GPUs": 4096,  # 16 per node
     "DGXC NeMo 24.11 GPT-3 175B BF16, Eos, 128 GPUs": 256,
     "NeMo launcher GPT-3 5B, DGX A100, 8 GPUs": 2048,
@@ -164,6 +166,23 @@ def test_benchmarks_are_measured_at_three_sizes_or_more():
     assert sizes["NeMo-GPT3-5B"] >= {8, 16, 32, 64, 128, 256}
     assert sizes["Nemotron-4-15B"] == {16, 32, 64, 128, 256, 512, 1024, 2048}
     assert max(sizes["GPT-3-175B"]) > 1000
+
+
+def test_torchtitans_selective_rows_run_its_op_level_policy():
+    """Tables 1 and 3 ('selective activation checkpointing') ran torchtitan's Llama 3 8B preset, whose
+    selective_ac_option is 'op': recompute selective_op, FSDP, local batch 2 of 8192 tokens, at 8 and 128
+    GPUs; bf16 where the row has no Float8, eager with one kernel per op where it has no torch.compile."""
+    rows = [r for r in DATA.rows if "selective op AC" in r.label]
+    assert len(rows) == 6 and {r.gpus for r in rows} == {8, 128}
+    for row in rows:
+        s = row_scenario(DATA, row)
+        assert s.training.parallelism.recompute == "selective_op" and s.training.sharding.framework == "fsdp"
+        assert (s.workload.micro_batch, s.workload.seq_len, s.workload.model) == (2, 8192, "Llama-3-8B")
+        assert s.workload.precision == ("fp8" if "Float8" in row.label else "bf16")
+        eager = "eager" in row.label
+        assert s.workload.execution == ("eager" if eager else "compiled")
+        assert s.workload.pointwise == ("unfused" if eager else "fused")
+        assert row.series and row.series in {r.series for r in rows if r.gpus != row.gpus}
 
 
 def test_a100_rows_run_on_the_dgx_a100_cluster():

@@ -331,3 +331,18 @@ def test_a_stated_step_keeps_its_other_phase_in_every_draw():
     draw = Perturbation(network_params(None), 1.5)
     assert build_context(s, stated, draw).measured_other() == phases.other_s
     assert build_context(s, measured, draw).measured_other() == pytest.approx(1.5 * phases.other_s)
+
+
+def test_a_pcie_limited_nic_is_not_said_to_keep_a_gap_the_runs_close():
+    """Where the speedup at the search's top is level (the two runs meet), the PCIe clause ("a faster NIC
+    does not close the gap") would contradict the margins printed beside it: it is left out."""
+    from clustersim.planner.breakeven import LEVEL, SEARCH_GBPS, BreakEven
+
+    common = dict(
+        optimizer="binsgdm", baseline="adam", gbps=None, verdict="always faster", host_link=(213.0, 4)
+    )
+    open_gap = BreakEven(**common, speedups=(16.6, 1.3))
+    closed = BreakEven(**common, speedups=(16.6, 1.0 + LEVEL / 2))
+    assert "does not close the gap" in open_gap.describe()
+    assert "does not close the gap" not in closed.describe()
+    assert f"level at {SEARCH_GBPS[1]:,.0f} Gb/s" in closed.describe() and "never slower" in closed.describe()

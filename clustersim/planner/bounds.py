@@ -12,6 +12,7 @@ FLOP in the roofline model), and a halved micro-batch (fit_micro_batch) is no fa
 
 from __future__ import annotations
 
+from clustersim.catalog import model
 from clustersim.errors import InputError
 from clustersim.scenario import Scenario
 
@@ -32,8 +33,10 @@ def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
     if per_micro_batch is None:
         return 0.0
     forward, backward, params = per_micro_batch
-    if par.recompute == "full" or scenario.workload.activation_checkpointing:
+    if scenario.workload.activation_checkpointing:
         backward += forward
+    elif par.recompute == "full":  # the recomputed share of the blocks (recompute_num_layers, method block)
+        backward += forward * _recomputed_share(scenario)
     # The row may run at a smaller micro-batch (fit_micro_batch halves it while memory is short), whose
     # bubble is smaller: the bubble is counted at micro-batch 1, where it is least, and every sample at
     # this micro-batch's rate, which a smaller one does not beat.
@@ -42,6 +45,16 @@ def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
     passes = samples + (par.pipeline - 1) / (par.virtual_stages if par.schedule == "interleaved" else 1)
     compute = (forward + backward) / mb * passes / (par.tensor * par.pipeline)
     return COMPUTE_BOUND_MARGIN * (compute + _megatron_gradient_sync(scenario, params))
+
+
+def _recomputed_share(scenario: Scenario) -> float:
+    """The share of a chunk's blocks full recomputation runs again: all of them, or with
+    recompute_method block the first recompute_num_layers of each chunk's blocks."""
+    par = scenario.training.parallelism
+    if par.recompute_num_layers is None or par.recompute_method == "uniform" or not scenario.workload.model:
+        return 1.0
+    per_chunk = model(scenario.workload.model).layers // (par.pipeline * par.virtual_stages)
+    return min(par.recompute_num_layers, per_chunk) / per_chunk
 
 
 def _megatron_gradient_sync(scenario: Scenario, params: float) -> float:

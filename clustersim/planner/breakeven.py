@@ -122,7 +122,9 @@ class BreakEven:
             if self.verdict == "always faster":
                 said = "never slower" if level_end else "faster"
                 capped = ""
-                if self.host_link is not None:
+                # the PCIe link keeps a gap open only where one is left at the search's top (a level
+                # end: the two runs meet there, whatever limits the NIC)
+                if self.host_link is not None and not level_end:
                     line, gen = self.host_link
                     capped = (
                         f"; past {_gbps(line)} Gb/s line rate the NIC's PCIe Gen{gen} link, not the line "

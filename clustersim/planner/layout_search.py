@@ -200,6 +200,9 @@ def _megatron_changes(t: int, p: int, recompute: str) -> dict[str, Any]:
         "training.parallelism.tensor": t,
         "training.parallelism.pipeline": p,
         "training.parallelism.recompute": recompute,
+        # the search recomputes every block or none (a scenario's partial count would not fit its layouts)
+        "training.parallelism.recompute_num_layers": None,
+        "training.parallelism.recompute_method": "uniform",
         "training.parallelism.distributed_optimizer": True,
         "training.parallelism.sequence_parallel": t > 1,
     }
@@ -281,6 +284,6 @@ def layout_label(scenario: dict[str, Any]) -> str:
         parts.append(f"ZeRO-{sh['stage']}")
     if par.get("recompute") == "full" or scenario.get("workload", {}).get("activation_checkpointing"):
         parts.append("recompute")
-    elif par.get("recompute") == "selective":
+    elif par.get("recompute") in ("selective", "selective_op"):
         parts.append("selective recompute")
     return ", ".join(parts) or "DP"

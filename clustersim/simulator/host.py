@@ -37,6 +37,7 @@ class HostModel:
     measured_params_per_s: float | None  # at ``threads``, from a profile
     rdma: bool
     scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
+    page_fault_s: float | None = None  # the scenario's cluster.host.page_fault_us, in seconds
 
     @classmethod
     def of(cls, ctx) -> "HostModel":
@@ -57,7 +58,9 @@ class HostModel:
             )
         rdma = c.nic.gpudirect_rdma if c.nic.gpudirect_rdma is not None else c.nic.kind == "infiniband"
         scale = getattr(ctx, "_host_rate_scale", 1.0)
-        return cls(pcie, pcie / per_switch, dram_node / c.gpus_per_node, threads, measured, rdma, scale)
+        fault = None if c.host.page_fault_us is None else c.host.page_fault_us * 1e-6
+        share = dram_node / c.gpus_per_node
+        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault)
 
     def links(self) -> dict[str, float]:
         return {
@@ -98,9 +101,11 @@ class HostModel:
 
     def first_touch(self, nbytes: float) -> float:
         """Seconds one thread spends faulting in ``nbytes`` of a freshly mapped buffer on first write:
-        one demand-zero page fault per page (hardware_defaults.yaml host.first_touch_s_per_page)."""
+        one demand-zero page fault per page (the scenario's cluster.host.page_fault_us, else
+        hardware_defaults.yaml host.first_touch_s_per_page)."""
         d = hardware_defaults()["host"]
-        return max(nbytes, 0.0) / d["page_bytes"] * d["first_touch_s_per_page"] * self.scale
+        per_page = d["first_touch_s_per_page"] if self.page_fault_s is None else self.page_fault_s
+        return max(nbytes, 0.0) / d["page_bytes"] * per_page * self.scale
 
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param

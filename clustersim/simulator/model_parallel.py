@@ -50,6 +50,11 @@ class Layout:
     workload: Workload
     fused_attention: bool = True
     selective: bool = False  # selective recomputation (the core attention only); ``recompute`` is full
+    # full recomputation by layer count (Megatron's --recompute-method / --recompute-num-layers, per
+    # chunk): None recomputes every block, each checkpointed alone
+    recompute_method: str = "uniform"
+    recompute_num_layers: int | None = None
+    op_selective: bool = False  # TorchTitan's op-level selective checkpointing (recompute: selective_op)
 
     @classmethod
     def of(cls, scenario: Scenario, workload: Workload) -> "Layout":
@@ -71,6 +76,9 @@ class Layout:
             workload,
             scenario.workload.attention == "fused",
             selective=par.recompute == "selective",
+            recompute_method=par.recompute_method,
+            recompute_num_layers=par.recompute_num_layers,
+            op_selective=par.recompute == "selective_op",
         )
 
     # ---- communicators -------------------------------------------------------------------------
@@ -136,7 +144,37 @@ class Layout:
 
     @property
     def recompute_name(self) -> str:
+        if self.recompute and self.recompute_num_layers is not None:
+            return f"full ({self.recompute_method}, {self.recompute_num_layers} layers)"
+        if self.op_selective:
+            return "selective_op"
         return "full" if self.recompute else "selective" if self.selective else "none"
+
+    # ---- full recomputation by layer count ------------------------------------------------------
+    @property
+    def blocks_per_chunk(self) -> int:
+        return self.arch.layers // (self.pipeline * self.virtual)
+
+    @property
+    def recomputed_per_chunk(self) -> int:
+        """Blocks of each chunk whose forward runs again before their backward (Megatron-LM,
+        megatron/core/transformer/transformer_block.py ``_checkpointed_forward``, per
+        num_layers_per_pipeline_rank, i.e. per virtual chunk): none without full recomputation; with
+        method block the first recompute_num_layers; with uniform all of them (the groups of N share
+        one checkpoint, but every block inside a group runs again)."""
+        if not self.recompute:
+            return 0
+        n = self.recompute_num_layers
+        if n is None or self.recompute_method == "uniform":
+            return self.blocks_per_chunk
+        return min(n, self.blocks_per_chunk)
+
+    def recomputes(self, layer: Layer) -> bool:
+        """Whether ``layer`` (a block, named block<i> in model order) is recomputed: its position in its
+        chunk is among the chunk's first ``recomputed_per_chunk``."""
+        if not self.recompute or not layer.name.startswith("block"):
+            return False
+        return int(layer.name[5:]) % self.blocks_per_chunk < self.recomputed_per_chunk
 
     # ---- the model split -----------------------------------------------------------------------
     @cached_property
@@ -224,6 +262,51 @@ class Layout:
         return {}
 
     @property
+    def op_recomputed_share(self) -> float:
+        """The share of a Llama block's matmul FLOPs TorchTitan's op-level policy re-runs: it counts the
+        block's aten.mm calls in order (wq, wk, wv in Attention.forward, wo, then w1, w3, w2 in
+        FeedForward.forward: w2(silu(w1(x)) * w3(x))) and saves the output of the 1st, 3rd, 5th and 7th
+        (torchtitan/parallelisms/parallelize_llama.py ``_save_list`` and ``_custom_policy``: "every second
+        mm" is recomputed), so wk (h x kv), wo (h x h) and w3 (h x f) run again."""
+        a = self.arch
+        h, f = a.hidden, a.ffn
+        kv = h * (a.kv_heads or a.heads) // a.heads
+        return (h * kv + h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f)
+
+    def recomputed_ops(self, layer: Layer) -> tuple[Kernel, ...]:
+        """What op-level selective checkpointing runs again before a block's backward, on one rank: the
+        re-run matmuls' share of the block's GEMM group (op_recomputed_share of its FLOPs, bytes and, under
+        FP8, of its casts; 3 launches: wk, wo, w3) and every pointwise op of the forward (RMSNorm, rotary
+        embedding, SiLU, gating multiply, residual adds: none is in ``_save_list``), which the block's
+        elementwise group counts whole. The attention kernel's output is saved, so it is not re-run."""
+        hit = self._recomputed.get(layer.name)
+        if hit is not None:
+            return hit
+        share, out = self.op_recomputed_share, []
+        for k in self.kernels(layer.forward):
+            if k.name == "gemm":
+                out.append(replace(k, flops=k.flops * share, bytes=k.bytes * share, launches=3))
+            elif k.name == "fp8_cast":
+                out.append(replace(k, bytes=k.bytes * share))
+            elif k.name != "attention":
+                out.append(k)
+        self._recomputed[layer.name] = out = tuple(out)
+        return out
+
+    def op_kept_bytes(self) -> float:
+        """What a block keeps under op-level selective checkpointing, per micro-batch: the checkpoint's
+        input (h per token) and the saved outputs: wq's (h), wv's (kv), the attention kernel's (h, and its
+        fp32 log-sum-exp, one per head and token), w1's (f) and w2's (h), at the activations' element size
+        (a Float8 matmul's output is bf16). The abs/max outputs the policy also saves for Float8's scaling
+        are not counted: torchtitan's table shows no memory for them (Table 1: 76.8 GiB with Float8, 77.0
+        without)."""
+        w, a = self.workload, self.arch
+        tokens, h = w.seq_len * w.micro_batch, a.hidden
+        kv = h * (a.kv_heads or a.heads) // a.heads
+        d = BYTES_PER_ELEMENT[storage_precision(w.precision)]
+        return tokens * (d * (4 * h + kv + a.ffn) + 4 * a.heads)
+
+    @property
     def gathers_in_fp8(self) -> bool:
         """FP8 training with sequence parallelism all-gathers a block's activations in FP8: Transformer
         Engine quantizes a linear layer's input before gathering it forward, and its output gradient
@@ -241,7 +324,7 @@ class Layout:
         if self.tensor == 1:
             return []
         if layer.name.startswith("block"):
-            n = 2 if forward else 2 * (2 if self.recompute else 1)
+            n = 2 if forward else 2 * (2 if self.recomputes(layer) else 1)
         elif layer.name == "embedding":
             n = 1 if forward else 0
         else:  # the head
@@ -264,19 +347,21 @@ class Layout:
         and gathers apply to params/t unchanged."""
         if self.pipeline != 1:
             raise ValueError("a rank workload stands for the whole model only without a pipeline")
-        t, block = self.tensor, self.block_activation_bytes()
-        layers = []
+        t, layers = self.tensor, []
         for layer in self.workload.layers:
             fwd, bwd = self.kernels(layer.forward), self.kernels(layer.backward, backward=True)
             is_block = layer.name.startswith("block")
-            if is_block and self.recompute:
+            if self.recomputes(layer):
                 bwd = fwd + bwd
             elif is_block and self.selective:
                 bwd = self.recomputed_attention(layer) + bwd
-            activations = block if is_block else layer.activation_bytes / t
+            elif is_block and self.op_selective:
+                bwd = self.recomputed_ops(layer) + bwd
+            activations = self.kept_by(layer) if is_block else layer.activation_bytes / t
             tensors = tuple(p / t for p in layer.param_tensors)
             layers.append(Layer(layer.name, tensors, fwd, bwd, activations))
-        return replace(self.workload, layers=tuple(layers), recompute_peak_bytes=0.0)
+        peak = self.recompute_group_bytes()
+        return replace(self.workload, layers=tuple(layers), recompute_peak_bytes=peak)
 
     # ---- memory --------------------------------------------------------------------------------
     def block_activation_bytes(self) -> float:
@@ -284,12 +369,47 @@ class Layout:
         Table 2, 16-bit): sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh(34/t + 5as/(ht)); with
         selective recomputation the 5as/(ht) term goes; with full recomputation only the block's input, 2sbh
         (2sbh/t sequence-parallel). Scaled by the element size for other precisions; under FP8 training the
-        bf16 count less the linear layers' inputs kept as FP8 copies (workloads/fp8.py)."""
+        bf16 count less the linear layers' inputs kept as FP8 copies (workloads/fp8.py). The block that is
+        recomputed when only some are (recompute_num_layers): ``kept_by`` says which each keeps."""
+        return self.checkpoint_block_bytes() if self.recompute else self.kept_block_bytes()
+
+    def checkpoint_block_bytes(self) -> float:
+        """What a recomputed block (or a uniform group of them) keeps: its input, 2sbh bytes in 16 bits
+        (2sbh/t sequence-parallel; Megatron's checkpoint saves the hidden states it was called with)."""
+        w = self.workload
+        scale = BYTES_PER_ELEMENT[storage_precision(w.precision)] / 2
+        split = self.tensor if self.sequence_parallel else 1
+        return 2 * w.seq_len * w.micro_batch * self.arch.hidden / split * scale
+
+    def kept_by(self, layer: Layer) -> float:
+        """What block ``layer`` keeps for backward per micro-batch: all its activations when it is not
+        recomputed; its input when it is, except that a uniform group of N blocks keeps one input for
+        all N (the group's first block holds it, the others nothing)."""
+        if not self.recomputes(layer):
+            return self.kept_block_bytes()
+        n, position = self.recompute_num_layers, int(layer.name[5:]) % self.blocks_per_chunk
+        if self.recompute_method == "uniform" and n is not None and position % n:
+            return 0.0
+        return self.checkpoint_block_bytes()
+
+    def recompute_group_bytes(self) -> float:
+        """The extra activations live while a uniform group of N blocks is recomputed before its
+        backward: the N blocks' forward re-runs as one and all N blocks' activations are live at once,
+        N - 1 blocks' more than the one block that recomputing a single block holds (which the model, as
+        for full recomputation, leaves out). Once per rank, not per micro-batch in flight: one backward
+        runs at a time."""
+        n = self.recompute_num_layers
+        if not self.recompute or self.recompute_method != "uniform" or n is None:
+            return 0.0
+        return (min(n, self.blocks_per_chunk) - 1) * self.kept_block_bytes()
+
+    def kept_block_bytes(self) -> float:
+        """A block's activations kept for backward without full recomputation (block_activation_bytes)."""
+        if self.op_selective:
+            return self.op_kept_bytes()
         w, a = self.workload, self.arch
         s, b, h, t = w.seq_len, w.micro_batch, a.hidden, self.tensor
         scale = BYTES_PER_ELEMENT[storage_precision(w.precision)] / 2
-        if self.recompute:
-            return 2 * s * b * h / (t if self.sequence_parallel else 1) * scale
         # fused attention (FlashAttention) keeps no s^2 scores, nor does selective recomputation
         # (Table 2: sbh(10 + 24/t), sbh*34/t with sequence parallelism)
         attention = 0.0 if self.fused_attention or self.selective else 5 * a.heads * s / (h * t)
@@ -309,16 +429,15 @@ class Layout:
     def activation_bytes(self) -> float:
         """The peak over stages of the activations a rank holds."""
         best = 0.0
-        block = self.block_activation_bytes()
         for stage in range(self.pipeline):
             chunks = [c for c in self.chunks if c.stage == stage]
             per_chunk = max(
-                c.blocks * block
+                sum(self.kept_by(x) for x in c.layers if x.name.startswith("block"))
                 + sum(x.activation_bytes for x in c.layers if x.name in ("embedding", "head")) / self.tensor
                 for c in chunks
             )
             best = max(best, per_chunk * self.in_flight(stage))
-        return best
+        return best + self.recompute_group_bytes()
 
 
 def warmup(layout: Layout, stage: int) -> int:

@@ -68,6 +68,25 @@ class Row(BaseModel):
     # own value then lies between the two: the row's band holds it when the two ranges overlap; the
     # error is still against ``published``.
     published_below: float | None = Field(None, gt=0)
+    # a setting the result depends on that the source does not disclose: the row says which, and
+    # validate shows its prediction over the setting's plausible values (the row itself keeps the
+    # preset's choice)
+    undisclosed: "Undisclosed | None" = None
+
+
+class Undisclosed(BaseModel):
+    """A setting a published result depends on that its source does not give: a dotted scenario key
+    (or ``gpus``, where the source does not say at which size its figure falls), the values it could
+    plausibly take, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str = Field(min_length=1)
+    values: list[float] = Field(min_length=2)
+    why: str = Field(min_length=1)
+    unit: str = Field("", description="the values' unit, as printed after each (us, GPUs, samples per GPU)")
+
+
+Row.model_rebuild()
 
 
 class Dataset(BaseModel):
@@ -114,6 +133,12 @@ class RowResult:
     label: str | None = None  # the row's name (benchmark, system, size)
     series: str | None = None  # the rows of one system and software at several sizes
     published_below: float | None = None  # a threshold row: the source's own value is below this
+    # a setting the source does not disclose: its key, why, and the prediction at each plausible value
+    undisclosed_key: str | None = None
+    undisclosed_why: str | None = None
+    undisclosed_unit: str | None = None
+    undisclosed_used: float | None = None  # the value the row itself was predicted at
+    undisclosed_range: list[tuple[float, float]] | None = None  # (value, predicted), in value order
 
     @property
     def inside(self) -> bool | None:
@@ -292,6 +317,56 @@ def row_scenario(data: Dataset, row: Row, bases: dict | None = None):
     return base.with_world_size(row.gpus).with_changes(**changes)
 
 
+def _predict(data: Dataset, row: Row, scenario, profile, samples: int):
+    """(predicted, P10, P90, band note) of one row on ``scenario``."""
+    metric = row.metric or data.metric
+    if metric in RATIO_METRICS:
+        against = row.baseline or row.optimizer
+        baseline = scenario.with_changes(
+            **{
+                "training.optimizer": against,
+                "training.optimizer_options": data.optimizer_options.get(against, {}),
+                **row.baseline_changes,
+            }
+        )
+        predicted, lo, hi = _speedup(baseline, scenario, profile, samples, row.warmup)
+        if metric == "slowdown":  # the row's time over the baseline's: the speedup inverted
+            inverted = (None if hi is None else 1 / hi), (None if lo is None else 1 / lo)
+            predicted, (lo, hi) = 1 / predicted, inverted
+        return predicted, lo, hi, None
+    r = simulate(scenario, profile, uncertainty_samples=samples)
+    predicted = _metric(r, scenario, metric)
+    if metric == "compute_utilization":
+        lo, hi = _utilization_band(scenario, profile, samples)
+    else:
+        lo, hi = _band(r, metric, scenario)
+    return predicted, lo, hi, next((n for n in r.notes if "P10-P90 band" in n), None)
+
+
+def _over_undisclosed(data: Dataset, row: Row, profile, bases: dict) -> list[tuple[float, float]]:
+    """The row's point prediction at each plausible value of its undisclosed setting."""
+    spec = row.undisclosed
+    out = []
+    for value in sorted(spec.values):
+        if spec.key == "gpus":
+            variant = row.model_copy(update={"gpus": int(value), "undisclosed": None})
+            scenario = row_scenario(data, variant, bases)
+        else:
+            scenario = row_scenario(data, row, bases).with_changes(**{spec.key: value})
+        out.append((value, _predict(data, row, scenario, profile, 0)[0]))
+    return out
+
+
+def _used_value(row: Row, scenario) -> float | None:
+    """The value of the row's undisclosed setting that its own prediction used (None: unset, a default)."""
+    if row.undisclosed.key == "gpus":
+        return float(row.gpus)
+    value = scenario.model_dump()
+    for part in row.undisclosed.key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return None if value is None else float(value)
+
+
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
@@ -299,29 +374,8 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
     results = []
     for row in data.rows:
         scenario = row_scenario(data, row, bases)
-        metric = row.metric or data.metric
-        if metric in RATIO_METRICS:
-            against = row.baseline or row.optimizer
-            baseline = scenario.with_changes(
-                **{
-                    "training.optimizer": against,
-                    "training.optimizer_options": data.optimizer_options.get(against, {}),
-                    **row.baseline_changes,
-                }
-            )
-            predicted, lo, hi = _speedup(baseline, scenario, profile, samples, row.warmup)
-            if metric == "slowdown":  # the row's time over the baseline's: the speedup inverted
-                inverted = (None if hi is None else 1 / hi), (None if lo is None else 1 / lo)
-                predicted, (lo, hi) = 1 / predicted, inverted
-            note = None
-        else:
-            r = simulate(scenario, profile, uncertainty_samples=samples)
-            predicted = _metric(r, scenario, metric)
-            if metric == "compute_utilization":
-                lo, hi = _utilization_band(scenario, profile, samples)
-            else:
-                lo, hi = _band(r, metric, scenario)
-            note = next((n for n in r.notes if "P10-P90 band" in n), None)
+        predicted, lo, hi, note = _predict(data, row, scenario, profile, samples)
+        spec = row.undisclosed
         results.append(
             RowResult(
                 row.optimizer,
@@ -338,6 +392,11 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 row.label,
                 row.series,
                 row.published_below,
+                spec.key if spec else None,
+                spec.why if spec else None,
+                spec.unit if spec else None,
+                _used_value(row, scenario) if spec else None,
+                _over_undisclosed(data, row, profile, bases) if spec else None,
             )  # fmt: skip
         )
         if progress:

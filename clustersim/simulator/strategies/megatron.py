@@ -7,13 +7,14 @@ passes in Megatron's order (1F1B or interleaved, model_parallel.schedule). A pas
 chunk's layers (kernels split by t) followed by one op for the chunk's tensor-parallel collectives, on the
 critical path: per block 2 all-reduces of b*s*h elements forward and 2 backward (sequence parallel: an
 all-gather and a reduce-scatter each), plus one for the vocab-parallel embedding forward and one for the LM
-head's input backward; full recomputation repeats the forward's in backward (selective recomputation, of the
-core attention alone, none). The activation (forward) or its gradient (backward) then goes to the next chunk's
-stage by a send/recv over the topology; with t > 1 only 1/t of it (Narayanan et al. sec. 4.1, scatter/gather
-optimisation). The receiving pass waits for it. After its last backward each stage all-reduces its gradients
-over the data-parallel group (after backward, not overlapped: the 2021 Megatron-LM DDP the validation table
-measured), the tied word embedding's gradient between the first and last stage, then runs the optimizer update
-on its share of the parameters.
+head's input backward; full recomputation repeats the forward's in backward, for the blocks it recomputes
+(all, or recompute_num_layers of each chunk; selective recomputation, of the core attention alone, none).
+The activation (forward) or its gradient (backward) then goes to the next chunk's stage by a send/recv over
+the topology; with t > 1 only 1/t of it (Narayanan et al. sec. 4.1, scatter/gather optimisation). The
+receiving pass waits for it. After its last backward each stage all-reduces its gradients over the
+data-parallel group (after backward, not overlapped: the 2021 Megatron-LM DDP the validation table
+measured), the tied word embedding's gradient between the first and last stage, then runs the optimizer
+update on its share of the parameters.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _tp_ops(ctx: SimulationContext, chunk: Chunk, forward: bool) -> list[tuple[s
     if forward:
         n = per_block + (1 if chunk.first else 0)
     else:
-        n = per_block * (2 if L.recompute else 1) + (1 if chunk.last else 0)
+        # a recomputed block's forward collectives run again before its backward
+        n = per_block + 2 * L.recomputed_per_chunk + (1 if chunk.last else 0)
     if L.sequence_parallel:
         return [("all_gather", n), ("reduce_scatter", n)]
     return [("all_reduce", n)]
@@ -80,12 +82,16 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     bwd = sum(ctx.rank_backward_time(layer) for layer in chunk.layers)
     host_fwd = sum(ctx.host_forward_time(layer) for layer in chunk.layers)
     host_bwd = sum(ctx.host_backward_time(layer) for layer in chunk.layers)
-    if ctx.layout.recompute:  # the blocks' forward runs again before their backward
-        bwd += sum(ctx.rank_forward_time(layer) for layer in blocks)
-        host_bwd += sum(ctx.host_forward_time(layer) for layer in blocks)
+    if ctx.layout.recompute:  # the recomputed blocks' forward runs again before their backward
+        again = [layer for layer in blocks if ctx.layout.recomputes(layer)]
+        bwd += sum(ctx.rank_forward_time(layer) for layer in again)
+        host_bwd += sum(ctx.host_forward_time(layer) for layer in again)
     elif ctx.layout.selective:  # the blocks' core attention runs again before their backward
         bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
         host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
+    elif ctx.layout.op_selective:  # TorchTitan's op-level policy: some matmuls and the pointwise ops again
+        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
+        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
     return max(fwd, host_fwd), max(bwd, host_bwd)
 
 
