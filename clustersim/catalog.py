@@ -48,6 +48,8 @@ def storage_precision(precision: str) -> str:
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a number, not true/false")
+    if isinstance(value, str):  # a quoted "25" is text; 25 and 1e9 reach here as numbers (io.load_yaml)
+        raise ValueError(f"expected a number, not the text {value!r}")
     return value
 
 

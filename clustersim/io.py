@@ -149,6 +149,14 @@ def _loader():
                         seen.add(key)
                 return super().construct_mapping(node, deep)
 
+        # YAML 1.1 (PyYAML) reads 1e9 or 5e-7, with no dot, as a string; YAML 1.2 and JSON read a number.
+        # Numbers in the schemas refuse strings (catalog.Number: a quoted "25" is not 25), so exponent
+        # notation must arrive as the number it is written as.
+        UniqueKeyLoader.add_implicit_resolver(
+            "tag:yaml.org,2002:float",
+            re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+            list("-+0123456789"),
+        )
         _LOADER = UniqueKeyLoader
     return _LOADER
 

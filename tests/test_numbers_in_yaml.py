@@ -1,0 +1,51 @@
+"""Numbers in input files: 1e9 written without a dot is the number YAML 1.2 and JSON read (PyYAML's
+YAML 1.1 resolver read it as text, which the schemas then coerced), and a quoted "25" is text, refused
+by every Number field as counts already were."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from clustersim.cli import app
+from clustersim.errors import InputError
+from clustersim.io import load_yaml
+from clustersim.scenario import load_scenario
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("1e9", 1e9), ("5e-7", 5e-7), ("-2E+3", -2000.0), ("2.5e3", 2500.0), ("1.0e+9", 1e9)]
+)
+def test_exponent_notation_is_a_number(text, value):
+    assert load_yaml(f"x: {text}")["x"] == value
+
+
+@pytest.mark.parametrize("text", ["v1e9", "1e", "e9", "'1e9'", "1e9x"])
+def test_text_that_only_looks_like_it_stays_text(text):
+    assert isinstance(load_yaml(f"x: {text}")["x"], str)
+
+
+def test_a_quoted_number_is_refused_with_its_file_and_key(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
+        ' nic: {kind: ethernet_tcp, line_rate_gbps: "25"}}\n'
+        "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
+    )
+    with pytest.raises(InputError) as exc:
+        load_scenario(f)
+    assert "cluster.nic.line_rate_gbps" in str(exc.value) and "not the text '25'" in str(exc.value)
+    r = CliRunner().invoke(app, ["run", str(f), "--samples", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_exponent_notation_in_a_scenario_and_through_set(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
+        " nic: {kind: ethernet_tcp, line_rate_gbps: 1e2}}\n"
+        "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
+    )
+    assert load_scenario(f).cluster.nic.line_rate_gbps == 100.0
+    r = CliRunner().invoke(app, ["run", str(f), "--samples", "0", "--set", "cluster.nic.line_rate_gbps=4e2"])
+    assert r.exit_code == 0, r.output
