@@ -16,6 +16,26 @@ def _answer(result):
     return one(result["chosen"]), [one(r) for r in result["runners_up"]], one(result["fastest"])
 
 
+# A small grid of the built-in one's kind (several GPUs, both NIC kinds and rates, sizes from one node
+# to where the global batch runs out, compressed optimizers), small enough to evaluate exhaustively.
+SMALL_GRID = """name: small
+base:
+  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB, intra_node: {fabric: nvswitch},
+            nic: {kind: infiniband, count: 1, line_rate_gbps: 200}}
+  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}
+  training: {optimizer: adam}
+global_batch: 1024
+vary:
+  gpu: [V100-SXM2, A100-40GB, H100-SXM, B200]
+  gpus: [8, 32, 128, 512, 2048]
+  nic_kind: [ethernet_tcp, infiniband]
+  nic_gbps: [100, 400]
+  optimizer: [adam, binsgdm]
+per_gpu:
+  V100-SXM2: {precision: fp16, fabric: nvlink_mesh}
+"""
+
+
 @pytest.mark.parametrize(
     "model, steps, deadline_h, budget",
     [
@@ -24,19 +44,71 @@ def _answer(result):
         ("GPT-3-13B", 20_000, 400.0, None),
     ],
 )
-def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget):
-    args = (model, steps, deadline_h, budget, None, None, None)
+def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget, tmp_path):
+    """On a grid small enough to simulate every candidate, the pruned plan is the exhaustive one: the
+    choice, the runners-up and the fastest, each with its cost."""
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = (model, steps, deadline_h, budget, grid, None, None)
     pruned = plan(*args, samples=0, workers=1)
     full = plan(*args, samples=0, workers=1, prune=False)
-    assert full["pruned"] == 0 and pruned["simulated"] + pruned["pruned"] >= full["simulated"]
+    assert full["pruned"] == 0
+    assert pruned["simulated"] + pruned["pruned"] >= full["simulated"]
     assert _answer(pruned) == _answer(full)
 
 
-def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run():
+def test_the_default_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
+    """The built-in candidates are read against the catalog, so that they cannot silently shrink: every
+    shipped GPU but the CI runner's CPU stand-in, both NIC kinds the schema knows, and every power of
+    two from one 8-GPU node to 16,384 GPUs; each GPU's rows resolve to a valid cluster."""
+    import typing
+
+    from clustersim import catalog
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.scenario import NicSpec
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    vary = sweep.spec.vary
+    assert set(vary["gpu"]) == set(catalog.gpus()) - {"CPU-2vCPU"}
+    assert set(vary["nic_kind"]) == set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    assert vary["gpus"] == [2**k for k in range(3, 15)]
+    assert max(vary["gpus"]) == 16384
+    seen = set()
+    for row in sweep.rows():
+        if row["gpu"] not in seen and row["gpus"] == 64:
+            seen.add(row["gpu"])
+            resolve_row(sweep.base, row, 100, sweep.spec.global_batch)  # raises for an invalid node
+    assert seen == set(vary["gpu"])
+
+
+def test_the_default_grid_leaves_out_owned_gpus_without_a_server_price_saying_so_once():
+    """Owned (the default), a GPU of the built-in grid with no server price cannot be priced: its rows
+    are left out and the header says which, once, instead of the plan turning to rented prices."""
+    from clustersim.report import costing
+
+    result = plan("BERT-Large", 100_000, 72.0, None, None, None, None, samples=0)
+    own = costing.cost_model("own")
+    missing = sorted(g for g in candidate_gpus() if g not in own.o["servers"])
+    said = [n for n in result["recipe_notes"] if "no server price" in n]
+    assert len(said) == 1 and all(g in said[0] for g in missing) and missing
+    assert result["pricing"].startswith("owned")
+    assert result["chosen"]["gpu"] in own.o["servers"]
+
+
+def candidate_gpus():
+    from clustersim.planner.planning import candidate_sweep
+
+    return set(candidate_sweep(None).spec.vary["gpu"])
+
+
+def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run(tmp_path):
     """Rows go to the workers through a window whose results are taken in the order sent, so what is
     pruned does not depend on which worker finishes first: two runs prune the same count, and the
     answer is the unpruned one."""
-    args = ("GPT-3-1.3B", 50_000, 200.0, 60_000.0, None, None, None)
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-1.3B", 50_000, 200.0, 60_000.0, grid, None, None)
     first = plan(*args, samples=0, workers=2)
     again = plan(*args, samples=0, workers=2)
     full = plan(*args, samples=0, workers=1, prune=False)
@@ -150,9 +222,11 @@ def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():
 def test_an_unset_global_batch_gives_every_gpu_of_the_largest_candidate_a_sample(tmp_path):
     """Nobody set the batch: 1,024 samples, or more where the largest candidate has more GPUs (a multiple
     of 1,024 that splits over all of them), with a note; a batch the user or the file gives is kept."""
-    from clustersim.planner.planning import _recipe, candidate_sweep, default_global_batch
+    from clustersim.planner.planning import _recipe, candidate_sweep
 
-    assert default_global_batch(candidate_sweep(None)) == 1024  # the built-in grid: up to 512 GPUs
+    built_in = candidate_sweep(None)  # the built-in grid sets 1,024 itself, with no note: the default
+    assert _recipe(built_in, 1000, None)["global_batch"] == 1024
+    assert _recipe(built_in, 1000, None)["notes"] == []
     path = tmp_path / "big.yaml"
     path.write_text(
         "name: big\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: H100-SXM}\n"

@@ -381,8 +381,10 @@ def plan_cmd(
         None,
         "--candidates",
         help="Sweep file of candidate clusters; default: the built-in grid (catalogs/plan_candidates.yaml): "
-        "A100-80GB and H100-SXM, 8 to 512 GPUs in 8-GPU NVSwitch nodes, Ethernet or InfiniBand at 100 or "
-        "400 Gb/s, adam, onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit.",
+        "every catalog GPU but the CPU stand-in (V100-SXM2, V100-PCIe, A100-40GB, A100-80GB, H100-SXM, "
+        "H100-PCIe, H200, B200, GB200, H20, L40S, L4, A10G, RTX-4090, MI250X, MI300X; owned, those with a "
+        "server price), 8 to 16384 GPUs in 8-GPU nodes, Ethernet or InfiniBand at 100 or 400 Gb/s, adam, "
+        "onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit; 1,024 samples per step.",
     ),
     global_batch: Optional[int] = typer.Option(
         None,

@@ -409,7 +409,10 @@ def candidate_sweep(path: Path | None) -> Sweep:
         return load_sweep(path)
     raw = load_yaml(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
     spec = SweepFile.model_validate(raw)
-    return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
+    return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), BUILT_IN)
+
+
+BUILT_IN = "built-in candidates"  # the source of catalogs/plan_candidates.yaml's Sweep
 
 
 DEFAULT_GLOBAL_BATCH = 1024  # plan's samples per step when neither --global-batch nor the file sets one
@@ -480,7 +483,7 @@ def plan(
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
-            costs=costs, as_sold=as_sold, workers=workers, prune=prune,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=candidates is None,
         )  # fmt: skip
 
 
@@ -530,7 +533,7 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
         notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
     if global_batch is None:
         global_batch = file_batch or default_global_batch(sweep)
-        if file_batch:
+        if file_batch and sweep.source != BUILT_IN:  # the built-in grid's is the default recipe's
             notes.append(f"global batch {file_batch:,} from the candidates file")
         elif global_batch != DEFAULT_GLOBAL_BATCH:
             notes.append(
@@ -570,6 +573,23 @@ def rented_rows(rows: list[dict[str, Any]], rent) -> list[dict[str, Any]]:
     return out
 
 
+def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
+    """The built-in candidates hold every catalog GPU; owned (the default cost model), those without a
+    server price in the ownership catalog cannot be priced, and are left out, said once in the header
+    (a candidates file of one's own with such a GPU is priced as rented instead: costing.auto_model)."""
+    model = (costs or costing.cost_model(None, price, network)) if only else None
+    if not isinstance(model, costing.Own):
+        return rows
+    missing = sorted(g for g in _candidate_gpus(base, rows) if g not in model.o["servers"])
+    if not missing:
+        return rows
+    notes.append(
+        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--cost rent or "
+        "--price prices them)"
+    )
+    return [r for r in rows if str(r.get("gpu", base.cluster.gpu_name)) not in missing]
+
+
 def _as_sold(rows: list[dict[str, Any]], costs, as_sold: bool, notes: list[str]) -> list[dict[str, Any]]:
     if not as_sold:
         return rows
@@ -593,6 +613,7 @@ def _plan(
     as_sold=False,
     workers: int = 0,
     prune: bool = True,
+    priced_only: bool = False,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -611,6 +632,8 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
+    only = priced_only and not as_sold
+    candidates = _priced_only(base, candidates, costs, price, network, recipe["notes"], only)
     rows = with_layouts(base, candidates, steps, global_batch, workers)
     pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
     if pinned is not base:
