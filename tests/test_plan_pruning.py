@@ -87,7 +87,7 @@ def test_the_default_grid_leaves_out_owned_gpus_without_a_server_price_saying_so
     are left out and the header says which, once, instead of the plan turning to rented prices."""
     from clustersim.report import costing
 
-    result = plan("BERT-Large", 100_000, 72.0, None, None, None, None, samples=0)
+    result = plan("GPT-3-175B", 100_000, 1440.0, None, None, None, None, samples=0)
     own = costing.cost_model("own")
     missing = sorted(g for g in candidate_gpus() if g not in own.o["servers"])
     said = [n for n in result["recipe_notes"] if "no server price" in n]

@@ -199,14 +199,43 @@ def _bound_record(values: dict[str, Any], scenario, step_s: float) -> dict[str, 
     }
 
 
-def _bounds(base_json, rows, steps, global_batch, prune: Pruning, pool) -> dict[str, tuple[float, float]]:
-    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known; the
-    bounds found on the workers (a few chunks each), the pricing here (Pruning.cost_of)."""
+def _bounds(base_json, rows, steps, global_batch, pool) -> dict[str, dict[str, Any]]:
+    """Row id -> its record at its lower-bound step (planner.bounds), where one is known, found on the
+    workers (a few chunks each); Pruning.cost_of prices them here."""
     size = max(1, -(-len(rows) // (2 * pool.size)))
     chunks = [(base_json, rows[i : i + size], steps, global_batch) for i in range(0, len(rows), size)]
-    return {
-        rec["row_id"]: prune.cost_of(rec) for part in pool.starmap(_bound_records, chunks) for rec in part
-    }
+    return {rec["row_id"]: rec for part in pool.starmap(_bound_records, chunks) for rec in part}
+
+
+def _fastest_twins(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Row id -> the id of its twin at the highest line rate among the candidates (the same row, NIC
+    kind and count, another ``nic_gbps``), for the rows in a layout the search added (sharded or model
+    parallel) that have one. More bandwidth is never slower (an invariant of the simulator, tested in
+    test_simulation.py, test_sharding.py, test_optimizers.py), so that twin's simulated step bounds this
+    row's from below, tighter than its compute bound wherever the network shows. Data-parallel rows are
+    left to their own bounds: they are cheap to simulate, and the lines on where compression stops
+    paying (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for v in rows:
+        if isinstance(v.get("nic_gbps"), (int, float)) and any(k.startswith(_LAYOUT_KEYS) for k in v):
+            groups.setdefault(row_id({k: x for k, x in v.items() if k != "nic_gbps"}), []).append(v)
+    out: dict[str, str] = {}
+    for group in groups.values():
+        top = max(group, key=lambda v: v["nic_gbps"])
+        out.update({row_id(v): row_id(top) for v in group if v["nic_gbps"] < top["nic_gbps"]})
+    return out
+
+
+def _raised(bound_rec: dict[str, Any], twin: dict[str, Any], prune: Pruning) -> tuple[float, float]:
+    """(hours, dollars) of a row at the larger of its lower-bound step and its faster-NIC twin's
+    simulated one (_fastest_twins)."""
+    step = max(bound_rec["iteration_time_s"], twin["iteration_time_s"] * _TIE)
+    return prune.cost_of({**bound_rec, "iteration_time_s": step})
+
+
+# A twin's step, as a bound, is scaled by this: a row as fast as its faster-NIC twin (its network unused)
+# may tie the fastest row, and a tie must still be simulated (the first of equals is the fastest).
+_TIE = 1 - 1e-9
 
 
 def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str, Any]]:
@@ -260,14 +289,19 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     fastest: dict[str, float] = {}
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
     best_h = [float("inf")]
+    done_ok: dict[str, dict[str, Any]] = {}  # row id -> its simulated record, where it ran
     skipped = pruned = done = 0
 
     def could_win(values) -> bool:
-        return prune.could_win(bounds.get(row_id(values)), met, best_h[0])
+        rid = row_id(values)
+        twin = done_ok.get(twins.get(rid, ""))
+        bound = _raised(bounds[rid], twin, prune) if twin is not None and rid in bounds else priced.get(rid)
+        return prune.could_win(bound, met, best_h[0])
 
     def take(values, rec) -> None:
         _record(records, fastest, values, rec)
         if rec["status"] == "ok":
+            done_ok[rec["row_id"]] = rec
             hours, dollars = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
             if prune.meets(hours, dollars):
@@ -275,8 +309,15 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.sort()
 
     with _pool(prune.workers) as pool:
-        bounds = _bounds(base_json, first + later, steps, global_batch, prune, pool)
-        order = _cheapest_first(first, bounds) + later
+        bounds = _bounds(base_json, first + later, steps, global_batch, pool)
+        priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
+        # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
+        twins = _fastest_twins(first)
+        order = (
+            _cheapest_first([v for v in first if row_id(v) not in twins], priced)
+            + _cheapest_first([v for v in first if row_id(v) in twins], priced)
+            + later
+        )
         total = len(order)
         # A window of rows in flight, their results taken in the order they were sent: a row is decided
         # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
@@ -671,7 +712,7 @@ def _plan(
         analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
 
     if samples > 0:
-        banded = feasible[:5] + [r for r in (rec["chosen"],) if r is not None and r not in feasible[:5]]
+        banded = _bands_that_choose(feasible[:5], rec)
         band(banded)
         if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
             rec = analysis.recommendation(enriched, deadline_h, budget)
@@ -710,6 +751,28 @@ def _plan(
         "optimizers_not_run": optimizers_not_run(records),
         "pricing": costs.describe(),
     }
+
+
+def _bands_that_choose(top: list[dict[str, Any]], rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Of the five cheapest rows that meet the constraints (``top``), those whose bands can change the
+    choice (analysis.recommendation: a simpler row that saves less than EQUIVALENT_GAIN is preferred
+    unless both rows' bands tell them apart): the cheapest and each simpler row that close to it; and
+    the choice, and the fastest where it is among them. The others get a band only if shown (as a
+    runner-up), not for a table that skips them as look-alikes."""
+    out = [r for r in (rec["chosen"],) if r is not None]
+    if top:
+        cheapest = top[0]
+        out += [
+            r
+            for r in top
+            if r is cheapest
+            or r is rec["fastest"]
+            or (
+                analysis.complexity(r) < analysis.complexity(cheapest)
+                and cheapest["cost"] >= r["cost"] * (1 - EQUIVALENT_GAIN)
+            )
+        ]
+    return list({id(r): r for r in out}.values())
 
 
 def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
