@@ -226,9 +226,33 @@ def _fastest_twins(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _unbeatable_step(values, nic_twin, busy: dict[str, float]) -> dict[str, Any] | None:
+    """A record whose step ``values``' row cannot beat, where one is known (_raised): its faster-NIC
+    twin's; for an interleaved row also the least that a 1F1B twin's critical stage computes at any line
+    rate of its NIC (``busy``, by _busy_key; more bandwidth is never slower)."""
+    steps = [nic_twin["iteration_time_s"]] if nic_twin else []
+    if values.get(SCHEDULE) == "interleaved" and _busy_key(values) in busy:
+        steps.append(busy[_busy_key(values)])
+    return {"iteration_time_s": max(steps)} if steps else None
+
+
+def _busy_key(values: dict[str, Any]) -> str:
+    """A row's values without its schedule and its line rate (_unbeatable_step)."""
+    drop = (SCHEDULE, "training.parallelism.virtual_stages", "nic_gbps")
+    return row_id({k: v for k, v in values.items() if k not in drop})
+
+
+def _note_busy(busy: dict[str, float], values: dict[str, Any], rec: dict[str, Any]) -> None:
+    """Keep the least a simulated 1F1B row's critical stage computes, by _busy_key."""
+    if values.get(SCHEDULE) != "interleaved":
+        key = _busy_key(values)
+        busy[key] = min(busy.get(key, float("inf")), _busy_s(rec))
+
+
 def _raised(bound_rec: dict[str, Any], twin: dict[str, Any], prune: Pruning) -> tuple[float, float]:
-    """(hours, dollars) of a row at the larger of its lower-bound step and its faster-NIC twin's
-    simulated one (_fastest_twins)."""
+    """(hours, dollars) of a row at the larger of its lower-bound step and a step it cannot beat: its
+    faster-NIC twin's simulated one (_fastest_twins), or what its 1F1B twin's critical stage computes
+    (an interleaved row, _busy_s)."""
     step = max(bound_rec["iteration_time_s"], twin["iteration_time_s"] * _TIE)
     return prune.cost_of({**bound_rec, "iteration_time_s": step})
 
@@ -290,18 +314,20 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
     best_h = [float("inf")]
     done_ok: dict[str, dict[str, Any]] = {}  # row id -> its simulated record, where it ran
+    busy: dict[str, float] = {}  # _busy_key -> what a simulated 1F1B row's critical stage computes
     skipped = pruned = done = 0
 
     def could_win(values) -> bool:
         rid = row_id(values)
-        twin = done_ok.get(twins.get(rid, ""))
-        bound = _raised(bounds[rid], twin, prune) if twin is not None and rid in bounds else priced.get(rid)
+        twin = _unbeatable_step(values, done_ok.get(twins.get(rid, "")), busy)
+        bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
         return prune.could_win(bound, met, best_h[0])
 
     def take(values, rec) -> None:
         _record(records, fastest, values, rec)
         if rec["status"] == "ok":
             done_ok[rec["row_id"]] = rec
+            _note_busy(busy, values, rec)
             hours, dollars = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
             if prune.meets(hours, dollars):
@@ -312,12 +338,13 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         bounds = _bounds(base_json, first + later, steps, global_batch, pool)
         priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
         # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
-        twins = _fastest_twins(first)
-        order = (
-            _cheapest_first([v for v in first if row_id(v) not in twins], priced)
-            + _cheapest_first([v for v in first if row_id(v) in twins], priced)
-            + later
-        )
+        twins = _fastest_twins(first + later)
+        order = [
+            *_cheapest_first([v for v in first if row_id(v) not in twins], priced),
+            *_cheapest_first([v for v in first if row_id(v) in twins], priced),
+            *[v for v in later if row_id(v) not in twins],
+            *[v for v in later if row_id(v) in twins],
+        ]
         total = len(order)
         # A window of rows in flight, their results taken in the order they were sent: a row is decided
         # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
