@@ -239,3 +239,52 @@ def test_an_unset_global_batch_gives_every_gpu_of_the_largest_candidate_a_sample
     assert _recipe(sweep, 1000, 512)["global_batch"] == 512  # --global-batch wins
     path.write_text(path.read_text().replace("name: big\n", "name: big\nglobal_batch: 4096\n"))
     assert _recipe(candidate_sweep(path), 1000, None)["global_batch"] == 4096  # the file's
+
+
+def test_an_optimizer_that_runs_nowhere_is_blamed_on_memory_before_the_batch():
+    """Where an optimizer fails on every row, its reason is the shortest of those that are not the
+    global batch running out of samples for the largest candidates (say, out of memory): that reason
+    says nothing about the optimizer."""
+    from clustersim.planner.planning import optimizers_not_run
+
+    batch, memory = "global_batch: 1024 does not split", "row: workload.model: does not fit in GPU memory"
+    records = [{"optimizer": "binsgdm", "status": "invalid", "error": e} for e in (batch, memory)]
+    assert optimizers_not_run(records) == {"binsgdm": "workload.model: does not fit in GPU memory"}
+    assert optimizers_not_run(records[:1]) == {"binsgdm": records[0]["error"]}
+
+
+@pytest.mark.parametrize(
+    "per_gpu, key",
+    [
+        ("{H100-SXM: {fabric: pcie}}", "per_gpu.H100-SXM"),  # not a value of the gpu axis
+        ("{L4: {gpus: 8}}", "per_gpu.L4.gpus"),  # an axis vary varies
+        ("{L4: {colour: red}}", "per_gpu.L4.colour"),  # no such axis
+    ],
+)
+def test_per_gpu_values_that_cannot_apply_are_refused_naming_the_key(tmp_path, per_gpu, key):
+    from clustersim.errors import InputError
+    from clustersim.planner.planning import candidate_sweep
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: g\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        f"vary:\n  gpu: [A100-80GB, L4]\n  gpus: [8]\nper_gpu: {per_gpu}\n"
+    )
+    with pytest.raises(InputError) as err:
+        candidate_sweep(path)
+    assert key in str(err.value)
+
+
+def test_per_gpu_values_go_to_their_gpus_rows_only(tmp_path):
+    from clustersim.planner.planning import candidate_sweep
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: g\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        "vary:\n  gpu: [A100-80GB, L4]\n  gpus: [8, 16]\nper_gpu: {L4: {fabric: pcie}}\n"
+    )
+    sweep = candidate_sweep(path)
+    assert sweep.axes == ["gpu", "gpus", "fabric"]
+    assert [r.get("fabric") for r in sweep.rows()] == [None, None, "pcie", "pcie"]

@@ -48,7 +48,9 @@ def with_layouts(
     with _pool(workers) as pool:
         size = max(1, -(-len(grouped) // (4 * pool.size)))
         chunks = [[r for g in grouped[i : i + size] for r in g] for i in range(0, len(grouped), size)]
-        found = pool.starmap(_layouts_of, [(base_json, chunk, steps, global_batch) for chunk in chunks])
+        laid_out = any(k.startswith(_LAYOUT_KEYS) for row in rows for k in row)
+        jobs = [(base_json, chunk, steps, global_batch, laid_out) for chunk in chunks]
+        found = pool.starmap(_layouts_of, jobs)
     out, seen = [], set()
     for _, row, key in sorted((t for chunk in found for t in chunk), key=lambda t: t[0]):
         if key is None or key not in seen:
@@ -69,11 +71,10 @@ def _memory_key(values: dict[str, Any]) -> str:
 
 
 def _layouts_of(
-    base_json: dict, rows: list[tuple[int, dict[str, Any]]], steps: int, global_batch: int
+    base_json: dict, rows: list[tuple[int, dict[str, Any]]], steps: int, global_batch: int, laid_out: bool
 ) -> list[tuple]:
-    """(position, row with a layout, its scenario as JSON or None when it cannot be resolved) for each
-    layout worth simulating on each of ``rows`` ((position, values); with_layouts), the search made once
-    per _memory_key."""
+    """(position, row with a layout, its _scenario_key) for each layout worth simulating on each of
+    ``rows`` ((position, values); with_layouts), the search made once per _memory_key."""
     from clustersim.scenario import validate_scenario
 
     base = validate_scenario(base_json, source="base")
@@ -91,12 +92,21 @@ def _layouts_of(
         except InputError:
             layouts = [{}]
         for row in [{**values, **layout} for layout in layouts]:
-            try:
-                key = resolve_row(base, row, steps, global_batch).model_dump_json()
-            except InputError:
-                key = None  # recorded with its reason
-            out.append((i, row, key))
+            out.append((i, row, _scenario_key(base, row, steps, global_batch, laid_out)))
     return out
+
+
+def _scenario_key(base, row: dict[str, Any], steps: int, global_batch: int, laid_out: bool) -> str | None:
+    """What makes two rows the same candidate (with_layouts): their scenario, where the candidates name
+    layouts themselves (``laid_out``: a row may then come to a layout the search found for another);
+    else the row's values, which differ between rows (resolving each row again would cost more than the
+    search). None for a row that cannot be resolved, recorded with its reason."""
+    try:
+        if laid_out:
+            return resolve_row(base, row, steps, global_batch).model_dump_json()
+        return row_id(row)
+    except InputError:
+        return None
 
 
 def simulate_rows(
@@ -608,7 +618,7 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
                 f"global batch {global_batch:,}: a sample for each GPU of the largest candidate "
                 f"(at least {DEFAULT_GLOBAL_BATCH:,}); --global-batch sets your own"
             )
-    elif file_batch is not None and global_batch != file_batch:
+    elif file_batch is not None and global_batch != file_batch and sweep.source != BUILT_IN:
         notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
     return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
 
@@ -815,7 +825,10 @@ def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
     for name in dict.fromkeys(r["optimizer"] for r in records):
         mine = [r for r in records if r["optimizer"] == name]
         if all(r["status"] != "ok" for r in mine):
-            out[name] = min((r["error"].removeprefix("row: ") for r in mine), key=len)
+            # a row with more GPUs than the batch has samples says less about the optimizer than one
+            # that ran out of memory: its reason is given only where every row failed so
+            reasons = [r["error"].removeprefix("row: ") for r in mine]
+            out[name] = min(reasons, key=lambda e: ("global_batch:" in e, len(e)))
     return out
 
 
