@@ -288,3 +288,29 @@ def test_per_gpu_values_go_to_their_gpus_rows_only(tmp_path):
     sweep = candidate_sweep(path)
     assert sweep.axes == ["gpu", "gpus", "fabric"]
     assert [r.get("fabric") for r in sweep.rows()] == [None, None, "pcie", "pcie"]
+
+
+@pytest.mark.parametrize("deadline_h", [400.0, 90.0])  # the second: the choice's P90 misses it (risk line)
+def test_bands_for_the_rows_that_choose_give_the_plan_that_bands_the_five_cheapest(
+    tmp_path, monkeypatch, deadline_h
+):
+    """plan bands the rows whose bands can change the choice, then the ones it shows; banding all five
+    cheapest rows that meet the constraints (as it once did) prints the same plan, bands and lines."""
+    from clustersim.planner import planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-13B", 20_000, deadline_h, None, grid, None, None)
+
+    def printed(result):
+        rows = [result["chosen"], *result["runners_up"]]
+        return result["text"], [
+            (r["cluster"], r.get("ttt_p10_h"), r.get("ttt_p90_h"), r["cost"]) for r in rows
+        ]
+
+    few = plan(*args, samples=4, workers=1)
+    monkeypatch.setattr(planning, "_bands_that_choose", lambda top, rec: [*top, rec["chosen"]])
+    five = plan(*args, samples=4, workers=1)
+    assert printed(few) == printed(five)
+    if deadline_h < 100:
+        assert any(line.startswith("Risk:") for line in few["text"])

@@ -749,10 +749,9 @@ def _plan(
         analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
 
     if samples > 0:
-        banded = _bands_that_choose(feasible[:5], rec)
-        band(banded)
-        if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
-            rec = analysis.recommendation(enriched, deadline_h, budget)
+        rec = _choose_with_bands(
+            rec, feasible[:5], band, lambda: analysis.recommendation(enriched, deadline_h, budget), deadline_h
+        )
     chosen = rec["chosen"]
     runners_up: list[dict[str, Any]] = []
     for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
@@ -790,12 +789,26 @@ def _plan(
     }
 
 
+def _choose_with_bands(rec, top, band, choose, deadline_h: float) -> dict[str, Any]:
+    """The recommendation once the rows it reads have their bands (_bands_that_choose): ``band`` gives
+    rows their bands, ``choose`` chooses again."""
+    banded = _bands_that_choose(top, rec)
+    band(banded)
+    if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
+        rec = choose()
+    if (rec["chosen"] or {}).get("ttt_p90_h", 0.0) > deadline_h:  # the risk line names the cheapest
+        band([r for r in top if "ttt_p10_h" not in r])  # of them whose P90 is within the deadline
+        rec = choose()
+    return rec
+
+
 def _bands_that_choose(top: list[dict[str, Any]], rec: dict[str, Any]) -> list[dict[str, Any]]:
     """Of the five cheapest rows that meet the constraints (``top``), those whose bands can change the
     choice (analysis.recommendation: a simpler row that saves less than EQUIVALENT_GAIN is preferred
     unless both rows' bands tell them apart): the cheapest and each simpler row that close to it; and
     the choice, and the fastest where it is among them. The others get a band only if shown (as a
-    runner-up), not for a table that skips them as look-alikes."""
+    runner-up), not for a table that skips them as look-alikes, or where the choice's P90 misses the
+    deadline (the risk line looks among them for one whose P90 meets it)."""
     out = [r for r in (rec["chosen"],) if r is not None]
     if top:
         cheapest = top[0]
