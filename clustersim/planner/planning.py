@@ -749,9 +749,8 @@ def _plan(
         analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
 
     if samples > 0:
-        rec = _choose_with_bands(
-            rec, feasible[:5], band, lambda: analysis.recommendation(enriched, deadline_h, budget), deadline_h
-        )
+        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
+        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
     chosen = rec["chosen"]
     runners_up: list[dict[str, Any]] = []
     for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
