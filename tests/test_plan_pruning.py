@@ -130,6 +130,40 @@ def test_the_compute_bound_is_below_the_simulated_step(preset, changes):
     assert 0 < bound < simulate(s).iteration_time
 
 
+_SLOW_NIC = {
+    "cluster.nic.kind": "ethernet_tcp",
+    "cluster.nic.line_rate_gbps": 25,
+    "cluster.nic.count": 1,
+    "cluster.nic.effective_gbps": None,
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # DDP: an all-reduce
+        {"training.sharding.stage": 1},
+        {"training.sharding.stage": 3},
+        {"training.parallelism.tensor": 2, "training.parallelism.distributed_optimizer": True},  # Megatron
+        {"training.parallelism.pipeline": 2},  # the first stage's exchange only
+    ],
+)
+def test_the_exchange_bound_binds_on_a_slow_nic_and_stays_below_the_simulated_step(changes):
+    """On one 25 GbE NIC per node the data-parallel exchange, what any algorithm must send the other
+    nodes, bounds GPT-3 1.3B's step above its compute: the bound is that, and no more than the step."""
+    from clustersim.planner import bounds
+
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**_SLOW_NIC, **changes)
+    forward, backward, params = bounds._micro_batch_compute(s, None)
+    if s.training.megatron_program:
+        exchange = bounds._megatron_gradient_sync(s, params)
+    else:
+        exchange = bounds._data_parallel_exchange(s, params)
+    compute_only = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**changes)
+    assert step_time_lower_bound(s) > step_time_lower_bound(compute_only) and exchange > 0
+    assert step_time_lower_bound(s) < simulate(s).iteration_time
+
+
 def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
     import json
 
