@@ -507,5 +507,10 @@ def plan_cmd(
             f"[dim]{result['interleaved_not_simulated']} interleaved layouts not simulated: their 1F1B twin "
             "computes longer than the fastest layout on its cluster takes[/]"
         )
+    if result.get("not_searched"):
+        console.print(
+            f"[dim]{result['not_searched']:,} candidate clusters not searched for layouts: even at their "
+            "GPUs' peak FLOP rate they would miss the deadline[/]"
+        )
     if chosen is None:
         raise typer.Exit(1)

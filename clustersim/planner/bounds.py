@@ -138,3 +138,29 @@ def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float, flo
                 bwd = sum(ctx.backward_time(layer) for layer in layers)
             _COMPUTE[key] = (fwd, bwd, float(ctx.workload.params))
     return _COMPUTE[key]
+
+
+def peak_rate_hours(
+    scenario: Scenario, gpu, precision: str, gpus: int, global_batch: int, steps: int
+) -> float:
+    """Hours ``steps`` steps of ``global_batch`` samples of the scenario's model take at least on
+    ``gpus`` GPUs ``gpu`` (a catalog name or spec) at ``precision``, in any layout: the model's forward
+    and backward FLOPs (the workload's kernels, which every layout splits but does not remove) spread
+    evenly over every GPU at the GPU's highest dense peak (no kernel runs faster than its precision's
+    peak in the roofline model; FP8's counted only for FP8 training), times COMPUTE_BOUND_MARGIN. 0.0
+    where no bound is known: a calibration profile (its fitted GEMM rates), a custom list of layers,
+    a GPU the catalog lacks. What lets `plan` leave a cluster out before its layout search."""
+    from clustersim.catalog import gpu as catalog_gpu
+    from clustersim.workloads import build_workload
+
+    w = scenario.workload
+    if scenario.profile is not None or w.model is None or gpus < 1:
+        return 0.0
+    try:
+        spec = catalog_gpu(gpu) if isinstance(gpu, str) else gpu
+    except InputError:
+        return 0.0
+    workload = build_workload(w)
+    per_sample = (workload.forward_flops + workload.backward_flops) / w.micro_batch
+    peak = max(v for k, v in spec.peak_tflops.items() if k != "fp8" or precision == "fp8") * 1e12
+    return COMPUTE_BOUND_MARGIN * steps * global_batch * per_sample / (gpus * peak) / 3600

@@ -651,6 +651,47 @@ def rented_rows(rows: list[dict[str, Any]], rent) -> list[dict[str, Any]]:
     return out
 
 
+# A candidate row's axes that leave the model's FLOPs as they are: _beyond_reach may bound such rows.
+_FLOPS_KEEPING = {"gpu", "gpus", "precision", "fabric", "optimizer", "oversubscription", *_NIC_AXES}
+
+
+def _laid_out(base, candidates, steps, global_batch, workers, reach: bool, deadline_h: float, fewest: int):
+    """(the candidates left out unsearched, the others' rows in their layouts, the base priced as the
+    layouts' code: with_one_pointwise_code). With ``reach``, the candidates beyond the deadline at
+    peak rate (_beyond_reach, ``fewest`` steps) are left out, unless the others name no Megatron layout:
+    then whether theirs would (and so the code every candidate is priced as) is not known unsearched,
+    and every candidate is searched."""
+    far, near = (
+        _beyond_reach(base, candidates, fewest, global_batch, deadline_h) if reach else ([], candidates)
+    )
+    rows = with_layouts(base, near, steps, global_batch, workers)
+    pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    if far and pinned is base:
+        far, rows = [], with_layouts(base, candidates, steps, global_batch, workers)
+        pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    return far, rows, pinned
+
+
+def _beyond_reach(base, rows: list[dict[str, Any]], steps: int, global_batch: int, deadline_h: float):
+    """The rows (candidate clusters, before the layout search) that even at their GPUs' peak FLOP rate
+    need longer than the deadline (bounds.peak_rate_hours), and the others. Left out unsearched, they
+    cannot change the plan while some candidate meets the deadline (then the fastest does too); _plan
+    searches them after all where none does."""
+    from clustersim.planner.bounds import peak_rate_hours
+
+    far, near = [], []
+    for r in rows:
+        n = r.get("gpus")
+        hours = 0.0
+        if isinstance(n, int) and not isinstance(n, bool) and set(r) <= _FLOPS_KEEPING:
+            gpu = r.get("gpu", base.cluster.gpu)
+            hours = peak_rate_hours(
+                base, gpu, r.get("precision", base.workload.precision), n, global_batch, steps
+            )
+        (far if hours > deadline_h else near).append(r)
+    return far, near
+
+
 def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
     """The built-in candidates hold every catalog GPU; owned (the default cost model), those without a
     server price in the ownership catalog cannot be priced, and are left out, said once in the header
@@ -692,6 +733,7 @@ def _plan(
     workers: int = 0,
     prune: bool = True,
     priced_only: bool = False,
+    reach: bool = True,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -712,8 +754,11 @@ def _plan(
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
     only = priced_only and not as_sold
     candidates = _priced_only(base, candidates, costs, price, network, recipe["notes"], only)
-    rows = with_layouts(base, candidates, steps, global_batch, workers)
-    pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    notes_before = list(recipe["notes"])
+    fewest = min([steps_plan.default or steps, *(n for _, n in steps_plan.per)])
+    far, rows, pinned = _laid_out(
+        base, candidates, steps, global_batch, workers, reach and prune, deadline_h, fewest
+    )
     if pinned is not base:
         note = "Megatron layouts among the candidates: every candidate priced as framework code"
         recipe["notes"].append(note + " (pointwise: fused)")
@@ -722,7 +767,7 @@ def _plan(
 
     # the cost model is chosen from every candidate's GPU before any is simulated, so that pruning
     # prices the rows as the plan does (a row's GPU as its scenario names it)
-    costs = costs or costing.auto_model(_candidate_gpus(base, rows), price, network)
+    costs = costs or costing.auto_model(_candidate_gpus(base, candidates), price, network)
 
     def cost_of(record: dict[str, Any]) -> tuple[float, float]:
         (priced,) = analysis.enrich(
@@ -736,9 +781,15 @@ def _plan(
     pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
+    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
+    if far and not any(r["ttt_h"] <= deadline_h for r in enriched):  # the fastest may be among them
+        recipe["notes"][:] = notes_before
+        return _plan(
+            sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=priced_only, reach=False,
+        )  # fmt: skip
     if not ok:
         _nothing_runs(records, model)
-    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
     # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
     analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)
@@ -777,6 +828,7 @@ def _plan(
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "interleaved_not_simulated": skipped,
+        "not_searched": len(far),
         "pruned": pruned[0] if pruned else 0,
         "chosen": chosen,
         "runners_up": runners_up,
