@@ -499,8 +499,9 @@ def plan_cmd(
         console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):
         console.print(
-            f"[dim]{result['pruned']:,} candidates not simulated: their compute-only lower bound could be "
-            "neither among the cheapest that meet the constraints nor the fastest[/]"
+            f"[dim]{result['pruned']:,} candidates not simulated: their lower bounds (compute, data-parallel "
+            "exchange, a faster NIC's run) could be neither among the cheapest that meet the constraints nor "
+            "the fastest[/]"
         )
     if result["interleaved_not_simulated"]:
         console.print(
