@@ -16,27 +16,105 @@ def _answer(result):
     return one(result["chosen"]), [one(r) for r in result["runners_up"]], one(result["fastest"])
 
 
+# A small grid of the built-in one's kind (several GPUs, both NIC kinds and rates, sizes from one node
+# to where the global batch runs out, compressed optimizers), small enough to evaluate exhaustively.
+SMALL_GRID = """name: small
+base:
+  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB, intra_node: {fabric: nvswitch},
+            nic: {kind: infiniband, count: 1, line_rate_gbps: 200}}
+  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}
+  training: {optimizer: adam}
+global_batch: 1024
+vary:
+  gpu: [V100-SXM2, A100-40GB, H100-SXM, B200]
+  gpus: [8, 32, 128, 512, 2048]
+  nic_kind: [ethernet_tcp, infiniband]
+  nic_gbps: [100, 400]
+  optimizer: [adam, binsgdm]
+per_gpu:
+  V100-SXM2: {precision: fp16, fabric: nvlink_mesh}
+"""
+
+
 @pytest.mark.parametrize(
     "model, steps, deadline_h, budget",
     [
         ("BERT-Large", 100_000, 72.0, None),
         ("GPT-3-1.3B", 50_000, 200.0, 60_000.0),
         ("GPT-3-13B", 20_000, 400.0, None),
+        ("GPT-3-13B", 20_000, 1.0, None),  # nothing meets it: the clusters left unsearched are searched
     ],
 )
-def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget):
-    args = (model, steps, deadline_h, budget, None, None, None)
+def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget, tmp_path):
+    """On a grid small enough to simulate every candidate, the pruned plan is the exhaustive one: the
+    choice, the runners-up and the fastest, each with its cost."""
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = (model, steps, deadline_h, budget, grid, None, None)
     pruned = plan(*args, samples=0, workers=1)
     full = plan(*args, samples=0, workers=1, prune=False)
-    assert full["pruned"] == 0 and pruned["simulated"] + pruned["pruned"] >= full["simulated"]
+    assert full["pruned"] == 0 and full["not_searched"] == 0
+    if deadline_h == 400.0:  # V100 and A100 clusters of 8 cannot meet it even at peak rate
+        assert pruned["not_searched"] > 0
+    if deadline_h == 1.0:  # none meets it, so the fastest may be any: all are searched
+        assert pruned["chosen"] is None and pruned["not_searched"] == 0
+    if not pruned["not_searched"]:
+        assert pruned["simulated"] + pruned["pruned"] >= full["simulated"]
     assert _answer(pruned) == _answer(full)
 
 
-def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run():
+def test_the_default_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
+    """The built-in candidates are read against the catalog, so that they cannot silently shrink: every
+    shipped GPU but the CI runner's CPU stand-in, both NIC kinds the schema knows, and every power of
+    two from one 8-GPU node to 16,384 GPUs; each GPU's rows resolve to a valid cluster."""
+    import typing
+
+    from clustersim import catalog
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.scenario import NicSpec
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    vary = sweep.spec.vary
+    assert set(vary["gpu"]) == set(catalog.gpus()) - {"CPU-2vCPU"}
+    assert set(vary["nic_kind"]) == set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    assert vary["gpus"] == [2**k for k in range(3, 15)]
+    assert max(vary["gpus"]) == 16384
+    seen = set()
+    for row in sweep.rows():
+        if row["gpu"] not in seen and row["gpus"] == 64:
+            seen.add(row["gpu"])
+            resolve_row(sweep.base, row, 100, sweep.spec.global_batch)  # raises for an invalid node
+    assert seen == set(vary["gpu"])
+
+
+def test_the_default_grid_leaves_out_owned_gpus_without_a_server_price_saying_so_once():
+    """Owned (the default), a GPU of the built-in grid with no server price cannot be priced: its rows
+    are left out and the header says which, once, instead of the plan turning to rented prices."""
+    from clustersim.report import costing
+
+    result = plan("GPT-3-175B", 100_000, 1440.0, None, None, None, None, samples=0)
+    own = costing.cost_model("own")
+    missing = sorted(g for g in candidate_gpus() if g not in own.o["servers"])
+    said = [n for n in result["recipe_notes"] if "no server price" in n]
+    assert len(said) == 1 and all(g in said[0] for g in missing) and missing
+    assert result["pricing"].startswith("owned")
+    assert result["chosen"]["gpu"] in own.o["servers"]
+
+
+def candidate_gpus():
+    from clustersim.planner.planning import candidate_sweep
+
+    return set(candidate_sweep(None).spec.vary["gpu"])
+
+
+def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run(tmp_path):
     """Rows go to the workers through a window whose results are taken in the order sent, so what is
     pruned does not depend on which worker finishes first: two runs prune the same count, and the
     answer is the unpruned one."""
-    args = ("GPT-3-1.3B", 50_000, 200.0, 60_000.0, None, None, None)
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-1.3B", 50_000, 200.0, 60_000.0, grid, None, None)
     first = plan(*args, samples=0, workers=2)
     again = plan(*args, samples=0, workers=2)
     full = plan(*args, samples=0, workers=1, prune=False)
@@ -56,6 +134,40 @@ def test_the_compute_bound_is_below_the_simulated_step(preset, changes):
     s = load_scenario(preset).with_changes(**changes)
     bound = step_time_lower_bound(s)
     assert 0 < bound < simulate(s).iteration_time
+
+
+_SLOW_NIC = {
+    "cluster.nic.kind": "ethernet_tcp",
+    "cluster.nic.line_rate_gbps": 25,
+    "cluster.nic.count": 1,
+    "cluster.nic.effective_gbps": None,
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # DDP: an all-reduce
+        {"training.sharding.stage": 1},
+        {"training.sharding.stage": 3},
+        {"training.parallelism.tensor": 2, "training.parallelism.distributed_optimizer": True},  # Megatron
+        {"training.parallelism.pipeline": 2},  # the first stage's exchange only
+    ],
+)
+def test_the_exchange_bound_binds_on_a_slow_nic_and_stays_below_the_simulated_step(changes):
+    """On one 25 GbE NIC per node the data-parallel exchange, what any algorithm must send the other
+    nodes, bounds GPT-3 1.3B's step above its compute: the bound is that, and no more than the step."""
+    from clustersim.planner import bounds
+
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**_SLOW_NIC, **changes)
+    forward, backward, params = bounds._micro_batch_compute(s, None)
+    if s.training.megatron_program:
+        exchange = bounds._megatron_gradient_sync(s, params)
+    else:
+        exchange = bounds._data_parallel_exchange(s, params)
+    compute_only = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**changes)
+    assert step_time_lower_bound(s) > step_time_lower_bound(compute_only) and exchange > 0
+    assert step_time_lower_bound(s) < simulate(s).iteration_time
 
 
 def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
@@ -150,9 +262,11 @@ def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():
 def test_an_unset_global_batch_gives_every_gpu_of_the_largest_candidate_a_sample(tmp_path):
     """Nobody set the batch: 1,024 samples, or more where the largest candidate has more GPUs (a multiple
     of 1,024 that splits over all of them), with a note; a batch the user or the file gives is kept."""
-    from clustersim.planner.planning import _recipe, candidate_sweep, default_global_batch
+    from clustersim.planner.planning import _recipe, candidate_sweep
 
-    assert default_global_batch(candidate_sweep(None)) == 1024  # the built-in grid: up to 512 GPUs
+    built_in = candidate_sweep(None)  # the built-in grid sets 1,024 itself, with no note: the default
+    assert _recipe(built_in, 1000, None)["global_batch"] == 1024
+    assert _recipe(built_in, 1000, None)["notes"] == []
     path = tmp_path / "big.yaml"
     path.write_text(
         "name: big\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: H100-SXM}\n"
@@ -165,3 +279,78 @@ def test_an_unset_global_batch_gives_every_gpu_of_the_largest_candidate_a_sample
     assert _recipe(sweep, 1000, 512)["global_batch"] == 512  # --global-batch wins
     path.write_text(path.read_text().replace("name: big\n", "name: big\nglobal_batch: 4096\n"))
     assert _recipe(candidate_sweep(path), 1000, None)["global_batch"] == 4096  # the file's
+
+
+def test_an_optimizer_that_runs_nowhere_is_blamed_on_memory_before_the_batch():
+    """Where an optimizer fails on every row, its reason is the shortest of those that are not the
+    global batch running out of samples for the largest candidates (say, out of memory): that reason
+    says nothing about the optimizer."""
+    from clustersim.planner.planning import optimizers_not_run
+
+    batch, memory = "global_batch: 1024 does not split", "row: workload.model: does not fit in GPU memory"
+    records = [{"optimizer": "binsgdm", "status": "invalid", "error": e} for e in (batch, memory)]
+    assert optimizers_not_run(records) == {"binsgdm": "workload.model: does not fit in GPU memory"}
+    assert optimizers_not_run(records[:1]) == {"binsgdm": records[0]["error"]}
+
+
+@pytest.mark.parametrize(
+    "per_gpu, key",
+    [
+        ("{H100-SXM: {fabric: pcie}}", "per_gpu.H100-SXM"),  # not a value of the gpu axis
+        ("{L4: {gpus: 8}}", "per_gpu.L4.gpus"),  # an axis vary varies
+        ("{L4: {colour: red}}", "per_gpu.L4.colour"),  # no such axis
+    ],
+)
+def test_per_gpu_values_that_cannot_apply_are_refused_naming_the_key(tmp_path, per_gpu, key):
+    from clustersim.errors import InputError
+    from clustersim.planner.planning import candidate_sweep
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: g\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        f"vary:\n  gpu: [A100-80GB, L4]\n  gpus: [8]\nper_gpu: {per_gpu}\n"
+    )
+    with pytest.raises(InputError) as err:
+        candidate_sweep(path)
+    assert key in str(err.value)
+
+
+def test_per_gpu_values_go_to_their_gpus_rows_only(tmp_path):
+    from clustersim.planner.planning import candidate_sweep
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: g\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        "vary:\n  gpu: [A100-80GB, L4]\n  gpus: [8, 16]\nper_gpu: {L4: {fabric: pcie}}\n"
+    )
+    sweep = candidate_sweep(path)
+    assert sweep.axes == ["gpu", "gpus", "fabric"]
+    assert [r.get("fabric") for r in sweep.rows()] == [None, None, "pcie", "pcie"]
+
+
+@pytest.mark.parametrize("deadline_h", [400.0, 90.0])  # the second: the choice's P90 misses it (risk line)
+def test_bands_for_the_rows_that_choose_give_the_plan_that_bands_the_five_cheapest(
+    tmp_path, monkeypatch, deadline_h
+):
+    """plan bands the rows whose bands can change the choice, then the ones it shows; banding all five
+    cheapest rows that meet the constraints (as it once did) prints the same plan, bands and lines."""
+    from clustersim.planner import planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-13B", 20_000, deadline_h, None, grid, None, None)
+
+    def printed(result):
+        rows = [result["chosen"], *result["runners_up"]]
+        return result["text"], [
+            (r["cluster"], r.get("ttt_p10_h"), r.get("ttt_p90_h"), r["cost"]) for r in rows
+        ]
+
+    few = plan(*args, samples=4, workers=1)
+    monkeypatch.setattr(planning, "_bands_that_choose", lambda top, rec: [*top, rec["chosen"]])
+    five = plan(*args, samples=4, workers=1)
+    assert printed(few) == printed(five)
+    if deadline_h < 100:
+        assert any(line.startswith("Risk:") for line in few["text"])

@@ -381,8 +381,10 @@ def plan_cmd(
         None,
         "--candidates",
         help="Sweep file of candidate clusters; default: the built-in grid (catalogs/plan_candidates.yaml): "
-        "A100-80GB and H100-SXM, 8 to 512 GPUs in 8-GPU NVSwitch nodes, Ethernet or InfiniBand at 100 or "
-        "400 Gb/s, adam, onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit.",
+        "every catalog GPU but the CPU stand-in (V100-SXM2, V100-PCIe, A100-40GB, A100-80GB, H100-SXM, "
+        "H100-PCIe, H200, B200, GB200, H20, L40S, L4, A10G, RTX-4090, MI250X, MI300X; owned, those with a "
+        "server price), 8 to 16384 GPUs in 8-GPU nodes, Ethernet or InfiniBand at 100 or 400 Gb/s, adam, "
+        "onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit; 1,024 samples per step.",
     ),
     global_batch: Optional[int] = typer.Option(
         None,
@@ -497,13 +499,19 @@ def plan_cmd(
         console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):
         console.print(
-            f"[dim]{result['pruned']:,} candidates not simulated: their compute-only lower bound could be "
-            "neither among the cheapest that meet the constraints nor the fastest[/]"
+            f"[dim]{result['pruned']:,} candidates not simulated: their lower bounds (compute, data-parallel "
+            "exchange, a faster NIC's run) could be neither among the cheapest that meet the constraints nor "
+            "the fastest[/]"
         )
     if result["interleaved_not_simulated"]:
         console.print(
             f"[dim]{result['interleaved_not_simulated']} interleaved layouts not simulated: their 1F1B twin "
             "computes longer than the fastest layout on its cluster takes[/]"
+        )
+    if result.get("not_searched"):
+        console.print(
+            f"[dim]{result['not_searched']:,} candidate clusters not searched for layouts: even at their "
+            "GPUs' peak FLOP rate they would miss the deadline[/]"
         )
     if chosen is None:
         raise typer.Exit(1)

@@ -44,7 +44,18 @@ def step_time_lower_bound(scenario: Scenario, profile=None) -> float:
     samples = mb * scenario.workload.gradient_accumulation
     passes = samples + (par.pipeline - 1) / (par.virtual_stages if par.schedule == "interleaved" else 1)
     compute = (forward + backward) / mb * passes / (par.tensor * par.pipeline)
-    return COMPUTE_BOUND_MARGIN * (compute + _megatron_gradient_sync(scenario, params))
+    if scenario.training.megatron_program:  # its exchange runs after the last backward
+        return COMPUTE_BOUND_MARGIN * (compute + _megatron_gradient_sync(scenario, params))
+    return COMPUTE_BOUND_MARGIN * max(compute, _data_parallel_exchange(scenario, params))
+
+
+def _bytes_per_element(scenario: Scenario) -> tuple[int, int]:
+    """Bytes of an exchanged gradient and of a gathered parameter (simulator.context's grad_bytes and
+    element_bytes)."""
+    from clustersim.catalog import BYTES_PER_ELEMENT, storage_precision
+
+    stored = storage_precision(scenario.workload.precision)
+    return BYTES_PER_ELEMENT[scenario.training.gradient_dtype or stored], BYTES_PER_ELEMENT[stored]
 
 
 def _recomputed_share(scenario: Scenario) -> float:
@@ -59,27 +70,55 @@ def _recomputed_share(scenario: Scenario) -> float:
 
 def _megatron_gradient_sync(scenario: Scenario, params: float) -> float:
     """Seconds of a Megatron layout's data-parallel gradient exchange at least, which its program runs
-    after the last backward (not overlapped): a ring's (d-1)/d of the rank's parameters' bytes each way
-    (reduce-scatter and all-gather of the distributed optimizer, or the two halves of an all-reduce)
-    through the NICs of its node, shared with its stage's other tensor-parallel ranks. Counted only
-    where every data-parallel peer is on another node (t x p a multiple of the GPUs per node); 0 for
-    other layouts, whose exchange may hide behind compute."""
-    from clustersim.catalog import BYTES_PER_ELEMENT
+    after the last backward (not overlapped). The data-parallel group of a rank spans n nodes, k of its
+    members on each, and s such groups share a node's NICs (model_parallel.Layout.data_group: Megatron's
+    rank order, tensor fastest, then data). Whatever the algorithm, a node must send the other n - 1
+    nodes what they lack of each group's shard, (n-1)/n of its bytes, for the reduce-scatter of the
+    gradients and again for the all-gather of the weights (the distributed optimizer) or of the reduced
+    gradients (the two halves of an all-reduce): the bandwidth-optimal bound (Patarasuk and Yuan, JPDC
+    2009), no in-network reduction modelled. The critical (first) stage syncs last, when the node's other
+    stages are done, so only its groups are counted; 0 where the group stays inside a node."""
+    from clustersim.simulator.model_parallel import Layout
     from clustersim.topologies.node import nic_bandwidth
 
     c, par = scenario.cluster, scenario.training.parallelism
-    if not scenario.training.megatron_program or c.nic.count < 1:
-        return 0.0
     ranks = par.tensor * par.pipeline
-    d = c.world_size // ranks
-    if d < 2 or ranks % c.gpus_per_node:
+    if c.nic.count < 1 or c.world_size % ranks or c.world_size // ranks < 2:
         return 0.0
-    grad = BYTES_PER_ELEMENT[scenario.training.gradient_dtype or scenario.workload.precision]
-    weights = BYTES_PER_ELEMENT[scenario.workload.precision] if par.distributed_optimizer else grad
-    per_rank = params / ranks * (grad + weights) * (d - 1) / d
-    # the critical (first) stage syncs last, when the node's other stages are done: only its t
-    # tensor-parallel ranks share the node's NICs then
-    return per_rank / (c.nic.count * nic_bandwidth(c) / par.tensor)
+    shape = Layout.data_group_shape(par.tensor, c.world_size // ranks, c.gpus_per_node)
+    if shape.nodes < 2:
+        return 0.0
+    grad, weights = _bytes_per_element(scenario)
+    if not par.distributed_optimizer:
+        weights = grad
+    shard = params / ranks * (grad + weights)  # a rank's share of its stage, both directions' worth
+    return shape.sharing * shard * (shape.nodes - 1) / shape.nodes / (c.nic.count * nic_bandwidth(c))
+
+
+def _data_parallel_exchange(scenario: Scenario, params: float) -> float:
+    """Seconds a data-parallel step's gradient exchange takes at least on the NICs, for the optimizers
+    that send their gradients whole (Adam, SGD-momentum: the compressed ones send fewer bytes) over
+    DeepSpeed's ZeRO or plain DDP across the whole world: each node sends the other n - 1 nodes (n-1)/n
+    of the model's gradient bytes (reduce-scatter) and of its parameters' or reduced gradients' bytes
+    (all-gather), as _megatron_gradient_sync argues; a ZeRO-3 step gathers its parameters at least once
+    more, which is not counted (the bound stays one). The exchange may overlap compute, so it bounds the
+    step alongside the compute, not on top of it. 0 where it is not known to hold (tensor-sharded
+    layouts, FSDP's hybrid sharding inside a node, one node)."""
+    from clustersim.topologies.node import nic_bandwidth
+
+    c, t = scenario.cluster, scenario.training
+    if (
+        t.optimizer not in ("adam", "sgdm")
+        or t.parallelism.model_parallel
+        or t.sharding.framework != "deepspeed"
+        or c.nodes < 2
+        or c.nic.count < 1
+    ):
+        return 0.0
+    grad, weights = _bytes_per_element(scenario)
+    if not t.sharding.enabled:
+        weights = grad  # an all-reduce: both halves carry gradients
+    return params * (grad + weights) * (c.nodes - 1) / c.nodes / (c.nic.count * nic_bandwidth(c))
 
 
 _COMPUTE: dict[str, tuple[float, float, float] | None] = {}
@@ -112,3 +151,29 @@ def _micro_batch_compute(scenario: Scenario, profile) -> tuple[float, float, flo
                 bwd = sum(ctx.backward_time(layer) for layer in layers)
             _COMPUTE[key] = (fwd, bwd, float(ctx.workload.params))
     return _COMPUTE[key]
+
+
+def peak_rate_hours(
+    scenario: Scenario, gpu, precision: str, gpus: int, global_batch: int, steps: int
+) -> float:
+    """Hours ``steps`` steps of ``global_batch`` samples of the scenario's model take at least on
+    ``gpus`` GPUs ``gpu`` (a catalog name or spec) at ``precision``, in any layout: the model's forward
+    and backward FLOPs (the workload's kernels, which every layout splits but does not remove) spread
+    evenly over every GPU at the GPU's highest dense peak (no kernel runs faster than its precision's
+    peak in the roofline model; FP8's counted only for FP8 training), times COMPUTE_BOUND_MARGIN. 0.0
+    where no bound is known: a calibration profile (its fitted GEMM rates), a custom list of layers,
+    a GPU the catalog lacks. What lets `plan` leave a cluster out before its layout search."""
+    from clustersim.catalog import gpu as catalog_gpu
+    from clustersim.workloads import build_workload
+
+    w = scenario.workload
+    if scenario.profile is not None or w.model is None or gpus < 1:
+        return 0.0
+    try:
+        spec = catalog_gpu(gpu) if isinstance(gpu, str) else gpu
+    except InputError:
+        return 0.0
+    workload = build_workload(w)
+    per_sample = (workload.forward_flops + workload.backward_flops) / w.micro_batch
+    peak = max(v for k, v in spec.peak_tflops.items() if k != "fp8" or precision == "fp8") * 1e12
+    return COMPUTE_BOUND_MARGIN * steps * global_batch * per_sample / (gpus * peak) / 3600

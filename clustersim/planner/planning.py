@@ -48,7 +48,9 @@ def with_layouts(
     with _pool(workers) as pool:
         size = max(1, -(-len(grouped) // (4 * pool.size)))
         chunks = [[r for g in grouped[i : i + size] for r in g] for i in range(0, len(grouped), size)]
-        found = pool.starmap(_layouts_of, [(base_json, chunk, steps, global_batch) for chunk in chunks])
+        laid_out = any(k.startswith(_LAYOUT_KEYS) for row in rows for k in row)
+        jobs = [(base_json, chunk, steps, global_batch, laid_out) for chunk in chunks]
+        found = pool.starmap(_layouts_of, jobs)
     out, seen = [], set()
     for _, row, key in sorted((t for chunk in found for t in chunk), key=lambda t: t[0]):
         if key is None or key not in seen:
@@ -69,11 +71,10 @@ def _memory_key(values: dict[str, Any]) -> str:
 
 
 def _layouts_of(
-    base_json: dict, rows: list[tuple[int, dict[str, Any]]], steps: int, global_batch: int
+    base_json: dict, rows: list[tuple[int, dict[str, Any]]], steps: int, global_batch: int, laid_out: bool
 ) -> list[tuple]:
-    """(position, row with a layout, its scenario as JSON or None when it cannot be resolved) for each
-    layout worth simulating on each of ``rows`` ((position, values); with_layouts), the search made once
-    per _memory_key."""
+    """(position, row with a layout, its _scenario_key) for each layout worth simulating on each of
+    ``rows`` ((position, values); with_layouts), the search made once per _memory_key."""
     from clustersim.scenario import validate_scenario
 
     base = validate_scenario(base_json, source="base")
@@ -91,12 +92,21 @@ def _layouts_of(
         except InputError:
             layouts = [{}]
         for row in [{**values, **layout} for layout in layouts]:
-            try:
-                key = resolve_row(base, row, steps, global_batch).model_dump_json()
-            except InputError:
-                key = None  # recorded with its reason
-            out.append((i, row, key))
+            out.append((i, row, _scenario_key(base, row, steps, global_batch, laid_out)))
     return out
+
+
+def _scenario_key(base, row: dict[str, Any], steps: int, global_batch: int, laid_out: bool) -> str | None:
+    """What makes two rows the same candidate (with_layouts): their scenario, where the candidates name
+    layouts themselves (``laid_out``: a row may then come to a layout the search found for another);
+    else the row's values, which differ between rows (resolving each row again would cost more than the
+    search). None for a row that cannot be resolved, recorded with its reason."""
+    try:
+        if laid_out:
+            return resolve_row(base, row, steps, global_batch).model_dump_json()
+        return row_id(row)
+    except InputError:
+        return None
 
 
 def simulate_rows(
@@ -199,14 +209,67 @@ def _bound_record(values: dict[str, Any], scenario, step_s: float) -> dict[str, 
     }
 
 
-def _bounds(base_json, rows, steps, global_batch, prune: Pruning, pool) -> dict[str, tuple[float, float]]:
-    """Row id -> (hours, dollars) at its compute-only step (planner.bounds), where one is known; the
-    bounds found on the workers (a few chunks each), the pricing here (Pruning.cost_of)."""
+def _bounds(base_json, rows, steps, global_batch, pool) -> dict[str, dict[str, Any]]:
+    """Row id -> its record at its lower-bound step (planner.bounds), where one is known, found on the
+    workers (a few chunks each); Pruning.cost_of prices them here."""
     size = max(1, -(-len(rows) // (2 * pool.size)))
     chunks = [(base_json, rows[i : i + size], steps, global_batch) for i in range(0, len(rows), size)]
-    return {
-        rec["row_id"]: prune.cost_of(rec) for part in pool.starmap(_bound_records, chunks) for rec in part
-    }
+    return {rec["row_id"]: rec for part in pool.starmap(_bound_records, chunks) for rec in part}
+
+
+def _fastest_twins(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Row id -> the id of its twin at the highest line rate among the candidates (the same row, NIC
+    kind and count, another ``nic_gbps``), for the rows in a layout the search added (sharded or model
+    parallel) that have one. More bandwidth is never slower (an invariant of the simulator, tested in
+    test_simulation.py, test_sharding.py, test_optimizers.py), so that twin's simulated step bounds this
+    row's from below, tighter than its compute bound wherever the network shows. Data-parallel rows are
+    left to their own bounds: they are cheap to simulate, and the lines on where compression stops
+    paying (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for v in rows:
+        if isinstance(v.get("nic_gbps"), (int, float)) and any(k.startswith(_LAYOUT_KEYS) for k in v):
+            groups.setdefault(row_id({k: x for k, x in v.items() if k != "nic_gbps"}), []).append(v)
+    out: dict[str, str] = {}
+    for group in groups.values():
+        top = max(group, key=lambda v: v["nic_gbps"])
+        out.update({row_id(v): row_id(top) for v in group if v["nic_gbps"] < top["nic_gbps"]})
+    return out
+
+
+def _unbeatable_step(values, nic_twin, busy: dict[str, float]) -> dict[str, Any] | None:
+    """A record whose step ``values``' row cannot beat, where one is known (_raised): its faster-NIC
+    twin's; for an interleaved row also the least that a 1F1B twin's critical stage computes at any line
+    rate of its NIC (``busy``, by _busy_key; more bandwidth is never slower)."""
+    steps = [nic_twin["iteration_time_s"]] if nic_twin else []
+    if values.get(SCHEDULE) == "interleaved" and _busy_key(values) in busy:
+        steps.append(busy[_busy_key(values)])
+    return {"iteration_time_s": max(steps)} if steps else None
+
+
+def _busy_key(values: dict[str, Any]) -> str:
+    """A row's values without its schedule and its line rate (_unbeatable_step)."""
+    drop = (SCHEDULE, "training.parallelism.virtual_stages", "nic_gbps")
+    return row_id({k: v for k, v in values.items() if k not in drop})
+
+
+def _note_busy(busy: dict[str, float], values: dict[str, Any], rec: dict[str, Any]) -> None:
+    """Keep the least a simulated 1F1B row's critical stage computes, by _busy_key."""
+    if values.get(SCHEDULE) != "interleaved":
+        key = _busy_key(values)
+        busy[key] = min(busy.get(key, float("inf")), _busy_s(rec))
+
+
+def _raised(bound_rec: dict[str, Any], twin: dict[str, Any], prune: Pruning) -> tuple[float, float]:
+    """(hours, dollars) of a row at the larger of its lower-bound step and a step it cannot beat: its
+    faster-NIC twin's simulated one (_fastest_twins), or what its 1F1B twin's critical stage computes
+    (an interleaved row, _busy_s)."""
+    step = max(bound_rec["iteration_time_s"], twin["iteration_time_s"] * _TIE)
+    return prune.cost_of({**bound_rec, "iteration_time_s": step})
+
+
+# A twin's step, as a bound, is scaled by this: a row as fast as its faster-NIC twin (its network unused)
+# may tie the fastest row, and a tie must still be simulated (the first of equals is the fastest).
+_TIE = 1 - 1e-9
 
 
 def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str, Any]]:
@@ -260,14 +323,21 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     fastest: dict[str, float] = {}
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
     best_h = [float("inf")]
+    done_ok: dict[str, dict[str, Any]] = {}  # row id -> its simulated record, where it ran
+    busy: dict[str, float] = {}  # _busy_key -> what a simulated 1F1B row's critical stage computes
     skipped = pruned = done = 0
 
     def could_win(values) -> bool:
-        return prune.could_win(bounds.get(row_id(values)), met, best_h[0])
+        rid = row_id(values)
+        twin = _unbeatable_step(values, done_ok.get(twins.get(rid, "")), busy)
+        bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
+        return prune.could_win(bound, met, best_h[0])
 
     def take(values, rec) -> None:
         _record(records, fastest, values, rec)
         if rec["status"] == "ok":
+            done_ok[rec["row_id"]] = rec
+            _note_busy(busy, values, rec)
             hours, dollars = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
             if prune.meets(hours, dollars):
@@ -275,8 +345,16 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.sort()
 
     with _pool(prune.workers) as pool:
-        bounds = _bounds(base_json, first + later, steps, global_batch, prune, pool)
-        order = _cheapest_first(first, bounds) + later
+        bounds = _bounds(base_json, first + later, steps, global_batch, pool)
+        priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
+        # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
+        twins = _fastest_twins(first + later)
+        order = [
+            *_cheapest_first([v for v in first if row_id(v) not in twins], priced),
+            *_cheapest_first([v for v in first if row_id(v) in twins], priced),
+            *[v for v in later if row_id(v) not in twins],
+            *[v for v in later if row_id(v) in twins],
+        ]
         total = len(order)
         # A window of rows in flight, their results taken in the order they were sent: a row is decided
         # on the results of every row sent before the last `ahead` - 1, whatever the timing, so the rows
@@ -409,7 +487,10 @@ def candidate_sweep(path: Path | None) -> Sweep:
         return load_sweep(path)
     raw = load_yaml(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
     spec = SweepFile.model_validate(raw)
-    return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), "built-in candidates")
+    return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), BUILT_IN)
+
+
+BUILT_IN = "built-in candidates"  # the source of catalogs/plan_candidates.yaml's Sweep
 
 
 DEFAULT_GLOBAL_BATCH = 1024  # plan's samples per step when neither --global-batch nor the file sets one
@@ -480,7 +561,7 @@ def plan(
     with sweep.catalogs_in_use():  # the candidates file's own `catalog:`
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
-            costs=costs, as_sold=as_sold, workers=workers, prune=prune,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=candidates is None,
         )  # fmt: skip
 
 
@@ -530,14 +611,14 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
         notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
     if global_batch is None:
         global_batch = file_batch or default_global_batch(sweep)
-        if file_batch:
+        if file_batch and sweep.source != BUILT_IN:  # the built-in grid's is the default recipe's
             notes.append(f"global batch {file_batch:,} from the candidates file")
         elif global_batch != DEFAULT_GLOBAL_BATCH:
             notes.append(
                 f"global batch {global_batch:,}: a sample for each GPU of the largest candidate "
                 f"(at least {DEFAULT_GLOBAL_BATCH:,}); --global-batch sets your own"
             )
-    elif file_batch is not None and global_batch != file_batch:
+    elif file_batch is not None and global_batch != file_batch and sweep.source != BUILT_IN:
         notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
     return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
 
@@ -570,6 +651,64 @@ def rented_rows(rows: list[dict[str, Any]], rent) -> list[dict[str, Any]]:
     return out
 
 
+# A candidate row's axes that leave the model's FLOPs as they are: _beyond_reach may bound such rows.
+_FLOPS_KEEPING = {"gpu", "gpus", "precision", "fabric", "optimizer", "oversubscription", *_NIC_AXES}
+
+
+def _laid_out(base, candidates, steps, global_batch, workers, reach: bool, deadline_h: float, fewest: int):
+    """(the candidates left out unsearched, the others' rows in their layouts, the base priced as the
+    layouts' code: with_one_pointwise_code). With ``reach``, the candidates beyond the deadline at
+    peak rate (_beyond_reach, ``fewest`` steps) are left out, unless the others name no Megatron layout:
+    then whether theirs would (and so the code every candidate is priced as) is not known unsearched,
+    and every candidate is searched."""
+    far, near = (
+        _beyond_reach(base, candidates, fewest, global_batch, deadline_h) if reach else ([], candidates)
+    )
+    rows = with_layouts(base, near, steps, global_batch, workers)
+    pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    if far and pinned is base:
+        far, rows = [], with_layouts(base, candidates, steps, global_batch, workers)
+        pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    return far, rows, pinned
+
+
+def _beyond_reach(base, rows: list[dict[str, Any]], steps: int, global_batch: int, deadline_h: float):
+    """The rows (candidate clusters, before the layout search) that even at their GPUs' peak FLOP rate
+    need longer than the deadline (bounds.peak_rate_hours), and the others. Left out unsearched, they
+    cannot change the plan while some candidate meets the deadline (then the fastest does too); _plan
+    searches them after all where none does."""
+    from clustersim.planner.bounds import peak_rate_hours
+
+    far, near = [], []
+    for r in rows:
+        n = r.get("gpus")
+        hours = 0.0
+        if isinstance(n, int) and not isinstance(n, bool) and set(r) <= _FLOPS_KEEPING:
+            gpu = r.get("gpu", base.cluster.gpu)
+            hours = peak_rate_hours(
+                base, gpu, r.get("precision", base.workload.precision), n, global_batch, steps
+            )
+        (far if hours > deadline_h else near).append(r)
+    return far, near
+
+
+def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
+    """The built-in candidates hold every catalog GPU; owned (the default cost model), those without a
+    server price in the ownership catalog cannot be priced, and are left out, said once in the header
+    (a candidates file of one's own with such a GPU is priced as rented instead: costing.auto_model)."""
+    model = (costs or costing.cost_model(None, price, network)) if only else None
+    if not isinstance(model, costing.Own):
+        return rows
+    missing = sorted(g for g in _candidate_gpus(base, rows) if g not in model.o["servers"])
+    if not missing:
+        return rows
+    notes.append(
+        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--cost rent or "
+        "--price prices them)"
+    )
+    return [r for r in rows if str(r.get("gpu", base.cluster.gpu_name)) not in missing]
+
+
 def _as_sold(rows: list[dict[str, Any]], costs, as_sold: bool, notes: list[str]) -> list[dict[str, Any]]:
     if not as_sold:
         return rows
@@ -593,6 +732,8 @@ def _plan(
     as_sold=False,
     workers: int = 0,
     prune: bool = True,
+    priced_only: bool = False,
+    reach: bool = True,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -611,8 +752,13 @@ def _plan(
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
-    rows = with_layouts(base, candidates, steps, global_batch, workers)
-    pinned = with_one_pointwise_code(base, (r.get(k) for r in rows for k in MEGATRON_KEYS))
+    only = priced_only and not as_sold
+    candidates = _priced_only(base, candidates, costs, price, network, recipe["notes"], only)
+    notes_before = list(recipe["notes"])
+    fewest = min([steps_plan.default or steps, *(n for _, n in steps_plan.per)])
+    far, rows, pinned = _laid_out(
+        base, candidates, steps, global_batch, workers, reach and prune, deadline_h, fewest
+    )
     if pinned is not base:
         note = "Megatron layouts among the candidates: every candidate priced as framework code"
         recipe["notes"].append(note + " (pointwise: fused)")
@@ -621,7 +767,7 @@ def _plan(
 
     # the cost model is chosen from every candidate's GPU before any is simulated, so that pruning
     # prices the rows as the plan does (a row's GPU as its scenario names it)
-    costs = costs or costing.auto_model(_candidate_gpus(base, rows), price, network)
+    costs = costs or costing.auto_model(_candidate_gpus(base, candidates), price, network)
 
     def cost_of(record: dict[str, Any]) -> tuple[float, float]:
         (priced,) = analysis.enrich(
@@ -635,9 +781,15 @@ def _plan(
     pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
+    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
+    if far and not any(r["ttt_h"] <= deadline_h for r in enriched):  # the fastest may be among them
+        recipe["notes"][:] = notes_before
+        return _plan(
+            sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
+            costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=priced_only, reach=False,
+        )  # fmt: skip
     if not ok:
         _nothing_runs(records, model)
-    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
     # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
     analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)
@@ -648,10 +800,8 @@ def _plan(
         analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
 
     if samples > 0:
-        banded = feasible[:5] + [r for r in (rec["chosen"],) if r is not None and r not in feasible[:5]]
-        band(banded)
-        if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
-            rec = analysis.recommendation(enriched, deadline_h, budget)
+        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
+        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
     chosen = rec["chosen"]
     runners_up: list[dict[str, Any]] = []
     for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
@@ -678,6 +828,7 @@ def _plan(
         "simulated": len(ok),
         "invalid": len(records) - len(ok),
         "interleaved_not_simulated": skipped,
+        "not_searched": len(far),
         "pruned": pruned[0] if pruned else 0,
         "chosen": chosen,
         "runners_up": runners_up,
@@ -687,6 +838,42 @@ def _plan(
         "optimizers_not_run": optimizers_not_run(records),
         "pricing": costs.describe(),
     }
+
+
+def _choose_with_bands(rec, top, band, choose, deadline_h: float) -> dict[str, Any]:
+    """The recommendation once the rows it reads have their bands (_bands_that_choose): ``band`` gives
+    rows their bands, ``choose`` chooses again."""
+    banded = _bands_that_choose(top, rec)
+    band(banded)
+    if banded:  # choose again: the bands say whether a small saving is real (analysis.equivalent)
+        rec = choose()
+    if (rec["chosen"] or {}).get("ttt_p90_h", 0.0) > deadline_h:  # the risk line names the cheapest
+        band([r for r in top if "ttt_p10_h" not in r])  # of them whose P90 is within the deadline
+        rec = choose()
+    return rec
+
+
+def _bands_that_choose(top: list[dict[str, Any]], rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Of the five cheapest rows that meet the constraints (``top``), those whose bands can change the
+    choice (analysis.recommendation: a simpler row that saves less than EQUIVALENT_GAIN is preferred
+    unless both rows' bands tell them apart): the cheapest and each simpler row that close to it; and
+    the choice, and the fastest where it is among them. The others get a band only if shown (as a
+    runner-up), not for a table that skips them as look-alikes, or where the choice's P90 misses the
+    deadline (the risk line looks among them for one whose P90 meets it)."""
+    out = [r for r in (rec["chosen"],) if r is not None]
+    if top:
+        cheapest = top[0]
+        out += [
+            r
+            for r in top
+            if r is cheapest
+            or r is rec["fastest"]
+            or (
+                analysis.complexity(r) < analysis.complexity(cheapest)
+                and cheapest["cost"] >= r["cost"] * (1 - EQUIVALENT_GAIN)
+            )
+        ]
+    return list({id(r): r for r in out}.values())
 
 
 def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
@@ -702,7 +889,10 @@ def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
     for name in dict.fromkeys(r["optimizer"] for r in records):
         mine = [r for r in records if r["optimizer"] == name]
         if all(r["status"] != "ok" for r in mine):
-            out[name] = min((r["error"].removeprefix("row: ") for r in mine), key=len)
+            # a row with more GPUs than the batch has samples says less about the optimizer than one
+            # that ran out of memory: its reason is given only where every row failed so
+            reasons = [r["error"].removeprefix("row: ") for r in mine]
+            out[name] = min(reasons, key=lambda e: ("global_batch:" in e, len(e)))
     return out
 
 

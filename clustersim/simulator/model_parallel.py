@@ -94,7 +94,12 @@ class Layout:
         """d ranks at stride t. With t >= GPUs per node each member is on its own node and the node's
         g ranks run g such groups at once (sharing its NICs); else g / t members per node and t groups
         per node. A group that spans part of a node's ranks unevenly is rounded up to whole nodes."""
-        t, d, g = self.tensor, self.data, self.gpus_per_node
+        return self.data_group_shape(self.tensor, self.data, self.gpus_per_node)
+
+    @staticmethod
+    def data_group_shape(t: int, d: int, g: int) -> GroupShape:
+        """data_group's shape for t-way tensor and d-way data parallelism on g GPUs per node (also what
+        the planner's lower bounds read, before any layout is built)."""
         if t >= g:
             return GroupShape(d, 1, g)
         per_node = g // t

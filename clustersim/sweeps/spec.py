@@ -71,6 +71,11 @@ class SweepFile(BaseModel):
     name: str = "sweep"
     base: str | dict[str, Any]
     vary: dict[str, list[Any]]
+    per_gpu: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="axis values that belong to a GPU of the gpu axis, set on its rows only (e.g. "
+        "{L40S: {fabric: pcie}}: a PCIe card has no NVSwitch); other GPUs' rows keep the base's",
+    )
     catalog: str | list[str] | None = Field(
         None, description="user catalog file(s) (GPUs/models), relative to the sweep file"
     )
@@ -270,6 +275,17 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
+        for gpu, values in spec.per_gpu.items():
+            if gpu not in spec.vary.get("gpu", []):
+                raise InputError("not a value of the gpu axis", source=source, key=f"per_gpu.{gpu}")
+            for axis in values:
+                if axis in spec.vary or axis == "gpu" or (axis not in AXES and not _is_schema_key(axis)):
+                    raise InputError(
+                        "not an axis a GPU's rows can set (a named axis or a dotted scenario key that "
+                        "vary does not vary)",
+                        source=source,
+                        key=f"per_gpu.{gpu}.{axis}",
+                    )
         # rows varying the Megatron layout are compared on one model code
         self.base = with_one_pointwise_code(base, (v for k in MEGATRON_KEYS for v in spec.vary.get(k, [])))
 
@@ -281,11 +297,14 @@ class Sweep:
 
     @property
     def axes(self) -> list[str]:
-        return list(self.spec.vary)
+        """The varied axes, then those per_gpu sets (a column each in a sweep's results)."""
+        per_gpu = (a for values in self.spec.per_gpu.values() for a in values)
+        return list(dict.fromkeys([*self.spec.vary, *per_gpu]))
 
     def rows(self) -> list[dict[str, Any]]:
-        names = self.axes
-        return [dict(zip(names, combo)) for combo in itertools.product(*(self.spec.vary[n] for n in names))]
+        names = list(self.spec.vary)
+        rows = [dict(zip(names, combo)) for combo in itertools.product(*(self.spec.vary[n] for n in names))]
+        return [{**r, **self.spec.per_gpu.get(r.get("gpu"), {})} for r in rows]
 
     def check_values(self) -> None:
         """Every axis value on its own, before any work: one line per kind of problem, naming the file,
@@ -380,6 +399,8 @@ class Sweep:
             "global_batch": self.spec.global_batch,
             "samples": self.spec.samples,
         }
+        if self.spec.per_gpu:
+            payload["per_gpu"] = self.spec.per_gpu
         if self.catalogs:  # another catalog content is another sweep
             payload["catalogs"] = [read_input_text(p) for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
