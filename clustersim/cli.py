@@ -481,7 +481,9 @@ def compare(
     optimizers: str = typer.Option(
         "adam,onebit-adam,zero-one-adam,binsgdm",
         "--optimizers",
-        help=f"Comma-separated: {', '.join(OPTIONS)} (diloco: DiLoCo / Streaming DiLoCo).",
+        help=f"Comma-separated: {', '.join(OPTIONS)} (diloco: DiLoCo / Streaming DiLoCo); default: adam, "
+        "onebit-adam, zero-one-adam and binsgdm.",
+        show_default=False,
     ),
     gpus: Optional[str] = typer.Option(
         None,
@@ -494,7 +496,7 @@ def compare(
     steps: Optional[str] = typer.Option(
         None,
         "--steps",
-        help="Training steps for time-to-train: 100000, or per optimizer, e.g. adam=100000,binsgdm=110000 "
+        help="Training steps for time-to-train: 100000, or per optimizer, e.g. adam=100000, binsgdm=110000 "
         "(convergence is not modelled: say how many steps each needs to the same loss).",
     ),
     baseline: Optional[str] = typer.Option(

@@ -1,6 +1,8 @@
 """Plans in seconds: candidates whose lower bounds (planner.bounds) cannot win are not simulated, and
 that never changes the answer (the choice, the runners-up, the fastest)."""
 
+from pathlib import Path
+
 import pytest
 
 from clustersim.planner.bounds import step_time_lower_bound
@@ -63,8 +65,11 @@ def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget, tmp_pa
     assert _answer(pruned) == _answer(full)
 
 
-def test_the_default_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
-    """The built-in candidates are read against the catalog, so that they cannot silently shrink: every
+EVERY_GPU = Path(__file__).resolve().parents[1] / "examples" / "plan-every-gpu.yaml"
+
+
+def test_the_every_gpu_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
+    """examples/plan-every-gpu.yaml is read against the catalog, so that it cannot silently shrink: every
     shipped GPU but the CI runner's CPU stand-in, both NIC kinds the schema knows, and every power of
     two from one 8-GPU node to 16,384 GPUs; each GPU's rows resolve to a valid cluster."""
     import typing
@@ -74,7 +79,7 @@ def test_the_default_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus(
     from clustersim.scenario import NicSpec
     from clustersim.sweeps.spec import resolve_row
 
-    sweep = candidate_sweep(None)
+    sweep = candidate_sweep(EVERY_GPU)
     vary = sweep.spec.vary
     assert set(vary["gpu"]) == set(catalog.gpus()) - {"CPU-2vCPU"}
     assert set(vary["nic_kind"]) == set(typing.get_args(NicSpec.model_fields["kind"].annotation))
@@ -88,24 +93,19 @@ def test_the_default_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus(
     assert seen == set(vary["gpu"])
 
 
-def test_the_default_grid_leaves_out_owned_gpus_without_a_server_price_saying_so_once():
-    """Owned (the default), a GPU of the built-in grid with no server price cannot be priced: its rows
-    are left out and the header says which, once, instead of the plan turning to rented prices."""
+def test_owned_gpus_without_a_server_price_are_left_out_saying_so_once():
+    """Owned, a candidate GPU with no server price cannot be priced: its rows are left out and the
+    header says which, once, instead of the plan turning to rented prices."""
+    from clustersim.planner.planning import candidate_sweep
     from clustersim.report import costing
 
-    result = plan("GPT-3-175B", 100_000, 1440.0, None, None, None, None, samples=0)
     own = costing.cost_model("own")
-    missing = sorted(g for g in candidate_gpus() if g not in own.o["servers"])
+    result = plan("GPT-3-13B", 10_000, 720.0, None, EVERY_GPU, None, None, samples=0, costs=own)
+    missing = sorted(g for g in candidate_sweep(EVERY_GPU).spec.vary["gpu"] if g not in own.o["servers"])
     said = [n for n in result["recipe_notes"] if "no server price" in n]
     assert len(said) == 1 and all(g in said[0] for g in missing) and missing
     assert result["pricing"].startswith("owned")
     assert result["chosen"]["gpu"] in own.o["servers"]
-
-
-def candidate_gpus():
-    from clustersim.planner.planning import candidate_sweep
-
-    return set(candidate_sweep(None).spec.vary["gpu"])
 
 
 def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_run(tmp_path):

@@ -155,7 +155,7 @@ def chosen_flops(row: dict | None) -> str | None:
 NetworkPricesOpt = typer.Option(
     None,
     "--network-prices",
-    help="Network price catalog (a copy of catalogs/network_prices.yaml with your quotes), or 'none' "
+    help="Network price catalog (a copy of network_prices.yaml in the catalogs, with your quotes), or 'none' "
     "for GPU-hours only; default: the shipped one.",
 )
 InstancesOpt = typer.Option(
@@ -197,7 +197,7 @@ def report(
     steps: Optional[str] = typer.Option(
         None,
         "--steps",
-        help="Training steps for time-to-train: 100000 or per optimizer (adam=100000,binsgdm=110000); "
+        help="Training steps for time-to-train: 100000 or per optimizer (adam=100000, binsgdm=110000); "
         "default: the sweep's, else 100,000.",
     ),
     deadline: Optional[str] = typer.Option(
@@ -366,7 +366,7 @@ def plan_cmd(
     steps: Optional[str] = typer.Option(
         None,
         "--steps",
-        help="Training steps: 100000 or per optimizer (adam=100000,binsgdm=110000); default: the "
+        help="Training steps: 100000 or per optimizer (adam=100000, binsgdm=110000); default: the "
         "candidates file's `steps`.",
     ),
     tokens: Optional[float] = typer.Option(
@@ -380,11 +380,10 @@ def plan_cmd(
     candidates: Optional[Path] = typer.Option(
         None,
         "--candidates",
-        help="Sweep file of candidate clusters; default: the built-in grid (catalogs/plan_candidates.yaml): "
-        "every catalog GPU but the CPU stand-in (V100-SXM2, V100-PCIe, A100-40GB, A100-80GB, H100-SXM, "
-        "H100-PCIe, H200, B200, GB200, H20, L40S, L4, A10G, RTX-4090, MI250X, MI300X; owned, those with a "
-        "server price), 8 to 16384 GPUs in 8-GPU nodes, Ethernet or InfiniBand at 100 or 400 Gb/s, adam, "
-        "onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit; 1,024 samples per step.",
+        help="Sweep file of candidate clusters; default: the built-in grid (plan_candidates.yaml in the "
+        "catalogs): A100-80GB and H100-SXM, 8 to 512 GPUs in 8-GPU NVSwitch nodes, Ethernet or InfiniBand "
+        "at 100 or 400 Gb/s, adam, onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit. "
+        "Every catalog GPU, 8 to 16,384 GPUs: plan-every-gpu.yaml in examples/.",
     ),
     global_batch: Optional[int] = typer.Option(
         None,

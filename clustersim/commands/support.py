@@ -355,8 +355,8 @@ SetOpt = typer.Option(
     None,
     "--set",
     help="Change one scenario key for this command: KEY=VALUE, a dotted key and a YAML value "
-    "(cluster.nic.line_rate_gbps=100, workload.attention=eager). Repeatable; a later --set of the same "
-    "key wins. Applied after the file or preset is read, and checked as the file is; a list's items "
+    "(e.g. cluster.nic.line_rate_gbps=100 or workload.attention=eager). Repeatable; a later --set of "
+    "the same key wins. Applied after the file or preset is read, and checked as the file is; a list's items "
     "(workload.layers) are not addressable.",
 )
 

@@ -693,20 +693,25 @@ def _beyond_reach(base, rows: list[dict[str, Any]], steps: int, global_batch: in
 
 
 def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
-    """The built-in candidates hold every catalog GPU; owned (the default cost model), those without a
-    server price in the ownership catalog cannot be priced, and are left out, said once in the header
-    (a candidates file of one's own with such a GPU is priced as rented instead: costing.auto_model)."""
-    model = (costs or costing.cost_model(None, price, network)) if only else None
+    """Owned, candidates whose GPU has no server price in the ownership catalog cannot be priced, and are
+    left out, said once in the header (examples/plan-every-gpu.yaml holds every catalog GPU; a
+    candidates file's only where --cost own is asked: without --cost, a file with such a GPU is priced
+    as rented instead, costing.auto_model)."""
+    # the built-in grid: whichever model prices it; a candidates file: only where --cost own was asked
+    model = costs if costs is not None else (costing.cost_model(None, price, network) if only else None)
     if not isinstance(model, costing.Own):
         return rows
     missing = sorted(g for g in _candidate_gpus(base, rows) if g not in model.o["servers"])
     if not missing:
         return rows
+    kept = [r for r in rows if str(r.get("gpu", base.cluster.gpu_name)) not in missing]
+    if not kept:  # nothing left to price: the one-line error naming the GPU and the catalog
+        model.server(missing[0])
     notes.append(
         f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--cost rent or "
         "--price prices them)"
     )
-    return [r for r in rows if str(r.get("gpu", base.cluster.gpu_name)) not in missing]
+    return kept
 
 
 def _as_sold(rows: list[dict[str, Any]], costs, as_sold: bool, notes: list[str]) -> list[dict[str, Any]]:
