@@ -144,3 +144,18 @@ def test_plan_have_takes_tokens_as_plan_does(runner):
     assert b["steps"] == steps and [o["ttt_h"] for o in a["options"]] == [o["ttt_h"] for o in b["options"]]
     both = runner.invoke(app, [*args, "--tokens", "1e9", "--steps", "100", "--have", TEAM])
     assert both.exit_code == 2 and "--tokens" in both.output and "Traceback" not in both.output
+
+
+def test_have_refuses_a_cost_option_it_would_ignore():
+    """`plan --have` prices each option by its own model: --cost, --price and --instance would change
+    nothing, so each is refused in one line naming it, before any work."""
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    args = ["plan", "--model", "GPT-2-1.5B", "--steps", "1000", "--deadline", "30d", "--samples", "0"]
+    args += ["--have", "examples/team-a100-40gb-25gbe.yaml"]
+    for extra in (["--cost", "rent"], ["--cost", "own"], ["--price", "2"], ["--instance", "p4d.24xlarge"]):
+        r = CliRunner().invoke(app, [*args, *extra])
+        assert r.exit_code == 2 and r.stdout == "", extra
+        assert f"{extra[0]} does not apply" in r.stderr and "Traceback" not in r.output

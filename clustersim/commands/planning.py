@@ -21,7 +21,7 @@ from clustersim.commands.support import (
     table,
     with_catalogs,
 )
-from clustersim.errors import shortened
+from clustersim.errors import InputError, shortened
 
 
 def sweep(
@@ -283,6 +283,20 @@ def _by_network_table(model: str, cells: list[dict]):
     )
 
 
+def _have_takes_no_cost_option(**given) -> None:
+    """`plan --have` prices each option by its own model (keeping, upgrading or growing the cluster as
+    owned, renting as rented): --cost, --price and --instance choose one model for every row, so they
+    would be ignored there; they are refused instead, naming the option."""
+    for name, value in given.items():
+        if value is not None:
+            raise InputError(
+                "--have prices keeping, upgrading and growing the cluster as owned and renting as rented, "
+                f"each option by its own model; --{name} does not apply (--own-prices and --instances give "
+                "your prices)",
+                key=f"--{name}",
+            )
+
+
 def _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget):
     """`plan --have`: the owned cluster's options, each with capital, time to train and payback."""
     from clustersim.planner.upgrades import plan_have
@@ -430,6 +444,8 @@ def plan_cmd(
 
     hours = parse_duration(deadline)
     price_option(price, "--price")
+    if have is not None:
+        _have_takes_no_cost_option(cost=cost, price=price, instance=instance)
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
         "tokens": _whole_tokens(tokens),
