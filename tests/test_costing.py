@@ -337,3 +337,19 @@ def test_compare_json_and_the_api_carry_the_costs_the_table_prints():
     assert clustersim.compare(scenario, ["adam"], [16], samples=0, break_even_at=0).costs == []  # no steps
     with pytest.raises(InputError, match="own or rent"):
         clustersim.compare(scenario, ["adam"], [16], samples=0, break_even_at=0, steps=1000, cost="lease")
+
+
+def test_a_rented_instance_names_its_network_as_its_provider_sells_it():
+    """A plan row rented on an instance as sold says the instance's network in its provider's words (AWS's
+    EFA, simulated as an RDMA fabric of the InfiniBand kind, is not labelled InfiniBand)."""
+    from clustersim.planner.planning import plan
+    from clustersim.report.costing import cost_model
+
+    result = plan("GPT-3-1.3B", 1000, 720.0, None, None, None, None, samples=0, costs=cost_model("rent"))
+    rows = [result["chosen"], *result["runners_up"], result["fastest"]]
+    aws = [r for r in rows if str(r.get("instance", "")).startswith("p")]
+    assert aws, [r.get("instance") for r in rows]
+    for r in aws:
+        assert "EFA" in r["cluster"] and "InfiniBand" not in r["cluster"], r["cluster"]
+    single = [r for r in rows if r.get("instance") == "lambda-8x-h100-sxm"]
+    assert all("single machine" in r["cluster"] and "Ethernet" not in r["cluster"] for r in single)

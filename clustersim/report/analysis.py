@@ -50,9 +50,11 @@ def network_label(row: dict[str, Any]) -> str:
     return f"{kind} {int(count)} x {rate:g} Gb/s" if count > 1 else f"{kind} {rate:g} Gb/s"
 
 
-def cluster_label(row: dict[str, Any]) -> str:
+def cluster_label(row: dict[str, Any], network: str | None = None) -> str:
+    """``network``: the network's own name where it has one (a rented instance's, as its provider sells
+    it: AWS's EFA is simulated as an RDMA fabric, the InfiniBand kind, but sold as EFA)."""
     layout = row.get("layout")  # plan rows: the parallel layout, when it is not plain data parallelism
-    return f"{row['world_size']} x {row['gpu']}, {network_label(row)}" + (
+    return f"{row['world_size']} x {row['gpu']}, {network or network_label(row)}" + (
         f", {layout}" if layout and layout != "DP" else ""
     )
 
@@ -179,8 +181,9 @@ def enrich(
             r["ttt_p10_h"] = r["ttt_h"] * lo / r["iteration_time_s"]
             r["ttt_p90_h"] = r["ttt_h"] * hi / r["iteration_time_s"]
         set_cost_band(r)
-        r["network"] = network_label(r)
-        r["cluster"] = cluster_label(r)
+        sold = priced.extra.get("network")  # a rented instance's network, as its provider names it
+        r["network"] = sold or network_label(r)
+        r["cluster"] = cluster_label(r, sold)
         if priced.extra.get("instance"):  # a rented row names what it rents
             r["instance"] = priced.extra["instance"]
             r["cluster"] += f" on {r['instance']}"

@@ -301,7 +301,12 @@ class Rent:
             sigma_of(inst["uncertainty"]),
             basis,
             warning=warning,
-            extra={"instance": inst["name"], "instances": n},
+            # simulated on the instance's own network: its rows name that network in the provider's words
+            extra={
+                "instance": inst["name"],
+                "instances": n,
+                "network": None if warning else inst["network_as_sold"],
+            },
         )
 
 
