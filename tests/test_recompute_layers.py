@@ -14,28 +14,16 @@ from clustersim.planner.bounds import step_time_lower_bound
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
+from tests.test_model_parallel import _scenario as model_parallel_scenario
 
 MODEL = "GPT-3-1.3B"  # 24 layers
 
 
 def _scenario(t=2, p=1, m=2, v=1, nodes=1, sharding=None, **par):
-    data = {
-        "cluster": {"nodes": nodes, "gpus_per_node": 8, "gpu": "A100-80GB", "nic": {"count": 8}},
-        "workload": {"model": MODEL, "micro_batch": 1, "seq_len": 2048, "gradient_accumulation": m},
-        "training": {
-            "optimizer": "adam",
-            "parallelism": {
-                "tensor": t,
-                "pipeline": p,
-                "virtual_stages": v,
-                "schedule": "interleaved" if v > 1 else "1f1b",
-                **par,
-            },
-        },
-    }
-    if sharding:
-        data["training"]["sharding"] = {"framework": sharding}
-    return validate_scenario(data)
+    """test_model_parallel's Megatron scenario (A100-80GB nodes of 8, micro-batch 1, sequence 2048) of
+    MODEL, one node by default, optionally sharded by a framework."""
+    s = model_parallel_scenario(nodes=nodes, t=t, p=p, m=m, v=v, model_name=MODEL, **par)
+    return s.with_changes(**{"training.sharding": {"framework": sharding}}) if sharding else s
 
 
 def _block(n, **kw):
