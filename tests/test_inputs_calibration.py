@@ -154,34 +154,30 @@ def _scaled_covariance(p, scale):
     return [[v * scale for v in row] for row in p["network"]["log_covariance"]]
 
 
-def test_a_measured_phase_of_a_femtosecond_is_refused(tmp_path):
+def _refused_phase(tmp_path, field, value, words):
+    """The published V100 profile with its first phase's ``field`` set to ``value``: refused in one line
+    naming the file and the field."""
     from clustersim.calibration.profile import _read
 
     data = json.loads(_read("builtin:v100-bert-large-published")[1])
-    data["compute_phases"][0]["forward_s"] = 1e-300
+    data["compute_phases"][0][field] = value
     path = write_json(tmp_path / "p.json", data)
     refused(
         invoke("run", "preset:default", "--samples", "0", "--profile", path),
         path,
-        "compute_phases.0.forward_s",
-        "timer's resolution",
+        f"compute_phases.0.{field}",
+        words,
     )
+
+
+def test_a_measured_phase_of_a_femtosecond_is_refused(tmp_path):
+    _refused_phase(tmp_path, "forward_s", 1e-300, "timer's resolution")
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
 def test_a_phase_stated_as_anything_but_true_or_false_is_refused(tmp_path, value):
     """``stated`` fixes the phases in the band; a string or a number is not read as true."""
-    from clustersim.calibration.profile import _read
-
-    data = json.loads(_read("builtin:v100-bert-large-published")[1])
-    data["compute_phases"][0]["stated"] = value
-    path = write_json(tmp_path / "p.json", data)
-    refused(
-        invoke("run", "preset:default", "--samples", "0", "--profile", path),
-        path,
-        "compute_phases.0.stated",
-        "boolean",
-    )
+    _refused_phase(tmp_path, "stated", value, "boolean")
 
 
 @pytest.mark.parametrize(
