@@ -354,3 +354,21 @@ def test_bands_for_the_rows_that_choose_give_the_plan_that_bands_the_five_cheape
     assert printed(few) == printed(five)
     if deadline_h < 100:
         assert any(line.startswith("Risk:") for line in few["text"])
+
+
+def test_a_plan_that_searches_again_says_each_note_once(tmp_path):
+    """Where no searched cluster meets the deadline, plan searches every candidate again: the notes the
+    first search added (the model axis replaced, ...) are said once, not once per search."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "name: small\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB,\n"
+        "            intra_node: {fabric: nvswitch},\n"
+        "            nic: {kind: infiniband, count: 1, line_rate_gbps: 200}}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n  training: {optimizer: adam}\n"
+        "global_batch: 1024\nvary:\n  model: [BERT-Large, GPT-3-13B]\n  gpu: [V100-SXM2, H100-SXM]\n"
+        "  gpus: [8, 64]\nper_gpu:\n  V100-SXM2: {precision: fp16, fabric: nvlink_mesh}\n"
+    )
+    result = plan("GPT-3-13B", 20_000, 30.0, None, grid, None, None, samples=0, workers=1)
+    notes = result["recipe_notes"]
+    assert any("replaces the candidates file's model axis" in n for n in notes)
+    assert len(notes) == len(set(notes)), notes

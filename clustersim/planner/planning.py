@@ -756,10 +756,10 @@ def _plan(
 
         choose_baseline(baseline, baseline)
     steps = steps_plan.of(preferred, preferred) or steps_plan.default or max(n for _, n in steps_plan.per)
+    notes_before = list(recipe["notes"])  # a second search (below) says its own notes again
     candidates = _as_sold(_for_model(sweep.rows(), model, recipe["notes"]), costs, as_sold, recipe["notes"])
     only = priced_only and not as_sold
     candidates = _priced_only(base, candidates, costs, price, network, recipe["notes"], only)
-    notes_before = list(recipe["notes"])
     fewest = min([steps_plan.default or steps, *(n for _, n in steps_plan.per)])
     far, rows, pinned = _laid_out(
         base, candidates, steps, global_batch, workers, reach and prune, deadline_h, fewest
