@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from clustersim import catalog
 from clustersim.calibration.profile import (
     DispatchRates,
     Fingerprint,
@@ -453,10 +452,8 @@ def fit(
     if holdout is not None:
         b = holdout.micro_batch
         # on a GPU a device-bound phase also spends the gap between its queued kernels, which its
-        # busy time leaves out (catalogs/execution.yaml device_s_between_kernels), as the simulator
-        # prices it (simulator/measured_compute.device_time)
-        gap = 0.0 if device == "cpu" else catalog.device_s_between_kernels()
-        predicted = sum(combine(p.host_s.at(b), p.device_s.at(b) + p.kernels * gap) for p in phases.values())
+        # busy time leaves out, as the simulator prices it (PhaseMeasurement.device_time)
+        predicted = sum(combine(p.host_s.at(b), p.device_time(b, device)) for p in phases.values())
         measured_s = holdout.step_wall_s()
         held = ModelHoldout(
             micro_batch=b, measured_s=measured_s, predicted_s=predicted, rel_error=predicted / measured_s - 1

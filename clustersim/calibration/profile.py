@@ -411,6 +411,15 @@ class PhaseMeasurement(_Strict):
     ops: int | None = Field(None, ge=0, description="ops the phase's host threads ran (profiler records)")
     wall_s: Linear | None = Field(None, description="the phase's measured wall time (synchronised), if timed")
 
+    def device_time(self, b: float, device: str) -> float:
+        """The phase's device time at micro-batch ``b`` when its kernels run back to back. On a GPU the
+        measurement is its kernels' busy time (the union of their intervals, from the profiler), which
+        leaves out the device's gap between each two queued kernels (catalogs/execution.yaml
+        device_s_between_kernels); on the CPU (``device`` "cpu") the device time is the phase's wall time
+        less its dispatch: nothing is left out."""
+        gap = 0.0 if device == "cpu" else catalog.device_s_between_kernels()
+        return self.device_s.at(b) + self.kernels * gap
+
 
 class ModelHoldout(_Strict):
     """One measured micro-batch left out of the fit and predicted from it."""

@@ -183,7 +183,7 @@ def enrich(
         set_cost_band(r)
         sold = priced.extra.get("network")  # a rented instance's network, as its provider names it
         r["network"] = sold or network_label(r)
-        r["cluster"] = cluster_label(r, sold)
+        r["cluster"] = cluster_label(r, r["network"])
         if priced.extra.get("instance"):  # a rented row names what it rents
             r["instance"] = priced.extra["instance"]
             r["cluster"] += f" on {r['instance']}"

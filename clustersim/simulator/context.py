@@ -156,8 +156,7 @@ class SimulationContext:
 
     def host_forward_time(self, layer: Layer) -> float:
         """Host dispatch time of ``layer``'s forward (its kernels, at the dispatch rate)."""
-        kernels = self.device.kernels_launched(layer.forward)
-        return self.dispatch.pass_time(kernels, True) * self._host_fwd_scale * self._host_scale
+        return self.host_kernels_time(layer.forward)
 
     def host_backward_time(self, layer: Layer) -> float:
         kernels = self.device.kernels_launched(layer.backward)
@@ -236,14 +235,15 @@ class SimulationContext:
 
     def rank_forward_time(self, layer: Layer) -> float:
         """One tensor-parallel rank's forward of ``layer`` (its kernels split by t)."""
-        return self.device.kernels_time(self.layout.kernels(layer.forward), self.precision) * self._fwd_scale
+        return self.rank_kernels_time(self.layout.kernels(layer.forward))
 
     def rank_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
         """Forward kernels already split to one tensor-parallel rank (Layout.recomputed_attention)."""
         return self.device.kernels_time(kernels, self.precision) * self._fwd_scale
 
     def host_kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
-        """Host dispatch time of forward ``kernels`` (as host_forward_time)."""
+        """Host dispatch time of forward ``kernels`` at the dispatch rate (a layer's, or the ones a
+        recomputation re-runs)."""
         launched = self.device.kernels_launched(kernels)
         return self.dispatch.pass_time(launched, True) * self._host_fwd_scale * self._host_scale
 

@@ -90,14 +90,10 @@ def _phase_totals(ctx, workload: Workload) -> dict[str, float]:
 
 
 def device_time(mc: ModelCompute, phase: PhaseMeasurement, b: float) -> float:
-    """One of ``mc``'s measured phases' device time at micro-batch ``b`` when its kernels run back to
-    back. On a GPU the measurement is its kernels' busy time (the union of their intervals, from the
-    profiler), which leaves out the device's gap between each two queued kernels
-    (catalogs/execution.yaml device_s_between_kernels); a host-bound phase hides the gaps behind its
-    dispatch, as the step takes max(host, device). On the CPU the device time is the phase's wall time
-    less its dispatch: nothing is left out."""
-    gap = 0.0 if mc.fingerprint.device == "cpu" else catalog.device_s_between_kernels()
-    return phase.device_s.at(b) + phase.kernels * gap
+    """One of ``mc``'s measured phases' device time at micro-batch ``b`` on the device it was measured on
+    (PhaseMeasurement.device_time: busy time plus the gaps between queued kernels on a GPU); a
+    host-bound phase hides the gaps behind its dispatch, as the step takes max(host, device)."""
+    return phase.device_time(b, mc.fingerprint.device)
 
 
 def _ratios(mc: ModelCompute, b: float, modelled: dict[str, float]) -> dict[str, float]:
