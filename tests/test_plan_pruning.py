@@ -372,3 +372,24 @@ def test_a_plan_that_searches_again_says_each_note_once(tmp_path):
     notes = result["recipe_notes"]
     assert any("replaces the candidates file's model axis" in n for n in notes)
     assert len(notes) == len(set(notes)), notes
+
+
+def test_plan_with_an_invalid_candidate_plans_the_others_and_with_none_valid_says_why(tmp_path, runner):
+    """A candidate that is not a valid cluster (an L40S on the base's NVSwitch) is left out, not a
+    traceback; when every candidate is invalid, the one line says why (run's message for the row)."""
+    from clustersim.cli import app
+
+    args = ["plan", "--model", "GPT-3-1.3B", "--steps", "100", "--deadline", "30d", "--samples", "0"]
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text("name: c\nbase: preset:dgx-h100-gpt3-1.3b\nvary: {gpu: [H100-SXM, L40S], gpus: [8]}\n")
+    r = runner.invoke(app, [*args, "--price", "2", "--candidates", str(mixed)])
+    assert r.exit_code == 0 and "Recommended: adam on 8 x H100-SXM" in r.stdout, r.output
+    none = tmp_path / "none.yaml"
+    none.write_text(
+        "name: c\nbase: preset:dgx-h100-gpt3-1.3b\n"
+        "vary: {gpus: [8], training.parallelism.recompute: [full],\n"
+        "  training.parallelism.recompute_method: [block], training.parallelism.recompute_num_layers: [25]}\n"
+    )
+    r = runner.invoke(app, [*args, "--price", "2", "--candidates", str(none)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "recompute_num_layers: 25 exceeds the 24 blocks" in r.stderr

@@ -533,3 +533,12 @@ def test_the_results_folder_is_made_with_its_parents_but_not_under_a_file(tmp_pa
     (tmp_path / "afile").write_text("x")
     r = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "afile" / "x"), "--workers", "1"])
     assert r.exit_code == 2 and "is a file" in r.output
+
+
+def test_true_on_a_number_axis_keeps_the_whole_reason(tmp_path):
+    """The line lists the axis's bad values itself and drops ", not VALUE" from the reason, but not a
+    word that only starts like the value ("not true/false" stays whole)."""
+    from clustersim.sweeps.spec import _without_value
+
+    assert _without_value("expected a number, not true/false", True) == "expected a number, not true/false"
+    assert _without_value("must be one of a, b, not 'maybe'", "maybe") == "must be one of a, b"

@@ -786,7 +786,10 @@ def _plan(
     pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
-    enriched = analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs)
+    # no row ran: the fallback search below, or one line saying why (enrich refuses an empty set)
+    enriched = (
+        analysis.enrich(ok, steps_plan, price, baseline=preferred, network=network, costs=costs) if ok else []
+    )
     if far and not any(r["ttt_h"] <= deadline_h for r in enriched):  # the fastest may be among them
         recipe["notes"][:] = notes_before
         return _plan(
@@ -891,8 +894,9 @@ def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
     (out of GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer
     out says why, instead of dropping it without a word."""
     out: dict[str, str] = {}
-    for name in dict.fromkeys(r["optimizer"] for r in records):
-        mine = [r for r in records if r["optimizer"] == name]
+    # a row invalid before it ran (not a valid cluster as given) names no optimizer unless it varied one
+    for name in dict.fromkeys(r["optimizer"] for r in records if r.get("optimizer")):
+        mine = [r for r in records if r.get("optimizer") == name]
         if all(r["status"] != "ok" for r in mine):
             # a row with more GPUs than the batch has samples says less about the optimizer than one
             # that ran out of memory: its reason is given only where every row failed so

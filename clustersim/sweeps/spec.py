@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -540,4 +541,5 @@ def _without_value(why: str, value: Any) -> str:
     """A problem without the value it names (", not 'maybe'"): the line lists the axis's bad values
     itself, and values with the same problem then share one line."""
     shown = str(value).lower() if isinstance(value, bool) else repr(value)
-    return why.replace(f", not {shown}", "", 1)
+    # the value itself, not a word that starts with it ("not true/false" names no value)
+    return re.sub(rf", not {re.escape(shown)}(?![\w/])", "", why, count=1)
