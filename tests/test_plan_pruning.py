@@ -299,6 +299,10 @@ def test_an_optimizer_that_runs_nowhere_is_blamed_on_memory_before_the_batch():
         ("{H100-SXM: {fabric: pcie}}", "per_gpu.H100-SXM"),  # not a value of the gpu axis
         ("{L4: {gpus: 8}}", "per_gpu.L4.gpus"),  # an axis vary varies
         ("{L4: {colour: red}}", "per_gpu.L4.colour"),  # no such axis
+        ("{L4: {cluster.nodes: 4}}", "per_gpu.L4.cluster.nodes"),  # what the GPU count sets
+        ("{L4: {cluster.gpu: H100-SXM}}", "per_gpu.L4.cluster.gpu"),  # the gpu axis itself
+        ("{L4: {fabric: pcie, nic_gbps: .nan}}", "per_gpu.L4.nic_gbps"),  # a value no row could take
+        ("{L4: {micro_batch: -1}}", "per_gpu.L4.micro_batch"),
     ],
 )
 def test_per_gpu_values_that_cannot_apply_are_refused_naming_the_key(tmp_path, per_gpu, key):
@@ -314,6 +318,23 @@ def test_per_gpu_values_that_cannot_apply_are_refused_naming_the_key(tmp_path, p
     with pytest.raises(InputError) as err:
         candidate_sweep(path)
     assert key in str(err.value)
+
+
+def test_per_gpu_cannot_set_a_varied_key_by_its_other_name(tmp_path):
+    """nic_gbps and cluster.nic.line_rate_gbps are one key: per_gpu may not set what vary varies."""
+    from clustersim.errors import InputError
+    from clustersim.planner.planning import candidate_sweep
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: g\nbase:\n  cluster: {nodes: 1, gpus_per_node: 8, gpu: A100-80GB}\n"
+        "  workload: {model: BERT-Large, micro_batch: 8, precision: bf16}\n"
+        "vary:\n  gpu: [A100-80GB, L4]\n  nic_gbps: [100, 400]\n"
+        "per_gpu: {L4: {cluster.nic.line_rate_gbps: 200}}\n"
+    )
+    with pytest.raises(InputError) as err:
+        candidate_sweep(path)
+    assert "per_gpu.L4.cluster.nic.line_rate_gbps" in str(err.value)
 
 
 def test_per_gpu_values_go_to_their_gpus_rows_only(tmp_path):

@@ -276,11 +276,16 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
+        # what vary sets, by the scenario key each axis names (nic_gbps and cluster.nic.line_rate_gbps are
+        # one key; a GPU count sets the nodes)
+        varied = {AXES.get(a) or a for a in spec.vary if a != "gpus"} | {"cluster.gpu"}
+        if "gpus" in spec.vary:
+            varied |= {"cluster.nodes", "gpus"}
         for gpu, values in spec.per_gpu.items():
             if gpu not in spec.vary.get("gpu", []):
                 raise InputError("not a value of the gpu axis", source=source, key=f"per_gpu.{gpu}")
             for axis in values:
-                if axis in spec.vary or axis == "gpu" or (axis not in AXES and not _is_schema_key(axis)):
+                if (AXES.get(axis) or axis) in varied or (axis not in AXES and not _is_schema_key(axis)):
                     raise InputError(
                         "not an axis a GPU's rows can set (a named axis or a dotted scenario key that "
                         "vary does not vary)",
@@ -311,21 +316,28 @@ class Sweep:
         """Every axis value on its own, before any work: one line per kind of problem, naming the file,
         the axis and its bad values."""
         problems: dict[tuple[str, str], list[Any]] = {}
-        for axis, values in self.spec.vary.items():
+        # a GPU's own values (per_gpu) are axis values too, checked the same way
+        settings = [(f"vary.{axis}", axis, values) for axis, values in self.spec.vary.items()]
+        settings += [
+            (f"per_gpu.{gpu}.{axis}", axis, [value])
+            for gpu, values in self.spec.per_gpu.items()
+            for axis, value in values.items()
+        ]
+        for key, axis, values in settings:
             for value in values:
                 why = _value_problem(axis, value)
                 if why is not None:
-                    problems.setdefault((axis, _without_value(why, value)), []).append(value)
+                    problems.setdefault((key, _without_value(why, value)), []).append(value)
         if problems:
             lines = [
                 str(
                     InputError(
                         f"{', '.join(json.dumps(v) for v in vals)}: {why}",
                         source=self.source,
-                        key=f"vary.{axis}",
+                        key=key,
                     )
                 )
-                for (axis, why), vals in problems.items()
+                for (key, why), vals in problems.items()
             ]
             raise InputError("\n".join(lines))
 
