@@ -123,6 +123,14 @@ _SYNONYMS = {
 _LOADER = None
 
 
+# A plain decimal integer or float (leading zeros are decimal, as `--set` reads them), and YAML's
+# .inf / .nan words, which the schemas refuse by name (allow_inf_nan=False).
+_PLAIN_INT = re.compile(r"^[-+]?[0-9]+$")
+_PLAIN_FLOAT = re.compile(
+    r"^(?:[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
 def _loader():
     """The safe loader, refusing a key given twice in one mapping. PyYAML keeps the last silently (the
     YAML spec says keys are unique), so a second ``training:`` block dropped the first without a word.
@@ -149,14 +157,18 @@ def _loader():
                         seen.add(key)
                 return super().construct_mapping(node, deep)
 
-        # YAML 1.1 (PyYAML) reads 1e9 or 5e-7, with no dot, as a string; YAML 1.2 and JSON read a number.
-        # Numbers in the schemas refuse strings (catalog.Number: a quoted "25" is not 25), so exponent
-        # notation must arrive as the number it is written as.
-        UniqueKeyLoader.add_implicit_resolver(
-            "tag:yaml.org,2002:float",
-            re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-            list("-+0123456789"),
-        )
+        # Numbers are plain decimals, as JSON and `--set` read them. YAML 1.1 (PyYAML) reads 1e9 without a
+        # dot as text, and 0x190, 0620 (octal), 6:40 (base 60) or 4_00 as numbers nobody wrote; here the
+        # first is the number written and the others are text, which every number field refuses by name
+        # (catalog.Number, Count: a quoted "25" is not 25 either).
+        resolvers = UniqueKeyLoader.yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in pairs if not tag.endswith((":int", ":float"))]
+            for first, pairs in UniqueKeyLoader.yaml_implicit_resolvers.items()
+        }
+        del resolvers  # the class's own copy, filtered: the shared SafeLoader's stays as it is
+        UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", _PLAIN_INT, list("-+0123456789"))
+        UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _PLAIN_FLOAT, list("-+.0123456789"))
+        UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(node.value))
         _LOADER = UniqueKeyLoader
     return _LOADER
 

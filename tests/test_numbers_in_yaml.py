@@ -49,3 +49,27 @@ def test_exponent_notation_in_a_scenario_and_through_set(tmp_path):
     assert load_scenario(f).cluster.nic.line_rate_gbps == 100.0
     r = CliRunner().invoke(app, ["run", str(f), "--samples", "0", "--set", "cluster.nic.line_rate_gbps=4e2"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("text", ["0x190", "6:40", "4_00", "0b101", "1:30:00"])
+def test_yaml_11_number_forms_nobody_writes_are_text(text):
+    """Hex, base 60 and underscores are text here (YAML 1.1 read 0x190 as 400 and 6:40 as 400), so a
+    number field refuses them by name, as --set does."""
+    assert load_yaml(f"x: {text}")["x"] == text
+
+
+def test_a_leading_zero_is_decimal_in_a_file_as_through_set():
+    assert load_yaml("x: 010")["x"] == 10 and load_yaml("x: -0620")["x"] == -620
+    assert str(load_yaml("x: .nan")["x"]) == "nan" and load_yaml("x: -.inf")["x"] == float("-inf")
+
+
+def test_a_hex_rate_in_a_scenario_file_is_refused_by_name(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
+        " nic: {kind: ethernet_tcp, line_rate_gbps: 0x190}}\n"
+        "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
+    )
+    with pytest.raises(InputError) as exc:
+        load_scenario(f)
+    assert "cluster.nic.line_rate_gbps" in str(exc.value) and "'0x190'" in str(exc.value)

@@ -387,9 +387,15 @@ def _set_value(key: str, raw: str):
         problem = getattr(exc, "problem", None)
         why = f"{type(exc).__name__}: {problem}" if problem else type(exc).__name__
         raise InputError(f"{_shown(raw)} is not a YAML value ({why})", source="--set", key=key) from None
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    import yaml
+
+    try:  # what YAML 1.1 makes of it (0x10, 1:30): said, since a file written so would surprise
+        read_as = yaml.safe_load(text) if isinstance(value, str) else value
+    except yaml.YAMLError:
+        read_as = value
+    if isinstance(read_as, int | float) and not isinstance(read_as, bool):
         raise InputError(
-            f"{_shown(raw)} is not a plain decimal number (YAML 1.1 reads it as {value!r}); "
+            f"{_shown(raw)} is not a plain decimal number (YAML 1.1 reads it as {read_as!r}); "
             "quote it for text",
             source="--set",
             key=key,
