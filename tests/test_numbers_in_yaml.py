@@ -25,13 +25,19 @@ def test_text_that_only_looks_like_it_stays_text(text):
     assert isinstance(load_yaml(f"x: {text}")["x"], str)
 
 
-def test_a_quoted_number_is_refused_with_its_file_and_key(tmp_path):
+def _scenario_with_rate(tmp_path, rate: str):
+    """A small scenario file whose NIC line rate is written as ``rate`` (YAML text)."""
     f = tmp_path / "s.yaml"
     f.write_text(
         "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
-        ' nic: {kind: ethernet_tcp, line_rate_gbps: "25"}}\n'
+        f" nic: {{kind: ethernet_tcp, line_rate_gbps: {rate}}}}}\n"
         "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
     )
+    return f
+
+
+def test_a_quoted_number_is_refused_with_its_file_and_key(tmp_path):
+    f = _scenario_with_rate(tmp_path, '"25"')
     with pytest.raises(InputError) as exc:
         load_scenario(f)
     assert "cluster.nic.line_rate_gbps" in str(exc.value) and "not the text '25'" in str(exc.value)
@@ -40,12 +46,7 @@ def test_a_quoted_number_is_refused_with_its_file_and_key(tmp_path):
 
 
 def test_exponent_notation_in_a_scenario_and_through_set(tmp_path):
-    f = tmp_path / "s.yaml"
-    f.write_text(
-        "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
-        " nic: {kind: ethernet_tcp, line_rate_gbps: 1e2}}\n"
-        "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
-    )
+    f = _scenario_with_rate(tmp_path, "1e2")
     assert load_scenario(f).cluster.nic.line_rate_gbps == 100.0
     r = CliRunner().invoke(app, ["run", str(f), "--samples", "0", "--set", "cluster.nic.line_rate_gbps=4e2"])
     assert r.exit_code == 0, r.output
@@ -64,12 +65,7 @@ def test_a_leading_zero_is_decimal_in_a_file_as_through_set():
 
 
 def test_a_hex_rate_in_a_scenario_file_is_refused_by_name(tmp_path):
-    f = tmp_path / "s.yaml"
-    f.write_text(
-        "name: x\ncluster: {nodes: 2, gpus_per_node: 8, gpu: A100-80GB,"
-        " nic: {kind: ethernet_tcp, line_rate_gbps: 0x190}}\n"
-        "workload: {model: BERT-Large, micro_batch: 8}\ntraining: {optimizer: adam}\n"
-    )
+    f = _scenario_with_rate(tmp_path, "0x190")
     with pytest.raises(InputError) as exc:
         load_scenario(f)
     assert "cluster.nic.line_rate_gbps" in str(exc.value) and "'0x190'" in str(exc.value)
