@@ -34,6 +34,8 @@ from clustersim.workloads import build_workload
         ("Megatron-GPT-145.6B", 145.6e9, 0.001),  # Narayanan et al. SC'21 Table 1
         ("Megatron-GPT-529.6B", 529.6e9, 0.001),
         ("Megatron-GPT-1T", 1008.0e9, 0.001),
+        ("Megatron-GPT-22B", 22e9, 0.01),  # Korthikanti et al. 2022 Table 3
+        ("Megatron-GPT-175B", 175e9, 0.01),
         ("Nemotron-4-15B", 15.7e9, 0.01),  # arXiv:2402.16819: 12.5B non-embedding + 3.2B embedding
         ("Nemotron-4-340B", 341.0e9, 0.001),  # arXiv:2406.11704: 331.6B non-embedding + 9.4B embedding
     ],

@@ -41,6 +41,10 @@ def test_every_row_builds_its_published_layout():
         assert row.gpus % (par.tensor * par.pipeline) == 0, row.label
         if row.label.startswith("NeMo launcher"):  # the NeMo launcher's DGX A100 table, bf16
             assert s.workload.precision == "bf16" and s.cluster.gpu == "A100-80GB", row.label
+        elif row.label.startswith("Megatron-LM 2022"):  # Korthikanti et al. on Selene, fp16, DP 1
+            assert s.workload.precision == "fp16" and s.cluster.gpu == "A100-80GB", row.label
+            assert par.tensor * par.pipeline == row.gpus, row.label
+            assert par.sequence_parallel == (par.recompute == "selective"), row.label
         elif row.scenario is None:  # the H100 rows: FP8 GEMMs (BF16 where the table says so)
             precision = "bf16" if " BF16" in row.label else "fp8"
             assert s.workload.precision == precision and s.cluster.gpu == "H100-SXM", row.label
@@ -67,6 +71,11 @@ LOGGED_BATCH = {
     "NeMo launcher GPT-3 5B, DGX A100, 8 GPUs": 2048,
     "DGXC NeMo 24.11 Nemotron-4 15B BF16, Eos, 16 GPUs": 64,  # 4 per GPU
     "DGXC NeMo 24.11 Nemotron-4 15B FP8, Eos, 2,048 GPUs": 8192,
+    # Korthikanti et al. 2022 as Calculon's validation/*.json transcribe them (batch_size)
+    "Megatron-LM 2022 GPT 22B, selective + SP, Selene, 8 GPUs": 4,
+    "Megatron-LM 2022 GPT 175B, full recomputation, Selene, 64 GPUs": 64,
+    "Megatron-LM 2022 GPT 530B, selective + SP, Selene, 280 GPUs": 280,
+    "Megatron-LM 2022 GPT 1T, full recomputation, Selene, 512 GPUs": 512,
 }
 
 
