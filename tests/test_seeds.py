@@ -35,10 +35,10 @@ def test_more_pcie_bandwidth_is_never_slower(copy):
 
 def test_blocking_copy_adds_the_pageable_copy_the_page_faults_and_the_upcast_on_the_compute_stream():
     """Closed form of the blocking path's host time: the 16-bit gradients through pageable memory
-    (pageable_copy_fraction of the pinned rate), one demand-zero page fault per 4 KiB page of the new
-    pageable buffers (every DOS-7B tensor but the norms' is at glibc's 32 MiB mmap threshold or above) and a
-    DRAM pass of 2 + 8 bytes per element; nothing else runs beside them (backward waits), so they take
-    their standalone time."""
+    (the pinned DMA and the bounce buffer's memcpy one after the other), one demand-zero page fault
+    per 4 KiB page of the new pageable buffers (every DOS-7B tensor but the norms' is at glibc's 32 MiB
+    mmap threshold or above) and a DRAM pass of 2 + 8 bytes per element; nothing else runs beside them
+    (backward waits), so they take their standalone time."""
     from clustersim.catalog import hardware_defaults
     from clustersim.simulator.context import build_context
     from clustersim.simulator.host import freshly_mapped_share
@@ -47,7 +47,8 @@ def test_blocking_copy_adds_the_pageable_copy_the_page_faults_and_the_upcast_on_
     ops = [op for op in simulate(s).ops if "host blocked" in op.name]
     ctx = build_context(s)
     host, params, d = ctx.host, ctx.params, hardware_defaults()
-    pageable = min(host.pcie, host.switch_share, host.dram_share / 2) * d["pageable_copy_fraction"]
+    link = min(host.pcie, host.switch_share, host.dram_share / 2)
+    pageable = 1 / (1 / link + 1 / (d["pageable_staging_gbs"]["d2h"] * 1e9))
     share = freshly_mapped_share(ctx.workload.layers, 2)
     assert 0.999 < share < 1.0  # the norms' weights (4,096 elements) stay on malloc's heap
     faults = params * 2 * share / d["host"]["page_bytes"] * d["host"]["first_touch_s_per_page"]

@@ -72,7 +72,7 @@ def test_validate_prints_the_undisclosed_range():
     assert out.exit_code == 0, out.output
     assert "undisclosed: Deep Optimizer States" in out.output
     assert "cluster.host.page_fault_us is not published" in out.output
-    assert "the row above uses 1.4 us; predicted at 1 us → 9.471 s" in out.output
+    assert "the row above uses 1.4 us; predicted at 1 us → 10.313 s" in out.output
     assert "the GPU count is not published" in out.output
 
 

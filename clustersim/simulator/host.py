@@ -28,6 +28,21 @@ SWITCH_UP, SWITCH_DOWN = "switch_uplink_d2h", "switch_uplink_h2d"
 DRAM = "host_dram"
 
 
+def staging_rates(copy_gbs: dict[str, float]) -> tuple[float, float]:
+    """The bounce buffer's memcpy rate, bytes/s, D2H and H2D: from a profile's measured pinned and
+    pageable copies of one direction (1 / (1 / pageable - 1 / pinned): what the staging adds to the
+    DMA), else hardware_defaults.yaml pageable_staging_gbs."""
+    defaults = hardware_defaults()["pageable_staging_gbs"]
+    rates = []
+    for direction in ("d2h", "h2d"):
+        pinned, pageable = copy_gbs.get(f"{direction}_pinned"), copy_gbs.get(f"{direction}_pageable")
+        if pinned and pageable and pageable < pinned:
+            rates.append(1e9 / (1.0 / pageable - 1.0 / pinned))
+        else:
+            rates.append(defaults[direction] * 1e9)
+    return rates[0], rates[1]
+
+
 @dataclass(frozen=True)
 class HostModel:
     pcie: float
@@ -38,6 +53,9 @@ class HostModel:
     rdma: bool
     scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
     page_fault_s: float | None = None  # the scenario's cluster.host.page_fault_us, in seconds
+    # the CPU memcpy between the driver's bounce buffer and pageable memory, bytes/s (pageable_copy)
+    staging_d2h: float = 19.6e9
+    staging_h2d: float = 35.0e9
 
     @classmethod
     def of(cls, ctx) -> "HostModel":
@@ -60,7 +78,8 @@ class HostModel:
         scale = getattr(ctx, "_host_rate_scale", 1.0)
         fault = None if c.host.page_fault_us is None else c.host.page_fault_us * 1e-6
         share = dram_node / c.gpus_per_node
-        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault)
+        d2h, h2d = staging_rates(ctx.profile.host.copy_gbs if ctx.profile is not None else {})
+        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault, d2h, h2d)
 
     def links(self) -> dict[str, float]:
         return {
@@ -79,15 +98,15 @@ class HostModel:
         return t, ({path[0]: bw, path[1]: bw, DRAM: bw} if t > 0 else {})
 
     def pageable_copy(self, nbytes: float, to_host: bool) -> tuple[float, dict[str, float]]:
-        """A copy to or from pageable host memory: the driver moves it through a pinned bounce buffer
-        and the CPU copies it on (hardware_defaults.yaml pageable_copy_fraction of the pinned rate),
-        so host DRAM carries it twice."""
+        """A copy to or from pageable host memory: the driver moves it through a pinned bounce buffer,
+        the DMA at the link's pinned rate and one CPU thread's memcpy on to (or from) the pageable
+        memory at the staging rate, chunk after chunk, so their times add (hardware_defaults.yaml
+        pageable_staging_gbs, or the profile's measured copies); host DRAM carries it twice. The
+        host's uncertainty scales the memcpy, not the DMA."""
         path = (GPU_UP, SWITCH_UP) if to_host else (GPU_DOWN, SWITCH_DOWN)
-        bw = (
-            min(self.pcie, self.switch_share, self.dram_share / 2)
-            * hardware_defaults()["pageable_copy_fraction"]
-            / self.scale
-        )
+        link = min(self.pcie, self.switch_share, self.dram_share / 2)
+        staging = (self.staging_d2h if to_host else self.staging_h2d) / self.scale
+        bw = 1.0 / (1.0 / link + 1.0 / staging)
         t = nbytes / bw if nbytes > 0 else 0.0
         return t, ({path[0]: bw, path[1]: bw, DRAM: 2 * bw} if t > 0 else {})
 

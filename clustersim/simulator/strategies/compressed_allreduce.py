@@ -33,7 +33,6 @@ from clustersim.cost_models.kernel_bytes import (  # noqa: F401
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.common import add_collective
-from clustersim.topologies.node import pcie_bandwidth
 
 HOST_SYNC_S = hardware_defaults()["host_sync_s"]  # per host-staged phase: catalogs/hardware_defaults.yaml
 
@@ -70,12 +69,13 @@ def _kernels(
     return dep
 
 
-def _staging(prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str, count: int) -> int:
-    """Device->host (before) or host->device (after) copy of packed data, pageable, plus a host sync."""
-    defaults = hardware_defaults()
-    gen = ctx.gpu.pcie_generation(ctx.scenario.cluster.intra_node.pcie_gen)
-    bw = pcie_bandwidth(gen) * defaults["pageable_copy_fraction"]
-    secs = (nbytes / bw + HOST_SYNC_S) * count
+def _staging(
+    prog: Program, ctx: SimulationContext, nbytes: float, dep, label: str, count: int, to_host: bool
+) -> int:
+    """Device->host (before) or host->device (after) copy of packed data, pageable (the host's bounce
+    buffer, simulator/host.py pageable_copy), plus a host sync."""
+    copy_s, _ = ctx.host.pageable_copy(nbytes, to_host=to_host)
+    secs = (copy_s + HOST_SYNC_S) * count
     return prog.add(label, "copy", secs, "transfer", (dep,), meta={"bytes": nbytes * count})
 
 
@@ -104,7 +104,7 @@ def add_compressed_allreduce(
     packed = n / 8
     coll = {"count": count, "backend_count": True}
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 D2H", count)
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 D2H", count, to_host=True)
     # Phase 1: each rank sends n/(8p) bytes to every rank: all_to_all with S = n/8 per rank.
     dep = add_collective(
         prog, ctx, f"{label} phase1 all_to_all", "all_to_all", packed, deps=(dep,), phase=1, **coll
@@ -113,11 +113,11 @@ def add_compressed_allreduce(
         prog, ctx, f"{label} phase1 scales", "all_gather", 4.0 * p, deps=(dep,), phase=1, **coll
     )
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 H2D", count)
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase1 H2D", count, to_host=False)
     dep = prog.add(f"{label} host sync", "host", HOST_SYNC_S * count, "host", (dep,))
     dep = _kernels(prog, ctx, SERVER_PASSES, n, p, dep, label, count)
     if staged:
-        dep = _staging(prog, ctx, packed / p, dep, f"{label} phase2 D2H", count)
+        dep = _staging(prog, ctx, packed / p, dep, f"{label} phase2 D2H", count, to_host=True)
     # Phase 2: all-gather of every rank's packed server chunk (n/(8p) bytes each, n/8 in all).
     dep = add_collective(
         prog, ctx, f"{label} phase2 all_gather", "all_gather", packed, deps=(dep,), phase=2, **coll
@@ -126,7 +126,7 @@ def add_compressed_allreduce(
         prog, ctx, f"{label} phase2 scales", "all_gather", 4.0 * p, deps=(dep,), phase=2, **coll
     )
     if staged:
-        dep = _staging(prog, ctx, packed, dep, f"{label} phase2 H2D", count)
+        dep = _staging(prog, ctx, packed, dep, f"{label} phase2 H2D", count, to_host=False)
     dep = prog.add(f"{label} host sync 2", "host", HOST_SYNC_S * count, "host", (dep,))
     return _kernels(prog, ctx, FINISH_PASSES, n, p, dep, label, count)
 
