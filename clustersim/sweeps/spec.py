@@ -115,7 +115,9 @@ def _value_problem(axis: str, value: Any) -> str | None:
 
     try:
         if axis == "gpus":
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            try:
+                _GPU_COUNT.validate_python(value)
+            except ValidationError:
                 return "a GPU count must be a positive integer"
             return None
         if axis == "optimizer":
@@ -141,6 +143,30 @@ def _value_problem(axis: str, value: Any) -> str | None:
     except ValidationError as exc:
         return first_error(exc)[1]
     return None
+
+
+# The gpus axis is a count like every integer scenario field (catalog.Count): 8 and 8.0 are eight GPUs;
+# 8.5, true and "8" are not.
+_GPU_COUNT = TypeAdapter(Annotated[Count, Field(gt=0)])
+
+
+def _whole_value(axis: str, value: Any) -> Any:
+    """``value`` as the integer it is when ``axis`` is an integer field and ``value`` a whole float
+    (``nodes: [8.0]`` is the row of 8 nodes, listed and identified as 8, as the scenario reads it);
+    any other value as it is (checked by _value_problem)."""
+    if not isinstance(value, float) or not value.is_integer():
+        return value
+    if axis == "gpus":
+        return int(value)
+    info = _field(AXES.get(axis) or axis)
+    ann = info.annotation if info is not None else None
+    if ann is None or (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        return value
+    try:
+        whole = TypeAdapter(Annotated[ann, info]).validate_python(value)
+    except ValidationError:
+        return value
+    return whole if isinstance(whole, int) and not isinstance(whole, bool) else value
 
 
 def _options_problem(value: Any) -> str | None:
@@ -546,7 +572,15 @@ def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str,
         spec = spec.model_copy(update={"samples": samples})
     sweep = Sweep(spec, base, str(path), paths)
     sweep.check_values()
+    sweep.spec = _with_whole_values(sweep.spec)
     return sweep
+
+
+def _with_whole_values(spec: SweepFile) -> SweepFile:
+    """``spec`` with each integer axis's whole floats as integers (_whole_value)."""
+    vary = {axis: [_whole_value(axis, v) for v in values] for axis, values in spec.vary.items()}
+    per_gpu = {g: {a: _whole_value(a, v) for a, v in values.items()} for g, values in spec.per_gpu.items()}
+    return spec.model_copy(update={"vary": vary, "per_gpu": per_gpu})
 
 
 def _without_value(why: str, value: Any) -> str:
