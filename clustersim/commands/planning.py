@@ -62,11 +62,13 @@ def sweep(
     workers = workers or default_workers()
     # every axis value checked; the file's `catalog:` and --catalog in use while rows are checked and run
     sw = load_sweep(sweep_file, profile=profile, samples=samples, catalogs=catalogs)
+    with sw.catalogs_in_use():
+        invalid = sw.invalid_rows()
+    sw.refuse_without_a_valid_row(invalid)  # before the folder is made
     folder = ResultsFolder(out, sw)
     with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
         folder.open()  # a folder of another sweep is refused before anything is printed
         total = len(sw.rows())
-        invalid = sw.invalid_rows()
         notes = sw.unused_axes()
         if json_out:
             counts = run_locked(sw, folder, scheduler, workers)

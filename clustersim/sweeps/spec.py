@@ -418,7 +418,8 @@ class Sweep:
         return notes
 
     def invalid_rows(self) -> dict[str, int]:
-        """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count."""
+        """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count,
+        each reason as the row records it (row_reason)."""
         from collections import Counter
 
         reasons: Counter = Counter()
@@ -426,8 +427,20 @@ class Sweep:
             try:
                 resolve_row(self.base, values, self.spec.steps, self.spec.global_batch)
             except InputError as exc:
-                reasons[exc.message] += 1
+                reasons[row_reason(exc)] += 1
         return dict(reasons)
+
+    def refuse_without_a_valid_row(self, invalid: dict[str, int]) -> None:
+        """A grid none of whose rows is valid has nothing to run: a value no row of it can take
+        (``recompute_num_layers: [100]`` over 24-layer stages, ``gpus: [6]`` in nodes of 4 with nothing
+        else varied) is then a file error, one line per reason naming the file and key, before any work.
+        Where some row is valid, the others are invalid combinations, recorded as rows with their reason
+        (``invalid``: invalid_rows())."""
+        if sum(invalid.values()) < len(self.rows()):
+            return
+        said = (InputError(f"{reason} (every row of the sweep)", source=self.source) for reason in invalid)
+        lines = [str(e) for e in said]
+        raise InputError("\n".join(lines))
 
     def fingerprint(self) -> str:
         payload = {
@@ -443,6 +456,13 @@ class Sweep:
         if self.catalogs:  # another catalog content is another sweep
             payload["catalogs"] = [read_input_text(p) for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def row_reason(exc: InputError) -> str:
+    """Why a row is invalid: its key and message, as results.csv records it (str(exc)) less the source
+    the row's scenario is validated under ("row: "), so a reason said before a sweep runs is found again
+    among those recorded after it."""
+    return str(InputError(exc.message, key=exc.key))
 
 
 def row_id(values: dict[str, Any]) -> str:
