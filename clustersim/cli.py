@@ -12,6 +12,7 @@ import typer
 
 from clustersim.commands.calibrate import calibrate_app
 from clustersim.commands.catalog import hardware_app, models_app, presets_app, topology_app
+from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import plan_cmd, report, sweep
 from clustersim.commands.support import (
@@ -447,10 +448,9 @@ def collective(
 
 
 def _int_list(text: str, key: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"expected comma-separated integers, got {text!r}", key=key) from None
+    """Comma-separated counts, each read as a file reads one (commands/counts.parse_count); their range
+    is the caller's to check."""
+    values = [parse_count(x, key, least=None) for x in text.split(",") if x.strip()]
     if not values:
         raise InputError("empty list", key=key)
     return values
@@ -496,6 +496,7 @@ def compare(
     steps: Optional[str] = typer.Option(
         None,
         "--steps",
+        parser=counts_by_name,
         help="Training steps for time-to-train: 100000, or per optimizer, e.g. adam=100000, binsgdm=110000 "
         "(convergence is not modelled: say how many steps each needs to the same loss).",
     ),
@@ -507,7 +508,7 @@ def compare(
     global_batch: Optional[int] = typer.Option(
         None,
         "--global-batch",
-        min=1,
+        parser=count_option(),
         help="Samples per step, the same at every GPU count (strong scaling); default: the scenario's "
         "micro-batch per GPU, so the batch grows with the GPUs.",
     ),
@@ -529,6 +530,7 @@ def compare(
     break_even_at: Optional[int] = typer.Option(
         None,
         "--break-even-at",
+        parser=count_option(least=0),
         help=(
             "GPU count at which to find each compressed optimizer's break-even NIC bandwidth "
             "(default: the largest of --gpus; 0: skip)."

@@ -40,8 +40,18 @@ class InputError(Exception):
                 source = source[: -len(self.key) - 1]
             leaf = re.escape(self.key.rsplit(".", 1)[-1])
             message = re.sub(rf"^{leaf} (?=-?[0-9.]+\b|'[^']*'|\"[^\"]*\")", "", message)
-        parts = [p for p in (source, self.key) if p]
+        parts = [escaped(p) for p in (source, self.key) if p]
         return ": ".join(parts + [message])
+
+
+def escaped(text: str) -> str:
+    """``text`` with each character a terminal would act on or hide (NUL, a newline, ESC, a
+    right-to-left override) written as a Python repr writes it (``\\x00``, ``\\n``, ``\\u202e``): a
+    file or key named by the user is quoted in an error as one line that shows what it holds. Keys
+    and file names reach every message through InputError.__str__, which escapes them here."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def shortened(message: str, limit: int = 160) -> str:

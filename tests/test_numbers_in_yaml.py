@@ -69,3 +69,33 @@ def test_a_hex_rate_in_a_scenario_file_is_refused_by_name(tmp_path):
     with pytest.raises(InputError) as exc:
         load_scenario(f)
     assert "cluster.nic.line_rate_gbps" in str(exc.value) and "'0x190'" in str(exc.value)
+
+
+def _sweep_file(tmp_path, vary: str):
+    """A sweep file over the small preset whose ``vary`` is ``vary`` (YAML flow text)."""
+    f = tmp_path / "sweep.yaml"
+    f.write_text(f"base: preset:default\nsamples: 0\nvary: {vary}\n")
+    return f
+
+
+def test_a_whole_float_is_a_count_in_a_sweep_axis_as_in_a_scenario(tmp_path):
+    """One rule for integer fields: 8.0 is eight (cluster.nodes: 8.0 in a scenario, --set
+    cluster.nodes=8.0), the gpus axis included, and the rows list and identify it as 8."""
+    from clustersim.sweeps.spec import load_sweep, row_id
+
+    sweep = load_sweep(_sweep_file(tmp_path, "{gpus: [8.0], micro_batch: [16.0], nic_gbps: [40.0]}"))
+    (row,) = sweep.rows()
+    assert row == {"gpus": 8, "micro_batch": 16, "nic_gbps": 40.0}
+    assert type(row["gpus"]) is int and type(row["micro_batch"]) is int and type(row["nic_gbps"]) is float
+    assert row_id(row) == row_id({"gpus": 8, "micro_batch": 16, "nic_gbps": 40.0})
+
+
+@pytest.mark.parametrize(
+    ("vary", "key", "value"),
+    [("{gpus: [8.5]}", "vary.gpus", "8.5"), ("{micro_batch: [16.5]}", "vary.micro_batch", "16.5")],
+)
+def test_a_fraction_is_refused_in_an_integer_sweep_axis_by_name(tmp_path, vary, key, value):
+    f = _sweep_file(tmp_path, vary)
+    r = CliRunner().invoke(app, ["sweep", str(f), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"{f}: {key}: {value}:" in r.output and not (tmp_path / "out").exists()

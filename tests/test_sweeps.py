@@ -542,3 +542,43 @@ def test_true_on_a_number_axis_keeps_the_whole_reason(tmp_path):
 
     assert _without_value("expected a number, not true/false", True) == "expected a number, not true/false"
     assert _without_value("must be one of a, b, not 'maybe'", "maybe") == "must be one of a, b"
+
+
+RECOMPUTE = "training.parallelism.recompute_num_layers"
+
+
+@pytest.mark.parametrize(
+    ("vary", "why"),
+    [
+        ({RECOMPUTE: [100], "training.parallelism.recompute": ["full"]}, "100 exceeds the 24 blocks"),
+        ({RECOMPUTE: [4]}, "applies to recompute: full (whole blocks), not none"),  # the base's recompute
+        ({"gpus": [6]}, "6 GPUs is not a whole number of 4-GPU nodes"),
+    ],
+)
+def test_a_value_no_row_of_the_grid_can_take_is_a_file_error(tmp_path, runner, vary, why):
+    """recompute_num_layers beyond every row's pipeline stage (or without recompute: full) was recorded
+    as an invalid row in a folder of nothing but invalid rows; a grid with no valid row is refused before
+    any work, naming the file and the key, as a value invalid on its own is."""
+    path = write(tmp_path, {"base": "preset:default", "samples": 0, "vary": vary})
+    key = RECOMPUTE if RECOMPUTE in vary else "gpus"
+    r = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"{path}: {key}: " in r.output and why in r.output and "every row of the sweep" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_recompute_layers_beyond_some_rows_stages_are_invalid_rows_said_once(tmp_path, runner):
+    """Where only some combinations cannot take the value (4 recomputed blocks fit 2 stages of 12 blocks,
+    not 8 stages of 3), those rows are invalid with their reason and key, said before the run and
+    counted, not said again, after it (the reason before lacked the key the recorded one had)."""
+    vary = {"gpus": [8], "training.parallelism.pipeline": [2, 8], "training.parallelism.recompute": ["full"]}
+    path = write(tmp_path, {"base": "preset:default", "samples": 0, "vary": {**vary, RECOMPUTE: [4]}})
+    r = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert f"1 x {RECOMPUTE}: 4 exceeds the 3 blocks of one model chunk" in r.output
+    assert "1 row(s) could not be simulated, 1 of them the invalid rows above" in r.output
+    rows = rows_of(tmp_path / "out")
+    assert sorted(row["status"] for row in rows.values()) == ["invalid", "ok"]
+    (bad,) = [row for row in rows.values() if row["status"] == "invalid"]
+    assert f"{RECOMPUTE}: 4 exceeds the 3 blocks" in bad["error"]
+    assert bad["training.parallelism.pipeline"] == "8"

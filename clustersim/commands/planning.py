@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from clustersim.commands.counts import count_option, counts_by_name
 from clustersim.commands.support import (
     CatalogOpt,
     CostOpt,
@@ -61,11 +62,13 @@ def sweep(
     workers = workers or default_workers()
     # every axis value checked; the file's `catalog:` and --catalog in use while rows are checked and run
     sw = load_sweep(sweep_file, profile=profile, samples=samples, catalogs=catalogs)
+    with sw.catalogs_in_use():
+        invalid = sw.invalid_rows()
+    sw.refuse_without_a_valid_row(invalid)  # before the folder is made
     folder = ResultsFolder(out, sw)
     with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
         folder.open()  # a folder of another sweep is refused before anything is printed
         total = len(sw.rows())
-        invalid = sw.invalid_rows()
         notes = sw.unused_axes()
         if json_out:
             counts = run_locked(sw, folder, scheduler, workers)
@@ -127,17 +130,6 @@ def _say_invalid(out: Path, announced: dict[str, int] | None = None) -> None:
     )
     for reason, n in sorted(new.items(), key=lambda kv: -kv[1])[:3]:
         console.print(f"  {n} x {shortened(reason, 200)}")
-
-
-def _whole_tokens(tokens: float | None) -> int | None:
-    """--tokens as a whole count (300e9 reads as a float)."""
-    from clustersim.errors import InputError
-
-    if tokens is None:
-        return None
-    if not (tokens > 0 and tokens < 2**63 and float(tokens).is_integer()):
-        raise InputError(f"tokens must be a positive whole number, got {tokens:g}", key="--tokens")
-    return int(tokens)
 
 
 def _mfu(row: dict) -> str:
@@ -380,12 +372,14 @@ def plan_cmd(
     steps: Optional[str] = typer.Option(
         None,
         "--steps",
+        parser=counts_by_name,
         help="Training steps: 100000 or per optimizer (adam=100000, binsgdm=110000); default: the "
         "candidates file's `steps`.",
     ),
-    tokens: Optional[float] = typer.Option(
+    tokens: Optional[int] = typer.Option(
         None,
         "--tokens",
+        parser=count_option(),
         help="Training tokens instead of --steps (300e9 or 300000000000): steps = tokens / (global batch "
         "x the model's sequence length), rounded up.",
     ),
@@ -402,7 +396,7 @@ def plan_cmd(
     global_batch: Optional[int] = typer.Option(
         None,
         "--global-batch",
-        min=1,
+        parser=count_option(),
         help="Samples per step, the same on every candidate; default: the candidates file's "
         "`global_batch`, else 1,024, or a multiple of 1,024 giving each GPU of the largest candidate a "
         "sample where it has more GPUs.",
@@ -448,7 +442,7 @@ def plan_cmd(
         _have_takes_no_cost_option(cost=cost, price=price, instance=instance)
     args = (model, steps, hours, budget, candidates, global_batch, price)
     extra = {
-        "tokens": _whole_tokens(tokens),
+        "tokens": tokens,
         "profile": profile,
         "samples": samples,
         "baseline": baseline,

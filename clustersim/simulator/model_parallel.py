@@ -174,12 +174,37 @@ class Layout:
             return self.blocks_per_chunk
         return min(n, self.blocks_per_chunk)
 
+    def recomputation(self, layer: Layer) -> str:
+        """How ``layer``'s forward runs again before its backward, the one place that decides it (the
+        programs' passes, megatron.py ``_pass_times``, and the rank workload the data-parallel programs run,
+        ``rank_workload``, both read it through ``recomputed_kernels``): "full" for a block full
+        recomputation covers (every block; with recompute_num_layers, the first ``recomputed_per_chunk``
+        of its chunk: all of them under method uniform, N under block), "selective" (its core attention)
+        or "selective_op" (TorchTitan's op-level policy) for every block under those, "none" for the
+        embedding, the head, and blocks left out."""
+        if not layer.name.startswith("block"):
+            return "none"
+        if self.recompute:
+            recomputed = int(layer.name[5:]) % self.blocks_per_chunk < self.recomputed_per_chunk
+            return "full" if recomputed else "none"
+        if self.selective:
+            return "selective"
+        return "selective_op" if self.op_selective else "none"
+
     def recomputes(self, layer: Layer) -> bool:
-        """Whether ``layer`` (a block, named block<i> in model order) is recomputed: its position in its
-        chunk is among the chunk's first ``recomputed_per_chunk``."""
-        if not self.recompute or not layer.name.startswith("block"):
-            return False
-        return int(layer.name[5:]) % self.blocks_per_chunk < self.recomputed_per_chunk
+        """Whether full recomputation re-runs block ``layer`` (named block<i> in model order) whole."""
+        return self.recomputation(layer) == "full"
+
+    def recomputed_kernels(self, layer: Layer) -> tuple[Kernel, ...]:
+        """The kernels of ``layer`` that run again before its backward, on one tensor-parallel rank, as
+        ``recomputation`` says: its whole forward (full), the core attention (``recomputed_attention``),
+        the op-level policy's ops (``recomputed_ops``), or none."""
+        how = self.recomputation(layer)
+        if how == "full":
+            return self.kernels(layer.forward)
+        if how == "selective":
+            return self.recomputed_attention(layer)
+        return self.recomputed_ops(layer) if how == "selective_op" else ()
 
     # ---- the model split -----------------------------------------------------------------------
     @cached_property
@@ -345,23 +370,19 @@ class Layout:
         """One tensor-parallel rank's model, for the data-parallel programs that run over a tensor-
         parallel layout without a pipeline (ZeRO/FSDP or ZeRO-Offload beside Megatron's mpu, as
         Megatron-DeepSpeed and FSDP2 + DTensor do): every layer's parameters over t (as
-        ``stage_params``), its kernels as ``kernels`` splits them, a block's forward again in its
-        backward under full recomputation (as megatron.py ``_pass_times``), and the activations this module's
-        memory model keeps (``activation_bytes``); under selective recomputation the core attention's forward
-        (``recomputed_attention``) before the block's backward, so the sharding layer's ZeRO formulas, buckets
-        and gathers apply to params/t unchanged."""
+        ``stage_params``), its kernels as ``kernels`` splits them, what recomputation runs again
+        (``recomputed_kernels``, as megatron.py ``_pass_times`` prices it) before its backward, and the
+        activations this module's memory model keeps (``activation_bytes``), so the sharding layer's ZeRO
+        formulas, buckets and gathers apply to params/t unchanged."""
         if self.pipeline != 1:
             raise ValueError("a rank workload stands for the whole model only without a pipeline")
         t, layers = self.tensor, []
         for layer in self.workload.layers:
             fwd, bwd = self.kernels(layer.forward), self.kernels(layer.backward, backward=True)
             is_block = layer.name.startswith("block")
-            if self.recomputes(layer):
-                bwd = fwd + bwd
-            elif is_block and self.selective:
-                bwd = self.recomputed_attention(layer) + bwd
-            elif is_block and self.op_selective:
-                bwd = self.recomputed_ops(layer) + bwd
+            again = self.recomputed_kernels(layer)
+            if again:
+                bwd = again + bwd
             activations = self.kept_by(layer) if is_block else layer.activation_bytes / t
             tensors = tuple(p / t for p in layer.param_tensors)
             layers.append(Layer(layer.name, tensors, fwd, bwd, activations))

@@ -115,7 +115,9 @@ def _value_problem(axis: str, value: Any) -> str | None:
 
     try:
         if axis == "gpus":
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            try:
+                _GPU_COUNT.validate_python(value)
+            except ValidationError:
                 return "a GPU count must be a positive integer"
             return None
         if axis == "optimizer":
@@ -141,6 +143,30 @@ def _value_problem(axis: str, value: Any) -> str | None:
     except ValidationError as exc:
         return first_error(exc)[1]
     return None
+
+
+# The gpus axis is a count like every integer scenario field (catalog.Count): 8 and 8.0 are eight GPUs;
+# 8.5, true and "8" are not.
+_GPU_COUNT = TypeAdapter(Annotated[Count, Field(gt=0)])
+
+
+def _whole_value(axis: str, value: Any) -> Any:
+    """``value`` as the integer it is when ``axis`` is an integer field and ``value`` a whole float
+    (``nodes: [8.0]`` is the row of 8 nodes, listed and identified as 8, as the scenario reads it);
+    any other value as it is (checked by _value_problem)."""
+    if not isinstance(value, float) or not value.is_integer():
+        return value
+    if axis == "gpus":
+        return int(value)
+    info = _field(AXES.get(axis) or axis)
+    ann = info.annotation if info is not None else None
+    if ann is None or (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        return value
+    try:
+        whole = TypeAdapter(Annotated[ann, info]).validate_python(value)
+    except ValidationError:
+        return value
+    return whole if isinstance(whole, int) and not isinstance(whole, bool) else value
 
 
 def _options_problem(value: Any) -> str | None:
@@ -392,7 +418,8 @@ class Sweep:
         return notes
 
     def invalid_rows(self) -> dict[str, int]:
-        """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count."""
+        """Rows whose combination cannot be a valid scenario (resolved up front, cheap): reason -> count,
+        each reason as the row records it (row_reason)."""
         from collections import Counter
 
         reasons: Counter = Counter()
@@ -400,8 +427,20 @@ class Sweep:
             try:
                 resolve_row(self.base, values, self.spec.steps, self.spec.global_batch)
             except InputError as exc:
-                reasons[exc.message] += 1
+                reasons[row_reason(exc)] += 1
         return dict(reasons)
+
+    def refuse_without_a_valid_row(self, invalid: dict[str, int]) -> None:
+        """A grid none of whose rows is valid has nothing to run: a value no row of it can take
+        (``recompute_num_layers: [100]`` over 24-layer stages, ``gpus: [6]`` in nodes of 4 with nothing
+        else varied) is then a file error, one line per reason naming the file and key, before any work.
+        Where some row is valid, the others are invalid combinations, recorded as rows with their reason
+        (``invalid``: invalid_rows())."""
+        if sum(invalid.values()) < len(self.rows()):
+            return
+        said = (InputError(f"{reason} (every row of the sweep)", source=self.source) for reason in invalid)
+        lines = [str(e) for e in said]
+        raise InputError("\n".join(lines))
 
     def fingerprint(self) -> str:
         payload = {
@@ -417,6 +456,13 @@ class Sweep:
         if self.catalogs:  # another catalog content is another sweep
             payload["catalogs"] = [read_input_text(p) for p in self.catalogs]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def row_reason(exc: InputError) -> str:
+    """Why a row is invalid: its key and message, as results.csv records it (str(exc)) less the source
+    the row's scenario is validated under ("row: "), so a reason said before a sweep runs is found again
+    among those recorded after it."""
+    return str(InputError(exc.message, key=exc.key))
 
 
 def row_id(values: dict[str, Any]) -> str:
@@ -546,7 +592,15 @@ def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str,
         spec = spec.model_copy(update={"samples": samples})
     sweep = Sweep(spec, base, str(path), paths)
     sweep.check_values()
+    sweep.spec = _with_whole_values(sweep.spec)
     return sweep
+
+
+def _with_whole_values(spec: SweepFile) -> SweepFile:
+    """``spec`` with each integer axis's whole floats as integers (_whole_value)."""
+    vary = {axis: [_whole_value(axis, v) for v in values] for axis, values in spec.vary.items()}
+    per_gpu = {g: {a: _whole_value(a, v) for a, v in values.items()} for g, values in spec.per_gpu.items()}
+    return spec.model_copy(update={"vary": vary, "per_gpu": per_gpu})
 
 
 def _without_value(why: str, value: Any) -> str:

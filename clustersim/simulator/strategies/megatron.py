@@ -77,22 +77,31 @@ def _pass_times(ctx: SimulationContext, chunk: Chunk) -> tuple[float, float]:
     host runs ahead of the device (common.add_pass), so max(host, device) is the pass's time; each
     rank launches every kernel of its layers (tensor parallelism splits their work, not their count).
     One op per pass keeps the pipeline's programs as small as before."""
-    blocks = [layer for layer in chunk.layers if layer.name.startswith("block")]
+    L = ctx.layout
     fwd = sum(ctx.rank_forward_time(layer) for layer in chunk.layers)
     bwd = sum(ctx.rank_backward_time(layer) for layer in chunk.layers)
     host_fwd = sum(ctx.host_forward_time(layer) for layer in chunk.layers)
     host_bwd = sum(ctx.host_backward_time(layer) for layer in chunk.layers)
-    if ctx.layout.recompute:  # the recomputed blocks' forward runs again before their backward
-        again = [layer for layer in blocks if ctx.layout.recomputes(layer)]
-        bwd += sum(ctx.rank_forward_time(layer) for layer in again)
-        host_bwd += sum(ctx.host_forward_time(layer) for layer in again)
-    elif ctx.layout.selective:  # the blocks' core attention runs again before their backward
-        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
-        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_attention(layer)) for layer in blocks)
-    elif ctx.layout.op_selective:  # TorchTitan's op-level policy: some matmuls and the pointwise ops again
-        bwd += sum(ctx.rank_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
-        host_bwd += sum(ctx.host_kernels_time(ctx.layout.recomputed_ops(layer)) for layer in blocks)
+    # what recomputation runs again before the blocks' backward, as Layout.recomputation says per layer
+    again = [(layer, how) for layer in chunk.layers if (how := L.recomputation(layer)) != "none"]
+    if again:
+        bwd += sum(
+            _again_time(ctx, layer, how, ctx.rank_forward_time, ctx.rank_kernels_time) for layer, how in again
+        )
+        host_bwd += sum(
+            _again_time(ctx, layer, how, ctx.host_forward_time, ctx.host_kernels_time) for layer, how in again
+        )
     return max(fwd, host_fwd), max(bwd, host_bwd)
+
+
+def _again_time(ctx: SimulationContext, layer, how: str, forward_time, kernels_time) -> float:
+    """The time of what ``layer`` runs again before its backward (``how``: Layout.recomputation): a
+    whole forward as the layer's own forward is priced (``forward_time``, whose launch counts the device
+    caches per layer: Layout.recomputed_kernels would build the same kernels anew on every call), else
+    the re-run kernels (Layout.recomputed_kernels) at ``kernels_time``."""
+    if how == "full":
+        return forward_time(layer)
+    return kernels_time(ctx.layout.recomputed_kernels(layer))
 
 
 class PipelinePrices(NamedTuple):
