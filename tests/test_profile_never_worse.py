@@ -40,7 +40,7 @@ KNOWN = {
     "+11.8%, +9.1%); BERT-Large, carried, comes closer (+12.9%, +3.0% against +22.4%, +13.4%). The "
     "band holds all ten",
     ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 9 of 12 rows at 16 draws with "
-    "or without the profile (the preset uses it; the same median, 10.4%). Outside: 1-bit Adam on 1 GPU "
+    "or without the profile (the preset uses it; the same median, 10.0%). Outside: 1-bit Adam on 1 GPU "
     "(published 97 samples/s, predicted 84.2, band 75.1-94.3: the paper's figure has it 8% faster than "
     "its Adam at 90, where at one rank DeepSpeed's 1-bit Adam runs its update as unfused torch "
     "expressions, 88 bytes per parameter against fused Adam's 28, 28 ms more); Adam on 4 GPUs (140 "
