@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from clustersim.validation.mllog import block_step_times, events, step_time, train_step_timings
+from clustersim.validation.mllog import (
+    block_step_times,
+    epoch_throughputs,
+    events,
+    step_time,
+    throughput,
+    train_step_timings,
+)
 
 
 def _line(key, value=None, time_ms=0, **metadata):
@@ -46,3 +53,19 @@ def test_blocks_give_seconds_per_step_after_the_first():
 def test_logs_without_steps_are_refused():
     with pytest.raises(ValueError, match="neither"):
         step_time(["\n".join(HEADER)])
+
+
+def test_epoch_throughputs_give_the_median_over_runs_of_each_runs_median_epoch():
+    def run(rates):
+        epochs = [_line("tracked_stats", {"throughput": r}, step=i) for i, r in enumerate(rates)]
+        return "\n".join([*HEADER, *epochs])
+
+    assert epoch_throughputs(events(run([10.0, 50.0, 40.0]))) == [50.0, 40.0]  # the first epoch is warm-up
+    # run medians 45, 30 and 900 (a log off as a whole): their median
+    rate, how = throughput([run([1.0, 50.0, 40.0]), run([1.0, 30.0]), run([1.0, 900.0, 800.0, 1000.0])])
+    assert rate == 45.0 and "3 runs" in how
+
+
+def test_logs_without_epoch_throughputs_are_refused():
+    with pytest.raises(ValueError, match="no per-epoch"):
+        throughput(["\n".join([*HEADER, _line("tracked_stats", {"throughput": 5.0})])])

@@ -1,7 +1,8 @@
-"""Seconds per training step from MLPerf Training result logs, the way the multinode_scale dataset's
-MLPerf rows were read (so a new round's submission can be added the same way):
+"""Seconds per training step, or images per second, from MLPerf Training result logs, the way the
+multinode_scale dataset's MLPerf rows were read (so a new round's submission can be added the same way):
 
     python -m clustersim.validation.mllog results/<system>/gpt3/result_*.txt
+    python -m clustersim.validation.mllog results/<system>/resnet/result_*.txt
 
 MLPerf scores time-to-train, which mixes the step with evaluation, warm-up and convergence; the
 simulator predicts a step. The logs give the step two ways. NeMo's GPT-3 code of rounds v3.0 and v3.1
@@ -11,7 +12,13 @@ median over every step of every run. Later rounds' logs print none; there each t
 ``epoch_count`` tokens, i.e. epoch_count / (global_batch_size x max_sequence_length) steps: the step
 is the median over runs of each run's median block, leaving out the first block (it includes the
 first steps' warm-up). A block also counts the few milliseconds between steps that
-train_step_timing leaves out (0.2-2.5% longer on the v3.1 logs that have both)."""
+train_step_timing leaves out (0.2-2.5% longer on the v3.1 logs that have both).
+
+NVIDIA's MXNet ResNet-50 code prints each epoch's whole-job throughput (images/s, ``tracked_stats``
+``throughput``, common/fit.py): the rate is the median over runs of each run's median epoch, leaving
+out the first epoch (warm-up, CUDA graph capture). The median over runs also leaves out a run whose
+log is off as a whole (v3.0's 64-node result_0.txt logs 3.2-7.9 million images/s, more than twice
+the per-GPU rate of one DGX H100; its four other runs log 2.24-2.25 million)."""
 
 from __future__ import annotations
 
@@ -69,6 +76,25 @@ def block_step_times(evs: list[dict]) -> list[float]:
     return out[1:]
 
 
+def epoch_throughputs(evs: list[dict]) -> list[float]:
+    """Each epoch's logged ``throughput`` (samples/s of the whole job) after the first."""
+    rates = [
+        e["value"]["throughput"]
+        for e in evs
+        if e.get("key") == "tracked_stats" and isinstance(e.get("value"), dict) and "throughput" in e["value"]
+    ]
+    return rates[1:]
+
+
+def throughput(texts: list[str]) -> tuple[float, str]:
+    """The submission's whole-job samples/s from its runs' logs, and how it was read."""
+    per_run = [statistics.median(r) for r in (epoch_throughputs(events(t)) for t in texts) if r]
+    if not per_run:
+        raise ValueError("the logs have no per-epoch tracked_stats throughput after the first epoch")
+    how = f"tracked_stats throughput, median of {len(per_run)} runs' median epochs"
+    return statistics.median(per_run), how
+
+
 def step_time(texts: list[str]) -> tuple[float, str]:
     """The submission's seconds per step from its runs' logs, and how it was read."""
     runs = [events(t) for t in texts]
@@ -83,8 +109,15 @@ def step_time(texts: list[str]) -> tuple[float, str]:
 
 def main(paths: list[str]) -> None:
     texts = [Path(p).read_text(encoding="utf-8") for p in paths]
-    seconds, how = step_time(texts)
     evs = events(texts[0])
+    if epoch_throughputs(evs):
+        rate, how = throughput(texts)
+        print(
+            f"{rate:.1f} samples/s ({how}); global batch {logged(evs, 'global_batch_size')}, "
+            f"per GPU {logged(evs, 'd_batch_size')}, optimizer {logged(evs, 'opt_name')}"
+        )
+        return
+    seconds, how = step_time(texts)
     print(
         f"{seconds:.4f} s per step ({how}); global batch {logged(evs, 'global_batch_size')}, "
         f"accumulation {logged(evs, 'gradient_accumulation_steps')}, "
