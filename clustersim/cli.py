@@ -820,11 +820,11 @@ def validate(
     (seeds: Deep Optimizer States, BinSGDM, 1-bit Adam end to end, Streaming DiLoCo's simulation),
     single-GPU and single-node training throughputs of BERT-Large and ResNet-50 (gpu_throughput),
     single-GPU eager steps of BERT, GPT-2 XL, GPT-3 XL and ResNet-50 measured on an H200 and an H100
-    (gpu_steps), and measured multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B logs,
-    NeMo's, NVIDIA DGX Cloud Benchmarking's and TorchTitan's performance tables, the 1-bit Adam
-    paper's profile (multinode_scale). Where a dataset measures
-    several optimizers on the same GPU counts, the speedup over the first at each count follows, with
-    its median and worst error and whether it moves with scale as the measurement does."""
+    (gpu_steps), and measured multi-node steps at 4-11,616 GPUs: MLPerf Training GPT-3 175B and
+    ResNet-50 logs, NeMo's, NVIDIA DGX Cloud Benchmarking's and TorchTitan's performance tables, the
+    1-bit Adam paper's profile (multinode_scale). Where a dataset measures several optimizers on the
+    same GPU counts, the speedup over the first at each count follows, with its median and worst error
+    and whether it moves with scale as the measurement does."""
     from clustersim.validation.published import load_dataset
     from clustersim.validation.published import validate as run_validate
     from clustersim.validation.speedups import median_relative_error, scaling_by_series, speedups_by_scale

@@ -5,7 +5,16 @@ import json
 
 import pytest
 
-from clustersim.validation.mllog import block_step_times, events, step_time, train_step_timings
+from clustersim.validation.mllog import (
+    block_step_times,
+    computed_samples_per_s,
+    epoch_throughputs,
+    events,
+    step_time,
+    steps_per_epoch,
+    throughput,
+    train_step_timings,
+)
 
 
 def _line(key, value=None, time_ms=0, **metadata):
@@ -46,3 +55,32 @@ def test_blocks_give_seconds_per_step_after_the_first():
 def test_logs_without_steps_are_refused():
     with pytest.raises(ValueError, match="neither"):
         step_time(["\n".join(HEADER)])
+
+
+def test_epoch_throughputs_give_the_median_over_runs_of_each_runs_median_epoch():
+    def run(rates):
+        epochs = [_line("tracked_stats", {"throughput": r}, step=i) for i, r in enumerate(rates)]
+        return "\n".join([*HEADER, *epochs])
+
+    assert epoch_throughputs(events(run([10.0, 50.0, 40.0]))) == [50.0, 40.0]  # the first epoch is warm-up
+    # run medians 45, 30 and 900 (a log off as a whole): their median
+    rate, how = throughput([run([1.0, 50.0, 40.0]), run([1.0, 30.0]), run([1.0, 900.0, 800.0, 1000.0])])
+    assert rate == 45.0 and "3 runs" in how
+
+
+def test_logs_without_epoch_throughputs_are_refused():
+    with pytest.raises(ValueError, match="no per-epoch"):
+        throughput(["\n".join([*HEADER, _line("tracked_stats", {"throughput": 5.0})])])
+
+
+def test_computed_rate_counts_the_filled_last_step_of_each_epoch():
+    # MXNet ResNet-50 at 448 x 8 GPUs of 16: each shard 1,281,167 // 3,584 = 357 images, 23 steps of 16
+    assert steps_per_epoch(1281167, 3584, 16) == 23
+    assert steps_per_epoch(1281167, 8, 400) == 401
+    header = [_line("global_batch_size", 8), _line("d_batch_size", 2), _line("train_samples", 9)]
+    # 4 GPUs: shards of 2 images, 1 step of 8 images per epoch for 9 samples logged
+    epochs = [_line("tracked_stats", {"throughput": r}) for r in (1.0, 90.0, 90.0)]
+    rate, how = computed_samples_per_s(["\n".join(header + epochs)])
+    assert rate == pytest.approx(90.0 * 8 / 9) and "1 steps" in how
+    with pytest.raises(ValueError, match="train_samples"):
+        computed_samples_per_s(["\n".join(header[:2] + epochs)])

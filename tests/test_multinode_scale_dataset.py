@@ -45,6 +45,9 @@ def test_every_row_builds_its_published_layout():
             assert s.workload.precision == "fp16" and s.cluster.gpu == "A100-80GB", row.label
             assert par.tensor * par.pipeline == row.gpus, row.label
             assert par.sequence_parallel == (par.recompute == "selective"), row.label
+        elif "ResNet-50" in row.label:  # MLPerf's MXNet ResNet-50 on DGX H100: fp16, gradients too
+            assert s.workload.precision == "fp16" and s.cluster.gpu == "H100-SXM", row.label
+            assert s.training.gradient_dtype == "fp16" and s.training.optimizer == "sgdm", row.label
         elif row.scenario is None:  # the H100 rows: FP8 GEMMs (BF16 where the table says so)
             precision = "bf16" if " BF16" in row.label else "fp8"
             assert s.workload.precision == precision and s.cluster.gpu == "H100-SXM", row.label
@@ -76,6 +79,15 @@ LOGGED_BATCH = {
     "Megatron-LM 2022 GPT 175B, full recomputation, Selene, 64 GPUs": 64,
     "Megatron-LM 2022 GPT 530B, selective + SP, Selene, 280 GPUs": 280,
     "Megatron-LM 2022 GPT 1T, full recomputation, Selene, 512 GPUs": 512,
+    # MLPerf ResNet-50 logs' global_batch_size (d_batch_size per GPU x GPUs, no accumulation)
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 8 GPUs": 3200,  # 400 per GPU
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 64 GPUs": 3200,  # 50 per GPU
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 512 GPUs": 20480,  # 40 per GPU
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 768 GPUs": 32256,  # 42 per GPU
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 8 GPUs": 3200,
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 64 GPUs": 3200,
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 2,528 GPUs": 40448,  # 16 per GPU
+    "MLPerf v3.0 ResNet-50, CoreWeave HGX H100, 3,584 GPUs": 57344,  # 16 per GPU
 }
 
 
@@ -128,11 +140,45 @@ def test_onebit_table1_rows_sum_the_profiled_parts():
         assert sum(ms) / 1000 == pytest.approx(r.published, abs=1e-5), r.label
 
 
-def test_mlperf_rows_are_step_times():
-    mlperf = [r for r in DATA.rows if r.label.startswith("MLPerf")]
+def test_mlperf_gpt3_rows_are_step_times():
+    mlperf = [r for r in DATA.rows if r.label.startswith("MLPerf") and "GPT-3" in r.label]
     assert len(mlperf) >= 15 and all(r.metric == "iteration_time" for r in mlperf)
     # seconds per step, not time-to-train: 175B at 256-11,616 GPUs takes 0.9-19 s a step
     assert all(0.5 < r.published < 20 for r in mlperf)
+
+
+# MLPerf ResNet-50 (MXNet): the logged rate (1,281,167 train_samples per epoch second, the median over
+# runs of each run's median epoch after the first) and the full steps of one epoch
+RESNET_LOGGED = {
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 8 GPUs": (56074.7, 401),
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 64 GPUs": (294760.1, 401),
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 512 GPUs": (2249714.9, 63),
+    "MLPerf v3.0 ResNet-50, NVIDIA DGX H100, 768 GPUs": (3412683.0, 40),
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 8 GPUs": (57289.6, 401),
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 64 GPUs": (314129.2, 401),
+    "MLPerf v4.0 ResNet-50, NVIDIA Eos, 2,528 GPUs": (6885678.1, 32),
+    "MLPerf v3.0 ResNet-50, CoreWeave HGX H100, 3,584 GPUs": (10108578.1, 23),
+}
+
+
+@pytest.mark.parametrize("label,logged", RESNET_LOGGED.items())
+def test_resnet_rows_are_the_images_the_gpus_compute(label, logged):
+    from clustersim.validation.mllog import steps_per_epoch
+
+    row = _row(label)
+    s = row_scenario(DATA, row)
+    rate, steps = logged
+    gbs = s.workload.micro_batch * row.gpus
+    assert row.metric == "samples_per_s"
+    assert steps_per_epoch(1281167, row.gpus, s.workload.micro_batch) == steps
+    assert row.published == pytest.approx(rate * steps * gbs / 1281167, abs=0.1)
+    assert f"{steps} steps of GBS {gbs}" in row.source
+    # Horovod: one 64 MiB fusion buffer, reduced after backward ("no NCCL and BWD overlap")
+    assert not s.training.overlap and s.training.ddp_bucket_cap_mb == s.training.first_bucket_cap_mb == 64
+    assert (s.workload.execution, s.workload.memory_format) == ("cuda_graphs", "channels_last")
+    # one node runs resnet-v1b-mainloop-fl (normalisation in the next convolution), more nodes resnet-v1b-fl
+    assert s.workload.batch_norm == ("fused_into_conv" if row.gpus == 8 else "fused")
+    assert s.cluster.nic.count == 8 and s.cluster.nic.line_rate_gbps == 400
 
 
 def test_whole_dataset_predicts_without_a_band():
@@ -171,7 +217,9 @@ def test_benchmarks_are_measured_at_three_sizes_or_more():
     # GPT-3 175B (MLPerf, NeMo 24.07, DGX Cloud Benchmarking), BERT-Large (1-bit Adam Table 1, 4-64
     # GPUs), NeMo GPT-3 5B (64 on DGX H100, 8-256 on DGX A100 from the NeMo launcher's scaling table),
     # Nemotron-4 15B (DGX Cloud Benchmarking, 16-2,048 GPUs)
-    assert {"GPT-3-175B", "BERT-Large", "NeMo-GPT3-5B", "Nemotron-4-15B"} <= at_scale
+    # and ResNet-50 (MLPerf, 8-3,584 GPUs)
+    assert {"GPT-3-175B", "BERT-Large", "NeMo-GPT3-5B", "Nemotron-4-15B", "ResNet-50"} <= at_scale
+    assert sizes["ResNet-50"] == {8, 64, 512, 768, 2528, 3584}
     assert sizes["NeMo-GPT3-5B"] >= {8, 16, 32, 64, 128, 256}
     assert sizes["Nemotron-4-15B"] == {16, 32, 64, 128, 256, 512, 1024, 2048}
     assert max(sizes["GPT-3-175B"]) > 1000
@@ -216,7 +264,7 @@ def test_validate_signs_every_error_as_predicted_too_slow(runner):
     signs = {}
     for line in r.stdout.splitlines():
         cells = line.split()
-        if len(cells) < 6 or cells[-6] not in ("iteration_time", "tokens_per_s_per_gpu"):
+        if len(cells) < 6 or cells[-6] not in ("iteration_time", "tokens_per_s_per_gpu", "samples_per_s"):
             continue
         published, predicted = (float(x.replace(",", "")) for x in cells[-4:-2])
         error = float(cells[-1].rstrip("%"))
@@ -225,4 +273,5 @@ def test_validate_signs_every_error_as_predicted_too_slow(runner):
             assert (error > 0) == slow, line
             signs.setdefault(cells[-6], set()).add(error > 0)
     assert signs["iteration_time"] == {True, False} and signs["tokens_per_s_per_gpu"] == {True, False}
+    assert signs["samples_per_s"] == {True, False}  # MLPerf ResNet-50
     assert "+ predicted too slow" in r.stdout and "- predicted too fast" in r.stdout
