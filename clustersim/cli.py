@@ -197,9 +197,15 @@ def _print_result(r, scenario=None) -> None:
     ]
     console.print(table("Where the iteration goes", ["part", "ms", "share"], rows))
     if r.breakdown.get("exposed_host", 0.0) > 0.05 * r.iteration_time:
+        offloaded = scenario is not None and scenario.training.offload.mode != "none"
         console.print(
             "[dim]forward and backward are the GPU's busy time; exposed host is the time the GPU waits "
-            "for the host thread to dispatch its kernels[/]"
+            + (
+                "for the host: the CPU optimizer's update of the offloaded state, the host's copies and "
+                "page faults, and its thread dispatching kernels[/]"
+                if offloaded
+                else "for the host thread to dispatch its kernels[/]"
+            )
         )
     if r.extra.get("steps"):
         console.print(
@@ -239,7 +245,11 @@ def _print_result(r, scenario=None) -> None:
     )
     if "sharding" in r.extra:
         sh = r.extra["sharding"]
-        states = sum(mem.get(k, 0.0) for k in ("parameters", "gradients", "optimizer_state"))
+        # an offloaded optimizer's subgroups kept on the GPU (interleaved) are model states too
+        states = sum(
+            mem.get(k, 0.0)
+            for k in ("parameters", "gradients", "optimizer_state", "optimizer_state_resident")
+        )
         console.print(
             f"Sharding: {sh['layout']} over {sh['shard_ranks']} ranks"
             + (f" x {sh['replicate_ranks']} replicas" if sh["replicate_ranks"] > 1 else "")

@@ -1122,6 +1122,7 @@ def _check_semantics(s: Scenario) -> None:
     _check_update_implementation(s, getattr(options, "implementation", "fused"))
     _check_gradient_copy(s.training)
     _check_gpu_update_gap(s.training)
+    _check_cpu_threads(s)
     check_sharding(s.training)
     check_partition(s.training, c, gpu)
     par = s.training.parallelism
@@ -1141,6 +1142,20 @@ def _check_gradient_copy(t: TrainingSpec) -> None:
             "gradient_copy blocking is DeepSpeed ZeRO-3's offloaded gradient path (stage3.py): it needs "
             "training.offload.mode zero or interleaved and training.sharding.stage 3 (framework deepspeed)",
             key="training.offload.gradient_copy",
+        )
+
+
+def _check_cpu_threads(s: Scenario) -> None:
+    """Every GPU of a node runs its CPU optimizer on its own threads at once (DeepSpeed's CPU Adam, one
+    OpenMP team per rank), so the node's ranks cannot use more threads than it has cores: beyond that
+    the threads share cores and the rate does not grow (host.py scales the rate by threads)."""
+    threads, c = s.training.offload.cpu_threads, s.cluster
+    if threads is not None and threads > max(1, c.host.cores // c.gpus_per_node):
+        raise InputError(
+            f"{threads} CPU optimizer threads per GPU x {c.gpus_per_node} GPUs per node = "
+            f"{threads * c.gpus_per_node} threads on {c.host.cores} cores (cluster.host.cores): at most "
+            f"{max(1, c.host.cores // c.gpus_per_node)} per GPU",
+            key="training.offload.cpu_threads",
         )
 
 

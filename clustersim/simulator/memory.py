@@ -188,12 +188,32 @@ def _distributed_optimizer_hint(ctx, mem: dict[str, float]) -> str:
     )
 
 
+# Below this share of the GPU left free, a fit is said to be close (a presentation threshold, not a model
+# constant): what the memory model does not count is of that order.
+THIN_HEADROOM = 0.05
+
+
+def _note_thin_headroom(ctx, mem: dict[str, float]) -> None:
+    """A rank that fits with little to spare gets a note: the memory model counts the model states,
+    activations and the frameworks' named buffers, not the CUDA context, cuBLAS workspaces, NCCL's
+    channel buffers or the caching allocator's fragmentation, which take memory on a real GPU."""
+    spare = mem["capacity"] - mem["total"]
+    if spare < THIN_HEADROOM * mem["capacity"]:
+        ctx.notes.append(
+            f"GPU memory: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])}, "
+            f"{format_bytes(spare)} to spare; the CUDA context, cuBLAS workspaces, NCCL's buffers and the "
+            "caching allocator's fragmentation are not counted, so a fit this close may not run "
+            "(a smaller workload.micro_batch leaves room)"
+        )
+
+
 def check_fits(ctx, mem: dict[str, float]) -> None:
     """Refuse a rank that does not fit, naming the key that makes it not fit: the model when its
     weights, gradients and optimizer state alone exceed the GPU, the micro-batch when its activations
     tip it over, else the GPU; then a node of another GPU type that holds less."""
     if mem["total"] <= mem["capacity"]:
         _check_other_gpus(ctx, mem)
+        _note_thin_headroom(ctx, mem)
         return
     parts = ", ".join(
         f"{k.replace('_', ' ')} {format_bytes(v)}"

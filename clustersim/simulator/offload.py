@@ -139,6 +139,24 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
     }
 
 
+def _micro_batch_that_fits(ctx, budget: dict) -> str:
+    """When the micro-batch's activations are what tip an offloaded rank over, the largest micro-batch
+    that fits (as memory.check_fits says without offload); '' when not even one sample does."""
+    w = ctx.scenario.workload
+    activations = ctx.workload.activation_bytes
+    if activations <= 0:
+        return ""
+    per_sample = activations / w.micro_batch
+    left = budget["capacity"] - (budget["peak_without_state"] - activations)
+    fits = int(left // per_sample) if left > 0 else 0
+    if fits < 1:
+        return ""
+    return (
+        f"; the activations of micro_batch {w.micro_batch} need {format_bytes(activations)} "
+        f"(a micro_batch of at most {fits} fits)"
+    )
+
+
 def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs_on_host: bool) -> Placement:
     off = ctx.scenario.training.offload
     size = min(off.subgroup_size, partition_params)
@@ -156,8 +174,8 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         raise InputError(
             f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
             f"activations need {format_bytes(budget['peak_without_state'])} of "
-            f"{format_bytes(budget['capacity'])}",
-            key="cluster.gpu",
+            f"{format_bytes(budget['capacity'])}" + _micro_batch_that_fits(ctx, budget),
+            key="workload.micro_batch" if _micro_batch_that_fits(ctx, budget) else "cluster.gpu",
         )
     if off.mode == "zero" and (off.gpu_update_gap or 1) > 1:
         sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)
