@@ -388,6 +388,15 @@ def collective(
     }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
+    import difflib
+
+    from clustersim.cost_models.collectives import OPS
+
+    known = [str(o) for o in OPS]
+    if op not in known:  # the option's own name, as every other option's refusal says it
+        near = difflib.get_close_matches(op, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise InputError(f"unknown collective {op!r}{hint} (known: {', '.join(known)})", key="--op")
     if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
         raise InputError(
             f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "

@@ -126,3 +126,12 @@ def test_top_level_help_names_diloco_beside_the_compressed_optimizers(runner):
     r = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
     text = " ".join(r.output.replace("│", " ").split())
     assert "(1-bit Adam, 0/1 Adam, BinSGDM) or rarely-synchronising ones (DiLoCo, Streaming DiLoCo)" in text
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[" ".join(p) or "clustersim" for p, _ in COMMANDS])
+def test_no_help_text_is_cut_at_80_columns(runner, path, command):
+    """rich cuts an over-long unbreakable token (a default like a,b,c,d) with an ellipsis at the
+    terminal's width; a user on an 80-column terminal must still read every default whole."""
+    r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output, r.output

@@ -72,7 +72,11 @@ def calibrate_run(
     min_bytes: str = typer.Option("1MiB", "--min-bytes", help="--testbed: smallest message."),
     max_bytes: str = typer.Option("32MiB", "--max-bytes", help="--testbed: largest message."),
     ops: str = typer.Option(
-        "all_reduce,all_gather,all_to_all,broadcast", "--ops", help="--testbed: collectives to measure."
+        "all_reduce,all_gather,all_to_all,broadcast",
+        "--ops",
+        show_default=False,  # rich would cut the long default; the help says it whole
+        help="--testbed: collectives to measure, comma-separated (default: all_reduce, all_gather, "
+        "all_to_all, broadcast).",
     ),
     repeat: int = typer.Option(5, "--repeat", min=1, help="--testbed: timed repetitions per size."),
     cpus_per_host: Optional[float] = typer.Option(

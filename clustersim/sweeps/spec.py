@@ -585,6 +585,13 @@ def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str,
         base = load_scenario(spec.base)
     else:
         base_path = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
+        if not base_path.is_file():  # the sweep file's key names it: say which file and key
+            raise InputError(
+                f"base scenario {spec.base!r} not found (looked for {base_path}, relative to the sweep "
+                "file's folder)",
+                key="base",
+                source=str(path),
+            )
         base = load_scenario(base_path)
     if profile is not None:
         base = base.with_changes(profile=resolve_profile_ref(profile))
