@@ -21,3 +21,21 @@ def test_a_misspelled_collective_names_the_option_and_the_near_name():
     out = CliRunner().invoke(app, ["collective", "preset:default", "--op", "allreduce", "--bytes", "1e6"])
     assert out.exit_code == 2
     assert "error: --op: unknown collective 'allreduce'; did you mean all_reduce?" in out.output
+
+
+def test_calibrate_model_flags_a_fit_its_own_hold_out_or_its_slopes_do_not_trust():
+    from types import SimpleNamespace as NS
+
+    from clustersim.commands.calibrate import _fit_warnings
+
+    def phase(per_sample):
+        return NS(device_s=NS(per_sample_s=per_sample), host_s=NS(per_sample_s=0.0))
+
+    good = NS(holdout=NS(rel_error=-0.004), forward=phase(0.026), backward=phase(0.039))
+    assert _fit_warnings(good) == []
+    # the trial's CPU run: backward measured 971 ms at micro-batch 1 and 546 ms at 4, held out +17.8%
+    bad = NS(holdout=NS(rel_error=0.178), forward=phase(0.026), backward=phase(0.0))
+    warnings = _fit_warnings(bad)
+    assert len(warnings) == 2
+    assert "+17.8% off (target within 10%)" in warnings[0]
+    assert warnings[1].startswith("backward's time did not grow with the micro-batch")

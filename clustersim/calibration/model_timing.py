@@ -27,8 +27,12 @@ time there being its busy time and the gaps between its queued kernels).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -231,7 +235,7 @@ def measure(
     out = []
     for b in micro_batches:
         say(f"micro-batch {b}: profiled steps")
-        with torch.profiler.profile(activities=activities) as prof:
+        with _profiler_log_kept_quiet(), torch.profiler.profile(activities=activities) as prof:
             profiled = [step(b, True) for _ in range(max(3, steps // 2))]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.json"
@@ -269,6 +273,40 @@ def _summarise(b: int, plain: list, profiled: list, phases: dict, device: str, c
     return Measured(b, out)
 
 
+# What torch.profiler's C++ side (Kineto) writes to the process's stderr each time it starts or stops,
+# e.g. "USDT: ... SyncActivityProfilerHandler.cpp:52] profiler_start": its bookkeeping, not the user's.
+_PROFILER_LOG = re.compile(r"^(USDT|STAGE):|ActivityProfiler|ProfilerHandler|kineto", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _profiler_log_kept_quiet():
+    """Hold file descriptor 2 in a temporary file while the profiler runs, then pass on every line it
+    wrote but Kineto's own bookkeeping, so `calibrate model` prints its progress and real warnings only."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (a test runner's capture)
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            held.seek(0)
+            kept = [
+                line
+                for line in held.read().decode(errors="replace").splitlines()
+                if line.strip() and not _PROFILER_LOG.search(line)
+            ]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
 @dataclass(frozen=True)
 class OpCosts:
     """Per-op costs on this machine, from a loop of one-element in-place adds (one op, on a GPU one
@@ -297,7 +335,7 @@ def op_costs(torch, device: str, ops: int = 2000, repeats: int = 5) -> OpCosts:
 
     loop()
     plain = min(loop() for _ in range(repeats))
-    with torch.profiler.profile(activities=activities):
+    with _profiler_log_kept_quiet(), torch.profiler.profile(activities=activities):
         profiled = min(loop() for _ in range(repeats))
     return OpCosts(dispatch_s=plain / ops, profiler_s=max(profiled - plain, 0.0) / ops)
 

@@ -397,6 +397,32 @@ def calibrate_import_trace(
     console.print(f"profile written to [bold]{out}[/]{note}")
 
 
+# The held-out error above which a model's fit is flagged: the target every held-out check of the
+# calibration states (collective fits, `calibrate show`: "target <= 10%").
+HOLDOUT_TARGET = 0.10
+
+
+def _fit_warnings(m) -> list[str]:
+    """What makes a measured model's fit untrustworthy, said where it is printed: a held-out size off
+    by more than the target, or forward/backward time that did not grow with the micro-batch (the fit
+    keeps per-sample times at zero or above, so noise that made a larger batch faster hides there)."""
+    out = []
+    if m.holdout is not None and abs(m.holdout.rel_error) > HOLDOUT_TARGET:
+        out.append(
+            f"the held-out micro-batch is {100 * m.holdout.rel_error:+.1f}% off (target within "
+            f"{100 * HOLDOUT_TARGET:.0f}%): these times do not follow intercept + per-sample x "
+            "micro-batch; a busy or throttled machine, or too few --steps, makes them scatter. "
+            "Re-measure on a quiet machine with more --steps before pricing with this profile"
+        )
+    for name, ph in (("forward", m.forward), ("backward", m.backward)):
+        if ph.device_s.per_sample_s <= 0 and ph.host_s.per_sample_s <= 0:
+            out.append(
+                f"{name}'s time did not grow with the micro-batch (0 ms per sample): the measurements "
+                "scatter more than the work they add; re-measure with more --steps or larger micro-batches"
+            )
+    return out
+
+
 def _print_compute(p) -> None:
     """A profile's measured model compute and dispatch rates."""
     for m in p.model_compute:
@@ -430,6 +456,8 @@ def _print_compute(p) -> None:
                 f"held out micro-batch {h.micro_batch}: measured {_ms(h.measured_s)} ms, predicted "
                 f"{_ms(h.predicted_s)} ms ({100 * h.rel_error:+.1f}%)"
             )
+        for warning in _fit_warnings(m):
+            console.print(f"[yellow]warning: {warning}[/]")
     d = p.dispatch
     if d is not None:
         console.print(
