@@ -204,6 +204,12 @@ class GpuSpec(_Strict):
     dies_per_package: Count = Field(
         1, ge=1, le=2, description="devices (ranks) per package: 2 for an MI250X (two GCDs), else 1"
     )
+    nvlink_domain_gpus: Count | None = Field(
+        None,
+        gt=0,
+        description="the most GPUs of this type one NVLink/NVSwitch domain of a built system holds (a node "
+        "of more on an NVSwitch is refused); none: only the general limit (hardware_defaults.yaml)",
+    )
     price_per_gpu_hour: Annotated[Number | None, _within("price_per_gpu_hour", "USD per GPU-hour")] = Field(
         None, gt=0, description="USD per GPU-hour for plan/report (user catalogs; shipped: prices.yaml)"
     )

@@ -1082,6 +1082,13 @@ def _check_semantics(s: Scenario) -> None:
             f"the DGX-1 hybrid cube-mesh holds 1, 2, 4 or 8 GPUs, not {c.gpus_per_node}",
             key="cluster.gpus_per_node",
         )
+    if intra.fabric == "nvswitch" and gpu.nvlink_domain_gpus and c.gpus_per_node > gpu.nvlink_domain_gpus:
+        raise InputError(
+            f"{c.gpus_per_node} {gpu.name} GPUs on one NVSwitch: the largest NVLink domain built of them "
+            f"holds {gpu.nvlink_domain_gpus} (catalogs/gpus.yaml nvlink_domain_gpus); more GPUs are more "
+            "nodes (cluster.nodes)",
+            key="cluster.gpus_per_node",
+        )
     if intra.fabric == "infinity_fabric":
         if gpu.dies_per_package != 2:
             raise InputError(

@@ -39,3 +39,22 @@ def test_calibrate_model_flags_a_fit_its_own_hold_out_or_its_slopes_do_not_trust
     assert len(warnings) == 2
     assert "+17.8% off (target within 10%)" in warnings[0]
     assert warnings[1].startswith("backward's time did not grow with the micro-batch")
+
+
+def test_an_nvswitch_node_holds_no_more_gpus_than_the_largest_nvlink_domain_built_of_them():
+    import pytest
+
+    from clustersim.catalog import gpus
+    from clustersim.errors import InputError
+    from clustersim.scenario import load_scenario
+
+    base = load_scenario("preset:default")
+    nvswitch = {"cluster.gpu": "A100-80GB", "cluster.intra_node.fabric": "nvswitch"}
+    assert base.with_changes(**nvswitch, **{"cluster.gpus_per_node": 16}).cluster.gpus_per_node == 16
+    with pytest.raises(InputError) as exc:
+        base.with_changes(**nvswitch, **{"cluster.gpus_per_node": 100})
+    assert exc.value.key == "cluster.gpus_per_node" and "holds 16" in exc.value.message
+    # every GPU that sits on NVLink or Infinity Fabric boards says how many one domain holds
+    for name, spec in gpus().items():
+        if spec.nvlink.links > 0 and spec.chip not in ("cpu",) and "PCIe" not in spec.description:
+            assert spec.nvlink_domain_gpus, name
