@@ -1,8 +1,6 @@
 """Plans in seconds: candidates whose lower bounds (planner.bounds) cannot win are not simulated, and
 that never changes the answer (the choice, the runners-up, the fastest)."""
 
-from pathlib import Path
-
 import pytest
 
 from clustersim.planner.bounds import step_time_lower_bound
@@ -65,26 +63,31 @@ def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget, tmp_pa
     assert _answer(pruned) == _answer(full)
 
 
-EVERY_GPU = Path(__file__).resolve().parents[1] / "examples" / "plan-every-gpu.yaml"
-
-
-def test_the_every_gpu_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
-    """examples/plan-every-gpu.yaml is read against the catalog, so that it cannot silently shrink: every
-    shipped GPU but the CI runner's CPU stand-in, both NIC kinds the schema knows, and every power of
-    two from one 8-GPU node to 16,384 GPUs; each GPU's rows resolve to a valid cluster."""
+def test_the_built_in_grid_holds_every_catalog_gpu_and_priced_nic_up_to_16384_gpus():
+    """The built-in grid (catalogs/plan_candidates.yaml) is read against the catalogs, so that it cannot
+    silently fall behind them: every shipped GPU but the CI runner's CPU stand-in (a GPU added to
+    gpus.yaml and not to the grid fails here), both NIC kinds the schema knows at every line rate
+    network_prices.yaml prices for both of them, every power of two from one 8-GPU node to 16,384
+    GPUs, and 1,024 samples per step whatever the grid's size; each GPU's rows resolve to a valid
+    cluster."""
     import typing
 
     from clustersim import catalog
     from clustersim.planner.planning import candidate_sweep
+    from clustersim.report.prices import network_catalog
     from clustersim.scenario import NicSpec
     from clustersim.sweeps.spec import resolve_row
 
-    sweep = candidate_sweep(EVERY_GPU)
+    sweep = candidate_sweep(None)
     vary = sweep.spec.vary
     assert set(vary["gpu"]) == set(catalog.gpus()) - {"CPU-2vCPU"}
-    assert set(vary["nic_kind"]) == set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    kinds = set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    assert set(vary["nic_kind"]) == kinds
+    prices = network_catalog(None)
+    both = set.intersection(*({int(r) for r in prices[kind]} for kind in kinds))
+    assert set(vary["nic_gbps"]) == both and both
     assert vary["gpus"] == [2**k for k in range(3, 15)]
-    assert max(vary["gpus"]) == 16384
+    assert max(vary["gpus"]) == 16384 and sweep.spec.global_batch == 1024
     seen = set()
     for row in sweep.rows():
         if row["gpu"] not in seen and row["gpus"] == 64:
@@ -100,8 +103,8 @@ def test_owned_gpus_without_a_server_price_are_left_out_saying_so_once():
     from clustersim.report import costing
 
     own = costing.cost_model("own")
-    result = plan("GPT-3-13B", 10_000, 720.0, None, EVERY_GPU, None, None, samples=0, costs=own)
-    missing = sorted(g for g in candidate_sweep(EVERY_GPU).spec.vary["gpu"] if g not in own.o["servers"])
+    result = plan("GPT-3-13B", 10_000, 720.0, None, None, None, None, samples=0, costs=own)
+    missing = sorted(g for g in candidate_sweep(None).spec.vary["gpu"] if g not in own.o["servers"])
     said = [n for n in result["recipe_notes"] if "no server price" in n]
     assert len(said) == 1 and all(g in said[0] for g in missing) and missing
     assert result["pricing"].startswith("owned")

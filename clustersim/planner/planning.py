@@ -694,7 +694,7 @@ def _beyond_reach(base, rows: list[dict[str, Any]], steps: int, global_batch: in
 
 def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
     """Owned, candidates whose GPU has no server price in the ownership catalog cannot be priced, and are
-    left out, said once in the header (examples/plan-every-gpu.yaml holds every catalog GPU; a
+    left out, said once in the header (the built-in grid holds every catalog GPU; a
     candidates file's only where --cost own is asked: without --cost, a file with such a GPU is priced
     as rented instead, costing.auto_model)."""
     # the built-in grid: whichever model prices it; a candidates file: only where --cost own was asked
