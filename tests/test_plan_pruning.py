@@ -173,6 +173,46 @@ def test_the_exchange_bound_binds_on_a_slow_nic_and_stays_below_the_simulated_st
     assert step_time_lower_bound(s) < simulate(s).iteration_time
 
 
+@pytest.mark.parametrize("micro_batch", [4, 1])
+def test_the_zero3_bound_counts_every_micro_steps_gathers_and_stays_below_the_simulated_step(micro_batch):
+    """ZeRO-3 gathers every layer's parameters in each micro-step's forward and backward: the exchange
+    bound grows with the micro-steps (here 4 times from micro-batch 4 to 1 at one global batch), and
+    stays below the simulated step."""
+    from clustersim.planner import bounds
+
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**_SLOW_NIC, **{"training.sharding.stage": 3})
+    micro = {"workload.micro_batch": micro_batch, "workload.gradient_accumulation": 4 // micro_batch}
+    s = s.with_changes(**micro)
+    params = bounds._micro_batch_compute(s, None)[2]
+    grad, weights = bounds._bytes_per_element(s)
+    one = bounds._data_parallel_exchange(s.with_changes(**{"workload.gradient_accumulation": 1}), params)
+    assert bounds._data_parallel_exchange(s, params) == pytest.approx(s.workload.gradient_accumulation * one)
+    assert one == pytest.approx(2 * weights / (grad + weights) * bounds._data_parallel_exchange(
+        s.with_changes(**{"training.sharding.stage": 2}), params
+    ))  # fmt: skip
+    assert 0 < step_time_lower_bound(s) < simulate(s).iteration_time
+
+
+def test_a_zero3_rows_bound_is_taken_at_the_micro_batch_it_will_run():
+    """A ZeRO-3 row whose micro-batch does not fit runs at a halved one, with more micro-steps, each
+    gathering the parameters again: the plan's bound for it is taken there (a memory check, no
+    simulation), below the simulated step."""
+    from clustersim.planner.planning import _bound_records, candidate_sweep
+    from clustersim.sweeps.run import simulate_row
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    base = sweep.base.with_changes(**{"workload.model": "GPT-3-13B", "workload.seq_len": None})
+    row = {"gpu": "A100-80GB", "gpus": 16, "nic_kind": "ethernet_tcp", "nic_gbps": 100, "optimizer": "adam"}
+    row["training.sharding.stage"] = 3
+    base_json = base.model_dump(mode="json")
+    (bound,) = _bound_records(base_json, [row], 100, 1024)
+    as_given = step_time_lower_bound(resolve_row(base, row, 100, 1024))
+    simulated = simulate_row(base_json, row, 100, None, 1024)
+    assert simulated["status"] == "ok" and simulated["scenario"]["workload"]["micro_batch"] < 8
+    assert as_given < bound["iteration_time_s"] < simulated["iteration_time_s"]
+
+
 def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
     import json
 

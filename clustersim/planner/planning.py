@@ -16,7 +16,7 @@ from typing import Any, Callable
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
-from clustersim.planner.layout_search import candidate_layouts, layout_label
+from clustersim.planner.layout_search import candidate_layouts, layout_label, running_micro_batch
 from clustersim.report import analysis, costing
 from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
@@ -279,15 +279,30 @@ def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str,
 
     base = validate_scenario(base_json, source="base")
     out = []
+    running: dict[str, Any] = {}  # _memory_key -> the row's scenario at the micro-batch it will run at
     for values in rows:
         try:
             scenario = resolve_row(base, values, steps, global_batch)
         except InputError:
             continue  # simulated, to be recorded with its reason
+        if scenario.training.sharding.stage == 3:
+            # ZeRO-3 gathers the parameters in every micro-step (bounds._data_parallel_exchange): its
+            # bound counts the micro-steps the row will run, from the memory check alone (no network)
+            key = _memory_key(values)
+            if key not in running:
+                running[key] = running_micro_batch(scenario)
+            if running[key] is None:
+                continue  # nothing fits: simulated, to be recorded with its reason
+            scenario = scenario.with_changes(
+                **{k: running[key].workload.model_dump()[k.split(".")[1]] for k in _MICRO_KEYS}
+            )
         lb = step_time_lower_bound(scenario)
         if lb > 0:
             out.append(_bound_record(values, scenario, lb))
     return out
+
+
+_MICRO_KEYS = ("workload.micro_batch", "workload.gradient_accumulation")
 
 
 def _cheapest_first(rows, bounds) -> list[dict[str, Any]]:
