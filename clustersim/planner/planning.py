@@ -968,44 +968,59 @@ def _add_bands(
     (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
     The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
     the same estimator), its draws shared out over the workers so that every core stays busy."""
+
+    with _pool(workers) as pool:
+        # Rows that differ only in their NIC (a layout's look-alikes among the cheapest) run their draws
+        # together (runner.draw_times_many: one pass over all their programs); such a group is split over
+        # the workers only where its draws are more than a quarter of a worker's share (each part builds
+        # its rows' programs once more). The jobs go largest first, so that the small ones fill in
+        # behind the large (longest-processing-time-first list scheduling).
+        together: dict[str, list[int]] = {}
+        for i, row in enumerate(chosen_rows):
+            together.setdefault(_band_group(row["scenario"]), []).append(i)
+        groups = list(together.values())
+        cost = [sum(_draw_cost(chosen_rows[i]["scenario"]) for i in g) for g in groups]
+        share = sum(cost) / pool.size
+        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
+        jobs = [(g, k) for g, n in enumerate(parts_of) for k in range(n)]
+        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
+        results = pool.starmap(
+            _band_draws,
+            [([chosen_rows[i]["scenario"] for i in groups[g]], samples, k, parts_of[g]) for g, k in jobs],
+        )
+        got: dict[int, dict[int, tuple[list[float], int]]] = {}
+        for (g, k), result in zip(jobs, results):
+            for i, one in zip(groups[g], result):
+                got.setdefault(i, {})[k] = one
+        for g, members in enumerate(groups):
+            for i in members:
+                _set_band(chosen_rows[i], [got[i][k] for k in range(parts_of[g])], samples, pool, base_json,
+                          rows, steps, global_batch)  # fmt: skip
+
+
+def _set_band(row, mine, samples, pool, base_json, rows, steps, global_batch) -> None:
+    """A row's time-to-train and cost bands from its draws' step times and ops, ``mine`` (part k holds
+    draws k, k + parts, ...: _band_draws)."""
     from clustersim.simulator.runner import band_samples
     from clustersim.simulator.uncertainty import Interval
 
-    with _pool(workers) as pool:
-        # A row is split over the workers only where its draws are more than a quarter of a worker's share
-        # (each part builds the row's program once more); the jobs go largest first, so that the small
-        # ones fill in behind the large (longest-processing-time-first list scheduling).
-        cost = [_draw_cost(row["scenario"]) for row in chosen_rows]
-        share = sum(cost) / pool.size
-        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
-        jobs = [(i, k) for i, n in enumerate(parts_of) for k in range(n)]
-        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
-        results = pool.starmap(
-            _band_draws, [(chosen_rows[i]["scenario"], samples, k, parts_of[i]) for i, k in jobs]
+    parts = len(mine)
+    # the draws in their own order: the band's sums are the same to the last bit however the draws
+    # were shared out
+    times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
+    ops = max(n for _, n in mine)
+    if band_samples(samples, ops)[0] == samples:
+        lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
+    else:  # a program too large for every draw: the band `run` gives it, from fewer draws
+        values = next(v for v in rows if _same_row(v, row))
+        (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
+        lo, hi, mid = (
+            banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
         )
-        got: dict[int, dict[int, tuple[list[float], int]]] = {}
-        for (i, k), result in zip(jobs, results):
-            got.setdefault(i, {})[k] = result
-        for i, row in enumerate(chosen_rows):
-            parts = parts_of[i]
-            mine = [got[i][k] for k in range(parts)]
-            # the draws in their own order (part k holds draws k, k + parts, ...): the band's sums are
-            # the same to the last bit however the draws were shared out
-            times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
-            ops = max(n for _, n in mine)
-            if band_samples(samples, ops)[0] == samples:
-                lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
-            else:  # a program too large for every draw: the band `run` gives it, from fewer draws
-                values = next(v for v in rows if _same_row(v, row))
-                (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
-                lo, hi, mid = (
-                    banded.get(k)
-                    for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
-                )
-            if lo is not None and hi is not None and mid:
-                row["ttt_p10_h"] = row["ttt_h"] * lo / mid
-                row["ttt_p90_h"] = row["ttt_h"] * hi / mid
-                analysis.set_cost_band(row)
+    if lo is not None and hi is not None and mid:
+        row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+        row["ttt_p90_h"] = row["ttt_h"] * hi / mid
+        analysis.set_cost_band(row)
 
 
 def _load_band_sampler() -> None:
@@ -1024,17 +1039,29 @@ def _draw_cost(scenario_json: dict) -> int:
     return max(1, int(par.get("pipeline") or 1) * int(par.get("virtual_stages") or 1) * int(micro_batches))
 
 
-def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
-    """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
+def _band_group(scenario_json: dict) -> str:
+    """What rows whose draws run together share: their scenario but for the NIC."""
+    import json
+
+    cluster = {k: v for k, v in scenario_json.get("cluster", {}).items() if k != "nic"}
+    return json.dumps({**scenario_json, "cluster": cluster}, sort_keys=True)
+
+
+def _band_draws(
+    scenario_jsons: list[dict], samples: int, part: int, parts: int
+) -> list[tuple[list[float], int]]:
+    """Iteration times of each scenario under every ``parts``-th of its ``samples`` draws, from
     ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
     from clustersim.scenario import validate_scenario
     from clustersim.simulator.context import build_context
-    from clustersim.simulator.runner import draw_times, ops_of_last_run
+    from clustersim.simulator.runner import draw_times_many
     from clustersim.simulator.uncertainty import perturbations
 
-    s = validate_scenario(scenario_json, source="row")
-    draws = perturbations(build_context(s), samples)[part::parts]
-    return draw_times(s, None, draws, checked=True), ops_of_last_run()  # the plan simulated it
+    jobs = []
+    for scenario_json in scenario_jsons:
+        s = validate_scenario(scenario_json, source="row")
+        jobs.append((s, perturbations(build_context(s), samples)[part::parts]))
+    return draw_times_many(jobs)  # the plan simulated each
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

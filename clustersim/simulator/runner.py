@@ -17,6 +17,7 @@ from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TEN
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
+from clustersim.simulator import engine_batched
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
@@ -234,6 +235,67 @@ def draw_times(scenario: Scenario, profile, draws, checked: bool = False) -> lis
                 raise exc.located(source=scenario.source) from None
         times.append(max(end.values(), default=0.0))  # attribute_timeline's total, a step of weight 1
     return times
+
+
+def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tuple[list[float], int]]:
+    """``draw_times(scenario, profile, draws, checked=True)`` for each (scenario, draws) of ``jobs``, and
+    the ops a run of it has (ops_of_last_run): the same numbers, at less cost where they are Megatron
+    pipelines whose re-priced programs have one shape (the draws of a band, and the same layout on
+    another NIC): those programs run together in engine_batched's one pass, each draw's op durations a
+    column. A draw that pass cannot give exactly (a NaN column), and every scenario whose program is
+    not a pipeline's, run as draw_times runs them. Every nominal run must have passed simulate's
+    checks (draw_times' ``checked``)."""
+    from clustersim.simulator.strategies.ddp import AdamDDP
+    from clustersim.simulator.strategies.megatron import PipelineRepricer
+
+    out: list = [None] * len(jobs)
+    # (pass shape, tail shape) -> the group's ops and its columns: (job, draw, durations, slowdowns)
+    groups: dict[tuple, dict] = {}
+    passes_seen: dict[tuple, tuple] = {}  # one object per distinct pass shape, compared by identity
+    with _collector_paused():
+        for j, (scenario, draws) in enumerate(jobs):
+            ctx = build_context(scenario, profile, draws[0]) if draws else None
+            strategy = registry.create(ctx) if ctx is not None and _repriceable(ctx) else None
+            if (
+                strategy is None
+                or type(strategy).steps is not AdamDDP.steps
+                or type(strategy).build_program is not AdamDDP.build_program
+            ):
+                out[j] = (draw_times(scenario, profile, draws, checked=True), ops_of_last_run())
+                continue
+            repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, f"{strategy.name} update")
+            head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
+            head = passes_seen.setdefault(head, head)
+            out[j] = ([float("nan")] * len(draws), 0)
+            for i, p in enumerate(draws):
+                prog = repricer.program_for(ctx if i == 0 else build_context(scenario, profile, p))
+                if prog is None:  # its shape changed: run alone below
+                    continue
+                ops = prog.ops
+                tail = ops[repricer.passes :]
+                group = groups.setdefault((id(head), engine_batched.shape_of(tail)), {"columns": []})
+                group.setdefault("ops", repricer.program.ops[: repricer.passes] + tail)
+                durations = np.array([op.duration for op in ops])
+                slowdowns = np.array([op.compute_slowdown for op in ops])
+                group["columns"].append((j, i, durations, slowdowns))
+                out[j] = (out[j][0], len(ops))
+        for group in groups.values():
+            columns = group["columns"]
+            durations = np.stack([c[2] for c in columns], axis=1)
+            slowdowns = np.stack([c[3] for c in columns], axis=1)
+            ends = engine_batched.run_columns(group["ops"], durations, slowdowns, MAX_ITERATION_S)
+            if ends is None:
+                continue
+            for (j, i, _, _), end in zip(columns, ends.tolist()):
+                out[j][0][i] = end
+    for j, (scenario, draws) in enumerate(jobs):  # what the batched pass could not give, one at a time
+        times, ops = out[j]
+        for i, t in enumerate(times):
+            if t != t:  # NaN
+                times[i] = draw_times(scenario, profile, [draws[i]], checked=False)[0]
+                ops = ops or ops_of_last_run()
+        out[j] = (times, ops)
+    return out
 
 
 def _repriceable(ctx: SimulationContext) -> bool:
