@@ -252,6 +252,7 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
     # (pass shape, tail shape) -> the group's ops and its columns: (job, draw, durations, slowdowns)
     groups: dict[tuple, dict] = {}
     passes_seen: dict[tuple, tuple] = {}  # one object per distinct pass shape, compared by identity
+    repricers: dict[tuple, tuple] = {}
     with _collector_paused():
         for j, (scenario, draws) in enumerate(jobs):
             ctx = build_context(scenario, profile, draws[0]) if draws else None
@@ -263,9 +264,19 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
             ):
                 out[j] = (draw_times(scenario, profile, draws, checked=True), ops_of_last_run())
                 continue
-            repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, f"{strategy.name} update")
-            head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
-            head = passes_seen.setdefault(head, head)
+            # One program serves the scenarios that differ only in their NIC: re-priced for another
+            # NIC's context as for another draw's (PipelineRepricer.program_for checks the shape)
+            label = f"{strategy.name} update"
+            key = (
+                scenario.model_dump_json(exclude={"cluster": {"nic"}}),
+                strategy.update_bytes_per_param,
+                label,
+            )
+            if key not in repricers:
+                repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, label)
+                head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
+                repricers[key] = repricer, passes_seen.setdefault(head, head)
+            repricer, head = repricers[key]
             out[j] = ([float("nan")] * len(draws), 0)
             for i, p in enumerate(draws):
                 prog = repricer.program_for(ctx if i == 0 else build_context(scenario, profile, p))
