@@ -275,21 +275,20 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
             if key not in repricers:
                 repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, label)
                 head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
-                repricers[key] = repricer, passes_seen.setdefault(head, head)
-            repricer, head = repricers[key]
+                repricers[key] = repricer, passes_seen.setdefault(head, head), _price_groups(repricer)
+            repricer, head, prices_of = repricers[key]
             out[j] = ([float("nan")] * len(draws), 0)
             for i, p in enumerate(draws):
-                prog = repricer.program_for(ctx if i == 0 else build_context(scenario, profile, p))
-                if prog is None:  # its shape changed: run alone below
+                column = _repriced_column(
+                    repricer, prices_of, ctx if i == 0 else build_context(scenario, profile, p)
+                )
+                if column is None:  # its shape changed: run alone below
                     continue
-                ops = prog.ops
-                tail = ops[repricer.passes :]
+                durations, slowdowns, tail = column
                 group = groups.setdefault((id(head), engine_batched.shape_of(tail)), {"columns": []})
                 group.setdefault("ops", repricer.program.ops[: repricer.passes] + tail)
-                durations = np.array([op.duration for op in ops])
-                slowdowns = np.array([op.compute_slowdown for op in ops])
                 group["columns"].append((j, i, durations, slowdowns))
-                out[j] = (out[j][0], len(ops))
+                out[j] = (out[j][0], len(durations))
         for group in groups.values():
             columns = group["columns"]
             durations = np.stack([c[2] for c in columns], axis=1)
@@ -307,6 +306,50 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
                 ops = ops or ops_of_last_run()
         out[j] = (times, ops)
     return out
+
+
+def _price_groups(repricer) -> dict:
+    """The passes' op ids by what prices them (PipelineRepricer.groups), and their slowdowns as built
+    (a pass's compute op has none; a collective's is re-priced): _repriced_column's index."""
+    ops = repricer.program.ops[: repricer.passes]
+    return {
+        "groups": [(key, np.array([op.id for op in group])) for key, group in repricer.groups.items()],
+        "durations": np.array([op.duration for op in ops]),
+        "slowdowns": np.array([op.compute_slowdown for op in ops]),
+    }
+
+
+def _repriced_column(repricer, index: dict, ctx: SimulationContext):
+    """The durations and compute slowdowns of every op of ``repricer.program_for(ctx)``, and its ops
+    after the passes (each stage's finish, built for ``ctx``): the passes' from their prices, one
+    numpy assignment per price, instead of each op's attributes (what engine_batched reads of them).
+    None where program_for would not re-price (another shape) or a collective pushes bytes through
+    links (engine_batched does not run such programs)."""
+    from clustersim.simulator.strategies.megatron import _finish_stage, pipeline_prices
+
+    prices = pipeline_prices(ctx)
+    if not prices.same_shape(repricer.prices):
+        return None
+    durations, slowdowns = index["durations"].copy(), index["slowdowns"].copy()
+    for key, ids in index["groups"]:
+        if key != "send" and key[0] == "pass":  # ("pass", chunk, forward): the chunk's pass time
+            durations[ids] = prices.times[key[1]][0 if key[2] else 1]
+            continue
+        priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
+        if priced.demands:
+            return None
+        durations[ids] = priced.duration
+        slowdowns[ids] = priced.compute_slowdown
+    prog = repricer.program
+    del prog.ops[repricer.passes :]
+    for s in range(ctx.layout.pipeline):
+        _finish_stage(prog, ctx, s, repricer.tails[s], repricer.update_bytes, repricer.label)
+    tail = prog.ops[repricer.passes :]
+    return (
+        np.concatenate([durations, [op.duration for op in tail]]),
+        np.concatenate([slowdowns, [op.compute_slowdown for op in tail]]),
+        tail,
+    )
 
 
 def _repriceable(ctx: SimulationContext) -> bool:
