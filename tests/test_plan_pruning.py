@@ -457,3 +457,25 @@ def test_plan_with_an_invalid_candidate_plans_the_others_and_with_none_valid_say
     r = runner.invoke(app, [*args, "--price", "2", "--candidates", str(none)])
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "recompute_num_layers: 25 exceeds the 24 blocks" in r.stderr
+
+
+def test_a_rows_nic_twin_is_its_scenario_with_the_twins_nic():
+    """_bound_records resolves one row per cluster and layout and gives its NIC twins their NIC
+    (_nic_changes): the same scenario as resolving each twin, on every kind of row of the grid."""
+    from clustersim.planner.planning import _memory_key, _nic_changes, candidate_sweep
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    base = sweep.base.with_changes(**{"workload.model": "GPT-3-13B", "workload.seq_len": None})
+    layouts = [{}, {"training.sharding.stage": 3}, {"training.parallelism.tensor": 2}]
+    first: dict = {}
+    checked = 0
+    for row in sweep.rows():
+        if row["gpus"] != 64 or row["gpu"] not in ("V100-SXM2", "H100-SXM") or row["optimizer"] != "adam":
+            continue
+        for layout in layouts:
+            values = {**row, **layout}
+            twin = first.setdefault(_memory_key(values), resolve_row(base, values, 100, 1024))
+            assert twin.with_changes(**_nic_changes(values)) == resolve_row(base, values, 100, 1024)
+            checked += 1
+    assert checked == 2 * 6 * len(layouts)

@@ -280,15 +280,19 @@ def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str,
     base = validate_scenario(base_json, source="base")
     out = []
     running: dict[str, Any] = {}  # _memory_key -> the row's scenario at the micro-batch it will run at
+    resolved: dict[str, Any] = {}  # _memory_key -> a row's scenario: its NIC twins are it with their NIC
     for values in rows:
+        key = _memory_key(values)
         try:
-            scenario = resolve_row(base, values, steps, global_batch)
+            if key in resolved:
+                scenario = resolved[key].with_changes(**_nic_changes(values))
+            else:
+                scenario = resolved[key] = resolve_row(base, values, steps, global_batch)
         except InputError:
             continue  # simulated, to be recorded with its reason
         if scenario.training.sharding.stage == 3:
             # ZeRO-3 gathers the parameters in every micro-step (bounds._data_parallel_exchange): its
             # bound counts the micro-steps the row will run, from the memory check alone (no network)
-            key = _memory_key(values)
             if key not in running:
                 running[key] = running_micro_batch(scenario)
             if running[key] is None:
@@ -303,6 +307,18 @@ def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str,
 
 
 _MICRO_KEYS = ("workload.micro_batch", "workload.gradient_accumulation")
+
+
+def _nic_changes(values: dict[str, Any]) -> dict[str, Any]:
+    """A row's NIC values as the scenario keys resolve_row sets (a NIC given by kind or rate loses
+    the base's measured effective rate): what makes its scenario from a NIC twin's."""
+    from clustersim.sweeps.spec import AXES
+
+    changes = {AXES[k]: v for k, v in values.items() if k in _NIC_AXES}
+    changes.update({k: v for k, v in values.items() if k.startswith("cluster.nic.")})
+    if ("nic_gbps" in values or "nic_kind" in values) and "nic_effective_gbps" not in values:
+        changes["cluster.nic.effective_gbps"] = None
+    return changes
 
 
 def _cheapest_first(rows, bounds) -> list[dict[str, Any]]:
@@ -430,25 +446,30 @@ def _starmap_on(workers: int):
 
 class _pool:
     """simulate_row on ``workers`` processes (0: every core this process may use; 1: this process),
-    forked so that they start with this process's imports and catalogs."""
+    forked so that they start with this process's imports and catalogs. Entered again (a pool handed
+    to a function that also takes a count), it is the same pool, shut down when the outermost exits."""
 
     def __init__(self, workers: int):
         from clustersim.sweeps.run import default_workers
 
         self.size = workers or default_workers()
         self.executor = None
+        self._entered = 0
 
     def __enter__(self):
-        if self.size > 1:
+        if self.size > 1 and self.executor is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             self.executor = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+        self._entered += 1
         return self
 
     def __exit__(self, *exc):
-        if self.executor is not None:
+        self._entered -= 1
+        if self.executor is not None and not self._entered:
             self.executor.shutdown(cancel_futures=True)
+            self.executor = None
 
     def map(self, base_json, rows, steps, global_batch, samples: int = 0) -> list[dict[str, Any]]:
         if self.executor is None or len(rows) < 2:
@@ -818,27 +839,18 @@ def _plan(
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
-    def band(chosen_rows: list[dict[str, Any]]) -> None:
-        _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, workers)
-        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
+    # One pool of workers for every round of bands, forked once the parent has the draws' imports
+    # (_load_band_sampler), each keeping the programs it built for the next round (_BUILT)
+    with _pool(workers if samples > 0 else 1) as bands_pool:
 
-    if samples > 0:
-        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
-        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
-    chosen = rec["chosen"]
-    runners_up: list[dict[str, Any]] = []
-    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
-        said = {why_not(o, chosen) for o in runners_up} if chosen is not None else set()
-        if (
-            r is not chosen
-            and not any(_same_numbers(r, o) for o in [chosen, *runners_up])
-            and (chosen is None or why_not(r, chosen) not in said)  # reads as another runner-up
-        ):
-            runners_up.append(r)
-        if len(runners_up) == 4:
-            break
-    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
-        band([r for r in runners_up if "ttt_p10_h" not in r])
+        def band(chosen_rows: list[dict[str, Any]]) -> None:
+            _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool)
+            only = [r for r in chosen_rows if r.get("baseline")]
+            analysis.add_paired_bands(enriched, {}, samples, only=only)
+
+        chosen, runners_up, rec = _choose_and_runners_up(
+            rec, feasible, band, samples, enriched, deadline_h, budget
+        )
     return {
         "model": model,
         "steps": steps,
@@ -861,6 +873,29 @@ def _plan(
         "optimizers_not_run": optimizers_not_run(records),
         "pricing": costs.describe(),
     }
+
+
+def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, budget):
+    """The choice, chosen again once its rows have their bands (_choose_with_bands), and up to four
+    runners-up, each with its band."""
+    if samples > 0:
+        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
+        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
+    chosen = rec["chosen"]
+    runners_up: list[dict[str, Any]] = []
+    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
+        said = {why_not(o, chosen) for o in runners_up} if chosen is not None else set()
+        if (
+            r is not chosen
+            and not any(_same_numbers(r, o) for o in [chosen, *runners_up])
+            and (chosen is None or why_not(r, chosen) not in said)  # reads as another runner-up
+        ):
+            runners_up.append(r)
+        if len(runners_up) == 4:
+            break
+    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
+        band([r for r in runners_up if "ttt_p10_h" not in r])
+    return chosen, runners_up, rec
 
 
 def _choose_with_bands(rec, top, band, choose, deadline_h: float) -> dict[str, Any]:
@@ -962,14 +997,14 @@ def _add_bands(
     steps: int,
     global_batch: int,
     samples: int,
-    workers: int,
+    workers: "int | _pool",
 ) -> None:
     """Each candidate's time-to-train band in hours, scaled from its step's band as the report scales it
     (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
     The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
-    the same estimator), its draws shared out over the workers so that every core stays busy."""
-
-    with _pool(workers) as pool:
+    the same estimator), its draws shared out over the workers so that every core stays busy (``workers``:
+    a count, or a pool already started, whose workers keep what they built for the next call)."""
+    with workers if isinstance(workers, _pool) else _pool(workers) as pool:
         # Rows that differ only in their NIC (a layout's look-alikes among the cheapest) run their draws
         # together (runner.draw_times_many: one pass over all their programs); such a group is split over
         # the workers only where its draws are more than a quarter of a worker's share (each part builds
@@ -1061,7 +1096,12 @@ def _band_draws(
     for scenario_json in scenario_jsons:
         s = validate_scenario(scenario_json, source="row")
         jobs.append((s, perturbations(build_context(s), samples)[part::parts]))
-    return draw_times_many(jobs)  # the plan simulated each
+    return draw_times_many(jobs, programs=_BUILT)  # the plan simulated each
+
+
+# The pipeline programs a band worker built, for the plan's next round of bands (the same layouts on
+# other NICs are the runners-up): runner.draw_times_many's ``programs``.
+_BUILT: dict = {}
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -237,14 +237,17 @@ def draw_times(scenario: Scenario, profile, draws, checked: bool = False) -> lis
     return times
 
 
-def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tuple[list[float], int]]:
+def draw_times_many(
+    jobs: list[tuple[Scenario, list]], profile=None, programs: dict | None = None
+) -> list[tuple[list[float], int]]:
     """``draw_times(scenario, profile, draws, checked=True)`` for each (scenario, draws) of ``jobs``, and
     the ops a run of it has (ops_of_last_run): the same numbers, at less cost where they are Megatron
     pipelines whose re-priced programs have one shape (the draws of a band, and the same layout on
     another NIC): those programs run together in engine_batched's one pass, each draw's op durations a
     column. A draw that pass cannot give exactly (a NaN column), and every scenario whose program is
     not a pipeline's, run as draw_times runs them. Every nominal run must have passed simulate's
-    checks (draw_times' ``checked``)."""
+    checks (draw_times' ``checked``). ``programs``: a dict that keeps the built pipeline programs for
+    the next call (a plan bands its rows in two rounds), the last few."""
     from clustersim.simulator.strategies.ddp import AdamDDP
     from clustersim.simulator.strategies.megatron import PipelineRepricer
 
@@ -252,7 +255,7 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
     # (pass shape, tail shape) -> the group's ops and its columns: (job, draw, durations, slowdowns)
     groups: dict[tuple, dict] = {}
     passes_seen: dict[tuple, tuple] = {}  # one object per distinct pass shape, compared by identity
-    repricers: dict[tuple, tuple] = {}
+    repricers: dict[tuple, tuple] = programs if programs is not None else {}
     with _collector_paused():
         for j, (scenario, draws) in enumerate(jobs):
             ctx = build_context(scenario, profile, draws[0]) if draws else None
@@ -269,10 +272,13 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
             label = f"{strategy.name} update"
             key = (
                 scenario.model_dump_json(exclude={"cluster": {"nic"}}),
+                repr(profile),
                 strategy.update_bytes_per_param,
                 label,
             )
             if key not in repricers:
+                while len(repricers) >= KEPT_PROGRAMS:  # the oldest goes
+                    del repricers[next(iter(repricers))]
                 repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, label)
                 head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
                 repricers[key] = repricer, passes_seen.setdefault(head, head), _price_groups(repricer)
@@ -306,6 +312,11 @@ def draw_times_many(jobs: list[tuple[Scenario, list]], profile=None) -> list[tup
                 ops = ops or ops_of_last_run()
         out[j] = (times, ops)
     return out
+
+
+# Built pipeline programs draw_times_many keeps for its next call (``programs``): a plan's banded rows are
+# a few layouts, each on several NICs; a 16-stage interleaved GPT-3 175B program is ~50k ops.
+KEPT_PROGRAMS = 4
 
 
 def _price_groups(repricer) -> dict:
