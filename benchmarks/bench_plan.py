@@ -59,8 +59,8 @@ def main() -> None:
         "--against-args",
         default="",
         metavar="ARGS",
-        help="more plan arguments for the --against tree's runs only, e.g. '--candidates "
-        "examples/plan-every-gpu.yaml --cost own' (a grid the other tree held in a file)",
+        help="more plan arguments for the --against tree's runs only, e.g. '--candidates FILE --cost "
+        "own' (a grid the other tree held in a file)",
     )
     args = ap.parse_args()
     argv = ["--model", args.model, "--steps", args.steps, "--deadline", args.deadline]

@@ -479,3 +479,29 @@ def test_a_rows_nic_twin_is_its_scenario_with_the_twins_nic():
             assert twin.with_changes(**_nic_changes(values)) == resolve_row(base, values, 100, 1024)
             checked += 1
     assert checked == 2 * 6 * len(layouts)
+
+
+def test_the_second_search_takes_the_rows_the_first_simulated_as_they_are(tmp_path, monkeypatch):
+    """Where no candidate searched meets the deadline, every candidate is searched again (the fastest
+    may be among those left out): the rows the first search simulated are not simulated again, and
+    the plan is the unpruned one."""
+    from collections import Counter
+
+    from clustersim.planner import planning
+    from clustersim.sweeps.spec import row_id
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    runs: Counter = Counter()
+    simulate_row = planning.simulate_row
+
+    def counted(base_json, values, *args, **kwargs):
+        runs[row_id(values)] += 1
+        return simulate_row(base_json, values, *args, **kwargs)
+
+    monkeypatch.setattr(planning, "simulate_row", counted)
+    args = ("GPT-3-13B", 20_000, 1.0, None, grid, None, None)
+    pruned = plan(*args, samples=0, workers=1)
+    assert pruned["chosen"] is None and pruned["not_searched"] == 0
+    assert runs and max(runs.values()) == 1
+    assert _answer(pruned) == _answer(plan(*args, samples=0, workers=1, prune=False))

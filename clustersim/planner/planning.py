@@ -8,7 +8,7 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -169,6 +169,9 @@ class Pruning:
     # Work for this process while its workers simulate (once, when the first rows are in flight): what
     # it does then costs no core that would otherwise be idle later (the bands' sampler import).
     meanwhile: Callable[[], None] | None = None
+    # Records by row id of rows already simulated (a plan's first search, when its second searches
+    # every candidate): taken as they are instead of simulated again.
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def meets(self, hours: float, dollars: float) -> bool:
         return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
@@ -413,7 +416,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
             elif not could_win(values):
                 pruned += 1
             else:
-                flight.append((values, pool.submit(base_json, values, steps, global_batch)))
+                flight.append((values, _send(pool, prune, base_json, values, steps, global_batch)))
                 continue
             done += 1
             if progress:
@@ -430,6 +433,24 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+def _send(pool: "_pool", prune: Pruning, base_json, values, steps, global_batch):
+    """The future record of a row: its record as already simulated (Pruning.done), or its simulation
+    on a worker."""
+    known = prune.done.get(row_id(values))
+    if known is not None:
+        return _finished(dict(known))
+    return pool.submit(base_json, values, steps, global_batch)
+
+
+def _finished(result):
+    """A future already done with ``result``."""
+    from concurrent.futures import Future
+
+    done: Future = Future()
+    done.set_result(result)
+    return done
 
 
 def _starmap_on(workers: int):
@@ -482,11 +503,7 @@ class _pool:
     def submit(self, base_json, values, steps, global_batch):
         """simulate_row of one row on a worker: a future (with one worker, one already done here)."""
         if self.executor is None:
-            from concurrent.futures import Future
-
-            done: Future = Future()
-            done.set_result(simulate_row(base_json, values, steps, None, global_batch))
-            return done
+            return _finished(simulate_row(base_json, values, steps, None, global_batch))
         return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
 
     def starmap(self, fn, args_list: list[tuple]) -> list:
@@ -775,6 +792,7 @@ def _plan(
     prune: bool = True,
     priced_only: bool = False,
     reach: bool = True,
+    done: dict[str, dict[str, Any]] | None = None,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -819,7 +837,11 @@ def _plan(
     # With bands to draw, the sampler's import (scipy.stats, about half a second) is made here while the
     # workers simulate, once, instead of in each of the bands' workers, which are forked from this process
     meanwhile = _load_band_sampler if samples > 0 and workers != 1 else None
-    pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
+    pruning = (
+        Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile, done=done or {})
+        if prune
+        else None
+    )
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
     # no row ran: the fallback search below, or one line saying why (enrich refuses an empty set)
@@ -831,6 +853,7 @@ def _plan(
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
             costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=priced_only, reach=False,
+            done={r["row_id"]: r for r in records},  # simulated already: not again
         )  # fmt: skip
     if not ok:
         _nothing_runs(records, model)
