@@ -505,3 +505,47 @@ def test_the_second_search_takes_the_rows_the_first_simulated_as_they_are(tmp_pa
     assert pruned["chosen"] is None and pruned["not_searched"] == 0
     assert runs and max(runs.values()) == 1
     assert _answer(pruned) == _answer(plan(*args, samples=0, workers=1, prune=False))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"training.sharding.stage": 1},
+        {"training.sharding.stage": 3},
+        {"training.parallelism.tensor": 2, "training.parallelism.pipeline": 2},
+        {
+            "training.parallelism.pipeline": 4,
+            "training.parallelism.schedule": "interleaved",
+            "training.parallelism.virtual_stages": 2,
+        },
+    ],
+)
+def test_infiniband_is_never_slower_than_ethernet_at_one_line_rate(layout):
+    """What lets a plan bound an Ethernet row by its InfiniBand twin at the same or a higher rate
+    (_fastest_twins with kinds): InfiniBand's share of the line rate, latency and RDMA are at least
+    Ethernet's, so its step is never longer, on every layout the search adds and at every rate of the
+    built-in grid."""
+    from clustersim.planner.planning import _kinds_rank, candidate_sweep
+
+    base = candidate_sweep(None).base
+    assert _kinds_rank(base)
+    s = base.with_changes(
+        **{"workload.model": "GPT-3-13B", "workload.seq_len": None, "workload.micro_batch": 1}
+    ).with_world_size(32)
+    s = s.with_changes(**{"workload.gradient_accumulation": 8, **layout})
+    for gbps in (100, 200, 400):
+        times = {
+            kind: simulate(
+                s.with_changes(
+                    **{
+                        "cluster.nic.kind": kind,
+                        "cluster.nic.line_rate_gbps": gbps,
+                        "cluster.nic.effective_gbps": None,
+                    }
+                )
+            ).iteration_time
+            for kind in ("infiniband", "ethernet_tcp")
+        }
+        assert times["infiniband"] <= times["ethernet_tcp"], gbps
+    assert not _kinds_rank(base.with_changes(**{"cluster.nic.latency_us": 1.0}))
+    assert not _kinds_rank(base.with_changes(profile="builtin:h100-pytorch-2.11"))

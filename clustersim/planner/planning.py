@@ -220,23 +220,57 @@ def _bounds(base_json, rows, steps, global_batch, pool) -> dict[str, dict[str, A
     return {rec["row_id"]: rec for part in pool.starmap(_bound_records, chunks) for rec in part}
 
 
-def _fastest_twins(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Row id -> the id of its twin at the highest line rate among the candidates (the same row, NIC
-    kind and count, another ``nic_gbps``), for the rows in a layout the search added (sharded or model
-    parallel) that have one. More bandwidth is never slower (an invariant of the simulator, tested in
-    test_simulation.py, test_sharding.py, test_optimizers.py), so that twin's simulated step bounds this
-    row's from below, tighter than its compute bound wherever the network shows. Data-parallel rows are
-    left to their own bounds: they are cheap to simulate, and the lines on where compression stops
-    paying (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+def _fastest_twins(rows: list[dict[str, Any]], kinds: bool = False) -> dict[str, list[str]]:
+    """Row id -> the ids of its twins on a NIC at least as fast (the same row, NIC count, another
+    ``nic_gbps``), for the rows in a layout the search added (sharded or model parallel) that have
+    one: the twin of its kind at the highest line rate among the candidates and, with ``kinds``
+    (_kinds_rank), for an Ethernet row the InfiniBand twin at the highest rate, if no slower. More
+    bandwidth is never slower (an invariant of the simulator, tested in test_simulation.py,
+    test_sharding.py, test_optimizers.py), so each such twin's simulated step bounds this row's from
+    below, tighter than its compute bound wherever the network shows. Data-parallel rows are left to
+    their own bounds: they are cheap to simulate, and the lines on where compression stops paying
+    (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+    drop = ("nic_gbps", "nic_kind") if kinds else ("nic_gbps",)
     groups: dict[str, list[dict[str, Any]]] = {}
     for v in rows:
         if isinstance(v.get("nic_gbps"), (int, float)) and any(k.startswith(_LAYOUT_KEYS) for k in v):
-            groups.setdefault(row_id({k: x for k, x in v.items() if k != "nic_gbps"}), []).append(v)
-    out: dict[str, str] = {}
+            groups.setdefault(row_id({k: x for k, x in v.items() if k not in drop}), []).append(v)
+    out: dict[str, list[str]] = {}
     for group in groups.values():
-        top = max(group, key=lambda v: v["nic_gbps"])
-        out.update({row_id(v): row_id(top) for v in group if v["nic_gbps"] < top["nic_gbps"]})
+        tops = {}
+        for v in group:  # the fastest of each kind
+            kind = v.get("nic_kind")
+            if kind not in tops or v["nic_gbps"] > tops[kind]["nic_gbps"]:
+                tops[kind] = v
+        infiniband = tops.get("infiniband") if kinds else None
+        for v in group:
+            mine = tops[v.get("nic_kind")]
+            faster = [mine] if v["nic_gbps"] < mine["nic_gbps"] else []
+            if infiniband is not None and v is not infiniband and infiniband["nic_gbps"] >= v["nic_gbps"]:
+                faster.append(infiniband)
+            if faster:
+                out[row_id(v)] = [row_id(t) for t in faster if t is not v]
     return out
+
+
+def _kinds_rank(base) -> bool:
+    """Whether InfiniBand is never slower than Ethernet at one line rate for the plan's rows: without a
+    calibration profile (which may fit each kind's network on its own) and with the base's NIC left to
+    the catalog's figures for its kind, InfiniBand's are at least as good in every respect the model
+    prices: a larger share of the line rate, a lower latency, no more pacing, and RDMA where Ethernet
+    stages through host memory (hardware_defaults.yaml nic; topologies/cluster.py)."""
+    from clustersim.catalog import hardware_defaults
+
+    nic = base.cluster.nic
+    if base.profile is not None or nic.latency_us or nic.pacing_cv is not None or nic.gpudirect_rdma:
+        return False
+    d = hardware_defaults()["nic"]
+    ib, eth = "infiniband", "ethernet_tcp"
+    return (
+        d[ib] >= d[eth]
+        and d["latency_s"][ib] <= d["latency_s"][eth]
+        and d["pacing_cv"][ib] <= d["pacing_cv"][eth]
+    )
 
 
 def _unbeatable_step(values, nic_twin, busy: dict[str, float]) -> dict[str, Any] | None:
@@ -363,7 +397,8 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
 
     def could_win(values) -> bool:
         rid = row_id(values)
-        twin = _unbeatable_step(values, done_ok.get(twins.get(rid, "")), busy)
+        ran = [done_ok[t]["iteration_time_s"] for t in twins.get(rid, ()) if t in done_ok]
+        twin = _unbeatable_step(values, {"iteration_time_s": max(ran)} if ran else None, busy)
         bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
         return prune.could_win(bound, met, best_h[0])
 
@@ -382,7 +417,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         bounds = _bounds(base_json, first + later, steps, global_batch, pool)
         priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
         # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
-        twins = _fastest_twins(first + later)
+        twins = _fastest_twins(first + later, kinds=_kinds_rank(base))
         order = [
             *_cheapest_first([v for v in first if row_id(v) not in twins], priced),
             *_cheapest_first([v for v in first if row_id(v) in twins], priced),
