@@ -541,9 +541,10 @@ class _pool:
             return _finished(simulate_row(base_json, values, steps, None, global_batch))
         return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
 
-    def starmap(self, fn, args_list: list[tuple]) -> list:
-        """``fn(*args)`` for each, on the workers (in this process with one)."""
-        if self.executor is None or len(args_list) < 2:
+    def starmap(self, fn, args_list: list[tuple], one_too: bool = False) -> list:
+        """``fn(*args)`` for each, on the workers (in this process with one worker, or for one job
+        unless ``one_too``: a worker keeps what the job builds for the next call)."""
+        if self.executor is None or len(args_list) < (1 if one_too else 2):
             return [fn(*args) for args in args_list]
         return [f.result() for f in [self.executor.submit(fn, *args) for args in args_list]]
 
@@ -900,9 +901,13 @@ def _plan(
     # One pool of workers for every round of bands, forked once the parent has the draws' imports
     # (_load_band_sampler), each keeping the programs it built for the next round (_BUILT)
     with _pool(workers if samples > 0 else 1) as bands_pool:
+        drawn: dict[int, list] = {}  # the draws of rows banded ahead (the five cheapest), by row id
 
         def band(chosen_rows: list[dict[str, Any]]) -> None:
-            _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool)
+            # the five cheapest that meet the constraints are drawn with the first rows banded: they are
+            # the runners-up as a rule, and their draws run in the same passes as the choice's look-alikes
+            ahead = feasible[:5]
+            _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool, ahead, drawn)
             only = [r for r in chosen_rows if r.get("baseline")]
             analysis.add_paired_bands(enriched, {}, samples, only=only)
 
@@ -1056,30 +1061,42 @@ def _add_bands(
     global_batch: int,
     samples: int,
     workers: "int | _pool",
+    ahead: list[dict[str, Any]] = (),
+    drawn: dict[int, list] | None = None,
 ) -> None:
     """Each candidate's time-to-train band in hours, scaled from its step's band as the report scales it
     (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
     The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
     the same estimator), its draws shared out over the workers so that every core stays busy (``workers``:
-    a count, or a pool already started, whose workers keep what they built for the next call)."""
+    a count, or a pool already started, whose workers keep what they built for the next call).
+    ``ahead``: rows whose draws are run now too, to be kept in ``drawn`` (by the row's id) for a later
+    call that bands them; a row is given its band only when it is among ``chosen_rows``."""
+    drawn = {} if drawn is None else drawn
+    todo = list({id(r): r for r in [*chosen_rows, *ahead] if id(r) not in drawn}.values())
     with workers if isinstance(workers, _pool) else _pool(workers) as pool:
         # Rows that differ only in their NIC (a layout's look-alikes among the cheapest) run their draws
-        # together (runner.draw_times_many: one pass over all their programs); such a group is split over
-        # the workers only where its draws are more than a quarter of a worker's share (each part builds
-        # its rows' programs once more). The jobs go largest first, so that the small ones fill in
-        # behind the large (longest-processing-time-first list scheduling).
+        # together (runner.draw_times_many: one pass over all their programs). A pipelines' group stays
+        # on one worker: its draws go through that one pass whatever their number, so a part on another
+        # worker would only build the program and make the pass again. Another group (each of its draws
+        # a simulation of its own) is split over the workers where its draws are more than a quarter of
+        # a worker's share. The jobs go largest first, so that the small ones fill in behind the large
+        # (longest-processing-time-first list scheduling).
         together: dict[str, list[int]] = {}
-        for i, row in enumerate(chosen_rows):
+        for i, row in enumerate(todo):
             together.setdefault(_band_group(row["scenario"]), []).append(i)
         groups = list(together.values())
-        cost = [sum(_draw_cost(chosen_rows[i]["scenario"]) for i in g) for g in groups]
+        cost = [sum(_draw_cost(todo[i]["scenario"]) for i in g) for g in groups]
         share = sum(cost) / pool.size
-        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
+        parts_of = [
+            pool.size if c > share / 4 and not _pipelined(todo[g[0]]["scenario"]) else 1
+            for g, c in zip(groups, cost)
+        ]
         jobs = [(g, k) for g, n in enumerate(parts_of) for k in range(n)]
         jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
         results = pool.starmap(
             _band_draws,
-            [([chosen_rows[i]["scenario"] for i in groups[g]], samples, k, parts_of[g]) for g, k in jobs],
+            [([todo[i]["scenario"] for i in groups[g]], samples, k, parts_of[g]) for g, k in jobs],
+            one_too=True,
         )
         got: dict[int, dict[int, tuple[list[float], int]]] = {}
         for (g, k), result in zip(jobs, results):
@@ -1087,8 +1104,9 @@ def _add_bands(
                 got.setdefault(i, {})[k] = one
         for g, members in enumerate(groups):
             for i in members:
-                _set_band(chosen_rows[i], [got[i][k] for k in range(parts_of[g])], samples, pool, base_json,
-                          rows, steps, global_batch)  # fmt: skip
+                drawn[id(todo[i])] = [got[i][k] for k in range(parts_of[g])]
+        for row in chosen_rows:
+            _set_band(row, drawn[id(row)], samples, pool, base_json, rows, steps, global_batch)
 
 
 def _set_band(row, mine, samples, pool, base_json, rows, steps, global_batch) -> None:
@@ -1130,6 +1148,11 @@ def _draw_cost(scenario_json: dict) -> int:
     par = scenario_json.get("training", {}).get("parallelism") or {}
     micro_batches = scenario_json.get("workload", {}).get("gradient_accumulation") or 1
     return max(1, int(par.get("pipeline") or 1) * int(par.get("virtual_stages") or 1) * int(micro_batches))
+
+
+def _pipelined(scenario_json: dict) -> bool:
+    """Whether a row's program is a pipeline's (runner.draw_times_many runs its draws in one pass)."""
+    return int((scenario_json.get("training", {}).get("parallelism") or {}).get("pipeline") or 1) > 1
 
 
 def _band_group(scenario_json: dict) -> str:

@@ -252,7 +252,8 @@ def draw_times_many(
     from clustersim.simulator.strategies.megatron import PipelineRepricer
 
     out: list = [None] * len(jobs)
-    # (pass shape, tail shape) -> the group's ops and its columns: (job, draw, durations, slowdowns)
+    # (pass shape, tail shape) -> the group's ops, its columns (job, draw) and their durations and
+    # slowdowns (ops x columns)
     groups: dict[tuple, dict] = {}
     passes_seen: dict[tuple, tuple] = {}  # one object per distinct pass shape, compared by identity
     repricers: dict[tuple, tuple] = programs if programs is not None else {}
@@ -291,18 +292,29 @@ def draw_times_many(
                 if column is None:  # its shape changed: run alone below
                     continue
                 durations, slowdowns, tail = column
-                group = groups.setdefault((id(head), engine_batched.shape_of(tail)), {"columns": []})
-                group.setdefault("ops", repricer.program.ops[: repricer.passes] + tail)
-                group["columns"].append((j, i, durations, slowdowns))
+                group = groups.get((id(head), engine_batched.shape_of(tail)))
+                if group is None:  # its columns, as many as the draws left at most, filled in place
+                    room = sum(len(d) for _, d in jobs[j:]) - i
+                    group = groups[(id(head), engine_batched.shape_of(tail))] = {
+                        "ops": repricer.program.ops[: repricer.passes] + tail,
+                        "columns": [],
+                        "durations": np.empty((len(durations), room)),
+                        "slowdowns": np.empty((len(durations), room)),
+                    }
+                k = len(group["columns"])
+                group["durations"][:, k] = durations
+                group["slowdowns"][:, k] = slowdowns
+                group["columns"].append((j, i))
                 out[j] = (out[j][0], len(durations))
         for group in groups.values():
             columns = group["columns"]
-            durations = np.stack([c[2] for c in columns], axis=1)
-            slowdowns = np.stack([c[3] for c in columns], axis=1)
-            ends = engine_batched.run_columns(group["ops"], durations, slowdowns, MAX_ITERATION_S)
+            k = len(columns)
+            ends = engine_batched.run_columns(
+                group["ops"], group["durations"][:, :k], group["slowdowns"][:, :k], MAX_ITERATION_S
+            )
             if ends is None:
                 continue
-            for (j, i, _, _), end in zip(columns, ends.tolist()):
+            for (j, i), end in zip(columns, ends.tolist()):
                 out[j][0][i] = end
     for j, (scenario, draws) in enumerate(jobs):  # what the batched pass could not give, one at a time
         times, ops = out[j]
