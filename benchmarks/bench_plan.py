@@ -55,12 +55,19 @@ def main() -> None:
         help="another source tree (e.g. main's checkout): its runs alternate with this tree's, so that "
         "both see the same load, and the per-pair ratios are printed",
     )
+    ap.add_argument(
+        "--against-args",
+        default="",
+        metavar="ARGS",
+        help="more plan arguments for the --against tree's runs only, e.g. '--candidates FILE --cost "
+        "own' (a grid the other tree held in a file)",
+    )
     args = ap.parse_args()
     argv = ["--model", args.model, "--steps", args.steps, "--deadline", args.deadline]
     if args.samples is not None:
         argv += ["--samples", args.samples]
     if args.against:
-        _interleaved(argv, args.against, args.runs)
+        _interleaved(argv, args.against, args.runs, args.against_args.split())
         return
     times = []
     for _ in range(args.runs):
@@ -86,7 +93,7 @@ def main() -> None:
     print(f"  same choice: {same} ({ref['chosen'] and ref['chosen']['cluster']})")
 
 
-def _interleaved(argv: list[str], other: str, runs: int) -> None:
+def _interleaved(argv: list[str], other: str, runs: int, other_args: list[str] = ()) -> None:
     """Runs of ``other``'s tree and this one's, alternating (the load on a shared machine moves between
     minutes, so pairs are compared, not two batches): medians, spreads and the per-pair ratio, and
     whether both chose the same candidate."""
@@ -96,7 +103,7 @@ def _interleaved(argv: list[str], other: str, runs: int) -> None:
     old, new, ratios, cpu_old, cpu_new = [], [], [], [], []
     for _ in range(runs):
         c = CPU[0]
-        t_old, r_old = _cli(argv, other)
+        t_old, r_old = _cli([*argv, *other_args], other)
         cpu_old.append(CPU[0] - c)
         c = CPU[0]
         t_new, r_new = _cli(argv, here)

@@ -102,11 +102,15 @@ def test_plan_help_names_the_built_in_candidates(runner):
     r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
     text = " ".join(r.output.replace("│", " ").split())
     vary = grid["vary"]
-    for gpu in vary["gpu"]:
-        assert gpu in text
-    assert f"{min(vary['gpus'])} to {max(vary['gpus'])} GPUs" in text
+    from clustersim import catalog
+
+    left_out = set(catalog.gpus()) - set(vary["gpu"])  # the help names what the grid leaves out
+    assert "every GPU of the catalog but the " + " ".join(sorted(left_out)) + " stand-in" in text
+    assert f"{min(vary['gpus']):,} to {max(vary['gpus']):,} GPUs" in text
     assert "Ethernet" in text and "InfiniBand" in text
-    assert " or ".join(str(r) for r in vary["nic_gbps"]) + " Gb/s" in text
+    *rates, last = (str(r) for r in vary["nic_gbps"])
+    assert ", ".join(rates) + f" or {last} Gb/s" in text
+    assert f"{grid['global_batch']:,} samples per step" in text
     for optimizer in vary["optimizer"]:
         assert optimizer in text
 

@@ -119,3 +119,53 @@ def test_draw_times_checked_reprices_the_first_draw_to_the_same_times(name):
     draws = perturbations(build_context(s), 4)
     expected = [simulate(s, perturbation=p).iteration_time for p in draws]
     assert draw_times(s, None, draws, checked=True) == expected
+
+
+def test_draws_run_together_give_each_scenarios_draw_times_to_the_last_bit():
+    """runner.draw_times_many runs the draws of pipelines of one shape (every case's draws, the same
+    layout on other NICs) through engine_batched's one pass: each time is draw_times', exactly, and a
+    data-parallel scenario among them is run as draw_times runs it."""
+    from clustersim.simulator.runner import draw_times_many
+
+    scenarios = [*CASES.values()]
+    scenarios += [_scenario(v=2).with_changes(**{"cluster.nic.line_rate_gbps": 400})]
+    scenarios += [_scenario(nic="ethernet_tcp").with_changes(**{"cluster.nic.line_rate_gbps": 25})]
+    scenarios += [
+        validate_scenario(
+            {
+                "cluster": {"nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB"},
+                "workload": {"model": "BERT-Large", "micro_batch": 8, "seq_len": 128},
+                "training": {"optimizer": "adam"},
+            },
+            source="test",
+        )
+    ]
+    jobs = [(s, perturbations(build_context(s), 6)) for s in scenarios]
+    for (s, draws), (times, ops) in zip(jobs, draw_times_many(jobs)):
+        assert times == draw_times(s, None, draws, checked=True)
+        assert len(set(times)) == len(times) and ops > 0
+
+
+def test_the_batched_pass_gives_up_on_a_column_as_the_one_pass_does():
+    """A kernel that starts before the last compute op on its rank ended would have slowed it: the one
+    pass gives up on such a program (the event engine runs it), and the batched pass marks just that
+    column NaN, giving the others their times."""
+    import numpy as np
+
+    from clustersim.simulator.engine_batched import run_columns
+    from clustersim.simulator.engine_inorder import run_in_order
+    from clustersim.simulator.program import Program
+
+    prog = Program()
+    prog.add("a", "compute", 1.0, "forward")
+    prog.add("kernel", "comm", 1.0, "communication", compute_slowdown=0.5)
+    durations = np.array([[1.0, 0.0], [1.0, 1.0]])  # the compute op is zero-length in column 2
+    slowdowns = np.array([[0.0, 0.0], [0.5, 0.5]])
+    assert run_columns(prog.ops, durations, slowdowns, 1e6) is None  # branches differ between columns
+    durations = np.array([[1.0, 2.0], [1.0, 1.0]])
+    ends = run_columns(prog.ops, durations, slowdowns, 1e6)
+    assert run_in_order(prog) is None and np.isnan(ends).all()  # the kernel starts under the compute op
+    prog.ops[1].deps = (0,)
+    ends = run_columns(prog.ops, durations, slowdowns, 1e6)
+    assert ends.tolist() == [2.0, 3.0] and max(run_in_order(prog)[1].values()) == 2.0
+    assert np.isnan(run_columns(prog.ops, durations, slowdowns, 2.5)).tolist() == [False, True]

@@ -1,8 +1,6 @@
 """Plans in seconds: candidates whose lower bounds (planner.bounds) cannot win are not simulated, and
 that never changes the answer (the choice, the runners-up, the fastest)."""
 
-from pathlib import Path
-
 import pytest
 
 from clustersim.planner.bounds import step_time_lower_bound
@@ -65,26 +63,31 @@ def test_pruning_never_changes_the_plan(model, steps, deadline_h, budget, tmp_pa
     assert _answer(pruned) == _answer(full)
 
 
-EVERY_GPU = Path(__file__).resolve().parents[1] / "examples" / "plan-every-gpu.yaml"
-
-
-def test_the_every_gpu_grid_holds_every_catalog_gpu_and_nic_kind_up_to_16384_gpus():
-    """examples/plan-every-gpu.yaml is read against the catalog, so that it cannot silently shrink: every
-    shipped GPU but the CI runner's CPU stand-in, both NIC kinds the schema knows, and every power of
-    two from one 8-GPU node to 16,384 GPUs; each GPU's rows resolve to a valid cluster."""
+def test_the_built_in_grid_holds_every_catalog_gpu_and_priced_nic_up_to_16384_gpus():
+    """The built-in grid (catalogs/plan_candidates.yaml) is read against the catalogs, so that it cannot
+    silently fall behind them: every shipped GPU but the CI runner's CPU stand-in (a GPU added to
+    gpus.yaml and not to the grid fails here), both NIC kinds the schema knows at every line rate
+    network_prices.yaml prices for both of them, every power of two from one 8-GPU node to 16,384
+    GPUs, and 1,024 samples per step whatever the grid's size; each GPU's rows resolve to a valid
+    cluster."""
     import typing
 
     from clustersim import catalog
     from clustersim.planner.planning import candidate_sweep
+    from clustersim.report.prices import network_catalog
     from clustersim.scenario import NicSpec
     from clustersim.sweeps.spec import resolve_row
 
-    sweep = candidate_sweep(EVERY_GPU)
+    sweep = candidate_sweep(None)
     vary = sweep.spec.vary
     assert set(vary["gpu"]) == set(catalog.gpus()) - {"CPU-2vCPU"}
-    assert set(vary["nic_kind"]) == set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    kinds = set(typing.get_args(NicSpec.model_fields["kind"].annotation))
+    assert set(vary["nic_kind"]) == kinds
+    prices = network_catalog(None)
+    both = set.intersection(*({int(r) for r in prices[kind]} for kind in kinds))
+    assert set(vary["nic_gbps"]) == both and both
     assert vary["gpus"] == [2**k for k in range(3, 15)]
-    assert max(vary["gpus"]) == 16384
+    assert max(vary["gpus"]) == 16384 and sweep.spec.global_batch == 1024
     seen = set()
     for row in sweep.rows():
         if row["gpu"] not in seen and row["gpus"] == 64:
@@ -100,8 +103,8 @@ def test_owned_gpus_without_a_server_price_are_left_out_saying_so_once():
     from clustersim.report import costing
 
     own = costing.cost_model("own")
-    result = plan("GPT-3-13B", 10_000, 720.0, None, EVERY_GPU, None, None, samples=0, costs=own)
-    missing = sorted(g for g in candidate_sweep(EVERY_GPU).spec.vary["gpu"] if g not in own.o["servers"])
+    result = plan("GPT-3-13B", 10_000, 720.0, None, None, None, None, samples=0, costs=own)
+    missing = sorted(g for g in candidate_sweep(None).spec.vary["gpu"] if g not in own.o["servers"])
     said = [n for n in result["recipe_notes"] if "no server price" in n]
     assert len(said) == 1 and all(g in said[0] for g in missing) and missing
     assert result["pricing"].startswith("owned")
@@ -168,6 +171,46 @@ def test_the_exchange_bound_binds_on_a_slow_nic_and_stays_below_the_simulated_st
     compute_only = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**changes)
     assert step_time_lower_bound(s) > step_time_lower_bound(compute_only) and exchange > 0
     assert step_time_lower_bound(s) < simulate(s).iteration_time
+
+
+@pytest.mark.parametrize("micro_batch", [4, 1])
+def test_the_zero3_bound_counts_every_micro_steps_gathers_and_stays_below_the_simulated_step(micro_batch):
+    """ZeRO-3 gathers every layer's parameters in each micro-step's forward and backward: the exchange
+    bound grows with the micro-steps (here 4 times from micro-batch 4 to 1 at one global batch), and
+    stays below the simulated step."""
+    from clustersim.planner import bounds
+
+    s = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**_SLOW_NIC, **{"training.sharding.stage": 3})
+    micro = {"workload.micro_batch": micro_batch, "workload.gradient_accumulation": 4 // micro_batch}
+    s = s.with_changes(**micro)
+    params = bounds._micro_batch_compute(s, None)[2]
+    grad, weights = bounds._bytes_per_element(s)
+    one = bounds._data_parallel_exchange(s.with_changes(**{"workload.gradient_accumulation": 1}), params)
+    assert bounds._data_parallel_exchange(s, params) == pytest.approx(s.workload.gradient_accumulation * one)
+    assert one == pytest.approx(2 * weights / (grad + weights) * bounds._data_parallel_exchange(
+        s.with_changes(**{"training.sharding.stage": 2}), params
+    ))  # fmt: skip
+    assert 0 < step_time_lower_bound(s) < simulate(s).iteration_time
+
+
+def test_a_zero3_rows_bound_is_taken_at_the_micro_batch_it_will_run():
+    """A ZeRO-3 row whose micro-batch does not fit runs at a halved one, with more micro-steps, each
+    gathering the parameters again: the plan's bound for it is taken there (a memory check, no
+    simulation), below the simulated step."""
+    from clustersim.planner.planning import _bound_records, candidate_sweep
+    from clustersim.sweeps.run import simulate_row
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    base = sweep.base.with_changes(**{"workload.model": "GPT-3-13B", "workload.seq_len": None})
+    row = {"gpu": "A100-80GB", "gpus": 16, "nic_kind": "ethernet_tcp", "nic_gbps": 100, "optimizer": "adam"}
+    row["training.sharding.stage"] = 3
+    base_json = base.model_dump(mode="json")
+    (bound,) = _bound_records(base_json, [row], 100, 1024)
+    as_given = step_time_lower_bound(resolve_row(base, row, 100, 1024))
+    simulated = simulate_row(base_json, row, 100, None, 1024)
+    assert simulated["status"] == "ok" and simulated["scenario"]["workload"]["micro_batch"] < 8
+    assert as_given < bound["iteration_time_s"] < simulated["iteration_time_s"]
 
 
 def test_tokens_give_the_steps_and_the_choice_its_mfu(runner):
@@ -414,3 +457,95 @@ def test_plan_with_an_invalid_candidate_plans_the_others_and_with_none_valid_say
     r = runner.invoke(app, [*args, "--price", "2", "--candidates", str(none)])
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "recompute_num_layers: 25 exceeds the 24 blocks" in r.stderr
+
+
+def test_a_rows_nic_twin_is_its_scenario_with_the_twins_nic():
+    """_bound_records resolves one row per cluster and layout and gives its NIC twins their NIC
+    (_nic_changes): the same scenario as resolving each twin, on every kind of row of the grid."""
+    from clustersim.planner.planning import _memory_key, _nic_changes, candidate_sweep
+    from clustersim.sweeps.spec import resolve_row
+
+    sweep = candidate_sweep(None)
+    base = sweep.base.with_changes(**{"workload.model": "GPT-3-13B", "workload.seq_len": None})
+    layouts = [{}, {"training.sharding.stage": 3}, {"training.parallelism.tensor": 2}]
+    first: dict = {}
+    checked = 0
+    for row in sweep.rows():
+        if row["gpus"] != 64 or row["gpu"] not in ("V100-SXM2", "H100-SXM") or row["optimizer"] != "adam":
+            continue
+        for layout in layouts:
+            values = {**row, **layout}
+            twin = first.setdefault(_memory_key(values), resolve_row(base, values, 100, 1024))
+            assert twin.with_changes(**_nic_changes(values)) == resolve_row(base, values, 100, 1024)
+            checked += 1
+    assert checked == 2 * 6 * len(layouts)
+
+
+def test_the_second_search_takes_the_rows_the_first_simulated_as_they_are(tmp_path, monkeypatch):
+    """Where no candidate searched meets the deadline, every candidate is searched again (the fastest
+    may be among those left out): the rows the first search simulated are not simulated again, and
+    the plan is the unpruned one."""
+    from collections import Counter
+
+    from clustersim.planner import planning
+    from clustersim.sweeps.spec import row_id
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    runs: Counter = Counter()
+    simulate_row = planning.simulate_row
+
+    def counted(base_json, values, *args, **kwargs):
+        runs[row_id(values)] += 1
+        return simulate_row(base_json, values, *args, **kwargs)
+
+    monkeypatch.setattr(planning, "simulate_row", counted)
+    args = ("GPT-3-13B", 20_000, 1.0, None, grid, None, None)
+    pruned = plan(*args, samples=0, workers=1)
+    assert pruned["chosen"] is None and pruned["not_searched"] == 0
+    assert runs and max(runs.values()) == 1
+    assert _answer(pruned) == _answer(plan(*args, samples=0, workers=1, prune=False))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"training.sharding.stage": 1},
+        {"training.sharding.stage": 3},
+        {"training.parallelism.tensor": 2, "training.parallelism.pipeline": 2},
+        {
+            "training.parallelism.pipeline": 4,
+            "training.parallelism.schedule": "interleaved",
+            "training.parallelism.virtual_stages": 2,
+        },
+    ],
+)
+def test_infiniband_is_never_slower_than_ethernet_at_one_line_rate(layout):
+    """What lets a plan bound an Ethernet row by its InfiniBand twin at the same or a higher rate
+    (_fastest_twins with kinds): InfiniBand's share of the line rate, latency and RDMA are at least
+    Ethernet's, so its step is never longer, on every layout the search adds and at every rate of the
+    built-in grid."""
+    from clustersim.planner.planning import _kinds_rank, candidate_sweep
+
+    base = candidate_sweep(None).base
+    assert _kinds_rank(base)
+    s = base.with_changes(
+        **{"workload.model": "GPT-3-13B", "workload.seq_len": None, "workload.micro_batch": 1}
+    ).with_world_size(32)
+    s = s.with_changes(**{"workload.gradient_accumulation": 8, **layout})
+    for gbps in (100, 200, 400):
+        times = {
+            kind: simulate(
+                s.with_changes(
+                    **{
+                        "cluster.nic.kind": kind,
+                        "cluster.nic.line_rate_gbps": gbps,
+                        "cluster.nic.effective_gbps": None,
+                    }
+                )
+            ).iteration_time
+            for kind in ("infiniband", "ethernet_tcp")
+        }
+        assert times["infiniband"] <= times["ethernet_tcp"], gbps
+    assert not _kinds_rank(base.with_changes(**{"cluster.nic.latency_us": 1.0}))
+    assert not _kinds_rank(base.with_changes(profile="builtin:h100-pytorch-2.11"))

@@ -389,9 +389,10 @@ def plan_cmd(
         None,
         "--candidates",
         help="Sweep file of candidate clusters; default: the built-in grid (plan_candidates.yaml in the "
-        "catalogs): A100-80GB and H100-SXM, 8 to 512 GPUs in 8-GPU NVSwitch nodes, Ethernet or InfiniBand "
-        "at 100 or 400 Gb/s, adam, onebit-adam, zero-one-adam and binsgdm, each in the layouts that fit. "
-        "Every catalog GPU, 8 to 16,384 GPUs: plan-every-gpu.yaml in examples/.",
+        "catalogs, a copy of which is a candidates file to edit): every GPU of the catalog but the "
+        "CPU-2vCPU stand-in (owned: those with a server price), 8 to 16,384 GPUs in 8-GPU nodes, one NIC "
+        "per node, Ethernet or InfiniBand at 100, 200 or 400 Gb/s, adam, onebit-adam, zero-one-adam and "
+        "binsgdm, each in the layouts that fit, 1,024 samples per step.",
     ),
     global_batch: Optional[int] = typer.Option(
         None,

@@ -100,9 +100,9 @@ def _data_parallel_exchange(scenario: Scenario, params: float) -> float:
     that send their gradients whole (Adam, SGD-momentum: the compressed ones send fewer bytes) over
     DeepSpeed's ZeRO or plain DDP across the whole world: each node sends the other n - 1 nodes (n-1)/n
     of the model's gradient bytes (reduce-scatter) and of its parameters' or reduced gradients' bytes
-    (all-gather), as _megatron_gradient_sync argues; a ZeRO-3 step gathers its parameters at least once
-    more, which is not counted (the bound stays one). The exchange may overlap compute, so it bounds the
-    step alongside the compute, not on top of it. 0 where it is not known to hold (tensor-sharded
+    (all-gather), as _megatron_gradient_sync argues; a ZeRO-3 step gathers its parameters twice in
+    every micro-step instead (below). The exchange may overlap compute, so it bounds the step alongside
+    the compute, not on top of it. 0 where it is not known to hold (tensor-sharded
     layouts, FSDP's hybrid sharding inside a node, one node)."""
     from clustersim.topologies.node import nic_bandwidth
 
@@ -116,9 +116,18 @@ def _data_parallel_exchange(scenario: Scenario, params: float) -> float:
     ):
         return 0.0
     grad, weights = _bytes_per_element(scenario)
-    if not t.sharding.enabled:
+    per_byte = (c.nodes - 1) / c.nodes / (c.nic.count * nic_bandwidth(c))  # seconds per byte of the model
+    sh = t.sharding
+    if sh.stage == 3 and not (sh.zeropp.enabled or sh.partition.enabled or t.offload.mode != "none"):
+        # ZeRO-3 (strategies/zero.py _stage3_program) all-gathers every layer's parameters over the world
+        # in each micro-step's forward and again in its backward, on its gather stream, and
+        # reduce-scatters the micro-step's gradients on the comm stream: each stream's collectives run
+        # one after another, but the two streams may overlap, so the larger of the two bounds the step.
+        micro_steps = scenario.workload.gradient_accumulation  # a halved micro-batch only adds steps
+        return micro_steps * params * max(2 * weights, grad) * per_byte
+    if not sh.enabled:
         weights = grad  # an all-reduce: both halves carry gradients
-    return params * (grad + weights) * (c.nodes - 1) / c.nodes / (c.nic.count * nic_bandwidth(c))
+    return params * (grad + weights) * per_byte
 
 
 _COMPUTE: dict[str, tuple[float, float, float] | None] = {}

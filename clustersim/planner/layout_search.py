@@ -237,17 +237,25 @@ def _interleaved(
 def _micro_batches(scenario: Scenario, changes: dict[str, Any], global_batch: int | None) -> int | None:
     """Micro-batches per step the row will run: from its own micro-batch, halved while memory is short
     (sweeps.run does the same, simulating); None when the row would be refused or nothing fits."""
+    s = _resolved(scenario, changes, global_batch, scenario.workload.micro_batch)
+    s = None if s is None else running_micro_batch(s)
+    return None if s is None else s.workload.gradient_accumulation
+
+
+def running_micro_batch(s: Scenario) -> Scenario | None:
+    """``s`` at the micro-batch its plan row will run at: its own, halved while memory is short (the
+    memory check compare.fit_micro_batch's simulation makes first, without simulating); None where
+    nothing fits or a halving is refused."""
     from clustersim.planner.compare import halve_micro_batch
 
-    s = _resolved(scenario, changes, global_batch, scenario.workload.micro_batch)
-    while s is not None and not _memory_fits(s):
+    while not _memory_fits(s):
         if s.workload.micro_batch == 1:
             return None
         try:
             s = halve_micro_batch(s)
         except InputError:  # the interleaved schedule's micro-batches no longer a multiple of p
             return None
-    return None if s is None else s.workload.gradient_accumulation
+    return s
 
 
 def _may_pay(p: int, fewer: tuple[int, int], more: tuple[int, int]) -> bool:

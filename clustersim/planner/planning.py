@@ -8,7 +8,7 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
-from clustersim.planner.layout_search import candidate_layouts, layout_label
+from clustersim.planner.layout_search import candidate_layouts, layout_label, running_micro_batch
 from clustersim.report import analysis, costing
 from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
@@ -169,6 +169,9 @@ class Pruning:
     # Work for this process while its workers simulate (once, when the first rows are in flight): what
     # it does then costs no core that would otherwise be idle later (the bands' sampler import).
     meanwhile: Callable[[], None] | None = None
+    # Records by row id of rows already simulated (a plan's first search, when its second searches
+    # every candidate): taken as they are instead of simulated again.
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def meets(self, hours: float, dollars: float) -> bool:
         return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
@@ -217,23 +220,57 @@ def _bounds(base_json, rows, steps, global_batch, pool) -> dict[str, dict[str, A
     return {rec["row_id"]: rec for part in pool.starmap(_bound_records, chunks) for rec in part}
 
 
-def _fastest_twins(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Row id -> the id of its twin at the highest line rate among the candidates (the same row, NIC
-    kind and count, another ``nic_gbps``), for the rows in a layout the search added (sharded or model
-    parallel) that have one. More bandwidth is never slower (an invariant of the simulator, tested in
-    test_simulation.py, test_sharding.py, test_optimizers.py), so that twin's simulated step bounds this
-    row's from below, tighter than its compute bound wherever the network shows. Data-parallel rows are
-    left to their own bounds: they are cheap to simulate, and the lines on where compression stops
-    paying (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+def _fastest_twins(rows: list[dict[str, Any]], kinds: bool = False) -> dict[str, list[str]]:
+    """Row id -> the ids of its twins on a NIC at least as fast (the same row, NIC count, another
+    ``nic_gbps``), for the rows in a layout the search added (sharded or model parallel) that have
+    one: the twin of its kind at the highest line rate among the candidates and, with ``kinds``
+    (_kinds_rank), for an Ethernet row the InfiniBand twin at the highest rate, if no slower. More
+    bandwidth is never slower (an invariant of the simulator, tested in test_simulation.py,
+    test_sharding.py, test_optimizers.py), so each such twin's simulated step bounds this row's from
+    below, tighter than its compute bound wherever the network shows. Data-parallel rows are left to
+    their own bounds: they are cheap to simulate, and the lines on where compression stops paying
+    (analysis.optimizer_lines: speedups over the baseline on each network) read them."""
+    drop = ("nic_gbps", "nic_kind") if kinds else ("nic_gbps",)
     groups: dict[str, list[dict[str, Any]]] = {}
     for v in rows:
         if isinstance(v.get("nic_gbps"), (int, float)) and any(k.startswith(_LAYOUT_KEYS) for k in v):
-            groups.setdefault(row_id({k: x for k, x in v.items() if k != "nic_gbps"}), []).append(v)
-    out: dict[str, str] = {}
+            groups.setdefault(row_id({k: x for k, x in v.items() if k not in drop}), []).append(v)
+    out: dict[str, list[str]] = {}
     for group in groups.values():
-        top = max(group, key=lambda v: v["nic_gbps"])
-        out.update({row_id(v): row_id(top) for v in group if v["nic_gbps"] < top["nic_gbps"]})
+        tops = {}
+        for v in group:  # the fastest of each kind
+            kind = v.get("nic_kind")
+            if kind not in tops or v["nic_gbps"] > tops[kind]["nic_gbps"]:
+                tops[kind] = v
+        infiniband = tops.get("infiniband") if kinds else None
+        for v in group:
+            mine = tops[v.get("nic_kind")]
+            faster = [mine] if v["nic_gbps"] < mine["nic_gbps"] else []
+            if infiniband is not None and v is not infiniband and infiniband["nic_gbps"] >= v["nic_gbps"]:
+                faster.append(infiniband)
+            if faster:
+                out[row_id(v)] = [row_id(t) for t in faster if t is not v]
     return out
+
+
+def _kinds_rank(base) -> bool:
+    """Whether InfiniBand is never slower than Ethernet at one line rate for the plan's rows: without a
+    calibration profile (which may fit each kind's network on its own) and with the base's NIC left to
+    the catalog's figures for its kind, InfiniBand's are at least as good in every respect the model
+    prices: a larger share of the line rate, a lower latency, no more pacing, and RDMA where Ethernet
+    stages through host memory (hardware_defaults.yaml nic; topologies/cluster.py)."""
+    from clustersim.catalog import hardware_defaults
+
+    nic = base.cluster.nic
+    if base.profile is not None or nic.latency_us or nic.pacing_cv is not None or nic.gpudirect_rdma:
+        return False
+    d = hardware_defaults()["nic"]
+    ib, eth = "infiniband", "ethernet_tcp"
+    return (
+        d[ib] >= d[eth]
+        and d["latency_s"][ib] <= d["latency_s"][eth]
+        and d["pacing_cv"][ib] <= d["pacing_cv"][eth]
+    )
 
 
 def _unbeatable_step(values, nic_twin, busy: dict[str, float]) -> dict[str, Any] | None:
@@ -279,15 +316,46 @@ def _bound_records(base_json: dict, rows, steps, global_batch) -> list[dict[str,
 
     base = validate_scenario(base_json, source="base")
     out = []
+    running: dict[str, Any] = {}  # _memory_key -> the row's scenario at the micro-batch it will run at
+    resolved: dict[str, Any] = {}  # _memory_key -> a row's scenario: its NIC twins are it with their NIC
     for values in rows:
+        key = _memory_key(values)
         try:
-            scenario = resolve_row(base, values, steps, global_batch)
+            if key in resolved:
+                scenario = resolved[key].with_changes(**_nic_changes(values))
+            else:
+                scenario = resolved[key] = resolve_row(base, values, steps, global_batch)
         except InputError:
             continue  # simulated, to be recorded with its reason
+        if scenario.training.sharding.stage == 3:
+            # ZeRO-3 gathers the parameters in every micro-step (bounds._data_parallel_exchange): its
+            # bound counts the micro-steps the row will run, from the memory check alone (no network)
+            if key not in running:
+                running[key] = running_micro_batch(scenario)
+            if running[key] is None:
+                continue  # nothing fits: simulated, to be recorded with its reason
+            scenario = scenario.with_changes(
+                **{k: running[key].workload.model_dump()[k.split(".")[1]] for k in _MICRO_KEYS}
+            )
         lb = step_time_lower_bound(scenario)
         if lb > 0:
             out.append(_bound_record(values, scenario, lb))
     return out
+
+
+_MICRO_KEYS = ("workload.micro_batch", "workload.gradient_accumulation")
+
+
+def _nic_changes(values: dict[str, Any]) -> dict[str, Any]:
+    """A row's NIC values as the scenario keys resolve_row sets (a NIC given by kind or rate loses
+    the base's measured effective rate): what makes its scenario from a NIC twin's."""
+    from clustersim.sweeps.spec import AXES
+
+    changes = {AXES[k]: v for k, v in values.items() if k in _NIC_AXES}
+    changes.update({k: v for k, v in values.items() if k.startswith("cluster.nic.")})
+    if ("nic_gbps" in values or "nic_kind" in values) and "nic_effective_gbps" not in values:
+        changes["cluster.nic.effective_gbps"] = None
+    return changes
 
 
 def _cheapest_first(rows, bounds) -> list[dict[str, Any]]:
@@ -329,7 +397,8 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
 
     def could_win(values) -> bool:
         rid = row_id(values)
-        twin = _unbeatable_step(values, done_ok.get(twins.get(rid, "")), busy)
+        ran = [done_ok[t]["iteration_time_s"] for t in twins.get(rid, ()) if t in done_ok]
+        twin = _unbeatable_step(values, {"iteration_time_s": max(ran)} if ran else None, busy)
         bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
         return prune.could_win(bound, met, best_h[0])
 
@@ -348,7 +417,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         bounds = _bounds(base_json, first + later, steps, global_batch, pool)
         priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
         # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
-        twins = _fastest_twins(first + later)
+        twins = _fastest_twins(first + later, kinds=_kinds_rank(base))
         order = [
             *_cheapest_first([v for v in first if row_id(v) not in twins], priced),
             *_cheapest_first([v for v in first if row_id(v) in twins], priced),
@@ -382,7 +451,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
             elif not could_win(values):
                 pruned += 1
             else:
-                flight.append((values, pool.submit(base_json, values, steps, global_batch)))
+                flight.append((values, _send(pool, prune, base_json, values, steps, global_batch)))
                 continue
             done += 1
             if progress:
@@ -401,6 +470,24 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     return records, skipped, pruned
 
 
+def _send(pool: "_pool", prune: Pruning, base_json, values, steps, global_batch):
+    """The future record of a row: its record as already simulated (Pruning.done), or its simulation
+    on a worker."""
+    known = prune.done.get(row_id(values))
+    if known is not None:
+        return _finished(dict(known))
+    return pool.submit(base_json, values, steps, global_batch)
+
+
+def _finished(result):
+    """A future already done with ``result``."""
+    from concurrent.futures import Future
+
+    done: Future = Future()
+    done.set_result(result)
+    return done
+
+
 def _starmap_on(workers: int):
     """``starmap(fn, args_list)`` on ``workers`` processes (_pool), started only for two jobs or more."""
 
@@ -415,25 +502,30 @@ def _starmap_on(workers: int):
 
 class _pool:
     """simulate_row on ``workers`` processes (0: every core this process may use; 1: this process),
-    forked so that they start with this process's imports and catalogs."""
+    forked so that they start with this process's imports and catalogs. Entered again (a pool handed
+    to a function that also takes a count), it is the same pool, shut down when the outermost exits."""
 
     def __init__(self, workers: int):
         from clustersim.sweeps.run import default_workers
 
         self.size = workers or default_workers()
         self.executor = None
+        self._entered = 0
 
     def __enter__(self):
-        if self.size > 1:
+        if self.size > 1 and self.executor is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             self.executor = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+        self._entered += 1
         return self
 
     def __exit__(self, *exc):
-        if self.executor is not None:
+        self._entered -= 1
+        if self.executor is not None and not self._entered:
             self.executor.shutdown(cancel_futures=True)
+            self.executor = None
 
     def map(self, base_json, rows, steps, global_batch, samples: int = 0) -> list[dict[str, Any]]:
         if self.executor is None or len(rows) < 2:
@@ -446,16 +538,13 @@ class _pool:
     def submit(self, base_json, values, steps, global_batch):
         """simulate_row of one row on a worker: a future (with one worker, one already done here)."""
         if self.executor is None:
-            from concurrent.futures import Future
-
-            done: Future = Future()
-            done.set_result(simulate_row(base_json, values, steps, None, global_batch))
-            return done
+            return _finished(simulate_row(base_json, values, steps, None, global_batch))
         return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
 
-    def starmap(self, fn, args_list: list[tuple]) -> list:
-        """``fn(*args)`` for each, on the workers (in this process with one)."""
-        if self.executor is None or len(args_list) < 2:
+    def starmap(self, fn, args_list: list[tuple], one_too: bool = False) -> list:
+        """``fn(*args)`` for each, on the workers (in this process with one worker, or for one job
+        unless ``one_too``: a worker keeps what the job builds for the next call)."""
+        if self.executor is None or len(args_list) < (1 if one_too else 2):
             return [fn(*args) for args in args_list]
         return [f.result() for f in [self.executor.submit(fn, *args) for args in args_list]]
 
@@ -694,7 +783,7 @@ def _beyond_reach(base, rows: list[dict[str, Any]], steps: int, global_batch: in
 
 def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes: list[str], only: bool):
     """Owned, candidates whose GPU has no server price in the ownership catalog cannot be priced, and are
-    left out, said once in the header (examples/plan-every-gpu.yaml holds every catalog GPU; a
+    left out, said once in the header (the built-in grid holds every catalog GPU; a
     candidates file's only where --cost own is asked: without --cost, a file with such a GPU is priced
     as rented instead, costing.auto_model)."""
     # the built-in grid: whichever model prices it; a candidates file: only where --cost own was asked
@@ -739,6 +828,7 @@ def _plan(
     prune: bool = True,
     priced_only: bool = False,
     reach: bool = True,
+    done: dict[str, dict[str, Any]] | None = None,
 ):
     steps_plan, global_batch = recipe["steps"], recipe["global_batch"]
     try:  # a clear error for an unknown model before any work
@@ -783,7 +873,11 @@ def _plan(
     # With bands to draw, the sampler's import (scipy.stats, about half a second) is made here while the
     # workers simulate, once, instead of in each of the bands' workers, which are forked from this process
     meanwhile = _load_band_sampler if samples > 0 and workers != 1 else None
-    pruning = Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile) if prune else None
+    pruning = (
+        Pruning(cost_of, deadline_h, budget, workers=workers, meanwhile=meanwhile, done=done or {})
+        if prune
+        else None
+    )
     records, skipped, *pruned = simulate_rows(base_json, rows, steps, global_batch, progress, pruning)
     ok = [r for r in records if r["status"] == "ok"]
     # no row ran: the fallback search below, or one line saying why (enrich refuses an empty set)
@@ -795,6 +889,7 @@ def _plan(
         return _plan(
             sweep, model, recipe, deadline_h, budget, price, progress, profile, samples, baseline, network,
             costs=costs, as_sold=as_sold, workers=workers, prune=prune, priced_only=priced_only, reach=False,
+            done={r["row_id"]: r for r in records},  # simulated already: not again
         )  # fmt: skip
     if not ok:
         _nothing_runs(records, model)
@@ -803,27 +898,22 @@ def _plan(
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
 
-    def band(chosen_rows: list[dict[str, Any]]) -> None:
-        _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, workers)
-        analysis.add_paired_bands(enriched, {}, samples, only=[r for r in chosen_rows if r.get("baseline")])
+    # One pool of workers for every round of bands, forked once the parent has the draws' imports
+    # (_load_band_sampler), each keeping the programs it built for the next round (_BUILT)
+    with _pool(workers if samples > 0 else 1) as bands_pool:
+        drawn: dict[int, list] = {}  # the draws of rows banded ahead (the five cheapest), by row id
 
-    if samples > 0:
-        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
-        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
-    chosen = rec["chosen"]
-    runners_up: list[dict[str, Any]] = []
-    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
-        said = {why_not(o, chosen) for o in runners_up} if chosen is not None else set()
-        if (
-            r is not chosen
-            and not any(_same_numbers(r, o) for o in [chosen, *runners_up])
-            and (chosen is None or why_not(r, chosen) not in said)  # reads as another runner-up
-        ):
-            runners_up.append(r)
-        if len(runners_up) == 4:
-            break
-    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
-        band([r for r in runners_up if "ttt_p10_h" not in r])
+        def band(chosen_rows: list[dict[str, Any]]) -> None:
+            # the five cheapest that meet the constraints are drawn with the first rows banded: they are
+            # the runners-up as a rule, and their draws run in the same passes as the choice's look-alikes
+            ahead = feasible[:5]
+            _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool, ahead, drawn)
+            only = [r for r in chosen_rows if r.get("baseline")]
+            analysis.add_paired_bands(enriched, {}, samples, only=only)
+
+        chosen, runners_up, rec = _choose_and_runners_up(
+            rec, feasible, band, samples, enriched, deadline_h, budget
+        )
     return {
         "model": model,
         "steps": steps,
@@ -846,6 +936,29 @@ def _plan(
         "optimizers_not_run": optimizers_not_run(records),
         "pricing": costs.describe(),
     }
+
+
+def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, budget):
+    """The choice, chosen again once its rows have their bands (_choose_with_bands), and up to four
+    runners-up, each with its band."""
+    if samples > 0:
+        again = lambda: analysis.recommendation(enriched, deadline_h, budget)  # noqa: E731
+        rec = _choose_with_bands(rec, feasible[:5], band, again, deadline_h)
+    chosen = rec["chosen"]
+    runners_up: list[dict[str, Any]] = []
+    for r in feasible:  # distinct options only: one that reads as the choice (or as another) adds nothing
+        said = {why_not(o, chosen) for o in runners_up} if chosen is not None else set()
+        if (
+            r is not chosen
+            and not any(_same_numbers(r, o) for o in [chosen, *runners_up])
+            and (chosen is None or why_not(r, chosen) not in said)  # reads as another runner-up
+        ):
+            runners_up.append(r)
+        if len(runners_up) == 4:
+            break
+    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
+        band([r for r in runners_up if "ttt_p10_h" not in r])
+    return chosen, runners_up, rec
 
 
 def _choose_with_bands(rec, top, band, choose, deadline_h: float) -> dict[str, Any]:
@@ -947,50 +1060,78 @@ def _add_bands(
     steps: int,
     global_batch: int,
     samples: int,
-    workers: int,
+    workers: "int | _pool",
+    ahead: list[dict[str, Any]] = (),
+    drawn: dict[int, list] | None = None,
 ) -> None:
     """Each candidate's time-to-train band in hours, scaled from its step's band as the report scales it
     (analysis.enrich), so it holds the row's own step count, and its cost band (analysis.set_cost_band).
     The step's band is the one `run` gives the row's scenario (runner.iteration_interval: the same draws,
-    the same estimator), its draws shared out over the workers so that every core stays busy."""
+    the same estimator), its draws shared out over the workers so that every core stays busy (``workers``:
+    a count, or a pool already started, whose workers keep what they built for the next call).
+    ``ahead``: rows whose draws are run now too, to be kept in ``drawn`` (by the row's id) for a later
+    call that bands them; a row is given its band only when it is among ``chosen_rows``."""
+    drawn = {} if drawn is None else drawn
+    todo = list({id(r): r for r in [*chosen_rows, *ahead] if id(r) not in drawn}.values())
+    with workers if isinstance(workers, _pool) else _pool(workers) as pool:
+        # Rows that differ only in their NIC (a layout's look-alikes among the cheapest) run their draws
+        # together (runner.draw_times_many: one pass over all their programs). A pipelines' group stays
+        # on one worker: its draws go through that one pass whatever their number, so a part on another
+        # worker would only build the program and make the pass again. Another group (each of its draws
+        # a simulation of its own) is split over the workers where its draws are more than a quarter of
+        # a worker's share. The jobs go largest first, so that the small ones fill in behind the large
+        # (longest-processing-time-first list scheduling).
+        together: dict[str, list[int]] = {}
+        for i, row in enumerate(todo):
+            together.setdefault(_band_group(row["scenario"]), []).append(i)
+        groups = list(together.values())
+        cost = [sum(_draw_cost(todo[i]["scenario"]) for i in g) for g in groups]
+        share = sum(cost) / pool.size
+        parts_of = [
+            pool.size if c > share / 4 and not _pipelined(todo[g[0]]["scenario"]) else 1
+            for g, c in zip(groups, cost)
+        ]
+        jobs = [(g, k) for g, n in enumerate(parts_of) for k in range(n)]
+        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
+        results = pool.starmap(
+            _band_draws,
+            [([todo[i]["scenario"] for i in groups[g]], samples, k, parts_of[g]) for g, k in jobs],
+            one_too=True,
+        )
+        got: dict[int, dict[int, tuple[list[float], int]]] = {}
+        for (g, k), result in zip(jobs, results):
+            for i, one in zip(groups[g], result):
+                got.setdefault(i, {})[k] = one
+        for g, members in enumerate(groups):
+            for i in members:
+                drawn[id(todo[i])] = [got[i][k] for k in range(parts_of[g])]
+        for row in chosen_rows:
+            _set_band(row, drawn[id(row)], samples, pool, base_json, rows, steps, global_batch)
+
+
+def _set_band(row, mine, samples, pool, base_json, rows, steps, global_batch) -> None:
+    """A row's time-to-train and cost bands from its draws' step times and ops, ``mine`` (part k holds
+    draws k, k + parts, ...: _band_draws)."""
     from clustersim.simulator.runner import band_samples
     from clustersim.simulator.uncertainty import Interval
 
-    with _pool(workers) as pool:
-        # A row is split over the workers only where its draws are more than a quarter of a worker's share
-        # (each part builds the row's program once more); the jobs go largest first, so that the small
-        # ones fill in behind the large (longest-processing-time-first list scheduling).
-        cost = [_draw_cost(row["scenario"]) for row in chosen_rows]
-        share = sum(cost) / pool.size
-        parts_of = [pool.size if c > share / 4 else 1 for c in cost]
-        jobs = [(i, k) for i, n in enumerate(parts_of) for k in range(n)]
-        jobs.sort(key=lambda j: -cost[j[0]] / parts_of[j[0]])
-        results = pool.starmap(
-            _band_draws, [(chosen_rows[i]["scenario"], samples, k, parts_of[i]) for i, k in jobs]
+    parts = len(mine)
+    # the draws in their own order: the band's sums are the same to the last bit however the draws
+    # were shared out
+    times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
+    ops = max(n for _, n in mine)
+    if band_samples(samples, ops)[0] == samples:
+        lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
+    else:  # a program too large for every draw: the band `run` gives it, from fewer draws
+        values = next(v for v in rows if _same_row(v, row))
+        (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
+        lo, hi, mid = (
+            banded.get(k) for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
         )
-        got: dict[int, dict[int, tuple[list[float], int]]] = {}
-        for (i, k), result in zip(jobs, results):
-            got.setdefault(i, {})[k] = result
-        for i, row in enumerate(chosen_rows):
-            parts = parts_of[i]
-            mine = [got[i][k] for k in range(parts)]
-            # the draws in their own order (part k holds draws k, k + parts, ...): the band's sums are
-            # the same to the last bit however the draws were shared out
-            times = [mine[j % parts][0][j // parts] for j in range(sum(len(t) for t, _ in mine))]
-            ops = max(n for _, n in mine)
-            if band_samples(samples, ops)[0] == samples:
-                lo, hi, mid = Interval.of(times).p10, Interval.of(times).p90, row["iteration_time_s"]
-            else:  # a program too large for every draw: the band `run` gives it, from fewer draws
-                values = next(v for v in rows if _same_row(v, row))
-                (banded,) = pool.map(base_json, [values], steps, global_batch, samples)
-                lo, hi, mid = (
-                    banded.get(k)
-                    for k in ("iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
-                )
-            if lo is not None and hi is not None and mid:
-                row["ttt_p10_h"] = row["ttt_h"] * lo / mid
-                row["ttt_p90_h"] = row["ttt_h"] * hi / mid
-                analysis.set_cost_band(row)
+    if lo is not None and hi is not None and mid:
+        row["ttt_p10_h"] = row["ttt_h"] * lo / mid
+        row["ttt_p90_h"] = row["ttt_h"] * hi / mid
+        analysis.set_cost_band(row)
 
 
 def _load_band_sampler() -> None:
@@ -1009,17 +1150,39 @@ def _draw_cost(scenario_json: dict) -> int:
     return max(1, int(par.get("pipeline") or 1) * int(par.get("virtual_stages") or 1) * int(micro_batches))
 
 
-def _band_draws(scenario_json: dict, samples: int, part: int, parts: int) -> tuple[list[float], int]:
-    """Iteration times of one scenario under every ``parts``-th of its ``samples`` draws, from
+def _pipelined(scenario_json: dict) -> bool:
+    """Whether a row's program is a pipeline's (runner.draw_times_many runs its draws in one pass)."""
+    return int((scenario_json.get("training", {}).get("parallelism") or {}).get("pipeline") or 1) > 1
+
+
+def _band_group(scenario_json: dict) -> str:
+    """What rows whose draws run together share: their scenario but for the NIC."""
+    import json
+
+    cluster = {k: v for k, v in scenario_json.get("cluster", {}).items() if k != "nic"}
+    return json.dumps({**scenario_json, "cluster": cluster}, sort_keys=True)
+
+
+def _band_draws(
+    scenario_jsons: list[dict], samples: int, part: int, parts: int
+) -> list[tuple[list[float], int]]:
+    """Iteration times of each scenario under every ``parts``-th of its ``samples`` draws, from
     ``part`` (runner.iteration_interval's draws), and the ops a run of it has."""
     from clustersim.scenario import validate_scenario
     from clustersim.simulator.context import build_context
-    from clustersim.simulator.runner import draw_times, ops_of_last_run
+    from clustersim.simulator.runner import draw_times_many
     from clustersim.simulator.uncertainty import perturbations
 
-    s = validate_scenario(scenario_json, source="row")
-    draws = perturbations(build_context(s), samples)[part::parts]
-    return draw_times(s, None, draws, checked=True), ops_of_last_run()  # the plan simulated it
+    jobs = []
+    for scenario_json in scenario_jsons:
+        s = validate_scenario(scenario_json, source="row")
+        jobs.append((s, perturbations(build_context(s), samples)[part::parts]))
+    return draw_times_many(jobs, programs=_BUILT)  # the plan simulated each
+
+
+# The pipeline programs a band worker built, for the plan's next round of bands (the same layouts on
+# other NICs are the runners-up): runner.draw_times_many's ``programs``.
+_BUILT: dict = {}
 
 
 def _same_row(values: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -17,6 +17,7 @@ from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TEN
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
+from clustersim.simulator import engine_batched
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
@@ -234,6 +235,144 @@ def draw_times(scenario: Scenario, profile, draws, checked: bool = False) -> lis
                 raise exc.located(source=scenario.source) from None
         times.append(max(end.values(), default=0.0))  # attribute_timeline's total, a step of weight 1
     return times
+
+
+def draw_times_many(
+    jobs: list[tuple[Scenario, list]], profile=None, programs: dict | None = None
+) -> list[tuple[list[float], int]]:
+    """``draw_times(scenario, profile, draws, checked=True)`` for each (scenario, draws) of ``jobs``, and
+    the ops a run of it has (ops_of_last_run): the same numbers, at less cost where they are Megatron
+    pipelines whose re-priced programs have one shape (the draws of a band, and the same layout on
+    another NIC): those programs run together in engine_batched's one pass, each draw's op durations a
+    column. A draw that pass cannot give exactly (a NaN column), and every scenario whose program is
+    not a pipeline's, run as draw_times runs them. Every nominal run must have passed simulate's
+    checks (draw_times' ``checked``). ``programs``: a dict that keeps the built pipeline programs for
+    the next call (a plan bands its rows in two rounds), the last few."""
+    from clustersim.simulator.strategies.ddp import AdamDDP
+    from clustersim.simulator.strategies.megatron import PipelineRepricer
+
+    out: list = [None] * len(jobs)
+    # (pass shape, tail shape) -> the group's ops, its columns (job, draw) and their durations and
+    # slowdowns (ops x columns)
+    groups: dict[tuple, dict] = {}
+    passes_seen: dict[tuple, tuple] = {}  # one object per distinct pass shape, compared by identity
+    repricers: dict[tuple, tuple] = programs if programs is not None else {}
+    with _collector_paused():
+        for j, (scenario, draws) in enumerate(jobs):
+            ctx = build_context(scenario, profile, draws[0]) if draws else None
+            strategy = registry.create(ctx) if ctx is not None and _repriceable(ctx) else None
+            if (
+                strategy is None
+                or type(strategy).steps is not AdamDDP.steps
+                or type(strategy).build_program is not AdamDDP.build_program
+            ):
+                out[j] = (draw_times(scenario, profile, draws, checked=True), ops_of_last_run())
+                continue
+            # One program serves the scenarios that differ only in their NIC: re-priced for another
+            # NIC's context as for another draw's (PipelineRepricer.program_for checks the shape)
+            label = f"{strategy.name} update"
+            key = (
+                scenario.model_dump_json(exclude={"cluster": {"nic"}}),
+                repr(profile),
+                strategy.update_bytes_per_param,
+                label,
+            )
+            if key not in repricers:
+                while len(repricers) >= KEPT_PROGRAMS:  # the oldest goes
+                    del repricers[next(iter(repricers))]
+                repricer = PipelineRepricer(ctx, strategy.update_bytes_per_param, label)
+                head = engine_batched.shape_of(repricer.program.ops[: repricer.passes])
+                repricers[key] = repricer, passes_seen.setdefault(head, head), _price_groups(repricer)
+            repricer, head, prices_of = repricers[key]
+            out[j] = ([float("nan")] * len(draws), 0)
+            for i, p in enumerate(draws):
+                column = _repriced_column(
+                    repricer, prices_of, ctx if i == 0 else build_context(scenario, profile, p)
+                )
+                if column is None:  # its shape changed: run alone below
+                    continue
+                durations, slowdowns, tail = column
+                group = groups.get((id(head), engine_batched.shape_of(tail)))
+                if group is None:  # its columns, as many as the draws left at most, filled in place
+                    room = sum(len(d) for _, d in jobs[j:]) - i
+                    group = groups[(id(head), engine_batched.shape_of(tail))] = {
+                        "ops": repricer.program.ops[: repricer.passes] + tail,
+                        "columns": [],
+                        "durations": np.empty((len(durations), room)),
+                        "slowdowns": np.empty((len(durations), room)),
+                    }
+                k = len(group["columns"])
+                group["durations"][:, k] = durations
+                group["slowdowns"][:, k] = slowdowns
+                group["columns"].append((j, i))
+                out[j] = (out[j][0], len(durations))
+        for group in groups.values():
+            columns = group["columns"]
+            k = len(columns)
+            ends = engine_batched.run_columns(
+                group["ops"], group["durations"][:, :k], group["slowdowns"][:, :k], MAX_ITERATION_S
+            )
+            if ends is None:
+                continue
+            for (j, i), end in zip(columns, ends.tolist()):
+                out[j][0][i] = end
+    for j, (scenario, draws) in enumerate(jobs):  # what the batched pass could not give, one at a time
+        times, ops = out[j]
+        for i, t in enumerate(times):
+            if t != t:  # NaN
+                times[i] = draw_times(scenario, profile, [draws[i]], checked=False)[0]
+                ops = ops or ops_of_last_run()
+        out[j] = (times, ops)
+    return out
+
+
+# Built pipeline programs draw_times_many keeps for its next call (``programs``): a plan's banded rows are
+# a few layouts, each on several NICs; a 16-stage interleaved GPT-3 175B program is ~50k ops.
+KEPT_PROGRAMS = 4
+
+
+def _price_groups(repricer) -> dict:
+    """The passes' op ids by what prices them (PipelineRepricer.groups), and their slowdowns as built
+    (a pass's compute op has none; a collective's is re-priced): _repriced_column's index."""
+    ops = repricer.program.ops[: repricer.passes]
+    return {
+        "groups": [(key, np.array([op.id for op in group])) for key, group in repricer.groups.items()],
+        "durations": np.array([op.duration for op in ops]),
+        "slowdowns": np.array([op.compute_slowdown for op in ops]),
+    }
+
+
+def _repriced_column(repricer, index: dict, ctx: SimulationContext):
+    """The durations and compute slowdowns of every op of ``repricer.program_for(ctx)``, and its ops
+    after the passes (each stage's finish, built for ``ctx``): the passes' from their prices, one
+    numpy assignment per price, instead of each op's attributes (what engine_batched reads of them).
+    None where program_for would not re-price (another shape) or a collective pushes bytes through
+    links (engine_batched does not run such programs)."""
+    from clustersim.simulator.strategies.megatron import _finish_stage, pipeline_prices
+
+    prices = pipeline_prices(ctx)
+    if not prices.same_shape(repricer.prices):
+        return None
+    durations, slowdowns = index["durations"].copy(), index["slowdowns"].copy()
+    for key, ids in index["groups"]:
+        if key != "send" and key[0] == "pass":  # ("pass", chunk, forward): the chunk's pass time
+            durations[ids] = prices.times[key[1]][0 if key[2] else 1]
+            continue
+        priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
+        if priced.demands:
+            return None
+        durations[ids] = priced.duration
+        slowdowns[ids] = priced.compute_slowdown
+    prog = repricer.program
+    del prog.ops[repricer.passes :]
+    for s in range(ctx.layout.pipeline):
+        _finish_stage(prog, ctx, s, repricer.tails[s], repricer.update_bytes, repricer.label)
+    tail = prog.ops[repricer.passes :]
+    return (
+        np.concatenate([durations, [op.duration for op in tail]]),
+        np.concatenate([slowdowns, [op.compute_slowdown for op in tail]]),
+        tail,
+    )
 
 
 def _repriceable(ctx: SimulationContext) -> bool:

@@ -1,0 +1,105 @@
+"""engine_inorder's one pass over many programs of one shape at once: the same ops, lanes and
+dependencies, other durations (a band's draws, simulator/uncertainty.py, re-priced by
+strategies.megatron.PipelineRepricer, and the same layout on another NIC). Each op's start and end are
+computed for every program together, as numpy columns, with engine_inorder's arithmetic op for op, so
+a column's times are run_in_order's to the last bit: a pipeline's tens of thousands of ops cost a few
+numpy calls each for all the draws instead of a Python pass per draw.
+
+A column where run_in_order would give up (a kernel that starts before the last compute op on its
+rank ended, a compute op under more than one running kernel, a time past the limit) comes back as NaN,
+and the caller runs that program alone, as before. Programs whose ops push bytes through links (whose
+exactness needs engine_inorder's per-link bookkeeping), or whose zero-length and kernel ops are not the
+same in every column, are not batched at all (None). tests/test_engine.py compares the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clustersim.identifiers import Stream
+from clustersim.simulator.engine_inorder import _EPS
+
+
+def shape_of(ops) -> tuple:
+    """What must be the same for programs to be run together: each op's id, rank, stream and
+    dependencies, and that it pushes no bytes through links."""
+    return tuple((op.id, op.rank, op.stream, tuple(op.deps), not op.demands) for op in ops)
+
+
+def run_columns(ops, durations: np.ndarray, slowdowns: np.ndarray, time_limit: float) -> np.ndarray | None:
+    """The last end (a step of weight 1, as draw_times reads run_in_order's) of ``ops`` under each
+    column of ``durations`` and ``slowdowns`` (ops x programs): NaN where run_in_order would give up on
+    that column, None where this pass does not apply to the programs at all (module docstring)."""
+    n, k = durations.shape
+    if n != len(ops) or n == 0:
+        return None
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(durations).all(axis=0)
+    short = durations <= _EPS
+    slowed = slowdowns > 0.0
+    # the branch an op takes must be the same in every column (engine_inorder's per-op branches)
+    if (short.any(axis=1) != short.all(axis=1)).any() or (slowed.any(axis=1) != slowed.all(axis=1)).any():
+        return None
+    short, slowed = short[:, 0], slowed[:, 0]
+    compute = Stream.COMPUTE
+    end = np.empty((n, k))
+    bad = ~finite
+    zero = np.zeros(k)
+    lane_end: dict[tuple[int, str], np.ndarray] = {}
+    kernels: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    compute_end: dict[int, np.ndarray] = {}
+    maximum, where = np.maximum, np.where
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for i, op in enumerate(ops):
+            if op.id != i or op.demands:
+                return None
+            rank = op.rank
+            lane = (rank, op.stream)
+            t = lane_end.get(lane, zero)
+            for d in op.deps:
+                if d >= i:
+                    return None
+                t = maximum(t, end[d])
+            work = durations[i]
+            if short[i]:
+                e = t
+            elif not slowed[i] and lane[1] == compute:
+                running = kernels.get(rank)
+                if running:
+                    running = kernels[rank] = [kn for kn in running if (kn[1] > t).any()]
+                e = _slowed_end(t, work, running, bad) if running else t + work
+                compute_end[rank] = e
+            else:
+                e = t + work
+                if slowed[i]:
+                    before = compute_end.get(rank)
+                    if before is not None:
+                        bad |= t < before  # it would have slowed a compute op already placed
+                    kernels.setdefault(rank, []).append((t, e, slowdowns[i]))
+            end[i] = e
+            lane_end[lane] = e
+    last = end.max(axis=0)
+    bad |= ~(last <= time_limit)  # every op ends by the last one's end
+    return where(bad, np.nan, last)
+
+
+def _slowed_end(t: np.ndarray, work: np.ndarray, running: list, bad: np.ndarray) -> np.ndarray:
+    """engine_inorder._slowed_end's common case in every column: at most one kernel (start, end,
+    slowdown) running at ``t`` (its end after ``t``), started by ``t``; a column with more, or with one
+    that starts later or stops the op altogether (slowdown >= 1), is marked ``bad`` (its program is run
+    alone)."""
+    a, b, slow = running[0]
+    active = b > t
+    if len(running) > 1:
+        count = active.astype(np.int64)
+        for ka, kb, ks in running[1:]:
+            on = kb > t
+            count += on
+            a, b, slow = np.where(on, ka, a), np.where(on, kb, b), np.where(on, ks, slow)
+            active = active | on
+        bad |= count > 1
+    bad |= active & ((a > t) | (slow >= 1.0))
+    rate = 1.0 - slow
+    alone = t + work / rate
+    slowed = np.where(alone <= b, alone, b + (work - (b - t) * rate))
+    return np.where(active, slowed, t + work)
