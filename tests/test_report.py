@@ -388,3 +388,43 @@ def test_a_node_with_several_nics_says_how_many():
     assert analysis.network_label(row | {"nic_count": 8}) == "InfiniBand 8 x 400 Gb/s"
     assert analysis.network_label(row | {"nic_count": 1}) == "InfiniBand 400 Gb/s"
     assert analysis.network_label(row) == "InfiniBand 400 Gb/s"
+
+
+def test_rows_of_different_global_batches_are_not_ranked_against_each_other(tmp_path):
+    """A sweep without `global_batch` keeps each GPU's micro-batch, so 32 GPUs train twice the samples
+    per step of 16: equal steps are not equal training, and the 16-GPU row looked cheaper and as fast.
+    The report refuses to pick across them, says why and names the sweep key that fixes it; with the
+    batch fixed it recommends as before."""
+    from clustersim.report.build import build_report
+
+    sweep = {
+        "name": "mixed",
+        "base": "preset:default",
+        "vary": {"gpus": [16, 32], "optimizer": ["adam", "binsgdm"]},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    run_sweep(load_sweep(tmp_path / "s.yaml"), tmp_path / "out")
+    _, _, sections, _ = build_report(tmp_path / "out", price=3.0, samples=0)
+    rec = sections[0].rec
+    assert rec["chosen"] is None
+    first = rec["text"][0]
+    assert first.startswith("No recommendation across these rows: they train different global batches")
+    assert "256 at 16 GPUs; 512 at 32 GPUs" in first and "`global_batch`" in first
+    assert not any(line.startswith(("Recommended", "Fastest")) for line in rec["text"])
+    assert any(line.startswith("binsgdm vs adam: speedup") for line in rec["text"])  # like with like
+
+    fixed = {**sweep, "global_batch": 512}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(fixed))
+    run_sweep(load_sweep(tmp_path / "f.yaml"), tmp_path / "fixed")
+    _, _, sections, _ = build_report(tmp_path / "fixed", price=3.0, samples=0)
+    assert sections[0].rec["chosen"] is not None
+    assert sections[0].rec["text"][0].startswith("Recommended: ")
+
+
+def test_mixed_batches_ignores_rows_without_a_batch_and_lists_each_batch_once():
+    rows = [
+        _option("adam", 1.0) | {"world_size": n, "global_batch": b} for n, b in ((8, 64), (16, 128), (4, 64))
+    ]
+    text = analysis.mixed_batches(rows)
+    assert "64 at 4, 8 GPUs; 128 at 16 GPUs" in text
+    assert analysis.mixed_batches(rows[:1] + [_option("adam", 2.0)]) is None

@@ -337,7 +337,19 @@ def recommendation(
 ) -> dict:
     """The cheapest row meeting the constraints, the fastest row, and where compression stops paying:
     at most MAX_BULLETS lines, the most important first (the choice, its speedup, the convergence
-    caveat), then one line per compressed optimizer."""
+    caveat), then one line per compressed optimizer. Rows that train different global batches are
+    not ranked against each other (mixed_batches): the same steps are not the same training there."""
+    mixed = mixed_batches(rows)
+    if mixed is not None:
+        fastest = min(rows, key=lambda r: r["ttt_h"])
+        lines = [mixed] + optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
+        return {
+            "chosen": None,
+            "fastest": fastest,
+            "feasible": [],
+            "text": lines[:MAX_BULLETS],
+            "mixed": True,
+        }
     feasible = [
         r
         for r in rows
@@ -362,6 +374,29 @@ def recommendation(
         )
     lines += optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
+
+
+def mixed_batches(rows: list[dict[str, Any]]) -> str | None:
+    """Why no recommendation is drawn when the rows train different global batches (a sweep without
+    ``global_batch`` keeps each GPU's micro-batch, so 32 GPUs train twice the samples per step of 16):
+    time to train is steps x step time, so equal steps are not equal training and the row with fewer
+    samples per step looks cheaper and as fast. None when every row trains the same batch."""
+    by_batch: dict[int, set[int]] = {}
+    for r in rows:
+        if r.get("global_batch") is not None:
+            by_batch.setdefault(int(r["global_batch"]), set()).add(int(r["world_size"]))
+    if len(by_batch) < 2:
+        return None
+    where = "; ".join(
+        f"{b:,} at {', '.join(str(n) for n in sorted(gpus))} GPUs" for b, gpus in sorted(by_batch.items())
+    )
+    return (
+        f"No recommendation across these rows: they train different global batches (samples per step: "
+        f"{where}), so the same number of steps is not the same training and their times and costs do not "
+        f"compare. Set `global_batch` in the sweep file (e.g. global_batch: {min(by_batch):,}) so that every "
+        "row trains the same samples per step; the speedups below compare optimizers on the same GPUs and "
+        "batch."
+    )
 
 
 def outlay(r: dict[str, Any]) -> float:

@@ -111,12 +111,20 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
         "timeline": figures.timeline(
             focus_run,
             f"{focus['optimizer']} on {focus['cluster']}, {model}"
-            + ("" if rec["chosen"] else " (the fastest; nothing meets the constraints)"),
+            + (
+                ""
+                if rec["chosen"]
+                else " (the fastest per step; the rows train different global batches)"
+                if rec.get("mixed")
+                else " (the fastest; nothing meets the constraints)"
+            ),
         ),
         "bytes": figures.bytes_on_wire(rows, focus["network"], focus["gpu"], suffix),
         "cost": figures.cost_vs_time(rows, rec["chosen"], suffix),
     }
-    hot = hottest_links(scenario, focus_run) | {"role": "recommended" if rec["chosen"] else "fastest"}
+    hot = hottest_links(scenario, focus_run) | {
+        "role": "recommended" if rec["chosen"] else "fastest per step" if rec.get("mixed") else "fastest"
+    }
     crossings = analysis.break_even_crossings(rows, meta["scenarios"], meta.get("warmup"))
     evens = [b for found in crossings.values() for b in found if not isinstance(b, tuple)]
     return Section(model, rows, rec, figs, hot, analysis.by_network(rows), evens)
