@@ -428,3 +428,38 @@ def test_mixed_batches_ignores_rows_without_a_batch_and_lists_each_batch_once():
     text = analysis.mixed_batches(rows)
     assert "64 at 4, 8 GPUs; 128 at 16 GPUs" in text
     assert analysis.mixed_batches(rows[:1] + [_option("adam", 2.0)]) is None
+
+
+def test_the_per_network_table_shows_a_tie_kept_for_the_simpler_optimizer_as_a_tie():
+    """adam kept over a binsgdm 0.8% cheaper (the 3% rule) read as "cheapest optimizer: adam": the cell
+    names the cheaper one it ties with and by how much, the header states the rule."""
+    from clustersim.report.build import Section, _by_network_html
+
+    where = {"network": "InfiniBand 200 Gb/s", "world_size": 16, "gpu": "A100-80GB", "nic_kind": "infiniband"}
+    adam, binsgdm = _option("adam", 1000.0) | where, _option("binsgdm", 992.0) | where
+    clear = _option("adam", 1000.0) | where | {"world_size": 32}
+    cells = analysis.by_network([adam, binsgdm, clear])
+    assert cells[0]["best"] is adam and cells[0]["tie_with"] is binsgdm
+    assert cells[1]["tie_with"] is None
+    assert analysis.tie_text(cells[0]) == "adam (tie: binsgdm 0.8% cheaper, within 3%)"
+    assert analysis.tie_text(cells[1]) == "adam"
+    page = _by_network_html(Section("BERT-Large", [adam, binsgdm, clear], {}, {}, table=cells))
+    assert "cheapest optimizer (within 3%: the simpler)" in page
+    assert "adam (tie: binsgdm 0.8% cheaper, within 3%)" in page
+
+
+def test_the_terminal_table_marks_a_tie():
+    from rich.console import Console
+
+    from clustersim.commands.planning import _by_network_table
+
+    cell = {"network": "InfiniBand 200 Gb/s", "gpus": 16, "optimizer": "adam", "tie_with": "binsgdm"}
+    cell |= {"speedup": None, "speedup_p10": None, "ttt_h": 10.0, "cost": 1000.0}
+    console = Console(width=100, record=True)
+    console.print(_by_network_table("BERT-Large", [cell, cell | {"tie_with": None, "gpus": 32}]))
+    text = console.export_text()
+    assert "(a ~ b: a kept, b cheaper by under 3%)" in text and "adam ~ binsgdm" in text
+    assert text.count("~ binsgdm") == 1
+    console = Console(width=100, record=True)
+    console.print(_by_network_table("BERT-Large", [cell | {"tie_with": None}]))
+    assert "~" not in console.export_text()  # no tie, no rule to explain

@@ -444,6 +444,19 @@ def _sooner_line(chosen, feasible) -> list[str]:
     ]
 
 
+def tie_text(cell: dict[str, Any]) -> str:
+    """A per-network cell's optimizer, with the cheaper one it ties with under the EQUIVALENT_GAIN rule:
+    ``adam (tie: binsgdm 0.8% cheaper, within 3%)``."""
+    best, tie = cell["best"], cell.get("tie_with")
+    if tie is None:
+        return best["optimizer"]
+    what = tie["optimizer"] if tie["optimizer"] != best["optimizer"] else tie["cluster"]
+    return (
+        f"{best['optimizer']} (tie: {what} {100 * (1 - tie['cost'] / best['cost']):.1f}% cheaper, within "
+        f"{100 * EQUIVALENT_GAIN:.0f}%)"
+    )
+
+
 def cost_text(r: dict[str, Any]) -> str:
     """``$1,234 (P10–P90 $1,100–$1,400; owned: ...)``: a row's cost, its band and what priced it."""
     band = f"P10–P90 ${r['cost_p10']:,.0f}–${r['cost_p90']:,.0f}; " if "cost_p10" in r else ""
@@ -666,16 +679,19 @@ def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenari
 
 def by_network(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The planner's table: per network and GPU count, the cheapest optimizer (the simpler one when the
-    saving is within EQUIVALENT_GAIN and the bands, as ``recommendation``), its speedup over the baseline
-    with the paired band, time to train and cost (network included); networks in numeric order."""
+    saving is within EQUIVALENT_GAIN and the bands, as ``recommendation``; then ``tie_with`` is the
+    cheaper row it ties with), its speedup over the baseline with the paired band, time to train and
+    cost (network included); networks in numeric order."""
     cells: dict[tuple, list] = {}
     for r in rows:
         cells.setdefault((network_order(r), r["network"], r["world_size"], r["gpu"]), []).append(r)
     out = []
     for (_, net, n, gpu), group in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3])):
-        best = min(group, key=lambda r: (r["cost"], r["ttt_h"]))
+        cheapest = best = min(group, key=lambda r: (r["cost"], r["ttt_h"]))
         simpler = [r for r in group if complexity(r) < complexity(best) and equivalent(r, best)]
         if simpler:  # as the recommendation: a saving within the noise does not change the optimizer
             best = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
-        out.append({"network": net, "world_size": n, "gpu": gpu, "best": best})
+        # a tie kept for the simpler option is shown as a tie: "adam" alone read as the cheapest
+        tie = cheapest if cheapest is not best else None
+        out.append({"network": net, "world_size": n, "gpu": gpu, "best": best, "tie_with": tie})
     return out

@@ -185,14 +185,14 @@ def _by_network_html(section: Section) -> str:
     """Per network and GPU count: what to run, how much faster than the baseline, time and cost."""
     rows = "".join(
         f"<tr><td>{html.escape(c['network'])}</td><td>{c['world_size']} x {html.escape(c['gpu'])}</td>"
-        f"<td>{html.escape(c['best']['optimizer'])}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
+        f"<td>{html.escape(analysis.tie_text(c))}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
         f"<td>{analysis._hours(c['best']['ttt_h'])}</td><td>{_cost_cell(c['best'])}</td>"
         f"<td>{_network_cell(c['best'])}</td></tr>"
         for c in section.table
     )
     base = next((r["baseline"]["optimizer"] for r in section.rows if r.get("baseline")), "the baseline")
     return (
-        f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer</th>'
+        f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer (within {100 * analysis.EQUIVALENT_GAIN:.0f}%: the simpler)</th>'
         f"<th>speedup over {html.escape(base)} (P10–P90, paired)</th><th>time to train</th><th>cost (P10–P90)</th>"
         f"<th>of which network</th></tr>{rows}</table>"
     )
@@ -347,6 +347,8 @@ def write_report(
                         "gpus": c["world_size"],
                         "gpu": c["gpu"],
                         "optimizer": c["best"]["optimizer"],
+                        "tie_with": c["tie_with"]["optimizer"] if c["tie_with"] else None,
+                        "tie_cost": c["tie_with"]["cost"] if c["tie_with"] else None,
                         "speedup": c["best"].get("speedup"),
                         "speedup_p10": c["best"].get("speedup_p10"),
                         "speedup_p90": c["best"].get("speedup_p90"),
