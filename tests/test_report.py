@@ -150,10 +150,16 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
         drawn = page.evaluate(
             "Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.querySelectorAll('.trace, .bars, .scatterlayer .points path').length)"
         )
+        # a narrow window: the page never scrolls sideways (it did by 156 px at 800 px); a wide table
+        # scrolls inside itself
+        page.set_viewport_size({"width": 800, "height": 900})
+        page.wait_for_timeout(300)  # plotly's responsive redraw
+        widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         browser.close()
     assert plots == 5
     assert all(n > 0 for n in drawn), drawn
     assert errors == []
+    assert widths[0] <= widths[1], widths
 
 
 def test_png_export_says_what_it_needs(results, tmp_path):

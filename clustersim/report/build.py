@@ -202,7 +202,14 @@ def _section_html(section: Section, index: int, several: bool) -> str:
     tag = f"-{index}" if several else ""
     parts = [
         f'<section class="fig" id="fig-{name}{tag}">'
-        + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}{tag}")
+        + pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"plot-{name}{tag}",
+            default_width="100%",  # the container's width, redrawn when the window is resized
+            config={"responsive": True},
+        )
         + "</section>"
         for name, fig in section.figs.items()
     ]
@@ -252,7 +259,9 @@ def render_html(
 <html lang="en"><head><meta charset="utf-8">
 <title>clustersim report: {html.escape(meta.get("name", "sweep"))}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; padding: 0 1rem; color: #222; }}
+/* a narrow window scrolls a wide table inside itself, never the page sideways */
+table {{ display: block; max-width: 100%; overflow-x: auto; }} .fig {{ max-width: 100%; overflow-x: auto; }}
 h1 {{ margin-bottom: 0.2rem; }} .meta {{ color: #666; margin-top: 0; }}
 .recommendation {{ background: #f4f8ff; border-left: 4px solid #4C78A8; padding: 0.6rem 1.2rem; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }} td, th {{ border: 1px solid #ddd; padding: 0.3rem 0.6rem; }}
