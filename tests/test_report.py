@@ -401,7 +401,7 @@ def test_rows_of_different_global_batches_are_not_ranked_against_each_other(tmp_
     per step of 16: equal steps are not equal training, and the 16-GPU row looked cheaper and as fast.
     The report refuses to pick across them, says why and names the sweep key that fixes it; with the
     batch fixed it recommends as before."""
-    from clustersim.report.build import build_report
+    from clustersim.report.build import _section_html, build_report
 
     sweep = {
         "name": "mixed",
@@ -418,6 +418,8 @@ def test_rows_of_different_global_batches_are_not_ranked_against_each_other(tmp_
     assert "256 at 16 GPUs; 512 at 32 GPUs" in first and "`global_batch`" in first
     assert not any(line.startswith(("Recommended", "Fastest")) for line in rec["text"])
     assert any(line.startswith("binsgdm vs adam: speedup") for line in rec["text"])  # like with like
+    page = _section_html(sections[0], 1, False)
+    assert "These rows train different global batches" in page  # the Pareto table says so too
 
     fixed = {**sweep, "global_batch": 512}
     (tmp_path / "f.yaml").write_text(yaml.safe_dump(fixed))
@@ -425,6 +427,7 @@ def test_rows_of_different_global_batches_are_not_ranked_against_each_other(tmp_
     _, _, sections, _ = build_report(tmp_path / "fixed", price=3.0, samples=0)
     assert sections[0].rec["chosen"] is not None
     assert sections[0].rec["text"][0].startswith("Recommended: ")
+    assert "different global batches" not in _section_html(sections[0], 1, False)
 
 
 def test_mixed_batches_ignores_rows_without_a_batch_and_lists_each_batch_once():

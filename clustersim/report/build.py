@@ -222,11 +222,17 @@ def _section_html(section: Section, index: int, several: bool) -> str:
         for i, r in enumerate(front, 1)
     )
     title = f'<h2 class="model" id="model{tag}">{html.escape(section.model)}</h2>' if several else ""
+    mixed = (
+        '<p class="warning">These rows train different global batches: a faster or cheaper row may train '
+        "fewer samples per step (see the recommendation).</p>"
+        if section.rec.get("mixed")
+        else ""
+    )
     return f"""<div class="section" data-model="{html.escape(section.model)}">{title}
 <div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
 <h3>By network: what to run at each NIC speed and GPU count</h3>
 {_by_network_html(section)}
-<h3>Pareto frontier (no other configuration is both faster and cheaper; # as in the cost figure)</h3>
+<h3>Pareto frontier (no other configuration is both faster and cheaper; # as in the cost figure)</h3>{mixed}
 <table class="pareto"><tr><th>#</th><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th>
 <th>samples/s</th><th>speedup</th></tr>
 {table_rows}</table>
