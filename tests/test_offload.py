@@ -179,3 +179,45 @@ def test_zero3_offload_with_every_subgroup_resident_runs_as_zero3_alone():
     assert alone.iteration_time <= offloaded.iteration_time
     assert offloaded.iteration_time == pytest.approx(alone.iteration_time, rel=3e-3)
     assert offloaded.breakdown["exposed_communication"] < 2 * alone.breakdown["exposed_communication"]
+
+
+def test_offload_plan_takes_set_and_samples_and_says_what_fits_without_offload(runner):
+    """`offload plan` had no --set and no band, and its text said only "does not fit in GPU memory"
+    while the largest micro-batch that fits was in --json alone: with --set the H200 at micro-batch 8
+    does not fit without offload, and the text names the largest that does (checked by simulating it
+    and the next one up); each mode carries its P10-P90 band."""
+    import json
+
+    from clustersim.cli import app
+
+    args = ["offload", "plan", "preset:offload-llama7b-h100", "--set", "cluster.gpu=H200"]
+    args += ["--set", "workload.micro_batch=8", "--samples", "4"]
+    d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    none = d["modes"]["none"]
+    assert none["fits"] is False and none["largest_micro_batch"] == 4
+    plain = llama("none", **{"cluster.gpu": "H200", "training.offload.gradient_copy": None})
+    assert simulate(plain.with_changes(**{"workload.micro_batch": 4})).iteration_time > 0
+    with pytest.raises(InputError, match="does not fit in GPU memory"):
+        simulate(plain.with_changes(**{"workload.micro_batch": 5}))
+    for mode in ("zero", "interleaved"):
+        m = d["modes"][mode]
+        assert m["iteration_time_p10_s"] < m["iteration_time_s"] < m["iteration_time_p90_s"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "without offload the largest micro-batch that fits is 4 (workload.micro_batch; at 8: " in r.stdout
+    lo, hi = (d["modes"]["interleaved"][k] * 1e3 for k in ("iteration_time_p10_s", "iteration_time_p90_s"))
+    assert f"{lo:,.2f}–{hi:,.2f}" in r.stdout and "P10–P90: 4 draws" in r.stdout
+    bad = runner.invoke(app, ["offload", "plan", "preset:offload-llama7b-h100", "--set", "cluster.gpu=H9"])
+    assert bad.exit_code == 2 and "--set" in bad.output and "cluster.gpu" in bad.output
+
+
+def test_offload_plan_calls_a_ratio_that_rounds_to_one_the_same_speed():
+    """'no offload is 1.00x faster than interleaved' said nothing: within 0.5% the two are the same speed."""
+    from clustersim.commands.offload import _faster
+
+    assert _faster("no offload", "interleaved", 1.004) == (
+        "no offload runs at the same speed as interleaved (within 0.5%)"
+    )
+    assert _faster("no offload", "interleaved", 1.0) == _faster("no offload", "interleaved", 0.996)
+    assert _faster("interleaved", "ZeRO-Offload", 1.17) == "interleaved is 1.17x faster than ZeRO-Offload"
+    assert _faster("a", "b", 1.006) == "a is 1.01x faster than b"

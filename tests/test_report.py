@@ -150,10 +150,16 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
         drawn = page.evaluate(
             "Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.querySelectorAll('.trace, .bars, .scatterlayer .points path').length)"
         )
+        # a narrow window: the page never scrolls sideways (it did by 156 px at 800 px); a wide table
+        # scrolls inside itself
+        page.set_viewport_size({"width": 800, "height": 900})
+        page.wait_for_timeout(300)  # plotly's responsive redraw
+        widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         browser.close()
     assert plots == 5
     assert all(n > 0 for n in drawn), drawn
     assert errors == []
+    assert widths[0] <= widths[1], widths
 
 
 def test_png_export_says_what_it_needs(results, tmp_path):
@@ -388,3 +394,81 @@ def test_a_node_with_several_nics_says_how_many():
     assert analysis.network_label(row | {"nic_count": 8}) == "InfiniBand 8 x 400 Gb/s"
     assert analysis.network_label(row | {"nic_count": 1}) == "InfiniBand 400 Gb/s"
     assert analysis.network_label(row) == "InfiniBand 400 Gb/s"
+
+
+def test_rows_of_different_global_batches_are_not_ranked_against_each_other(tmp_path):
+    """A sweep without `global_batch` keeps each GPU's micro-batch, so 32 GPUs train twice the samples
+    per step of 16: equal steps are not equal training, and the 16-GPU row looked cheaper and as fast.
+    The report refuses to pick across them, says why and names the sweep key that fixes it; with the
+    batch fixed it recommends as before."""
+    from clustersim.report.build import _section_html, build_report
+
+    sweep = {
+        "name": "mixed",
+        "base": "preset:default",
+        "vary": {"gpus": [16, 32], "optimizer": ["adam", "binsgdm"]},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    run_sweep(load_sweep(tmp_path / "s.yaml"), tmp_path / "out")
+    _, _, sections, _ = build_report(tmp_path / "out", price=3.0, samples=0)
+    rec = sections[0].rec
+    assert rec["chosen"] is None
+    first = rec["text"][0]
+    assert first.startswith("No recommendation across these rows: they train different global batches")
+    assert "256 at 16 GPUs; 512 at 32 GPUs" in first and "`global_batch`" in first
+    assert not any(line.startswith(("Recommended", "Fastest")) for line in rec["text"])
+    assert any(line.startswith("binsgdm vs adam: speedup") for line in rec["text"])  # like with like
+    page = _section_html(sections[0], 1, False)
+    assert "These rows train different global batches" in page  # the Pareto table says so too
+
+    fixed = {**sweep, "global_batch": 512}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(fixed))
+    run_sweep(load_sweep(tmp_path / "f.yaml"), tmp_path / "fixed")
+    _, _, sections, _ = build_report(tmp_path / "fixed", price=3.0, samples=0)
+    assert sections[0].rec["chosen"] is not None
+    assert sections[0].rec["text"][0].startswith("Recommended: ")
+    assert "different global batches" not in _section_html(sections[0], 1, False)
+
+
+def test_mixed_batches_ignores_rows_without_a_batch_and_lists_each_batch_once():
+    rows = [
+        _option("adam", 1.0) | {"world_size": n, "global_batch": b} for n, b in ((8, 64), (16, 128), (4, 64))
+    ]
+    text = analysis.mixed_batches(rows)
+    assert "64 at 4, 8 GPUs; 128 at 16 GPUs" in text
+    assert analysis.mixed_batches(rows[:1] + [_option("adam", 2.0)]) is None
+
+
+def test_the_per_network_table_shows_a_tie_kept_for_the_simpler_optimizer_as_a_tie():
+    """adam kept over a binsgdm 0.8% cheaper (the 3% rule) read as "cheapest optimizer: adam": the cell
+    names the cheaper one it ties with and by how much, the header states the rule."""
+    from clustersim.report.build import Section, _by_network_html
+
+    where = {"network": "InfiniBand 200 Gb/s", "world_size": 16, "gpu": "A100-80GB", "nic_kind": "infiniband"}
+    adam, binsgdm = _option("adam", 1000.0) | where, _option("binsgdm", 992.0) | where
+    clear = _option("adam", 1000.0) | where | {"world_size": 32}
+    cells = analysis.by_network([adam, binsgdm, clear])
+    assert cells[0]["best"] is adam and cells[0]["tie_with"] is binsgdm
+    assert cells[1]["tie_with"] is None
+    assert analysis.tie_text(cells[0]) == "adam (tie: binsgdm 0.8% cheaper, within 3%)"
+    assert analysis.tie_text(cells[1]) == "adam"
+    page = _by_network_html(Section("BERT-Large", [adam, binsgdm, clear], {}, {}, table=cells))
+    assert "cheapest optimizer (within 3%: the simpler)" in page
+    assert "adam (tie: binsgdm 0.8% cheaper, within 3%)" in page
+
+
+def test_the_terminal_table_marks_a_tie():
+    from rich.console import Console
+
+    from clustersim.commands.planning import _by_network_table
+
+    cell = {"network": "InfiniBand 200 Gb/s", "gpus": 16, "optimizer": "adam", "tie_with": "binsgdm"}
+    cell |= {"speedup": None, "speedup_p10": None, "ttt_h": 10.0, "cost": 1000.0}
+    console = Console(width=100, record=True)
+    console.print(_by_network_table("BERT-Large", [cell, cell | {"tie_with": None, "gpus": 32}]))
+    text = console.export_text()
+    assert "(a ~ b: a kept, b cheaper by under 3%)" in text and "adam ~ binsgdm" in text
+    assert text.count("~ binsgdm") == 1
+    console = Console(width=100, record=True)
+    console.print(_by_network_table("BERT-Large", [cell | {"tie_with": None}]))
+    assert "~" not in console.export_text()  # no tie, no rule to explain

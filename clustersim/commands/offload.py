@@ -9,7 +9,9 @@ import typer
 from clustersim.commands.support import (
     JsonOpt,
     ProfileOpt,
+    SamplesOpt,
     ScenarioArg,
+    SetOpt,
     console,
     emit_json,
     table,
@@ -39,30 +41,88 @@ def _print_placement(off: dict) -> None:
     )
 
 
+SAME_SPEED = 0.005
+"""Two modes whose iteration times differ by less than this fraction are called the same speed: a ratio
+printed to two decimals reads 1.00x there, and "1.00x faster" says nothing (the band is wider)."""
+
+
+def _faster(first: str, second: str, ratio: float) -> str:
+    """``first is 1.17x faster than second``, or, within SAME_SPEED, that the two run at the same speed."""
+    if abs(ratio - 1.0) < SAME_SPEED:
+        return f"{first} runs at the same speed as {second} (within {100 * SAME_SPEED:.1f}%)"
+    return f"{first} is {ratio:.2f}x faster than {second}"
+
+
+def _fits(scenario) -> bool:
+    """Whether a scenario without offload fits in GPU memory: the check simulate makes before it builds
+    the iteration (simulator/runner.py _run), without simulating."""
+    from clustersim.simulator.context import build_context
+    from clustersim.simulator.memory import check_fits, gpu_memory
+    from clustersim.simulator.strategies import registry
+
+    try:
+        ctx = build_context(scenario)
+        check_fits(ctx, gpu_memory(ctx, registry.create(ctx)))
+    except InputError:
+        return False
+    return True
+
+
+def largest_micro_batch(scenario) -> int:
+    """The largest micro-batch below the scenario's that fits in GPU memory without offload (0: not even
+    one sample), by bisection (memory grows with the micro-batch): what a user weighs against offload."""
+    lo, hi = 0, scenario.workload.micro_batch - 1  # lo fits (0 trivially), hi+1 does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(scenario.with_changes(**{"workload.micro_batch": mid})):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _band_ms(m: dict) -> str:
+    if m.get("iteration_time_p10_s") is None:
+        return "-"
+    return f"{_ms(m['iteration_time_p10_s'])}–{_ms(m['iteration_time_p90_s'])}"
+
+
 @offload_app.command("plan")
 @user_errors
 @with_catalogs
-def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile: Optional[str] = ProfileOpt):
-    """Per-subgroup placement of the optimizer update; iteration time without offload, ZeRO-Offload,
-    interleaved."""
+def offload_plan(
+    scenario: str = ScenarioArg,
+    json_out: bool = JsonOpt,
+    profile: Optional[str] = ProfileOpt,
+    samples: int = SamplesOpt,
+    settings: Optional[list[str]] = SetOpt,
+):
+    """Per-subgroup placement of the optimizer update; iteration time (with its P10–P90 band) without
+    offload, ZeRO-Offload, interleaved; without offload, the largest micro-batch that fits."""
     from clustersim.simulator import simulate
 
-    s = _load(scenario)
+    s = _load(scenario, settings)
     results: dict[str, dict] = {}
     interleaved = None
     for mode in ("none", "zero", "interleaved"):
+        # without offload there is no offloaded gradient path: its copy mode goes back to the default
+        reset = {"training.offload.gradient_copy": None} if mode == "none" else {}
+        mine = s.with_changes(**{"training.offload.mode": mode, **reset})
         try:
-            # without offload there is no offloaded gradient path: its copy mode goes back to the default
-            reset = {"training.offload.gradient_copy": None} if mode == "none" else {}
-            r = simulate(s.with_changes(**{"training.offload.mode": mode, **reset}), profile)
+            r = simulate(mine, profile, uncertainty_samples=samples)
         except InputError as exc:
             if mode == "interleaved" or "does not fit" not in exc.message:
                 raise
             results[mode] = {"fits": False, "why": exc.message}
+            if mode == "none":
+                results[mode]["largest_micro_batch"] = largest_micro_batch(mine)
             continue
+        iv = r.interval
         results[mode] = {
             "fits": True,
             "iteration_time_s": r.iteration_time,
+            "iteration_time_p10_s": iv.p10 if iv is not None else None,
+            "iteration_time_p90_s": iv.p90 if iv is not None else None,
             "samples_per_s": r.samples_per_s,
             "breakdown_s": r.breakdown,
             "gpu_memory_bytes": r.memory["total"],
@@ -71,11 +131,11 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
             interleaved = r
     off = interleaved.extra["offload"]
     if json_out:
-        emit_json({"scenario": s.name, "modes": results, "placement": off})
+        emit_json({"scenario": s.name, "samples": samples, "modes": results, "placement": off})
         return
     console.print(
         f"[bold]{s.name}[/]: {s.workload.model or 'custom'} on {s.cluster.world_size} x "
-        f"{s.cluster.gpu_name}, optimizer {s.training.optimizer}"
+        f"{s.cluster.gpu_name}, optimizer {s.training.optimizer}, micro-batch {s.workload.micro_batch}"
     )
     _print_placement(off)
     console.print(
@@ -106,13 +166,14 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
     ):
         m = results[mode]
         if not m["fits"]:
-            rows.append([label, "does not fit", "-", "-", m["why"].split(":")[0]])
+            rows.append([label, "does not fit", "-", "-", "-", m["why"].split(":")[0]])
             continue
         b = m["breakdown_s"]
         rows.append(
             [
                 label,
                 _ms(m["iteration_time_s"]),
+                _band_ms(m),
                 _ms(b["backward"]),
                 _ms(b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]),
                 format_bytes(m["gpu_memory_bytes"]),
@@ -121,20 +182,37 @@ def offload_plan(scenario: str = ScenarioArg, json_out: bool = JsonOpt, profile:
     console.print(
         table(
             "Offload modes compared",
-            ["mode", "iteration ms", "backward ms", "update (exposed) ms", "GPU memory"],
+            ["mode", "iteration ms", "P10–P90 ms", "backward ms", "update (exposed) ms", "GPU memory"],
             rows,
         )
     )
-    if base:
+    if samples:
         console.print(
-            f"interleaved is {base / results['interleaved']['iteration_time_s']:.2f}x faster than "
-            "ZeRO-Offload"
+            f"[dim]P10–P90: {samples} draws of the calibrated or default parameter uncertainty per mode[/]"
         )
     plain = results["none"]
+    if not plain["fits"]:
+        # the text said only "does not fit"; what does fit without offload is what the question needs
+        fit = plain["largest_micro_batch"]
+        why = plain["why"].split("; per rank:")[0].removeprefix("does not fit in GPU memory: ")
+        console.print(
+            (
+                f"without offload the largest micro-batch that fits is {fit} (workload.micro_batch; "
+                f"at {s.workload.micro_batch}: {why})"
+                if fit
+                else f"without offload not even a micro-batch of 1 fits ({why})"
+            ),
+            markup=False,
+            highlight=False,
+        )
+    if base:
+        console.print(
+            _faster("interleaved", "ZeRO-Offload", base / results["interleaved"]["iteration_time_s"])
+        )
     if plain["fits"] and plain["iteration_time_s"] < results["interleaved"]["iteration_time_s"]:
         # the line above alone read as a recommendation to offload where nothing needs it
+        ratio = results["interleaved"]["iteration_time_s"] / plain["iteration_time_s"]
         console.print(
-            f"no offload is {results['interleaved']['iteration_time_s'] / plain['iteration_time_s']:.2f}x "
-            "faster than interleaved: the optimizer state fits in GPU memory, so offload only frees "
-            "memory here"
+            _faster("no offload", "interleaved", ratio)
+            + ": the optimizer state fits in GPU memory, so offload only frees memory here"
         )

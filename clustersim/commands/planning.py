@@ -250,14 +250,19 @@ def report(
 def _by_network_table(model: str, cells: list[dict]):
     """The report's per-network answer in the terminal: at each NIC speed and GPU count, the cheapest
     optimizer, its speedup over the baseline (paired P10–P90), time and cost; fits 80 columns."""
+    from clustersim.report.analysis import EQUIVALENT_GAIN
+
+    # a simpler optimizer kept within the tie rule is shown as a tie ("adam ~ binsgdm"), said in the title
+    tie = any(c.get("tie_with") for c in cells)
     return table(
-        f"{model}: cheapest optimizer per network and GPU count",
+        f"{model}: cheapest optimizer per network and GPU count"
+        + (f" (a ~ b: a kept, b cheaper by under {100 * EQUIVALENT_GAIN:.0f}%)" if tie else ""),
         ["network", "GPUs", "optimizer", "speedup (P10–P90)", "train", "cost"],
         [
             [
                 c["network"].replace("Ethernet ", "Eth ").replace("InfiniBand ", "IB "),
                 c["gpus"],
-                c["optimizer"],
+                c["optimizer"] + (f" ~ {c['tie_with']}" if c.get("tie_with") else ""),
                 "—"
                 if c["speedup"] is None
                 else f"{c['speedup']:.2f}x"

@@ -337,7 +337,19 @@ def recommendation(
 ) -> dict:
     """The cheapest row meeting the constraints, the fastest row, and where compression stops paying:
     at most MAX_BULLETS lines, the most important first (the choice, its speedup, the convergence
-    caveat), then one line per compressed optimizer."""
+    caveat), then one line per compressed optimizer. Rows that train different global batches are
+    not ranked against each other (mixed_batches): the same steps are not the same training there."""
+    mixed = mixed_batches(rows)
+    if mixed is not None:
+        fastest = min(rows, key=lambda r: r["ttt_h"])
+        lines = [mixed] + optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
+        return {
+            "chosen": None,
+            "fastest": fastest,
+            "feasible": [],
+            "text": lines[:MAX_BULLETS],
+            "mixed": True,
+        }
     feasible = [
         r
         for r in rows
@@ -362,6 +374,29 @@ def recommendation(
         )
     lines += optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
     return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
+
+
+def mixed_batches(rows: list[dict[str, Any]]) -> str | None:
+    """Why no recommendation is drawn when the rows train different global batches (a sweep without
+    ``global_batch`` keeps each GPU's micro-batch, so 32 GPUs train twice the samples per step of 16):
+    time to train is steps x step time, so equal steps are not equal training and the row with fewer
+    samples per step looks cheaper and as fast. None when every row trains the same batch."""
+    by_batch: dict[int, set[int]] = {}
+    for r in rows:
+        if r.get("global_batch") is not None:
+            by_batch.setdefault(int(r["global_batch"]), set()).add(int(r["world_size"]))
+    if len(by_batch) < 2:
+        return None
+    where = "; ".join(
+        f"{b:,} at {', '.join(str(n) for n in sorted(gpus))} GPUs" for b, gpus in sorted(by_batch.items())
+    )
+    return (
+        f"No recommendation across these rows: they train different global batches (samples per step: "
+        f"{where}), so the same number of steps is not the same training and their times and costs do not "
+        f"compare. Set `global_batch` in the sweep file (e.g. global_batch: {min(by_batch):,}) so that every "
+        "row trains the same samples per step; the speedups below compare optimizers on the same GPUs and "
+        "batch."
+    )
 
 
 def outlay(r: dict[str, Any]) -> float:
@@ -407,6 +442,19 @@ def _sooner_line(chosen, feasible) -> list[str]:
         f"Sooner for about the same cost: {alt['optimizer']} on {alt['cluster']}, {_hours(alt['ttt_h'])} "
         f"({chosen['ttt_h'] / alt['ttt_h']:.1f}x sooner) for {price} (${alt['cost']:,.0f})."
     ]
+
+
+def tie_text(cell: dict[str, Any]) -> str:
+    """A per-network cell's optimizer, with the cheaper one it ties with under the EQUIVALENT_GAIN rule:
+    ``adam (tie: binsgdm 0.8% cheaper, within 3%)``."""
+    best, tie = cell["best"], cell.get("tie_with")
+    if tie is None:
+        return best["optimizer"]
+    what = tie["optimizer"] if tie["optimizer"] != best["optimizer"] else tie["cluster"]
+    return (
+        f"{best['optimizer']} (tie: {what} {100 * (1 - tie['cost'] / best['cost']):.1f}% cheaper, within "
+        f"{100 * EQUIVALENT_GAIN:.0f}%)"
+    )
 
 
 def cost_text(r: dict[str, Any]) -> str:
@@ -631,16 +679,19 @@ def _exact_break_even(row: dict[str, Any], bracket: tuple[float, float], scenari
 
 def by_network(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The planner's table: per network and GPU count, the cheapest optimizer (the simpler one when the
-    saving is within EQUIVALENT_GAIN and the bands, as ``recommendation``), its speedup over the baseline
-    with the paired band, time to train and cost (network included); networks in numeric order."""
+    saving is within EQUIVALENT_GAIN and the bands, as ``recommendation``; then ``tie_with`` is the
+    cheaper row it ties with), its speedup over the baseline with the paired band, time to train and
+    cost (network included); networks in numeric order."""
     cells: dict[tuple, list] = {}
     for r in rows:
         cells.setdefault((network_order(r), r["network"], r["world_size"], r["gpu"]), []).append(r)
     out = []
     for (_, net, n, gpu), group in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3])):
-        best = min(group, key=lambda r: (r["cost"], r["ttt_h"]))
+        cheapest = best = min(group, key=lambda r: (r["cost"], r["ttt_h"]))
         simpler = [r for r in group if complexity(r) < complexity(best) and equivalent(r, best)]
         if simpler:  # as the recommendation: a saving within the noise does not change the optimizer
             best = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
-        out.append({"network": net, "world_size": n, "gpu": gpu, "best": best})
+        # a tie kept for the simpler option is shown as a tie: "adam" alone read as the cheapest
+        tie = cheapest if cheapest is not best else None
+        out.append({"network": net, "world_size": n, "gpu": gpu, "best": best, "tie_with": tie})
     return out

@@ -111,12 +111,20 @@ def _section(model, rows, meta, results, deadline_h, budget, several: bool) -> S
         "timeline": figures.timeline(
             focus_run,
             f"{focus['optimizer']} on {focus['cluster']}, {model}"
-            + ("" if rec["chosen"] else " (the fastest; nothing meets the constraints)"),
+            + (
+                ""
+                if rec["chosen"]
+                else " (the fastest per step; the rows train different global batches)"
+                if rec.get("mixed")
+                else " (the fastest; nothing meets the constraints)"
+            ),
         ),
         "bytes": figures.bytes_on_wire(rows, focus["network"], focus["gpu"], suffix),
         "cost": figures.cost_vs_time(rows, rec["chosen"], suffix),
     }
-    hot = hottest_links(scenario, focus_run) | {"role": "recommended" if rec["chosen"] else "fastest"}
+    hot = hottest_links(scenario, focus_run) | {
+        "role": "recommended" if rec["chosen"] else "fastest per step" if rec.get("mixed") else "fastest"
+    }
     crossings = analysis.break_even_crossings(rows, meta["scenarios"], meta.get("warmup"))
     evens = [b for found in crossings.values() for b in found if not isinstance(b, tuple)]
     return Section(model, rows, rec, figs, hot, analysis.by_network(rows), evens)
@@ -177,14 +185,14 @@ def _by_network_html(section: Section) -> str:
     """Per network and GPU count: what to run, how much faster than the baseline, time and cost."""
     rows = "".join(
         f"<tr><td>{html.escape(c['network'])}</td><td>{c['world_size']} x {html.escape(c['gpu'])}</td>"
-        f"<td>{html.escape(c['best']['optimizer'])}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
+        f"<td>{html.escape(analysis.tie_text(c))}</td><td>{html.escape(analysis.speedup_text(c['best']))}</td>"
         f"<td>{analysis._hours(c['best']['ttt_h'])}</td><td>{_cost_cell(c['best'])}</td>"
         f"<td>{_network_cell(c['best'])}</td></tr>"
         for c in section.table
     )
     base = next((r["baseline"]["optimizer"] for r in section.rows if r.get("baseline")), "the baseline")
     return (
-        f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer</th>'
+        f'<table class="by-network"><tr><th>network</th><th>GPUs</th><th>cheapest optimizer (within {100 * analysis.EQUIVALENT_GAIN:.0f}%: the simpler)</th>'
         f"<th>speedup over {html.escape(base)} (P10–P90, paired)</th><th>time to train</th><th>cost (P10–P90)</th>"
         f"<th>of which network</th></tr>{rows}</table>"
     )
@@ -194,7 +202,14 @@ def _section_html(section: Section, index: int, several: bool) -> str:
     tag = f"-{index}" if several else ""
     parts = [
         f'<section class="fig" id="fig-{name}{tag}">'
-        + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{name}{tag}")
+        + pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"plot-{name}{tag}",
+            default_width="100%",  # the container's width, redrawn when the window is resized
+            config={"responsive": True},
+        )
         + "</section>"
         for name, fig in section.figs.items()
     ]
@@ -207,11 +222,17 @@ def _section_html(section: Section, index: int, several: bool) -> str:
         for i, r in enumerate(front, 1)
     )
     title = f'<h2 class="model" id="model{tag}">{html.escape(section.model)}</h2>' if several else ""
+    mixed = (
+        '<p class="warning">These rows train different global batches: a faster or cheaper row may train '
+        "fewer samples per step (see the recommendation).</p>"
+        if section.rec.get("mixed")
+        else ""
+    )
     return f"""<div class="section" data-model="{html.escape(section.model)}">{title}
 <div class="recommendation"><h2>Recommendation</h2><ul>{rec_html}</ul></div>
 <h3>By network: what to run at each NIC speed and GPU count</h3>
 {_by_network_html(section)}
-<h3>Pareto frontier (no other configuration is both faster and cheaper; # as in the cost figure)</h3>
+<h3>Pareto frontier (no other configuration is both faster and cheaper; # as in the cost figure)</h3>{mixed}
 <table class="pareto"><tr><th>#</th><th>optimizer</th><th>cluster</th><th>time to train (h)</th><th>cost</th>
 <th>samples/s</th><th>speedup</th></tr>
 {table_rows}</table>
@@ -244,7 +265,9 @@ def render_html(
 <html lang="en"><head><meta charset="utf-8">
 <title>clustersim report: {html.escape(meta.get("name", "sweep"))}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; padding: 0 1rem; color: #222; }}
+/* a narrow window scrolls a wide table inside itself, never the page sideways */
+table {{ display: block; max-width: 100%; overflow-x: auto; }} .fig {{ max-width: 100%; overflow-x: auto; }}
 h1 {{ margin-bottom: 0.2rem; }} .meta {{ color: #666; margin-top: 0; }}
 .recommendation {{ background: #f4f8ff; border-left: 4px solid #4C78A8; padding: 0.6rem 1.2rem; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }} td, th {{ border: 1px solid #ddd; padding: 0.3rem 0.6rem; }}
@@ -339,6 +362,8 @@ def write_report(
                         "gpus": c["world_size"],
                         "gpu": c["gpu"],
                         "optimizer": c["best"]["optimizer"],
+                        "tie_with": c["tie_with"]["optimizer"] if c["tie_with"] else None,
+                        "tie_cost": c["tie_with"]["cost"] if c["tie_with"] else None,
                         "speedup": c["best"].get("speedup"),
                         "speedup_p10": c["best"].get("speedup_p10"),
                         "speedup_p90": c["best"].get("speedup_p90"),

@@ -92,16 +92,20 @@ def _log_axis(fig: go.Figure, axis: str, values: list[float]) -> None:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
-    """Title top left, legend to the right of the plot (never over the title or the axes)."""
+    """Title top left, legend to the right of the plot (never over the title or the axes). No width: a
+    figure takes its container's (the page is responsive). Empty axis titles leave a faceted figure's
+    own (_facets) as they are."""
     fig.update_layout(
         title={"text": title, "x": 0.0, "xanchor": "left", "y": 0.97, "yanchor": "top"},
-        xaxis_title=x,
-        yaxis_title=y,
         template="plotly_white",
         height=480,
         legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"},
-        margin={"t": 70, "b": 60, "r": 40},
+        margin={"t": MARGIN_TOP, "b": MARGIN_BOTTOM, "r": 40},
     )
+    if x:
+        fig.update_layout(xaxis_title=x)
+    if y:
+        fig.update_layout(yaxis_title=y)
     if log_x:
         fig.update_xaxes(type="log")
     return fig
@@ -128,22 +132,34 @@ def _error_bars(pts: list[dict[str, Any]], key: str, unit: str = "") -> dict | N
 
 
 FACET_COLUMNS = 3  # networks side by side per row of panels (the report is 1,100 px wide)
+MARGIN_TOP, MARGIN_BOTTOM = 70, 60  # px, as _layout sets them
+TITLE_PX = 30  # a panel's title (one line of 14 px text) and the space around it
+CHAR_PX = 6.5  # one character of a 12 px tick label, at most (plotly's default font)
 
 
-def _facets(networks: list[str], title_y: str) -> go.Figure:
-    """One panel per network (sharing the y axis), so lines of two networks never lie on one another."""
+def _facets(networks: list[str], title_y: str, title_x: str, panel_px: int, below_px: float) -> go.Figure:
+    """One panel per network, every panel on one y scale (``shared_yaxes="all"``: a 1.16x must not
+    fill a panel as a 1.8x fills the next), and between rows of panels room (px) for the tick labels
+    and axis title below a panel (``below_px``) and the next panel's title, so none overlaps; the x
+    axis title only under the lowest panel of each column. Heights in pixels, not fractions, so two
+    rows of panels have the same room as one."""
     cols = min(FACET_COLUMNS, len(networks)) or 1
     rows = -(-len(networks) // cols) or 1
+    gap = round(below_px + TITLE_PX)  # whole pixels: the page sizes the figure's box in px
+    plot_px = rows * panel_px + (rows - 1) * gap
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        shared_yaxes=True,
+        shared_yaxes="all",
         subplot_titles=networks,
         horizontal_spacing=0.04,
-        vertical_spacing=0.16 if rows > 1 else 0.1,
+        vertical_spacing=gap / plot_px if rows > 1 else 0.0,
     )
-    fig.update_layout(height=120 + 320 * rows)
+    fig.update_layout(height=MARGIN_TOP + MARGIN_BOTTOM + plot_px)
     fig.update_yaxes(title_text=title_y, col=1)
+    for i in range(len(networks)):
+        if i + cols >= len(networks):  # nothing below this panel: its column's x title goes here
+            fig.update_xaxes(title_text=title_x, **_cell(i))
     return fig
 
 
@@ -163,7 +179,7 @@ def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
     networks = list(dict.fromkeys(_networks(rows)))
     dashes = _styles(networks, DASHES)
     markers = _styles(sorted({gpu for _, _, gpu in groups}), MARKERS)
-    fig = _facets(networks, "speedup (x)")
+    fig = _facets(networks, "speedup (x)", "GPUs", panel_px=260, below_px=45)
     shown: set[str] = set()
     for (opt, net, gpu), pts in groups.items():
         pts.sort(key=lambda r: r["world_size"])
@@ -202,12 +218,12 @@ def speedup_vs_gpus(rows: list[dict[str, Any]], suffix: str = "") -> go.Figure:
         fig.add_hline(y=1.0, line_dash="dot", line_color="grey", **_cell(i))
     gpus = " · ".join(markers)
     base = next((r["baseline"]["optimizer"] for r in rows if r.get("baseline")), "the baseline")
+    height = fig.layout.height
     _layout(
         fig, f"Time-to-train speedup over {base} on the same cluster ({gpus}), per network{suffix}", "", ""
     )
-    fig.update_layout(height=120 + 320 * (-(-len(networks) // FACET_COLUMNS) or 1))
-    fig.update_xaxes(type="log", title_text="GPUs")
-    fig.update_yaxes(title_text="speedup (x)", col=1)
+    fig.update_layout(height=height)
+    fig.update_xaxes(type="log")
     _gpu_ticks(fig, [r["world_size"] for r in rows])
     return fig
 
@@ -217,11 +233,17 @@ def breakdown_bars(rows: list[dict[str, Any]], gpu: str, suffix: str = "") -> go
     sweep, not only the recommended one's), the parts stacked in the phase colours of the timeline."""
     mine = [r for r in rows if r["gpu"] == gpu]
     networks = list(dict.fromkeys(_networks(mine)))
-    fig = _facets(networks, "ms per iteration")
+    labels_of = {
+        net: sorted([r for r in mine if r["network"] == net], key=lambda r: (r["world_size"], r["optimizer"]))
+        for net in networks
+    }
+    longest = max((len(f"{r['optimizer']} @ {r['world_size']}") for r in mine), default=0)
+    # the bar labels stand at 90 degrees: a label's length is its height below the panel, then the title
+    fig = _facets(
+        networks, "ms per iteration", "optimizer @ GPUs", panel_px=300, below_px=longest * CHAR_PX + 35
+    )
     for i, net in enumerate(networks):
-        sel = sorted(
-            [r for r in mine if r["network"] == net], key=lambda r: (r["world_size"], r["optimizer"])
-        )
+        sel = labels_of[net]
         labels = [f"{r['optimizer']} @ {r['world_size']}" for r in sel]
         for key, name, phase in PARTS:
             fig.add_trace(
@@ -236,11 +258,12 @@ def breakdown_bars(rows: list[dict[str, Any]], gpu: str, suffix: str = "") -> go
                 **_cell(i),
             )
     fig.update_layout(barmode="stack")
+    height = fig.layout.height
     _layout(fig, f"Where one iteration goes ({gpu}), per network{suffix}", "", "")
-    # room for the rotated bar labels and the eight parts of the legend
-    fig.update_layout(height=200 + 360 * (-(-len(networks) // FACET_COLUMNS) or 1))
-    fig.update_xaxes(title_text="optimizer @ GPUs")
-    fig.update_yaxes(title_text="ms per iteration", col=1)
+    # the lowest row's bar labels and x title below the plot area, and the eight parts of the legend
+    bottom = round(longest * CHAR_PX + 40)
+    fig.update_layout(height=height - MARGIN_BOTTOM + bottom, margin={"b": bottom})
+    fig.update_xaxes(tickangle=-90)
     return fig
 
 
@@ -327,29 +350,57 @@ def pareto_labels(front: list[dict[str, Any]]) -> list[str]:
 
 
 def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = "") -> go.Figure:
-    """Every configuration (colour: optimizer); the Pareto frontier's points are numbered as in the
+    """Every configuration: colour per optimizer, marker symbol per network, each with its legend entry
+    (clicking an optimizer's hides its points); the Pareto frontier's points are numbered as in the
     report's table (labels inside the plot, none overlapping, drawn over the recommended star), and
-    every point names its cluster on hover. Both axes logarithmic, ticked at decades."""
+    every point names its cluster on hover (always-on GPU counts beside every point overlapped into
+    an unreadable cloud). Both axes logarithmic, ticked at decades."""
     fig = go.Figure()
     colors = optimizer_colors(rows)
+    networks = list(dict.fromkeys(_networks(rows)))
+    symbols = _styles(networks, MARKERS)
     for opt in sorted({r["optimizer"] for r in rows}):
-        pts = [r for r in rows if r["optimizer"] == opt]
-        err = _error_bars(pts, "ttt", "_h")
-        cost_err = _error_bars(pts, "cost", "")
+        for net in networks:
+            pts = [r for r in rows if r["optimizer"] == opt and r["network"] == net]
+            if not pts:
+                continue
+            err = _error_bars(pts, "ttt", "_h")
+            cost_err = _error_bars(pts, "cost", "")
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["ttt_h"] for p in pts],
+                    y=[p["cost"] for p in pts],
+                    mode="markers",
+                    name=f"{opt} · {net}",
+                    legendgroup=opt,
+                    showlegend=False,  # the legend keys colour (optimizer) and symbol (network) apart
+                    marker={"color": colors[opt], "symbol": symbols[net], "size": 9},
+                    customdata=[_point_label(p) for p in pts],
+                    hovertemplate=f"{opt}<br>%{{customdata}}<br>%{{x:,.1f}} h, $%{{y:,.0f}}<extra></extra>",
+                    error_x=err and {**err, "color": colors[opt]},
+                    error_y=cost_err and {**cost_err, "color": colors[opt], "thickness": 1},
+                )
+            )
+    for opt in sorted({r["optimizer"] for r in rows}):  # legend: one entry per optimizer (its colour)
         fig.add_trace(
             go.Scatter(
-                x=[p["ttt_h"] for p in pts],
-                y=[p["cost"] for p in pts],
-                mode="markers+text",
+                x=[None],
+                y=[None],
+                mode="markers",
                 name=opt,
-                marker={"color": colors[opt], "size": 8},
-                text=[str(p["world_size"]) for p in pts],  # every point says its GPU count
-                textposition="middle right",
-                textfont={"size": 9, "color": colors[opt]},
-                customdata=[_point_label(p) for p in pts],
-                hovertemplate=f"{opt}<br>%{{customdata}}<br>%{{x:,.1f}} h, $%{{y:,.0f}}<extra></extra>",
-                error_x=err and {**err, "color": colors[opt]},
-                error_y=cost_err and {**cost_err, "color": colors[opt], "thickness": 1},
+                legendgroup=opt,
+                marker={"color": colors[opt], "symbol": "circle", "size": 9},
+            )
+        )
+    for net in networks:  # and one per network (its symbol)
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=net,
+                legendgroup=f"network {net}",
+                marker={"color": "grey", "symbol": symbols[net], "size": 9},
             )
         )
     if chosen is not None:
@@ -400,7 +451,7 @@ def cost_vs_time(rows: list[dict[str, Any]], chosen: dict | None, suffix: str = 
     model = "owned" if basis.startswith("owned") else "rented" if basis.startswith("rented") else ""
     fig = _layout(
         fig,
-        f"Cost ({model}, P10–P90) vs time to train{suffix}; points labelled with their GPU count",
+        f"Cost ({model}, P10–P90) vs time to train{suffix}; hover a point for its cluster",
         "time to train (h)",
         "cost (USD)",
     )
