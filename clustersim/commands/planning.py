@@ -195,7 +195,13 @@ def report(
     deadline: Optional[str] = typer.Option(
         None, "--deadline", help="Wall-clock limit the recommendation must meet: 3d, 72h, 90m."
     ),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
+    budget: Optional[float] = typer.Option(
+        None,
+        "--budget",
+        help="Most USD to spend: owned (--cost own, the default), the cluster's capital plus the run's "
+        "power; "
+        "rented, the run's rental.",
+    ),
     baseline: Optional[str] = BaselineOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
     cost: Optional[str] = CostOpt,
@@ -389,7 +395,13 @@ def plan_cmd(
         "x the model's sequence length), rounded up.",
     ),
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Maximum cost in USD."),
+    budget: Optional[float] = typer.Option(
+        None,
+        "--budget",
+        help="Most USD to spend: owned (--cost own, the default), the cluster's capital plus the run's "
+        "power; "
+        "rented, the run's rental.",
+    ),
     candidates: Optional[Path] = typer.Option(
         None,
         "--candidates",
