@@ -42,3 +42,17 @@ def test_a_commands_phases_share_one_clock():
         support._command_start[0] = None
     elapsed = float(line.split(", ")[1].split(" s elapsed")[0].replace(",", ""))
     assert elapsed >= 100.0 and line.endswith("~0 s left"), line
+
+
+def test_plan_says_when_its_counted_candidates_are_done_and_choosing_runs(capsys):
+    """A plan's progress read 'candidates 28/28' for seconds while the bands ran: the stage after the
+    count is said (PlainProgress.say through the callback's say, planning.say_stage)."""
+    from clustersim.commands import support
+    from clustersim.planner.planning import say_stage
+
+    with support.progress_bar("plan", "candidates") as update:
+        update(3, 3)
+        say_stage(update, "choosing: the bands")
+    err = capsys.readouterr().err
+    assert "plan: choosing: the bands" in err
+    say_stage(lambda done, total=None: None, "ignored")  # a plain callable has no say: nothing happens

@@ -588,8 +588,13 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
     _progress_shown.set()
     if not console.is_terminal:
         plain = PlainProgress(label, unit, total)
+
+        def plain_update(done: int, total: int | None = None) -> None:
+            plain.update(done, total)
+
+        plain_update.say = plain.say  # a stage after the counted work (say_stage)
         try:
-            yield plain.update
+            yield plain_update
         finally:
             plain.close()
         return
@@ -621,6 +626,10 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
             else:
                 bar.update(task, completed=done, total=total)
 
+        def say(message: str) -> None:  # a stage after the counted work: the bar says what runs now
+            bar.update(task, description=f"{label}: {message}")
+
+        update.say = say
         yield update
 
 

@@ -29,6 +29,14 @@ from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile
 NOTHING_FITS = {"micro_batch": 1}
 
 
+def say_stage(progress, message: str) -> None:
+    """Tell a progress display that counted work is done and ``message`` runs now, when it can be told
+    (the CLI's progress gives its callback a ``say``; a plain callable is left alone)."""
+    say = getattr(progress, "say", None)
+    if say is not None:
+        say(message)
+
+
 def with_layouts(
     base, rows: list[dict[str, Any]], steps: int, global_batch: int, workers: int = 1
 ) -> list[dict[str, Any]]:
@@ -893,6 +901,7 @@ def _plan(
         )  # fmt: skip
     if not ok:
         _nothing_runs(records, model)
+    say_stage(progress, "choosing: break-evens and the bands of the choice and its runners-up")
     # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
     analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)

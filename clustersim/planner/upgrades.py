@@ -130,7 +130,7 @@ def evaluate(
     run costs (owned options: the owned model; rented ones: the instance-hours), hours saved per run and
     payback in days of training saved."""
     from clustersim.planner.compare import mean_step_time
-    from clustersim.planner.planning import _add_bands, simulate_rows, with_layouts
+    from clustersim.planner.planning import _add_bands, say_stage, simulate_rows, with_layouts
     from clustersim.report.analysis import cluster_label
 
     have = load_have(have_path, base)
@@ -147,6 +147,8 @@ def evaluate(
             f"{records[0]['error'][:200]}",
             source=str(have_path),
         )
+    if samples > 0:
+        say_stage(progress, f"banding the fastest of each of {len(opts)} options ({samples} draws each)")
     results = []
     for i, opt in enumerate(opts):
         mine = [r for r in ok if option_of.get(r["row_id"]) == i]
