@@ -73,3 +73,25 @@ def test_one_bit_adams_host_staged_copies_are_the_hosts_pageable_copies():
     for op in staged:
         copy_s, _ = host.pageable_copy(op.meta["bytes"], to_host=op.name.endswith("D2H"))
         assert op.end - op.start == pytest.approx(copy_s + sync, rel=1e-9), op.name
+
+
+def test_page_faults_are_drawn_apart_from_the_hosts_rates():
+    """A draw's fault factor moves the blocking copy's page faults and nothing else of the host's
+    work; the rates' factor moves the rest and not the faults."""
+    from clustersim.simulator.context import Perturbation, network_params
+
+    s = load_scenario("preset:offload-dos-7b-h100")
+    net = network_params(None)
+
+    def host_ops(perturbation):
+        result = simulate(s, perturbation=perturbation)
+        faults = sum(o.end - o.start for o in result.ops if o.name.startswith("page faults"))
+        update = sum(o.end - o.start for o in result.ops if o.name.startswith("CPU update"))
+        return faults, update
+
+    faults, update = host_ops(Perturbation(net))
+    assert faults > 0 and update > 0
+    doubled_faults, same_update = host_ops(Perturbation(net, fault_scale=2.0))
+    assert doubled_faults == pytest.approx(2 * faults) and same_update == pytest.approx(update)
+    same_faults, slower_update = host_ops(Perturbation(net, host_scale=1.5))
+    assert same_faults == pytest.approx(faults) and slower_update == pytest.approx(1.5 * update, rel=0.01)

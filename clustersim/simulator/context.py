@@ -52,6 +52,7 @@ class SimulationContext:
     _other_scale: float = 1.0  # the draw's compute factor on a measured "other" phase
     _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
     _host_rate_scale: float = 1.0  # the draw's factor on host CPU/memory time (simulator/host.py)
+    _fault_scale: float = 1.0  # the draw's factor on the host's page-fault cost (simulator/host.py)
     _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
     _host_bwd_scale: float = 1.0
     _host_opt_scale: float = 1.0
@@ -295,12 +296,14 @@ def _matching_phases(profile: Profile | None, scenario: Scenario, workload: Work
 class Perturbation:
     """One draw of the uncertain model parameters (simulator/uncertainty.py): the collective model's
     parameters and a factor on the device's time (forward, backward, host dispatch and every other
-    kernel pass: update, casts, compression) and a factor on the host's CPU and memory time
-    (simulator/host.py: CPU Adam, streaming passes, pageable copies, page faults, memory reports)."""
+    kernel pass: update, casts, compression), a factor on the host's CPU and memory time
+    (simulator/host.py: CPU Adam, streaming passes, pageable copies, memory reports) and one on its
+    page faults (a property of the kernel and its settings, not of the CPU's rates: drawn apart)."""
 
     network: NetworkParams
     compute_scale: float = 1.0
     host_scale: float = 1.0
+    fault_scale: float = 1.0
 
 
 def network_params(profile: Profile | None, label: str = "profile") -> NetworkParams:
@@ -410,6 +413,7 @@ def build_context(
             ctx._other_scale = perturbation.compute_scale
         ctx._host_scale = perturbation.compute_scale
         ctx._host_rate_scale = perturbation.host_scale
+        ctx._fault_scale = perturbation.fault_scale
         ctx._host = None  # rebuilt with the draw's host factor
         # set last: the measured-to-modelled ratios above (apply_model_compute) are taken unscaled
         device.stream_scale = perturbation.compute_scale

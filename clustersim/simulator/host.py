@@ -53,6 +53,7 @@ class HostModel:
     rdma: bool
     scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
     page_fault_s: float | None = None  # the scenario's cluster.host.page_fault_us, in seconds
+    fault_scale: float = 1.0  # a draw's factor on the page-fault cost, apart from ``scale``
     # the CPU memcpy between the driver's bounce buffer and pageable memory, bytes/s (pageable_copy)
     staging_d2h: float = 19.6e9
     staging_h2d: float = 35.0e9
@@ -79,7 +80,8 @@ class HostModel:
         fault = None if c.host.page_fault_us is None else c.host.page_fault_us * 1e-6
         share = dram_node / c.gpus_per_node
         d2h, h2d = staging_rates(ctx.profile.host.copy_gbs if ctx.profile is not None else {})
-        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault, d2h, h2d)
+        faults = getattr(ctx, "_fault_scale", 1.0)
+        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault, faults, d2h, h2d)
 
     def links(self) -> dict[str, float]:
         return {
@@ -124,7 +126,7 @@ class HostModel:
         hardware_defaults.yaml host.first_touch_s_per_page)."""
         d = hardware_defaults()["host"]
         per_page = d["first_touch_s_per_page"] if self.page_fault_s is None else self.page_fault_s
-        return max(nbytes, 0.0) / d["page_bytes"] * per_page * self.scale
+        return max(nbytes, 0.0) / d["page_bytes"] * per_page * self.fault_scale
 
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param

@@ -11,13 +11,15 @@ What is uncertain, and how wide:
   the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
   were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
 * **Host.** The host's CPU and memory work (simulator/host.py: the CPU optimizer's rate, streaming
-  passes such as a CPU upcast, the driver's pageable copies, page faults, DeepSpeed's memory reports)
-  gets one lognormal factor per draw, independent of the device's, of width HOST_SIGMA. It changes
-  nothing where the host does no such work (no offload), so those runs' bands are as before.
+  passes such as a CPU upcast, the driver's pageable copies, DeepSpeed's memory reports) gets one
+  lognormal factor per draw, independent of the device's, of width HOST_SIGMA; its page faults another
+  of the same width, drawn apart (the kernel's fault path, its mitigations and huge-page settings are
+  not the CPU's rates). They change nothing where the host does no such work (no offload), so those
+  runs' bands are as before.
 
 **Draws.** All of these are standard normals mapped through their widths, and the draws are the
 points of one scrambled Sobol sequence over all of them (quasi_normals, a fixed seed; the host's
-factor from a sequence of its own): the same inputs
+factors from sequences of their own): the same inputs
 give the same draws, so every command prints the same band. Each draw rebuilds the cost models and
 re-runs the whole discrete-event simulation, so overlap, bucket timing and offload interleaving respond
 to the perturbation exactly as they would to a real change (a Megatron pipeline's program, whose ops a
@@ -237,7 +239,12 @@ def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturb
     # the host's factor from its own sequence (seed + 1), so that every other draw is what it is without
     # it, and a run whose host does no CPU work keeps its band
     hosts = np.exp(HOST_SIGMA * quasi_normals(n, 1, seed + 1)[:, 0])
-    return [Perturbation(net, float(s), float(h)) for net, s, h in zip(nets, scales, hosts)]
+    # the page-fault cost from a third sequence: the kernel's fault path is not the CPU's rates, so a
+    # ratio of a faulting run over one that does not fault keeps its uncertainty
+    faults = np.exp(HOST_SIGMA * quasi_normals(n, 1, seed + 2)[:, 0])
+    return [
+        Perturbation(net, float(s), float(h), float(f)) for net, s, h, f in zip(nets, scales, hosts, faults)
+    ]
 
 
 def quasi_normals(n: int, d: int, seed: int = 0) -> np.ndarray:
