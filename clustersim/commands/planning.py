@@ -167,6 +167,13 @@ def _costs(cost, price, network_prices, instance, instances, own_prices):
     return cost_model(cost, price, _network(network_prices), instance, instances, own_prices)
 
 
+# what a budget is compared with depends on the cost model: one declaration for plan and report
+BudgetOpt = typer.Option(
+    None,
+    "--budget",
+    help="Most USD to spend: owned (--cost own, the default), the cluster's capital plus the run's power; "
+    "rented, the run's rental.",
+)
 BaselineOpt = typer.Option(
     None,
     "--baseline",
@@ -195,13 +202,7 @@ def report(
     deadline: Optional[str] = typer.Option(
         None, "--deadline", help="Wall-clock limit the recommendation must meet: 3d, 72h, 90m."
     ),
-    budget: Optional[float] = typer.Option(
-        None,
-        "--budget",
-        help="Most USD to spend: owned (--cost own, the default), the cluster's capital plus the run's "
-        "power; "
-        "rented, the run's rental.",
-    ),
+    budget: Optional[float] = BudgetOpt,
     baseline: Optional[str] = BaselineOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
     cost: Optional[str] = CostOpt,
@@ -395,13 +396,7 @@ def plan_cmd(
         "x the model's sequence length), rounded up.",
     ),
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
-    budget: Optional[float] = typer.Option(
-        None,
-        "--budget",
-        help="Most USD to spend: owned (--cost own, the default), the cluster's capital plus the run's "
-        "power; "
-        "rented, the run's rental.",
-    ),
+    budget: Optional[float] = BudgetOpt,
     candidates: Optional[Path] = typer.Option(
         None,
         "--candidates",
