@@ -35,6 +35,15 @@ class Chunk:
     last: bool  # holds the LM head
 
 
+def _neighbours(crossing: int, boundaries: int) -> str:
+    """Where neighbouring stages sit, for `run`'s placement line."""
+    if crossing == boundaries:
+        return "neighbours on different nodes"
+    if crossing == 0:
+        return "neighbours inside one node"
+    return f"neighbours inside one node but at {crossing} of {boundaries} boundaries, which cross nodes"
+
+
 @dataclass(frozen=True)
 class Layout:
     tensor: int
@@ -108,16 +117,27 @@ class Layout:
         return GroupShape(-(-d // per_node), per_node, t)
 
     def pipeline_pair(self) -> GroupShape:
-        """Two neighbouring stages, t * d ranks apart: on two nodes (every GPU of a node sending to
-        its peer at once) when t * d >= GPUs per node, else inside one node."""
+        """Two neighbouring stages, t * d ranks apart, inside one node (a node holds g / (t * d) whole
+        stages when t * d < GPUs per node; stages_pair says which neighbours are apart)."""
+        return self.stages_pair(0, 1)
+
+    def stages_pair(self, a: int, b: int) -> GroupShape:
+        """The ranks of stages ``a`` and ``b`` that exchange (the same tensor and data rank in each,
+        t * d * |a - b| apart): on two nodes, every GPU of a node sending to its peer at once, when the
+        two stages sit on different nodes: always when t * d >= GPUs per node, else when they fall in
+        different blocks of g / (t * d) stages (Megatron's rank order puts whole stages on a node)."""
         span, g = self.tensor * self.data, self.gpus_per_node
-        if span >= g:
-            return GroupShape(2, 1, g)
+        if span >= g or a // (g // span) != b // (g // span):
+            return GroupShape(2, 1, min(g, span))
         return GroupShape(1, 2, max(1, g // 2))
+
+    def crossing_boundaries(self) -> int:
+        """How many of the p - 1 stage boundaries cross between nodes."""
+        return sum(self.stages_pair(s, s + 1).nodes > 1 for s in range(self.pipeline - 1))
 
     def describe(self) -> dict:
         """The placement, for ``run``'s output: which global ranks form each group, and where."""
-        t, d, p, g = self.tensor, self.data, self.pipeline, self.gpus_per_node
+        t, d, p = self.tensor, self.data, self.pipeline
 
         def where(shape: GroupShape) -> str:
             return "inside one node" if shape.nodes == 1 else f"across {shape.nodes} nodes"
@@ -142,7 +162,7 @@ class Layout:
             + (
                 "one stage: no pipeline neighbours"  # p = 1 (ZeRO/FSDP or TP alone) has none to place
                 if p == 1
-                else f"neighbours {'on different nodes' if t * d >= g else 'inside one node'}"
+                else _neighbours(self.crossing_boundaries(), p - 1)
             ),
             "layers_per_chunk": self.arch.layers // (p * self.virtual),
         }

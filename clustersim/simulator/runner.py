@@ -355,10 +355,10 @@ def _repriced_column(repricer, index: dict, ctx: SimulationContext):
         return None
     durations, slowdowns = index["durations"].copy(), index["slowdowns"].copy()
     for key, ids in index["groups"]:
-        if key != "send" and key[0] == "pass":  # ("pass", chunk, forward): the chunk's pass time
+        if key not in ("send", "send_across") and key[0] == "pass":  # ("pass", chunk, forward)
             durations[ids] = prices.times[key[1]][0 if key[2] else 1]
             continue
-        priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
+        priced = prices.priced(key)
         if priced.demands:
             return None
         durations[ids] = priced.duration

@@ -30,6 +30,7 @@ from clustersim.simulator.strategies.common import (
     add_priced,
     price_collective,
 )
+from clustersim.topologies import GroupShape
 from clustersim.workloads.fp8 import FP8_BYTES
 
 
@@ -107,17 +108,32 @@ def _again_time(ctx: SimulationContext, layer, how: str, forward_time, kernels_t
 class PipelinePrices(NamedTuple):
     """What a pipeline program's passes cost under one context: each chunk's (forward, backward) time,
     its passes' tensor-parallel collectives (name, priced) by (chunk, forward), and the priced send
-    between stages (None for a single chunk). The program's shape follows from the layout alone."""
+    between neighbouring stages on one node and between stages on two nodes (each None where no
+    boundary is of that kind). The program's shape follows from the layout alone."""
 
     times: dict
     tp: dict
     send: PricedCollective | None
+    send_across: PricedCollective | None = None
+
+    def send_between(self, across: bool) -> PricedCollective:
+        return self.send_across if across else self.send
+
+    def priced(self, key):
+        """The price a repricer's key names: "send", "send_across", or (chunk, forward, i) of tp."""
+        if key == "send":
+            return self.send
+        if key == "send_across":
+            return self.send_across
+        return self.tp[key[:2]][key[2]][1]
 
     def same_shape(self, other: "PipelinePrices") -> bool:
         """Whether a program laid out with ``other`` has the same ops as one with these prices."""
         names = {k: [name for name, _ in v] for k, v in self.tp.items()}
-        return names == {k: [name for name, _ in v] for k, v in other.tp.items()} and (
-            (self.send is None) == (other.send is None)
+        return (
+            names == {k: [name for name, _ in v] for k, v in other.tp.items()}
+            and (self.send is None) == (other.send is None)
+            and (self.send_across is None) == (other.send_across is None)
         )
 
 
@@ -128,13 +144,21 @@ def pipeline_prices(ctx: SimulationContext) -> PipelinePrices:
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
     # is priced once (a 1T-parameter step adds 130k of them).
     tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
-    # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all)
-    send = (
-        price_collective(ctx, "send_recv", activation / L.tensor, ctx.pipeline_pair)
-        if len(L.chunks) > 1
-        else None
-    )
-    return PipelinePrices(times, tp, send)
+    # a single chunk sends nothing: no stage to price a link to (a one-node job may have no NIC at all);
+    # a send inside a node and one between nodes are priced where a boundary of that kind exists
+    kinds = {_crosses(L, j, j + 1) for j in range(len(L.chunks) - 1)}
+    nbytes = activation / L.tensor
+    inside = GroupShape(1, 2, max(1, L.gpus_per_node // 2))
+    apart = GroupShape(2, 1, min(L.gpus_per_node, L.tensor * L.data))
+    send = price_collective(ctx, "send_recv", nbytes, inside) if False in kinds else None
+    across = price_collective(ctx, "send_recv", nbytes, apart) if True in kinds else None
+    return PipelinePrices(times, tp, send, across)
+
+
+def _crosses(L, j: int, k: int) -> bool:
+    """Whether chunk j's stage and chunk k's stage (chunk j runs on stage j mod p) sit on different
+    nodes (Layout.stages_pair)."""
+    return L.stages_pair(j % L.pipeline, k % L.pipeline).nodes > 1
 
 
 def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float, label: str) -> Program:
@@ -161,7 +185,7 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
     (_finish_stage) follows."""
     L = ctx.layout
     prog = Program()
-    times, tp, send = prices
+    times, tp = prices.times, prices.tp
     n = len(L.chunks)
     orders = [schedule(L, s) for s in range(L.pipeline)]
     sent: dict[tuple[bool, int, int], int] = {}
@@ -195,7 +219,7 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                     sent[(forward, j, micro)] = add_priced(
                         prog,
                         f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
-                        send,
+                        prices.send_between(_crosses(L, j, j + 1 if forward else j - 1)),
                         (op,),
                         rank=s,
                     )
@@ -226,6 +250,8 @@ class PipelineRepricer:
                 where[id(priced.meta)] = (*key, i)
         if self.prices.send is not None:
             where[id(self.prices.send.meta)] = "send"
+        if self.prices.send_across is not None:
+            where[id(self.prices.send_across.meta)] = "send_across"
         keys = [
             ("pass", op.meta["chunk"], op.category == "forward")
             if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
@@ -253,7 +279,7 @@ class PipelineRepricer:
                 for op in ops:
                     op.duration = duration
                 continue
-            priced = prices.send if key == "send" else prices.tp[key[:2]][key[2]][1]
+            priced = prices.priced(key)
             for op in ops:
                 op.duration = priced.duration
                 op.intra_node_bytes = priced.intra_node_bytes
@@ -292,7 +318,7 @@ def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_by
         ends.append(
             add_collective(
                 prog, ctx, "all_reduce tied embedding (first+last stage)", "all_reduce", embedding,
-                ctx.pipeline_pair, (ends[0],), rank=s,
+                L.stages_pair(0, L.pipeline - 1), (ends[0],), rank=s,
             )
         )  # fmt: skip
     update = prog.add(
