@@ -472,3 +472,15 @@ def test_the_terminal_table_marks_a_tie():
     console = Console(width=100, record=True)
     console.print(_by_network_table("BERT-Large", [cell | {"tie_with": None}]))
     assert "~" not in console.export_text()  # no tie, no rule to explain
+
+
+def test_a_cheaper_option_that_also_trains_sooner_is_not_equivalent_to_the_simpler_one():
+    """The 3% rule keeps the simpler of two options of about the same cost; one that costs a little
+    less and trains twice as fast is better, not a tie (a plan kept 32 B200 at 146 h over 64 B200 at
+    71 h for 1.9% less)."""
+    from clustersim.report.analysis import equivalent
+
+    simpler = {"cost": 12_619.0, "ttt_h": 146.2}
+    assert not equivalent(simpler, {"cost": 12_382.0, "ttt_h": 71.7})  # cheaper and 2x sooner
+    assert equivalent(simpler, {"cost": 12_382.0, "ttt_h": 143.0})  # cheaper by 1.9%, 2.2% sooner
+    assert not equivalent(simpler, {"cost": 12_000.0, "ttt_h": 146.2})  # 4.9% cheaper

@@ -282,9 +282,13 @@ def complexity(row: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def equivalent(simpler: dict[str, Any], cheaper: dict[str, Any], gain: float = EQUIVALENT_GAIN) -> bool:
-    """Whether ``cheaper`` saves less than ``gain`` of ``simpler``'s cost and, when both have P10-P90
-    bands, those bands overlap (with no bands the threshold alone decides)."""
+    """Whether ``cheaper`` saves less than ``gain`` of ``simpler``'s cost, is not also faster by more
+    than ``gain`` (a cheaper option that trains sooner too is better, not equivalent, however small
+    the saving) and, when both have P10-P90 bands, those bands overlap (with no bands the thresholds
+    alone decide)."""
     if cheaper["cost"] < simpler["cost"] * (1 - gain):
+        return False
+    if cheaper["ttt_h"] < simpler["ttt_h"] * (1 - gain):
         return False
     if "ttt_p10_h" in simpler and "ttt_p10_h" in cheaper:
         return indistinguishable(simpler, cheaper)
