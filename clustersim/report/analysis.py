@@ -501,8 +501,14 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
                 f"{alt['optimizer']} on {alt['cluster']} keeps its P90 within it "
                 f"({_hours(alt['ttt_p90_h'])}, ${alt['cost']:,.0f})"
             )
-        else:
-            avoid = "no configuration swept keeps its P90 within it"
+        else:  # only the rows given a band can say: the plan bands the cheapest few
+            banded = sum(r.get("ttt_p90_h") is not None for r in rows)
+            avoid = (
+                f"none of the {banded} options given a band keeps its P90 within it (a band is drawn for "
+                "the cheapest few; the runners-up show theirs)"
+                if banded < len(rows)
+                else "no configuration swept keeps its P90 within it"
+            )
         lines.append(
             f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
             f"{avoid}; a calibration of this cluster may narrow the band."
