@@ -58,3 +58,16 @@ def test_an_nvswitch_node_holds_no_more_gpus_than_the_largest_nvlink_domain_buil
     for name, spec in gpus().items():
         if spec.nvlink.links > 0 and spec.chip not in ("cpu",) and "PCIe" not in spec.description:
             assert spec.nvlink_domain_gpus, name
+
+
+def test_a_sweep_whose_rows_all_fail_is_not_a_success_and_report_names_the_folder(tmp_path):
+    sweep = tmp_path / "oom.yaml"
+    sweep.write_text("name: oom\nbase: preset:default\nvary:\n  model: [GPT-3-175B]\n  gpus: [8, 16]\n")
+    out = tmp_path / "out"
+    ran = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(out), "--samples", "0"])
+    assert ran.exit_code == 1, ran.output
+    assert "2 rows run (0 simulated)" in ran.output
+    assert "error: none of the 2 rows could be simulated" in ran.output
+    report = CliRunner().invoke(app, ["report", str(out), "--out", str(tmp_path / "r.html")])
+    assert report.exit_code == 2
+    assert f"error: {out}: no successfully simulated rows to report on" in report.output

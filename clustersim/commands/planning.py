@@ -94,10 +94,19 @@ def sweep(
                 "run the same command again to resume"
             )
             raise typer.Exit(130) from None
-    console.print(
-        f"{counts['written']} rows simulated, {counts['skipped']} already done; results in {out}/results.csv"
+    failed = sum(_invalid_reasons(out).values())
+    ran = (
+        f"{counts['written']} rows run ({counts['written'] - min(failed, counts['written'])} simulated)"
+        if failed
+        else f"{counts['written']} rows simulated"
     )
+    console.print(f"{ran}, {counts['skipped']} already done; results in {out}/results.csv")
     _say_invalid(out, invalid)
+    if failed and failed >= total:  # every row failed (e.g. none fits in memory): not a success
+        console.print(
+            f"[red]error: none of the {total} rows could be simulated[/] (the reasons above, and in the CSV)"
+        )
+        raise typer.Exit(1)
 
 
 def _invalid_reasons(out: Path) -> dict[str, int]:
@@ -236,9 +245,14 @@ def report(
     hours = parse_duration(deadline) if deadline is not None else None
     plan = StepsPlan.parse(steps)
     costs = _costs(cost, price, network_prices, instance, instances, own_prices)
-    info = write_report(
-        results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples, costs
-    )
+    try:
+        info = write_report(
+            results, out, plan, price, png, hours, budget, baseline, _network(network_prices), samples, costs
+        )
+    except InputError as exc:  # a folder with no row that ran says which folder
+        if exc.source is None and exc.key is None:
+            raise exc.located(source=str(results)) from None
+        raise
     if json_out:
         emit_json(info)
         return
