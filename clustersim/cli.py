@@ -920,7 +920,11 @@ def validate(
     console.print(
         f"median absolute error [bold]{100 * report.median_abs_error:.1f}%[/], "
         f"largest {100 * report.max_abs_error:.1f}%"
-        + ("" if cov is None else f"; published value inside the P10–P90 band in {100 * cov:.0f}% of rows")
+        + (
+            ""
+            if cov is None
+            else f"; published value inside the P10–P90 band ({samples} draws) in {100 * cov:.0f}% of rows"
+        )
     )
     if scale.trends:
         _print_speedups_by_scale(scale)
@@ -1103,7 +1107,11 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
         )
         + ": median absolute error "
         f"[bold]{100 * report.median_abs_error:.1f}%[/], largest {100 * report.max_abs_error:.1f}%"
-        + ("" if cov is None else f"; {truth} value inside the P10–P90 band in {100 * cov:.0f}% of rows")
+        + (
+            ""
+            if cov is None
+            else f"; {truth} value inside the P10–P90 band ({samples} draws) in {100 * cov:.0f}% of rows"
+        )
     )
 
 

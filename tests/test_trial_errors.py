@@ -71,3 +71,9 @@ def test_a_sweep_whose_rows_all_fail_is_not_a_success_and_report_names_the_folde
     report = CliRunner().invoke(app, ["report", str(out), "--out", str(tmp_path / "r.html")])
     assert report.exit_code == 2
     assert f"error: {out}: no successfully simulated rows to report on" in report.output
+
+
+def test_validate_says_how_many_draws_its_bands_took():
+    out = CliRunner().invoke(app, ["validate", "--dataset", "binsgdm_speedups", "--samples", "8"])
+    assert out.exit_code == 0, out.output
+    assert "inside the P10–P90 band (8 draws) in" in out.output
