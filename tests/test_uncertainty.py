@@ -299,8 +299,10 @@ def test_sweep_with_a_profile_for_another_chip_says_why_rows_did_not_run(runner,
             "0",
         ],
     )
-    assert res.exit_code == 0, res.output
+    # every row failed: said with its reason, and not a success (exit 1)
+    assert res.exit_code == 1, res.output
     assert "could not be simulated" in res.output and "another chip" in res.output
+    assert "error: none of the 48 rows could be simulated" in res.output
 
 
 def test_a_draw_moves_a_measured_other_phase_with_forward_and_backward():
