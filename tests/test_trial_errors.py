@@ -77,3 +77,30 @@ def test_validate_says_how_many_draws_its_bands_took():
     out = CliRunner().invoke(app, ["validate", "--dataset", "binsgdm_speedups", "--samples", "8"])
     assert out.exit_code == 0, out.output
     assert "inside the P10–P90 band (8 draws) in" in out.output
+
+
+def test_plan_names_the_candidates_file_none_of_whose_rows_can_run(tmp_path):
+    cand = tmp_path / "cand.yaml"
+    cand.write_text("name: c\nbase: preset:default\nvary:\n  gpu: [V100-PCIe]\n  gpus: [8]\n")
+    args = [
+        "plan",
+        "--model",
+        "GPT-3-175B",
+        "--steps",
+        "1000",
+        "--deadline",
+        "60d",
+        "--candidates",
+        str(cand),
+    ]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 2
+    assert f"error: {cand}: none of the 1 candidates can train GPT-3-175B" in out.output
+
+
+def test_steps_given_twice_for_one_optimizer_are_refused():
+    out = CliRunner().invoke(
+        app, ["plan", "--model", "GPT-3-1.3B", "--steps", "adam=100,adam=200", "--deadline", "60d"]
+    )
+    assert out.exit_code == 2
+    assert "error: --steps: adam is given steps twice ('adam=200')" in out.output

@@ -315,6 +315,23 @@ def _have_takes_no_cost_option(**given) -> None:
             )
 
 
+def _run_plan(args, extra, candidates, json_out):
+    """`plan`'s search, with its progress (or its JSON printed: None); an error that no candidate of the
+    user's file could run names the file."""
+    from clustersim.planner.planning import plan, plan_as_json
+
+    try:
+        if json_out:
+            emit_json(plan_as_json(plan(*args, **extra)))
+            return None
+        with progress_bar("plan", "candidates") as update:
+            return plan(*args, progress=update, **extra)
+    except InputError as exc:
+        if candidates is not None and exc.source is None and exc.message.startswith("none of the"):
+            raise exc.located(source=str(candidates)) from None
+        raise
+
+
 def _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget):
     """`plan --have`: the owned cluster's options, each with capital, time to train and payback."""
     from clustersim.planner.upgrades import plan_have
@@ -460,7 +477,7 @@ def plan_cmd(
     stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel;
     no recomputation, else selective (unfused attention only), else full; deeper pipelines with less
     recomputation too; interleaved where that can pay)."""
-    from clustersim.planner.planning import plan, plan_as_json, why_not
+    from clustersim.planner.planning import why_not
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
@@ -481,12 +498,9 @@ def plan_cmd(
     if have is not None:
         _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget)
         return
-    if json_out:
-        result = plan(*args, **extra)
-        emit_json(plan_as_json(result))
+    result = _run_plan(args, extra, candidates, json_out)
+    if result is None:  # --json: printed
         return
-    with progress_bar("plan", "candidates") as update:
-        result = plan(*args, progress=update, **extra)
     per = result["steps_per_optimizer"]
     steps_text = ", ".join(f"{o} {n:,}" for o, n in per.items()) if per else f"{result['steps']:,}"
     # the refused candidates are not among the simulated ones ("(84 could not ...)" read as 84 of them)

@@ -210,8 +210,12 @@ class StepsPlan:
                     registry.get(name.strip())
                 except InputError as exc:
                     raise InputError(exc.message, key=key) from None
+                if name.strip() in per:  # adam=100,adam=200 kept the last without a word
+                    raise InputError(f"{name.strip()} is given steps twice ({part!r})", key=key)
                 per[name.strip()] = n
             else:
+                if default is not None:
+                    raise InputError(f"steps for every optimizer given twice ({part!r})", key=key)
                 default = n
         if default is None and not per:
             raise InputError("no steps given", key=key)
