@@ -171,11 +171,12 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     free_peak = budget["capacity"] - budget["peak_without_state"]
     free_update = budget["capacity"] - budget["update_without_state"]
     if free_peak < 0:
+        smaller = _micro_batch_that_fits(ctx, budget)
         raise InputError(
             f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
             f"activations need {format_bytes(budget['peak_without_state'])} of "
-            f"{format_bytes(budget['capacity'])}" + _micro_batch_that_fits(ctx, budget),
-            key="workload.micro_batch" if _micro_batch_that_fits(ctx, budget) else "cluster.gpu",
+            f"{format_bytes(budget['capacity'])}" + smaller,
+            key="workload.micro_batch" if smaller else "cluster.gpu",
         )
     if off.mode == "zero" and (off.gpu_update_gap or 1) > 1:
         sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)

@@ -189,6 +189,13 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
     n = len(L.chunks)
     orders = [schedule(L, s) for s in range(L.pipeline)]
     sent: dict[tuple[bool, int, int], int] = {}
+    # each chunk's send forward and back, priced once per chunk (a 1T step has 130k sends)
+    send_to = {
+        (forward, j): prices.send_between(_crosses(L, j, j + 1 if forward else j - 1))
+        for j in range(n)
+        for forward in (True, False)
+        if (j < n - 1 if forward else j > 0)
+    }
     tail: list[int | None] = [None] * L.pipeline
     at = [0] * L.pipeline
     left = sum(len(o) for o in orders)
@@ -219,7 +226,7 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                     sent[(forward, j, micro)] = add_priced(
                         prog,
                         f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
-                        prices.send_between(_crosses(L, j, j + 1 if forward else j - 1)),
+                        send_to[(forward, j)],
                         (op,),
                         rank=s,
                     )
