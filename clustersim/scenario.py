@@ -1085,7 +1085,7 @@ def _check_semantics(s: Scenario) -> None:
     if intra.fabric == "nvswitch" and gpu.nvlink_domain_gpus and c.gpus_per_node > gpu.nvlink_domain_gpus:
         raise InputError(
             f"{c.gpus_per_node} {gpu.name} GPUs on one NVSwitch: the largest NVLink domain built of them "
-            f"holds {gpu.nvlink_domain_gpus} (catalogs/gpus.yaml nvlink_domain_gpus); more GPUs are more "
+            f"holds {gpu.nvlink_domain_gpus} (nvlink_domain_gpus of its catalog entry); more GPUs are more "
             "nodes (cluster.nodes)",
             key="cluster.gpus_per_node",
         )
