@@ -29,12 +29,14 @@ CATEGORIES = tuple(Category)
 __all__ = ["COMPUTE_CATEGORIES", "CATEGORIES", "CollectiveSpec", "Op", "Program"]
 _STREAM = {s.value: s for s in Stream}
 
-# The most ops one program may hold. The engine and the builders cost 12-220 us and about 0.5 KB per op
-# (benchmarks/bench_counts.py; ZeRO-3's many concurrent streams are the dear end), so this bounds one
-# run at under a minute and a few hundred MB; the largest benchmarked layout (1T parameters, p=64, m=512)
-# has 196,000. Not a model constant: a program that cannot be shortened without changing it is
-# refused above it (docs/scale-limits.md).
-MAX_PROGRAM_OPS = 250_000
+# The most ops one program may hold. The engine and the builders cost about 3-60 us and 1 KB per op at
+# this scale (benchmarks/bench_counts.py and bench_3d.py: a 3D pipeline's ops are the cheap end, ZeRO-3
+# on the flow backend, its many concurrent streams, the dear end: 274,000 ops in 11 s and 316 MB, 346,000
+# ZeRO-3 ops in 10 s and 403 MB), so this bounds one run at under half a minute and under 0.5 GB; the
+# largest published layout the validation runs (Megatron-LM's 1T model, 512 micro-batches on 64 stages
+# with sequence parallelism) has 261,000. Not a model constant: a program that cannot be shortened
+# without changing it is refused above it (docs/scale-limits.md).
+MAX_PROGRAM_OPS = 400_000
 op_budget: ContextVar[int] = ContextVar("op_budget", default=MAX_PROGRAM_OPS)
 
 
