@@ -84,3 +84,27 @@ def test_computed_rate_counts_the_filled_last_step_of_each_epoch():
     assert rate == pytest.approx(90.0 * 8 / 9) and "1 steps" in how
     with pytest.raises(ValueError, match="train_samples"):
         computed_samples_per_s(["\n".join(header[:2] + epochs)])
+
+
+def test_older_mxnet_logs_give_the_rate_as_the_throughput_keys_value():
+    """NVIDIA's MXNet ResNet-50 code of v1.0-v2.1 logs each epoch as key "throughput" with the rate as
+    its value (Dell's v2.1 XE8545 logs), later rounds as tracked_stats {"throughput": r}."""
+    header = [_line("global_batch_size", 8), _line("d_batch_size", 2), _line("train_samples", 9)]
+    old = "\n".join(
+        header + [_line("throughput", r) for r in (1.0, 90.0, 90.0)] + [_line("throughput", True)]
+    )
+    assert epoch_throughputs(events(old)) == [90.0, 90.0]  # the first epoch is warm-up; a flag is no rate
+    rate, _ = computed_samples_per_s([old])
+    assert rate == pytest.approx(90.0 * 8 / 9)
+
+
+def test_runs_at_different_batches_are_refused():
+    def run(per_gpu):
+        header = [_line("global_batch_size", 4 * per_gpu), _line("d_batch_size", per_gpu)]
+        return "\n".join([*header, _line("train_samples", 9)] + [_line("throughput", r) for r in (1.0, 9.0)])
+
+    with pytest.raises(
+        ValueError, match=r"different global batches: 816 \(204 per GPU\), 1024 \(256 per GPU\)"
+    ):
+        computed_samples_per_s([run(256), run(256), run(204)])
+    assert computed_samples_per_s([run(256), run(256)])[0] > 0

@@ -82,13 +82,21 @@ def block_step_times(evs: list[dict]) -> list[float]:
     return out[1:]
 
 
+def _epoch_rate(e: dict) -> float | None:
+    """The whole-job samples/s an epoch's event logs: ``tracked_stats`` {"throughput": r} (NVIDIA's
+    MXNet code from its v2.1 H100 preview on), or the older ``throughput`` key with the rate as its
+    value (that code's common/fit.py in v1.0-v2.1, as Dell's v2.1 XE8545 logs print it)."""
+    value = e.get("value")
+    if e.get("key") == "tracked_stats" and isinstance(value, dict) and "throughput" in value:
+        return value["throughput"]
+    if e.get("key") == "throughput" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def epoch_throughputs(evs: list[dict]) -> list[float]:
-    """Each epoch's logged ``throughput`` (samples/s of the whole job) after the first."""
-    rates = [
-        e["value"]["throughput"]
-        for e in evs
-        if e.get("key") == "tracked_stats" and isinstance(e.get("value"), dict) and "throughput" in e["value"]
-    ]
+    """Each epoch's logged throughput (samples/s of the whole job) after the first."""
+    rates = [r for r in map(_epoch_rate, evs) if r is not None]
     return rates[1:]
 
 
@@ -97,8 +105,8 @@ def throughput(texts: list[str]) -> tuple[float, str]:
     logs, and how it was read."""
     per_run = [statistics.median(r) for r in (epoch_throughputs(events(t)) for t in texts) if r]
     if not per_run:
-        raise ValueError("the logs have no per-epoch tracked_stats throughput after the first epoch")
-    how = f"tracked_stats throughput, median of {len(per_run)} runs' median epochs"
+        raise ValueError("the logs have no per-epoch throughput after the first epoch")
+    how = f"logged per-epoch throughput, median of {len(per_run)} runs' median epochs"
     return statistics.median(per_run), how
 
 
@@ -110,6 +118,17 @@ def steps_per_epoch(train_samples: int, gpus: int, batch_per_gpu: int) -> int:
 def computed_samples_per_s(texts: list[str]) -> tuple[float, str]:
     """Samples the GPUs compute per second (global batch / step) from the logged rate: the rate times
     each epoch's steps x global batch over train_samples (module docstring)."""
+    batches = {(logged(evs, "global_batch_size"), logged(evs, "d_batch_size")) for evs in map(events, texts)}
+    if len(batches) > 1:
+        # a rate is only a step at one batch: a submission whose runs differ (Dell's v2.1 XE8545 40 GB
+        # runs: four at 256 images per GPU, one at 204) is read one batch at a time
+        listed = ", ".join(
+            f"{g} ({b} per GPU)"
+            for g, b in sorted(batches, key=lambda b: [x if isinstance(x, int) else -1 for x in b])
+        )
+        raise ValueError(
+            f"the logs were run at different global batches: {listed}; read each batch's logs alone"
+        )
     rate, how = throughput(texts)
     evs = events(texts[0])
     gbs, per_gpu, samples = (logged(evs, k) for k in ("global_batch_size", "d_batch_size", "train_samples"))
@@ -136,7 +155,11 @@ def main(paths: list[str]) -> None:
     evs = events(texts[0])
     if epoch_throughputs(evs):
         logged_rate = throughput(texts)[0]
-        rate, how = computed_samples_per_s(texts)
+        try:
+            rate, how = computed_samples_per_s(texts)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
         print(
             f"{rate:.1f} samples/s computed, {logged_rate:.1f} logged ({how}); "
             f"global batch {logged(evs, 'global_batch_size')}, "
