@@ -53,6 +53,7 @@ class HostModel:
     rdma: bool
     scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
     page_fault_s: float | None = None  # the scenario's cluster.host.page_fault_us, in seconds
+    huge_pages: bool = False  # transparent huge pages "always": fresh mappings fault 2 MiB at a time
     fault_scale: float = 1.0  # a draw's factor on the page-fault cost, apart from ``scale``
     # the CPU memcpy between the driver's bounce buffer and pageable memory, bytes/s (pageable_copy)
     staging_d2h: float = 19.6e9
@@ -81,7 +82,11 @@ class HostModel:
         share = dram_node / c.gpus_per_node
         d2h, h2d = staging_rates(ctx.profile.host.copy_gbs if ctx.profile is not None else {})
         faults = getattr(ctx, "_fault_scale", 1.0)
-        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault, faults, d2h, h2d)
+        thp = c.host.transparent_hugepages or hardware_defaults()["host"]["transparent_hugepages"]
+        return cls(
+            pcie, pcie / per_switch, share, threads, measured, rdma, scale=scale, page_fault_s=fault,
+            huge_pages=thp == "always", fault_scale=faults, staging_d2h=d2h, staging_h2d=h2d,
+        )  # fmt: skip
 
     def links(self) -> dict[str, float]:
         return {
@@ -120,13 +125,20 @@ class HostModel:
         t = elements * dram_bytes_per_element / bw if elements > 0 else 0.0
         return t, ({DRAM: bw} if t > 0 else {})
 
-    def first_touch(self, nbytes: float) -> float:
-        """Seconds one thread spends faulting in ``nbytes`` of a freshly mapped buffer on first write:
-        one demand-zero page fault per page (the scenario's cluster.host.page_fault_us, else
-        hardware_defaults.yaml host.first_touch_s_per_page)."""
+    def first_touch(self, nbytes: float, unaligned_share: float = 1.0) -> float:
+        """Seconds one thread spends faulting in ``nbytes`` of freshly mapped buffers on first write.
+        Without transparent huge pages (or with "madvise", which PyTorch's buffers do not ask for): one
+        demand-zero fault per 4 KiB page (the scenario's cluster.host.page_fault_us, else
+        hardware_defaults.yaml host.first_touch_s_per_page). With "always" the kernel backs each whole
+        aligned 2 MiB range of a mapping with a huge page at its first fault, allocated and zeroed at
+        host.huge_page_fault_gbs; ``unaligned_share`` of the bytes (the mappings' ends outside such
+        ranges: ``unaligned_share()`` below) still fault 4 KiB at a time."""
         d = hardware_defaults()["host"]
         per_page = d["first_touch_s_per_page"] if self.page_fault_s is None else self.page_fault_s
-        return max(nbytes, 0.0) / d["page_bytes"] * per_page * self.fault_scale
+        nbytes = max(nbytes, 0.0)
+        small = nbytes * min(max(unaligned_share, 0.0), 1.0) if self.huge_pages else nbytes
+        seconds = small / d["page_bytes"] * per_page + (nbytes - small) / (d["huge_page_fault_gbs"] * 1e9)
+        return seconds * self.fault_scale
 
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param
@@ -164,3 +176,22 @@ def freshly_mapped_share(layers, bytes_per_element: float) -> float:
             if n * bytes_per_element >= limit:
                 big += n
     return big / total if total > 0 else 0.0
+
+
+def unaligned_share(layers, bytes_per_element: float) -> float:
+    """Of the bytes in the freshly mapped per-tensor buffers (``freshly_mapped_share``), the share that
+    lies outside whole aligned huge pages (hardware_defaults.yaml host.huge_page_bytes, H): malloc's
+    mmap returns a page-aligned address, not a huge-page-aligned one, so a buffer of S >= H bytes has a
+    head before its first H boundary and a tail after its last, each uniform in [0, H) over where the
+    mapping lands: H bytes on average (a smaller buffer: all S), faulted 4 KiB at a time even with
+    transparent huge pages."""
+    d = hardware_defaults()["host"]
+    limit, huge = d["mmap_threshold_max_bytes"], d["huge_page_bytes"]
+    fresh = unaligned = 0.0
+    for layer in layers:
+        for n in layer.param_tensors:
+            size = n * bytes_per_element
+            if size >= limit:
+                fresh += size
+                unaligned += min(size, huge)
+    return unaligned / fresh if fresh > 0 else 0.0

@@ -14,7 +14,7 @@ from clustersim.simulator.dispatch_lane import (
     merge_from,
     reversed_layers,
 )
-from clustersim.simulator.host import freshly_mapped_share
+from clustersim.simulator.host import freshly_mapped_share, unaligned_share
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.measured_compute import device_time
 from clustersim.simulator.program import CollectiveSpec, Program
@@ -327,7 +327,8 @@ def add_zero3_gradient_to_host(
       non_blocking). The host thread waits for both, and it is the thread that launches backward's
       kernels, so backward stalls: the ops hold the compute stream. The pageable tensor is new for
       every parameter (``empty_like`` in Copy.cu); one above glibc's mmap threshold is a fresh mapping,
-      so the driver's copy into it takes a demand-zero page fault per page (host.first_touch).
+      so the driver's copy into it faults every page in (host.first_touch: 4 KiB pages, or 2 MiB ones
+      where the host's transparent huge pages are "always").
 
     ``partition_grads`` runs inside ``with stream(reduce_and_partition_stream)``: every copy and kernel
     above is queued on that one stream, so they run one after another (CUDA streams are in order) and
@@ -373,7 +374,7 @@ def add_zero3_gradient_to_host(
         staged = prog.add(
             f"page faults of the new pageable buffer (host blocked) {label}",
             "compute",
-            host.first_touch(fresh),
+            host.first_touch(fresh, unaligned_share(ctx.workload.layers, g)),
             "host",
             (staged,),
         )
