@@ -142,6 +142,20 @@ def test_a_bad_huge_page_mode_names_its_key(bad):
     assert "transparent_hugepages" in str(exc.value)
 
 
+def test_run_says_how_the_blocking_copys_buffers_are_paged():
+    """A blocking run names its page-fault assumption (the mode, and whether the scenario or the
+    kernel's default set it); an asynchronous run has no pageable buffer and says nothing of it."""
+    preset = simulate(_dos(), uncertainty_samples=0).sources["page faults"]
+    assert preset.startswith("transparent huge pages always (cluster.host.transparent_hugepages)")
+    default = simulate(_dos(**{"cluster.host.transparent_hugepages": None}), uncertainty_samples=0)
+    assert "the Linux kernel's default" in default.sources["page faults"]
+    small = simulate(_dos(**{"cluster.host.transparent_hugepages": "never"}), uncertainty_samples=0)
+    assert "4 KiB pages at 1.4 us each" in small.sources["page faults"]
+    assert "2 MiB" not in small.sources["page faults"]
+    asynchronous = simulate(_dos(**{"training.offload.gradient_copy": "async"}), uncertainty_samples=0)
+    assert "page faults" not in asynchronous.sources
+
+
 def test_page_faults_are_the_blocking_paths_only():
     """The asynchronous copy goes to the pinned fp32 buffer: no pageable buffer, no page faults."""
     names = [op.name for op in simulate(_dos(**{"training.offload.gradient_copy": "async"})).ops]

@@ -195,3 +195,26 @@ def unaligned_share(layers, bytes_per_element: float) -> float:
                 fresh += size
                 unaligned += min(size, huge)
     return unaligned / fresh if fresh > 0 else 0.0
+
+
+def page_fault_source(spec) -> str:
+    """One line for `run` where the blocking gradient copy faults in fresh pageable buffers: how the
+    host's kernel pages them (``spec``: the scenario's cluster.host) and what that costs."""
+    d = hardware_defaults()["host"]
+    mode = spec.transparent_hugepages or d["transparent_hugepages"]
+    whence = (
+        "cluster.host.transparent_hugepages"
+        if spec.transparent_hugepages
+        else "the Linux kernel's default; cluster.host.transparent_hugepages sets the host's"
+    )
+    us = spec.page_fault_us if spec.page_fault_us is not None else d["first_touch_s_per_page"] * 1e6
+    small = f"4 KiB pages at {us:g} us each"
+    if mode == "always":
+        return (
+            f"transparent huge pages {mode} ({whence}): the blocking copy's fresh pageable buffers fault "
+            f"in 2 MiB pages at {d['huge_page_fault_gbs']:g} GB/s, their unaligned ends in {small}"
+        )
+    return (
+        f"transparent huge pages {mode} ({whence}): the blocking copy's fresh pageable buffers fault in "
+        f"{small}"
+    )
