@@ -161,6 +161,23 @@ class HostModel:
         return demands
 
 
+def fresh_buffer_shares(layers, bytes_per_element: float) -> tuple[float, float]:
+    """Where a per-tensor host buffer of ``bytes_per_element`` each (the blocking copy's pageable
+    tensors) faults, in one pass over the model's tensors: (``freshly_mapped_share``,
+    ``unaligned_share``)."""
+    d = hardware_defaults()["host"]
+    limit, huge = d["mmap_threshold_max_bytes"], d["huge_page_bytes"]
+    total = big = unaligned = 0.0
+    for layer in layers:
+        for n in layer.param_tensors:
+            total += n
+            if n * bytes_per_element >= limit:
+                big += n
+                unaligned += min(n * bytes_per_element, huge)
+    fresh = big * bytes_per_element
+    return (big / total if total > 0 else 0.0), (unaligned / fresh if fresh > 0 else 0.0)
+
+
 def freshly_mapped_share(layers, bytes_per_element: float) -> float:
     """The share of parameter elements whose per-tensor host buffer of ``bytes_per_element`` each is
     at least glibc's largest mmap threshold (hardware_defaults.yaml mmap_threshold_max_bytes; with
@@ -168,14 +185,7 @@ def freshly_mapped_share(layers, bytes_per_element: float) -> float:
     at free, so every use faults its pages in again. Smaller buffers may come from malloc's heap, whose
     pages stay mapped, depending on the threshold's history: none of their faults are counted (a lower
     bound)."""
-    limit = hardware_defaults()["host"]["mmap_threshold_max_bytes"]
-    total = big = 0.0
-    for layer in layers:
-        for n in layer.param_tensors:
-            total += n
-            if n * bytes_per_element >= limit:
-                big += n
-    return big / total if total > 0 else 0.0
+    return fresh_buffer_shares(layers, bytes_per_element)[0]
 
 
 def unaligned_share(layers, bytes_per_element: float) -> float:
@@ -185,16 +195,7 @@ def unaligned_share(layers, bytes_per_element: float) -> float:
     head before its first H boundary and a tail after its last, each uniform in [0, H) over where the
     mapping lands: H bytes on average (a smaller buffer: all S), faulted 4 KiB at a time even with
     transparent huge pages."""
-    d = hardware_defaults()["host"]
-    limit, huge = d["mmap_threshold_max_bytes"], d["huge_page_bytes"]
-    fresh = unaligned = 0.0
-    for layer in layers:
-        for n in layer.param_tensors:
-            size = n * bytes_per_element
-            if size >= limit:
-                fresh += size
-                unaligned += min(size, huge)
-    return unaligned / fresh if fresh > 0 else 0.0
+    return fresh_buffer_shares(layers, bytes_per_element)[1]
 
 
 def page_fault_source(spec) -> str:
