@@ -935,6 +935,11 @@ def validate(
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
 
 
+def _setting(value, unit: str) -> str:
+    """An undisclosed setting's value as printed: a number in its unit, or a named choice."""
+    return f"{value}{unit}" if isinstance(value, str) else f"{value:g}{unit}"
+
+
 def _print_undisclosed(rows, metric: str) -> None:
     """Each row that depends on a setting its source does not give: the setting, why it is open, the
     value the row above used, and the prediction (and its error) at each plausible value."""
@@ -945,9 +950,10 @@ def _print_undisclosed(rows, metric: str) -> None:
         fmt = _metric_format(own) + _METRIC_UNIT.get(own, "")
         unit = f" {r.undisclosed_unit}" if r.undisclosed_unit else ""
         name = "the GPU count" if r.undisclosed_key == "gpus" else r.undisclosed_key
-        used = "its default" if r.undisclosed_used is None else f"{r.undisclosed_used:g}{unit}"
+        used = "its default" if r.undisclosed_used is None else _setting(r.undisclosed_used, unit)
         points = ", ".join(
-            f"{value:g}{unit} → {fmt.format(pred)} ({100 * _slowness(pred / r.published - 1, own):+.1f}%)"
+            f"{_setting(value, unit)} → {fmt.format(pred)} "
+            f"({100 * _slowness(pred / r.published - 1, own):+.1f}%)"
             for value, pred in r.undisclosed_range
         )
         console.print(

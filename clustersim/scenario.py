@@ -145,6 +145,14 @@ class HostSpec(_Strict):
         "mapped pageable buffer, microseconds; it varies with the CPU, the kernel and its mitigations; "
         "default hardware_defaults.yaml host.first_touch_s_per_page",
     )
+    transparent_hugepages: Literal["always", "madvise", "never"] | None = Field(
+        None,
+        description="the host kernel's transparent huge pages mode (/sys/kernel/mm/transparent_hugepage/"
+        "enabled): with 'always' a freshly mapped pageable buffer faults in 2 MiB pages (hardware_defaults."
+        "yaml host.huge_page_fault_gbs) but for its unaligned ends; 'madvise' and 'never' fault every "
+        "4 KiB page (page_fault_us) for PyTorch's buffers; default hardware_defaults.yaml "
+        "host.transparent_hugepages, the Linux kernel's own default",
+    )
 
 
 class SlowGpuSpec(_Strict):

@@ -15,10 +15,12 @@ from clustersim.validation import published
 DOS = "preset:offload-dos-7b-h100"
 
 
-def _time(page_fault_us=None) -> float:
+def _time(page_fault_us=None, thp=None) -> float:
     s = load_scenario(DOS)
     if page_fault_us is not None:
         s = s.with_changes(**{"cluster.host.page_fault_us": page_fault_us})
+    if thp is not None:
+        s = s.with_changes(**{"cluster.host.transparent_hugepages": thp})
     return simulate(s, uncertainty_samples=0).iteration_time
 
 
@@ -49,15 +51,17 @@ def test_the_seeds_rows_show_their_prediction_over_the_undisclosed_setting():
     report = published.validate("seeds", None, 0)
     rows = {r.label: r for r in report.rows}
     dos = rows["Deep Optimizer States: DeepSpeed ZeRO-3 offload (blocking gradient copy)"]
-    assert dos.undisclosed_key == "cluster.host.page_fault_us"
-    (lo_v, lo), (hi_v, hi) = dos.undisclosed_range
-    assert (lo_v, hi_v) == (1.0, 1.9)
-    assert lo == pytest.approx(_time(1.0), rel=1e-9) and hi == pytest.approx(_time(1.9), rel=1e-9)
-    assert lo < dos.predicted < hi  # the row itself keeps the preset's cost, between the two
-    assert dos.undisclosed_used == 1.4 and dos.undisclosed_unit == "us"
+    assert dos.undisclosed_key == "cluster.host.transparent_hugepages"
+    (lo_v, lo), (hi_v, hi) = dos.undisclosed_range  # named choices keep the dataset's order
+    assert (lo_v, hi_v) == ("always", "madvise")
+    assert lo == pytest.approx(_time(thp="always"), rel=1e-9)
+    assert hi == pytest.approx(_time(thp="madvise"), rel=1e-9)
+    assert lo == pytest.approx(dos.predicted, rel=1e-9) and lo < hi  # the row keeps the preset's "always"
+    assert dos.undisclosed_used == "always" and dos.undisclosed_unit == ""
     speedup = rows["Deep Optimizer States over DeepSpeed ZeRO-3 offload"]
-    (_, fast_faults), (_, slow_faults) = speedup.undisclosed_range
-    assert fast_faults < speedup.predicted < slow_faults  # costlier faults, a slower baseline
+    (_, huge), (_, small) = speedup.undisclosed_range
+    # 4 KiB faults make a slower baseline
+    assert huge == pytest.approx(speedup.predicted, rel=1e-9) and huge < small
     onebit = next(r for r in report.rows if r.undisclosed_key == "gpus")
     assert [v for v, _ in onebit.undisclosed_range] == [16, 32, 64]
     assert onebit.undisclosed_used == onebit.gpus == 32
@@ -71,8 +75,10 @@ def test_validate_prints_the_undisclosed_range():
     out = CliRunner().invoke(app, ["validate", "--dataset", "seeds", "--samples", "0"])
     assert out.exit_code == 0, out.output
     assert "undisclosed: Deep Optimizer States" in out.output
-    assert "cluster.host.page_fault_us is not published" in out.output
-    assert "the row above uses 1.4 us; predicted at 1 us → 10.313 s" in out.output
+    assert "cluster.host.transparent_hugepages is not published" in out.output
+    assert "the row above uses always; predicted at always → 8.504 s (-10.0%), madvise → 11.475 s" in (
+        out.output
+    )
     assert "the GPU count is not published" in out.output
 
 

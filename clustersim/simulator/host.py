@@ -53,6 +53,7 @@ class HostModel:
     rdma: bool
     scale: float = 1.0  # a draw's factor on host CPU/memory time (uncertainty.host_sigma)
     page_fault_s: float | None = None  # the scenario's cluster.host.page_fault_us, in seconds
+    huge_pages: bool = False  # transparent huge pages "always": fresh mappings fault 2 MiB at a time
     fault_scale: float = 1.0  # a draw's factor on the page-fault cost, apart from ``scale``
     # the CPU memcpy between the driver's bounce buffer and pageable memory, bytes/s (pageable_copy)
     staging_d2h: float = 19.6e9
@@ -81,7 +82,11 @@ class HostModel:
         share = dram_node / c.gpus_per_node
         d2h, h2d = staging_rates(ctx.profile.host.copy_gbs if ctx.profile is not None else {})
         faults = getattr(ctx, "_fault_scale", 1.0)
-        return cls(pcie, pcie / per_switch, share, threads, measured, rdma, scale, fault, faults, d2h, h2d)
+        thp = c.host.transparent_hugepages or hardware_defaults()["host"]["transparent_hugepages"]
+        return cls(
+            pcie, pcie / per_switch, share, threads, measured, rdma, scale=scale, page_fault_s=fault,
+            huge_pages=thp == "always", fault_scale=faults, staging_d2h=d2h, staging_h2d=h2d,
+        )  # fmt: skip
 
     def links(self) -> dict[str, float]:
         return {
@@ -120,13 +125,20 @@ class HostModel:
         t = elements * dram_bytes_per_element / bw if elements > 0 else 0.0
         return t, ({DRAM: bw} if t > 0 else {})
 
-    def first_touch(self, nbytes: float) -> float:
-        """Seconds one thread spends faulting in ``nbytes`` of a freshly mapped buffer on first write:
-        one demand-zero page fault per page (the scenario's cluster.host.page_fault_us, else
-        hardware_defaults.yaml host.first_touch_s_per_page)."""
+    def first_touch(self, nbytes: float, unaligned_share: float = 1.0) -> float:
+        """Seconds one thread spends faulting in ``nbytes`` of freshly mapped buffers on first write.
+        Without transparent huge pages (or with "madvise", which PyTorch's buffers do not ask for): one
+        demand-zero fault per 4 KiB page (the scenario's cluster.host.page_fault_us, else
+        hardware_defaults.yaml host.first_touch_s_per_page). With "always" the kernel backs each whole
+        aligned 2 MiB range of a mapping with a huge page at its first fault, allocated and zeroed at
+        host.huge_page_fault_gbs; ``unaligned_share`` of the bytes (the mappings' ends outside such
+        ranges: ``unaligned_share()`` below) still fault 4 KiB at a time."""
         d = hardware_defaults()["host"]
         per_page = d["first_touch_s_per_page"] if self.page_fault_s is None else self.page_fault_s
-        return max(nbytes, 0.0) / d["page_bytes"] * per_page * self.fault_scale
+        nbytes = max(nbytes, 0.0)
+        small = nbytes * min(max(unaligned_share, 0.0), 1.0) if self.huge_pages else nbytes
+        seconds = small / d["page_bytes"] * per_page + (nbytes - small) / (d["huge_page_fault_gbs"] * 1e9)
+        return seconds * self.fault_scale
 
     def cpu_rate(self, dram_bytes_per_param: float) -> float:
         roofline = self.dram_share / dram_bytes_per_param
@@ -149,6 +161,23 @@ class HostModel:
         return demands
 
 
+def fresh_buffer_shares(layers, bytes_per_element: float) -> tuple[float, float]:
+    """Where a per-tensor host buffer of ``bytes_per_element`` each (the blocking copy's pageable
+    tensors) faults, in one pass over the model's tensors: (``freshly_mapped_share``,
+    ``unaligned_share``)."""
+    d = hardware_defaults()["host"]
+    limit, huge = d["mmap_threshold_max_bytes"], d["huge_page_bytes"]
+    total = big = unaligned = 0.0
+    for layer in layers:
+        for n in layer.param_tensors:
+            total += n
+            if n * bytes_per_element >= limit:
+                big += n
+                unaligned += min(n * bytes_per_element, huge)
+    fresh = big * bytes_per_element
+    return (big / total if total > 0 else 0.0), (unaligned / fresh if fresh > 0 else 0.0)
+
+
 def freshly_mapped_share(layers, bytes_per_element: float) -> float:
     """The share of parameter elements whose per-tensor host buffer of ``bytes_per_element`` each is
     at least glibc's largest mmap threshold (hardware_defaults.yaml mmap_threshold_max_bytes; with
@@ -156,11 +185,37 @@ def freshly_mapped_share(layers, bytes_per_element: float) -> float:
     at free, so every use faults its pages in again. Smaller buffers may come from malloc's heap, whose
     pages stay mapped, depending on the threshold's history: none of their faults are counted (a lower
     bound)."""
-    limit = hardware_defaults()["host"]["mmap_threshold_max_bytes"]
-    total = big = 0.0
-    for layer in layers:
-        for n in layer.param_tensors:
-            total += n
-            if n * bytes_per_element >= limit:
-                big += n
-    return big / total if total > 0 else 0.0
+    return fresh_buffer_shares(layers, bytes_per_element)[0]
+
+
+def unaligned_share(layers, bytes_per_element: float) -> float:
+    """Of the bytes in the freshly mapped per-tensor buffers (``freshly_mapped_share``), the share that
+    lies outside whole aligned huge pages (hardware_defaults.yaml host.huge_page_bytes, H): malloc's
+    mmap returns a page-aligned address, not a huge-page-aligned one, so a buffer of S >= H bytes has a
+    head before its first H boundary and a tail after its last, each uniform in [0, H) over where the
+    mapping lands: H bytes on average (a smaller buffer: all S), faulted 4 KiB at a time even with
+    transparent huge pages."""
+    return fresh_buffer_shares(layers, bytes_per_element)[1]
+
+
+def page_fault_source(spec) -> str:
+    """One line for `run` where the blocking gradient copy faults in fresh pageable buffers: how the
+    host's kernel pages them (``spec``: the scenario's cluster.host) and what that costs."""
+    d = hardware_defaults()["host"]
+    mode = spec.transparent_hugepages or d["transparent_hugepages"]
+    whence = (
+        "cluster.host.transparent_hugepages"
+        if spec.transparent_hugepages
+        else "the Linux kernel's default; cluster.host.transparent_hugepages sets the host's"
+    )
+    us = spec.page_fault_us if spec.page_fault_us is not None else d["first_touch_s_per_page"] * 1e6
+    small = f"4 KiB pages at {us:g} us each"
+    if mode == "always":
+        return (
+            f"transparent huge pages {mode} ({whence}): the blocking copy's fresh pageable buffers fault "
+            f"in 2 MiB pages at {d['huge_page_fault_gbs']:g} GB/s, their unaligned ends in {small}"
+        )
+    return (
+        f"transparent huge pages {mode} ({whence}): the blocking copy's fresh pageable buffers fault in "
+        f"{small}"
+    )

@@ -21,6 +21,7 @@ from clustersim.simulator import engine_batched
 from clustersim.simulator.context import SimulationContext, build_context
 from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
+from clustersim.simulator.host import page_fault_source
 from clustersim.simulator.memory import check_fits, gpu_memory
 from clustersim.simulator.program import ProgramTooLarge, op_budget
 from clustersim.simulator.result import BREAKDOWN_KEYS, OpRecords, SimulationResult, attribute_timeline
@@ -906,6 +907,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.offload_placement is not None or scenario.training.memory_breakdown:
         sources["host band"] = host_band_source()
+    if scenario.training.offload.gradient_copy == "blocking":
+        sources["page faults"] = page_fault_source(scenario.cluster.host)
     if ctx.profile is not None:
         sources["profile"] = ctx.profile.provenance.source
     own, own_notes = strategy.result_extra(out.per_step)

@@ -81,7 +81,7 @@ class Undisclosed(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     key: str = Field(min_length=1)
-    values: list[float] = Field(min_length=2)
+    values: list[float | str] = Field(min_length=2, description="numbers, or a key's named choices")
     why: str = Field(min_length=1)
     unit: str = Field("", description="the values' unit, as printed after each (us, GPUs, samples per GPU)")
 
@@ -137,8 +137,9 @@ class RowResult:
     undisclosed_key: str | None = None
     undisclosed_why: str | None = None
     undisclosed_unit: str | None = None
-    undisclosed_used: float | None = None  # the value the row itself was predicted at
-    undisclosed_range: list[tuple[float, float]] | None = None  # (value, predicted), in value order
+    undisclosed_used: float | str | None = None  # the value the row itself was predicted at
+    # (value, predicted): numbers in value order, named choices in the dataset's order
+    undisclosed_range: list[tuple[float | str, float]] | None = None
 
     @property
     def inside(self) -> bool | None:
@@ -343,11 +344,12 @@ def _predict(data: Dataset, row: Row, scenario, profile, samples: int):
     return predicted, lo, hi, next((n for n in r.notes if "P10-P90 band" in n), None)
 
 
-def _over_undisclosed(data: Dataset, row: Row, profile, bases: dict) -> list[tuple[float, float]]:
+def _over_undisclosed(data: Dataset, row: Row, profile, bases: dict) -> list[tuple[float | str, float]]:
     """The row's point prediction at each plausible value of its undisclosed setting."""
     spec = row.undisclosed
     out = []
-    for value in sorted(spec.values):
+    numeric = all(isinstance(v, (int, float)) for v in spec.values)
+    for value in sorted(spec.values) if numeric else spec.values:
         if spec.key == "gpus":
             variant = row.model_copy(update={"gpus": int(value), "undisclosed": None})
             scenario = row_scenario(data, variant, bases)
@@ -357,14 +359,16 @@ def _over_undisclosed(data: Dataset, row: Row, profile, bases: dict) -> list[tup
     return out
 
 
-def _used_value(row: Row, scenario) -> float | None:
+def _used_value(row: Row, scenario) -> float | str | None:
     """The value of the row's undisclosed setting that its own prediction used (None: unset, a default)."""
     if row.undisclosed.key == "gpus":
         return float(row.gpus)
     value = scenario.model_dump()
     for part in row.undisclosed.key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    return None if value is None else float(value)
+    if value is None or isinstance(value, str):
+        return value
+    return float(value)
 
 
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:

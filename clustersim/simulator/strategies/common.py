@@ -14,7 +14,7 @@ from clustersim.simulator.dispatch_lane import (
     merge_from,
     reversed_layers,
 )
-from clustersim.simulator.host import freshly_mapped_share
+from clustersim.simulator.host import fresh_buffer_shares
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.measured_compute import device_time
 from clustersim.simulator.program import CollectiveSpec, Program
@@ -308,7 +308,13 @@ def add_gradient_to_host(
 
 
 def add_zero3_gradient_to_host(
-    prog: Program, ctx: SimulationContext, on_cpu: float, shard: float, dep, label: str
+    prog: Program,
+    ctx: SimulationContext,
+    on_cpu: float,
+    shard: float,
+    dep,
+    label: str,
+    fresh_buffers: tuple[float, float] | None = None,
 ) -> int:
     """A reduced gradient partition of ``shard`` elements on its way to ZeRO-3's fp32 host buffer, as
     DeepSpeed's stage3.py ``partition_grads`` moves it with the optimizer offloaded. The partition is
@@ -327,12 +333,14 @@ def add_zero3_gradient_to_host(
       non_blocking). The host thread waits for both, and it is the thread that launches backward's
       kernels, so backward stalls: the ops hold the compute stream. The pageable tensor is new for
       every parameter (``empty_like`` in Copy.cu); one above glibc's mmap threshold is a fresh mapping,
-      so the driver's copy into it takes a demand-zero page fault per page (host.first_touch).
+      so the driver's copy into it faults every page in (host.first_touch: 4 KiB pages, or 2 MiB ones
+      where the host's transparent huge pages are "always").
 
     ``partition_grads`` runs inside ``with stream(reduce_and_partition_stream)``: every copy and kernel
     above is queued on that one stream, so they run one after another (CUDA streams are in order) and
     a partition's 16-bit copy back to the GPU never overlaps the next one's copy out. The ops sit on
-    the stream of the reduction ``dep``. Returns the last op's id."""
+    the stream of the reduction ``dep``. ``fresh_buffers``: the model's ``host.fresh_buffer_shares``, given
+    by a caller that adds many partitions so that it is worked out once. Returns the last op's id."""
     g = ctx.grad_bytes
     host, gradient_copy = ctx.host, ctx.scenario.training.offload.gradient_copy
     stream = prog.ops[dep].stream
@@ -368,12 +376,13 @@ def add_zero3_gradient_to_host(
         (norm,),
         demands=dem,
     )
-    fresh = shard * g * on_cpu * freshly_mapped_share(ctx.workload.layers, g)
+    fresh_share, unaligned = fresh_buffers or fresh_buffer_shares(ctx.workload.layers, g)
+    fresh = shard * g * on_cpu * fresh_share
     if fresh > 0:
         staged = prog.add(
             f"page faults of the new pageable buffer (host blocked) {label}",
             "compute",
-            host.first_touch(fresh),
+            host.first_touch(fresh, unaligned),
             "host",
             (staged,),
         )

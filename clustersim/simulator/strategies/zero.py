@@ -49,6 +49,7 @@ import math
 
 from clustersim.simulator import offload
 from clustersim.simulator.dispatch_lane import PassSequence, reversed_layers
+from clustersim.simulator.host import fresh_buffer_shares
 from clustersim.simulator.input_pipeline import add_input
 from clustersim.simulator.program import Program
 from clustersim.simulator.sharding import (
@@ -173,11 +174,14 @@ class Sharded(Strategy):
         prog = Program()
         moved: list[int] = []
 
+        fresh = None  # where the blocking copy's pageable buffers fault: the same for every partition
+        if ctx.scenario.training.offload.gradient_copy == "blocking":
+            fresh = fresh_buffer_shares(ctx.workload.layers, ctx.grad_bytes)
+
         def to_host(bucket, reduced: int) -> None:
             shard = bucket.elements / lay.degree
-            moved.append(
-                add_zero3_gradient_to_host(prog, ctx, on_cpu, shard, reduced, f"partition {bucket.index}")
-            )
+            label = f"partition {bucket.index}"
+            moved.append(add_zero3_gradient_to_host(prog, ctx, on_cpu, shard, reduced, label, fresh))
 
         ends, buckets = _stage3_program(prog, ctx, lay, to_host)
         ends = offload.add_offloaded_update(
