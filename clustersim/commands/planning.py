@@ -209,7 +209,9 @@ def report(
         "default: the sweep's, else 100,000.",
     ),
     deadline: Optional[str] = typer.Option(
-        None, "--deadline", help="Wall-clock limit the recommendation must meet: 3d, 72h, 90m."
+        None,
+        "--deadline",
+        help="Wall-clock limit the recommendation must meet, with its unit: 60d, 1440h, 90m, 2w.",
     ),
     budget: Optional[float] = BudgetOpt,
     baseline: Optional[str] = BaselineOpt,
@@ -426,7 +428,11 @@ def plan_cmd(
         help="Training tokens instead of --steps (300e9 or 300000000000): steps = tokens / (global batch "
         "x the model's sequence length), rounded up.",
     ),
-    deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
+    deadline: str = typer.Option(
+        ...,
+        "--deadline",
+        help="Wall-clock limit with its unit: 60d, 1440h, 90m, 2w (a bare number is refused).",
+    ),
     budget: Optional[float] = BudgetOpt,
     candidates: Optional[Path] = typer.Option(
         None,
