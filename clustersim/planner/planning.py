@@ -662,12 +662,24 @@ def plan(
         )  # fmt: skip
 
 
+# Rounding --tokens up to whole steps that trains more than this share over the tokens asked for is said
+# as a warning with the tokens trained (a presentation threshold: a step count within 1% reads as exact).
+TOKENS_ROUNDING_NOTED = 0.01
+
+
 def tokens_note(tokens: int, steps: int, global_batch: int, seq: int) -> str:
-    """The arithmetic behind --tokens, printed under the plan's header."""
-    return (
+    """The arithmetic behind --tokens, printed under the plan's header; where whole steps train
+    noticeably more tokens than asked for, how many more."""
+    trained = steps * global_batch * seq
+    note = (
         f"{tokens:,} tokens = {steps:,} steps x {global_batch:,} samples x {seq:,} tokens per sample "
         "(rounded up)"
     )
+    if trained > tokens * (1 + TOKENS_ROUNDING_NOTED):
+        note += (
+            f"; warning: {steps:,} steps train {trained:,} tokens, {100 * (trained / tokens - 1):,.0f}% more"
+        )
+    return note
 
 
 def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int | None) -> tuple[int, int]:
@@ -688,7 +700,13 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
     if not seq:
         raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
     batch = global_batch or sweep.spec.global_batch or default_global_batch(sweep)
-    return max(1, math.ceil(tokens / (batch * seq))), seq
+    if tokens < batch * seq:  # 1 step, many times the tokens asked for: a typo (1.5e3 for 1.5e12)
+        raise InputError(
+            f"{tokens:,} tokens is less than one step ({batch:,} samples x {seq:,} tokens = "
+            f"{batch * seq:,} tokens); it would run 1 step: give at least {batch * seq:,} tokens, or --steps",
+            key="--tokens",
+        )
+    return math.ceil(tokens / (batch * seq)), seq
 
 
 def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
