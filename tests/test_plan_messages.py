@@ -4,7 +4,7 @@ and the lines and fields a plan's output carries."""
 from __future__ import annotations
 
 from clustersim.cli import app
-from clustersim.planner.planning import tokens_note
+from clustersim.planner.planning import optimizers_not_run, tokens_note
 
 
 def test_tokens_less_than_one_step_is_refused(runner):
@@ -24,3 +24,22 @@ def test_tokens_rounded_up_a_lot_are_warned():
     loose = tokens_note(3 * step // 2, 2, 1024, 2048)  # 1.5 steps' tokens run as 2 steps
     assert f"warning: 2 steps train {2 * step:,} tokens, 33% more" in loose
     assert "warning" not in tokens_note(1000 * step - 5, 1000, 1024, 2048)
+
+
+def test_an_optimizer_no_candidate_runs_is_shown_on_the_gpu_closest_to_fitting():
+    """GPT-3-175B's compressed optimizers fit no GPU; the example named H200 (its reason the shortest)
+    while B200, with more memory, was in the grid: the example is the GPU with the most memory."""
+    from clustersim import catalog
+
+    assert catalog.gpu("B200").memory_bytes > catalog.gpu("H200").memory_bytes
+    why = "workload.model: does not fit in GPU memory: 3,003.82 GiB per rank needed but {} has {}"
+    records = [
+        {"optimizer": "binsgdm", "gpu": "H200", "status": "invalid", "error": why.format("H200", "1 GiB")},
+        {"optimizer": "binsgdm", "gpu": "B200", "status": "invalid", "error": why.format("B200", "180 GiB")},
+        {"optimizer": "binsgdm", "gpu": "A100-80GB", "status": "invalid", "error": why.format("A1", "80")},
+        {"optimizer": "adam", "gpu": "H200", "status": "ok", "error": ""},
+    ]
+    assert optimizers_not_run(records) == {"binsgdm": records[1]["error"]}
+    # a row that does not name its GPU is on the candidates' base GPU
+    del records[1]["gpu"]
+    assert optimizers_not_run(records, "B200") == {"binsgdm": records[1]["error"]}

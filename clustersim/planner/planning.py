@@ -960,7 +960,7 @@ def _plan(
         "fastest": rec["fastest"],
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
-        "optimizers_not_run": optimizers_not_run(records),
+        "optimizers_not_run": optimizers_not_run(records, base.cluster.gpu_name),
         "pricing": costs.describe(),
     }
 
@@ -1029,10 +1029,12 @@ def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
     return {str(r["gpu"]) if isinstance(r.get("gpu"), str) else base.cluster.gpu_name for r in rows}
 
 
-def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
-    """The candidates' optimizers of which no row could run, each with the shortest of its rows' reasons
-    (out of GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer
-    out says why, instead of dropping it without a word."""
+def optimizers_not_run(records: list[dict[str, Any]], base_gpu: str | None = None) -> dict[str, str]:
+    """The candidates' optimizers of which no row could run, each with one of its rows' reasons (out of
+    GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer out says
+    why, instead of dropping it without a word. The example is a row on the candidates' GPU with the
+    most memory (the closest to fitting; ``base_gpu``: a row's GPU where it does not vary one), the
+    shortest of its reasons."""
     out: dict[str, str] = {}
     # a row invalid before it ran (not a valid cluster as given) names no optimizer unless it varied one
     for name in dict.fromkeys(r["optimizer"] for r in records if r.get("optimizer")):
@@ -1040,9 +1042,21 @@ def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
         if all(r["status"] != "ok" for r in mine):
             # a row with more GPUs than the batch has samples says less about the optimizer than one
             # that ran out of memory: its reason is given only where every row failed so
-            reasons = [r["error"].removeprefix("row: ") for r in mine]
-            out[name] = min(reasons, key=lambda e: ("global_batch:" in e, len(e)))
+            example = min(
+                mine,
+                key=lambda r: ("global_batch:" in r["error"], -_gpu_memory(r, base_gpu), len(r["error"])),
+            )
+            out[name] = example["error"].removeprefix("row: ")
     return out
+
+
+def _gpu_memory(record: dict[str, Any], base_gpu: str | None) -> float:
+    """The memory of a row's GPU (the catalog's; 0 for one the catalog does not name)."""
+    name = record.get("gpu", base_gpu)
+    try:
+        return catalog.gpu(name).memory_bytes if isinstance(name, str) else 0.0
+    except InputError:
+        return 0.0
 
 
 def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:
