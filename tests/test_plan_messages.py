@@ -43,3 +43,20 @@ def test_an_optimizer_no_candidate_runs_is_shown_on_the_gpu_closest_to_fitting()
     # a row that does not name its GPU is on the candidates' base GPU
     del records[1]["gpu"]
     assert optimizers_not_run(records, "B200") == {"binsgdm": records[1]["error"]}
+
+
+def test_api_steps_are_read_as_the_cli_reads_them(runner):
+    """StepsPlan.parse took Python's ``int("4_00")`` (400), which the CLI's --steps refuses: both read a
+    count with units.parse_count now, refusing the same text in the same words (and both take 1e5)."""
+    import pytest
+
+    from clustersim.errors import InputError
+    from clustersim.planner.compare import StepsPlan
+
+    for text in ("4_00", "adam=4_00"):
+        with pytest.raises(InputError) as api:
+            StepsPlan.parse(text)
+        cli = runner.invoke(app, ["plan", "--model", "BERT-Large", "--steps", text, "--deadline", "1d"])
+        assert cli.exit_code == 2 and "is not a plain decimal number" in api.value.message
+        assert api.value.key == "--steps" and api.value.message in cli.output
+    assert StepsPlan.parse("adam=1e5,binsgdm=1.1e5").per == (("adam", 100_000), ("binsgdm", 110_000))
