@@ -60,3 +60,39 @@ def test_api_steps_are_read_as_the_cli_reads_them(runner):
         assert cli.exit_code == 2 and "is not a plain decimal number" in api.value.message
         assert api.value.key == "--steps" and api.value.message in cli.output
     assert StepsPlan.parse("adam=1e5,binsgdm=1.1e5").per == (("adam", 100_000), ("binsgdm", 110_000))
+
+
+def _memory_need(message: str) -> str:
+    return message.split("does not fit in GPU memory: ")[1].split(" per rank needed")[0]
+
+
+def test_offload_plan_quotes_what_a_micro_batch_of_1_needs(runner):
+    """Llama-7B on an A100-80GB at micro-batch 4 fits no micro-batch without offload: the line said
+    "not even a micro-batch of 1 fits (135.02 GiB per rank needed ...)", micro-batch 4's need; it now
+    quotes micro-batch 1's (109 GiB), as simulating micro-batch 1 without offload refuses it."""
+    import json
+
+    import pytest
+
+    from clustersim.errors import InputError
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import simulate
+
+    sets = {"cluster.gpu": "A100-80GB", "workload.micro_batch": 4}
+    args = ["offload", "plan", "preset:offload-llama7b-h100", "--samples", "0"]
+    args += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    plain = load_scenario("preset:offload-llama7b-h100").with_changes(
+        **sets, **{"training.offload.mode": "none", "training.offload.gradient_copy": None}
+    )
+    needs = {}
+    for mb in (1, 4):
+        with pytest.raises(InputError) as exc:
+            simulate(plain.with_changes(**{"workload.micro_batch": mb}), uncertainty_samples=0)
+        needs[mb] = _memory_need(exc.value.message)
+    assert needs[1] != needs[4]
+    none = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["modes"]["none"]
+    assert none["largest_micro_batch"] == 0 and _memory_need(none["why_micro_batch_1"]) == needs[1]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if "not even a micro-batch of 1 fits" in x)
+    assert f"({needs[1]} per rank needed but A100-80GB has" in line and needs[4] not in line
