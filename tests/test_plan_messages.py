@@ -124,3 +124,43 @@ def test_the_terminal_bar_says_the_same_time_left():
     assert str(column.render(early)) == "-:--:--"
     later = SimpleNamespace(completed=50, total=100, fields={"phase_start": start})
     assert str(column.render(later)) == "0:00:05"
+
+
+TEAM = "examples/team-a100-40gb-25gbe.yaml"
+
+
+def test_plan_have_shows_each_options_layout_and_one_recommendation(runner):
+    """`plan --have` printed neither the layout each option runs nor a recommendation, as `plan` does:
+    a layout column, and one "Recommended:" line naming the option that spends least on this run."""
+    import json
+
+    args = ["plan", "--model", "BERT-Large", "--steps", "1000", "--deadline", "30d", "--samples", "0"]
+    r = runner.invoke(app, [*args, "--have", TEAM])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    header = next(x for x in lines if x.startswith("option "))
+    assert header.split()[:4] == ["option", "what", "optimizer", "layout"]
+    said = [x for x in lines if "Recommended:" in x]
+    assert len(said) == 1 and said[0].startswith("  • Recommended: keep, as owned")
+    d = json.loads(runner.invoke(app, [*args, "--have", TEAM, "--json"]).stdout)
+    assert all(o["layout"] for o in d["options"])
+    keep = next(o for o in d["options"] if o["option"] == "keep")
+    assert d["recommended"] == keep and d["recommendation"] == said[0].removeprefix("  • ")
+
+
+def test_the_have_recommendation_is_the_least_spent_on_the_run_that_meets_the_constraints():
+    from clustersim.planner.upgrades import recommendation_text, recommended
+
+    def option(name, ttt_h, capital, run_cost, meets=True):
+        return {"option": name, "what": name, "optimizer": "adam", "layout": "DP", "ttt_h": ttt_h,
+                "capital": capital, "run_cost": run_cost, "meets": meets}  # fmt: skip
+
+    keep, nic = option("keep", 40.0, 0, 500, meets=False), option("upgrade NICs", 30.0, 20_000, 400)
+    rent = option("rent", 20.0, 0, 900)
+    assert recommended([keep, nic, rent]) is rent  # $900 now against $20,400: the upgrade pays back later
+    keep["meets"] = True
+    assert recommended([keep, nic, rent]) is keep
+    nobody = [dict(o, meets=False) for o in (keep, nic, rent)]
+    assert recommended(nobody) is None
+    text = recommendation_text(None, nobody)
+    assert text.startswith("No option meets the deadline and budget; the fastest is rent, rent: adam, DP")

@@ -371,6 +371,7 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         + "[/]",
         highlight=False,
     )
+    console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
 
 
 def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
@@ -389,6 +390,7 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         "option",
         "what",
         "optimizer",
+        "layout",
         "hours (P10–P90)",
         "saved h",
         "capital",
@@ -400,6 +402,7 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
             r["option"] + ("" if r.get("meets", True) else " *"),
             r["what"],
             r["optimizer"],
+            r.get("layout") or "DP",
             hours(r),
             "—" if r["saved_h"] is None or r["option"] == "keep" else f"{r['saved_h']:,.1f}",
             f"${r['capital']:,.0f}",
