@@ -164,3 +164,43 @@ def test_the_have_recommendation_is_the_least_spent_on_the_run_that_meets_the_co
     assert recommended(nobody) is None
     text = recommendation_text(None, nobody)
     assert text.startswith("No option meets the deadline and budget; the fastest is rent, rent: adam, DP")
+
+
+def test_plan_notes_a_choice_that_fits_its_gpu_this_closely(runner, tmp_path, monkeypatch):
+    """`run` warns of a rank with under 5% of its GPU's memory to spare; `plan` said nothing of its choice
+    or the fastest. It says the same note (memory.thin_headroom_note, the same threshold) of both."""
+    import json
+
+    import yaml
+
+    from clustersim.planner.planning import memory_notes
+    from clustersim.scenario import load_scenario
+    from clustersim.simulator import memory
+
+    gib = 2**30
+    assert memory.THIN_HEADROOM == 0.05
+    assert memory.thin_headroom_note(76 * gib, 80 * gib) is None  # exactly 5% to spare: not close
+    close = memory.thin_headroom_note(77 * gib, 80 * gib)
+    assert close.startswith("GPU memory: 77.00 GiB of 80.00 GiB, 3.00 GiB to spare; the CUDA context")
+    scenario = load_scenario("preset:default").model_dump(mode="json")  # 8 x V100-SXM2, 32 GiB each
+    row = {"cluster": "8 x V100-SXM2", "scenario": scenario, "gpu_memory_bytes": 31 * gib}
+    roomy = dict(row, gpu_memory_bytes=20 * gib)
+    assert memory_notes(row, row) == [
+        f"the choice (8 x V100-SXM2): {memory.thin_headroom_note(31 * gib, 32 * gib)}"
+    ]
+    assert memory_notes(roomy, row)[0].startswith("the fastest (8 x V100-SXM2): GPU memory: 31.00 GiB")
+    assert memory_notes(roomy, roomy) == [] and memory_notes(None, None) == []
+
+    # the wiring: with every fit taken as close, the plan's text and JSON carry the note
+    cand = tmp_path / "cand.yaml"
+    cand.write_text(
+        yaml.safe_dump({"base": "preset:default", "vary": {"gpus": [8, 16], "optimizer": ["adam"]}})
+    )
+    monkeypatch.setattr(memory, "THIN_HEADROOM", 1.0)
+    args = ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "1d", "--samples", "0"]
+    args += ["--candidates", str(cand), "--price", "2"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert any(x.startswith("note: the choice (") and "to spare" in x for x in r.stdout.splitlines())
+    d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert d["memory_notes"] and d["memory_notes"][0].startswith(f"the choice ({d['chosen']['cluster']}): ")

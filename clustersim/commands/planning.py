@@ -414,6 +414,19 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
     return cols, body
 
 
+def _say_choice(result: dict) -> None:
+    """The plan's answer under its header: the recommendation's lines, the optimizers no candidate
+    could run, the choice's MFU, and a fit too close in GPU memory (as `run` warns of it)."""
+    for line in result["text"]:
+        console.print(f"  • {line}")
+    for name, why in result["optimizers_not_run"].items():
+        console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
+    if chosen_flops(result["chosen"]):
+        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
+    for note in result.get("memory_notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
 @with_catalogs
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Catalog model, e.g. GPT-3-1.3B."),
@@ -523,12 +536,7 @@ def plan_cmd(
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
     console.print(f"[dim]cost: {result['pricing']}[/]", highlight=False)
-    for line in result["text"]:
-        console.print(f"  • {line}")
-    for name, why in result["optimizers_not_run"].items():
-        console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
-    if chosen_flops(result["chosen"]):
-        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
+    _say_choice(result)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
         console.print(

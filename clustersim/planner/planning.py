@@ -961,6 +961,7 @@ def _plan(
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
         "optimizers_not_run": optimizers_not_run(records, base.cluster.gpu_name),
+        "memory_notes": memory_notes(chosen, rec["fastest"]),
         "pricing": costs.describe(),
     }
 
@@ -1047,6 +1048,24 @@ def optimizers_not_run(records: list[dict[str, Any]], base_gpu: str | None = Non
                 key=lambda r: ("global_batch:" in r["error"], -_gpu_memory(r, base_gpu), len(r["error"])),
             )
             out[name] = example["error"].removeprefix("row: ")
+    return out
+
+
+def memory_notes(chosen: dict[str, Any] | None, fastest: dict[str, Any] | None) -> list[str]:
+    """The note `run` gives a rank that fits with little to spare (memory.thin_headroom_note, the same
+    threshold), said of the choice and of the fastest where they fit that closely."""
+    from clustersim.simulator.memory import thin_headroom_note
+
+    out = []
+    for label, row in (("the choice", chosen), ("the fastest", fastest)):
+        if row is None or row.get("gpu_memory_bytes") is None or "scenario" not in row:
+            continue
+        if label == "the fastest" and row is chosen:
+            break
+        gpu = catalog.gpu(validate_scenario(row["scenario"], source="row").cluster.gpu)
+        note = thin_headroom_note(row["gpu_memory_bytes"], gpu.memory_bytes)
+        if note is not None:
+            out.append(f"{label} ({row['cluster']}): {note}")
     return out
 
 
