@@ -204,3 +204,27 @@ def test_plan_notes_a_choice_that_fits_its_gpu_this_closely(runner, tmp_path, mo
     assert any(x.startswith("note: the choice (") and "to spare" in x for x in r.stdout.splitlines())
     d = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert d["memory_notes"] and d["memory_notes"][0].startswith(f"the choice ({d['chosen']['cluster']}): ")
+
+
+def test_plan_json_gives_the_fastest_its_time_band_as_the_choice_has(runner, tmp_path):
+    """The fastest entry of `plan --json` had a cost band (the price's uncertainty alone) and no time
+    band where it was not among the five cheapest: its draws now run with the first rows banded, and it
+    carries ttt_p10_h/ttt_p90_h, and a cost band that holds them, as the chosen entry does."""
+    import json
+
+    import yaml
+
+    cand = tmp_path / "cand.yaml"
+    cand.write_text(yaml.safe_dump({"base": "preset:default", "vary": {"gpus": [8, 16, 32, 64, 128, 256]}}))
+    args = ["plan", "--model", "BERT-Large", "--steps", "1000", "--deadline", "30d", "--samples", "4"]
+    r = runner.invoke(app, [*args, "--candidates", str(cand), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    chosen, fastest = d["chosen"], d["fastest"]
+    # the most expensive of the six: not among the five cheapest, whose bands are drawn to choose
+    assert fastest["cluster"].startswith("256 x") and chosen["cluster"] != fastest["cluster"]
+    for row in (chosen, fastest):
+        assert row["ttt_p10_h"] < row["ttt_h"] < row["ttt_p90_h"], row
+        assert row["cost_p10"] < row["cost"] < row["cost_p90"]
+    # the cost band holds the time band: wider than the price's uncertainty alone
+    assert fastest["cost_p90"] / fastest["cost_p10"] > 1.3

@@ -933,7 +933,7 @@ def _plan(
         def band(chosen_rows: list[dict[str, Any]]) -> None:
             # the five cheapest that meet the constraints are drawn with the first rows banded: they are
             # the runners-up as a rule, and their draws run in the same passes as the choice's look-alikes
-            ahead = feasible[:5]
+            ahead = feasible[:5] + [r for r in (rec["fastest"],) if r is not None]  # the fastest's too
             _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool, ahead, drawn)
             only = [r for r in chosen_rows if r.get("baseline")]
             analysis.add_paired_bands(enriched, {}, samples, only=only)
@@ -984,8 +984,11 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
             runners_up.append(r)
         if len(runners_up) == 4:
             break
-    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
-        band([r for r in runners_up if "ttt_p10_h" not in r])
+    if samples > 0:
+        # a runner-up past the first five (a look-alike was skipped) and the fastest get their bands too
+        # (the fastest's draws ran with the first rows banded: band's ``ahead``)
+        unbanded = [r for r in [*runners_up, rec["fastest"]] if r is not None and "ttt_p10_h" not in r]
+        band(list({id(r): r for r in unbanded}.values()))
     return chosen, runners_up, rec
 
 
