@@ -353,7 +353,7 @@ def plan(
     from clustersim.planner.planning import plan as _plan
     from clustersim.report.build import parse_duration
 
-    hours = parse_duration(deadline) if isinstance(deadline, str) else float(deadline)
+    hours = parse_duration(deadline, key="deadline") if isinstance(deadline, str) else float(deadline)
     if not 0 < hours < float("inf"):
         raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
     path = None if candidates is None else Path(candidates)

@@ -31,6 +31,7 @@ from pydantic import (
 
 from clustersim.errors import InputError
 from clustersim.io import first_error, load_yaml, read_structured_file, shown_key
+from clustersim.units import MAX_COUNT  # the largest count (also every catalog count's bound)
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -59,12 +60,6 @@ def _whole(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return int(value)
     return value
-
-
-# Integers above 2**53 are not exact as floats, and every count is multiplied into float costs:
-# ``micro_batch: 1e308`` overflowed there (OverflowError). No count of anything a training job holds
-# (samples, GPUs, layers, steps) comes near 9e15.
-MAX_COUNT = 2**53
 
 
 def _exact(value: int) -> int:

@@ -1,4 +1,4 @@
-"""Parsing and formatting of sizes, bandwidths and times.
+"""Parsing and formatting of sizes, bandwidths, times and counts.
 
 Internally everything is SI base units: bytes, bytes per second, seconds. Network line rates are
 quoted in bits per second by vendors (40 GbE, 200 Gb/s HDR), memory and bus bandwidths in bytes per
@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from clustersim.errors import InputError
+
+# Integers above 2**53 are not exact as floats, and every count is multiplied into float costs:
+# ``micro_batch: 1e308`` overflowed there (OverflowError). No count of anything a training job holds
+# (samples, GPUs, layers, steps) comes near 9e15.
+MAX_COUNT = 2**53
 
 _BYTE_UNITS = {
     "": 1,
@@ -68,3 +74,28 @@ def format_seconds(t: float) -> str:
     if t >= 1e-3:
         return f"{t * 1e3:.2f} ms"
     return f"{t * 1e6:.1f} µs"
+
+
+# the plain decimal forms --set reads (commands/support.py) and io.load_yaml resolves as numbers
+_PLAIN = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def parse_count(text: str, key: str, least: int | None = 1) -> int:
+    """``text`` as a whole number of at least ``least`` (None: any sign, the caller bounds it) and at
+    most MAX_COUNT (2**53, the largest count exact in floating point), else an InputError naming
+    ``key``. The one reader of counts typed as text: the CLI's count options (commands/counts.py) and
+    the API's (planner.compare.StepsPlan), so that both refuse the same text with the same words."""
+    raw = text.strip()
+    if not _PLAIN.fullmatch(raw):
+        raise InputError(f"{raw!r} is not a plain decimal number (e.g. 1000000000 or 1e9)", key=key)
+    value = Decimal(raw)
+    # an exponent past 2**53's 16 digits is too large: said before a billion-digit integer is built
+    if value.adjusted() > 16 or abs(value) > MAX_COUNT:
+        side = "less than -2**53" if value < 0 else f"more than 2**53 ({MAX_COUNT:.3g})"
+        raise InputError(f"{raw} is {side}, beyond any count a job holds", key=key)
+    if value != value.to_integral_value():
+        raise InputError(f"{raw} is not a whole number", key=key)
+    count = int(value)
+    if least is not None and count < least:
+        raise InputError(f"{raw} is less than {least}", key=key)
+    return count

@@ -173,7 +173,7 @@ def test_png_export_says_what_it_needs(results, tmp_path):
     assert info["written"] or "Chromium" in info["message"] or "kaleido" in info["message"]
 
 
-@pytest.mark.parametrize("text,hours", [("3d", 72), ("72h", 72), ("90m", 1.5), ("1w", 168), ("12", 12)])
+@pytest.mark.parametrize("text,hours", [("3d", 72), ("72h", 72), ("90m", 1.5), ("1w", 168), ("1.5d", 36)])
 def test_durations(text, hours):
     assert parse_duration(text) == pytest.approx(hours)
 
@@ -239,6 +239,8 @@ def test_plan_finds_the_cheapest_in_time(runner, tmp_path):
     [
         (["--model", "BERT-Huge", "--steps", "10", "--deadline", "1d"], "unknown model"),
         (["--model", "BERT-Large", "--steps", "10", "--deadline", "soon"], "cannot read duration"),
+        # a bare number is ambiguous (60 hours, or a 60-day deadline typed without its unit): refused
+        (["--model", "BERT-Large", "--steps", "10", "--deadline", "60"], "--deadline: 60 has no unit"),
         (
             ["--model", "BERT-Large", "--steps", "10", "--deadline", "1d", "--budget", "-5"],
             "budget must be positive",

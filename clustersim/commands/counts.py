@@ -2,42 +2,19 @@
 ``--break-even-at``) read as a file reads a count: a plain decimal, with a point or an exponent where it
 is whole (``1e9``, ``1000000000``, ``8.0``; ``010`` is ten), as ``--set`` and io.load_yaml read numbers.
 ``1.5e0`` is not a count; ``0x10``, ``4_00``, ``1:30``, ``nan`` are not plain decimals. An ``int``
-option refused ``1e9`` and Python's ``int`` took ``4_00``, which a file refuses; one parser here serves
-every such option (a typer ``parser=``), so they read counts alike.
+option refused ``1e9`` and Python's ``int`` took ``4_00``, which a file refuses; one parser
+(units.parse_count, which the API's StepsPlan uses too) serves every such option (a typer ``parser=``),
+so they read counts alike.
 """
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
-
 import typer
 
-from clustersim.catalog import MAX_COUNT
 from clustersim.errors import InputError
+from clustersim.units import parse_count
 
-# the plain decimal forms --set reads (commands/support.py) and io.load_yaml resolves as numbers
-_PLAIN = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
-
-
-def parse_count(text: str, key: str, least: int | None = 1) -> int:
-    """``text`` as a whole number of at least ``least`` (None: any sign, the caller bounds it) and at
-    most catalog.MAX_COUNT (2**53, the largest count exact in floating point), else an InputError
-    naming ``key``."""
-    raw = text.strip()
-    if not _PLAIN.fullmatch(raw):
-        raise InputError(f"{raw!r} is not a plain decimal number (e.g. 1000000000 or 1e9)", key=key)
-    value = Decimal(raw)
-    # an exponent past 2**53's 16 digits is too large: said before a billion-digit integer is built
-    if value.adjusted() > 16 or abs(value) > MAX_COUNT:
-        side = "less than -2**53" if value < 0 else f"more than 2**53 ({MAX_COUNT:.3g})"
-        raise InputError(f"{raw} is {side}, beyond any count a job holds", key=key)
-    if value != value.to_integral_value():
-        raise InputError(f"{raw} is not a whole number", key=key)
-    count = int(value)
-    if least is not None and count < least:
-        raise InputError(f"{raw} is less than {least}", key=key)
-    return count
+__all__ = ["count_option", "counts_by_name", "parse_count"]
 
 
 def count_option(least: int | None = 1):

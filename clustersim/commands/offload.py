@@ -53,9 +53,9 @@ def _faster(first: str, second: str, ratio: float) -> str:
     return f"{first} is {ratio:.2f}x faster than {second}"
 
 
-def _fits(scenario) -> bool:
-    """Whether a scenario without offload fits in GPU memory: the check simulate makes before it builds
-    the iteration (simulator/runner.py _run), without simulating."""
+def _refusal(scenario) -> str | None:
+    """Why a scenario without offload does not fit in GPU memory (None: it fits): the check simulate
+    makes before it builds the iteration (simulator/runner.py _run), without simulating."""
     from clustersim.simulator.context import build_context
     from clustersim.simulator.memory import check_fits, gpu_memory
     from clustersim.simulator.strategies import registry
@@ -63,9 +63,13 @@ def _fits(scenario) -> bool:
     try:
         ctx = build_context(scenario)
         check_fits(ctx, gpu_memory(ctx, registry.create(ctx)))
-    except InputError:
-        return False
-    return True
+    except InputError as exc:
+        return exc.message
+    return None
+
+
+def _fits(scenario) -> bool:
+    return _refusal(scenario) is None
 
 
 def largest_micro_batch(scenario) -> int:
@@ -79,6 +83,31 @@ def largest_micro_batch(scenario) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _without_offload(scenario, exc: InputError) -> dict:
+    """The no-offload mode that does not fit: why, the largest micro-batch that fits, and, where none
+    does, why a micro-batch of 1 does not (its need, not the requested micro-batch's larger one)."""
+    out = {"fits": False, "why": exc.message, "largest_micro_batch": largest_micro_batch(scenario)}
+    if not out["largest_micro_batch"]:
+        one = scenario.with_changes(**{"workload.micro_batch": 1})
+        out["why_micro_batch_1"] = _refusal(one) or exc.message
+    return out
+
+
+def _what_fits_without_offload(plain: dict, micro_batch: int) -> str:
+    """The line under the table when no offload does not fit at the scenario's micro-batch."""
+
+    def why(message: str) -> str:
+        return message.split("; per rank:")[0].removeprefix("does not fit in GPU memory: ")
+
+    fit = plain["largest_micro_batch"]
+    if fit:
+        return (
+            f"without offload the largest micro-batch that fits is {fit} (workload.micro_batch; "
+            f"at {micro_batch}: {why(plain['why'])})"
+        )
+    return f"without offload not even a micro-batch of 1 fits ({why(plain['why_micro_batch_1'])})"
 
 
 def _band_ms(m: dict) -> str:
@@ -113,9 +142,9 @@ def offload_plan(
         except InputError as exc:
             if mode == "interleaved" or "does not fit" not in exc.message:
                 raise
-            results[mode] = {"fits": False, "why": exc.message}
-            if mode == "none":
-                results[mode]["largest_micro_batch"] = largest_micro_batch(mine)
+            results[mode] = (
+                _without_offload(mine, exc) if mode == "none" else {"fits": False, "why": exc.message}
+            )
             continue
         iv = r.interval
         results[mode] = {
@@ -193,17 +222,8 @@ def offload_plan(
     plain = results["none"]
     if not plain["fits"]:
         # the text said only "does not fit"; what does fit without offload is what the question needs
-        fit = plain["largest_micro_batch"]
-        why = plain["why"].split("; per rank:")[0].removeprefix("does not fit in GPU memory: ")
         console.print(
-            (
-                f"without offload the largest micro-batch that fits is {fit} (workload.micro_batch; "
-                f"at {s.workload.micro_batch}: {why})"
-                if fit
-                else f"without offload not even a micro-batch of 1 fits ({why})"
-            ),
-            markup=False,
-            highlight=False,
+            _what_fits_without_offload(plain, s.workload.micro_batch), markup=False, highlight=False
         )
     if base:
         console.print(

@@ -209,7 +209,9 @@ def report(
         "default: the sweep's, else 100,000.",
     ),
     deadline: Optional[str] = typer.Option(
-        None, "--deadline", help="Wall-clock limit the recommendation must meet: 3d, 72h, 90m."
+        None,
+        "--deadline",
+        help="Wall-clock limit the recommendation must meet, with its unit: 60d, 1440h, 90m, 2w.",
     ),
     budget: Optional[float] = BudgetOpt,
     baseline: Optional[str] = BaselineOpt,
@@ -369,6 +371,7 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         + "[/]",
         highlight=False,
     )
+    console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
 
 
 def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
@@ -387,6 +390,7 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         "option",
         "what",
         "optimizer",
+        "layout",
         "hours (P10–P90)",
         "saved h",
         "capital",
@@ -398,6 +402,7 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
             r["option"] + ("" if r.get("meets", True) else " *"),
             r["what"],
             r["optimizer"],
+            r.get("layout") or "DP",
             hours(r),
             "—" if r["saved_h"] is None or r["option"] == "keep" else f"{r['saved_h']:,.1f}",
             f"${r['capital']:,.0f}",
@@ -407,6 +412,19 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         for r in rows
     ]
     return cols, body
+
+
+def _say_choice(result: dict) -> None:
+    """The plan's answer under its header: the recommendation's lines, the optimizers no candidate
+    could run, the choice's MFU, and a fit too close in GPU memory (as `run` warns of it)."""
+    for line in result["text"]:
+        console.print(f"  • {line}")
+    for name, why in result["optimizers_not_run"].items():
+        console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
+    if chosen_flops(result["chosen"]):
+        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
+    for note in result.get("memory_notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 @with_catalogs
@@ -426,7 +444,11 @@ def plan_cmd(
         help="Training tokens instead of --steps (300e9 or 300000000000): steps = tokens / (global batch "
         "x the model's sequence length), rounded up.",
     ),
-    deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 3d, 72h, 90m."),
+    deadline: str = typer.Option(
+        ...,
+        "--deadline",
+        help="Wall-clock limit with its unit: 60d, 1440h, 90m, 2w (a bare number is refused).",
+    ),
     budget: Optional[float] = BudgetOpt,
     candidates: Optional[Path] = typer.Option(
         None,
@@ -514,12 +536,7 @@ def plan_cmd(
     for note in result["recipe_notes"]:
         console.print(f"[dim]{note}[/]")
     console.print(f"[dim]cost: {result['pricing']}[/]", highlight=False)
-    for line in result["text"]:
-        console.print(f"  • {line}")
-    for name, why in result["optimizers_not_run"].items():
-        console.print(f"  • {name}: no candidate could run it, e.g. {why}", markup=False, highlight=False)
-    if chosen_flops(result["chosen"]):
-        console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
+    _say_choice(result)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
         console.print(

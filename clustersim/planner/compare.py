@@ -27,6 +27,7 @@ from clustersim.optimizer_options import UpdateOptions
 from clustersim.scenario import Scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.strategies import registry
+from clustersim.units import parse_count
 
 DEFAULT_WARMUP = 0.15  # the 1-bit Adam paper's BERT-Large setting (15-25% recommended)
 MAX_COUNT = 2**53  # steps and samples: the largest count a float time-to-train holds exactly
@@ -198,12 +199,11 @@ class StepsPlan:
         default, per = None, {}
         for part in [p.strip() for p in str(text).split(",") if p.strip()]:
             name, _, value = part.rpartition("=")
-            try:
-                n = int(value.replace("_", ""))
-            except ValueError:
-                raise InputError(
-                    f"cannot read {part!r}: give steps as 100000 or adam=100000,binsgdm=110000", key=key
-                ) from None
+            try:  # as the CLI's --steps reads it (commands/counts.py): 1e5 is a count, 4_00 is not
+                n = parse_count(value, key, least=None)
+            except InputError as exc:
+                said = f"{part!r}: {exc.message}" if name else exc.message
+                raise InputError(said, key=key) from None
             cls._checked(n, name or None, key)
             if name:
                 try:

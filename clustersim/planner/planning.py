@@ -662,12 +662,24 @@ def plan(
         )  # fmt: skip
 
 
+# Rounding --tokens up to whole steps that trains more than this share over the tokens asked for is said
+# as a warning with the tokens trained (a presentation threshold: a step count within 1% reads as exact).
+TOKENS_ROUNDING_NOTED = 0.01
+
+
 def tokens_note(tokens: int, steps: int, global_batch: int, seq: int) -> str:
-    """The arithmetic behind --tokens, printed under the plan's header."""
-    return (
+    """The arithmetic behind --tokens, printed under the plan's header; where whole steps train
+    noticeably more tokens than asked for, how many more."""
+    trained = steps * global_batch * seq
+    note = (
         f"{tokens:,} tokens = {steps:,} steps x {global_batch:,} samples x {seq:,} tokens per sample "
         "(rounded up)"
     )
+    if trained > tokens * (1 + TOKENS_ROUNDING_NOTED):
+        note += (
+            f"; warning: {steps:,} steps train {trained:,} tokens, {100 * (trained / tokens - 1):,.0f}% more"
+        )
+    return note
 
 
 def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int | None) -> tuple[int, int]:
@@ -688,7 +700,13 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
     if not seq:
         raise InputError(f"{model} has no sequence length: give --steps", key="--tokens")
     batch = global_batch or sweep.spec.global_batch or default_global_batch(sweep)
-    return max(1, math.ceil(tokens / (batch * seq))), seq
+    if tokens < batch * seq:  # 1 step, many times the tokens asked for: a typo (1.5e3 for 1.5e12)
+        raise InputError(
+            f"{tokens:,} tokens is less than one step ({batch:,} samples x {seq:,} tokens = "
+            f"{batch * seq:,} tokens); it would run 1 step: give at least {batch * seq:,} tokens, or --steps",
+            key="--tokens",
+        )
+    return math.ceil(tokens / (batch * seq)), seq
 
 
 def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
@@ -915,7 +933,7 @@ def _plan(
         def band(chosen_rows: list[dict[str, Any]]) -> None:
             # the five cheapest that meet the constraints are drawn with the first rows banded: they are
             # the runners-up as a rule, and their draws run in the same passes as the choice's look-alikes
-            ahead = feasible[:5]
+            ahead = feasible[:5] + [r for r in (rec["fastest"],) if r is not None]  # the fastest's too
             _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool, ahead, drawn)
             only = [r for r in chosen_rows if r.get("baseline")]
             analysis.add_paired_bands(enriched, {}, samples, only=only)
@@ -942,7 +960,8 @@ def _plan(
         "fastest": rec["fastest"],
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
-        "optimizers_not_run": optimizers_not_run(records),
+        "optimizers_not_run": optimizers_not_run(records, base.cluster.gpu_name),
+        "memory_notes": memory_notes(chosen, rec["fastest"]),
         "pricing": costs.describe(),
     }
 
@@ -965,8 +984,11 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
             runners_up.append(r)
         if len(runners_up) == 4:
             break
-    if samples > 0:  # a runner-up past the first five (a look-alike was skipped) gets its band too
-        band([r for r in runners_up if "ttt_p10_h" not in r])
+    if samples > 0:
+        # a runner-up past the first five (a look-alike was skipped) and the fastest get their bands too
+        # (the fastest's draws ran with the first rows banded: band's ``ahead``)
+        unbanded = [r for r in [*runners_up, rec["fastest"]] if r is not None and "ttt_p10_h" not in r]
+        band(list({id(r): r for r in unbanded}.values()))
     return chosen, runners_up, rec
 
 
@@ -1011,10 +1033,12 @@ def _candidate_gpus(base, rows: list[dict[str, Any]]) -> set[str]:
     return {str(r["gpu"]) if isinstance(r.get("gpu"), str) else base.cluster.gpu_name for r in rows}
 
 
-def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
-    """The candidates' optimizers of which no row could run, each with the shortest of its rows' reasons
-    (out of GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer
-    out says why, instead of dropping it without a word."""
+def optimizers_not_run(records: list[dict[str, Any]], base_gpu: str | None = None) -> dict[str, str]:
+    """The candidates' optimizers of which no row could run, each with one of its rows' reasons (out of
+    GPU memory, refused under sharding or model parallelism): a plan that leaves an optimizer out says
+    why, instead of dropping it without a word. The example is a row on the candidates' GPU with the
+    most memory (the closest to fitting; ``base_gpu``: a row's GPU where it does not vary one), the
+    shortest of its reasons."""
     out: dict[str, str] = {}
     # a row invalid before it ran (not a valid cluster as given) names no optimizer unless it varied one
     for name in dict.fromkeys(r["optimizer"] for r in records if r.get("optimizer")):
@@ -1022,9 +1046,39 @@ def optimizers_not_run(records: list[dict[str, Any]]) -> dict[str, str]:
         if all(r["status"] != "ok" for r in mine):
             # a row with more GPUs than the batch has samples says less about the optimizer than one
             # that ran out of memory: its reason is given only where every row failed so
-            reasons = [r["error"].removeprefix("row: ") for r in mine]
-            out[name] = min(reasons, key=lambda e: ("global_batch:" in e, len(e)))
+            example = min(
+                mine,
+                key=lambda r: ("global_batch:" in r["error"], -_gpu_memory(r, base_gpu), len(r["error"])),
+            )
+            out[name] = example["error"].removeprefix("row: ")
     return out
+
+
+def memory_notes(chosen: dict[str, Any] | None, fastest: dict[str, Any] | None) -> list[str]:
+    """The note `run` gives a rank that fits with little to spare (memory.thin_headroom_note, the same
+    threshold), said of the choice and of the fastest where they fit that closely."""
+    from clustersim.simulator.memory import thin_headroom_note
+
+    out = []
+    for label, row in (("the choice", chosen), ("the fastest", fastest)):
+        if row is None or row.get("gpu_memory_bytes") is None or "scenario" not in row:
+            continue
+        if label == "the fastest" and row is chosen:
+            break
+        gpu = catalog.gpu(validate_scenario(row["scenario"], source="row").cluster.gpu)
+        note = thin_headroom_note(row["gpu_memory_bytes"], gpu.memory_bytes)
+        if note is not None:
+            out.append(f"{label} ({row['cluster']}): {note}")
+    return out
+
+
+def _gpu_memory(record: dict[str, Any], base_gpu: str | None) -> float:
+    """The memory of a row's GPU (the catalog's; 0 for one the catalog does not name)."""
+    name = record.get("gpu", base_gpu)
+    try:
+        return catalog.gpu(name).memory_bytes if isinstance(name, str) else 0.0
+    except InputError:
+        return 0.0
 
 
 def _for_model(rows: list[dict[str, Any]], model: str, notes: list[str]) -> list[dict[str, Any]]:

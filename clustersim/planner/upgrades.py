@@ -263,8 +263,11 @@ def plan_have(
         r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
             budget is None or r["capital"] + (r["run_cost"] if r["option"] == "rent" else 0.0) <= budget
         )
+    chosen = recommended(out["options"])
     return {
         **out,
+        "recommended": chosen,
+        "recommendation": recommendation_text(chosen, out["options"]),
         "model": model,
         "steps": n,
         "global_batch": recipe["global_batch"],
@@ -273,3 +276,34 @@ def plan_have(
         "tokens_note": tokens_note,
         "cost_basis": own.describe(),
     }
+
+
+def recommended(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The option for this run: of those that meet the deadline and budget, the one that spends least
+    on it, its capital (what it buys now) plus the run (owned: amortised capital and power; rented: the
+    instance-hours); on a tie the earlier, keeping before buying before renting. What an upgrade saves
+    over many runs is its payback, beside it in the table."""
+    meets = [r for r in options if r.get("meets", True)]
+    return min(meets, key=lambda r: r["capital"] + r["run_cost"]) if meets else None
+
+
+def recommendation_text(chosen: dict[str, Any] | None, options: list[dict[str, Any]]) -> str:
+    """The one line under `plan --have`'s table, as `plan` says its choice: ``Recommended: ...``, or,
+    where no option meets the deadline and budget, the fastest."""
+
+    def said(r: dict[str, Any]) -> str:
+        band = f" (P10–P90 {r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f} h)" if r.get("ttt_p10_h") else ""
+        return (
+            f"{r['option']}, {r['what']}: {r['optimizer']}, {r.get('layout') or 'DP'}, "
+            f"{r['ttt_h']:,.1f} h to train{band}"
+        )
+
+    if chosen is None:
+        if not options:
+            return "No option could train the model."
+        fastest = min(options, key=lambda r: r["ttt_h"])
+        return f"No option meets the deadline and budget; the fastest is {said(fastest)}."
+    return (
+        f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${chosen['run_cost']:,.0f}: "
+        "the least spent on this run of the options that meet the deadline and budget."
+    )

@@ -417,14 +417,20 @@ def export_png(figs: dict, folder: Path) -> dict:
     return {"written": written, "message": f"{len(written)} PNG file(s) written to {folder}"}
 
 
-def parse_duration(text: str) -> float:
-    """'3d', '72h', '90m', '1.5d' -> hours."""
+def parse_duration(text: str, key: str = "--deadline") -> float:
+    """'3d', '72h', '90m', '1.5d', '1w' -> hours. A bare number is refused: '60' read as hours was a
+    60-day deadline typed without its unit, silently 24 times shorter."""
     t = text.strip().lower()
     units = {"d": 24.0, "h": 1.0, "m": 1 / 60, "w": 168.0}
+    forms = "e.g. 60d, 1440h, 90m or 2w"
     try:
-        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else None
+        if value is None:
+            float(t)  # a number without its unit: said as such below
     except ValueError:
-        raise InputError(f"cannot read duration {text!r} (use e.g. 3d, 72h, 90m)", key="--deadline") from None
+        raise InputError(f"cannot read duration {text!r} (use {forms})", key=key) from None
+    if value is None:
+        raise InputError(f"{text.strip()} has no unit: give days, hours, minutes or weeks, {forms}", key=key)
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"duration must be a finite positive time, got {text!r}", key="--deadline")
+        raise InputError(f"duration must be a finite positive time, got {text!r}", key=key)
     return value

@@ -193,18 +193,26 @@ def _distributed_optimizer_hint(ctx, mem: dict[str, float]) -> str:
 THIN_HEADROOM = 0.05
 
 
+def thin_headroom_note(total: float, capacity: float) -> str | None:
+    """What a rank that fits with under THIN_HEADROOM of its GPU to spare is told (None: more spare):
+    the memory model counts the model states, activations and the frameworks' named buffers, not the
+    CUDA context, cuBLAS workspaces, NCCL's channel buffers or the caching allocator's fragmentation,
+    which take memory on a real GPU. `run` notes it; `plan` says it of its choice and the fastest."""
+    spare = capacity - total
+    if spare >= THIN_HEADROOM * capacity:
+        return None
+    return (
+        f"GPU memory: {format_bytes(total)} of {format_bytes(capacity)}, "
+        f"{format_bytes(spare)} to spare; the CUDA context, cuBLAS workspaces, NCCL's buffers and the "
+        "caching allocator's fragmentation are not counted, so a fit this close may not run "
+        "(a smaller workload.micro_batch leaves room)"
+    )
+
+
 def _note_thin_headroom(ctx, mem: dict[str, float]) -> None:
-    """A rank that fits with little to spare gets a note: the memory model counts the model states,
-    activations and the frameworks' named buffers, not the CUDA context, cuBLAS workspaces, NCCL's
-    channel buffers or the caching allocator's fragmentation, which take memory on a real GPU."""
-    spare = mem["capacity"] - mem["total"]
-    if spare < THIN_HEADROOM * mem["capacity"]:
-        ctx.notes.append(
-            f"GPU memory: {format_bytes(mem['total'])} of {format_bytes(mem['capacity'])}, "
-            f"{format_bytes(spare)} to spare; the CUDA context, cuBLAS workspaces, NCCL's buffers and the "
-            "caching allocator's fragmentation are not counted, so a fit this close may not run "
-            "(a smaller workload.micro_batch leaves room)"
-        )
+    note = thin_headroom_note(mem["total"], mem["capacity"])
+    if note is not None:
+        ctx.notes.append(note)
 
 
 def check_fits(ctx, mem: dict[str, float]) -> None:
