@@ -43,7 +43,7 @@ GradientClipping = Literal["none", "global", "per_tensor"]
 BatchNorm = Literal["separate", "fused", "fused_into_conv"]
 # Workload keys that describe one kind of network only: set for the other kind (in a scenario, or as a
 # sweep's axis) they change nothing, which run and sweep say.
-TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
+TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len", "fp8_recipe")
 CONV_ONLY_KEYS = ("memory_format", "batch_norm")
 
 
@@ -295,6 +295,15 @@ class WorkloadSpec(_Strict):
         "forward and both backward GEMMs) at the FP8 rate, with cast kernels and their inputs saved as "
         "FP8 copies; attention, norms, element-wise work, embedding, LM head, weights, gradients and "
         "optimizer stay bf16 (a convolution network runs in bf16)",
+    )
+    fp8_recipe: Literal["delayed", "current", "torchao_tensorwise"] = Field(
+        "delayed",
+        description="precision fp8: how each tensor's scale is found. delayed: Transformer Engine's default "
+        "DelayedScaling (NeMo, MLPerf), the scale from earlier steps' amax, one read per cast; current: "
+        "TE's Float8CurrentScaling (Megatron-Bridge's tensorwise recipe), an amax pass over the tensor "
+        "before each cast; torchao_tensorwise: torchao's Float8Linear with dynamic tensorwise scaling "
+        "(TorchTitan), the same amax pass and the weights cast again in every forward and backward "
+        "instead of kept as FP8 copies",
     )
     gradient_accumulation: Count = Field(1, gt=0)
     input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
