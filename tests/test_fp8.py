@@ -282,6 +282,25 @@ def test_torchao_tensorwise_casts_the_weights_in_every_pass_and_keeps_no_copies(
         }
         assert extra["forward"] == pytest.approx(5 * weights)
         assert extra["backward"] == pytest.approx(3 * weights)
+    # torchao saves the bf16 input (float8_linear.py, save_for_backward(input_hp, ...)): bf16's 34sbh
+    ao = _blocks(build_workload(_gpt("fp8", **{"workload.fp8_recipe": "torchao_tensorwise"}).workload))[0]
+    assert ao.activation_bytes == pytest.approx(
+        _blocks(build_workload(_gpt("bf16").workload))[0].activation_bytes
+    )
+    tp = {
+        "cluster.gpus_per_node": 8,
+        "training.parallelism.tensor": 4,
+        "training.parallelism.pipeline": 2,
+        "training.parallelism.sequence_parallel": True,
+        "workload.gradient_accumulation": 8,
+    }
+    kept = {}
+    for name, sc in (
+        ("bf16", _gpt("bf16", **tp)),
+        ("torchao", _gpt("fp8", **tp, **{"workload.fp8_recipe": "torchao_tensorwise"})),
+    ):
+        kept[name] = Layout.of(sc, build_workload(sc.workload)).block_activation_bytes()
+    assert kept["torchao"] == pytest.approx(kept["bf16"])
     two = {"cluster.gpus_per_node": 2}
     current = _gpt("fp8", **two, **{"workload.fp8_recipe": "current"})
     torchao = _gpt("fp8", **two, **{"workload.fp8_recipe": "torchao_tensorwise"})

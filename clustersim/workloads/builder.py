@@ -144,4 +144,4 @@ def _catalog_workload(
             fp8=fp8,
             fp8_recipe=fp8_recipe,
         )
-    return Workload(model, tuple(layers), micro_batch, seq, precision)
+    return Workload(model, tuple(layers), micro_batch, seq, precision, fp8_recipe=fp8_recipe)

@@ -56,7 +56,9 @@ cast-transpose pass above:
   TorchTitan, ``float8.enable_fsdp_float8_all_gather``). torchao's roofline also assumes torch.compile
   fuses an activation's amax into the op that produced it, "not always true in practice"
   (benchmarks/float8/float8_roofline.py); it is counted as a pass here, as TE's documentation counts it.
-  torchao converts the linear layers only, all three GEMMs in FP8; the GEMM rates are the same.
+  torchao converts the linear layers only, all three GEMMs in FP8; the GEMM rates are the same. It
+  saves the bf16 input for backward, not an FP8 copy (``keeps_fp8_inputs``): the activations are
+  bf16's.
 """
 
 from __future__ import annotations
@@ -128,6 +130,13 @@ def linear_gemms(
         forward += (Kernel("fp8_cast", 0.0, fwd_w * weights, 2 * launches, precision="bf16"),)
         backward += (Kernel("fp8_cast", 0.0, bwd_w * weights, launches, precision="bf16"),)
     return forward, backward
+
+
+def keeps_fp8_inputs(recipe: str) -> bool:
+    """Whether the linear layers keep their inputs' FP8 copies for wgrad (TE's modules, any recipe), or
+    the bf16 inputs themselves (torchao: ``matmul_with_hp_or_float8_args`` saves ``input_hp`` and
+    casts it again in backward, torchao/float8/float8_linear.py)."""
+    return recipe != "torchao_tensorwise"
 
 
 def saved_bytes_saved(

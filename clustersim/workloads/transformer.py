@@ -172,7 +172,8 @@ def _block(
             gemm_flops, qkv + h * h + mlp_gemm, gemm_in, gemm_out, n_gemm, fp8_recipe
         )
         forward, backward = linear_fwd + forward[1:], linear_bwd + backward[1:]
-        activations -= fp8_rules.saved_bytes_saved(tokens, h, f, fused)
+        if fp8_rules.keeps_fp8_inputs(fp8_recipe):
+            activations -= fp8_rules.saved_bytes_saved(tokens, h, f, fused)
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
