@@ -486,6 +486,13 @@ class ShardingSpec(_Strict):
     fsdp_strategy: Literal["full", "grad_op", "hybrid"] | None = Field(
         None, description="FSDP only: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD; default full"
     )
+    fsdp_implementation: Literal["fsdp2", "flat"] | None = Field(
+        None,
+        description="FSDP only: fsdp2 (PyTorch's fully_shard, per-parameter shards: each all-gather's "
+        "output is copied out into the parameters on the compute stream, each unit's gradients copied "
+        "into the reduce-scatter buffer in the reduce dtype) or flat (parameters and gradients are views "
+        "of the communication buffers: PyTorch's FlatParameter FSDP, Megatron-FSDP); default fsdp2",
+    )
     reduce_bucket_mb: Number | None = Field(
         None, gt=0, description="gradient reduce bucket, MiB; default DeepSpeed's 5e8 elements"
     )
