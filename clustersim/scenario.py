@@ -43,7 +43,7 @@ GradientClipping = Literal["none", "global", "per_tensor"]
 BatchNorm = Literal["separate", "fused", "fused_into_conv"]
 # Workload keys that describe one kind of network only: set for the other kind (in a scenario, or as a
 # sweep's axis) they change nothing, which run and sweep say.
-TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len")
+TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len", "fp8_recipe")
 CONV_ONLY_KEYS = ("memory_format", "batch_norm")
 
 
@@ -304,6 +304,15 @@ class WorkloadSpec(_Strict):
         "FP8 copies; attention, norms, element-wise work, embedding, LM head, weights, gradients and "
         "optimizer stay bf16 (a convolution network runs in bf16)",
     )
+    fp8_recipe: Literal["delayed", "current", "torchao_tensorwise"] = Field(
+        "delayed",
+        description="precision fp8: how each tensor's scale is found. delayed: Transformer Engine's default "
+        "DelayedScaling (NeMo, MLPerf), the scale from earlier steps' amax, one read per cast; current: "
+        "TE's Float8CurrentScaling (Megatron-Bridge's tensorwise recipe), an amax pass over the tensor "
+        "before each cast; torchao_tensorwise: torchao's Float8Linear with dynamic tensorwise scaling "
+        "(TorchTitan), the same amax pass and the weights cast again in every forward and backward "
+        "instead of kept as FP8 copies",
+    )
     gradient_accumulation: Count = Field(1, gt=0)
     input: InputSpec | None = Field(None, description="input pipeline over PCIe (default: not modelled)")
     activation_checkpointing: bool = Field(
@@ -484,6 +493,13 @@ class ShardingSpec(_Strict):
     framework: Literal["deepspeed", "fsdp"] = "deepspeed"
     fsdp_strategy: Literal["full", "grad_op", "hybrid"] | None = Field(
         None, description="FSDP only: FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD; default full"
+    )
+    fsdp_implementation: Literal["fsdp2", "flat"] | None = Field(
+        None,
+        description="FSDP only: fsdp2 (PyTorch's fully_shard, per-parameter shards: each all-gather's "
+        "output is copied out into the parameters on the compute stream, each unit's gradients copied "
+        "into the reduce-scatter buffer in the reduce dtype) or flat (parameters and gradients are views "
+        "of the communication buffers: PyTorch's FlatParameter FSDP, Megatron-FSDP); default fsdp2",
     )
     reduce_bucket_mb: Number | None = Field(
         None, gt=0, description="gradient reduce bucket, MiB; default DeepSpeed's 5e8 elements"

@@ -59,6 +59,10 @@ def check_sharding(training) -> None:
             )
     elif sh.fsdp_strategy is not None:
         raise InputError("fsdp_strategy needs framework: fsdp", key="training.sharding.fsdp_strategy")
+    elif sh.fsdp_implementation is not None:
+        raise InputError(
+            "fsdp_implementation needs framework: fsdp", key="training.sharding.fsdp_implementation"
+        )
     if sh.enabled and training.optimizer in _NOT_WITH_ZERO:
         raise InputError(
             f"{training.optimizer} cannot run sharded: {_NOT_WITH_ZERO[training.optimizer]}",

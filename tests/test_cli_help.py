@@ -105,7 +105,7 @@ def test_plan_help_names_the_built_in_candidates(runner):
     from clustersim import catalog
 
     left_out = set(catalog.gpus()) - set(vary["gpu"])  # the help names what the grid leaves out
-    assert "every GPU of the catalog but the " + " ".join(sorted(left_out)) + " stand-in" in text
+    assert "every GPU of the catalog but the " + " and ".join(sorted(left_out)) + " stand-ins" in text
     assert f"{min(vary['gpus']):,} to {max(vary['gpus']):,} GPUs" in text
     assert "Ethernet" in text and "InfiniBand" in text
     *rates, last = (str(r) for r in vary["nic_gbps"])

@@ -232,3 +232,92 @@ def test_sequence_parallel_all_gathers_move_fp8():
     assert 2 * b8["tp all_gather fp8"] + b8["tp all_gather"] == pytest.approx(b16["tp all_gather"])
     no_sp = {"training.parallelism.sequence_parallel": False}
     assert tp_bytes("fp8", **no_sp) == pytest.approx(tp_bytes("bf16", **no_sp))
+
+
+# ---- how the scales are found: workload.fp8_recipe ------------------------------------------------
+def _casts(layer, phase: str) -> float:
+    return sum(k.bytes for k in getattr(layer, phase) if k.name == "fp8_cast")
+
+
+def _linear_weights(model: str) -> float:
+    """Elements of a block's linear weights: QKV (grouped K and V), output projection, gated MLP."""
+    a = catalog.model(model)
+    h, f = a.hidden, a.ffn
+    kv = h * (a.kv_heads or a.heads) // a.heads
+    return h * h + 2 * h * kv + h * h + (3 if a.style == "llama" else 2) * h * f
+
+
+def test_current_scaling_reads_each_cast_tensor_once_more():
+    """TE's documentation: current scaling 'requires reading the tensor twice', an amax pass (2 bytes
+    per bf16 element, a kernel of its own) before each cast-transpose (4 bytes): every cast moves 6/4
+    of delayed scaling's bytes in twice the launches; the GEMMs and everything else are unchanged."""
+    delayed = _blocks(build_workload(_gpt("fp8", "Llama-3-8B", 1, 2048).workload))[0]
+    current = _blocks(
+        build_workload(_gpt("fp8", "Llama-3-8B", 1, 2048, **{"workload.fp8_recipe": "current"}).workload)
+    )[0]
+    for phase in ("forward", "backward"):
+        assert _casts(current, phase) == pytest.approx(_casts(delayed, phase) * (4 + 2) / 4)
+        launches = {k.name: k.launches for k in getattr(current, phase) if k.name == "fp8_cast"}
+        assert launches["fp8_cast"] == 2 * next(
+            k.launches for k in getattr(delayed, phase) if k.name == "fp8_cast"
+        )
+        rest = [k for k in getattr(current, phase) if k.name != "fp8_cast"]
+        assert rest == [k for k in getattr(delayed, phase) if k.name != "fp8_cast"]
+    assert current.activation_bytes == delayed.activation_bytes
+
+
+def test_torchao_tensorwise_casts_the_weights_in_every_pass_and_keeps_no_copies():
+    """torchao's tensorwise recipe (roofline_utils.py, 'weight'): an amax read (2) and a row-wise cast
+    (2 + 1) forward, a column-wise cast (2 + 1) backward, per linear weight element and micro-batch, on
+    top of current scaling's activation casts; no FP8 weight copies are kept between micro-batches."""
+    for model in ("Llama-3-8B", "GPT-3-1.3B"):
+        blocks = {
+            r: _blocks(build_workload(_gpt("fp8", model, 1, 2048, **{"workload.fp8_recipe": r}).workload))[0]
+            for r in ("current", "torchao_tensorwise")
+        }
+        weights = _linear_weights(model)
+        extra = {
+            p: _casts(blocks["torchao_tensorwise"], p) - _casts(blocks["current"], p)
+            for p in ("forward", "backward")
+        }
+        assert extra["forward"] == pytest.approx(5 * weights)
+        assert extra["backward"] == pytest.approx(3 * weights)
+    # torchao saves the bf16 input (float8_linear.py, save_for_backward(input_hp, ...)): bf16's 34sbh
+    ao = _blocks(build_workload(_gpt("fp8", **{"workload.fp8_recipe": "torchao_tensorwise"}).workload))[0]
+    assert ao.activation_bytes == pytest.approx(
+        _blocks(build_workload(_gpt("bf16").workload))[0].activation_bytes
+    )
+    tp = {
+        "cluster.gpus_per_node": 8,
+        "training.parallelism.tensor": 4,
+        "training.parallelism.pipeline": 2,
+        "training.parallelism.sequence_parallel": True,
+        "workload.gradient_accumulation": 8,
+    }
+    kept = {}
+    for name, sc in (
+        ("bf16", _gpt("bf16", **tp)),
+        ("torchao", _gpt("fp8", **tp, **{"workload.fp8_recipe": "torchao_tensorwise"})),
+    ):
+        kept[name] = Layout.of(sc, build_workload(sc.workload)).block_activation_bytes()
+    assert kept["torchao"] == pytest.approx(kept["bf16"])
+    two = {"cluster.gpus_per_node": 2}
+    current = _gpt("fp8", **two, **{"workload.fp8_recipe": "current"})
+    torchao = _gpt("fp8", **two, **{"workload.fp8_recipe": "torchao_tensorwise"})
+    assert simulate(torchao).memory.get("fp8_weight_copies", 0.0) == 0.0
+    assert simulate(current).memory["fp8_weight_copies"] > 0
+    assert fp8.weight_copy_bytes(build_workload(current.workload).layers, "torchao_tensorwise") == 0
+
+
+def test_recipes_cost_in_order_and_only_under_fp8():
+    """More passes are never faster: delayed <= current <= torchao_tensorwise, each still faster than
+    bf16 at a GEMM-bound size; a recipe on a bf16 workload changes nothing and says it is not used."""
+    times = [simulate(_gpt("fp8", **{"workload.fp8_recipe": r})).iteration_time for r in fp8.RECIPES]
+    assert times == sorted(times) and times[0] < times[-1]
+    bf16 = simulate(_gpt("bf16"))
+    assert times[-1] < bf16.iteration_time
+    said = simulate(_gpt("bf16", **{"workload.fp8_recipe": "current"}))
+    assert said.iteration_time == pytest.approx(bf16.iteration_time)
+    assert any("workload.fp8_recipe applies to precision fp8 only" in n for n in said.notes)
+    with pytest.raises(ValueError, match="unknown FP8 recipe"):
+        fp8.linear_gemms(1.0, 1.0, 1.0, 1.0, 1, "rowwise")

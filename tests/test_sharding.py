@@ -170,6 +170,45 @@ def test_deepspeed_zero3_copies_each_bucket_three_times_before_reducing_it_and_f
     assert not any("copy+cat+scale" in op.name for op in fsdp.ops)
 
 
+@pytest.mark.parametrize("strategy", ["full", "grad_op"])
+def test_fsdp2_copies_each_gather_out_and_each_unit_s_gradients_in(strategy):
+    """FSDP2 (fully_shard, _fsdp_collectives.py): after each all-gather the unsharded parameters are
+    split out of its output on the compute stream (a read and a write of params x element bytes) before
+    the unit's pass; before each reduce-scatter the unit's gradients are copied into its input in the
+    reduce dtype (elements x (parameter bytes + reduce bytes)), on the reduction stream. A flat FSDP
+    (fsdp_implementation: flat) has neither, and its step is never longer."""
+    fsdp2 = _sharded({"framework": "fsdp", "fsdp_strategy": strategy})
+    ctx = build_context(fsdp2)
+    result = simulate(fsdp2)
+    gathers = [op for op in result.ops if op.meta.get("op") == "all_gather"]
+    outs = [op for op in result.ops if "all_gather copy-out" in op.name]
+    assert (
+        len(outs)
+        == len(gathers)
+        == (2 if strategy == "full" else 1) * sum(1 for layer in ctx.workload.layers if layer.params)
+    )
+    params = {layer.name: layer.params for layer in ctx.workload.layers}
+    index = {id(op): i for i, op in enumerate(result.ops)}
+    waited = {d for op in result.ops if op.name.startswith(("fwd ", "bwd ")) for d in op.deps}
+    for op in outs:
+        assert op.stream == "compute" and result.ops[op.deps[0]].meta.get("op") == "all_gather"
+        assert index[id(op)] in waited  # the unit's pass waits for its copy-out
+        expected = ctx.device.stream_time(2 * params[op.name.split()[-1]] * ctx.element_bytes, "x")
+        assert op.end - op.start >= expected * (1 - 1e-9)
+    ins = [op for op in result.ops if "reduce-scatter copy-in" in op.name]
+    reductions = [op for op in result.ops if op.meta.get("op") == "reduce_scatter"]
+    assert len(ins) == len(reductions)
+    copied = ctx.params * (ctx.element_bytes + ctx.grad_bytes)
+    assert sum(op.end - op.start for op in ins) == pytest.approx(
+        ctx.device.stream_time(copied, "x"), rel=1e-9
+    )
+    flat = simulate(_sharded({"framework": "fsdp", "fsdp_strategy": strategy, "fsdp_implementation": "flat"}))
+    assert not any("copy-out" in op.name or "copy-in" in op.name for op in flat.ops)
+    assert flat.iteration_time <= result.iteration_time
+    with pytest.raises(InputError, match="fsdp_implementation needs framework: fsdp"):
+        _sharded({"stage": 3, "fsdp_implementation": "flat"})
+
+
 def test_stage_2_reduces_every_micro_step_and_stage_1_once():
     def reductions(stage):
         result = simulate(_sharded({"stage": stage}, **{"workload.gradient_accumulation": 3}))

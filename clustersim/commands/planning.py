@@ -455,7 +455,8 @@ def plan_cmd(
         "--candidates",
         help="Sweep file of candidate clusters; default: the built-in grid (plan_candidates.yaml in the "
         "catalogs, a copy of which is a candidates file to edit): every GPU of the catalog but the "
-        "CPU-2vCPU stand-in (owned: those with a server price), 8 to 16,384 GPUs in 8-GPU nodes, one NIC "
+        "CPU-2vCPU and H100-SXM-HBM2e-500W stand-ins (a CI runner and Meta's own H100 variant, neither "
+        "sold; owned: those with a server price), 8 to 16,384 GPUs in 8-GPU nodes, one NIC "
         "per node, Ethernet or InfiniBand at 100, 200 or 400 Gb/s, adam, onebit-adam, zero-one-adam and "
         "binsgdm, each in the layouts that fit, 1,024 samples per step.",
     ),

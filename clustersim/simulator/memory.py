@@ -63,7 +63,9 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         "activations": ctx.rank_activation_bytes,
     }
     if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share
-        mem["fp8_weight_copies"] = weight_copy_bytes(ctx.workload.layers) * P / ctx.params
+        mem["fp8_weight_copies"] = (
+            weight_copy_bytes(ctx.workload.layers, ctx.workload.fp8_recipe) * P / ctx.params
+        )
     mem.update(_side_parts(ctx))
     mem.update(strategy.extra_gpu_memory())
     scratch = _update_scratch(ctx, P / shards)

@@ -18,7 +18,7 @@ from functools import cached_property
 from clustersim.catalog import BYTES_PER_ELEMENT, TransformerArch, model, storage_precision
 from clustersim.scenario import Scenario
 from clustersim.topologies.cluster import GroupShape
-from clustersim.workloads.fp8 import saved_bytes_saved
+from clustersim.workloads.fp8 import keeps_fp8_inputs, saved_bytes_saved
 from clustersim.workloads.layers import Kernel, Layer, Workload
 from clustersim.workloads.transformer import with_padded_vocab
 
@@ -461,7 +461,7 @@ class Layout:
         attention = 0.0 if self.fused_attention or self.selective else 5 * a.heads * s / (h * t)
         per = 34 / t + attention if self.sequence_parallel else 10 + 24 / t + attention
         kept = s * b * h * per * scale
-        if w.precision == "fp8":
+        if w.precision == "fp8" and keeps_fp8_inputs(w.fp8_recipe):
             kept -= saved_bytes_saved(s * b, h, a.ffn, self.fused_attention, t, self.sequence_parallel)
         return kept
 

@@ -74,6 +74,7 @@ def build_workload(
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
+        spec.fp8_recipe if spec.precision == "fp8" else "delayed",
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 
@@ -113,6 +114,7 @@ def _catalog_workload(
     unfused_pointwise: bool = False,
     vocab_multiple: int = 1,
     vocab_shards: int = 1,
+    fp8_recipe: str = "delayed",
 ) -> Workload:
     """A catalog model's layers, built once per shape: a Workload is immutable, and sweeps and the
     uncertainty draws build the same one again and again. ``definition`` keys a user catalog's
@@ -120,7 +122,7 @@ def _catalog_workload(
     a multiple of it (workload.pad_vocab_to_multiple_of), which adds embedding rows and can align
     the LM head's matmuls. ``precision`` fp8: the linear layers' GEMMs in FP8 and everything else in
     bf16, as FP8 training runs (workloads/fp8.py); a convolution network has no linear layers to speak
-    of and runs in bf16."""
+    of and runs in bf16; ``fp8_recipe`` how its scales are found (workload.fp8_recipe)."""
     d = BYTES_PER_ELEMENT[storage_precision(precision)]
     fp8 = precision == "fp8"
     arch = catalog.model(model)
@@ -132,6 +134,14 @@ def _catalog_workload(
         arch = with_padded_vocab(arch, vocab_multiple)
         seq = seq_len or arch.default_seq_len
         layers = transformer_layers(
-            arch, micro_batch, seq, d, attention, unfused_pointwise, vocab_shards, fp8=fp8
+            arch,
+            micro_batch,
+            seq,
+            d,
+            attention,
+            unfused_pointwise,
+            vocab_shards,
+            fp8=fp8,
+            fp8_recipe=fp8_recipe,
         )
-    return Workload(model, tuple(layers), micro_batch, seq, precision)
+    return Workload(model, tuple(layers), micro_batch, seq, precision, fp8_recipe=fp8_recipe)

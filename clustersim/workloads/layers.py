@@ -65,6 +65,8 @@ class Workload:
     precision: str
     #: full recomputation: the largest recomputed layer's activations, live during its backward
     recompute_peak_bytes: float = 0.0
+    #: precision fp8: how the scales are found (workload.fp8_recipe, workloads/fp8.py)
+    fp8_recipe: str = "delayed"
 
     # Cached (the layers never change): strategies and the memory model ask for these many times.
     @cached_property

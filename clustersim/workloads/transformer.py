@@ -107,17 +107,18 @@ def _block(
     attention: str = "fused",
     unfused_pointwise: bool = False,
     fp8: bool = False,
+    fp8_recipe: str = "delayed",
 ) -> Layer:
-    """``fp8``: the linear layers' GEMMs run in FP8 as Transformer Engine runs them, on bf16
-    activations (``d`` is then 2; workloads/fp8.py). ``attention`` (workload.attention). ``fused``:
-    one kernel that never writes the b*a*s*s scores to memory (FlashAttention, PyTorch's
-    scaled_dot_product_attention): it reads Q, K, V and writes the output, and its backward
-    recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
-    activations. ``unfused`` (Megatron-LM's and apex's softmax kernels)
-    writes the scores, reads them back through one fused scale-mask-softmax kernel and dropout, and
-    keeps them for backward (Korthikanti et al. 2022's 5as/h term). ``eager`` (unfused, as plain
-    PyTorch ops: Hugging Face's eager attention, BERT code before PyTorch 2.0) scales and masks the
-    scores in two kernels of their own and keeps a one-byte dropout mask (EAGER_SCORE_PASSES)."""
+    """``fp8``: the linear layers' GEMMs run in FP8 as Transformer Engine runs them, on bf16 activations
+    (``d`` is then 2; workloads/fp8.py), their scales found as ``fp8_recipe`` says. ``attention``
+    (workload.attention). ``fused``: one kernel that never writes the b*a*s*s scores to memory
+    (FlashAttention, PyTorch's scaled_dot_product_attention): it reads Q, K, V and writes the output, and
+    its backward recomputes the scores (2.5x the forward's FLOPs, Dao et al. 2022); the block keeps no s^2
+    activations. ``unfused`` (Megatron-LM's and apex's softmax kernels) writes the scores, reads them back
+    through one fused scale-mask-softmax kernel and dropout, and keeps them for backward (Korthikanti et
+    al. 2022's 5as/h term). ``eager`` (unfused, as plain PyTorch ops: Hugging Face's eager attention, BERT
+    code before PyTorch 2.0) scales and masks the scores in two kernels of their own and keeps a one-byte
+    dropout mask (EAGER_SCORE_PASSES)."""
     h, f, a, tokens = arch.hidden, arch.ffn, arch.heads, b * s
     fused, eager = attention == "fused", attention == "eager"
     kv = h * (arch.kv_heads or a) // a  # width of K and V (grouped-query attention: fewer heads)
@@ -168,10 +169,11 @@ def _block(
     activations = s * b * h * (34 + (0 if fused else 5 * a * s / h)) * d / 2
     if fp8:
         linear_fwd, linear_bwd = fp8_rules.linear_gemms(
-            gemm_flops, qkv + h * h + mlp_gemm, gemm_in, gemm_out, n_gemm
+            gemm_flops, qkv + h * h + mlp_gemm, gemm_in, gemm_out, n_gemm, fp8_recipe
         )
         forward, backward = linear_fwd + forward[1:], linear_bwd + backward[1:]
-        activations -= fp8_rules.saved_bytes_saved(tokens, h, f, fused)
+        if fp8_rules.keeps_fp8_inputs(fp8_recipe):
+            activations -= fp8_rules.saved_bytes_saved(tokens, h, f, fused)
     return Layer(f"block{index}", tensors, forward, backward, activations, checkpoint_bytes=d * tokens * h)
 
 
@@ -227,14 +229,15 @@ def transformer_layers(
     unfused_pointwise: bool = False,
     vocab_shards: int = 1,
     fp8: bool = False,
+    fp8_recipe: str = "delayed",
 ) -> list[Layer]:
     """``attention``: fused, unfused or eager (workload.attention, _block); ``unfused_pointwise``: the
     model is plain PyTorch code (workload.pointwise: unfused); ``vocab_shards``: tensor-parallel ranks
     the LM head's vocabulary is split over; ``fp8``: FP8 training (the blocks' linear GEMMs in FP8,
-    every other kernel in bf16, on ``dtype_bytes`` = 2: workloads/fp8.py)."""
+    every other kernel in bf16, on ``dtype_bytes`` = 2: workloads/fp8.py), scaled as ``fp8_recipe`` says."""
     b, s, d = micro_batch, seq_len, dtype_bytes
     layers = [_embedding(arch, b, s, d, not unfused_pointwise)]
     for i in range(arch.layers):
-        layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise, fp8))
+        layers.append(_block(arch, i, b, s, d, attention, unfused_pointwise, fp8, fp8_recipe))
     layers.append(_head(arch, b, s, d, vocab_shards, not unfused_pointwise))
     return [fp8_rules.in_bf16(layer) for layer in layers] if fp8 else layers

@@ -247,6 +247,34 @@ def _unit_buckets(layers) -> list[Bucket]:
     return [Bucket(i, layers[li].params, li) for i, li in enumerate(order)]
 
 
+def copies_like_fsdp2(ctx) -> bool:
+    """Whether the sharding is PyTorch's FSDP2 (``fully_shard``), which keeps each parameter's shard a
+    tensor of its own and so copies around every collective (torch/distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py): ``foreach_all_gather_copy_out`` splits the all-gather's output into the
+    unsharded parameters (``torch.split_with_sizes_copy``) on the compute stream, before the unit's
+    pass; ``foreach_reduce`` first concatenates the unit's gradients into the reduce-scatter input in
+    the reduce dtype (``torch.cat`` into a reduce_dtype buffer) on the reduce-scatter stream. A flat
+    FSDP (PyTorch's FlatParameter, Megatron-FSDP, whose documentation says it "avoids redundant COPY
+    operations before and after collectives") communicates in place."""
+    sh = ctx.scenario.training.sharding
+    return sh.framework == "fsdp" and (sh.fsdp_implementation or "fsdp2") == "fsdp2"
+
+
+def _copy_out(prog: Program, ctx, layer, gathered, phase: str):
+    """FSDP2's copy-out of ``layer``'s gathered parameters (copies_like_fsdp2): a read and a write of
+    the unsharded parameters on the compute stream, which the layer's pass waits for."""
+    if gathered is None or layer.params == 0 or not copies_like_fsdp2(ctx):
+        return gathered
+    nbytes = 2 * layer.params * ctx.element_bytes
+    return prog.add(
+        f"all_gather copy-out {phase} {layer.name}",
+        "compute",
+        ctx.device.stream_time(nbytes, "fsdp_copy_out"),
+        "other",
+        (gathered,),
+    )
+
+
 def _bucket_copies(prog: Program, ctx, lay: Layout, bucket, dep, stream: str) -> int:
     """DeepSpeed ZeRO-3's passes over a gradient bucket before its reduce-scatter, on the reduction
     stream (stage3.py): each gradient is copied into the flat IPG bucket (``__add_grad_to_ipg_bucket``,
@@ -255,6 +283,16 @@ def _bucket_copies(prog: Program, ctx, lay: Layout, bucket, dep, stream: str) ->
     pre-divides it by the world size (``div_``): three read-and-write passes, six times the bucket's
     bytes of HBM traffic, at any world size (one rank included). FSDP (one flat gradient per unit) and
     qgZ (its own quantizing all-to-all) do not take this path. Returns the op the reduction waits for."""
+    if lay.per_unit and copies_like_fsdp2(ctx):
+        # FSDP2: the unit's gradients (computed in the parameters' dtype) read once and written into
+        # the reduce-scatter input in the reduce dtype (copies_like_fsdp2)
+        return prog.add(
+            f"bucket{bucket.index} reduce-scatter copy-in",
+            stream,
+            ctx.device.stream_time(bucket.elements * (ctx.element_bytes + ctx.grad_bytes), "fsdp_copy_in"),
+            "other",
+            (dep,),
+        )
     if lay.per_unit or ctx.scenario.training.sharding.zeropp.quantized_gradients:
         return dep
     nbytes = bucket.nbytes(ctx.grad_bytes)
@@ -435,6 +473,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
                     span=span_of(refresh),
                 )
             gathered = zeropp.gather_parameters(prog, ctx, lay, layer, start, forward=True)
+            gathered = _copy_out(prog, ctx, layer, gathered, "fwd")
             deps = (gathered, batch) if i == 0 and batch is not None else (gathered,)
             fwd.append(forward.add(layer, tuple(d for d in deps if d is not None), meta={"micro": micro}))
             add_tensor_parallel(prog, ctx, layer, True, micro)
@@ -447,6 +486,7 @@ def _stage3_program(prog: Program, ctx, lay: Layout, on_reduced=None) -> tuple[l
             gathered = start
             if lay.reshard_after_forward:
                 gathered = zeropp.gather_parameters(prog, ctx, lay, layers[li], start, forward=False)
+                gathered = _copy_out(prog, ctx, layers[li], gathered, "bwd")
             last = backward.add(
                 layers[li], (gathered,) if gathered is not None else (), meta={"micro": micro}
             )
