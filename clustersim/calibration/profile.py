@@ -132,14 +132,15 @@ class ComputePhases(_Strict):
         "do not hide; requires stated",
     )
 
-    @model_validator(mode="after")
-    def _compute_only_is_stated(self):
-        if self.compute_only and not self.stated:
+    @field_validator("compute_only")
+    @classmethod
+    def _compute_only_is_stated(cls, value: bool, info):
+        if value and not info.data.get("stated"):
             raise ValueError(
                 "compute_only needs stated: true (an idealised simulation's step time, not a measurement: "
                 "a measured step's update and kernels take time)"
             )
-        return self
+        return value
 
 
 class FitQuality(_Strict):
