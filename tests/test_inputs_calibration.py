@@ -280,3 +280,15 @@ def test_measured_percentiles_stay_within_the_samples():
     samples = [0.0009, 0.002, 0.004, 0.0041, 0.0127]
     t = summarize(samples)
     assert min(samples) <= t.p10_s <= t.median_s <= t.p90_s <= max(samples)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_phase_compute_only_as_anything_but_true_or_false_is_refused(tmp_path, value):
+    """``compute_only`` prices the update at zero; a string or a number is not read as true."""
+    _refused_phase(tmp_path, "compute_only", value, "boolean")
+
+
+def test_a_measured_phase_cannot_be_compute_only(tmp_path):
+    """A measured step's update and kernels take time: only a stated (simulated) step may say it is all
+    the work there is."""
+    _refused_phase(tmp_path, "compute_only", True, "stated: true")

@@ -124,6 +124,23 @@ class ComputePhases(_Strict):
         description="the phases are a stated assumption (a paper's simulated step time), not a measurement: "
         "exact, so the band leaves them fixed and moves only what the device prices",
     )
+    compute_only: StrictBool = Field(
+        False,
+        description="the stated step (forward + backward) is all the work a step does: the simulation it "
+        "reproduces gives everything else no time (the optimizer update, casts, copies, compression and "
+        "outer-optimizer kernels are priced at zero), so a step is its phases plus the communication they "
+        "do not hide; requires stated",
+    )
+
+    @field_validator("compute_only")
+    @classmethod
+    def _compute_only_is_stated(cls, value: bool, info):
+        if value and not info.data.get("stated"):
+            raise ValueError(
+                "compute_only needs stated: true (an idealised simulation's step time, not a measurement: "
+                "a measured step's update and kernels take time)"
+            )
+        return value
 
 
 class FitQuality(_Strict):

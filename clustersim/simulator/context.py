@@ -391,6 +391,12 @@ def build_context(
             f"forward/backward from measured phases ({ctx.phases.source or 'profile'}), "
             "spread over layers in proportion to the roofline"
         )
+        if ctx.phases.compute_only:
+            device.stream_scale = 0.0
+            ctx.notes.append(
+                "compute_only phases: the step is forward + backward; the update, casts, copies, compression "
+                "and outer kernels take no time (the idealised simulation the profile reproduces)"
+            )
     if device_note:
         ctx.notes.append(device_note)
     ctx.notes.extend(_ignored_workload_keys(scenario))
@@ -416,7 +422,9 @@ def build_context(
         ctx._fault_scale = perturbation.fault_scale
         ctx._host = None  # rebuilt with the draw's host factor
         # set last: the measured-to-modelled ratios above (apply_model_compute) are taken unscaled
-        device.stream_scale = perturbation.compute_scale
+        # (a compute_only step prices those passes at zero in every draw)
+        compute_only = ctx.phases is not None and ctx.phases.compute_only
+        device.stream_scale = 0.0 if compute_only else perturbation.compute_scale
     return ctx
 
 

@@ -184,6 +184,11 @@ def compute_band_source(ctx: SimulationContext) -> str:
                 "session's steps move about their median by 10% (root mean square)"
             )
         return f"{width} (P10-P90): {why}"
+    if ctx.phases is not None and ctx.phases.compute_only:
+        return (
+            "none: the profile's forward/backward are a stated step time, exact, and its compute_only "
+            "step prices nothing else (only the network's draws move the step)"
+        )
     if ctx.phases is not None and ctx.phases.stated:
         return (
             f"{width} (P10-P90) on the kernels the device prices (update, casts, compression), at default "
