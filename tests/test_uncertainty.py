@@ -348,3 +348,17 @@ def test_a_pcie_limited_nic_is_not_said_to_keep_a_gap_the_runs_close():
     assert "does not close the gap" in open_gap.describe()
     assert "does not close the gap" not in closed.describe()
     assert f"level at {SEARCH_GBPS[1]:,.0f} Gb/s" in closed.describe() and "never slower" in closed.describe()
+
+
+def test_paired_draws_move_each_scenarios_network_by_its_own_spread():
+    """paired_times gives every scenario the same normals through its own context: a scenario on another
+    NIC kind (TCP Ethernet against InfiniBand) is banded by its links' spread, not by the first
+    scenario's, and a scenario on the same cluster gets exactly the first scenario's draws."""
+    from clustersim.simulator.runner import paired_times
+
+    ib = load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**{"cluster.nodes": 2})
+    tcp = ib.with_changes(**{"cluster.nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 25}})
+    paired = paired_times([ib, tcp, ib], None, 8)
+    alone = paired_times([tcp], None, 8)
+    assert list(paired[1]) == list(alone[0])
+    assert list(paired[0]) == list(paired[2])

@@ -390,13 +390,23 @@ def _repriceable(ctx: SimulationContext) -> bool:
 
 
 def paired_times(scenarios: list[Scenario], profile, samples: int, seed: int = 0) -> np.ndarray:
-    """Iteration times of several scenarios on one cluster under the *same* parameter draws:
-    ``out[i, k]`` is scenario i under draw k. Ratios taken draw by draw (speedups) keep only the
-    uncertainty of what differs between the scenarios, as two runs on one real cluster would."""
+    """Iteration times of several scenarios under the *same* parameter draws: ``out[i, k]`` is scenario i
+    under draw k. Ratios taken draw by draw (speedups) keep only the uncertainty of what differs between
+    the scenarios, as two runs on one real cluster would. Each scenario's draws are made from its own
+    context with the same seed: on one cluster they are the same draws; where a scenario changes the
+    network (a slower NIC, another link kind), the same normals move its links by their own spread, not
+    by the first scenario's."""
     from clustersim.simulator.context import build_context
 
-    draws = perturbations(build_context(scenarios[0], profile), samples, seed)
-    return np.array([[simulate(s, profile, perturbation=p).iteration_time for p in draws] for s in scenarios])
+    return np.array(
+        [
+            [
+                simulate(s, profile, perturbation=p).iteration_time
+                for p in perturbations(build_context(s, profile), samples, seed)
+            ]
+            for s in scenarios
+        ]
+    )
 
 
 def _best_placement(
