@@ -221,3 +221,30 @@ def test_offload_plan_calls_a_ratio_that_rounds_to_one_the_same_speed():
     assert _faster("no offload", "interleaved", 1.0) == _faster("no offload", "interleaved", 0.996)
     assert _faster("interleaved", "ZeRO-Offload", 1.17) == "interleaved is 1.17x faster than ZeRO-Offload"
     assert _faster("a", "b", 1.006) == "a is 1.01x faster than b"
+
+
+def test_interleaved_resident_subgroups_leave_the_thin_headroom_free():
+    """The resident optimizer state stops where THIN_HEADROOM of the GPU is left (CUDA context,
+    workspaces, fragmentation); it used to fill 79.91 of 80 GiB and tell a micro-batch-1 run to shrink
+    its micro-batch."""
+    from clustersim.simulator.memory import THIN_HEADROOM
+
+    for changes in ({}, {"cluster.gpu": "H200"}, {"cluster.gpu": "H200", "workload.micro_batch": 8}):
+        r = simulate(llama(**changes))
+        spare = r.memory["capacity"] - r.memory["total"]
+        assert spare >= THIN_HEADROOM * r.memory["capacity"], changes
+        assert not any("to spare" in n for n in r.notes), changes
+    dos = simulate(load_scenario("preset:offload-dos-7b-h100"))
+    assert dos.memory["capacity"] - dos.memory["total"] >= THIN_HEADROOM * dos.memory["capacity"]
+
+
+def test_the_thin_headroom_remedy_names_a_key_that_frees_memory():
+    """A micro-batch of 1 cannot shrink: the note names activation checkpointing instead; a pinned
+    GPU placement is told of the interleaved one that leaves the headroom."""
+    from clustersim.simulator.memory import thin_headroom_remedy
+
+    assert "workload.micro_batch" in thin_headroom_remedy(build_context(llama(**{"workload.micro_batch": 4})))
+    one = thin_headroom_remedy(build_context(llama()))
+    assert "workload.activation_checkpointing" in one and "micro_batch leaves" not in one
+    pinned = thin_headroom_remedy(build_context(llama(**{"training.offload.placement": "gpu"})))
+    assert "training.offload.placement: auto" in pinned

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from clustersim.errors import InputError
 from clustersim.identifiers import PlacementKind
+from clustersim.simulator.headroom import THIN_HEADROOM
 from clustersim.simulator.host import HostModel
 from clustersim.simulator.program import Program
 from clustersim.units import format_bytes
@@ -204,8 +205,13 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
                 key="training.offload.placement",
             )
         return Placement(size, [PlacementKind.GPU_RESIDENT] * n, partition_params, "placement: gpu")
-    resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
-    can_stream = free_update - resident * state_bytes >= 2 * state_bytes
+    # Resident subgroups fill the free memory only up to THIN_HEADROOM of the GPU (simulator/headroom.py:
+    # the CUDA context, workspaces and fragmentation need room on a real GPU). Deep Optimizer States'
+    # fork sizes nothing to free memory (a fixed gap, stage3.py get_opt_update_device).
+    headroom = THIN_HEADROOM * budget["capacity"]
+    fill_peak = max(0.0, free_peak - headroom)
+    resident = min(n, int(fill_peak // state_bytes)) if state_bytes > 0 else n
+    can_stream = free_update - headroom - resident * state_bytes >= 2 * state_bytes
     kinds = _place_streamed_or_cpu(ctx, spec, host, size, n, resident, can_stream, inputs_on_host)
     return Placement(size, kinds, partition_params)
 
