@@ -207,6 +207,8 @@ def _print_result(r, scenario=None) -> None:
                 else "for the host thread to dispatch its kernels[/]"
             )
         )
+    if scenario is not None and scenario.training.offload.mode != "none":
+        _print_offload_phases(r)
     if r.extra.get("steps"):
         console.print(
             table(
@@ -937,6 +939,25 @@ def validate(
 
         rate_series = {r.series for r in report.rows if (r.metric or d.metric) in RATE_METRICS}
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
+
+
+def _print_offload_phases(r) -> None:
+    """An offloaded run's phases as DeepSpeed's wall_clock_breakdown times them (offload.step_phases):
+    the breakdown above counts the GPU's waits on the host during backward (a blocking gradient copy)
+    as exposed host, beside the CPU optimizer's step; the phases say which phase they fall in, as
+    `offload plan`'s backward and step columns do."""
+    from clustersim.simulator.offload import step_phases
+
+    ph = step_phases(r.ops, r.iteration_time)
+    if ph is None:
+        return
+    console.print(
+        f"phases (as DeepSpeed's wall_clock_breakdown times them): forward {_ms(ph['forward'])} ms, "
+        f"backward {_ms(ph['backward'])} ms (with the GPU's waits on the host's gradient copies), "
+        f"step {_ms(ph['step'])} ms, other {_ms(ph['other'])} ms",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _setting(value, unit: str) -> str:

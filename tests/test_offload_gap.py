@@ -183,3 +183,24 @@ def test_ordinals():
         "111th",
         "200th",
     ]
+
+
+def test_run_prints_the_offloaded_phases_the_docs_quote(runner):
+    """The fork's gap-2 step (docs/offload.md and the preset's comment quote it) is a number the tool
+    prints: `run`'s phases line, as DeepSpeed's timers split the iteration."""
+    from clustersim.cli import app
+    from clustersim.simulator.offload import step_phases
+
+    changes = {"training.offload.gpu_update_gap": 2}
+    sets = [x for k, v in changes.items() for x in ("--set", f"{k}={v}")]
+    sets += ["--set", "training.offload.gradient_copy=async"]
+    r = runner.invoke(app, ["run", "preset:offload-dos-7b-h100", *sets, "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    res = simulate(_dos(**changes), uncertainty_samples=0)
+    ph = step_phases(res.ops, res.iteration_time)
+    assert sum(ph.values()) == pytest.approx(res.iteration_time, rel=1e-9)
+    assert (
+        f"step {ph['step'] * 1e3:,.2f} ms" in r.output
+        and f"backward {ph['backward'] * 1e3:,.2f} ms" in r.output
+    )
+    assert 2.5 < ph["step"] < 3.5  # the docs' and the preset's "3.1 s"
