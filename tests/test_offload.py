@@ -289,3 +289,21 @@ def test_offload_plan_marks_the_plan_it_keeps_and_how_far_the_others_are():
     for name, t in cands.items():
         if name != kept:
             assert f"{name} (+{100 * (t / cands[kept] - 1):.1f}%)" in r.output
+
+
+def test_offload_plan_says_when_a_mode_fits_with_little_to_spare(monkeypatch):
+    """`offload plan` printed 79.91 of 80 GiB without the note `run` gives such a fit; it now prints
+    `run`'s note per mode (here with the threshold raised so that the interleaved fit, which keeps 5%
+    free, counts as close)."""
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+    from clustersim.simulator import memory
+
+    args = ["offload", "plan", "preset:offload-llama7b-h100", "--samples", "0"]
+    assert "to spare" not in CliRunner().invoke(app, args).output
+    monkeypatch.setattr(memory, "THIN_HEADROOM", 0.10)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    note = next(x for x in r.output.splitlines() if x.startswith("note (interleaved): GPU memory:"))
+    assert "to spare" in note and "workload.activation_checkpointing" in note

@@ -161,6 +161,8 @@ def offload_plan(
             "breakdown_s": r.breakdown,
             "phases_s": step_phases(r.ops, r.iteration_time),
             "gpu_memory_bytes": r.memory["total"],
+            # what `run` notes of a fit with little to spare (memory.thin_headroom_note)
+            "memory_notes": [n for n in r.notes if n.startswith("GPU memory:")],
         }
         if mode == "interleaved":
             interleaved = r
@@ -235,6 +237,9 @@ def offload_plan(
         console.print(
             f"[dim]P10–P90: {samples} draws of the calibrated or default parameter uncertainty per mode[/]"
         )
+    for mode, label in (("none", "no offload"), ("zero", "ZeRO-Offload"), ("interleaved", "interleaved")):
+        for note in results[mode].get("memory_notes", []):
+            console.print(f"note ({label}): {note}", markup=False, highlight=False)
     plain = results["none"]
     if not plain["fits"]:
         # the text said only "does not fit"; what does fit without offload is what the question needs

@@ -227,8 +227,8 @@ def thin_headroom_remedy(ctx) -> str:
             f"{THIN_HEADROOM:.0%} of it free"
         )
     if not w.activation_checkpointing:
-        return "workload.activation_checkpointing: true leaves room (the micro-batch is already 1)"
-    return "more GPUs with training.sharding or training.parallelism leave room (the micro-batch is 1)"
+        return "workload.activation_checkpointing: true leaves room; the micro-batch is already 1"
+    return "more GPUs with training.sharding or training.parallelism leave room; the micro-batch is already 1"
 
 
 def _note_thin_headroom(ctx, mem: dict[str, float]) -> None:
