@@ -207,6 +207,8 @@ def _print_result(r, scenario=None) -> None:
                 else "for the host thread to dispatch its kernels[/]"
             )
         )
+    if scenario is not None and scenario.training.offload.mode != "none":
+        _print_offload_phases(r)
     if r.extra.get("steps"):
         console.print(
             table(
@@ -897,11 +899,15 @@ def validate(
             label = [r.scenario or d.scenario, f"{r.optimizer} over {r.baseline}"]
         else:
             over = f" over {r.baseline}" if r.baseline and r.baseline != r.optimizer else ""
-            label = [r.label or f"{r.optimizer}{over}"] + ([r.metric or d.metric] if mixed else [])
+            label = [r.label or f"{r.optimizer}{over}"] + (
+                [_metric_label(r.metric or d.metric)] if mixed else []
+            )
         err = _slowness(r.error, r.metric or d.metric)
-        rows.append([*label, r.gpus, _published(r, fmt), fmt.format(r.predicted), band, f"{100 * err:+.1f}%"])
+        gpus = f"{r.gpus} ({r.workers} workers)" if r.workers else r.gpus
+        shown = "0.0%" if err == 0 else f"{100 * err:+.1f}%"  # a prediction inside a published range
+        rows.append([*label, gpus, _published(r, fmt), fmt.format(r.predicted), band, shown])
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    title = "predicted vs published" if mixed else f"{d.metric}: predicted vs published"
+    title = "predicted vs published" if mixed else f"{_metric_label(d.metric)}: predicted vs published"
     console.print(table(title, header, rows, left=len(header) - 4))
     some_speedup = any((r.metric or d.metric) == "speedup" for r in report.rows)
     sign = (
@@ -935,6 +941,25 @@ def validate(
         _print_scaling_by_series(series, median_relative_error(series), rate_series)
 
 
+def _print_offload_phases(r) -> None:
+    """An offloaded run's phases as DeepSpeed's wall_clock_breakdown times them (offload.step_phases):
+    the breakdown above counts the GPU's waits on the host during backward (a blocking gradient copy)
+    as exposed host, beside the CPU optimizer's step; the phases say which phase they fall in, as
+    `offload plan`'s backward and step columns do."""
+    from clustersim.simulator.offload import step_phases
+
+    ph = step_phases(r.ops, r.iteration_time)
+    if ph is None:
+        return
+    console.print(
+        f"phases (as DeepSpeed's wall_clock_breakdown times them): forward {_ms(ph['forward'])} ms, "
+        f"backward {_ms(ph['backward'])} ms (with the GPU's waits on the host's gradient copies), "
+        f"step {_ms(ph['step'])} ms, other {_ms(ph['other'])} ms",
+        markup=False,
+        highlight=False,
+    )
+
+
 def _setting(value, unit: str) -> str:
     """An undisclosed setting's value as printed: a number in its unit, or a named choice."""
     return f"{value}{unit}" if isinstance(value, str) else f"{value:g}{unit}"
@@ -942,7 +967,8 @@ def _setting(value, unit: str) -> str:
 
 def _print_undisclosed(rows, metric: str) -> None:
     """Each row that depends on a setting its source does not give: the setting, why it is open, the
-    value the row above used, and the prediction (and its error) at each plausible value."""
+    value that row used (each note names its row: they follow the table), and the prediction (and its
+    error) at each plausible value."""
     for r in rows:
         if not r.undisclosed_range:
             continue
@@ -957,8 +983,8 @@ def _print_undisclosed(rows, metric: str) -> None:
             for value, pred in r.undisclosed_range
         )
         console.print(
-            f"undisclosed: {r.label or r.optimizer}: {name} is not published ({r.undisclosed_why}); "
-            f"the row above uses {used}; predicted at {points}",
+            f'undisclosed, row "{r.label or r.optimizer}": {name} is not published ({r.undisclosed_why}); '
+            f"that row uses {used}; predicted at {points}",
             style="dim",
             markup=False,
             highlight=False,
@@ -976,7 +1002,8 @@ _ERROR_SIGN_SPEEDUP = "error: (predicted - published) / published speedup, + the
 _BAND_MARKS = "✓ / ✗: the published value inside / outside the predicted P10–P90"
 _THRESHOLD_ROWS = (
     "a published range a–b: the source gives a threshold (the first point of its grid that reaches a), "
-    "so its own value lies in a–b; ✓ when the band meets that range; the error is still against a"
+    "so its own value lies in a–b; ✓ when the band meets that range; the error is 0 when the prediction "
+    "lies in a–b, else its distance to the nearer end (relative to that end), and counts so in the median"
 )
 
 
@@ -986,6 +1013,12 @@ def _slowness(error: float, metric: str) -> float:
     from clustersim.validation.published import RATE_METRICS
 
     return -error if metric in RATE_METRICS else error
+
+
+def _metric_label(metric: str) -> str:
+    """A metric's name with its unit where its values print without one (iteration_time, seconds)."""
+    unit = _METRIC_UNIT.get(metric, "").strip()
+    return f"{metric} ({unit})" if unit else metric
 
 
 def _published(r, fmt: str) -> str:

@@ -63,6 +63,12 @@ def count_of(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def ordinal(n: int) -> str:
+    """``n`` as an ordinal in English: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 22nd, 101st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{suffix}"
+
+
 def on_off(flag: bool) -> str:
     """A setting's boolean as a person says it: on / off (not Python's True / False)."""
     return "on" if flag else "off"

@@ -134,3 +134,73 @@ def test_cpu_update_after_a_gpu_subgroup_waits_for_the_earlier_16_bit_copies():
     assert ops["H2D params subgroup 0"].id in ops["CPU update subgroup 2"].deps
     assert ops["H2D params subgroup 0"].id not in ops["H2D state subgroup 3"].deps
     assert ops["CPU update subgroup 0"].deps == ()
+
+
+def test_the_gap_placement_says_its_subgroups_sizes_and_the_gap_in_english(runner):
+    """It printed "162 subgroups of 206.0M parameters (chosen by: every 2th subgroup on the GPU)": 206M
+    is the largest tensor (the staging buffers' size), not the subgroups' size."""
+    from clustersim.cli import app
+
+    r = runner.invoke(
+        app, ["run", "preset:offload-dos-7b-h100", "--set", "training.offload.gpu_update_gap=2"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "162 subgroups of 16.8M to 206.0M parameters (DeepSpeed's whole tensors)" in r.output
+    assert "every 2nd subgroup on the GPU" in r.output and "2th" not in r.output
+
+
+def test_a_gap_larger_than_the_subgroup_count_is_refused_naming_the_key(runner):
+    """A gap of 200 on 162 subgroups put none on the GPU while saying "every 200th subgroup on the GPU"."""
+    from clustersim.cli import app
+
+    with pytest.raises(InputError) as exc:
+        simulate(_dos(**{"training.offload.gpu_update_gap": 200}))
+    assert exc.value.key == "training.offload.gpu_update_gap" and "at most 162" in exc.value.message
+    r = runner.invoke(
+        app, ["run", "preset:offload-dos-7b-h100", "--set", "training.offload.gpu_update_gap=200"]
+    )
+    assert r.exit_code == 2 and "training.offload.gpu_update_gap" in r.output and "Traceback" not in r.output
+    last = simulate(_dos(**{"training.offload.gpu_update_gap": 162}))  # the largest that puts one there
+    assert last.extra["offload"]["placement"]["gpu_streamed"] == 1
+
+
+def test_ordinals():
+    from clustersim.units import ordinal
+
+    got = [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 200)]
+    assert got == [
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "23rd",
+        "101st",
+        "111th",
+        "200th",
+    ]
+
+
+def test_run_prints_the_offloaded_phases_the_docs_quote(runner):
+    """The fork's gap-2 step (docs/offload.md and the preset's comment quote it) is a number the tool
+    prints: `run`'s phases line, as DeepSpeed's timers split the iteration."""
+    from clustersim.cli import app
+    from clustersim.simulator.offload import step_phases
+
+    changes = {"training.offload.gpu_update_gap": 2}
+    sets = [x for k, v in changes.items() for x in ("--set", f"{k}={v}")]
+    sets += ["--set", "training.offload.gradient_copy=async"]
+    r = runner.invoke(app, ["run", "preset:offload-dos-7b-h100", *sets, "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    res = simulate(_dos(**changes), uncertainty_samples=0)
+    ph = step_phases(res.ops, res.iteration_time)
+    assert sum(ph.values()) == pytest.approx(res.iteration_time, rel=1e-9)
+    assert (
+        f"step {ph['step'] * 1e3:,.2f} ms" in r.output
+        and f"backward {ph['backward'] * 1e3:,.2f} ms" in r.output
+    )
+    assert 2.5 < ph["step"] < 3.5  # the docs' and the preset's "3.1 s"

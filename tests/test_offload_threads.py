@@ -58,12 +58,14 @@ def _thirteen_b(**changes):
     return Scenario.model_validate({"name": "thirteen-b", **base}).with_changes(**changes)
 
 
-def test_a_fit_with_little_to_spare_says_what_the_memory_model_leaves_out():
+def test_interleaved_resident_state_leaves_the_headroom_the_memory_model_does_not_count():
     from clustersim.simulator import simulate
 
-    close = simulate(_thirteen_b())  # interleaved keeps subgroups on the GPU up to its last megabytes
-    assert close.memory["capacity"] - close.memory["total"] < 0.05 * close.memory["capacity"]
-    assert any("CUDA context" in n and "to spare" in n for n in close.notes)
+    # interleaved keeps subgroups on the GPU only up to THIN_HEADROOM of it free (it used to fill the
+    # GPU to its last megabytes and then be told to shrink a micro-batch that was not the cause)
+    close = simulate(_thirteen_b())
+    assert close.memory["capacity"] - close.memory["total"] >= 0.05 * close.memory["capacity"]
+    assert not any("CUDA context" in n for n in close.notes)
     roomy = simulate(_thirteen_b(**{"workload.micro_batch": 1, "training.offload.mode": "none"}))
     assert not any("CUDA context" in n for n in roomy.notes)
 

@@ -351,8 +351,7 @@ def test_slowdown_band_is_the_inverted_speedup_band(monkeypatch):
 
 def test_a_threshold_rows_band_holds_it_when_the_ranges_meet():
     """A published threshold (the first grid setting at which the source reaches ``published``, below
-    ``published_below`` there): the band holds it when the band and [published, published_below] overlap;
-    the error stays against ``published``."""
+    ``published_below`` there): the band holds it when the band and [published, published_below] overlap."""
     from clustersim.validation.published import RowResult
 
     def row(p10, p90):
@@ -376,3 +375,37 @@ def test_streaming_diloco_thresholds_are_the_tables_next_targets():
     assert [(r.published, r.published_below) for r in rows] == [
         (0.5, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 0.99), (0.99, 1.0)
     ]  # fmt: skip
+
+
+def test_a_published_ranges_error_is_its_distance_from_the_range():
+    """A prediction inside a published range (the source's own value lies anywhere in it) is not an
+    error: a 0.4 Gbit/s row with 53.5% against 50-80% scored -7% (and -13% before) and counted in the
+    median. Outside, the error is against the nearer end."""
+    from clustersim.validation.published import Row, row_error
+
+    ranged = Row(optimizer="diloco", gpus=2, published=0.5, published_below=0.8)
+    assert row_error(ranged, 0.535) == 0.0 and row_error(ranged, 0.5) == 0.0 and row_error(ranged, 0.8) == 0.0
+    assert row_error(ranged, 0.45) == pytest.approx(-0.1)
+    assert row_error(ranged, 0.88) == pytest.approx(0.1)
+    plain = Row(optimizer="diloco", gpus=2, published=0.5)
+    assert row_error(plain, 0.535) == pytest.approx(0.07)
+
+
+def test_the_seeds_table_says_what_its_numbers_are(runner):
+    """Streaming DiLoCo's rows count workers (one device each in its simulation), iteration times are in
+    seconds, and each note on an undisclosed setting names its row (they follow the table, so "the row
+    above" pointed at the table's last row)."""
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["validate", "--dataset", "seeds", "--samples", "0"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    diloco = [x for x in lines if x.startswith(("Streaming DiLoCo", "Data-Parallel"))]
+    assert diloco and all(" 2 (2 workers) " in x for x in diloco)
+    assert all(" 1 (" not in x for x in lines if x.startswith("Deep Optimizer States:"))
+    assert "iteration_time (s)" in r.output
+    notes = [x for x in lines if x.startswith("undisclosed")]
+    assert notes and "the row above" not in r.output
+    assert all(x.startswith('undisclosed, row "') and "that row uses" in x for x in notes)
+    inside = next(x for x in diloco if "50% compute utilization" in x)
+    assert inside.rstrip().endswith(" 0.0%")

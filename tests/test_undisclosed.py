@@ -74,11 +74,9 @@ def test_the_seeds_rows_show_their_prediction_over_the_undisclosed_setting():
 def test_validate_prints_the_undisclosed_range():
     out = CliRunner().invoke(app, ["validate", "--dataset", "seeds", "--samples", "0"])
     assert out.exit_code == 0, out.output
-    assert "undisclosed: Deep Optimizer States" in out.output
+    assert 'undisclosed, row "Deep Optimizer States' in out.output
     assert "cluster.host.transparent_hugepages is not published" in out.output
-    assert "the row above uses always; predicted at always → 8.504 s (-10.0%), madvise → 11.475 s" in (
-        out.output
-    )
+    assert "that row uses always; predicted at always → 8.504 s (-10.0%), madvise → 11.475 s" in (out.output)
     assert "the GPU count is not published" in out.output
 
 

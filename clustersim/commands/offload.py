@@ -21,6 +21,7 @@ from clustersim.commands.support import (
 from clustersim.commands.support import load_scenario_ref as _load
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
+from clustersim.simulator.offload import step_phases
 from clustersim.units import count_of, format_bytes
 
 offload_app = typer.Typer(
@@ -30,10 +31,14 @@ offload_app = typer.Typer(
 
 def _print_placement(off: dict) -> None:
     pl = off["placement"]
+    span = off.get("subgroup_params_range")
+    size = (
+        f"{off['subgroup_params'] / 1e6:,.1f}M parameters"
+        if span is None
+        else f"{span[0] / 1e6:,.1f}M to {span[1] / 1e6:,.1f}M parameters (DeepSpeed's whole tensors)"
+    )
     console.print(
-        f"offload ({off['mode']}): {count_of(off['subgroups'], 'subgroup')} of "
-        f"{off['subgroup_params'] / 1e6:,.1f}M "
-        "parameters: "
+        f"offload ({off['mode']}): {count_of(off['subgroups'], 'subgroup')} of {size}: "
         f"{pl['cpu']} on the CPU, {pl['gpu_streamed']} streamed to the GPU, {pl['gpu_resident']} "
         "resident on the GPU "
         f"(chosen by: {off['chosen_by']}); CPU optimizer {off['cpu_params_per_s'] / 1e9:,.2f} Gparams/s, "
@@ -154,7 +159,10 @@ def offload_plan(
             "iteration_time_p90_s": iv.p90 if iv is not None else None,
             "samples_per_s": r.samples_per_s,
             "breakdown_s": r.breakdown,
+            "phases_s": step_phases(r.ops, r.iteration_time),
             "gpu_memory_bytes": r.memory["total"],
+            # what `run` notes of a fit with little to spare (memory.thin_headroom_note)
+            "memory_notes": [n for n in r.notes if n.startswith("GPU memory:")],
         }
         if mode == "interleaved":
             interleaved = r
@@ -175,11 +183,15 @@ def offload_plan(
         )
     )
     if off.get("candidates"):
+        kept = off["candidates"][off["chosen_by"]]
         console.print(
             table(
                 "Plans checked (the fastest is kept)",
                 ["plan", "iteration ms"],
-                [[k, _ms(v)] for k, v in off["candidates"].items()]
+                [
+                    [k + (" (kept)" if k == off["chosen_by"] else f" (+{100 * (v / kept - 1):.1f}%)"), _ms(v)]
+                    for k, v in off["candidates"].items()
+                ]
                 + [
                     [f"{k} (ruled out: no faster without contention)", f">= {_ms(v)}"]
                     for k, v in off.get("ruled_out", {}).items()
@@ -197,28 +209,37 @@ def offload_plan(
         if not m["fits"]:
             rows.append([label, "does not fit", "-", "-", "-", m["why"].split(":")[0]])
             continue
-        b = m["breakdown_s"]
+        b, ph = m["breakdown_s"], m["phases_s"]
         rows.append(
             [
                 label,
                 _ms(m["iteration_time_s"]),
                 _band_ms(m),
-                _ms(b["backward"]),
-                _ms(b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]),
+                _ms(ph["backward"] if ph else b["backward"]),
+                _ms(ph["step"] if ph else b["exposed_host"] + b["exposed_transfer"] + b["optimizer"]),
                 format_bytes(m["gpu_memory_bytes"]),
             ]
         )
     console.print(
         table(
             "Offload modes compared",
-            ["mode", "iteration ms", "P10–P90 ms", "backward ms", "update (exposed) ms", "GPU memory"],
+            ["mode", "iteration ms", "P10–P90 ms", "backward ms", "step ms", "GPU memory"],
             rows,
         )
+    )
+    console.print(
+        "[dim]backward and step as DeepSpeed's wall_clock_breakdown times them: backward runs from the end "
+        "of forward to the start of the optimizer step, with what the GPU waits for meanwhile (a blocking "
+        "gradient copy's pageable copies and page faults, which `run` counts as exposed host and exposed "
+        "transfer); step, from the optimizer update's first op to its last copy[/]"
     )
     if samples:
         console.print(
             f"[dim]P10–P90: {samples} draws of the calibrated or default parameter uncertainty per mode[/]"
         )
+    for mode, label in (("none", "no offload"), ("zero", "ZeRO-Offload"), ("interleaved", "interleaved")):
+        for note in results[mode].get("memory_notes", []):
+            console.print(f"note ({label}): {note}", markup=False, highlight=False)
     plain = results["none"]
     if not plain["fits"]:
         # the text said only "does not fit"; what does fit without offload is what the question needs

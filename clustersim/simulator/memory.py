@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from clustersim import catalog
 from clustersim.errors import InputError
+from clustersim.simulator import headroom
 from clustersim.units import format_bytes
 from clustersim.workloads.fp8 import weight_copy_bytes
 
@@ -190,29 +191,48 @@ def _distributed_optimizer_hint(ctx, mem: dict[str, float]) -> str:
     )
 
 
-# Below this share of the GPU left free, a fit is said to be close (a presentation threshold, not a model
-# constant): what the memory model does not count is of that order.
-THIN_HEADROOM = 0.05
+# Below this share of the GPU left free, a fit is said to be close (simulator/headroom.py says why 5%).
+THIN_HEADROOM = headroom.THIN_HEADROOM
 
 
-def thin_headroom_note(total: float, capacity: float) -> str | None:
+def thin_headroom_note(
+    total: float, capacity: float, remedy: str = "a smaller workload.micro_batch leaves room"
+) -> str | None:
     """What a rank that fits with under THIN_HEADROOM of its GPU to spare is told (None: more spare):
     the memory model counts the model states, activations and the frameworks' named buffers, not the
     CUDA context, cuBLAS workspaces, NCCL's channel buffers or the caching allocator's fragmentation,
-    which take memory on a real GPU. `run` notes it; `plan` says it of its choice and the fastest."""
+    which take memory on a real GPU. `run` notes it; `plan` says it of its choice and the fastest.
+    ``remedy`` names the key that frees memory in the rank's case (thin_headroom_remedy)."""
     spare = capacity - total
     if spare >= THIN_HEADROOM * capacity:
         return None
     return (
         f"GPU memory: {format_bytes(total)} of {format_bytes(capacity)}, "
         f"{format_bytes(spare)} to spare; the CUDA context, cuBLAS workspaces, NCCL's buffers and the "
-        "caching allocator's fragmentation are not counted, so a fit this close may not run "
-        "(a smaller workload.micro_batch leaves room)"
+        f"caching allocator's fragmentation are not counted, so a fit this close may not run ({remedy})"
     )
 
 
+def thin_headroom_remedy(ctx) -> str:
+    """The key that frees GPU memory for this rank: the micro-batch when it is above 1; for an offloaded
+    optimizer whose state the scenario pins on the GPU, the interleaved placement (it keeps resident only
+    what leaves THIN_HEADROOM free, simulator/offload.py); else activation checkpointing."""
+    w = ctx.scenario.workload
+    off = ctx.scenario.training.offload
+    if w.micro_batch > 1:
+        return "a smaller workload.micro_batch leaves room"
+    if off.mode == "interleaved" and off.placement == "gpu":
+        return (
+            "training.offload.placement: auto keeps on the GPU only the optimizer state that leaves "
+            f"{THIN_HEADROOM:.0%} of it free"
+        )
+    if not w.activation_checkpointing:
+        return "workload.activation_checkpointing: true leaves room; the micro-batch is already 1"
+    return "more GPUs with training.sharding or training.parallelism leave room; the micro-batch is already 1"
+
+
 def _note_thin_headroom(ctx, mem: dict[str, float]) -> None:
-    note = thin_headroom_note(mem["total"], mem["capacity"])
+    note = thin_headroom_note(mem["total"], mem["capacity"], thin_headroom_remedy(ctx))
     if note is not None:
         ctx.notes.append(note)
 

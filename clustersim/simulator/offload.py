@@ -21,10 +21,11 @@ import math
 from dataclasses import dataclass
 
 from clustersim.errors import InputError
-from clustersim.identifiers import PlacementKind
+from clustersim.identifiers import Category, PlacementKind
+from clustersim.simulator.headroom import THIN_HEADROOM
 from clustersim.simulator.host import HostModel
 from clustersim.simulator.program import Program
-from clustersim.units import format_bytes
+from clustersim.units import format_bytes, ordinal
 
 # The planner decides subgroup by subgroup (O(subgroups) time and memory); beyond this many a subgroup is
 # far smaller than any DeepSpeed setting (default sub_group_size 1e9 parameters) and only exhausts memory.
@@ -33,6 +34,7 @@ MAX_CHUNKS = 48  # subgroups of the same placement are merged into at most this 
 # The fork's async copiers' lane: each copier copies its tensor out, then in, in order on its own stream
 # (csrc/async_copier: cudaMemcpyAsync on trf_stream); both directions on one in-order lane, as they run.
 COPIER = "h2d_state"
+STEP_PHASE = "step"  # meta["phase"] of the optimizer step's ops (step_phases)
 
 
 @dataclass(frozen=True)
@@ -180,12 +182,19 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
         )
     if off.mode == "zero" and (off.gpu_update_gap or 1) > 1:
         sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)
+        if off.gpu_update_gap > len(sizes):
+            raise InputError(
+                f"a gpu_update_gap of {off.gpu_update_gap:,} puts no subgroup on the GPU: the rank has "
+                f"{len(sizes):,} subgroups (DeepSpeed's whole tensors of at least {off.subgroup_size:,.0f} "
+                f"parameters), so the gap is at most {len(sizes):,}",
+                key="training.offload.gpu_update_gap",
+            )
         kinds = gap_kinds(len(sizes), off.gpu_update_gap)
         return Placement(
-            max(sizes),
+            max(sizes),  # the staging buffers hold the largest subgroup (offload_memory)
             kinds,
             partition_params,
-            f"every {off.gpu_update_gap}th subgroup on the GPU",
+            f"every {ordinal(off.gpu_update_gap)} subgroup on the GPU",
             tuple(sizes),
         )
     if off.mode == "zero" or off.placement == "cpu":
@@ -204,8 +213,13 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
                 key="training.offload.placement",
             )
         return Placement(size, [PlacementKind.GPU_RESIDENT] * n, partition_params, "placement: gpu")
-    resident = min(n, int(free_peak // state_bytes)) if state_bytes > 0 else n
-    can_stream = free_update - resident * state_bytes >= 2 * state_bytes
+    # Resident subgroups fill the free memory only up to THIN_HEADROOM of the GPU (simulator/headroom.py:
+    # the CUDA context, workspaces and fragmentation need room on a real GPU). Deep Optimizer States'
+    # fork sizes nothing to free memory (a fixed gap, stage3.py get_opt_update_device).
+    headroom = THIN_HEADROOM * budget["capacity"]
+    fill_peak = max(0.0, free_peak - headroom)
+    resident = min(n, int(fill_peak // state_bytes)) if state_bytes > 0 else n
+    can_stream = free_update - headroom - resident * state_bytes >= 2 * state_bytes
     kinds = _place_streamed_or_cpu(ctx, spec, host, size, n, resident, can_stream, inputs_on_host)
     return Placement(size, kinds, partition_params)
 
@@ -300,7 +314,28 @@ def add_offloaded_update(
     inputs_on_host: bool,
     label: str,
 ) -> list[int]:
-    """The update phase of one iteration under offload; returns the ops the next step waits for."""
+    """The update phase of one iteration under offload; returns the ops the next step waits for. Its
+    ops are marked as the step (``meta["phase"]``, read by step_phases)."""
+    first = len(prog.ops)
+    ends = _add_offloaded_update(
+        prog, ctx, deps, spec, placement, host, partition_params, inputs_on_host, label
+    )
+    for op in prog.ops[first:]:
+        op.meta = {**op.meta, "phase": STEP_PHASE}
+    return ends
+
+
+def _add_offloaded_update(
+    prog: Program,
+    ctx,
+    deps,
+    spec: UpdateSpec,
+    placement: Placement,
+    host: HostModel,
+    partition_params: float,
+    inputs_on_host: bool,
+    label: str,
+) -> list[int]:
     ends: list[int] = []
     deps = tuple(d for d in deps if d is not None)
     if placement.sizes is not None:
@@ -422,6 +457,33 @@ def add_gap_update(
     return ends
 
 
+def step_phases(ops, iteration_time: float) -> dict[str, float] | None:
+    """The iteration in the phases DeepSpeed's ``wall_clock_breakdown`` times (fwd, bwd, step): forward
+    to the end of the last forward op; backward from there to the start of the optimizer step, so it
+    holds whatever the GPU waits for during backward (a blocking gradient copy's pageable copies and
+    page faults, which the breakdown counts as exposed host and transfer time); step from its first op
+    to its last (the ops add_update marks); other, the rest (loss scaling, memory reports). None when
+    the program has no marked step (an update add_update did not build)."""
+    start = end = None
+    forward_end = 0.0
+    for o in ops:
+        if o.rank != 0:
+            continue
+        if o.category == Category.FORWARD:
+            forward_end = max(forward_end, o.end)
+        if o.meta.get("phase") == STEP_PHASE:
+            start = o.start if start is None else min(start, o.start)
+            end = o.end if end is None else max(end, o.end)
+    if start is None:
+        return None
+    return {
+        "forward": forward_end,
+        "backward": max(0.0, start - forward_end),
+        "step": end - start,
+        "other": max(0.0, iteration_time - end),
+    }
+
+
 def gpu_fraction(placement: Placement) -> float:
     """The share of the parameters updated on the GPU (of the subgroups, when they are equal)."""
     if placement.sizes is None:
@@ -480,6 +542,7 @@ def add_update(
                 ctx.gpu_update_time(gpu_bytes_per_param, ctx.params, kernel),
                 "optimizer",
                 tuple(d for d in deps if d is not None),
+                meta={"phase": STEP_PHASE},
             )
         ]
     host = ctx.host

@@ -786,6 +786,8 @@ def _offload_summary(ctx: SimulationContext, sources: dict[str, str]) -> dict:
         "mode": ctx.scenario.training.offload.mode,
         "subgroups": len(p.kinds),
         "subgroup_params": p.subgroup_params,
+        # DeepSpeed's subgroups of whole tensors differ in size (the gap placement): smallest and largest
+        "subgroup_params_range": (min(p.sizes), max(p.sizes)) if p.sizes is not None else None,
         "placement": {str(k): p.count(k) for k in PlacementKind},
         "ranges": p.ranges(),
         "chosen_by": p.chosen_by,

@@ -65,8 +65,8 @@ class Row(BaseModel):
     # result reaches ``published`` (Streaming DiLoCo's Table 4: the bandwidth at which a compute
     # utilization is reached), and, reaching the next threshold only at a later setting, stays below
     # ``published_below`` there (the last threshold: below what the metric can be, 1.0 for a share). Its
-    # own value then lies between the two: the row's band holds it when the two ranges overlap; the
-    # error is still against ``published``.
+    # own value then lies between the two: the row's band holds it when the two ranges overlap; its
+    # error is 0 for a prediction between the two, else the distance to the nearer one (row_error).
     published_below: float | None = Field(None, gt=0)
     # a setting the result depends on that the source does not disclose: the row says which, and
     # validate shows its prediction over the setting's plausible values (the row itself keeps the
@@ -140,6 +140,9 @@ class RowResult:
     undisclosed_used: float | str | None = None  # the value the row itself was predicted at
     # (value, predicted): numbers in value order, named choices in the dataset's order
     undisclosed_range: list[tuple[float | str, float]] | None = None
+    # what the row's GPUs stand for where its source counts something else: Streaming DiLoCo's
+    # simulation runs each of its workers (a datacenter in the paper) as one device
+    workers: int | None = None
 
     @property
     def inside(self) -> bool | None:
@@ -372,6 +375,24 @@ def _used_value(row: Row, scenario) -> float | str | None:
     return float(value)
 
 
+def row_error(row: Row, predicted: float) -> float:
+    """The row's relative error. A published range (``published_below``: the source's own value lies
+    anywhere from ``published`` to ``published_below``) scores 0 for a prediction inside it, else the
+    relative distance to its nearer end; a published value, (predicted - published) / published."""
+    if row.published_below is not None and predicted > row.published_below:
+        return predicted / row.published_below - 1
+    if row.published_below is not None and predicted >= row.published:
+        return 0.0
+    return predicted / row.published - 1
+
+
+def _workers(base) -> int | None:
+    """The DiLoCo workers of a row's experiment (each one device in its simulation), else None."""
+    if base.training.optimizer != "diloco":
+        return None
+    return (base.training.optimizer_options or {}).get("workers")
+
+
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
     data = load_dataset(name)
@@ -387,7 +408,7 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 row.gpus,
                 row.published,
                 predicted,
-                predicted / row.published - 1,
+                row_error(row, predicted),
                 lo,
                 hi,
                 row.baseline,
@@ -402,6 +423,7 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 spec.unit if spec else None,
                 _used_value(row, scenario) if spec else None,
                 _over_undisclosed(data, row, profile, bases) if spec else None,
+                _workers(bases[row.scenario or data.scenario]),
             )  # fmt: skip
         )
         if progress:
