@@ -339,8 +339,9 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     from clustersim.planner.upgrades import plan_have
     from clustersim.report.costing import cost_model
 
-    own = cost_model("own", None, extra["network"], own_prices=own_prices)
-    rent = cost_model("rent", instances=instances)
+    # --have has no --cost: its messages send the user only to --own-prices and --instances
+    own = cost_model("own", None, extra["network"], own_prices=own_prices, have_cost_option=False)
+    rent = cost_model("rent", instances=instances, have_cost_option=False)
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
     kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"]}
     if extra.get("json_out"):

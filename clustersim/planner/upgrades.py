@@ -134,6 +134,7 @@ def evaluate(
     from clustersim.report.analysis import cluster_label
 
     have = load_have(have_path, base)
+    own.server(have.cluster.gpu)  # a GPU the ownership catalog cannot price: said before any work
     base_json = have.model_dump(mode="json")
     opts = options(have, rent, own.network)
     rows = [{**opt["values"], "optimizer": name} for opt in opts for name in optimizers]
