@@ -461,3 +461,31 @@ def test_hardware_list_and_show_write_numbers_as_the_other_tables_do(runner, use
     show = invoke(runner, "hardware", "show", "X100", "--catalog", user_catalog)
     assert show.exit_code == 0 and "None" not in show.stdout
     assert "hbm_gbs: 12,000.0" in show.stdout and "fp16 3,000.0" in show.stdout
+
+
+def test_the_built_in_grid_takes_in_a_user_catalogs_gpus():
+    """`plan`'s default grid is every GPU of the catalog: a GPU added with --catalog was never a
+    candidate nor named among those left out of owned cost. It joins the grid (a PCIe server where it
+    has no NVLink, fp16 where it has no bf16), and owned plans name it among the GPUs without a server
+    price; an override of a shipped GPU is not added twice."""
+    from clustersim.planner.planning import _priced_only, candidate_sweep
+
+    mine = catalog.gpu("H100-SXM").model_dump(exclude={"name"})
+    card = dict(mine, nvlink={"links": 0, "gbs_per_link": 0}, peak_tflops={"fp32": 50.0, "fp16": 200.0})
+    entries = {"MYGPU": catalog.parse_gpu_entry("MYGPU", mine, "cat.yaml", "MYGPU")}
+    entries["MYCARD"] = catalog.parse_gpu_entry("MYCARD", card, "cat.yaml", "MYCARD")
+    entries["H100-SXM"] = entries["MYGPU"]
+    with catalog.user_entries(entries):
+        sweep = candidate_sweep(None)
+        rows = sweep.rows()
+        gpus = [r["gpu"] for r in rows]
+        assert gpus.count("MYGPU") == gpus.count("A100-80GB") == gpus.count("MYCARD") > 0
+        assert gpus.count("H100-SXM") == gpus.count("A100-80GB")
+        card_rows = [r for r in rows if r["gpu"] == "MYCARD"]
+        assert all(r.get("fabric") == "pcie" and r.get("precision") == "fp16" for r in card_rows)
+        assert not any("fabric" in r or "precision" in r for r in rows if r["gpu"] == "MYGPU")
+        notes: list[str] = []
+        kept = _priced_only(sweep.base, rows, None, None, "default", notes, True)
+    assert not any(r["gpu"] in ("MYGPU", "MYCARD") for r in kept)
+    assert "MYCARD" in notes[0] and "MYGPU" in notes[0] and "left out, no server price" in notes[0]
+    assert len(candidate_sweep(None).rows()) < len(rows)  # out of the catalog's block, out of the grid
