@@ -488,4 +488,6 @@ def test_the_built_in_grid_takes_in_a_user_catalogs_gpus():
         kept = _priced_only(sweep.base, rows, None, None, "default", notes, True)
     assert not any(r["gpu"] in ("MYGPU", "MYCARD") for r in kept)
     assert "MYCARD" in notes[0] and "MYGPU" in notes[0] and "left out, no server price" in notes[0]
+    # what would price them on plan: their server prices, or a flat rate (renting as sold would not)
+    assert "--own-prices FILE" in notes[0] and "--price" in notes[0] and "--cost rent" not in notes[0]
     assert len(candidate_sweep(None).rows()) < len(rows)  # out of the catalog's block, out of the grid

@@ -840,8 +840,8 @@ def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes:
     if not kept:  # nothing left to price: the one-line error naming the GPU and the catalog
         model.server(missing[0])
     notes.append(
-        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--cost rent or "
-        "--price prices them)"
+        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--own-prices FILE "
+        "with their server prices, or a flat --price per GPU-hour, prices them)"
     )
     return kept
 
