@@ -432,8 +432,8 @@ def test_hardware_show_prints_values_as_a_reader_writes_them(runner):
 
 
 def test_compares_pricing_messages_name_only_options_compare_has(runner, tmp_path, user_catalog):
-    """compare has --cost, --instance and --catalog but no --price (or --instances): its messages about
-    pricing never send the user to an option it would refuse."""
+    """compare has --cost, --instance, --instances, --own-prices and --catalog but no --price: its
+    messages about pricing never send the user to an option it would refuse."""
     common = ("--samples", "0", "--gpus", "8", "--steps", "1000", "--optimizers", "adam")
     r = invoke(runner, "compare", "preset:default", "--cost", "own", "--instance", "p5.48xlarge", *common)
     assert r.exit_code == 2 and "--instance prices a rented cluster; drop it or use --cost rent" in r.output
@@ -444,7 +444,7 @@ def test_compares_pricing_messages_name_only_options_compare_has(runner, tmp_pat
     s.write_text(yaml.safe_dump(data))
     r = invoke(runner, "compare", s, "--cost", "rent", "--catalog", user_catalog, *common)
     assert r.exit_code == 2 and "no instance in instances.yaml sells X100" in r.output, r.output
-    assert "--price" not in r.output and "--instances" not in r.output and "--catalog" in r.output
+    assert "--price " not in r.output and "--instances FILE" in r.output and "--catalog" in r.output
     for command in ("compare", "plan", "report"):  # --cost's help names what makes it rented there
         text = invoke(runner, command, "--help").output
         assert ("--price" in text) == (command != "compare"), command
