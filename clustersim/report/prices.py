@@ -135,7 +135,14 @@ def network_catalog(path: str | None = None) -> dict[str, Any]:
                     rate_value = None
             else:
                 rate_value = rate
-            catalog_number(rate_value if rate_value is not None else rate, source, key)
+            try:
+                catalog_number(rate_value if rate_value is not None else rate, source, key)
+            except InputError:
+                raise InputError(
+                    f"a line rate must be a number of Gb/s > 0 (e.g. 25: or 100:), got {rate!r}",
+                    source=source,
+                    key=key,
+                ) from None
             if not isinstance(parts, dict):
                 raise InputError(
                     f"expected a mapping of {', '.join(NETWORK_PARTS)} to USD", source=source, key=key
