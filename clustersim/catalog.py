@@ -424,6 +424,13 @@ def gpus() -> dict[str, GpuSpec]:
     return _overlay(_shipped_gpus(), _USER.get()[0])
 
 
+def user_gpu_names() -> list[str]:
+    """The GPUs the user catalogs in use add to the shipped ones (not those they override), in their
+    order: `plan`'s built-in grid, every GPU of the catalog, takes them in too."""
+    shipped = {k.lower() for k in _shipped_gpus()}
+    return [name for name in _USER.get()[0] if name.lower() not in shipped]
+
+
 def models() -> dict[str, ModelArch]:
     """The shipped models, plus (adding or overriding) those of the user catalogs in use."""
     return _overlay(_shipped_models(), _USER.get()[1])

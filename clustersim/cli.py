@@ -14,7 +14,15 @@ from clustersim.commands.calibrate import calibrate_app
 from clustersim.commands.catalog import hardware_app, models_app, presets_app, topology_app
 from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
-from clustersim.commands.planning import plan_cmd, report, sweep
+from clustersim.commands.planning import (
+    InstancesOpt,
+    NetworkPricesOpt,
+    OwnPricesOpt,
+    _network,
+    plan_cmd,
+    report,
+    sweep,
+)
 from clustersim.commands.support import (
     CompareCostOpt,
     HelpfulGroup,
@@ -562,6 +570,9 @@ def compare(
     settings: Optional[list[str]] = SetOpt,
     cost: Optional[str] = CompareCostOpt,
     instance: Optional[str] = InstanceOpt,
+    network_prices: Optional[str] = NetworkPricesOpt,
+    instances: Optional[str] = InstancesOpt,
+    own_prices: Optional[str] = OwnPricesOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -572,22 +583,19 @@ def compare(
 
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
-    from clustersim.report.costing import auto_model, cost_model
+    from clustersim.report.costing import compare_model
 
     asked = cost is not None or instance is not None
-    costs = (
-        cost_model(cost, None, "default", instance, price_option=False)
-        if asked
-        else auto_model({s.cluster.gpu}, price_option=False)
-    )
+    catalogs = {"network": _network(network_prices), "instances": instances, "own_prices": own_prices}
+    costs = compare_model(s.cluster.gpu, cost, instance, **catalogs)
     opts = [o.strip() for o in optimizers.split(",") if o.strip()]
     # each count once: a repeated one is the same cells again
     counts = list(dict.fromkeys(_int_list(gpus, "--gpus"))) if gpus is not None else _default_counts(s)
     # every argument checked before any work starts
     request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
     opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at
-    if plan and asked and not json_out and getattr(costs, "model", None) == "own":
-        costs.server(s.cluster.gpu)  # a GPU the asked ownership model cannot price: said before any work
+    if plan and asked:  # a GPU the asked model cannot price: said before any work
+        costs.price(s.cluster.model_dump(mode="json"))
     run_args = (s, opts, counts, plan, warmup, profile)
     if json_out:
         rows = _some_simulated(
@@ -598,7 +606,7 @@ def compare(
         )
         from clustersim.report.costing import compare_costs
 
-        priced, cost_error = compare_costs(s, rows, cost, instance) if plan else ([], None)
+        priced, cost_error = compare_costs(s, rows, cost, instance, **catalogs) if plan else ([], None)
         emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at, priced, cost_error))
         return
     done = [0]

@@ -753,12 +753,7 @@ def _check_limits(c: ClusterSpec) -> None:
     }[str(c.intra_node.fabric)]
     checks = [
         ("cluster.gpus_per_node", c.gpus_per_node, per_node, f"GPUs in one {c.intra_node.fabric} node"),
-        (
-            "cluster.nodes",
-            c.world_size,
-            lim["cluster_gpus"],
-            f"GPUs in one cluster; {c.nodes:,} nodes x {c.gpus_per_node} GPUs",
-        ),
+        ("cluster.nodes", c.world_size, lim["cluster_gpus"], "GPUs in one cluster"),
         ("cluster.nic.count", c.nic.count, lim["nics_per_node"], "NICs per node"),
         ("cluster.nic.line_rate_gbps", c.nic.line_rate_gbps, lim["nic_line_rate_gbps"], "Gb/s per NIC port"),
         (
@@ -785,6 +780,8 @@ def _check_limits(c: ClusterSpec) -> None:
     for key, value, top, what in checks:
         if value > top:
             shown = f"{value:,}" if isinstance(value, int) else f"{value:,g}"
+            if key == "cluster.nodes":  # the limit is on GPUs: say both numbers, each by its name
+                shown = f"{c.nodes:,} nodes x {c.gpus_per_node} GPUs = {value:,} GPUs"
             raise InputError(
                 f"{shown} is beyond any real machine (at most {top:,g} {what}; {catalog.LIMITS_SOURCE})",
                 key=key,

@@ -432,8 +432,8 @@ def test_hardware_show_prints_values_as_a_reader_writes_them(runner):
 
 
 def test_compares_pricing_messages_name_only_options_compare_has(runner, tmp_path, user_catalog):
-    """compare has --cost, --instance and --catalog but no --price (or --instances): its messages about
-    pricing never send the user to an option it would refuse."""
+    """compare has --cost, --instance, --instances, --own-prices and --catalog but no --price: its
+    messages about pricing never send the user to an option it would refuse."""
     common = ("--samples", "0", "--gpus", "8", "--steps", "1000", "--optimizers", "adam")
     r = invoke(runner, "compare", "preset:default", "--cost", "own", "--instance", "p5.48xlarge", *common)
     assert r.exit_code == 2 and "--instance prices a rented cluster; drop it or use --cost rent" in r.output
@@ -444,7 +444,7 @@ def test_compares_pricing_messages_name_only_options_compare_has(runner, tmp_pat
     s.write_text(yaml.safe_dump(data))
     r = invoke(runner, "compare", s, "--cost", "rent", "--catalog", user_catalog, *common)
     assert r.exit_code == 2 and "no instance in instances.yaml sells X100" in r.output, r.output
-    assert "--price" not in r.output and "--instances" not in r.output and "--catalog" in r.output
+    assert "--price " not in r.output and "--instances FILE" in r.output and "--catalog" in r.output
     for command in ("compare", "plan", "report"):  # --cost's help names what makes it rented there
         text = invoke(runner, command, "--help").output
         assert ("--price" in text) == (command != "compare"), command
@@ -461,3 +461,33 @@ def test_hardware_list_and_show_write_numbers_as_the_other_tables_do(runner, use
     show = invoke(runner, "hardware", "show", "X100", "--catalog", user_catalog)
     assert show.exit_code == 0 and "None" not in show.stdout
     assert "hbm_gbs: 12,000.0" in show.stdout and "fp16 3,000.0" in show.stdout
+
+
+def test_the_built_in_grid_takes_in_a_user_catalogs_gpus():
+    """`plan`'s default grid is every GPU of the catalog: a GPU added with --catalog was never a
+    candidate nor named among those left out of owned cost. It joins the grid (a PCIe server where it
+    has no NVLink, fp16 where it has no bf16), and owned plans name it among the GPUs without a server
+    price; an override of a shipped GPU is not added twice."""
+    from clustersim.planner.planning import _priced_only, candidate_sweep
+
+    mine = catalog.gpu("H100-SXM").model_dump(exclude={"name"})
+    card = dict(mine, nvlink={"links": 0, "gbs_per_link": 0}, peak_tflops={"fp32": 50.0, "fp16": 200.0})
+    entries = {"MYGPU": catalog.parse_gpu_entry("MYGPU", mine, "cat.yaml", "MYGPU")}
+    entries["MYCARD"] = catalog.parse_gpu_entry("MYCARD", card, "cat.yaml", "MYCARD")
+    entries["H100-SXM"] = entries["MYGPU"]
+    with catalog.user_entries(entries):
+        sweep = candidate_sweep(None)
+        rows = sweep.rows()
+        gpus = [r["gpu"] for r in rows]
+        assert gpus.count("MYGPU") == gpus.count("A100-80GB") == gpus.count("MYCARD") > 0
+        assert gpus.count("H100-SXM") == gpus.count("A100-80GB")
+        card_rows = [r for r in rows if r["gpu"] == "MYCARD"]
+        assert all(r.get("fabric") == "pcie" and r.get("precision") == "fp16" for r in card_rows)
+        assert not any("fabric" in r or "precision" in r for r in rows if r["gpu"] == "MYGPU")
+        notes: list[str] = []
+        kept = _priced_only(sweep.base, rows, None, None, "default", notes, True)
+    assert not any(r["gpu"] in ("MYGPU", "MYCARD") for r in kept)
+    assert "MYCARD" in notes[0] and "MYGPU" in notes[0] and "left out, no server price" in notes[0]
+    # what would price them on plan: their server prices, or a flat rate (renting as sold would not)
+    assert "--own-prices FILE" in notes[0] and "--price" in notes[0] and "--cost rent" not in notes[0]
+    assert len(candidate_sweep(None).rows()) < len(rows)  # out of the catalog's block, out of the grid

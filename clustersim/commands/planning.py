@@ -339,8 +339,9 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     from clustersim.planner.upgrades import plan_have
     from clustersim.report.costing import cost_model
 
-    own = cost_model("own", None, extra["network"], own_prices=own_prices)
-    rent = cost_model("rent", instances=instances)
+    # --have has no --cost: its messages send the user only to --own-prices and --instances
+    own = cost_model("own", None, extra["network"], own_prices=own_prices, have_cost_option=False)
+    rent = cost_model("rent", instances=instances, have_cost_option=False)
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
     kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"]}
     if extra.get("json_out"):
@@ -361,10 +362,11 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     console.print(
         "[dim]capital: what the option buys (the new NICs, cables and switch ports for every node; or the "
         "added servers and their ports). run: what one run costs (owned: amortised capital and power; "
-        "rented: instance-hours). payback: the days of training the option must save to pay for its "
-        "capital, an owned cluster-hour valued at its own cost; runs: that many runs like this one"
+        "rented: instance-hours). payback: the runs like this one whose savings pay the option's capital "
+        "(each run's hours saved at what an owned cluster-hour costs, less the power the option adds), and "
+        "those runs' days of training at the option's speed"
         + (
-            "; * misses the deadline or the budget"
+            "; * misses the deadline" + (" or the budget" if budget is not None else "")
             if any(not r.get("meets", True) for r in result["options"])
             else ""
         )

@@ -583,8 +583,25 @@ def candidate_sweep(path: Path | None) -> Sweep:
     if path is not None:
         return load_sweep(path)
     raw = load_yaml(resources.files("clustersim.catalogs").joinpath("plan_candidates.yaml").read_text())
+    _with_user_gpus(raw)
     spec = SweepFile.model_validate(raw)
     return Sweep(spec, validate_scenario(spec.base, source="plan_candidates.yaml"), BUILT_IN)
+
+
+def _with_user_gpus(raw: dict[str, Any]) -> None:
+    """The built-in grid is every GPU of the catalog: the GPUs a user catalog adds (--catalog) join it,
+    each in a node of its kind as the grid's per_gpu says of the shipped ones: no NVLink, a PCIe server;
+    no bf16, fp16 mixed precision."""
+    for name in catalog.user_gpu_names():
+        raw["vary"]["gpu"].append(name)
+        spec = catalog.gpu(name)
+        node = {}
+        if not spec.nvlink.links:
+            node["fabric"] = "pcie"
+        if not spec.peak_tflops.get("bf16"):
+            node["precision"] = "fp16"
+        if node:
+            raw.setdefault("per_gpu", {})[name] = node
 
 
 BUILT_IN = "built-in candidates"  # the source of catalogs/plan_candidates.yaml's Sweep
@@ -823,8 +840,8 @@ def _priced_only(base, rows: list[dict[str, Any]], costs, price, network, notes:
     if not kept:  # nothing left to price: the one-line error naming the GPU and the catalog
         model.server(missing[0])
     notes.append(
-        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--cost rent or "
-        "--price prices them)"
+        f"owned: {', '.join(missing)} left out, no server price in {model.o['source']} (--own-prices FILE "
+        "with their server prices, or a flat --price per GPU-hour, prices them)"
     )
     return kept
 

@@ -7,10 +7,10 @@ plan's candidates) and the fastest is kept. Capital is what the option buys: the
 (NIC, cable, switch ports per tier: report/prices.py) or the added servers and their network; renting
 buys nothing and pays the instance-hours.
 
-Payback is counted in days of training saved: an hour the owned cluster no longer spends on this run is
-worth what an hour of it costs (its servers and network amortised, and power: costing.Own), less any
-power the option adds; the capital divided by that value per day is the days of training the option must
-save to pay for itself, and divided by the days one run saves, the runs.
+Payback (_payback, defined once): an hour the owned cluster no longer spends on this run is worth what
+an hour of it costs (its servers and network amortised, and power: costing.Own); less the power the
+option adds for every hour it runs, that is what one run saves. The capital divided by that saving is
+the runs that pay the option back, and those runs at the option's speed, the days of training.
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ def load_have(path: Path, base) -> Any:
         )
     merged = base.model_dump(mode="json")
     merged["cluster"] = data["cluster"]
+    if isinstance(data.get("workload"), dict) and data["workload"].get("model") is not None:
+        from clustersim import catalog
+
+        try:  # --model names the model trained; the file's must still be one (a typo is not ignored)
+            catalog.model(str(data["workload"]["model"]))
+        except InputError as exc:
+            raise InputError(exc.message, source=source, key="workload.model") from None
     if isinstance(data.get("workload"), dict):
         merged["workload"] = {**data["workload"], "model": base.workload.model}
         if base.workload.model != data["workload"].get("model"):
@@ -76,7 +83,8 @@ def options(have, rent: Rent, network: dict[str, Any] | None) -> list[dict[str, 
             out.append(
                 {
                     "option": "rent",
-                    "what": f"{c.gpus_per_node * nodes // inst['gpus']} x {inst['name']}",
+                    "what": f"{c.gpus_per_node * nodes // inst['gpus']} x {inst['name']} "
+                    f"at ${inst['price_per_hour']:,.2f}/h",
                     "values": {
                         "gpus_per_node": inst["gpus"],
                         "nodes": c.gpus_per_node * nodes // inst["gpus"],
@@ -134,6 +142,7 @@ def evaluate(
     from clustersim.report.analysis import cluster_label
 
     have = load_have(have_path, base)
+    own.server(have.cluster.gpu)  # a GPU the ownership catalog cannot price: said before any work
     base_json = have.model_dump(mode="json")
     opts = options(have, rent, own.network)
     rows = [{**opt["values"], "optimizer": name} for opt in opts for name in optimizers]
@@ -200,9 +209,18 @@ def _option_index(values: dict[str, Any], opts: list[dict[str, Any]]) -> int | N
 
 
 def _payback(results: list[dict[str, Any]], kept) -> None:
-    """Hours saved per run against keeping the cluster, and for an option that buys something, the days
-    of training it must save to pay back its capital (an owned cluster-hour is worth kept.per_hour; power
-    the option adds is taken off) and how many runs like this one that is."""
+    """Hours saved per run against keeping the cluster, and for an option that buys something, its
+    payback, defined once:
+
+        saving per run = hours saved x kept.per_hour - the option's hours x the power it adds per hour
+        payback runs   = capital / saving per run
+        payback days   = payback runs x the option's hours per run / 24
+
+    An hour the owned cluster no longer spends on the run is worth what an hour of it costs (its servers
+    and network amortised, and power: kept.per_hour); the option's added running cost is the power it
+    draws beyond the kept cluster's, for every hour it runs. The days are days of training at the new
+    speed, so days and runs are one number in two units. An option that saves no money per run never
+    pays back."""
     keep = next((r for r in results if r["option"] == "keep"), None)
     for r in results:
         r["saved_h"] = None if keep is None else keep["ttt_h"] - r["ttt_h"]
@@ -210,14 +228,13 @@ def _payback(results: list[dict[str, Any]], kept) -> None:
         r["never_pays_back"] = False
         if keep is None or r["option"] in ("keep", "rent") or r["capital"] <= 0:
             continue
-        extra_power = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
-        per_day = HOURS_PER_DAY * (kept.per_hour - extra_power)
-        saving_per_run = r["saved_h"] * kept.per_hour - r["ttt_h"] * extra_power
-        if per_day <= 0 or saving_per_run <= 0:
+        added_per_h = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
+        saving_per_run = r["saved_h"] * kept.per_hour - r["ttt_h"] * added_per_h
+        if saving_per_run <= 0:
             r["never_pays_back"] = True  # it saves no money per run (slower, or its power costs more)
             continue
-        r["payback_days"] = r["capital"] / per_day
         r["payback_runs"] = r["capital"] / saving_per_run
+        r["payback_days"] = r["payback_runs"] * r["ttt_h"] / HOURS_PER_DAY
 
 
 def plan_have(
@@ -267,7 +284,7 @@ def plan_have(
     return {
         **out,
         "recommended": chosen,
-        "recommendation": recommendation_text(chosen, out["options"]),
+        "recommendation": recommendation_text(chosen, out["options"], budget is not None),
         "model": model,
         "steps": n,
         "global_batch": recipe["global_batch"],
@@ -287,9 +304,12 @@ def recommended(options: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(meets, key=lambda r: r["capital"] + r["run_cost"]) if meets else None
 
 
-def recommendation_text(chosen: dict[str, Any] | None, options: list[dict[str, Any]]) -> str:
+def recommendation_text(
+    chosen: dict[str, Any] | None, options: list[dict[str, Any]], budget_given: bool = True
+) -> str:
     """The one line under `plan --have`'s table, as `plan` says its choice: ``Recommended: ...``, or,
-    where no option meets the deadline and budget, the fastest."""
+    where no option meets the deadline (and the budget, where one was given), the fastest."""
+    limits = "the deadline and budget" if budget_given else "the deadline"
 
     def said(r: dict[str, Any]) -> str:
         band = f" (P10–P90 {r['ttt_p10_h']:,.1f}–{r['ttt_p90_h']:,.1f} h)" if r.get("ttt_p10_h") else ""
@@ -302,8 +322,8 @@ def recommendation_text(chosen: dict[str, Any] | None, options: list[dict[str, A
         if not options:
             return "No option could train the model."
         fastest = min(options, key=lambda r: r["ttt_h"])
-        return f"No option meets the deadline and budget; the fastest is {said(fastest)}."
+        return f"No option meets {limits}; the fastest is {said(fastest)}."
     return (
         f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${chosen['run_cost']:,.0f}: "
-        "the least spent on this run of the options that meet the deadline and budget."
+        f"the least spent on this run of the options that meet {limits}."
     )

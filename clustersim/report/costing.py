@@ -21,7 +21,14 @@ from typing import Any
 
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
-from clustersim.report.prices import network_capex_per_node, network_catalog
+from clustersim.report.prices import (
+    HOURS_IN_A_LEAP_YEAR,
+    MOST_AMORTISATION_YEARS,
+    catalog_number,
+    network_capex_per_node,
+    network_catalog,
+    only_known_keys,
+)
 
 Z90 = 1.2815515655446004  # the standard normal's P90: a P10-P90 half-width of z sigmas
 INSTANCES = "instances.yaml"
@@ -29,6 +36,26 @@ OWNERSHIP = "ownership.yaml"
 NETWORK_UNCERTAINTY = 0.5  # network_prices.yaml: "treat every figure as +-50%"
 DEFAULT_RENT_UNCERTAINTY = 0.1  # a planning assumption for a dated list price (instances.yaml says why)
 MODELS = ("own", "rent")
+# Bounds that catch a typo or a unit slip in a user's copy, not a judgement of a quote. The dearest server
+# in ownership.yaml, a DGX B200, is $505,400 for 8 GPUs (about $63,000 per GPU); $1,000,000 per GPU is
+# far above any server sold. The dearest instance in instances.yaml is $98.32/h for 8 H100 (about $12
+# per GPU-hour); $1,000 per GPU-hour is far above any list price.
+MOST_SERVER_USD_PER_GPU = 1_000_000.0
+MOST_RENT_USD_PER_GPU_HOUR = 1_000.0
+INSTANCE_KEYS = (
+    "gpu",
+    "gpus",
+    "nic",
+    "price_per_hour",
+    "uncertainty",
+    "max_instances",
+    "provider",
+    "region",
+    "network_as_sold",
+    "source",
+    "date",
+)
+SERVER_KEYS = ("gpus", "price", "uncertainty", "power_kw", "power_uncertainty", "source")
 
 
 def sigma_of(uncertainty: float) -> float:
@@ -72,12 +99,8 @@ def cost_band(cost: float, sigma: float, ttt_ratio_lo: float | None, ttt_ratio_h
     return cost * math.exp(-math.hypot(min(lo, 0.0), z)), cost * math.exp(math.hypot(max(hi, 0.0), z))
 
 
-def _number(value, source, key, *, low: float = 0.0, strict: bool = True) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or (value <= low if strict else value < low):
-        rel = ">" if strict else ">="
-        raise InputError(f"must be a number {rel} {low:g}, got {value!r}", source=source, key=key)
-    return float(value)
+def _number(value, source, key, *, low: float = 0.0, strict: bool = True, most=None, why_most="") -> float:
+    return catalog_number(value, source, key, low=low, strict=strict, most=most, why_most=why_most)
 
 
 def _text(name: str, path: str | None) -> tuple[str, str]:
@@ -105,12 +128,17 @@ def load_instances(path: str | None = None) -> dict[str, dict[str, Any]]:
     for name, entry in table.items():
         key = f"instances.{name}"
         entry = _mapping(entry, source, key)
+        only_known_keys(entry, INSTANCE_KEYS, source, key)
+        for text in ("provider", "region", "network_as_sold"):
+            if not isinstance(entry.get(text), str) or not entry[text].strip():
+                raise InputError("must be given, as text", source=source, key=f"{key}.{text}")
         gpu = entry.get("gpu")
         try:
             catalog.gpu(str(gpu))
         except InputError as exc:
             raise InputError(exc.message, source=source, key=f"{key}.gpu") from None
         nic = _mapping(entry.get("nic"), source, f"{key}.nic")
+        only_known_keys(nic, ("kind", "count", "line_rate_gbps"), source, f"{key}.nic")
         if nic.get("kind") not in ("ethernet_tcp", "infiniband"):
             raise InputError(
                 f"must be ethernet_tcp or infiniband, got {nic.get('kind')!r}",
@@ -133,7 +161,13 @@ def load_instances(path: str | None = None) -> dict[str, dict[str, Any]]:
                 "count": int(count),
                 "line_rate_gbps": _number(nic.get("line_rate_gbps"), source, f"{key}.nic.line_rate_gbps"),
             },
-            "price_per_hour": _number(entry.get("price_per_hour"), source, f"{key}.price_per_hour"),
+            "price_per_hour": _number(
+                entry.get("price_per_hour"),
+                source,
+                f"{key}.price_per_hour",
+                most=MOST_RENT_USD_PER_GPU_HOUR * gpus,
+                why_most=f"${MOST_RENT_USD_PER_GPU_HOUR:,.0f} per GPU-hour; the dearest listed is about $12",
+            ),
             "uncertainty": _number(
                 entry.get("uncertainty", DEFAULT_RENT_UNCERTAINTY), source, f"{key}.uncertainty", strict=False
             ),
@@ -150,14 +184,30 @@ def load_ownership(path: str | None = None) -> dict[str, Any]:
     """The ownership catalog (or a copy with the user's figures), every entry checked."""
     text, source = _text(OWNERSHIP, path)
     data = _mapping(load_yaml(text), source)
+    only_known_keys(
+        data, ("amortisation_years", "hours_per_year", "utilisation", "pue", "usd_per_kwh", "servers"), source
+    )
     out: dict[str, Any] = {"source": source}
-    for key in ("amortisation_years", "hours_per_year"):
-        out[key] = _number(data.get(key), source, key)
+    out["amortisation_years"] = _number(
+        data.get("amortisation_years"),
+        source,
+        "amortisation_years",
+        most=MOST_AMORTISATION_YEARS,
+        why_most="servers are written off over 3-6 years",
+    )
+    out["hours_per_year"] = _number(
+        data.get("hours_per_year"),
+        source,
+        "hours_per_year",
+        most=HOURS_IN_A_LEAP_YEAR,
+        why_most="the hours in a leap year",
+    )
     out["utilisation"] = _number(data.get("utilisation"), source, "utilisation")
     if out["utilisation"] > 1:
         raise InputError(f"must be at most 1, got {out['utilisation']:g}", source=source, key="utilisation")
     for key, low in (("pue", 1.0), ("usd_per_kwh", 0.0)):
         entry = _mapping(data.get(key), source, key)
+        only_known_keys(entry, ("value", "uncertainty"), source, key)
         out[key] = _number(entry.get("value"), source, f"{key}.value", low=low, strict=key != "pue")
         out[f"{key}_uncertainty"] = _number(
             entry.get("uncertainty", 0.0), source, f"{key}.uncertainty", strict=False
@@ -166,9 +216,18 @@ def load_ownership(path: str | None = None) -> dict[str, Any]:
     for gpu, entry in _mapping(data.get("servers"), source, "servers").items():
         key = f"servers.{gpu}"
         entry = _mapping(entry, source, key)
+        only_known_keys(entry, SERVER_KEYS, source, key)
+        gpus = _number(entry.get("gpus"), source, f"{key}.gpus")
         servers[str(gpu)] = {
-            "gpus": _number(entry.get("gpus"), source, f"{key}.gpus"),
-            "price": _number(entry.get("price"), source, f"{key}.price", strict=False),
+            "gpus": gpus,
+            "price": _number(
+                entry.get("price"),
+                source,
+                f"{key}.price",
+                strict=False,
+                most=MOST_SERVER_USD_PER_GPU * gpus,
+                why_most=f"${MOST_SERVER_USD_PER_GPU:,.0f} per GPU; the dearest listed is about $63,000",
+            ),
             "uncertainty": _number(entry.get("uncertainty", 0.0), source, f"{key}.uncertainty", strict=False),
             "power_kw": _number(entry.get("power_kw"), source, f"{key}.power_kw", strict=False),
             "power_uncertainty": _number(
@@ -209,6 +268,7 @@ class Rent:
         price_option: bool = True,
     ):
         self.price_option = price_option  # the command has --price (compare has not: cost_model)
+        self.owned_prices: dict[str, Any] | None = None  # the ownership catalog, where the command has one
         if per_gpu_hour is not None and not (math.isfinite(per_gpu_hour) and per_gpu_hour > 0):
             raise InputError(f"price per GPU-hour must be positive, got {per_gpu_hour}", key="--price")
         if instance is not None and instance not in instances:
@@ -265,14 +325,20 @@ class Rent:
         if inst is None:
             rate = _per_gpu_hour(cluster["gpu"])  # a catalog entry's price_per_gpu_hour, else prices.yaml
             if rate is None:
-                ways = (
-                    "add one to a copy (--instances FILE), give --price USD per GPU-hour"
-                    if self.price_option
-                    else f"give {cluster['gpu']} a price_per_gpu_hour in a user catalog (--catalog)"
+                gpu = cluster["gpu"]
+                ways = ["add one to a copy (--instances FILE)"]
+                if self.price_option:
+                    ways.append("give --price USD per GPU-hour")
+                ways.append(f"give {gpu} a price_per_gpu_hour in a user catalog (--catalog)")
+                owned = self.owned_prices is not None and gpu in self.owned_prices["servers"]
+                ways.append(
+                    "price it as owned (--cost own)"
+                    if owned
+                    else "price it as owned with its server price in a copy of ownership.yaml "
+                    "(--cost own --own-prices FILE)"
                 )
                 raise InputError(
-                    f"no instance in {INSTANCES} sells {cluster['gpu']}; {ways}, or price it as owned "
-                    "(--cost own)",
+                    f"no instance in {INSTANCES} sells {gpu}; {', '.join(ways[:-1])}, or {ways[-1]}",
                     key="--cost",
                 )
             return Price(
@@ -346,8 +412,16 @@ class Own:
 
     model = "own"
 
-    def __init__(self, ownership: dict[str, Any], network: dict[str, Any] | None):
-        self.o, self.network = ownership, network
+    def __init__(
+        self,
+        ownership: dict[str, Any],
+        network: dict[str, Any] | None,
+        rent: "Rent | None" = None,
+    ):
+        """``rent``: the rental model the command would use with --cost rent, so that a GPU with no
+        server price is sent there only where renting can price it; None where the command has no
+        --cost (plan --have)."""
+        self.o, self.network, self.rent = ownership, network, rent
 
     def describe(self) -> str:
         o = self.o
@@ -362,10 +436,20 @@ class Own:
         entry = self.o["servers"].get(gpu)
         if entry is None:
             priced = ", ".join(sorted(self.o["servers"])) or "none"
+            ways = "add it to a copy (--own-prices FILE)"
+            if self.rent is not None:
+                if self.rent.sold_for(gpu) or _per_gpu_hour(gpu) is not None:
+                    ways += " or price it as rented (--cost rent)"
+                elif self.rent.price_option:
+                    ways += " or price it as rented at your rate (--cost rent --price USD per GPU-hour)"
+                else:
+                    ways += (
+                        " or price it as rented (--cost rent) with an instance selling it (--instances FILE) "
+                        "or its price_per_gpu_hour in a user catalog (--catalog)"
+                    )
             raise InputError(
-                f"no server price for {gpu} in {self.o['source']} (priced: {priced}); add it to a copy "
-                "(--own-prices FILE) or price it as rented (--cost rent)",
-                key="--cost",
+                f"no server price for {gpu} in {self.o['source']} (priced: {priced}); {ways}",
+                key="--cost" if self.rent is not None else "--own-prices",
             )
         return entry
 
@@ -429,6 +513,7 @@ def auto_model(
         missing = sorted(g for g in gpus if g not in model.o["servers"])
         if missing:
             rent = Rent(load_instances(instances), price_option=price_option)
+            rent.owned_prices = model.o
             rent.reason = f"{model.o['source']} has no server price for {', '.join(missing)}"
             return rent
     return model
@@ -442,17 +527,22 @@ def cost_model(
     instances: str | None = None,
     own_prices: str | None = None,
     price_option: bool = True,
+    have_cost_option: bool = True,
 ):
     """The cost model a command asked for: ``kind`` "own" or "rent" (default: "rent" when --price or
     --instance is given, else "own"); ``network`` the network price catalog for owned clusters
     ("default", a path, or None for servers and power only). ``price_option``: whether the command has
-    --price (compare has not), so that a message names only options the user can give."""
+    --price (compare has not), and ``have_cost_option`` whether it has --cost (plan --have has not), so
+    that a message names only options the user can give and that could work."""
     if kind is None:
         kind = "rent" if price is not None or instance is not None else "own"
     if kind not in MODELS:
         raise InputError(f"must be own or rent, got {kind!r}", key="--cost")
     if kind == "rent":
-        return Rent(load_instances(instances), instance, price, price_option=price_option)
+        rent = Rent(load_instances(instances), instance, price, price_option=price_option)
+        if have_cost_option:
+            rent.owned_prices = load_ownership(own_prices)
+        return rent
     given = [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
     if given:
         verb, them = ("prices", "it") if len(given) == 1 else ("price", "them")
@@ -461,7 +551,8 @@ def cost_model(
             key="--cost",
         )
     net = None if network is None else network_catalog(None if network == "default" else str(network))
-    return Own(load_ownership(own_prices), net)
+    rent = Rent(load_instances(instances), price_option=price_option) if have_cost_option else None
+    return Own(load_ownership(own_prices), net, rent)
 
 
 def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
@@ -500,19 +591,39 @@ def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
     return priced_rows
 
 
-def compare_costs(scenario, rows, cost: str | None = None, instance: str | None = None):
+def compare_costs(
+    scenario,
+    rows,
+    cost: str | None = None,
+    instance: str | None = None,
+    *,
+    network: Any = "default",
+    instances: str | None = None,
+    own_prices: str | None = None,
+):
     """Compare's costs as its --json and the API give them: each cell priced by the model asked for
     (``cost``, ``instance``), or by the default one (auto_model), whose failure to price the GPU is a
     reason returned beside an empty list rather than an error."""
     asked = cost is not None or instance is not None
-    model = (
-        cost_model(cost, None, "default", instance, price_option=False)
-        if asked
-        else auto_model({scenario.cluster.gpu}, price_option=False)
-    )
+    model = compare_model(scenario.cluster.gpu, cost, instance, network, instances, own_prices)
     try:
         return price_compare_rows(scenario, rows, model), None
     except InputError as exc:
         if asked:
             raise
         return [], exc.message
+
+
+def compare_model(
+    gpu: str,
+    cost: str | None = None,
+    instance: str | None = None,
+    network: Any = "default",
+    instances: str | None = None,
+    own_prices: str | None = None,
+):
+    """Compare's cost model: the one asked for (--cost, --instance), else the default (auto_model), with
+    the user's catalogs where given; compare has no --price."""
+    if cost is not None or instance is not None:
+        return cost_model(cost, None, network, instance, instances, own_prices, price_option=False)
+    return auto_model({gpu}, None, network, None, instances, own_prices, price_option=False)

@@ -10,6 +10,7 @@ and the faster one always wins.
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,47 @@ from clustersim.errors import InputError
 from clustersim.io import load_yaml
 
 NETWORK_CATALOG = "network_prices.yaml"
+NETWORK_PARTS = ("nic", "switch_port", "cable")
+NETWORK_KINDS = ("ethernet_tcp", "infiniband")
+# Bounds that catch a typo or a unit slip (cents for dollars, an extra zero run), not a judgement of a
+# quote. A part's price: a whole 64-port 400 Gb/s InfiniBand switch is about $36,000
+# (network_prices.yaml [B]), so one NIC, switch port or cable above $100,000 is no price of one part.
+MOST_PART_USD = 100_000.0
+HOURS_IN_A_LEAP_YEAR = 366 * 24  # hours_per_year can be no more
+# amortisation periods: servers and network gear are written off over 3-6 years; 30 allows any
+# accounting choice and refuses 1e9 (which would price the hardware at nothing)
+MOST_AMORTISATION_YEARS = 30.0
+
+
+def catalog_number(
+    value: Any,
+    source: str,
+    key: str,
+    *,
+    low: float = 0.0,
+    strict: bool = True,
+    most: float | None = None,
+    why_most: str = "",
+) -> float:
+    """``value`` as a finite number above ``low`` (at least ``low`` when not ``strict``) and at most
+    ``most``; else one error naming the file and key. NaN and infinity are refused: a price of .nan would
+    print "$nan" and break every comparison after it."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= low if strict else value < low):
+        rel = ">" if strict else ">="
+        raise InputError(f"must be a finite number {rel} {low:g}, got {value!r}", source=source, key=key)
+    if most is not None and value > most:
+        why = f" ({why_most})" if why_most else ""
+        raise InputError(f"{value:g} is implausible: at most {most:,.0f}{why}", source=source, key=key)
+    return float(value)
+
+
+def only_known_keys(data: dict, known, source: str, prefix: str | None = None) -> None:
+    """Refuse a key the catalog does not read (a misspelt one would otherwise be silently ignored)."""
+    for key in data:
+        if key not in known:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise InputError(f"unknown key; expected one of: {', '.join(known)}", source=source, key=where)
 
 
 def default_prices() -> dict[str, float]:
@@ -64,20 +106,60 @@ def network_catalog(path: str | None = None) -> dict[str, Any]:
     data = load_yaml(text)
     if not isinstance(data, dict):
         raise InputError("expected a mapping like catalogs/network_prices.yaml", source=source)
-    for key in ("amortisation_years", "hours_per_year"):
-        value = data.get(key)
-        if not isinstance(value, int | float) or value <= 0:
-            raise InputError(f"{key} must be a positive number", source=source, key=key)
-    for kind in ("ethernet_tcp", "infiniband"):
-        for rate, parts in (data.get(kind) or {}).items():
-            for part in ("nic", "switch_port", "cable"):
-                value = (parts or {}).get(part)
-                if not isinstance(value, int | float) or value < 0:
-                    raise InputError(
-                        f"{part} must be a price in USD (a number >= 0)",
-                        source=source,
-                        key=f"{kind}.{rate}.{part}",
-                    )
+    only_known_keys(data, ("amortisation_years", "hours_per_year", *NETWORK_KINDS), source)
+    data["amortisation_years"] = catalog_number(
+        data.get("amortisation_years"),
+        source,
+        "amortisation_years",
+        most=MOST_AMORTISATION_YEARS,
+        why_most="servers and network gear are written off over 3-6 years",
+    )
+    data["hours_per_year"] = catalog_number(
+        data.get("hours_per_year"),
+        source,
+        "hours_per_year",
+        most=HOURS_IN_A_LEAP_YEAR,
+        why_most="the hours in a leap year",
+    )
+    for kind in NETWORK_KINDS:
+        table = data.get(kind) or {}
+        if not isinstance(table, dict):
+            raise InputError("expected a mapping of line rate (Gb/s) to prices", source=source, key=kind)
+        checked = {}
+        for rate, parts in table.items():
+            key = f"{kind}.{rate}"
+            if isinstance(rate, str):  # YAML reads `25:` as a number; a quoted "25" is fine too
+                try:
+                    rate_value = float(rate)
+                except ValueError:
+                    rate_value = None
+            else:
+                rate_value = rate
+            try:
+                catalog_number(rate_value if rate_value is not None else rate, source, key)
+            except InputError:
+                raise InputError(
+                    f"a line rate must be a number of Gb/s > 0 (e.g. 25: or 100:), got {rate!r}",
+                    source=source,
+                    key=key,
+                ) from None
+            if not isinstance(parts, dict):
+                raise InputError(
+                    f"expected a mapping of {', '.join(NETWORK_PARTS)} to USD", source=source, key=key
+                )
+            only_known_keys(parts, NETWORK_PARTS, source, key)
+            checked[rate] = {
+                part: catalog_number(
+                    parts.get(part),
+                    source,
+                    f"{key}.{part}",
+                    strict=False,
+                    most=MOST_PART_USD,
+                    why_most="a whole 64-port 400 Gb/s switch is about $36,000",
+                )
+                for part in NETWORK_PARTS
+            }
+        data[kind] = checked
     data["source"] = source
     return data
 
