@@ -191,3 +191,27 @@ def test_have_refuses_a_cost_option_it_would_ignore():
         r = CliRunner().invoke(app, [*args, *extra])
         assert r.exit_code == 2 and r.stdout == "", extra
         assert f"{extra[0]} does not apply" in r.stderr and "Traceback" not in r.output
+
+
+def test_a_payback_longer_than_the_hardwares_life_is_marked():
+    """An option whose payback takes more days of training than the amortisation life holds is written off
+    before it pays for itself: marked, and the table says so."""
+    from clustersim.commands.planning import _have_table
+
+    class Kept:
+        per_hour = 100.0
+
+    rows = [
+        {"option": "keep", "ttt_h": 20.0, "capital": 0.0, "power_per_h": 10.0},
+        {"option": "upgrade NICs", "ttt_h": 18.0, "capital": 24_000.0, "power_per_h": 10.0},
+    ]
+    _payback(rows, Kept(), life_days=100.0)
+    assert rows[1]["payback_days"] == pytest.approx(90.0) and not rows[1]["payback_beyond_life"]
+    _payback(rows, Kept(), life_days=80.0)
+    assert rows[1]["payback_beyond_life"]
+    for r in rows:
+        r.update(
+            what="", optimizer="adam", layout="", run_cost=0.0, run_cost_p10=0.0, run_cost_p90=0.0, meets=True
+        )
+    cols, body = _have_table(rows)
+    assert any("past its life" in str(cell) for line in body for cell in line)

@@ -364,7 +364,8 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         "added servers and their ports). run: what one run costs (owned: amortised capital and power; "
         "rented: instance-hours). payback: the runs like this one whose savings pay the option's capital "
         "(each run's hours saved at what an owned cluster-hour costs, less the power the option adds), and "
-        "those runs' days of training at the option's speed"
+        "those runs' days of training at the option's speed (past its life: more days than the hardware's "
+        "amortisation life holds, so it is written off before it pays for itself)"
         + (
             "; * misses the deadline" + (" or the budget" if budget is not None else "")
             if any(not r.get("meets", True) for r in result["options"])
@@ -386,7 +387,8 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
             return "never"
         if r["payback_days"] is None:
             return "—"
-        return f"{r['payback_days']:,.1f} d ({r['payback_runs']:,.1f} runs)"
+        late = ", past its life" if r.get("payback_beyond_life") else ""
+        return f"{r['payback_days']:,.1f} d ({r['payback_runs']:,.1f} runs){late}"
 
     cols = [
         "option",

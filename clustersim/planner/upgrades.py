@@ -15,6 +15,7 @@ the runs that pay the option back, and those runs at the option's speed, the day
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -193,7 +194,9 @@ def evaluate(
                 "cost_basis": priced.describe(best["ttt_h"]),
             }
         )
-    _payback(results, own.price({**have.cluster.model_dump(mode="json")}))
+    o = own.o
+    life_days = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"] / HOURS_PER_DAY
+    _payback(results, own.price({**have.cluster.model_dump(mode="json")}), life_days)
     return {"have": str(have_path), "cluster": cluster_label_of(have), "options": results}
 
 
@@ -208,7 +211,7 @@ def _option_index(values: dict[str, Any], opts: list[dict[str, Any]]) -> int | N
     return next((i for i, opt in enumerate(opts) if opt["values"] == own), None)
 
 
-def _payback(results: list[dict[str, Any]], kept) -> None:
+def _payback(results: list[dict[str, Any]], kept, life_days: float = math.inf) -> None:
     """Hours saved per run against keeping the cluster, and for an option that buys something, its
     payback, defined once:
 
@@ -220,12 +223,15 @@ def _payback(results: list[dict[str, Any]], kept) -> None:
     and network amortised, and power: kept.per_hour); the option's added running cost is the power it
     draws beyond the kept cluster's, for every hour it runs. The days are days of training at the new
     speed, so days and runs are one number in two units. An option that saves no money per run never
-    pays back."""
+    pays back; one whose payback takes more days of training than the hardware's amortisation life holds
+    (``life_days``: years x hours per year x utilisation) is marked ``payback_beyond_life``: the
+    hardware is written off before it has paid for itself."""
     keep = next((r for r in results if r["option"] == "keep"), None)
     for r in results:
         r["saved_h"] = None if keep is None else keep["ttt_h"] - r["ttt_h"]
         r["payback_days"] = r["payback_runs"] = None
         r["never_pays_back"] = False
+        r["payback_beyond_life"] = False
         if keep is None or r["option"] in ("keep", "rent") or r["capital"] <= 0:
             continue
         added_per_h = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
@@ -235,6 +241,7 @@ def _payback(results: list[dict[str, Any]], kept) -> None:
             continue
         r["payback_runs"] = r["capital"] / saving_per_run
         r["payback_days"] = r["payback_runs"] * r["ttt_h"] / HOURS_PER_DAY
+        r["payback_beyond_life"] = r["payback_days"] > life_days
 
 
 def plan_have(
