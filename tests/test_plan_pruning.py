@@ -125,6 +125,40 @@ def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_ru
     assert _answer(first) == _answer(again) == _answer(full)
 
 
+def test_rows_sent_ahead_of_their_turn_leave_the_same_rows_simulated_and_pruned(tmp_path, monkeypatch):
+    """While the oldest row in flight is awaited, later rows that could win go to the idle workers ahead
+    of their turn; each is still decided in its turn on the same results, so the rows simulated (and
+    taken in the same order), pruned and skipped are those of the window alone, however far ahead rows
+    are sent (a row sent ahead and then pruned is dropped)."""
+    import clustersim.planner.planning as planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-13B", 20_000, 400.0, None, grid, None, None)
+    simulate_rows = planning.simulate_rows
+    taken: list = []
+
+    def recording(*a, **k):
+        out = simulate_rows(*a, **k)
+        taken.append([r["row_id"] for r in out[0]])
+        return out
+
+    monkeypatch.setattr(planning, "simulate_rows", recording)
+    sent = []
+    send = planning._send
+    monkeypatch.setattr(planning, "_send", lambda *a: sent.append(a[3]) or send(*a))
+    results = {}
+    for early in (0, planning.EARLY_ROWS, 40):  # 0: none ahead of its turn
+        monkeypatch.setattr(planning, "EARLY_ROWS", early)
+        sent.clear()
+        result = plan(*args, samples=0, workers=2)
+        keys = ("simulated", "invalid", "pruned", "interleaved_not_simulated", "not_searched")
+        results[early] = ([result[k] for k in keys], _answer(result), taken[-1], len(sent))
+    none, default, far = results[0], results[planning.EARLY_ROWS], results[40]
+    assert none[:3] == default[:3] == far[:3]
+    assert far[3] > none[3]  # rows were sent ahead and dropped: the path is exercised
+
+
 @pytest.mark.parametrize(
     "preset, changes",
     [

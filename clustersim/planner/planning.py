@@ -439,10 +439,17 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         # oldest is awaited (waves of one row per worker left a core idle behind each wave's slowest).
         ahead = pool.size + 1 if pool.executor is not None else 1
         flight: deque = deque()
+        early = _EarlySends(
+            order,
+            pool.size if pool.executor is not None else 0,
+            wanted=lambda v: not _twin_cannot_win(v, records, fastest) and could_win(v),
+            send=lambda v: _send(pool, prune, base_json, v, steps, global_batch),
+        )
 
         def land() -> None:
             nonlocal done
             values, future = flight.popleft()
+            early.top_up(len(flight), awaited=future)
             take(values, future.result())
             done += 1
             if progress:
@@ -454,13 +461,15 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 prune.meanwhile = None
             while len(flight) >= ahead:
                 land()
+            sent = early.turn()  # this row's future if it was sent ahead, else None
             if _twin_cannot_win(values, records, fastest):
                 skipped += 1
             elif not could_win(values):
                 pruned += 1
             else:
-                flight.append((values, _send(pool, prune, base_json, values, steps, global_batch)))
+                flight.append((values, sent or _send(pool, prune, base_json, values, steps, global_batch)))
                 continue
+            _EarlySends.drop(sent)
             done += 1
             if progress:
                 progress(done, total)
@@ -476,6 +485,52 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+# Rows in flight per worker, counting those sent ahead of their turn (_EarlySends): enough that a worker
+# finds another row queued whenever it finishes one while the oldest is still running.
+EARLY_ROWS = 3
+
+
+class _EarlySends:
+    """Rows of ``order`` sent to the workers ahead of their turn, so that a worker is not left idle
+    while _simulate_pruned awaits the oldest row in flight, a long one: each row is still decided in its
+    turn on exactly the results its window gives it (its future is taken if it is to be simulated;
+    cancelled, or its result dropped, if not), so the rows simulated, pruned and skipped are the same as
+    without. A row is sent early where it could win on what is known at the time (``wanted``): a
+    guess, which the decision in its turn may overrule (a few rows per plan)."""
+
+    def __init__(self, order: list, workers: int, wanted: Callable, send: Callable):
+        self.order, self.workers, self.wanted, self.send = order, workers, wanted, send
+        self.futures: dict[int, Any] = {}  # position in ``order`` -> its future
+        self.position = -1  # the row whose turn it is
+        self.scan = 0  # the next position to consider
+
+    def turn(self):
+        """The next row's turn: its future, if it was sent early (else None)."""
+        self.position += 1
+        return self.futures.pop(self.position, None)
+
+    def top_up(self, in_flight: int, awaited) -> None:
+        """Before waiting on ``awaited`` (the oldest row in flight) where it is not done, send the next
+        rows that could win on what is known now, while fewer than EARLY_ROWS rows per worker are in
+        flight (``in_flight`` in their turn, and these); none with one worker."""
+        if awaited.done():
+            return
+        room = EARLY_ROWS * self.workers - in_flight - len(self.futures)
+        self.scan = max(self.scan, self.position + 1)
+        while room > 0 and self.scan < len(self.order):
+            values = self.order[self.scan]
+            if self.wanted(values):
+                self.futures[self.scan] = self.send(values)
+                room -= 1
+            self.scan += 1
+
+    @staticmethod
+    def drop(future) -> None:
+        """A row sent early that is not to be simulated after all: not run, or its result dropped."""
+        if future is not None:
+            future.cancel()
 
 
 def _send(pool: "_pool", prune: Pruning, base_json, values, steps, global_batch):

@@ -118,29 +118,28 @@ def _walk(t: np.ndarray, work: np.ndarray, running: list, bad: np.ndarray) -> np
     slowdown among the kernels covering the interval's start, until its work is done; past the last
     of them, at full speed. The same arithmetic as the scalar loop, op for op, in each column (its
     one-kernel case is the loop's first step), so the ends are its ends to the last bit."""
-    starts = [ka for ka, _, _ in running]
-    ends = [kb for _, kb, _ in running]
-    slows = [np.broadcast_to(ks, t.shape) for _, _, ks in running]
-    points = np.stack([*starts, *ends, np.full_like(t, np.inf)])
+    starts = np.stack([ka for ka, _, _ in running])  # kernels x columns
+    ends = np.stack([kb for _, kb, _ in running])
+    slows = np.stack([np.broadcast_to(ks, t.shape) for _, _, ks in running])
+    points = np.concatenate([starts, ends, np.full((1, *t.shape), np.inf)])
     points = np.sort(np.where(points > t, points, np.inf), axis=0)  # a point at or before t: none
-    now, work = t.copy(), work.copy()
+    now, work = t, work
     out = np.full_like(t, np.nan)
     going = np.ones(t.shape, dtype=bool)
     previous = t
     for p in points:
         step = going & (p != previous)  # a point met twice is met once (the scalar loop's set)
         previous = p
-        if not step.any():
-            continue
-        slow = np.zeros_like(t)
-        for ka, kb, ks in zip(starts, ends, slows):
-            slow = np.where((ka <= now) & (now < kb), np.maximum(slow, ks), slow)
+        # the largest slowdown among the kernels covering now (slowdowns are positive: 0.0 if none)
+        slow = np.where((starts <= now) & (now < ends), slows, 0.0).max(axis=0)
         bad |= step & (slow >= 1.0)
         rate = 1.0 - slow
         done = now + work / rate
         ended = step & (done <= p)
         out = np.where(ended, done, out)
         going &= ~ended
+        if not going.any():
+            break
         on = step & ~ended
         work = np.where(on, work - (p - now) * rate, work)
         now = np.where(on, p, now)
