@@ -323,6 +323,37 @@ def test_plan_under_own_says_it_cannot_price_a_gpu_without_a_server_price(runner
     assert "no server price for L4" in r.output and "ownership.yaml" in r.output
 
 
+def test_a_pipelines_look_alikes_split_over_two_workers_draw_the_times_of_one_pass():
+    """A pipeline's look-alikes on other NICs (the choice's runners-up) run their draws in one batched
+    pass; where that pass would keep one worker busy while the other idles, they are split into one
+    group of consecutive rows per worker, and each row's draw times are those of the single pass."""
+    from clustersim.planner.planning import _band_draws, _split_look_alikes
+
+    def scenario(gbps):
+        return {
+            "cluster": {
+                "nodes": 4, "gpus_per_node": 8, "gpu": "A100-80GB",
+                "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": gbps},
+            },
+            "workload": {
+                "model": "GPT-3-1.3B", "micro_batch": 1, "seq_len": 2048, "gradient_accumulation": 8,
+            },
+            "training": {
+                "optimizer": "adam",
+                "parallelism": {"tensor": 1, "pipeline": 4, "schedule": "interleaved", "virtual_stages": 3},
+            },
+        }  # fmt: skip
+
+    rows = [scenario(g) for g in (400, 200, 100)]
+    data_parallel = {**rows[0], "training": {"optimizer": "adam"}}
+    assert _split_look_alikes([[0, 1, 2], [3]], [*rows, data_parallel], 2) == [[0], [1, 2], [3]]
+    assert _split_look_alikes([[0, 1, 2]], rows, 1) == [[0, 1, 2]]  # one worker: one pass
+    assert _split_look_alikes([[0], [3]], [*rows, data_parallel], 2) == [[0], [3]]
+    whole = _band_draws(rows, 4, 0, 1)
+    assert _band_draws(rows[:1], 4, 0, 1) + _band_draws(rows[1:], 4, 0, 1) == whole
+    assert len({t for times, _ in whole for t in times}) == 12  # every NIC and draw a time of its own
+
+
 def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():
     """plan splits only a band's large rows over the workers and sends the largest first; each row's
     draws are put back in their own order, so its band is the one a single process gives, exactly."""
