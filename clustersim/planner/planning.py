@@ -449,7 +449,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         def land() -> None:
             nonlocal done
             values, future = flight.popleft()
-            early.top_up(len(flight), awaited=future)
+            early.await_(future, [f for _, f in flight])
             take(values, future.result())
             done += 1
             if progress:
@@ -494,7 +494,8 @@ EARLY_ROWS = 3
 
 class _EarlySends:
     """Rows of ``order`` sent to the workers ahead of their turn, so that a worker is not left idle
-    while _simulate_pruned awaits the oldest row in flight, a long one: each row is still decided in its
+    while _simulate_pruned awaits the oldest row in flight, a long one (the rows sent after it may be
+    quick ones, a row that does not fit in memory takes a millisecond): each row is still decided in its
     turn on exactly the results its window gives it (its future is taken if it is to be simulated;
     cancelled, or its result dropped, if not), so the rows simulated, pruned and skipped are the same as
     without. A row is sent early where it could win on what is known at the time (``wanted``): a
@@ -511,20 +512,26 @@ class _EarlySends:
         self.position += 1
         return self.futures.pop(self.position, None)
 
-    def top_up(self, in_flight: int, awaited) -> None:
-        """Before waiting on ``awaited`` (the oldest row in flight) where it is not done, send the next
-        rows that could win on what is known now, while fewer than EARLY_ROWS rows per worker are in
-        flight (``in_flight`` in their turn, and these); none with one worker."""
-        if awaited.done():
-            return
-        room = EARLY_ROWS * self.workers - in_flight - len(self.futures)
-        self.scan = max(self.scan, self.position + 1)
-        while room > 0 and self.scan < len(self.order):
-            values = self.order[self.scan]
-            if self.wanted(values):
-                self.futures[self.scan] = self.send(values)
-                room -= 1
-            self.scan += 1
+    def await_(self, awaited, in_flight) -> None:
+        """Wait for ``awaited`` (the oldest row in flight), meanwhile keeping EARLY_ROWS rows per worker
+        running or queued: whenever a row finishes, the next rows that could win on what is known now
+        are sent (``in_flight``: the futures of the other rows in flight in their turn). With one
+        worker, nothing is sent early (its rows run as they are sent)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while self.workers and not awaited.done():
+            running = [awaited, *(f for f in in_flight if not f.done())]
+            running += [f for f in self.futures.values() if not f.done()]
+            room = EARLY_ROWS * self.workers - len(running)
+            self.scan = max(self.scan, self.position + 1)
+            while room > 0 and self.scan < len(self.order):
+                values = self.order[self.scan]
+                if self.wanted(values):
+                    running.append(self.send(values))
+                    self.futures[self.scan] = running[-1]
+                    room -= 1
+                self.scan += 1
+            wait(running, return_when=FIRST_COMPLETED)
 
     @staticmethod
     def drop(future) -> None:
