@@ -323,6 +323,36 @@ def test_plan_under_own_says_it_cannot_price_a_gpu_without_a_server_price(runner
     assert "no server price for L4" in r.output and "ownership.yaml" in r.output
 
 
+def test_the_sampler_import_runs_beside_the_simulations_and_is_done_before_the_bands_fork(
+    tmp_path, monkeypatch
+):
+    """While the workers simulate, the plan's own process imports the bands' sampler on a thread of its
+    own (on the main thread it left both workers idle); the thread is joined before the search
+    returns, so no thread is importing when the bands' workers are forked."""
+    import threading
+
+    import clustersim.planner.planning as planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    ran, alive = [], []
+
+    def load():
+        ran.append(threading.current_thread() is not threading.main_thread())
+
+    simulate_rows = planning.simulate_rows
+
+    def checked(*a, **k):
+        out = simulate_rows(*a, **k)
+        alive.extend(t.name for t in threading.enumerate() if t.name == "plan-meanwhile")
+        return out
+
+    monkeypatch.setattr(planning, "_load_band_sampler", load)
+    monkeypatch.setattr(planning, "simulate_rows", checked)
+    plan("GPT-3-1.3B", 50_000, 200.0, 60_000.0, grid, None, None, samples=2, workers=2)
+    assert ran == [True] and alive == []
+
+
 def test_a_pipelines_look_alikes_split_over_two_workers_draw_the_times_of_one_pass():
     """A pipeline's look-alikes on other NICs (the choice's runners-up) run their draws in one batched
     pass; where that pass would keep one worker busy while the other idles, they are split into one

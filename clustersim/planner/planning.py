@@ -174,8 +174,9 @@ class Pruning:
     budget: float | None
     keep: int = 10
     workers: int = 0  # 0: every core this process may use
-    # Work for this process while its workers simulate (once, when the first rows are in flight): what
-    # it does then costs no core that would otherwise be idle later (the bands' sampler import).
+    # Work for this process while its workers simulate (once, when the first rows are in flight, on a
+    # thread of its own: _Background): what it does then costs no core that would otherwise be idle
+    # later (the bands' sampler import).
     meanwhile: Callable[[], None] | None = None
     # Records by row id of rows already simulated (a plan's first search, when its second searches
     # every candidate): taken as they are instead of simulated again.
@@ -439,6 +440,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         # oldest is awaited (waves of one row per worker left a core idle behind each wave's slowest).
         ahead = pool.size + 1 if pool.executor is not None else 1
         flight: deque = deque()
+        side = _Background()
         early = _EarlySends(
             order,
             pool.size if pool.executor is not None else 0,
@@ -457,7 +459,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
 
         for values in order:
             if len(flight) >= ahead and prune.meanwhile is not None:
-                prune.meanwhile()
+                side.start(prune.meanwhile)
                 prune.meanwhile = None
             while len(flight) >= ahead:
                 land()
@@ -481,10 +483,33 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         for tid, rec in zip(twins, pool.map(base_json, [values_of[t] for t in twins], steps, global_batch)):
             take(values_of[tid], rec)
             pruned -= 1
+        side.join()  # before this process forks again (the bands' workers)
     # in the candidates' own order, as without pruning: ties (the same cost on two networks) go the same way
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+class _Background:
+    """Pruning.meanwhile run on a thread of this process, while its main thread keeps the workers fed
+    (run on the main thread, the bands' sampler import left both workers idle for half a second: the
+    rows in flight were done long before it). Started once the workers are forked (a fork-context pool
+    forks them all at its first task) and joined before this process forks again: a fork while the
+    thread imports could leave the child an import lock it never gets back."""
+
+    def __init__(self):
+        self.thread = None
+
+    def start(self, work: Callable[[], None]) -> None:
+        import threading
+
+        self.thread = threading.Thread(target=work, name="plan-meanwhile", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
 
 
 # Rows in flight per worker, counting those sent ahead of their turn (_EarlySends): enough that a worker
