@@ -169,3 +169,63 @@ def test_the_batched_pass_gives_up_on_a_column_as_the_one_pass_does():
     ends = run_columns(prog.ops, durations, slowdowns, 1e6)
     assert ends.tolist() == [2.0, 3.0] and max(run_in_order(prog)[1].values()) == 2.0
     assert np.isnan(run_columns(prog.ops, durations, slowdowns, 2.5)).tolist() == [False, True]
+
+
+def test_the_batched_pass_follows_compute_under_several_kernels_as_the_one_pass_does():
+    """A compute op under two or more running kernels, or under one that starts after it (an
+    interleaved pipeline's send forward and send back on one rank): the batched pass walks each
+    column's kernel starts and ends as engine_inorder does, so every column's end is run_in_order's
+    to the last bit, and a column where the one pass gives up is NaN."""
+    import numpy as np
+
+    from clustersim.simulator.engine_batched import run_columns
+    from clustersim.simulator.engine_inorder import run_in_order
+    from clustersim.simulator.program import Program
+
+    def program():
+        prog = Program()
+        c0 = prog.add("c0", "compute", 1.0, "forward")
+        delay = prog.add("delay", "compute", 1.0, "other", rank=1)  # when the second kernel starts
+        late = prog.add("later", "compute", 1.0, "other", (delay,), rank=1)
+        k1 = prog.add("k1", "comm", 1.0, "communication", (c0,), compute_slowdown=0.1)
+        k2 = prog.add("k2", "host", 1.0, "communication", (c0, delay), compute_slowdown=0.1)
+        prog.add("k3", "copy", 1.0, "communication", (c0, late), compute_slowdown=0.1)
+        c1 = prog.add("c1", "compute", 1.0, "backward", (c0,))
+        prog.add("k4", "comm", 1.0, "communication", (c1, k1), compute_slowdown=0.1)
+        prog.add("c2", "compute", 1.0, "backward", (c1, k2))
+        return prog
+
+    rng = np.random.default_rng(7)
+    prog = program()
+    n, k = len(prog.ops), 400
+    durations = rng.uniform(0.05, 3.0, (n, k))
+    slowdowns = np.zeros((n, k))
+    kernels = [op.id for op in prog.ops if op.compute_slowdown > 0]
+    slowdowns[kernels] = rng.uniform(0.05, 0.9, (len(kernels), k))
+    slowdowns[kernels[0], :20] = 1.0  # a kernel that stops compute altogether: the one pass gives up
+    durations[kernels[1], 20:40] = durations[kernels[0], 20:40]  # kernels that end at the same instant
+    ends = run_columns(prog.ops, durations, slowdowns, 1e6)
+    expected = []
+    for c in range(k):
+        for op in prog.ops:
+            op.duration, op.compute_slowdown = durations[op.id, c], slowdowns[op.id, c]
+        run = run_in_order(prog)
+        expected.append(float("nan") if run is None else max(run[1].values()))
+    assert np.isnan(expected).sum() >= 20  # the cases where the one pass gives up are covered
+    assert (~np.isnan(expected)).sum() > 300
+    np.testing.assert_array_equal(ends, expected)  # NaN where NaN, else equal to the last bit
+
+
+def test_an_interleaved_pipelines_draws_all_run_in_the_batched_pass(monkeypatch):
+    """An interleaved pipeline without tensor parallelism, whose stages' sends overlap compute two at a
+    time: every draw goes through the batched pass (none is simulated alone) and gives draw_times'
+    time to the last bit."""
+    import clustersim.simulator.runner as runner
+
+    s = _scenario(t=1, p=4, m=8, v=3)
+    draws = perturbations(build_context(s), 8)
+    expected = draw_times(s, None, draws, checked=True)
+    alone = []
+    monkeypatch.setattr(runner, "draw_times", lambda *a, **k: alone.append(a) or expected)
+    ((times, ops),) = runner.draw_times_many([(s, draws)])
+    assert not alone and times == expected and ops > 0

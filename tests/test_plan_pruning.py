@@ -126,6 +126,40 @@ def test_pruning_on_two_workers_keeps_the_plan_and_prunes_the_same_rows_every_ru
     assert _answer(first) == _answer(again) == _answer(full)
 
 
+def test_rows_sent_ahead_of_their_turn_leave_the_same_rows_simulated_and_pruned(tmp_path, monkeypatch):
+    """While the oldest row in flight is awaited, later rows that could win go to the idle workers ahead
+    of their turn; each is still decided in its turn on the same results, so the rows simulated (and
+    taken in the same order), pruned and skipped are those of the window alone, however far ahead rows
+    are sent (a row sent ahead and then pruned is dropped)."""
+    import clustersim.planner.planning as planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-13B", 20_000, 400.0, None, grid, None, None)
+    simulate_rows = planning.simulate_rows
+    taken: list = []
+
+    def recording(*a, **k):
+        out = simulate_rows(*a, **k)
+        taken.append([r["row_id"] for r in out[0]])
+        return out
+
+    monkeypatch.setattr(planning, "simulate_rows", recording)
+    sent = []
+    send = planning._send
+    monkeypatch.setattr(planning, "_send", lambda *a: sent.append(a[3]) or send(*a))
+    results = {}
+    for early in (0, planning.EARLY_ROWS, 40):  # 0: none ahead of its turn
+        monkeypatch.setattr(planning, "EARLY_ROWS", early)
+        sent.clear()
+        result = plan(*args, samples=0, workers=2)
+        keys = ("simulated", "invalid", "pruned", "interleaved_not_simulated", "not_searched")
+        results[early] = ([result[k] for k in keys], _answer(result), taken[-1], len(sent))
+    none, default, far = results[0], results[planning.EARLY_ROWS], results[40]
+    assert none[:3] == default[:3] == far[:3]
+    assert far[3] > none[3]  # rows were sent ahead and dropped: the path is exercised
+
+
 @pytest.mark.parametrize(
     "preset, changes",
     [
@@ -288,6 +322,67 @@ def test_plan_under_own_says_it_cannot_price_a_gpu_without_a_server_price(runner
     r = runner.invoke(app, [*args, "--candidates", str(path), "--cost", "own"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "no server price for L4" in r.output and "ownership.yaml" in r.output
+
+
+def test_the_sampler_import_runs_beside_the_simulations_and_is_done_before_the_bands_fork(
+    tmp_path, monkeypatch
+):
+    """While the workers simulate, the plan's own process imports the bands' sampler on a thread of its
+    own (on the main thread it left both workers idle); the thread is joined before the search
+    returns, so no thread is importing when the bands' workers are forked."""
+    import threading
+
+    import clustersim.planner.planning as planning
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    ran, alive = [], []
+
+    def load():
+        ran.append(threading.current_thread() is not threading.main_thread())
+
+    simulate_rows = planning.simulate_rows
+
+    def checked(*a, **k):
+        out = simulate_rows(*a, **k)
+        alive.extend(t.name for t in threading.enumerate() if t.name == "plan-meanwhile")
+        return out
+
+    monkeypatch.setattr(planning, "_load_band_sampler", load)
+    monkeypatch.setattr(planning, "simulate_rows", checked)
+    plan("GPT-3-1.3B", 50_000, 200.0, 60_000.0, grid, None, None, samples=2, workers=2)
+    assert ran == [True] and alive == []
+
+
+def test_a_pipelines_look_alikes_split_over_two_workers_draw_the_times_of_one_pass():
+    """A pipeline's look-alikes on other NICs (the choice's runners-up) run their draws in one batched
+    pass; where that pass would keep one worker busy while the other idles, they are split into one
+    group of consecutive rows per worker, and each row's draw times are those of the single pass."""
+    from clustersim.planner.planning import _band_draws, _split_look_alikes
+
+    def scenario(gbps):
+        return {
+            "cluster": {
+                "nodes": 4, "gpus_per_node": 8, "gpu": "A100-80GB",
+                "nic": {"kind": "infiniband", "count": 1, "line_rate_gbps": gbps},
+            },
+            "workload": {
+                "model": "GPT-3-1.3B", "micro_batch": 1, "seq_len": 2048, "gradient_accumulation": 8,
+            },
+            "training": {
+                "optimizer": "adam",
+                "parallelism": {"tensor": 1, "pipeline": 4, "schedule": "interleaved", "virtual_stages": 3},
+            },
+        }  # fmt: skip
+
+    rows = [scenario(g) for g in (400, 200, 100)]
+    data_parallel = {**rows[0], "training": {"optimizer": "adam"}}
+    assert _split_look_alikes([[0, 1, 2], [3]], [*rows, data_parallel], 2) == [[0], [1, 2], [3]]
+    assert _split_look_alikes([[0, 1, 2]], rows, 1) == [[0, 1, 2]]  # one worker: one pass
+    assert _split_look_alikes([[0], [3]], [*rows, data_parallel], 2) == [[0], [3]]
+    whole = _band_draws(rows, 4, 0, 1)
+    assert _band_draws(rows[:1], 4, 0, 1) + _band_draws(rows[1:], 4, 0, 1) == whole
+    assert len({t for times, _ in whole for t in times}) == 12  # every NIC and draw a time of its own
 
 
 def test_bands_shared_out_over_two_workers_are_those_of_one_to_the_last_bit():

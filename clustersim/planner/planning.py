@@ -174,8 +174,9 @@ class Pruning:
     budget: float | None
     keep: int = 10
     workers: int = 0  # 0: every core this process may use
-    # Work for this process while its workers simulate (once, when the first rows are in flight): what
-    # it does then costs no core that would otherwise be idle later (the bands' sampler import).
+    # Work for this process while its workers simulate (once, when the first rows are in flight, on a
+    # thread of its own: _Background): what it does then costs no core that would otherwise be idle
+    # later (the bands' sampler import).
     meanwhile: Callable[[], None] | None = None
     # Records by row id of rows already simulated (a plan's first search, when its second searches
     # every candidate): taken as they are instead of simulated again.
@@ -439,10 +440,18 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         # oldest is awaited (waves of one row per worker left a core idle behind each wave's slowest).
         ahead = pool.size + 1 if pool.executor is not None else 1
         flight: deque = deque()
+        side = _Background()
+        early = _EarlySends(
+            order,
+            pool.size if pool.executor is not None else 0,
+            wanted=lambda v: not _twin_cannot_win(v, records, fastest) and could_win(v),
+            send=lambda v: _send(pool, prune, base_json, v, steps, global_batch),
+        )
 
         def land() -> None:
             nonlocal done
             values, future = flight.popleft()
+            early.await_(future, [f for _, f in flight])
             take(values, future.result())
             done += 1
             if progress:
@@ -450,17 +459,19 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
 
         for values in order:
             if len(flight) >= ahead and prune.meanwhile is not None:
-                prune.meanwhile()
+                side.start(prune.meanwhile)
                 prune.meanwhile = None
             while len(flight) >= ahead:
                 land()
+            sent = early.turn()  # this row's future if it was sent ahead, else None
             if _twin_cannot_win(values, records, fastest):
                 skipped += 1
             elif not could_win(values):
                 pruned += 1
             else:
-                flight.append((values, _send(pool, prune, base_json, values, steps, global_batch)))
+                flight.append((values, sent or _send(pool, prune, base_json, values, steps, global_batch)))
                 continue
+            _EarlySends.drop(sent)
             done += 1
             if progress:
                 progress(done, total)
@@ -472,10 +483,86 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         for tid, rec in zip(twins, pool.map(base_json, [values_of[t] for t in twins], steps, global_batch)):
             take(values_of[tid], rec)
             pruned -= 1
+        side.join()  # before this process forks again (the bands' workers)
     # in the candidates' own order, as without pruning: ties (the same cost on two networks) go the same way
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+class _Background:
+    """Pruning.meanwhile run on a thread of this process, while its main thread keeps the workers fed
+    (run on the main thread, the bands' sampler import left both workers idle for half a second: the
+    rows in flight were done long before it). Started once the workers are forked (a fork-context pool
+    forks them all at its first task) and joined before this process forks again: a fork while the
+    thread imports could leave the child an import lock it never gets back."""
+
+    def __init__(self):
+        self.thread = None
+
+    def start(self, work: Callable[[], None]) -> None:
+        import threading
+
+        self.thread = threading.Thread(target=work, name="plan-meanwhile", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+
+# Rows in flight per worker, counting those sent ahead of their turn (_EarlySends): enough that a worker
+# finds another row queued whenever it finishes one while the oldest is still running.
+EARLY_ROWS = 3
+
+
+class _EarlySends:
+    """Rows of ``order`` sent to the workers ahead of their turn, so that a worker is not left idle
+    while _simulate_pruned awaits the oldest row in flight, a long one (the rows sent after it may be
+    quick ones, a row that does not fit in memory takes a millisecond): each row is still decided in its
+    turn on exactly the results its window gives it (its future is taken if it is to be simulated;
+    cancelled, or its result dropped, if not), so the rows simulated, pruned and skipped are the same as
+    without. A row is sent early where it could win on what is known at the time (``wanted``): a
+    guess, which the decision in its turn may overrule (a few rows per plan)."""
+
+    def __init__(self, order: list, workers: int, wanted: Callable, send: Callable):
+        self.order, self.workers, self.wanted, self.send = order, workers, wanted, send
+        self.futures: dict[int, Any] = {}  # position in ``order`` -> its future
+        self.position = -1  # the row whose turn it is
+        self.scan = 0  # the next position to consider
+
+    def turn(self):
+        """The next row's turn: its future, if it was sent early (else None)."""
+        self.position += 1
+        return self.futures.pop(self.position, None)
+
+    def await_(self, awaited, in_flight) -> None:
+        """Wait for ``awaited`` (the oldest row in flight), meanwhile keeping EARLY_ROWS rows per worker
+        running or queued: whenever a row finishes, the next rows that could win on what is known now
+        are sent (``in_flight``: the futures of the other rows in flight in their turn). With one
+        worker, nothing is sent early (its rows run as they are sent)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while self.workers and not awaited.done():
+            running = [awaited, *(f for f in in_flight if not f.done())]
+            running += [f for f in self.futures.values() if not f.done()]
+            room = EARLY_ROWS * self.workers - len(running)
+            self.scan = max(self.scan, self.position + 1)
+            while room > 0 and self.scan < len(self.order):
+                values = self.order[self.scan]
+                if self.wanted(values):
+                    running.append(self.send(values))
+                    self.futures[self.scan] = running[-1]
+                    room -= 1
+                self.scan += 1
+            wait(running, return_when=FIRST_COMPLETED)
+
+    @staticmethod
+    def drop(future) -> None:
+        """A row sent early that is not to be simulated after all: not run, or its result dropped."""
+        if future is not None:
+            future.cancel()
 
 
 def _send(pool: "_pool", prune: Pruning, base_json, values, steps, global_batch):
@@ -1155,16 +1242,19 @@ def _add_bands(
     todo = list({id(r): r for r in [*chosen_rows, *ahead] if id(r) not in drawn}.values())
     with workers if isinstance(workers, _pool) else _pool(workers) as pool:
         # Rows that differ only in their NIC (a layout's look-alikes among the cheapest) run their draws
-        # together (runner.draw_times_many: one pass over all their programs). A pipelines' group stays
-        # on one worker: its draws go through that one pass whatever their number, so a part on another
-        # worker would only build the program and make the pass again. Another group (each of its draws
-        # a simulation of its own) is split over the workers where its draws are more than a quarter of
-        # a worker's share. The jobs go largest first, so that the small ones fill in behind the large
+        # together (runner.draw_times_many: one pass over all their programs). A pipeline's draws are
+        # not split over the workers: they go through that one pass whatever their number, so a part on
+        # another worker would only build the program and make the pass again; its look-alikes are,
+        # where the group is more than a quarter of a worker's share: a pass over half the NICs costs
+        # well over half the whole (the program, each op's arithmetic), but the other core is idle
+        # otherwise (_split_look_alikes). Another group (each of its draws a simulation of its own) is
+        # split over the workers by draws where its draws are more than a quarter of a worker's share.
+        # The jobs go largest first, so that the small ones fill in behind the large
         # (longest-processing-time-first list scheduling).
         together: dict[str, list[int]] = {}
         for i, row in enumerate(todo):
             together.setdefault(_band_group(row["scenario"]), []).append(i)
-        groups = list(together.values())
+        groups = _split_look_alikes(list(together.values()), [r["scenario"] for r in todo], pool.size)
         cost = [sum(_draw_cost(todo[i]["scenario"]) for i in g) for g in groups]
         share = sum(cost) / pool.size
         parts_of = [
@@ -1187,6 +1277,26 @@ def _add_bands(
                 drawn[id(todo[i])] = [got[i][k] for k in range(parts_of[g])]
         for row in chosen_rows:
             _set_band(row, drawn[id(row)], samples, pool, base_json, rows, steps, global_batch)
+
+
+def _split_look_alikes(groups: list[list[int]], scenarios: list[dict], workers: int) -> list[list[int]]:
+    """``groups`` (indices into ``scenarios``, rows whose draws run together) with each pipelines' group
+    of more rows than one, and more than a quarter of a worker's share of the draws, split into one
+    group of consecutive rows per worker (rows come cheapest first: a group's rows on the faster NICs
+    together). Measured on the GPT-3 175B plan's choice (TP1 PP16 interleaved, four NICs x 32 draws):
+    one pass 1.26 s; the two 400 Gb/s rows 0.58 s and the two 200 Gb/s rows 1.05 s side by side."""
+    if workers < 2:
+        return groups
+    cost = [sum(_draw_cost(scenarios[i]) for i in g) for g in groups]
+    share = sum(cost) / workers
+    out = []
+    for g, c in zip(groups, cost):
+        if len(g) > 1 and c > share / 4 and _pipelined(scenarios[g[0]]):
+            k = min(workers, len(g))
+            out += [g[len(g) * j // k : len(g) * (j + 1) // k] for j in range(k)]
+        else:
+            out.append(g)
+    return out
 
 
 def _set_band(row, mine, samples, pool, base_json, rows, steps, global_batch) -> None:
