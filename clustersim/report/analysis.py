@@ -561,7 +561,7 @@ def break_evens(
     """Where a sweep over NIC line rates crosses speedup 1 (time to train, the whole run), per compressed
     optimizer: the line rate per NIC below which it beats the baseline, given once per optimizer as the
     range over the clusters where it crosses (break_even_crossings)."""
-    from clustersim.planner.breakeven import span_text
+    from clustersim.planner.breakeven import gbps_text, span_text
 
     out = {}
     for opt, found in break_even_crossings(rows, scenarios, warmup).items():
@@ -571,7 +571,7 @@ def break_evens(
             continue
         rates = sorted(c for c, _ in found)
         sizes = sorted({n for _, n in found})
-        span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
+        span = gbps_text(rates[0]) if len(rates) == 1 else f"{gbps_text(rates[0])}–{gbps_text(rates[-1])}"
         where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
         out[opt] = (
             f"it beats the baseline over the whole run only below about {span} Gb/s line rate per NIC "
