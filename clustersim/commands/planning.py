@@ -414,6 +414,16 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
     return cols, body
 
 
+def _versus(row: dict, chosen: dict) -> str:
+    """A runner-up's "vs the choice": the difference, and where it is cheaper but equivalent and more
+    complex, that rule, so that a cheaper and faster runner-up does not read as a better choice missed."""
+    from clustersim.planner.planning import why_not
+    from clustersim.report.analysis import kept_simpler_note
+
+    note = kept_simpler_note(chosen, row)
+    return why_not(row, chosen) + (f"; {note}" if note else "")
+
+
 def _say_choice(result: dict) -> None:
     """The plan's answer under its header: the recommendation's lines, the optimizers no candidate
     could run, the choice's MFU, and a fit too close in GPU memory (as `run` warns of it)."""
@@ -500,7 +510,6 @@ def plan_cmd(
     stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel;
     no recomputation, else selective (unfused attention only), else full; deeper pipelines with less
     recomputation too; interleaved where that can pay)."""
-    from clustersim.planner.planning import why_not
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
@@ -556,7 +565,7 @@ def plan_cmd(
                             else ""
                         ),
                         f"${r['cost']:,.0f}",
-                        why_not(r, chosen),
+                        _versus(r, chosen),
                     ]
                     for r in result["runners_up"]
                 ],

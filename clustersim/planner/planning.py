@@ -993,6 +993,7 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
         # (the fastest's draws ran with the first rows banded: band's ``ahead``)
         unbanded = [r for r in [*runners_up, rec["fastest"]] if r is not None and "ttt_p10_h" not in r]
         band(list({id(r): r for r in unbanded}.values()))
+        rec = analysis.retold(rec, enriched, deadline_h, budget)  # the risk line reads their bands too
     return chosen, runners_up, rec
 
 
