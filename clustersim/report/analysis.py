@@ -427,9 +427,11 @@ def _fastest_line(chosen, fastest, feasible, budget) -> list[str]:
     quickest = min(feasible, key=lambda r: (r["ttt_h"], r["cost"]))
     outside = ""
     if fastest is not quickest and fastest["ttt_h"] < quickest["ttt_h"] * (1 - EQUIVALENT_GAIN):
-        if fastest.get("cost_model") == "own":
+        if fastest.get("cost_model") == "own" and fastest.get("capital") is not None:
             power = outlay(fastest) - fastest["capital"]
             spend = f"capital ${fastest['capital']:,.0f} plus ${power:,.0f} power"
+        elif fastest.get("cost_model") == "own":
+            spend = f"${outlay(fastest):,.0f} capital and power"
         else:
             spend = f"${outlay(fastest):,.0f} rent"
         over = f" against the ${budget:,.0f} budget" if budget is not None else ""
