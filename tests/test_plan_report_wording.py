@@ -200,7 +200,9 @@ def test_runners_up_equivalent_under_the_simpler_rule_say_so():
     inter = _owned("64 x B200", 717.2, 123_821.0, 4e6, "TP1·PP16·DP4, interleaved v3", band=(521.7, 969.1))
     note = "equivalent (within 3%), more complex: interleaved"
     assert analysis.kept_simpler_note(chosen, inter) == note
-    assert _versus(inter, chosen) == f"$3,548 (2.8%) less, 20.6 h faster; {note}"
+    cells, notes = _versus([inter, dict(inter, cost=130_000.0)], chosen)
+    assert cells == ["$3,548 (2.8%) less, 20.6 h faster *", "$2,631 (2.1%) more, 20.6 h faster"]
+    assert notes == [f"* {note}; the simpler choice is kept"]
     dearer = dict(inter, cost=130_000.0)  # not cheaper: no rule to explain
     assert analysis.kept_simpler_note(chosen, dearer) is None
     simpler = dict(inter, layout="DP")  # not more complex

@@ -414,14 +414,23 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
     return cols, body
 
 
-def _versus(row: dict, chosen: dict) -> str:
-    """A runner-up's "vs the choice": the difference, and where it is cheaper but equivalent and more
-    complex, that rule, so that a cheaper and faster runner-up does not read as a better choice missed."""
+def _versus(runners_up: list[dict], chosen: dict) -> tuple[list[str], list[str]]:
+    """The runners-up's "vs the choice" cells, and the footnotes of those marked: a runner-up cheaper
+    than the choice but equivalent to it and more complex (analysis.kept_simpler_note) is marked "*"
+    (one mark per reason), so that a cheaper and faster runner-up does not read as a better choice
+    missed."""
     from clustersim.planner.planning import why_not
     from clustersim.report.analysis import kept_simpler_note
 
-    note = kept_simpler_note(chosen, row)
-    return why_not(row, chosen) + (f"; {note}" if note else "")
+    marks: dict[str, str] = {}
+    cells = []
+    for r in runners_up:
+        note = kept_simpler_note(chosen, r)
+        if note is not None:
+            marks.setdefault(note, "*" * (len(marks) + 1))
+        cells.append(why_not(r, chosen) + (f" {marks[note]}" if note else ""))
+    notes = [f"{mark} {note}; the simpler choice is kept" for note, mark in marks.items()]
+    return cells, notes
 
 
 def _say_choice(result: dict) -> None:
@@ -549,6 +558,7 @@ def plan_cmd(
     _say_choice(result)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
+        versus, footnotes = _versus(result["runners_up"], chosen)
         console.print(
             table(
                 "Runners-up (also meet the constraints)",
@@ -565,13 +575,15 @@ def plan_cmd(
                             else ""
                         ),
                         f"${r['cost']:,.0f}",
-                        _versus(r, chosen),
+                        vs,
                     ]
-                    for r in result["runners_up"]
+                    for r, vs in zip(result["runners_up"], versus)
                 ],
                 left=2,
             )
         )
+        for line in footnotes:
+            console.print(line, markup=False, highlight=False)
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):
