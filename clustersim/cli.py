@@ -261,7 +261,7 @@ def _print_result(r, scenario=None) -> None:
             for k in ("parameters", "gradients", "optimizer_state", "optimizer_state_resident")
         )
         console.print(
-            f"Sharding: {sh['layout']} over {sh['shard_ranks']} ranks"
+            f"Sharding: {sh['layout']} over {sh['shard_ranks']} rank{'' if sh['shard_ranks'] == 1 else 's'}"
             + (f" x {sh['replicate_ranks']} replicas" if sh["replicate_ranks"] > 1 else "")
             + f", partitioned: {', '.join(sh['partitioned'])}"
             + (f"; ZeRO++: {', '.join(sh['zeropp'])}" if sh["zeropp"] else "")

@@ -418,6 +418,25 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
     return cols, body
 
 
+def _versus(runners_up: list[dict], chosen: dict) -> tuple[list[str], list[str]]:
+    """The runners-up's "vs the choice" cells, and the footnotes of those marked: a runner-up cheaper
+    than the choice but equivalent to it and more complex (analysis.kept_simpler_note) is marked "*"
+    (one mark per reason), so that a cheaper and faster runner-up does not read as a better choice
+    missed."""
+    from clustersim.planner.planning import why_not
+    from clustersim.report.analysis import kept_simpler_note
+
+    marks: dict[str, str] = {}
+    cells = []
+    for r in runners_up:
+        note = kept_simpler_note(chosen, r)
+        if note is not None:
+            marks.setdefault(note, "*" * (len(marks) + 1))
+        cells.append(why_not(r, chosen) + (f" {marks[note]}" if note else ""))
+    notes = [f"{mark} {note}; the simpler choice is kept" for note, mark in marks.items()]
+    return cells, notes
+
+
 def _say_choice(result: dict) -> None:
     """The plan's answer under its header: the recommendation's lines, the optimizers no candidate
     could run, the choice's MFU, and a fit too close in GPU memory (as `run` warns of it)."""
@@ -504,7 +523,6 @@ def plan_cmd(
     stage and, per tensor-parallel size in a node, the fewest pipeline stages that fit (sequence parallel;
     no recomputation, else selective (unfused attention only), else full; deeper pipelines with less
     recomputation too; interleaved where that can pay)."""
-    from clustersim.planner.planning import why_not
     from clustersim.report.build import parse_duration
 
     hours = parse_duration(deadline)
@@ -544,6 +562,7 @@ def plan_cmd(
     _say_choice(result)
     chosen = result["chosen"]
     if chosen is not None and result["runners_up"]:
+        versus, footnotes = _versus(result["runners_up"], chosen)
         console.print(
             table(
                 "Runners-up (also meet the constraints)",
@@ -560,13 +579,15 @@ def plan_cmd(
                             else ""
                         ),
                         f"${r['cost']:,.0f}",
-                        why_not(r, chosen),
+                        vs,
                     ]
-                    for r in result["runners_up"]
+                    for r, vs in zip(result["runners_up"], versus)
                 ],
                 left=2,
             )
         )
+        for line in footnotes:
+            console.print(line, markup=False, highlight=False)
     if result["missed_deadline"]:
         console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
     if result.get("pruned"):

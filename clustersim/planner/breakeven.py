@@ -127,7 +127,7 @@ class BreakEven:
                 if self.host_link is not None and not level_end:
                     line, gen = self.host_link
                     capped = (
-                        f"; past {_gbps(line)} Gb/s line rate the NIC's PCIe Gen{gen} link, not the line "
+                        f"; past {gbps_text(line)} Gb/s line rate the NIC's PCIe Gen{gen} link, not the line "
                         "rate, limits what it delivers, so a faster NIC does not close the gap"
                     )
                 return (
@@ -136,11 +136,13 @@ class BreakEven:
                 )
             said = "never faster" if level_end else "slower"
             return f"{who}: {said} {run} at any line rate per NIC down to {lo} Gb/s{self._margins()}"
-        band = f" (P10–P90 {_gbps(self.interval.p10)}–{_gbps(self.interval.p90)})" if self.interval else ""
+        band = ""
+        if self.interval:
+            band = f" (P10–P90 {gbps_text(self.interval.p10)}–{gbps_text(self.interval.p90)})"
         eff = ""
         if self.effective_gbps:  # the labelled extra: what iperf would measure on such a NIC
-            eff = f"; each NIC then delivers {_gbps(self.effective_gbps)} Gb/s effective"
-        return f"{who}: faster {run} below {_gbps(self.gbps)} Gb/s line rate per NIC{band}{eff}"
+            eff = f"; each NIC then delivers {gbps_text(self.effective_gbps)} Gb/s effective"
+        return f"{who}: faster {run} below {gbps_text(self.gbps)} Gb/s line rate per NIC{band}{eff}"
 
     def _margins(self) -> str:
         """The speedups at the search's two ends, " (1.21x at 0.1 Gb/s, level at 10,000 Gb/s)"."""
@@ -158,8 +160,11 @@ def _level(speedup: float) -> bool:
     return abs(speedup - 1.0) < LEVEL
 
 
-def _gbps(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+def gbps_text(x: float) -> str:
+    """A break-even line rate as every command prints it (compare, report, plan, the API's describe):
+    three significant figures, trailing zeros kept (66.0, not 66, beside a 66.1 elsewhere); whole Gb/s
+    from 100 up."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:#.3g}"
 
 
 def _at(scenario: Scenario, gbps: float) -> Scenario:
@@ -354,7 +359,7 @@ def span_text(evens: list[BreakEven]) -> str | None:
         return None
     rates = sorted(b.gbps for b in crossing)
     sizes = sorted({b.gpus for b in crossing})
-    span = _gbps(rates[0]) if len(rates) == 1 else f"{_gbps(rates[0])}–{_gbps(rates[-1])}"
+    span = gbps_text(rates[0]) if len(rates) == 1 else f"{gbps_text(rates[0])}–{gbps_text(rates[-1])}"
     where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
     return (
         f"it trains faster than {crossing[0].baseline} over the whole run ({crossing[0].run_text()}) only "

@@ -753,7 +753,7 @@ def plan(
     seq = None
     if tokens is not None:
         steps, seq = _steps_for_tokens(sweep, model, tokens, steps, global_batch)
-    recipe = _recipe(sweep, steps, global_batch)
+    recipe = _recipe(sweep, steps, global_batch, "--tokens" if tokens is not None else "--steps")
     if tokens is not None:
         recipe["notes"].append(tokens_note(tokens, steps, recipe["global_batch"], seq))
     as_sold = (
@@ -813,13 +813,16 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
     return math.ceil(tokens / (batch * seq)), seq
 
 
-def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
+def _recipe(sweep: Sweep, steps, global_batch: int | None, steps_from: str = "--steps") -> dict[str, Any]:
     """Steps and global batch: the command's, else the candidates file's, else (batch only) the default;
-    with where each came from, and a note when the command overrides the file."""
+    with where each came from, and a note when the command overrides the file (naming the option the
+    user gave: ``steps_from``, --steps or --tokens). ``batch_key``: what an error about the global
+    batch names, the option where the command gave it, else the file's key."""
     from clustersim.planner.compare import StepsPlan
 
     notes = []
     file_steps, file_batch = sweep.spec.steps, sweep.spec.global_batch
+    given_batch = global_batch
     plan_steps = StepsPlan.parse(steps)
     if plan_steps is None:
         if file_steps is None:
@@ -827,7 +830,7 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
         plan_steps = StepsPlan(default=file_steps)
         notes.append(f"steps {file_steps:,} from the candidates file")
     elif file_steps is not None and plan_steps != StepsPlan(default=file_steps):
-        notes.append(f"--steps overrides the candidates file's steps ({file_steps:,})")
+        notes.append(f"{steps_from} overrides the candidates file's steps ({file_steps:,})")
     if global_batch is None:
         global_batch = file_batch or default_global_batch(sweep)
         if file_batch and sweep.source != BUILT_IN:  # the built-in grid's is the default recipe's
@@ -839,7 +842,8 @@ def _recipe(sweep: Sweep, steps, global_batch: int | None) -> dict[str, Any]:
             )
     elif file_batch is not None and global_batch != file_batch and sweep.source != BUILT_IN:
         notes.append(f"--global-batch overrides the candidates file's global_batch ({file_batch:,})")
-    return {"steps": plan_steps, "global_batch": global_batch, "notes": notes}
+    batch_key = "global_batch" if given_batch is None else "--global-batch"
+    return {"steps": plan_steps, "global_batch": global_batch, "notes": notes, "batch_key": batch_key}
 
 
 def rented_rows(rows: list[dict[str, Any]], rent) -> list[dict[str, Any]]:
@@ -1022,7 +1026,7 @@ def _plan(
             done={r["row_id"]: r for r in records},  # simulated already: not again
         )  # fmt: skip
     if not ok:
-        _nothing_runs(records, model)
+        _nothing_runs(records, model, recipe.get("batch_key", "global_batch"))
     say_stage(progress, "choosing: break-evens and the bands of the choice and its runners-up")
     # the compressed optimizers' break-even line rates that choosing reports: bisected on every core
     analysis.bisect_break_evens(enriched, _starmap_on(workers))
@@ -1093,6 +1097,7 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
         # (the fastest's draws ran with the first rows banded: band's ``ahead``)
         unbanded = [r for r in [*runners_up, rec["fastest"]] if r is not None and "ttt_p10_h" not in r]
         band(list({id(r): r for r in unbanded}.values()))
+        rec = analysis.retold(rec, enriched, deadline_h, budget)  # the risk line reads their bands too
     return chosen, runners_up, rec
 
 
@@ -1206,7 +1211,9 @@ def _same_numbers(row: dict[str, Any], other: dict[str, Any] | None) -> bool:
     return round(row["cost"]) == round(other["cost"]) and round(row["ttt_h"], 1) == round(other["ttt_h"], 1)
 
 
-def _nothing_runs(records: list[dict[str, Any]], model: str) -> None:
+def _nothing_runs(records: list[dict[str, Any]], model: str, batch_key: str = "global_batch") -> None:
+    """Why no candidate ran, as one error; a global batch the command gave (``batch_key``
+    --global-batch) is named as the option, not as the file key the rows report."""
     memory = [r for r in records if "does not fit in GPU memory" in r["error"]]
     if len(memory) == len(records):
         smallest = min(memory, key=lambda r: len(r["error"]))
@@ -1217,7 +1224,13 @@ def _nothing_runs(records: list[dict[str, Any]], model: str) -> None:
             f"does not fit, e.g. {need} per GPU; give --candidates a sweep with more or larger GPUs, "
             "or whose base sets training.offload (mode: zero or interleaved)"
         )
-    raise InputError(f"none of the {len(records)} candidates can train {model}: {records[0]['error'][:200]}")
+    why = records[0]["error"][:200]
+    if batch_key != "global_batch" and why.startswith("global_batch: "):
+        raise InputError(
+            f"none of the {len(records)} candidates can train {model}: {why.removeprefix('global_batch: ')}",
+            key=batch_key,
+        )
+    raise InputError(f"none of the {len(records)} candidates can train {model}: {why}")
 
 
 def _add_bands(

@@ -21,7 +21,6 @@ EQUIVALENT_GAIN = 0.03
 instead of none) must save more than this fraction of the cost, or fall outside the simpler option's
 P10-P90 band, to be recommended; otherwise the two are called equivalent and the simpler one is kept.
 3% is below the simulator's typical prediction error (README 'How sure'), so a smaller gain is noise."""
-MAX_BULLETS = 6  # a recommendation a planner reads whole; the per-network table holds the rest
 SOONER_FOR_THE_SAME = 0.25
 """An option within EQUIVALENT_GAIN of the recommended one's cost that trains in at least this fraction
 less time is named beside it: the cheapest choice can be twice as slow as one that costs 1% more (more
@@ -295,6 +294,27 @@ def equivalent(simpler: dict[str, Any], cheaper: dict[str, Any], gain: float = E
     return True
 
 
+_COMPLEXITY_NAMES = (
+    ("offload", ("", "offload")),
+    ("layout", ("", "ZeRO sharding", "tensor/pipeline parallel", "interleaved")),
+)
+
+
+def kept_simpler_note(chosen: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """Why an option cheaper than the choice is not the choice, as a runners-up table says it: it is
+    equivalent under the EQUIVALENT_GAIN rule (equivalent) and more complex (complexity), so the simpler
+    choice is kept: ``equivalent (within 3%), more complex: interleaved pipeline``. None otherwise."""
+    if other["cost"] >= chosen["cost"] or not complexity(other) > complexity(chosen):
+        return None
+    if not equivalent(chosen, other):
+        return None
+    mine, theirs = complexity(chosen), complexity(other)
+    what = [names[t] for (_, names), c, t in zip(_COMPLEXITY_NAMES, mine, theirs) if t > c]
+    if theirs[2] > mine[2]:
+        what.append(other["optimizer"])
+    return f"equivalent (within {100 * EQUIVALENT_GAIN:.0f}%), more complex: {', '.join(what)}"
+
+
 def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows no other row beats on both time-to-train and cost, by increasing time."""
     front, best_cost = [], float("inf")
@@ -340,20 +360,16 @@ def recommendation(
     warmup: float | None = None,
 ) -> dict:
     """The cheapest row meeting the constraints, the fastest row, and where compression stops paying:
-    at most MAX_BULLETS lines, the most important first (the choice, its speedup, the convergence
-    caveat), then one line per compressed optimizer. Rows that train different global batches are
-    not ranked against each other (mixed_batches): the same steps are not the same training there."""
+    the most important lines first (the choice, its speedup, the convergence caveat), then one line per
+    compressed optimizer, every one the rows hold (none is cut to keep the list short). Rows that train
+    different global batches are not ranked against each other (mixed_batches): the same steps are not
+    the same training there. ``fastest`` is the fastest row of all; the text's "Fastest" line names the
+    fastest that meets the constraints (and, in a clause, a faster one outside them)."""
     mixed = mixed_batches(rows)
     if mixed is not None:
         fastest = min(rows, key=lambda r: r["ttt_h"])
         lines = [mixed] + optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
-        return {
-            "chosen": None,
-            "fastest": fastest,
-            "feasible": [],
-            "text": lines[:MAX_BULLETS],
-            "mixed": True,
-        }
+        return {"chosen": None, "fastest": fastest, "feasible": [], "text": lines, "mixed": True}
     feasible = [
         r
         for r in rows
@@ -366,18 +382,69 @@ def recommendation(
         if simpler:
             chosen = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
     fastest = min(rows, key=lambda r: r["ttt_h"])
+    rec = {"chosen": chosen, "cheapest": cheapest, "fastest": fastest, "feasible": feasible}
+    return retold(rec, rows, deadline_h, budget, scenarios, warmup)
+
+
+def retold(
+    rec: dict[str, Any],
+    rows: list[dict[str, Any]],
+    deadline_h: float | None = None,
+    budget: float | None = None,
+    scenarios: dict[str, Any] | None = None,
+    warmup: float | None = None,
+) -> dict[str, Any]:
+    """``rec`` (recommendation's) with its text written again from the rows as they are now, the same
+    choice: a plan draws the runners-up's bands after choosing, and the risk line reads those bands."""
+    chosen, fastest, feasible = rec["chosen"], rec["fastest"], rec["feasible"]
     lines: list[str] = []
     if chosen is None:
         lines.append(_nothing_meets(rows, fastest, deadline_h, budget))
     else:
-        lines += _chosen_lines(rows, chosen, cheapest, deadline_h, feasible)
-    if fastest is not chosen and fastest["ttt_h"] < (chosen or fastest)["ttt_h"] * (1 - EQUIVALENT_GAIN):
-        lines.append(
-            f"Fastest: {fastest['optimizer']} on {fastest['cluster']} ({_hours(fastest['ttt_h'])}, "
-            f"${fastest['cost']:,.0f})."
-        )
+        lines += _chosen_lines(rows, chosen, rec["cheapest"], deadline_h, feasible)
+        lines += _fastest_line(chosen, fastest, feasible, budget)
     lines += optimizer_lines(rows, scenarios=scenarios, warmup=warmup)
-    return {"chosen": chosen, "fastest": fastest, "feasible": feasible, "text": lines[:MAX_BULLETS]}
+    return {**rec, "text": lines}
+
+
+def _option_text(r: dict[str, Any]) -> str:
+    """``adam on 16 x B200, ... (333.2 h, $14,380)``, with an owned cluster's capital: a run's cost is
+    its share of the cluster, and two options at the same cost can ask for very different purchases."""
+    return f"{r['optimizer']} on {r['cluster']} ({_hours(r['ttt_h'])}, {_money_text(r)})"
+
+
+def _money_text(r: dict[str, Any]) -> str:
+    capital = f", capital ${r['capital']:,.0f}" if r.get("cost_model") == "own" and r.get("capital") else ""
+    return f"${r['cost']:,.0f}{capital}"
+
+
+def _fastest_line(chosen, fastest, feasible, budget) -> list[str]:
+    """The fastest option that meets the constraints, where it trains sooner than the choice by more
+    than EQUIVALENT_GAIN; and, in one clause, the fastest of all where it is faster still but outside
+    them. That one can only be over the budget (the fastest of all meets any deadline some option
+    meets), so the clause says what it asks to spend: an owned cluster's capital (and the run's power),
+    a rented one's rent."""
+    quickest = min(feasible, key=lambda r: (r["ttt_h"], r["cost"]))
+    outside = ""
+    if fastest is not quickest and fastest["ttt_h"] < quickest["ttt_h"] * (1 - EQUIVALENT_GAIN):
+        if fastest.get("cost_model") == "own" and fastest.get("capital") is not None:
+            power = outlay(fastest) - fastest["capital"]
+            spend = f"capital ${fastest['capital']:,.0f} plus ${power:,.0f} power"
+        elif fastest.get("cost_model") == "own":
+            spend = f"${outlay(fastest):,.0f} capital and power"
+        else:
+            spend = f"${outlay(fastest):,.0f} rent"
+        over = f" against the ${budget:,.0f} budget" if budget is not None else ""
+        outside = (
+            f"; faster over budget: {fastest['optimizer']} on {fastest['cluster']} "
+            f"({_hours(fastest['ttt_h'])}, {spend}{over})"
+        )
+    within = "Fastest within the budget" if outside else "Fastest"
+    if quickest is not chosen and quickest["ttt_h"] < chosen["ttt_h"] * (1 - EQUIVALENT_GAIN):
+        return [f"{within}: {_option_text(quickest)}{outside}."]
+    if outside:
+        return [f"{within}: the choice{outside}."]
+    return []
 
 
 def mixed_batches(rows: list[dict[str, Any]]) -> str | None:
@@ -430,7 +497,8 @@ def _nothing_meets(rows, fastest, deadline_h, budget) -> str:
 
 def _sooner_line(chosen, feasible) -> list[str]:
     """The fastest option meeting the constraints within EQUIVALENT_GAIN of the choice's cost, where it
-    saves at least SOONER_FOR_THE_SAME of the time."""
+    saves at least SOONER_FOR_THE_SAME of the time; owned, with both capitals (the same run cost can be
+    twice the cluster bought: the run pays a share of it)."""
     close = [
         r
         for r in feasible
@@ -442,9 +510,12 @@ def _sooner_line(chosen, feasible) -> list[str]:
     alt = min(close, key=lambda r: (r["ttt_h"], r["cost"]))
     more = alt["cost"] / chosen["cost"] - 1
     price = f"{100 * more:.1f}% more" if more > 0 else f"{100 * -more:.1f}% less"
+    capital = ""
+    if alt.get("cost_model") == "own" and chosen.get("cost_model") == "own":
+        capital = f"; capital ${alt['capital']:,.0f} against the choice's ${chosen['capital']:,.0f}"
     return [
         f"Sooner for about the same cost: {alt['optimizer']} on {alt['cluster']}, {_hours(alt['ttt_h'])} "
-        f"({chosen['ttt_h'] / alt['ttt_h']:.1f}x sooner) for {price} (${alt['cost']:,.0f})."
+        f"({chosen['ttt_h'] / alt['ttt_h']:.1f}x sooner) for {price} (${alt['cost']:,.0f}{capital})."
     ]
 
 
@@ -494,7 +565,8 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
     if caveat:
         lines.append(caveat)
     if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
-        safe = [r for r in rows if r.get("ttt_p90_h") is not None and r["ttt_p90_h"] <= deadline_h]
+        # among the options that meet the constraints (one over budget is no way out of the risk)
+        safe = [r for r in feasible if r.get("ttt_p90_h") is not None and r["ttt_p90_h"] <= deadline_h]
         if safe:
             alt = min(safe, key=lambda r: (r["cost"], r["ttt_h"]))
             avoid = (
@@ -502,11 +574,14 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
                 f"({_hours(alt['ttt_p90_h'])}, ${alt['cost']:,.0f})"
             )
         else:  # only the rows given a band can say: the plan bands the cheapest few
-            banded = sum(r.get("ttt_p90_h") is not None for r in rows)
+            banded = sum(r.get("ttt_p90_h") is not None for r in feasible)
+            given = f"none of the {banded} options given a band keeps"
+            if banded < 2:
+                given = "no other has a band that keeps"
             avoid = (
-                f"none of the {banded} options given a band keeps its P90 within it (a band is drawn for "
-                "the cheapest few; the runners-up show theirs)"
-                if banded < len(rows)
+                f"{given} its P90 within it (a band is drawn for the cheapest few; the runners-up show "
+                "theirs)"
+                if banded < len(feasible)
                 else "no configuration swept keeps its P90 within it"
             )
         lines.append(
@@ -561,7 +636,7 @@ def break_evens(
     """Where a sweep over NIC line rates crosses speedup 1 (time to train, the whole run), per compressed
     optimizer: the line rate per NIC below which it beats the baseline, given once per optimizer as the
     range over the clusters where it crosses (break_even_crossings)."""
-    from clustersim.planner.breakeven import span_text
+    from clustersim.planner.breakeven import gbps_text, span_text
 
     out = {}
     for opt, found in break_even_crossings(rows, scenarios, warmup).items():
@@ -571,7 +646,7 @@ def break_evens(
             continue
         rates = sorted(c for c, _ in found)
         sizes = sorted({n for _, n in found})
-        span = f"{rates[0]:,.3g}" if len(rates) == 1 else f"{rates[0]:,.3g}–{rates[-1]:,.3g}"
+        span = gbps_text(rates[0]) if len(rates) == 1 else f"{gbps_text(rates[0])}–{gbps_text(rates[-1])}"
         where = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
         out[opt] = (
             f"it beats the baseline over the whole run only below about {span} Gb/s line rate per NIC "
