@@ -645,3 +645,17 @@ def test_infiniband_is_never_slower_than_ethernet_at_one_line_rate(layout):
         assert times["infiniband"] <= times["ethernet_tcp"], gbps
     assert not _kinds_rank(base.with_changes(**{"cluster.nic.latency_us": 1.0}))
     assert not _kinds_rank(base.with_changes(profile="builtin:h100-pytorch-2.11"))
+
+
+def test_pruning_holds_the_budget_against_what_the_run_asks_to_spend_not_its_run_cost():
+    """The choice holds --budget against an owned cluster's capital plus the run's power (a rental's
+    hours), report/analysis.outlay; pruning must hold it against the same, or a row that only looks
+    within budget by its amortised run cost would set the bar and rule out the true choice."""
+    from clustersim.planner.planning import Pruning
+
+    prune = Pruning(cost_of=lambda rec: (0.0, 0.0, 0.0), deadline_h=100.0, budget=1_000_000.0)
+    # 50 h, $20,000 amortised, $2,000,000 of servers: not within the budget, and not the fastest
+    assert not prune.meets(50.0, 2_000_000.0)
+    assert not prune.could_win((50.0, 20_000.0, 2_000_000.0), met=[], fastest_h=10.0)
+    # the same run on servers within the budget could win
+    assert prune.could_win((50.0, 20_000.0, 900_000.0), met=[], fastest_h=10.0)

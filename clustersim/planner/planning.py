@@ -166,10 +166,13 @@ def _record(records, fastest, values, rec) -> None:
 @dataclass
 class Pruning:
     """What a plan asks, to rule out candidates unsimulated: the cost of a row as the plan prices it
-    (``cost_of(record) -> (hours, dollars)``), the deadline and budget, and how many of the cheapest
-    rows that meet them must be exact (the choice, the runners-up and look-alikes among them)."""
+    (``cost_of(record) -> (hours, dollars, spend)``: the run's cost, by which the cheapest are ranked,
+    and what it asks to spend, which the budget is held against as the choice holds it: an owned
+    cluster's capital and the run's power, a rental's hours, report/analysis.outlay), the deadline and
+    budget, and how many of the cheapest rows that meet them must be exact (the choice, the runners-up
+    and look-alikes among them)."""
 
-    cost_of: Callable[[dict[str, Any]], tuple[float, float]]
+    cost_of: Callable[[dict[str, Any]], tuple[float, float, float]]
     deadline_h: float
     budget: float | None
     keep: int = 10
@@ -182,19 +185,19 @@ class Pruning:
     # every candidate): taken as they are instead of simulated again.
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def meets(self, hours: float, dollars: float) -> bool:
-        return hours <= self.deadline_h and (self.budget is None or dollars <= self.budget)
+    def meets(self, hours: float, spend: float) -> bool:
+        return hours <= self.deadline_h and (self.budget is None or spend <= self.budget)
 
-    def could_win(self, bound: tuple[float, float] | None, met: list[float], fastest_h: float) -> bool:
-        """Whether a row with lower bounds ``bound`` (hours, dollars; None: unknown) could still be the
+    def could_win(self, bound: tuple[float, float, float] | None, met: list[float], fastest_h: float) -> bool:
+        """Whether a row with lower bounds ``bound`` (hours, dollars, spend; None: unknown) could still be the
         fastest, or among the ``keep`` cheapest that meet the constraints (``met``: the dollars of those
         simulated so far, sorted), within twice the plan's equivalence margin."""
         if bound is None:
             return True
-        hours, dollars = bound
+        hours, dollars, spend = bound
         if hours < fastest_h:
             return True
-        if not self.meets(hours, dollars):
+        if not self.meets(hours, spend):
             return False
         return len(met) < self.keep or dollars <= met[self.keep - 1] * (1 + 2 * EQUIVALENT_GAIN)
 
@@ -305,8 +308,8 @@ def _note_busy(busy: dict[str, float], values: dict[str, Any], rec: dict[str, An
         busy[key] = min(busy.get(key, float("inf")), _busy_s(rec))
 
 
-def _raised(bound_rec: dict[str, Any], twin: dict[str, Any], prune: Pruning) -> tuple[float, float]:
-    """(hours, dollars) of a row at the larger of its lower-bound step and a step it cannot beat: its
+def _raised(bound_rec: dict[str, Any], twin: dict[str, Any], prune: Pruning) -> tuple[float, float, float]:
+    """(hours, dollars, spend) of a row at the larger of its lower-bound step and a step it cannot beat: its
     faster-NIC twin's simulated one (_fastest_twins), or what its 1F1B twin's critical stage computes
     (an interleaved row, _busy_s)."""
     step = max(bound_rec["iteration_time_s"], twin["iteration_time_s"] * _TIE)
@@ -416,9 +419,9 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         if rec["status"] == "ok":
             done_ok[rec["row_id"]] = rec
             _note_busy(busy, values, rec)
-            hours, dollars = prune.cost_of(rec)
+            hours, dollars, spend = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
-            if prune.meets(hours, dollars):
+            if prune.meets(hours, spend):
                 met.append(dollars)
                 met.sort()
 
@@ -998,11 +1001,11 @@ def _plan(
     # prices the rows as the plan does (a row's GPU as its scenario names it)
     costs = costs or costing.auto_model(_candidate_gpus(base, candidates), price, network)
 
-    def cost_of(record: dict[str, Any]) -> tuple[float, float]:
+    def cost_of(record: dict[str, Any]) -> tuple[float, float, float]:
         (priced,) = analysis.enrich(
             [record], steps_plan, price, baseline=preferred, network=network, costs=costs
         )
-        return priced["ttt_h"], priced["cost"]
+        return priced["ttt_h"], priced["cost"], analysis.outlay(priced)
 
     # With bands to draw, the sampler's import (scipy.stats, about half a second) is made here while the
     # workers simulate, once, instead of in each of the bands' workers, which are forked from this process
