@@ -13,7 +13,12 @@ def _answer(result):
     def one(r):
         return r and (r["optimizer"], r["cluster"], round(r["cost"], 2))
 
-    return one(result["chosen"]), [one(r) for r in result["runners_up"]], one(result["fastest"])
+    return (
+        one(result["chosen"]),
+        [one(r) for r in result["runners_up"]],
+        one(result["fastest"]),
+        one(result.get("fastest_within")),
+    )
 
 
 # A small grid of the built-in one's kind (several GPUs, both NIC kinds and rates, sizes from one node
@@ -41,6 +46,7 @@ per_gpu:
     [
         ("BERT-Large", 100_000, 72.0, None),
         ("GPT-3-1.3B", 50_000, 200.0, 60_000.0),
+        ("BERT-Large", 100_000, 72.0, 1_000_000.0),  # the fastest of all is over budget: the fastest within
         ("GPT-3-13B", 20_000, 400.0, None),
         ("GPT-3-13B", 20_000, 1.0, None),  # nothing meets it: the clusters left unsearched are searched
     ],
@@ -659,3 +665,12 @@ def test_pruning_holds_the_budget_against_what_the_run_asks_to_spend_not_its_run
     assert not prune.could_win((50.0, 20_000.0, 2_000_000.0), met=[], fastest_h=10.0)
     # the same run on servers within the budget could win
     assert prune.could_win((50.0, 20_000.0, 900_000.0), met=[], fastest_h=10.0)
+
+
+def test_the_fastest_within_the_budget_is_the_fastest_row_that_meets_it(tmp_path):
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    result = plan("BERT-Large", 100_000, 72.0, 1_000_000.0, grid, None, None, samples=0, workers=1)
+    within, fastest = result["fastest_within"], result["fastest"]
+    assert within is not None and within["outlay"] <= 1_000_000.0 and within["ttt_h"] <= 72.0
+    assert fastest["outlay"] > 1_000_000.0 and fastest["ttt_h"] < within["ttt_h"]

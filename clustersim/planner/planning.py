@@ -188,10 +188,18 @@ class Pruning:
     def meets(self, hours: float, spend: float) -> bool:
         return hours <= self.deadline_h and (self.budget is None or spend <= self.budget)
 
-    def could_win(self, bound: tuple[float, float, float] | None, met: list[float], fastest_h: float) -> bool:
-        """Whether a row with lower bounds ``bound`` (hours, dollars, spend; None: unknown) could still be the
-        fastest, or among the ``keep`` cheapest that meet the constraints (``met``: the dollars of those
-        simulated so far, sorted), within twice the plan's equivalence margin."""
+    def could_win(
+        self,
+        bound: tuple[float, float, float] | None,
+        met: list[float],
+        fastest_h: float,
+        fastest_met_h: float = float("inf"),
+    ) -> bool:
+        """Whether a row with lower bounds ``bound`` (hours, dollars, spend; None: unknown) could still be
+        the fastest, the fastest that meets the constraints (``fastest_met_h``: of those simulated so far;
+        the plan names it where the fastest of all is over the budget), or among the ``keep`` cheapest
+        that meet them (``met``: the dollars of those simulated so far, sorted), within twice the plan's
+        equivalence margin."""
         if bound is None:
             return True
         hours, dollars, spend = bound
@@ -199,6 +207,8 @@ class Pruning:
             return True
         if not self.meets(hours, spend):
             return False
+        if hours < fastest_met_h:
+            return True
         return len(met) < self.keep or dollars <= met[self.keep - 1] * (1 + 2 * EQUIVALENT_GAIN)
 
 
@@ -403,6 +413,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     fastest: dict[str, float] = {}
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
     best_h = [float("inf")]
+    best_met_h = [float("inf")]  # the fastest simulated row that meets the constraints
     done_ok: dict[str, dict[str, Any]] = {}  # row id -> its simulated record, where it ran
     busy: dict[str, float] = {}  # _busy_key -> what a simulated 1F1B row's critical stage computes
     skipped = pruned = done = 0
@@ -412,7 +423,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         ran = [done_ok[t]["iteration_time_s"] for t in twins.get(rid, ()) if t in done_ok]
         twin = _unbeatable_step(values, {"iteration_time_s": max(ran)} if ran else None, busy)
         bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
-        return prune.could_win(bound, met, best_h[0])
+        return prune.could_win(bound, met, best_h[0], best_met_h[0])
 
     def take(values, rec) -> None:
         _record(records, fastest, values, rec)
@@ -422,6 +433,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
             hours, dollars, spend = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
             if prune.meets(hours, spend):
+                best_met_h[0] = min(best_met_h[0], hours)
                 met.append(dollars)
                 met.sort()
 
@@ -1035,6 +1047,8 @@ def _plan(
     analysis.bisect_break_evens(enriched, _starmap_on(workers))
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
+    # the fastest that meets the constraints: the fastest of all unless that one is over the budget
+    fastest_within = min(feasible, key=lambda r: (r["ttt_h"], r["cost"])) if feasible else None
 
     # One pool of workers for every round of bands, forked once the parent has the draws' imports
     # (_load_band_sampler), each keeping the programs it built for the next round (_BUILT)
@@ -1044,7 +1058,12 @@ def _plan(
         def band(chosen_rows: list[dict[str, Any]]) -> None:
             # the five cheapest that meet the constraints are drawn with the first rows banded: they are
             # the runners-up as a rule, and their draws run in the same passes as the choice's look-alikes
-            ahead = feasible[:5] + [r for r in (rec["fastest"],) if r is not None]  # the fastest's too
+            quick = [
+                r
+                for r in (rec["fastest"], fastest_within)
+                if r is not None and all(r is not f for f in feasible[:5])
+            ]
+            ahead = feasible[:5] + list({id(r): r for r in quick}.values())  # the fastest's too
             _add_bands(chosen_rows, base_json, rows, steps, global_batch, samples, bands_pool, ahead, drawn)
             only = [r for r in chosen_rows if r.get("baseline")]
             analysis.add_paired_bands(enriched, {}, samples, only=only)
@@ -1069,6 +1088,7 @@ def _plan(
         "chosen": chosen,
         "runners_up": runners_up,
         "fastest": rec["fastest"],
+        "fastest_within": fastest_within,
         "text": rec["text"],
         "missed_deadline": sum(1 for r in enriched if r["ttt_h"] > deadline_h),
         "optimizers_not_run": optimizers_not_run(records, base.cluster.gpu_name),
@@ -1098,7 +1118,10 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
     if samples > 0:
         # a runner-up past the first five (a look-alike was skipped) and the fastest get their bands too
         # (the fastest's draws ran with the first rows banded: band's ``ahead``)
-        unbanded = [r for r in [*runners_up, rec["fastest"]] if r is not None and "ttt_p10_h" not in r]
+        quickest = min(feasible, key=lambda r: (r["ttt_h"], r["cost"])) if feasible else None
+        unbanded = [
+            r for r in [*runners_up, rec["fastest"], quickest] if r is not None and "ttt_p10_h" not in r
+        ]
         band(list({id(r): r for r in unbanded}.values()))
         rec = analysis.retold(rec, enriched, deadline_h, budget)  # the risk line reads their bands too
     return chosen, runners_up, rec
@@ -1444,8 +1467,9 @@ def plan_as_json(result: dict) -> dict:
         return row and {k: row.get(k) for k in CANDIDATE_KEYS}
 
     return {
-        **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest")},
+        **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest", "fastest_within")},
         "chosen": one(result["chosen"]),
         "runners_up": [one(r) for r in result["runners_up"]],
         "fastest": one(result["fastest"]),
+        "fastest_within": one(result["fastest_within"]),
     }
