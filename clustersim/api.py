@@ -317,6 +317,17 @@ class Plan:
         return self.to_dict()["runners_up"]
 
     @property
+    def fastest(self) -> dict[str, Any] | None:
+        """The fastest candidate of all, whatever it costs (``to_dict()["fastest"]``)."""
+        return self.to_dict()["fastest"]
+
+    @property
+    def fastest_within(self) -> dict[str, Any] | None:
+        """The fastest candidate that meets the deadline and the budget (the text's "Fastest within the
+        budget"); None when none does."""
+        return self.to_dict()["fastest_within"]
+
+    @property
     def text(self) -> list[str]:
         return self.summary["text"]
 
