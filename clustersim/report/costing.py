@@ -22,8 +22,7 @@ from typing import Any
 from clustersim.errors import InputError
 from clustersim.io import load_yaml
 from clustersim.report.prices import (
-    HOURS_IN_A_LEAP_YEAR,
-    MOST_AMORTISATION_YEARS,
+    amortisation_terms,
     catalog_number,
     network_capex_per_node,
     network_catalog,
@@ -188,20 +187,7 @@ def load_ownership(path: str | None = None) -> dict[str, Any]:
         data, ("amortisation_years", "hours_per_year", "utilisation", "pue", "usd_per_kwh", "servers"), source
     )
     out: dict[str, Any] = {"source": source}
-    out["amortisation_years"] = _number(
-        data.get("amortisation_years"),
-        source,
-        "amortisation_years",
-        most=MOST_AMORTISATION_YEARS,
-        why_most="servers are written off over 3-6 years",
-    )
-    out["hours_per_year"] = _number(
-        data.get("hours_per_year"),
-        source,
-        "hours_per_year",
-        most=HOURS_IN_A_LEAP_YEAR,
-        why_most="the hours in a leap year",
-    )
+    out["amortisation_years"], out["hours_per_year"] = amortisation_terms(data, source)
     out["utilisation"] = _number(data.get("utilisation"), source, "utilisation")
     if out["utilisation"] > 1:
         raise InputError(f"must be at most 1, got {out['utilisation']:g}", source=source, key="utilisation")

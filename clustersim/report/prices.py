@@ -31,6 +31,26 @@ HOURS_IN_A_LEAP_YEAR = 366 * 24  # hours_per_year can be no more
 MOST_AMORTISATION_YEARS = 30.0
 
 
+def amortisation_terms(data: dict[str, Any], source: str) -> tuple[float, float]:
+    """A price catalog's ``amortisation_years`` and ``hours_per_year``, checked as every catalog that
+    amortises a purchase checks them (the network's and the servers' alike)."""
+    years = catalog_number(
+        data.get("amortisation_years"),
+        source,
+        "amortisation_years",
+        most=MOST_AMORTISATION_YEARS,
+        why_most="servers and network gear are written off over 3-6 years",
+    )
+    hours = catalog_number(
+        data.get("hours_per_year"),
+        source,
+        "hours_per_year",
+        most=HOURS_IN_A_LEAP_YEAR,
+        why_most="the hours in a leap year",
+    )
+    return years, hours
+
+
 def catalog_number(
     value: Any,
     source: str,
@@ -107,20 +127,7 @@ def network_catalog(path: str | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError("expected a mapping like catalogs/network_prices.yaml", source=source)
     only_known_keys(data, ("amortisation_years", "hours_per_year", *NETWORK_KINDS), source)
-    data["amortisation_years"] = catalog_number(
-        data.get("amortisation_years"),
-        source,
-        "amortisation_years",
-        most=MOST_AMORTISATION_YEARS,
-        why_most="servers and network gear are written off over 3-6 years",
-    )
-    data["hours_per_year"] = catalog_number(
-        data.get("hours_per_year"),
-        source,
-        "hours_per_year",
-        most=HOURS_IN_A_LEAP_YEAR,
-        why_most="the hours in a leap year",
-    )
+    data["amortisation_years"], data["hours_per_year"] = amortisation_terms(data, source)
     for kind in NETWORK_KINDS:
         table = data.get(kind) or {}
         if not isinstance(table, dict):
