@@ -180,3 +180,16 @@ def test_plan_have_with_an_unpriced_gpu_names_own_prices_only(tmp_path):
     r = CliRunner().invoke(app, [*args, "--have", str(have)])
     _one_line_error(r, "no server price for L4", "--own-prices FILE")
     assert "--cost" not in r.output
+
+
+@pytest.mark.parametrize("option", ["--instances", "--own-prices", "--network-prices"])
+def test_a_price_file_that_is_not_yaml_is_one_line_naming_it(runner, tmp_path, option):
+    from clustersim.cli import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("instances: [1,2\n")
+    r = runner.invoke(
+        app, ["compare", "preset:default", "--steps", "1000", option, str(bad), "--samples", "0"]
+    )
+    assert r.exit_code == 2, r.output
+    assert f"{bad}: invalid YAML at line 2" in r.output and "Traceback" not in r.output

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import load_yaml
+from clustersim.io import parse_yaml
 from clustersim.report.prices import (
     amortisation_terms,
     catalog_number,
@@ -121,7 +121,7 @@ def load_instances(path: str | None = None) -> dict[str, dict[str, Any]]:
     from clustersim import catalog
 
     text, source = _text(INSTANCES, path)
-    data = _mapping(load_yaml(text), source)
+    data = _mapping(parse_yaml(text, source), source)
     table = _mapping(data.get("instances"), source, "instances")
     out = {}
     for name, entry in table.items():
@@ -182,7 +182,7 @@ def load_instances(path: str | None = None) -> dict[str, dict[str, Any]]:
 def load_ownership(path: str | None = None) -> dict[str, Any]:
     """The ownership catalog (or a copy with the user's figures), every entry checked."""
     text, source = _text(OWNERSHIP, path)
-    data = _mapping(load_yaml(text), source)
+    data = _mapping(parse_yaml(text, source), source)
     only_known_keys(
         data, ("amortisation_years", "hours_per_year", "utilisation", "pue", "usd_per_kwh", "servers"), source
     )

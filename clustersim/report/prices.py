@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import load_yaml
+from clustersim.io import load_yaml, parse_yaml
 
 NETWORK_CATALOG = "network_prices.yaml"
 NETWORK_PARTS = ("nic", "switch_port", "cable")
@@ -123,7 +123,7 @@ def network_catalog(path: str | None = None) -> dict[str, Any]:
         if not Path(path).is_file():
             raise InputError("no such file", source=str(path), key="--network-prices")
         text, source = Path(path).read_text(), str(path)
-    data = load_yaml(text)
+    data = parse_yaml(text, source)
     if not isinstance(data, dict):
         raise InputError("expected a mapping like catalogs/network_prices.yaml", source=source)
     only_known_keys(data, ("amortisation_years", "hours_per_year", *NETWORK_KINDS), source)
