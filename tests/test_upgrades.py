@@ -215,3 +215,20 @@ def test_a_payback_longer_than_the_hardwares_life_is_marked():
         )
     cols, body = _have_table(rows)
     assert any("past its life" in str(cell) for line in body for cell in line)
+
+
+def test_an_owned_options_budget_spend_counts_the_runs_power():
+    """--budget is held against what an option asks to spend, as plan holds it: an owned option's
+    capital and the run's power (keeping the cluster still pays for its power), a rental's rent."""
+    from clustersim.planner.upgrades import spend
+
+    keep = {"option": "keep", "capital": 0.0, "ttt_h": 10.0, "power_per_h": 100.0, "run_cost": 5_000.0}
+    nics = {
+        "option": "upgrade NICs",
+        "capital": 20_000.0,
+        "ttt_h": 8.0,
+        "power_per_h": 100.0,
+        "run_cost": 1.0,
+    }
+    rent = {"option": "rent", "capital": 0.0, "ttt_h": 5.0, "power_per_h": 0.0, "run_cost": 3_000.0}
+    assert spend(keep) == 1_000.0 and spend(nics) == 20_800.0 and spend(rent) == 3_000.0

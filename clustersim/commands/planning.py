@@ -367,7 +367,12 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         "those runs' days of training at the option's speed (past its life: more days than the hardware's "
         "amortisation life holds, so it is written off before it pays for itself)"
         + (
-            "; * misses the deadline" + (" or the budget" if budget is not None else "")
+            "; * misses the deadline"
+            + (
+                " or the budget (owned: capital plus the run's power; rented: the rent)"
+                if budget is not None
+                else ""
+            )
             if any(not r.get("meets", True) for r in result["options"])
             else ""
         )

@@ -211,6 +211,14 @@ def _option_index(values: dict[str, Any], opts: list[dict[str, Any]]) -> int | N
     return next((i for i, opt in enumerate(opts) if opt["values"] == own), None)
 
 
+def spend(r: dict[str, Any]) -> float:
+    """What an option asks to spend, as --budget is held against it everywhere (report/analysis.outlay):
+    a rental its instance-hours; an owned option the capital it buys and the run's power."""
+    if r["option"] == "rent":
+        return r["run_cost"]
+    return r["capital"] + r["ttt_h"] * r["power_per_h"]
+
+
 def _payback(results: list[dict[str, Any]], kept, life_days: float = math.inf) -> None:
     """Hours saved per run against keeping the cluster, and for an option that buys something, its
     payback, defined once:
@@ -285,7 +293,7 @@ def plan_have(
         out = evaluate(have_path, base, optimizers, n, recipe["global_batch"], own, rent, samples, progress)
     for r in out["options"]:
         r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
-            budget is None or r["capital"] + (r["run_cost"] if r["option"] == "rent" else 0.0) <= budget
+            budget is None or spend(r) <= budget
         )
     chosen = recommended(out["options"])
     return {
