@@ -662,9 +662,9 @@ def test_pruning_holds_the_budget_against_what_the_run_asks_to_spend_not_its_run
     prune = Pruning(cost_of=lambda rec: (0.0, 0.0, 0.0), deadline_h=100.0, budget=1_000_000.0)
     # 50 h, $20,000 amortised, $2,000,000 of servers: not within the budget, and not the fastest
     assert not prune.meets(50.0, 2_000_000.0)
-    assert not prune.could_win((50.0, 20_000.0, 2_000_000.0), met=[], fastest_h=10.0)
+    assert not prune.could_win((50.0, 20_000.0, 2_000_000.0), met=[30_000.0], fastest_h=10.0)
     # the same run on servers within the budget could win
-    assert prune.could_win((50.0, 20_000.0, 900_000.0), met=[], fastest_h=10.0)
+    assert prune.could_win((50.0, 20_000.0, 900_000.0), met=[30_000.0], fastest_h=10.0)
 
 
 def test_the_fastest_within_the_budget_is_the_fastest_row_that_meets_it(tmp_path):
@@ -674,3 +674,15 @@ def test_the_fastest_within_the_budget_is_the_fastest_row_that_meets_it(tmp_path
     within, fastest = result["fastest_within"], result["fastest"]
     assert within is not None and within["outlay"] <= 1_000_000.0 and within["ttt_h"] <= 72.0
     assert fastest["outlay"] > 1_000_000.0 and fastest["ttt_h"] < within["ttt_h"]
+
+
+def test_when_nothing_meets_the_budget_the_cheapest_quoted_is_the_exhaustive_plans(tmp_path):
+    """Pruning drops rows that cannot meet the budget; while none meets it, the cheapest of all is still
+    simulated, so "the cheapest needs $X" is the one an exhaustive plan quotes."""
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-1.3B", 50_000, 200.0, 1.0, grid, None, None)
+    pruned = plan(*args, samples=0, workers=1)
+    full = plan(*args, samples=0, workers=1, prune=False)
+    assert pruned["chosen"] is None and "the cheapest needs" in pruned["text"][0]
+    assert pruned["text"][0] == full["text"][0]

@@ -194,19 +194,21 @@ class Pruning:
         met: list[float],
         fastest_h: float,
         fastest_met_h: float = float("inf"),
+        least_spend: float = float("inf"),
     ) -> bool:
         """Whether a row with lower bounds ``bound`` (hours, dollars, spend; None: unknown) could still be
         the fastest, the fastest that meets the constraints (``fastest_met_h``: of those simulated so far;
         the plan names it where the fastest of all is over the budget), or among the ``keep`` cheapest
         that meet them (``met``: the dollars of those simulated so far, sorted), within twice the plan's
-        equivalence margin."""
+        equivalence margin; while none meets them, also the least spend of all (``least_spend``: of
+        those simulated so far), which the answer then quotes ("the cheapest needs ...")."""
         if bound is None:
             return True
         hours, dollars, spend = bound
         if hours < fastest_h:
             return True
         if not self.meets(hours, spend):
-            return False
+            return not met and spend < least_spend
         if hours < fastest_met_h:
             return True
         return len(met) < self.keep or dollars <= met[self.keep - 1] * (1 + 2 * EQUIVALENT_GAIN)
@@ -414,6 +416,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     met: list[float] = []  # dollars of the simulated rows that meet the constraints, sorted
     best_h = [float("inf")]
     best_met_h = [float("inf")]  # the fastest simulated row that meets the constraints
+    least_spend = [float("inf")]  # the least any simulated row asks to spend
     done_ok: dict[str, dict[str, Any]] = {}  # row id -> its simulated record, where it ran
     busy: dict[str, float] = {}  # _busy_key -> what a simulated 1F1B row's critical stage computes
     skipped = pruned = done = 0
@@ -423,7 +426,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
         ran = [done_ok[t]["iteration_time_s"] for t in twins.get(rid, ()) if t in done_ok]
         twin = _unbeatable_step(values, {"iteration_time_s": max(ran)} if ran else None, busy)
         bound = _raised(bounds[rid], twin, prune) if twin and rid in bounds else priced.get(rid)
-        return prune.could_win(bound, met, best_h[0], best_met_h[0])
+        return prune.could_win(bound, met, best_h[0], best_met_h[0], least_spend[0])
 
     def take(values, rec) -> None:
         _record(records, fastest, values, rec)
@@ -432,6 +435,7 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
             _note_busy(busy, values, rec)
             hours, dollars, spend = prune.cost_of(rec)
             best_h[0] = min(best_h[0], hours)
+            least_spend[0] = min(least_spend[0], spend)
             if prune.meets(hours, spend):
                 best_met_h[0] = min(best_met_h[0], hours)
                 met.append(dollars)
