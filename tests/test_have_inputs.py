@@ -56,7 +56,7 @@ def test_without_a_budget_the_verdict_names_only_the_deadline():
 def test_rent_rows_show_their_instance_price_and_the_verdict_names_no_unasked_budget():
     runner = CliRunner()
     r = runner.invoke(app, [*PLAN, "--deadline", "1m", "--have", TEAM])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # nothing meets the deadline: exit 1, as plan
     rent = [line for line in r.stdout.splitlines() if line.startswith("rent")]
     assert rent and all("/h" in line for line in rent)
     assert any("16 x p4d.24xlarge at $21.96/h" in line for line in rent)

@@ -3,6 +3,8 @@ and the lines and fields a plan's output carries."""
 
 from __future__ import annotations
 
+import pytest
+
 from clustersim.cli import app
 from clustersim.planner.planning import optimizers_not_run, tokens_note
 
@@ -228,3 +230,23 @@ def test_plan_json_gives_the_fastest_its_time_band_as_the_choice_has(runner, tmp
         assert row["cost_p10"] < row["cost"] < row["cost_p90"]
     # the cost band holds the time band: wider than the price's uncertainty alone
     assert fastest["cost_p90"] / fastest["cost_p10"] > 1.3
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_plan_that_nothing_meets_exits_1_in_text_and_json(runner, json_out):
+    """Nothing feasible: exit 1 (docs/sweeps-reports-plans.md), whether the answer is text or --json, for
+    plan and plan --have alike, so a script can tell an infeasible ask from an answer."""
+    from clustersim.cli import app
+
+    common = ["--model", "BERT-Large", "--steps", "1000", "--deadline", "1m", "--samples", "0"]
+    for extra in (
+        ["--candidates", "examples/planner-bert-gpt-ethernet.yaml"],
+        ["--have", "examples/team-a100-40gb-25gbe.yaml"],
+    ):
+        r = runner.invoke(app, ["plan", *common, *extra, *(["--json"] if json_out else [])])
+        assert r.exit_code == 1, (extra, r.output[-400:])
+        if json_out:
+            import json
+
+            answer = json.loads(r.stdout)
+            assert answer.get("chosen", answer.get("recommended")) is None

@@ -324,7 +324,10 @@ def _run_plan(args, extra, candidates, json_out):
 
     try:
         if json_out:
-            emit_json(plan_as_json(plan(*args, **extra)))
+            answer = plan_as_json(plan(*args, **extra))
+            emit_json(answer)
+            if answer["chosen"] is None:  # nothing feasible: exit 1, as the text answer does
+                raise typer.Exit(1)
             return None
         with progress_bar("plan", "candidates") as update:
             return plan(*args, progress=update, **extra)
@@ -345,7 +348,10 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
     kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"]}
     if extra.get("json_out"):
-        emit_json(plan_have(*args, **kw))
+        answer = plan_have(*args, **kw)
+        emit_json(answer)
+        if answer["recommended"] is None:  # no option meets the deadline (and budget): exit 1, as plan
+            raise typer.Exit(1)
         return
     with progress_bar("plan", "options") as update:
         result = plan_have(*args, progress=update, **kw)
@@ -380,6 +386,8 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         highlight=False,
     )
     console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
+    if result["recommended"] is None:  # no option meets the deadline (and budget): exit 1, as plan
+        raise typer.Exit(1)
 
 
 def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
