@@ -204,3 +204,24 @@ def test_run_prints_the_offloaded_phases_the_docs_quote(runner):
         and f"backward {ph['backward'] * 1e3:,.2f} ms" in r.output
     )
     assert 2.5 < ph["step"] < 3.5  # the docs' and the preset's "3.1 s"
+
+
+def test_offload_plan_takes_the_gap_for_its_zero_offload_row(runner):
+    """Deep Optimizer States' gap is a ZeRO-Offload schedule: offload plan keeps it on the ZeRO-Offload
+    row (and says so) and drops it for the other modes, instead of refusing the scenario."""
+    from clustersim.cli import app
+
+    r = runner.invoke(
+        app,
+        [
+            "offload",
+            "plan",
+            "preset:offload-dos-7b-h100",
+            "--set",
+            "training.offload.gpu_update_gap=2",
+            "--samples",
+            "0",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "ZeRO-Offload (every 2nd subgroup's update on the GPU)" in r.stdout

@@ -121,6 +121,25 @@ def _band_ms(m: dict) -> str:
     return f"{_ms(m['iteration_time_p10_s'])}–{_ms(m['iteration_time_p90_s'])}"
 
 
+def _zero_label(gap: int | None) -> str:
+    """The ZeRO-Offload row's name: every update on the CPU, or Deep Optimizer States' schedule."""
+    if gap is None:
+        return "ZeRO-Offload (all updates on the CPU)"
+    from clustersim.units import ordinal
+
+    return f"ZeRO-Offload (every {ordinal(gap)} subgroup's update on the GPU)"
+
+
+def _mode_resets(mode: str) -> dict:
+    """What another offload mode takes back to its default: without offload there is no offloaded
+    gradient path (its copy mode); Deep Optimizer States' GPU-update gap is a ZeRO-Offload schedule, so
+    only the ZeRO-Offload row keeps it."""
+    reset: dict = {"training.offload.gradient_copy": None} if mode == "none" else {}
+    if mode != "zero":
+        reset["training.offload.gpu_update_gap"] = None
+    return reset
+
+
 @offload_app.command("plan")
 @user_errors
 @with_catalogs
@@ -139,9 +158,7 @@ def offload_plan(
     results: dict[str, dict] = {}
     interleaved = None
     for mode in ("none", "zero", "interleaved"):
-        # without offload there is no offloaded gradient path: its copy mode goes back to the default
-        reset = {"training.offload.gradient_copy": None} if mode == "none" else {}
-        mine = s.with_changes(**{"training.offload.mode": mode, **reset})
+        mine = s.with_changes(**{"training.offload.mode": mode, **_mode_resets(mode)})
         try:
             r = simulate(mine, profile, uncertainty_samples=samples)
         except InputError as exc:
@@ -202,7 +219,7 @@ def offload_plan(
     base = results.get("zero", {}).get("iteration_time_s")
     for mode, label in (
         ("none", "no offload"),
-        ("zero", "ZeRO-Offload (all updates on the CPU)"),
+        ("zero", _zero_label(s.training.offload.gpu_update_gap)),
         ("interleaved", "interleaved offload"),
     ):
         m = results[mode]
