@@ -602,7 +602,8 @@ def plan_cmd(
         for line in footnotes:
             console.print(line, markup=False, highlight=False)
     if result["missed_deadline"]:
-        console.print(f"[dim]{result['missed_deadline']:,} candidates were too slow for the deadline[/]")
+        n = result["missed_deadline"]
+        console.print(f"[dim]{n:,} candidate{'s were' if n != 1 else ' was'} too slow for the deadline[/]")
     if result.get("pruned"):
         console.print(
             f"[dim]{result['pruned']:,} candidates not simulated: their lower bounds (compute, data-parallel "
