@@ -74,6 +74,9 @@ def test_bad_input_is_an_input_error_naming_the_key(tmp_path):
     # a string without its unit is refused as the CLI refuses it; a number is hours (the docstring)
     with pytest.raises(InputError, match="deadline: 60 has no unit"):
         plan("BERT-Large", steps=10, deadline="60")
+    # True is an int to Python: it is not a deadline of one hour
+    with pytest.raises(InputError, match="deadline: must be a duration"):
+        plan("BERT-Large", steps=10, deadline=True)
 
 
 def test_compare_is_what_compare_prints(runner):
