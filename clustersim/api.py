@@ -366,9 +366,7 @@ def plan(
 
     if isinstance(deadline, bool) or not isinstance(deadline, (str, int, float)):
         # True is an int to Python: read as 1 h, a flag passed by mistake would plan a one-hour deadline
-        raise InputError(
-            f'deadline must be a duration ("5d", "72h") or hours, got {deadline!r}', key="deadline"
-        )
+        raise InputError(f'must be a duration ("5d", "72h") or hours, got {deadline!r}', key="deadline")
     hours = parse_duration(deadline, key="deadline") if isinstance(deadline, str) else float(deadline)
     if not 0 < hours < float("inf"):
         raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
