@@ -149,6 +149,12 @@ def test_bad_instance_entries_name_file_and_key(tmp_path, edit, key):
         (lambda d: d.update(utilisation=1.5), "utilisation"),
         (lambda d: d["pue"].update(value=0.9), "pue.value"),
         (lambda d: d.update(amortisation_years=0), "amortisation_years"),
+        (lambda d: d["servers"]["H100-SXM"].update(price=1e30), "servers.H100-SXM.price"),
+        (lambda d: d["servers"]["H100-SXM"].update(price=float("nan")), "servers.H100-SXM.price"),
+        (lambda d: d["servers"]["H100-SXM"].update(pricee=1), "servers.H100-SXM.pricee"),
+        (lambda d: d.update(amortisation_years=float("inf")), "amortisation_years"),
+        (lambda d: d["pue"].update(value=float("nan")), "pue.value"),
+        (lambda d: d.update(bogus=1), "bogus"),
     ],
 )
 def test_bad_ownership_entries_name_file_and_key(tmp_path, edit, key):

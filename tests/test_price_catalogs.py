@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from clustersim.cli import app
 from clustersim.errors import InputError
-from clustersim.report.costing import load_instances, load_ownership
+from clustersim.report.costing import load_instances
 from clustersim.report.prices import network_catalog
 
 
@@ -53,27 +53,6 @@ def test_the_shipped_network_catalog_loads_with_numbers_only():
     for kind in ("ethernet_tcp", "infiniband"):
         for parts in net[kind].values():
             assert set(parts) == {"nic", "switch_port", "cable"}
-
-
-@pytest.mark.parametrize(
-    ("edit", "key"),
-    [
-        (lambda d: d["servers"]["H100-SXM"].update(price=1e30), "servers.H100-SXM.price"),
-        (lambda d: d["servers"]["H100-SXM"].update(price=float("nan")), "servers.H100-SXM.price"),
-        (lambda d: d["servers"]["H100-SXM"].update(pricee=1), "servers.H100-SXM.pricee"),
-        (lambda d: d.update(amortisation_years=float("inf")), "amortisation_years"),
-        (lambda d: d["pue"].update(value=float("nan")), "pue.value"),
-        (lambda d: d.update(bogus=1), "bogus"),
-    ],
-)
-def test_a_bad_ownership_figure_names_the_file_and_key(tmp_path, edit, key):
-    data = yaml.safe_load(_shipped("ownership.yaml"))
-    edit(data)
-    path = tmp_path / "own.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError) as exc:
-        load_ownership(str(path))
-    assert exc.value.source == str(path) and exc.value.key == key
 
 
 def test_an_implausible_server_price_says_the_bound():
