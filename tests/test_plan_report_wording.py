@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from clustersim.cli import app
 from clustersim.planner.breakeven import BreakEven, gbps_text, span_text
-
-
-def _candidates(tmp_path, optimizers: list[str], global_batch: int, steps: int):
-    cand = tmp_path / "cand.yaml"
-    body = {"base": "preset:default", "vary": {"gpus": [8, 32], "optimizer": optimizers}}
-    cand.write_text(yaml.safe_dump({**body, "global_batch": global_batch, "steps": steps}))
-    return cand
+from tests.test_planner_report import _candidates_file as _candidates
 
 
 def test_tokens_override_note_names_tokens_not_steps(runner, tmp_path):
