@@ -1052,7 +1052,7 @@ def _plan(
     rec = analysis.recommendation(enriched, deadline_h, budget)
     feasible = sorted(rec["feasible"], key=lambda r: (r["cost"], r["ttt_h"]))
     # the fastest that meets the constraints: the fastest of all unless that one is over the budget
-    fastest_within = min(feasible, key=lambda r: (r["ttt_h"], r["cost"])) if feasible else None
+    fastest_within = analysis.fastest_within(feasible)
 
     # One pool of workers for every round of bands, forked once the parent has the draws' imports
     # (_load_band_sampler), each keeping the programs it built for the next round (_BUILT)
@@ -1122,7 +1122,7 @@ def _choose_and_runners_up(rec, feasible, band, samples, enriched, deadline_h, b
     if samples > 0:
         # a runner-up past the first five (a look-alike was skipped) and the fastest get their bands too
         # (the fastest's draws ran with the first rows banded: band's ``ahead``)
-        quickest = min(feasible, key=lambda r: (r["ttt_h"], r["cost"])) if feasible else None
+        quickest = analysis.fastest_within(feasible)
         unbanded = [
             r for r in [*runners_up, rec["fastest"], quickest] if r is not None and "ttt_p10_h" not in r
         ]

@@ -418,13 +418,18 @@ def _money_text(r: dict[str, Any]) -> str:
     return f"${r['cost']:,.0f}{capital}"
 
 
+def fastest_within(feasible: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest of the rows that meet the constraints (the cheaper of equals); None where none does."""
+    return min(feasible, key=lambda r: (r["ttt_h"], r["cost"])) if feasible else None
+
+
 def _fastest_line(chosen, fastest, feasible, budget) -> list[str]:
     """The fastest option that meets the constraints, where it trains sooner than the choice by more
     than EQUIVALENT_GAIN; and, in one clause, the fastest of all where it is faster still but outside
     them. That one can only be over the budget (the fastest of all meets any deadline some option
     meets), so the clause says what it asks to spend: an owned cluster's capital (and the run's power),
     a rented one's rent."""
-    quickest = min(feasible, key=lambda r: (r["ttt_h"], r["cost"]))
+    quickest = fastest_within(feasible)
     outside = ""
     if fastest is not quickest and fastest["ttt_h"] < quickest["ttt_h"] * (1 - EQUIVALENT_GAIN):
         if fastest.get("cost_model") == "own" and fastest.get("capital") is not None:
