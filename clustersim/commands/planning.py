@@ -437,16 +437,16 @@ def _versus(runners_up: list[dict], chosen: dict) -> tuple[list[str], list[str]]
     (one mark per reason), so that a cheaper and faster runner-up does not read as a better choice
     missed."""
     from clustersim.planner.planning import why_not
-    from clustersim.report.analysis import kept_simpler_note
+    from clustersim.report.analysis import kept_simpler_reason
 
     marks: dict[str, str] = {}
     cells = []
     for r in runners_up:
-        note = kept_simpler_note(chosen, r)
+        note = kept_simpler_reason(chosen, r)
         if note is not None:
             marks.setdefault(note, "*" * (len(marks) + 1))
         cells.append(why_not(r, chosen) + (f" {marks[note]}" if note else ""))
-    notes = [f"{mark} {note}; the simpler choice is kept" for note, mark in marks.items()]
+    notes = [f"{mark} {note}" for note, mark in marks.items()]
     return cells, notes
 
 
