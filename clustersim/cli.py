@@ -15,9 +15,9 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import (
+    CompareOwnPricesOpt,
     InstancesOpt,
     NetworkPricesOpt,
-    OwnPricesOpt,
     _network,
     plan_cmd,
     report,
@@ -572,7 +572,7 @@ def compare(
     instance: Optional[str] = InstanceOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
     instances: Optional[str] = InstancesOpt,
-    own_prices: Optional[str] = OwnPricesOpt,
+    own_prices: Optional[str] = CompareOwnPricesOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed

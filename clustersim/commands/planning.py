@@ -162,9 +162,21 @@ NetworkPricesOpt = typer.Option(
 InstancesOpt = typer.Option(
     None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."
 )
-OwnPricesOpt = typer.Option(
-    None, "--own-prices", help="Ownership catalog: a copy of catalogs/ownership.yaml with your figures."
-)
+
+
+def _own_prices_option(rented_by: str) -> typer.models.OptionInfo:
+    """--own-prices, its help naming the options that make a run rented in the command at hand
+    (``rented_by``: compare has no --price), with which it is refused (costing.cost_model)."""
+    return typer.Option(
+        None,
+        "--own-prices",
+        help="Ownership catalog: a copy of catalogs/ownership.yaml with your figures, for owned clusters; "
+        f"refused with {rented_by} (a rented run reads none of it).",
+    )
+
+
+OwnPricesOpt = _own_prices_option("--cost rent, --price or --instance")
+CompareOwnPricesOpt = _own_prices_option("--cost rent or --instance")  # compare has no --price
 
 
 def _costs(cost, price, network_prices, instance, instances, own_prices):

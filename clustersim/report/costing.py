@@ -505,6 +505,23 @@ def auto_model(
     return model
 
 
+def _own_prices_unused(kind_given: bool, price: float | None, instance: str | None) -> str:
+    """Why --own-prices is refused: the options that made the run rented, which reads no ownership
+    figure (servers, power, amortisation), so the file would be silently unused."""
+    why = ["--cost rent"] if kind_given else []
+    why += [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
+    verb = "prices" if len(why) == 1 else "price"
+    rented = [w for w in why if w != "--cost rent"]
+    return (
+        f"{_listed(why)} {verb} the run as rented, which reads no ownership figure; drop --own-prices, "
+        "or price the run as owned with --cost own" + (f" without {_listed(rented)}" if rented else "")
+    )
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def cost_model(
     kind: str | None = None,
     price: float | None = None,
@@ -520,14 +537,17 @@ def cost_model(
     ("default", a path, or None for servers and power only). ``price_option``: whether the command has
     --price (compare has not), and ``have_cost_option`` whether it has --cost (plan --have has not), so
     that a message names only options the user can give and that could work."""
+    kind_given = kind is not None
     if kind is None:
         kind = "rent" if price is not None or instance is not None else "own"
     if kind not in MODELS:
         raise InputError(f"must be own or rent, got {kind!r}", key="--cost")
     if kind == "rent":
+        if own_prices is not None:  # a rented run reads no ownership figure: the file would go unused
+            raise InputError(_own_prices_unused(kind_given, price, instance), key="--own-prices")
         rent = Rent(load_instances(instances), instance, price, price_option=price_option)
         if have_cost_option:
-            rent.owned_prices = load_ownership(own_prices)
+            rent.owned_prices = load_ownership(None)
         return rent
     given = [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
     if given:
