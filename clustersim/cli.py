@@ -15,6 +15,7 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import (
+    PLAN_ANSWER,
     CompareOwnPricesOpt,
     InstancesOpt,
     NetworkPricesOpt,
@@ -94,7 +95,7 @@ def _top(
 
 app.command()(user_errors(sweep))
 app.command()(user_errors(report))
-app.command("plan")(user_errors(plan_cmd))
+app.command("plan", epilog=PLAN_ANSWER)(user_errors(plan_cmd))
 
 
 def _print_straggler(st: dict, idle: float) -> None:
