@@ -697,20 +697,47 @@ def _print_costs(s, rows, costs, asked: bool = True) -> None:
         return
     if not priced:
         return
+    # what grows with the cluster (an owned cluster's capital, the instances rented) is a column; the
+    # rest of how it was priced is the same at every size and said once below the table
+    owned = any(c["cost_model"] == "own" for c in priced)
+    rented = any(c["instances"] for c in priced)
+    cols = ["GPUs", "optimizer", "train", "cost"] + ["capital"] * owned + ["rented"] * rented
     body = [
         [c["gpus"], c["optimizer"], f"{c['hours']:,.1f} h",
          f"${c['cost_usd']:,.0f} ({c['cost_p10_usd']:,.0f}–{c['cost_p90_usd']:,.0f})"]
+        + ([f"${c['capital_usd']:,.0f}"] if owned else [])
+        + ([_instances(c)] if rented else [])
         for c in priced
     ]  # fmt: skip
     timed = priced[-1]["band"] == "price and time"
     what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
-    console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
-    basis = {}
+    console.print(table(f"Cost to train ({what})", cols, body, left=2))
+    for line in _said_once(priced, "common_basis") + _said_once(priced, "warning"):
+        console.print(f"[dim]{line}[/]", highlight=False)
+
+
+def _instances(cell: dict) -> str:
+    """``2 x p4d.24xlarge``: the instances a compare cell is rented as (— where none: a flat rate)."""
+    return f"{cell['instances']} x {cell['instance']}" if cell["instances"] else "—"
+
+
+def _said_once(priced: list[dict], key: str) -> list[str]:
+    """Each distinct ``key`` of compare's priced cells once: ``cost: ...`` where every GPU count shares
+    it, else prefixed by the counts it holds for."""
+    by_text: dict[str, list[int]] = {}
     for c in priced:
-        basis.setdefault(c["gpus"], c)
-    for gpus, c in basis.items():
-        warn = f"; {c['warning']}" if c["warning"] else ""
-        console.print(f"[dim]{gpus} GPUs: {c['basis']}{warn}[/]", highlight=False)
+        if c[key]:
+            counts = by_text.setdefault(c[key], [])
+            if c["gpus"] not in counts:
+                counts.append(c["gpus"])
+    everyone = len({c["gpus"] for c in priced})
+    head = "cost" if key == "common_basis" else "note"
+    return [
+        f"{head}: {text}"
+        if len(counts) == everyone
+        else f"{head} ({', '.join(map(str, counts))} GPUs): {text}"
+        for text, counts in by_text.items()
+    ]
 
 
 def _some_simulated(rows, s):
