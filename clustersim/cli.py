@@ -901,7 +901,7 @@ def validate(
                 "dataset": d.name,
                 "source": d.source,
                 "metric": d.metric,
-                "rows": [r.as_dict() for r in report.rows],
+                "rows": [r.as_dict(d.metric) for r in report.rows],
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
@@ -1044,11 +1044,11 @@ _THRESHOLD_ROWS = (
 
 
 def _slowness(error: float, metric: str) -> float:
-    """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
-    for rates (RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
-    from clustersim.validation.published import RATE_METRICS
+    """A row's error with the sign of 'predicted too slow' (validation.published.slowness, which --json
+    gives as slowness_error)."""
+    from clustersim.validation.published import slowness
 
-    return -error if metric in RATE_METRICS else error
+    return slowness(error, metric)
 
 
 def _metric_label(metric: str) -> str:
