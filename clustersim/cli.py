@@ -15,9 +15,10 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import (
+    PLAN_ANSWER,
+    CompareOwnPricesOpt,
     InstancesOpt,
     NetworkPricesOpt,
-    OwnPricesOpt,
     _network,
     plan_cmd,
     report,
@@ -94,7 +95,7 @@ def _top(
 
 app.command()(user_errors(sweep))
 app.command()(user_errors(report))
-app.command("plan")(user_errors(plan_cmd))
+app.command("plan", epilog=PLAN_ANSWER)(user_errors(plan_cmd))
 
 
 def _print_straggler(st: dict, idle: float) -> None:
@@ -572,7 +573,7 @@ def compare(
     instance: Optional[str] = InstanceOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
     instances: Optional[str] = InstancesOpt,
-    own_prices: Optional[str] = OwnPricesOpt,
+    own_prices: Optional[str] = CompareOwnPricesOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -696,20 +697,47 @@ def _print_costs(s, rows, costs, asked: bool = True) -> None:
         return
     if not priced:
         return
+    # what grows with the cluster (an owned cluster's capital, the instances rented) is a column; the
+    # rest of how it was priced is the same at every size and said once below the table
+    owned = any(c["cost_model"] == "own" for c in priced)
+    rented = any(c["instances"] for c in priced)
+    cols = ["GPUs", "optimizer", "train", "cost"] + ["capital"] * owned + ["rented"] * rented
     body = [
         [c["gpus"], c["optimizer"], f"{c['hours']:,.1f} h",
          f"${c['cost_usd']:,.0f} ({c['cost_p10_usd']:,.0f}–{c['cost_p90_usd']:,.0f})"]
+        + ([f"${c['capital_usd']:,.0f}"] if owned else [])
+        + ([_instances(c)] if rented else [])
         for c in priced
     ]  # fmt: skip
     timed = priced[-1]["band"] == "price and time"
     what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
-    console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
-    basis = {}
+    console.print(table(f"Cost to train ({what})", cols, body, left=2))
+    for line in _said_once(priced, "common_basis") + _said_once(priced, "warning"):
+        console.print(f"[dim]{line}[/]", highlight=False)
+
+
+def _instances(cell: dict) -> str:
+    """``2 x p4d.24xlarge``: the instances a compare cell is rented as (— where none: a flat rate)."""
+    return f"{cell['instances']} x {cell['instance']}" if cell["instances"] else "—"
+
+
+def _said_once(priced: list[dict], key: str) -> list[str]:
+    """Each distinct ``key`` of compare's priced cells once: ``cost: ...`` where every GPU count shares
+    it, else prefixed by the counts it holds for."""
+    by_text: dict[str, list[int]] = {}
     for c in priced:
-        basis.setdefault(c["gpus"], c)
-    for gpus, c in basis.items():
-        warn = f"; {c['warning']}" if c["warning"] else ""
-        console.print(f"[dim]{gpus} GPUs: {c['basis']}{warn}[/]", highlight=False)
+        if c[key]:
+            counts = by_text.setdefault(c[key], [])
+            if c["gpus"] not in counts:
+                counts.append(c["gpus"])
+    everyone = len({c["gpus"] for c in priced})
+    head = "cost" if key == "common_basis" else "note"
+    return [
+        f"{head}: {text}"
+        if len(counts) == everyone
+        else f"{head} ({', '.join(map(str, counts))} GPUs): {text}"
+        for text, counts in by_text.items()
+    ]
 
 
 def _some_simulated(rows, s):
@@ -873,7 +901,7 @@ def validate(
                 "dataset": d.name,
                 "source": d.source,
                 "metric": d.metric,
-                "rows": [r.as_dict() for r in report.rows],
+                "rows": [r.as_dict(d.metric) for r in report.rows],
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
@@ -1016,11 +1044,11 @@ _THRESHOLD_ROWS = (
 
 
 def _slowness(error: float, metric: str) -> float:
-    """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
-    for rates (RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
-    from clustersim.validation.published import RATE_METRICS
+    """A row's error with the sign of 'predicted too slow' (validation.published.slowness, which --json
+    gives as slowness_error)."""
+    from clustersim.validation.published import slowness
 
-    return -error if metric in RATE_METRICS else error
+    return slowness(error, metric)
 
 
 def _metric_label(metric: str) -> str:

@@ -441,8 +441,6 @@ def _ignored_workload_keys(scenario) -> list[str]:
         for k in sorted(spec.model_fields_set)
         if (said := key_not_applying(k, [spec.model])) is not None
     ]
-    if not convolutional and "fp8_recipe" in spec.model_fields_set and spec.precision != "fp8":
-        notes.append(f"workload.fp8_recipe applies to precision fp8 only; this is {spec.precision}: not used")
     if not convolutional and spec.attention == "eager" and spec.execution == "compiled":
         notes.append(
             "workload.attention eager under execution compiled: torch.compile fuses the scale, mask, "
