@@ -943,7 +943,7 @@ def validate(
         shown = "0.0%" if err == 0 else f"{100 * err:+.1f}%"  # a prediction inside a published range
         rows.append([*label, gpus, _published(r, fmt), fmt.format(r.predicted), band, shown])
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    title = "predicted vs published" if mixed else f"{_metric_label(d.metric)}: predicted vs published"
+    title = "published vs predicted" if mixed else f"{_metric_label(d.metric)}: published vs predicted"
     console.print(table(title, header, rows, left=len(header) - 4))
     some_speedup = any((r.metric or d.metric) == "speedup" for r in report.rows)
     sign = (
@@ -954,6 +954,8 @@ def validate(
         console.print(_BAND_MARKS, style="dim", markup=False, highlight=False)
     if any(r.published_below is not None for r in report.rows):
         console.print(_THRESHOLD_ROWS, style="dim", markup=False, highlight=False)
+    if any(r.p10 is not None and r.p10 == r.p90 for r in report.rows):
+        console.print(_ZERO_WIDTH_BANDS, style="dim", markup=False, highlight=False)
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -1043,6 +1045,13 @@ _THRESHOLD_ROWS = (
 )
 
 
+_ZERO_WIDTH_BANDS = (
+    "a band of zero width (P10 = P90): no uncertain input enters the row, whose every input the source "
+    "states (e.g. a simulation's own link rate and compute-only step): it is the model's answer to the "
+    "source's settings, and its error is the model's alone"
+)
+
+
 def _slowness(error: float, metric: str) -> float:
     """A row's error with the sign of 'predicted too slow' (validation.published.slowness, which --json
     gives as slowness_error)."""
@@ -1084,7 +1093,7 @@ def _print_speedups_by_scale(scale) -> None:
         for p in t.points
     ]
     header = ["speedup", "GPUs", "published", "predicted", "error"]
-    console.print(table("speedup per GPU count: predicted vs published", header, rows, left=1))
+    console.print(table("speedup per GPU count: published vs predicted", header, rows, left=1))
     worst_trend, worst = scale.worst
     console.print(
         f"speedup error: median [bold]{100 * scale.median_abs_error:.1f}%[/], worst "
