@@ -196,28 +196,35 @@ class Cluster:
         who = "GPUs" if members == self.spec.gpus_per_node else f"{members} GPU(s) per node"
         return Bandwidth(value, f"PCIe path from {who} to the NICs", "pcie")
 
-    def inter_node(self, shape: GroupShape) -> Bandwidth:
-        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes."""
+    def inter_node(self, shape: GroupShape, leaf_share: float = 1.0, pod_share: float = 1.0) -> Bandwidth:
+        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes. A pattern whose
+        every inter-node byte leaves the leaf (a ring on the placement of topologies/placement.py) gets
+        the leaf uplinks' oversubscription r in full; one that sends only ``leaf_share`` of what its
+        leaf's nodes push through their NICs across the spine is slowed by r x leaf_share when that
+        exceeds 1 (the uplinks, not the NICs, bind), and likewise at the core with ``pod_share``."""
         inj = self.injection(shape.gpus_per_node * shape.sharing)
         bw = inj.bytes_per_s / shape.sharing
         note = inj.bottleneck
         fabric = self.spec.fabric
-        if (
-            fabric.kind == "leaf_spine"
-            and shape.nodes > fabric.nodes_per_leaf
-            and fabric.oversubscription > 1
-        ):
-            bw /= fabric.oversubscription
-            note += f", leaf uplinks oversubscribed {fabric.oversubscription:g}:1"
-        if (
-            fabric.kind == "leaf_spine"
+        r, c = fabric.oversubscription, fabric.core_oversubscription
+        spans_leaves = fabric.kind == "leaf_spine" and shape.nodes > fabric.nodes_per_leaf
+        spans_pods = (
+            spans_leaves
             and fabric.leaves_per_pod is not None
             and shape.nodes > fabric.nodes_per_leaf * fabric.leaves_per_pod
-            and fabric.core_oversubscription > 1
-        ):
-            bw /= fabric.core_oversubscription
-            note += f", pod core uplinks oversubscribed {fabric.core_oversubscription:g}:1"
-        return Bandwidth(bw, note, "network", inj.measured)
+        )
+        at_leaf = r * leaf_share if spans_leaves else 1.0
+        at_core = r * c * pod_share if spans_pods else 1.0
+        slowdown = max(1.0, at_leaf, at_core)
+        if spans_leaves and r > 1 and at_leaf > 1:
+            note += f", leaf uplinks oversubscribed {r:g}:1"
+            if leaf_share != 1:
+                note += f" (carrying {leaf_share:.2g} of the leaf's NIC traffic)"
+        if spans_pods and c > 1 and at_core > 1:
+            note += f", pod core uplinks oversubscribed {c:g}:1"
+            if pod_share != 1:
+                note += f" (carrying {pod_share:.2g} of the pod's NIC traffic)"
+        return Bandwidth(bw / slowdown, note, "network", inj.measured)
 
     # ---- a group as a whole ------------------------------------------------------------------
     def ring(self, shape: GroupShape) -> Bandwidth:
