@@ -254,6 +254,36 @@ def test_a_tree_on_four_or_more_leaves_sends_a_whole_leaf_s_traffic_across(nodes
     assert ratio == pytest.approx(2.0, rel=0.01)
 
 
+@pytest.mark.parametrize(
+    "nodes,per_leaf,oversubscription,slowdown",
+    [
+        # 6 nodes on two 4-node leaves, 3 each: every ring hop crosses, 3 flows on an uplink sized
+        # for 4 at r = 2: 3 x 2 / 4 = 1.5 (the full ratio, 2, assumed a full leaf)
+        (6, 4, 2.0, 1.5),
+        # 5 nodes: leaf 0 holds 0, 2, 4 and hop 4 -> 0 stays on it: 2 crossing hops per leaf,
+        # 2 x 2 / 4 = 1, the NICs bind
+        (5, 4, 2.0, 1.0),
+        (7, 4, 4.0, 3.0),  # 4 + 3 nodes, 3 crossing hops from either leaf at 4:1 on 4: 3
+        (20, 8, 2.0, 1.75),  # 3 leaves of 7, 7, 6: 7 x 2 / 8
+    ],
+)
+def test_a_ring_on_leaves_its_group_does_not_fill_is_slowed_by_its_crossing_hops(
+    nodes, per_leaf, oversubscription, slowdown
+):
+    """Closed form: a leaf's uplink is sized for nodes_per_leaf NICs over r; a ring on node i -> i+1
+    (leaf i mod L) sends one node's ring traffic across per hop that leaves the leaf, so its time on
+    the uplink is r x crossing hops / nodes_per_leaf of the NICs' (placement.ring_shares). Both
+    backends; the analytical model used to charge r whenever the group spanned leaves."""
+    shape = GroupShape(nodes, 8)
+    times = {}
+    for r in (1.0, oversubscription):
+        ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=r))
+        times[r] = _pair(ctx, FlowBackend(ctx), "all_gather", 4 << 30, shape, "ring")
+    for model in (0, 1):  # analytical, flow
+        ratio = times[oversubscription][model] / times[1.0][model]
+        assert ratio == pytest.approx(slowdown, rel=0.01), model
+
+
 def test_a_single_switch_s_links_are_named_for_the_switch():
     """The hottest links on one switch say "switch", not a leaf the fabric does not have."""
     trial = _ethernet(8).with_changes(**{"cluster.fabric.kind": "single_switch"})

@@ -24,6 +24,7 @@ from clustersim.catalog import GpuSpec, hardware_defaults
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.links import LinkKind
 from clustersim.topologies.node import build_node_graph, nic_bandwidth
+from clustersim.topologies.placement import place, ring_shares
 
 
 @dataclass(frozen=True)
@@ -196,12 +197,18 @@ class Cluster:
         who = "GPUs" if members == self.spec.gpus_per_node else f"{members} GPU(s) per node"
         return Bandwidth(value, f"PCIe path from {who} to the NICs", "pcie")
 
-    def inter_node(self, shape: GroupShape, leaf_share: float = 1.0, pod_share: float = 1.0) -> Bandwidth:
-        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes. A pattern whose
-        every inter-node byte leaves the leaf (a ring on the placement of topologies/placement.py) gets
-        the leaf uplinks' oversubscription r in full; one that sends only ``leaf_share`` of what its
-        leaf's nodes push through their NICs across the spine is slowed by r x leaf_share when that
-        exceeds 1 (the uplinks, not the NICs, bind), and likewise at the core with ``pod_share``."""
+    def inter_node(
+        self, shape: GroupShape, leaf_share: float | None = None, pod_share: float | None = None
+    ) -> Bandwidth:
+        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes. A pattern that
+        sends ``leaf_share`` of what a full leaf's NICs could push across the spine (default: a ring's,
+        placement.ring_shares: 1 on full leaves, the oversubscription r in full) is slowed by r x
+        leaf_share when that exceeds 1 (the uplinks, not the NICs, bind), and likewise at the core
+        with ``pod_share``."""
+        if leaf_share is None or pod_share is None:
+            ring = ring_shares(place(self.spec.fabric, shape.nodes))
+            leaf_share = ring[0] if leaf_share is None else leaf_share
+            pod_share = ring[1] if pod_share is None else pod_share
         inj = self.injection(shape.gpus_per_node * shape.sharing)
         bw = inj.bytes_per_s / shape.sharing
         note = inj.bottleneck
@@ -219,11 +226,11 @@ class Cluster:
         if spans_leaves and r > 1 and at_leaf > 1:
             note += f", leaf uplinks oversubscribed {r:g}:1"
             if leaf_share != 1:
-                note += f" (carrying {leaf_share:.2g} of the leaf's NIC traffic)"
+                note += f" ({leaf_share:.2g} of a full leaf's NIC traffic crosses)"
         if spans_pods and c > 1 and at_core > 1:
             note += f", pod core uplinks oversubscribed {c:g}:1"
             if pod_share != 1:
-                note += f" (carrying {pod_share:.2g} of the pod's NIC traffic)"
+                note += f" ({pod_share:.2g} of a full pod's NIC traffic crosses)"
         return Bandwidth(bw / slowdown, note, "network", inj.measured)
 
     # ---- a group as a whole ------------------------------------------------------------------

@@ -11,6 +11,7 @@ way (leaf l in pod l mod pods). A single switch is one leaf.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from clustersim.scenario import FabricSpec
 
@@ -38,3 +39,26 @@ def place(fabric: FabricSpec, nodes: int) -> Placement:
     per_pod = fabric.leaves_per_pod if leaf_spine and fabric.leaves_per_pod else None
     pods = max(1, -(-leaves // per_pod)) if per_pod else 1
     return Placement(nodes, per_leaf, leaves, per_pod, pods)
+
+
+@lru_cache(maxsize=512)
+def ring_shares(placement: Placement) -> tuple[float, float]:
+    """(leaf, pod) shares of a ring over the nodes in order: the most ring hops leaving one leaf (pod)
+    over the nodes its uplink is sized for, nodes_per_leaf (leaves_per_pod x nodes_per_leaf). Each hop
+    carries a node's whole ring traffic, so the uplink's time is share x r times the NICs'. On full
+    leaves every hop crosses (node i and i + 1 are on different leaves): share 1, the oversubscription
+    in full; a group that fills its leaves only partly leaves their uplinks spare capacity."""
+    p = placement
+    if p.leaves < 2:
+        return 0.0, 0.0
+    leaf_up = [0] * p.leaves
+    pod_up = [0] * p.pods
+    for n in range(p.nodes):
+        a, b = p.leaf_of(n), p.leaf_of((n + 1) % p.nodes)
+        if a != b:
+            leaf_up[a] += 1
+            if p.pod_of(a) != p.pod_of(b):
+                pod_up[p.pod_of(a)] += 1
+    leaf = max(leaf_up) / p.nodes_per_leaf
+    pod = max(pod_up) / ((p.leaves_per_pod or 1) * p.nodes_per_leaf) if p.pods > 1 else 0.0
+    return leaf, pod
