@@ -9,8 +9,10 @@ one step. Bandwidths are derived from the graph:
   over disjoint links, so the bound is each GPU's total NVLink capacity to the other members.
 * between nodes, a node's injection bandwidth is the max-flow from its GPUs to the fabric through
   the NICs: GPUDirect RDMA flows GPU->switch->NIC; without it data is staged in host memory, so the
-  flow must pass a CPU. A leaf-spine fabric divides it by the oversubscription once a group spans
-  more than one leaf, and a three-tier one (leaves_per_pod) by the core's once it spans pods.
+  flow must pass a CPU. Once a group spans leaves, a leaf-spine fabric divides it by the
+  oversubscription times the share of a full leaf's NIC traffic that the pattern sends across
+  (topologies/placement.py: a ring on full leaves sends all of it), and a three-tier one
+  (leaves_per_pod) likewise at the core once it spans pods.
 """
 
 from __future__ import annotations

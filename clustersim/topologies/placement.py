@@ -3,9 +3,10 @@ counts the bytes a pattern sends over a leaf's uplinks) and the flow backend (wh
 
 A group of N nodes sits on the fewest leaves that hold it, ceil(N / nodes_per_leaf), and consecutive
 nodes are on different leaves (node i on leaf i mod leaves): every inter-node hop of a ring crosses
-the spine, the worst case for a ring, which the analytical model's "oversubscription applies once the
-group spans leaves" assumes. A three-tier fabric (leaves_per_pod) groups leaves into pods the same
-way (leaf l in pod l mod pods). A single switch is one leaf.
+the spine, the worst case for a ring (a scheduler that fills leaves in rank order crosses once per
+leaf). ring_shares and cost_models/nccl_trees.spine_shares count what crosses. A three-tier fabric
+(leaves_per_pod) groups leaves into pods the same way (leaf l in pod l mod pods). A single switch is
+one leaf.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ leaves and the spine (and, for a three-tier fabric, the pods' core uplinks).
 
 Link indices: node n's graph edge e is ``n * E + e``; after the nodes come each NIC's uplink and
 downlink, then each leaf's uplink and downlink to the spine, then each pod's to the core. A leaf's
-uplink capacity is what its nodes' NICs can send divided by the oversubscription (FabricSpec), which
-the analytical model applies as a factor once a group spans more than one leaf.
+uplink capacity is what its nodes_per_leaf nodes' NICs can send divided by the oversubscription
+(FabricSpec); the analytical model applies it times the share of that traffic a pattern sends across
+(Cluster.inter_node).
 
 Placement (topologies/placement.py, shared with the analytical model): a group of N nodes sits on
 the fewest leaves that hold it, ceil(N / nodes_per_leaf), node i on leaf i mod leaves, so every
