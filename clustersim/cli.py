@@ -357,6 +357,17 @@ def run(
             console.print(f"Chakra execution traces: {', '.join(str(p) for p in chakra_files)}")
 
 
+def _one_of(value: str, known: list[str], what: str, option: str) -> None:
+    """Refuse ``value`` unless it is one of ``known``, naming ``option`` as typed and the nearest name."""
+    if value in known:
+        return
+    import difflib
+
+    near = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    raise InputError(f"unknown {what} {value!r}{hint} (known: {', '.join(known)})", key=option)
+
+
 @app.command()
 @user_errors
 @with_catalogs
@@ -399,15 +410,11 @@ def collective(
     }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
-    import difflib
-
     from clustersim.cost_models.collectives import OPS
 
-    known = [str(o) for o in OPS]
-    if op not in known:  # the option's own name, as every other option's refusal says it
-        near = difflib.get_close_matches(op, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]}?" if near else ""
-        raise InputError(f"unknown collective {op!r}{hint} (known: {', '.join(known)})", key="--op")
+    # the options' own names, as every other option's refusal says them (the cost model says "algo")
+    _one_of(op, [str(o) for o in OPS], "collective", "--op")
+    _one_of(algo, ALGO_NAMES, "algorithm", "--algo")
     if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
         raise InputError(
             f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "
@@ -423,7 +430,12 @@ def collective(
             "a collective needs at least 2 ranks",
             key="--group",
         )
-    cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
+    try:
+        cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
+    except InputError as exc:  # an algorithm that does not apply here: the option as typed, not "algo"
+        if exc.key != "algo":
+            raise
+        raise InputError(exc.message, source=exc.source, key="--algo") from None
     data = {
         "op": op,
         "bytes": nbytes,

@@ -196,10 +196,16 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
         (("hardware", "show", "Z100"), "unknown GPU"),
         (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
         (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
-        (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
+        # the option named as typed ("--algo", as "--op" and "--bytes"), not the cost model's "algo"
+        (("collective", "preset:default", "--algo", "magic"), "error: --algo: unknown algorithm 'magic'"),
+        (
+            ("collective", "preset:default", "--algo", "tre"),
+            "--algo: unknown algorithm 'tre'; did you mean tree",
+        ),
         (
             ("collective", "preset:default", "--algo", "hier", "--group", "intra"),
-            "algorithm 'hier' does not apply to all_reduce on 1 node(s)",  # the name, not the enum's repr
+            # the name, not the enum's repr
+            "error: --algo: algorithm 'hier' does not apply to all_reduce on 1 node(s)",
         ),
         (("run", "preset:default", "--profile", "/no/profile.json"), "profile.json: file not found"),
     ],
