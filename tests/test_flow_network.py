@@ -472,3 +472,24 @@ def test_a_cluster_past_the_flow_backends_node_limit_is_refused_before_it_is_bui
         simulate(_dgx(8).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
     assert err.value.key == "training.network" and "at most 4 nodes" in str(err.value)
     assert simulate(_dgx(4).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
+
+
+@pytest.mark.parametrize("oversubscription", [2.0, 4.0])
+def test_nccls_choice_on_an_oversubscribed_spine_is_the_one_it_makes_on_the_nics_alone(oversubscription):
+    """NCCL's tuner reads the NICs' speeds and nothing of the switches above them, so on two 2:1 or 4:1
+    leaves it picks for a large all-reduce what it picks on a non-blocking fabric (the ring), although
+    the tree would cross the spine less: the auto choice is the same algorithm as at 1:1, and its time
+    is that algorithm's on the real fabric."""
+    from clustersim.cost_models.collectives import CollectiveModel
+
+    nodes, shape, nbytes = 8, GroupShape(8, 8), float(1 << 30)
+    flat = CollectiveModel(build_context(_ethernet(nodes, nodes_per_leaf=4, oversubscription=1.0)).cluster)
+    tight = CollectiveModel(
+        build_context(_ethernet(nodes, nodes_per_leaf=4, oversubscription=oversubscription)).cluster
+    )
+    chosen = flat.cost("all_reduce", nbytes, shape)
+    auto = tight.cost("all_reduce", nbytes, shape)
+    assert auto.algorithm == chosen.algorithm
+    assert auto.time == tight.cost("all_reduce", nbytes, shape, chosen.algorithm).time
+    tree = tight.cost("all_reduce", nbytes, shape, "tree").time
+    assert tree < auto.time  # the tree would have been faster here: NCCL cannot know it
