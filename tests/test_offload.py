@@ -307,3 +307,26 @@ def test_offload_plan_says_when_a_mode_fits_with_little_to_spare(monkeypatch):
     assert r.exit_code == 0, r.output
     note = next(x for x in r.output.splitlines() if x.startswith("note (interleaved): GPU memory:"))
     assert "to spare" in note and "workload.activation_checkpointing" in note
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgdm", "onebit-adam", "zero-one-adam", "binsgdm"])
+def test_the_offload_summary_counts_the_parameters_every_step_kind_updates_on_the_cpu(optimizer):
+    """The summary's subgroups on the CPU are the parameters each kind of step prices a CPU update for
+    (0/1 Adam's variance steps once placed a ZeRO partition that its whole-replica local steps then
+    priced at the full model: the line said 1/64 of the model, the step took the whole model's time)."""
+    from clustersim.simulator.offload import PlacementKind
+    from clustersim.simulator.strategies import registry
+
+    overrides = {"cluster.nodes": 2, "training.optimizer": optimizer, "training.offload.mode": "zero"}
+    s = make_scenario(**overrides)
+    ctx = build_context(s)
+    steps = registry.create(ctx).steps()
+    placement = ctx.offload_placement
+    on_cpu = sum(n for n, k in zip(placement.subgroup_sizes(), placement.kinds) if k == PlacementKind.CPU)
+    for step in steps:
+        priced = sum(o.meta["params"] for o in step.program.ops if o.name.startswith("CPU update"))
+        assert priced == pytest.approx(on_cpu, rel=1e-9), step.label
+    summary = simulate(s).extra["offload"]
+    assert summary["placement"][PlacementKind.CPU] == summary["subgroups"]
+    assert (summary["subgroups"] - 1) * summary["subgroup_params"] < on_cpu
+    assert on_cpu <= summary["subgroups"] * summary["subgroup_params"] * (1 + 1e-12)
