@@ -330,3 +330,44 @@ def test_the_offload_summary_counts_the_parameters_every_step_kind_updates_on_th
     assert summary["placement"][PlacementKind.CPU] == summary["subgroups"]
     assert (summary["subgroups"] - 1) * summary["subgroup_params"] < on_cpu
     assert on_cpu <= summary["subgroups"] * summary["subgroup_params"] * (1 + 1e-12)
+
+
+def _a100_llama7b(optimizer: str, **kw):
+    """The trial's LLaMA-7B on 8 nodes of 8 x A100-80GB, 100 GbE, micro-batch 1 at 2048 tokens."""
+    return make_scenario(
+        **{
+            "cluster.nodes": 8,
+            "cluster.gpus_per_node": 8,
+            "cluster.gpu": "A100-80GB",
+            "cluster.nic.kind": "ethernet_tcp",
+            "cluster.nic.line_rate_gbps": 100,
+            "workload.model": "LLaMA-7B",
+            "workload.micro_batch": 1,
+            "workload.seq_len": 2048,
+            "workload.precision": "bf16",
+            "training.optimizer": optimizer,
+            "training.offload.mode": "zero",
+            **kw,
+        }
+    )
+
+
+@pytest.mark.parametrize("optimizer", ["onebit-adam", "zero-one-adam", "binsgdm"])
+def test_a_compressed_optimizer_that_does_not_fit_offloaded_says_so(optimizer):
+    """The three whole-replica optimizers refuse LLaMA-7B on an A100-80GB the same way: with the state
+    on the host what stays does not fit (0/1 Adam's placement was planned for a 1/64 ZeRO partition,
+    so it slipped past the offload check and listed its GPU state as if nothing were offloaded)."""
+    with pytest.raises(InputError, match="even with the optimizer offloaded"):
+        simulate(_a100_llama7b(optimizer))
+
+
+def test_zero_one_adams_offloaded_state_is_the_whole_replica_on_every_hosts_memory():
+    """0/1 Adam offloaded keeps the whole replica's master weights and variance on each rank's host:
+    BERT-Large's 336M x (8 bytes of state + 4 of synced momentum) x 4 GPUs = 16 GB a node does not fit
+    8 GiB (the 1/8 partition it was planned for, 2.0 GB, did)."""
+    s = make_scenario(
+        **{"cluster.nodes": 2, "training.optimizer": "zero-one-adam", "training.offload.mode": "zero"}
+    )
+    simulate(s.with_changes(**{"cluster.host.memory_gib": 32}))
+    with pytest.raises(InputError, match="cluster.host.memory_gib"):
+        simulate(s.with_changes(**{"cluster.host.memory_gib": 8}))
