@@ -371,3 +371,25 @@ def test_zero_one_adams_offloaded_state_is_the_whole_replica_on_every_hosts_memo
     simulate(s.with_changes(**{"cluster.host.memory_gib": 32}))
     with pytest.raises(InputError, match="cluster.host.memory_gib"):
         simulate(s.with_changes(**{"cluster.host.memory_gib": 8}))
+
+
+@pytest.mark.parametrize(
+    "optimizer,overrides,key,why",
+    [
+        # the weights, gradients and the state kept on the GPU (0/1 Adam: momentum and accumulator,
+        # 12 bytes a parameter with the error buffers) alone exceed 80 GB: the model
+        ("zero-one-adam", {}, "workload.model", "optimizer state alone need 100.80 GiB"),
+        # one sample at the model's own 2048 tokens does not fit beside BinSGDM's states: the GPU
+        ("binsgdm", {}, "cluster.gpu", "not even a micro_batch of 1 fits"),
+        # a sequence longer than the model's own: the sequence
+        ("binsgdm", {"workload.seq_len": 4096}, "workload.seq_len", "not even a micro_batch of 1 fits"),
+        # 1-bit Adam's error buffers take the room one sample of 1024 tokens needs: the optimizer
+        ("onebit-adam", {"workload.seq_len": 1024}, "training.optimizer", "own buffers (onebit worker error"),
+    ],
+)
+def test_an_offloaded_rank_that_does_not_fit_names_the_key_by_check_fits_rule(optimizer, overrides, key, why):
+    """The offload planner's refusal names its key by memory.check_fits' rule (it said cluster.gpu
+    whenever a smaller micro-batch would not do, and never said why)."""
+    with pytest.raises(InputError, match="even with the optimizer offloaded") as err:
+        simulate(_a100_llama7b(optimizer, **overrides))
+    assert err.value.key == key and why in err.value.message
