@@ -308,7 +308,8 @@ def run(
         None,
         "--trace",
         help="Write a Chrome/Perfetto trace: one process per rank class (the slowest rank's too, with "
-        "stragglers) or pipeline stage, one track per stream.",
+        "stragglers) or pipeline stage, one track per stream; with several kinds of step (0/1 Adam, "
+        "DiLoCo) the most frequent, named in the trace and the output.",
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
@@ -353,6 +354,9 @@ def run(
         _print_result(result, s)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+            shows = result.traced_step()
+            if shows is not None:
+                console.print(f"  it shows {shows}")
         if chakra_files:
             console.print(f"Chakra execution traces: {', '.join(str(p) for p in chakra_files)}")
 
