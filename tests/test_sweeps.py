@@ -521,18 +521,25 @@ def test_a_model_axis_keeps_the_bases_sequence_length_for_the_bases_model_and_sa
     assert api.sweep(write(tmp_path, varied, "v.yaml"), tmp_path / "v", workers=1).notes == []
 
 
-def test_the_results_folder_is_made_with_its_parents_but_not_under_a_file(tmp_path):
-    """`--out results/bert-gpt` in a fresh checkout (no results/ yet) runs, as the planning guide does
-    it; a path under a file is one line before any row runs."""
+def test_the_results_folder_is_made_but_not_its_parents_nor_under_a_file(tmp_path):
+    """`--out` creates the results folder itself, in a folder that exists: a missing parent is one line
+    naming it (as run, report and calibrate say it), exit 2, and nothing is created; so is a path under a
+    file, before any row runs."""
     runner = CliRunner()
     spec = write(tmp_path)
+    out = tmp_path / "nodir" / "deeper" / "res"
+    r = runner.invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
+    assert r.exit_code == 2, r.output
+    assert "nodir" in r.output and "does not exist" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "nodir").exists()
+    (tmp_path / "results").mkdir()
     out = tmp_path / "results" / "bert-gpt"
     r = runner.invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
     assert r.exit_code == 0, r.output
     assert len(rows_of(out)) == 12
     (tmp_path / "afile").write_text("x")
     r = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "afile" / "x"), "--workers", "1"])
-    assert r.exit_code == 2 and "is a file" in r.output
+    assert r.exit_code == 2 and "afile is not a folder" in r.output
 
 
 def test_true_on_a_number_axis_keeps_the_whole_reason(tmp_path):

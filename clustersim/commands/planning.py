@@ -27,7 +27,11 @@ from clustersim.errors import InputError, shortened
 
 def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
-    out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
+    out: Path = typer.Option(
+        Path("results"),
+        "--out",
+        help="Results folder (created in a folder that exists; a re-run resumes it).",
+    ),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: this process."
     ),

@@ -70,14 +70,15 @@ METRICS = [
 
 
 def check_results_path(path: Path) -> None:
-    """``--out`` can be a results folder: a folder or nothing yet, created with its missing parents
-    (``results/bert-gpt`` in a fresh checkout), under a folder that exists."""
+    """``--out`` can be a results folder: a folder or nothing yet, created in a folder that exists (as
+    ``--out`` of every command, no parent folder is created silently: ``mkdir -p results`` first)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("is a file; --out names the results folder", source=str(path))
-    ancestor = next(p for p in path.absolute().parents if p.exists())
-    if not ancestor.is_dir():
-        raise InputError(f"cannot create the results folder: {ancestor} is a file", source=str(path))
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise InputError(f"cannot create the results folder: {path.parent} {what}", source=str(path))
 
 
 LOCK_NAME = ".lock"
@@ -140,7 +141,7 @@ class ResultsFolder:
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
                 source=str(self.path),
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(exist_ok=True)
         if not meta_path.exists():
             write_json_atomically(meta_path, meta)
         return {r["row_id"] for r in self.read_rows()}
@@ -151,7 +152,7 @@ class ResultsFolder:
         shared file system that honours flock) is refused instead of writing every row twice. The lock
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(exist_ok=True)
         check_regular_files(self.path)
         fh = (self.path / LOCK_NAME).open("a+")
         try:
