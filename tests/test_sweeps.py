@@ -542,6 +542,45 @@ def test_the_results_folder_is_made_but_not_its_parents_nor_under_a_file(tmp_pat
     assert r.exit_code == 2 and "afile is not a folder" in r.output
 
 
+@pytest.mark.parametrize("where", ["parent", "folder"])
+def test_a_results_folder_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch, where):
+    """A read-only parent (`--out rodir/res`) or a read-only results folder (`--out rodir`, its .lock) was
+    a PermissionError traceback, exit 1; it is one line naming the folder, exit 2, and nothing written.
+    The refusals are the system's own (mkdir and open raising EACCES), as a non-root user gets them."""
+    import errno
+    from pathlib import Path
+
+    spec = write(tmp_path)
+    rodir = tmp_path / "rodir"
+    rodir.mkdir()
+    out = rodir / "res" if where == "parent" else rodir
+    real_mkdir, real_open = Path.mkdir, Path.open
+
+    def denied(path):
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    def mkdir(self, *args, **kwargs):
+        if self.parent == rodir:
+            raise denied(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    def open_(self, mode="r", *args, **kwargs):
+        if self.parent == rodir and any(m in mode for m in "wax+"):
+            raise denied(self)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "open", open_)
+    r = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (
+        f"error: {out}: cannot create the results folder (Permission denied); nothing written"
+        if where == "parent"
+        else f"error: {out}: cannot write in this folder (Permission denied: .lock); nothing written"
+    )
+    assert list(rodir.iterdir()) == []
+
+
 def test_true_on_a_number_axis_keeps_the_whole_reason(tmp_path):
     """The line lists the axis's bad values itself and drops ", not VALUE" from the reason, but not a
     word that only starts like the value ("not true/false" stays whole)."""

@@ -136,7 +136,7 @@ class ResultsFolder:
             old = _read_meta(meta_path)
             if old.get("fingerprint") != meta["fingerprint"]:
                 raise InputError(_other_sweep(old, meta), source=str(self.path))
-        elif self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir()):
+        elif self.path.exists() and any(p.name != LOCK_NAME for p in _listing(self.path)):
             raise InputError(
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
                 source=str(self.path),
@@ -152,9 +152,20 @@ class ResultsFolder:
         shared file system that honours flock) is refused instead of writing every row twice. The lock
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
-        self.path.mkdir(exist_ok=True)
+        try:
+            self.path.mkdir(exist_ok=True)
+        except OSError as exc:  # a parent that is read-only (or not ours): one line, nothing written
+            raise InputError(
+                f"cannot create the results folder ({_why(exc)}); nothing written", source=str(self.path)
+            ) from None
         check_regular_files(self.path)
-        fh = (self.path / LOCK_NAME).open("a+")
+        try:
+            fh = (self.path / LOCK_NAME).open("a+")
+        except OSError as exc:  # a folder that is read-only (or not ours)
+            raise InputError(
+                f"cannot write in this folder ({_why(exc)}: {LOCK_NAME}); nothing written",
+                source=str(self.path),
+            ) from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -219,6 +230,21 @@ class ResultsFolder:
                 "and a re-run resumes from them",
                 source=str(self.csv_path),
             ) from None
+
+
+def _why(exc: OSError) -> str:
+    """What the system said about a failed file operation ("Permission denied", "Read-only file system")."""
+    return exc.strerror or exc.__class__.__name__
+
+
+def _listing(folder: Path) -> list[Path]:
+    """The folder's entries; a folder this process may not read is one line naming it."""
+    try:
+        return list(folder.iterdir())
+    except OSError as exc:
+        raise InputError(
+            f"cannot read this folder ({_why(exc)}); nothing written", source=str(folder)
+        ) from None
 
 
 def _whole_lines_end(path: Path) -> int:
