@@ -113,6 +113,24 @@ def test_invalid_combinations_are_recorded_not_fatal(tmp_path):
     assert sorted(r["status"] for r in rows.values()) == ["invalid", "ok"]
 
 
+@pytest.mark.parametrize("gpus", [[8, 16], [8, 6]])
+def test_a_resumed_sweep_with_nothing_left_says_so(tmp_path, runner, gpus):
+    """Re-running a finished sweep said "0 rows simulated, N already done" and then "every row was
+    simulated": it says there was nothing to simulate, how many rows were done, and still counts the
+    invalid rows of the folder."""
+    spec = write(tmp_path, dict(SWEEP, vary={"gpus": gpus, "optimizer": ["adam"]}))
+    out = tmp_path / "out"
+    args = ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"]
+    assert runner.invoke(app, args).exit_code == 0
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert f"nothing to simulate: all 2 rows were already done in {out}/" in text
+    assert "0 rows" not in text and "every row was simulated" not in text
+    assert ("(none invalid)" in text) == (6 not in gpus)
+    assert ("1 row(s) could not be simulated" in text) == (6 in gpus)
+
+
 @pytest.mark.parametrize(
     "data,match",
     [
