@@ -144,6 +144,33 @@ def test_compare_refuses_what_the_command_refuses(arguments, argument):
     assert err.value.key == argument, str(err.value)
 
 
+SWEEP_FILE = "name: s\nbase: preset:default\nvary:\n  gpus: [8, 16]\nsamples: 0\n"
+CALLS_WITH_SAMPLES = {
+    "simulate": lambda tmp, n: simulate("preset:default", samples=n),
+    "compare": lambda tmp, n: compare("preset:default", ["adam"], [8], samples=n, break_even_at=0),
+    "sweep": lambda tmp, n: sweep(tmp / "s.yaml", tmp / "out", workers=1, samples=n),
+    "plan": lambda tmp, n: plan("BERT-Large", 1000, 72.0, samples=n),
+}
+
+
+@pytest.mark.parametrize("function", CALLS_WITH_SAMPLES)
+@pytest.mark.parametrize("samples", [2.5, "8", -1, 1001, True, None])
+def test_every_function_taking_samples_refuses_a_bad_count(tmp_path, function, samples):
+    """`samples` of 2.5 or "8" was a TypeError from deep inside, -1 silently turned the band off, and a
+    sweep wrote its folder before failing: each function refuses what --samples refuses (a whole number
+    0..1000) with an InputError naming the argument, before any work or any file. (None is the sweep
+    file's own count for `sweep` only.)"""
+    (tmp_path / "s.yaml").write_text(SWEEP_FILE, encoding="utf-8")
+    if samples is None and function == "sweep":
+        assert CALLS_WITH_SAMPLES[function](tmp_path, samples).counts["written"] == 2
+        return
+    with pytest.raises(InputError) as err:
+        CALLS_WITH_SAMPLES[function](tmp_path, samples)
+    assert err.value.key == "samples", str(err.value)
+    assert "draws" in err.value.message or "whole number" in err.value.message
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_repeated_gpu_count_is_one_set_of_cells():
     table = compare("preset:default", ["adam"], [8] * 300, samples=0, break_even_at=0)
     assert table.gpu_counts == [8] and len(table.rows) == 1
