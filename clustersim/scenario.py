@@ -677,6 +677,12 @@ class Scenario(_Strict):
         p = self.training.parallelism
         return self.workload.vocab_multiple(p.tensor, p.tensor > 1 or p.pipeline > 1)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario in the file's schema, every key with its value (defaults included), as
+        plain JSON data: what a sweep records for each row; ``load_scenario`` reads it back to an equal
+        scenario."""
+        return self.model_dump(mode="json")
+
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``); a value of None
         resets its key to the default. Only what the scenario set is carried over, so a key left to its
