@@ -282,7 +282,16 @@ class SweepResults:
         }
 
     def to_dataframe(self):
-        return _dataframe(self.rows)
+        """One row per sweep row; a column of counts stays whole numbers (pandas' nullable Int64 where
+        invalid rows leave it empty), not floats."""
+        frame = _dataframe(self.rows)
+        for column in frame.columns:
+            if frame[column].dtype.kind != "f":  # int64 already, or text
+                continue
+            values = [r[column] for r in self.rows if r.get(column) is not None]
+            if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                frame[column] = frame[column].astype("Int64")  # counts with gaps, not 1.0 and NaN
+        return frame
 
 
 def sweep(

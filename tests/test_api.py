@@ -171,6 +171,30 @@ def test_every_function_taking_samples_refuses_a_bad_count(tmp_path, function, s
     assert not (tmp_path / "out").exists()
 
 
+def test_sweep_counts_are_whole_numbers_in_rows_dicts_and_frames(tmp_path):
+    """gpus and nic_count came back as 16.0 and 1.0 beside an int world_size: every count a sweep wrote
+    as one (an axis of GPU counts, nic_count, micro_batch) is an int in its rows, to_dict() and, as a
+    nullable Int64 where an invalid row leaves it empty, to_dataframe(); measured values stay floats."""
+    pytest.importorskip("pandas")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nbase: preset:default\nvary:\n  gpus: [8, 6]\n  micro_batch: [4]\nsamples: 0\n",
+        encoding="utf-8",
+    )
+    result = sweep(tmp_path / "s.yaml", tmp_path / "out", workers=1)
+    ok = next(r for r in result.rows if r["status"] == "ok")
+    bad = next(r for r in result.rows if r["status"] == "invalid")
+    for row in (ok, json.loads(json.dumps(result.to_dict()))["rows"][result.rows.index(ok)]):
+        for key in ("gpus", "nic_count", "world_size", "micro_batch"):
+            assert type(row[key]) is int, (key, row[key])
+        assert type(row["iteration_time_s"]) is float and type(row["nic_gbps"]) is float
+    assert bad["gpus"] == 6 and type(bad["gpus"]) is int and bad["nic_count"] is None
+    frame = result.to_dataframe()
+    for key in ("gpus", "nic_count", "world_size", "micro_batch"):
+        assert frame[key].dtype.kind in "iu" or str(frame[key].dtype) == "Int64", (key, frame[key].dtype)
+    assert frame["iteration_time_s"].dtype.kind == "f"
+    assert sorted(frame["gpus"].tolist()) == [6, 8]
+
+
 def test_a_repeated_gpu_count_is_one_set_of_cells():
     table = compare("preset:default", ["adam"], [8] * 300, samples=0, break_even_at=0)
     assert table.gpu_counts == [8] and len(table.rows) == 1

@@ -17,6 +17,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
 import stat
 from contextlib import contextmanager
@@ -321,7 +322,9 @@ def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str
 
 
 _TEXT = {"row_id", "status", "error", "gpu", "model", "optimizer", "nic_kind", "hottest_link"}
-_INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
+_INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used", "nic_count")
+# A cell the writer wrote from a Python int ("16"; a float is written "16.0"): a count, read back as one
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def _read_meta(meta_path: Path) -> dict:
@@ -361,7 +364,10 @@ def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
             raise InputError(f"line {line}: {k} is {v}, not a finite number", source=str(csv_path))
         if x < 0 and k in METRICS:  # times, rates, bytes and counts: a sweep never writes a negative
             raise InputError(f"line {line}: {k} is {v}, a negative number", source=str(csv_path))
-        typed[k] = int(x) if k in _INTS and x.is_integer() else x
+        if _INT_TEXT.fullmatch(v):  # gpus, nic_count, a micro_batch axis: 16, not 16.0
+            typed[k] = int(v)
+        else:
+            typed[k] = int(x) if k in _INTS and x.is_integer() else x
     return typed
 
 
