@@ -1495,7 +1495,15 @@ def with_one_pointwise_code(base: Scenario, degrees: Any) -> Scenario:
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate already-parsed data; every failure is an InputError naming ``source`` and the key."""
     if not isinstance(data, dict):
-        raise InputError("a scenario must be a mapping with keys cluster, workload, training", source=source)
+        fields = Scenario.model_fields  # the keys as the schema has them: required, then optional
+        required = " and ".join(n for n, f in fields.items() if f.is_required())
+        optional = ", ".join(n for n, f in fields.items() if not f.is_required())
+        got = "the file is empty; " if data is None else ""
+        raise InputError(
+            f"{got}a scenario must be a mapping with the keys {required} (required) "
+            f"and optionally {optional}",
+            source=source,
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -256,6 +256,23 @@ def test_a_boolean_is_not_a_bandwidth(tmp_path):
     )
 
 
+@pytest.mark.parametrize(("text", "empty"), [("", True), ("# nothing yet\n", True), ("- 1\n", False)])
+def test_a_scenario_that_is_not_a_mapping_names_the_required_and_optional_keys(tmp_path, text, empty):
+    """It said "a mapping with keys cluster, workload, training", but a file without training runs: the
+    line says which keys the schema requires and which are optional, and that an empty file is empty."""
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    out = refused(invoke("run", path, "--samples", "0"), str(path))
+    assert out.endswith(
+        "a scenario must be a mapping with the keys cluster and workload (required) "
+        "and optionally name, description, profile, training"
+    )
+    assert ("the file is empty" in out) == empty
+    without_training = {k: v for k, v in SCENARIO.items() if k != "training"}
+    r = invoke("run", write_yaml(tmp_path / "t.yaml", without_training), "--samples", "0")
+    assert r.exit_code == 0, r.output
+
+
 # (sweep key, bad value, words)
 BAD_SWEEP = [
     ("steps", True, "true"),
