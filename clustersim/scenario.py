@@ -91,7 +91,14 @@ class IntraNodeSpec(_Strict):
 class NicSpec(_Strict):
     """The node's network interfaces (all identical)."""
 
-    kind: Literal["ethernet_tcp", "infiniband"] = "infiniband"
+    kind: Literal["ethernet_tcp", "infiniband"] = Field(
+        "infiniband",
+        description="how NCCL moves bytes between nodes: ethernet_tcp, its socket transport (kernel TCP, "
+        "staged through host memory unless gpudirect_rdma); infiniband, its IB verbs transport (RDMA, "
+        "GPUDirect by default), which is also RoCE's: RoCE (RDMA over Converged Ethernet) is infiniband "
+        "at the Ethernet rate (line_rate_gbps: 100 for 100 GbE); 25 or 50 GbE RoCE, rates no InfiniBand "
+        "port has: ethernet_tcp with gpudirect_rdma: true and a measured latency_us (docs/network.md)",
+    )
     count: Count = Field(1, ge=0)
     line_rate_gbps: Number = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
     effective_gbps: Number | None = Field(
@@ -832,7 +839,8 @@ def _check_nic_product(nic: NicSpec) -> None:
         raise InputError(
             f"no InfiniBand port runs at {nic.line_rate_gbps:g} Gb/s: a 4x port runs at "
             f"{', '.join(f'{r:g}' for r in rates)} Gb/s (SDR to XDR; HDR100 and NDR200 split ports at 100 "
-            f"and 200); for Ethernet set cluster.nic.kind: ethernet_tcp ({catalog.LIMITS_SOURCE})",
+            f"and 200); for Ethernet set cluster.nic.kind: ethernet_tcp, with gpudirect_rdma: true for RoCE "
+            f"({catalog.LIMITS_SOURCE})",
             key="cluster.nic.line_rate_gbps",
         )
 
