@@ -170,7 +170,8 @@ NetworkPricesOpt = typer.Option(
     None,
     "--network-prices",
     help="Network price catalog (a copy of network_prices.yaml in the catalogs, with your quotes), or 'none' "
-    "for GPU-hours only; default: the shipped one.",
+    "for GPU-hours only; default: the shipped one. Owned clusters only: refused with a rented run (its "
+    "network comes with the instance).",
 )
 InstancesOpt = typer.Option(
     None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."
