@@ -9,8 +9,8 @@ one point has at least twice the work of the other in every measure (FLOPs and b
 
 * slower with less work: the smaller took longer than the bigger (beyond SLOWER_TOLERANCE);
 * flat: at least FLAT_WORK_RATIO times the work took under FLAT_TIME_RATIO times the time, at a
-  millisecond or more: not a launch cost, a stall (both points are suspect: which one is true cannot
-  be told from the pair);
+  millisecond or more: not a launch cost, a stall (both points are suspect where their times are
+  alike: which one is true cannot be told from the pair);
 * superlinear: the bigger took SUPERLINEAR_FACTOR times longer than its share of the work (a working
   set falling out of cache costs a few times, not ten).
 
@@ -68,7 +68,7 @@ def stall_suspects(points: list[tuple[float, float, float]]) -> dict[int, str]:
             if ti >= STALL_MIN_S and ratio >= FLAT_WORK_RATIO and tj < FLAT_TIME_RATIO * ti:
                 why = f"{_ms(ti)} and {_ms(tj)} ms for {ratio:.0f}x the work: time not growing with work"
                 out.setdefault(i, why)
-                if tj >= STALL_MIN_S:
+                if tj >= STALL_MIN_S and ti <= SLOWER_TOLERANCE * tj:  # else the smaller is the stall
                     out.setdefault(j, why)
             if tj >= STALL_MIN_S and tj > SUPERLINEAR_FACTOR * max(ratio, bj / bi) * ti:
                 why = f"{_ms(tj)} ms, {tj / ti:.0f}x the time of {ratio:.0f}x less work ({_ms(ti)} ms)"
