@@ -9,6 +9,7 @@ measured time. Packing uses torch bit operations, or cupy.packbits when cupy is 
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable
 
 from clustersim.calibration.screen import stall_suspects, sweeps
@@ -29,9 +30,15 @@ _PASS_BYTES = {
     name: (per_n, per_chunk) for name, per_n, per_chunk in WORKER_PASSES + SERVER_PASSES + FINISH_PASSES
 }
 SERVER_P = 8  # the (p, n/p) shape used for the server-side kernels
-# Rounds of measuring again what a sweep's physics says stalled (screen.py): each round comes after
-# the others' measurements, seconds later, so a slow stretch of a loaded host has usually passed.
+# Rounds of measuring again what a sweep's physics says stalled (screen.py). The first comes after
+# all the other measurements, seconds later, so a slow stretch of a loaded host has usually passed;
+# each starts after REMEASURE_PAUSE_S asleep: a task that has just slept is owed CPU time by the
+# scheduler (CFS's sleeper credit, EEVDF's lag), so its next milliseconds are the least likely to be
+# preempted.
+# Each takes REMEASURE_REPEATS times the usual repetitions, so one undisturbed stretch is enough.
 REMEASURE_ROUNDS = 3
+REMEASURE_PAUSE_S = 0.2
+REMEASURE_REPEATS = 3
 
 
 def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
@@ -123,8 +130,13 @@ class Bench:
             if not suspects:
                 return
             self.progress(f"measuring {len(suspects)} stalled measurement(s) again, round {attempt}")
+            time.sleep(REMEASURE_PAUSE_S)
             timings = measure_interleaved(
-                [fns[id(r)] for r in suspects], self.sync, warmup=1, repeat=self.repeat, min_time_s=0.02
+                [fns[id(r)] for r in suspects],
+                self.sync,
+                warmup=1,
+                repeat=REMEASURE_REPEATS * self.repeat,
+                min_time_s=0.02,
             )
             for record, timing in zip(suspects, timings):
                 record["remeasured"] = record.get("remeasured", 0) + 1

@@ -26,7 +26,10 @@ from dataclasses import dataclass, field
 from clustersim.calibration.timing import STALL_MIN_S
 
 DOMINANCE_RATIO = 2.0  # "more work": at least this many times the FLOPs (or bytes), and no fewer bytes
-SLOWER_TOLERANCE = 1.25  # timing noise between two undisturbed sizes (the shipped profiles' P90/P10)
+# how much slower a smaller size may be timed than one with twice its work or more: the repeats of one
+# undisturbed measurement spread by a median P90/P10 of 1.28 (the shipped CPU profile), and their
+# median by less; twice the work takes far longer than that
+SLOWER_TOLERANCE = 1.25
 FLAT_WORK_RATIO = 4.0
 FLAT_TIME_RATIO = 1.5
 SUPERLINEAR_FACTOR = 10.0
