@@ -272,7 +272,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
                 copies[key] = r
         host["copy_gbs"] = {k: r["bytes"] / r["median_s"] / 1e9 for k, r in copies.items()}
     profile["host"] = host
-    refuse_implausible(profile, notes)
+    refuse_implausible(profile, notes, copies_timed=bool(taken.get("memory")))
     if notes.dropped:
         profile["provenance"]["dropped"] = notes.dropped
     if notes.defaults:

@@ -116,20 +116,22 @@ class Bench:
         return out
 
     def remeasure_stalls(self, raw: dict, rounds: int = REMEASURE_ROUNDS) -> None:
-        """Measure again, in place, what screen.py's rules find stalled in ``raw``, up to ``rounds``
-        times; a stall only adds time, so the lower median of the two is kept. What is still suspect
-        afterwards is dropped by the fit, which says so."""
+        """Measure again, in place, every sweep in which screen.py's rules find a stall in ``raw``, up
+        to ``rounds`` times; a stall only adds time, so each record keeps the lower median of the two.
+        What is still suspect afterwards is dropped by the fit, which says so."""
         fns = {id(r): fn for r, fn in self._timed}
         for attempt in range(1, rounds + 1):
+            # the whole sweep of a suspect, in turn: its other sizes are what says whether it stalled
             suspects = [
-                records[i]
+                r
                 for _block, records, points, _labels in sweeps(raw)
-                for i in stall_suspects(points)
-                if id(records[i]) in fns
+                if stall_suspects(points)
+                for r in records
+                if id(r) in fns
             ]
             if not suspects:
                 return
-            self.progress(f"measuring {len(suspects)} stalled measurement(s) again, round {attempt}")
+            self.progress(f"measuring {len(suspects)} sizes with a stall again, round {attempt}")
             time.sleep(REMEASURE_PAUSE_S)
             timings = measure_interleaved(
                 [fns[id(r)] for r in suspects],
