@@ -78,6 +78,8 @@ def test_stall_rules_follow_the_physics_of_a_sweep():
     assert stall_suspects([(1e6, 1e4, 1e-4), (8e6, 4e4, 5e-4), (64e6, 16e4, 3e-3)]) == {}
     # every size at one quantum: time that does not grow with work (all three suspect)
     assert set(stall_suspects([(1e6, 1e4, STALL_S), (8e6, 4e4, STALL_S), (64e6, 16e4, STALL_S)])) == {0, 1, 2}
+    # small sizes stalled to about the time the biggest genuinely takes: the biggest is kept
+    assert set(stall_suspects([(1e6, 1e6, 2.0e-3), (4e6, 4e6, 1.8e-3), (16e6, 16e6, 2.3e-3)])) == {0, 1}
     # a smaller size slower than a bigger one
     assert set(stall_suspects([(1e6, 1e4, 4e-3), (8e6, 4e4, 2e-3), (64e6, 16e4, 9e-3)])) == {0}
     # far more time than the work grew by

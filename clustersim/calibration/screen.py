@@ -9,8 +9,10 @@ one point has at least twice the work of the other in every measure (FLOPs and b
 
 * slower with less work: the smaller took longer than the bigger (beyond SLOWER_TOLERANCE);
 * flat: at least FLAT_WORK_RATIO times the work took under FLAT_TIME_RATIO times the time, at a
-  millisecond or more: not a launch cost, a stall (both points are suspect where their times are
-  alike: which one is true cannot be told from the pair);
+  millisecond or more: not a launch cost, a stall of the smaller. The bigger is suspect too where
+  both times are one value (within SAME_QUANTUM: 12.00 and 12.03 ms, scheduler slices), not where
+  they merely come close: on this project's 2-core host at load 4-6, small kernels stalled to ~2 ms
+  while their 4M-element size genuinely took 1.9 ms;
 * superlinear: the bigger took SUPERLINEAR_FACTOR times longer than its share of the work (a working
   set falling out of cache costs a few times, not ten).
 
@@ -32,6 +34,7 @@ DOMINANCE_RATIO = 2.0  # "more work": at least this many times the FLOPs (or byt
 SLOWER_TOLERANCE = 1.25
 FLAT_WORK_RATIO = 4.0
 FLAT_TIME_RATIO = 1.5
+SAME_QUANTUM = 0.03  # two times this close at a millisecond or more are one scheduler quantum
 SUPERLINEAR_FACTOR = 10.0
 
 
@@ -71,8 +74,8 @@ def stall_suspects(points: list[tuple[float, float, float]]) -> dict[int, str]:
             if ti >= STALL_MIN_S and ratio >= FLAT_WORK_RATIO and tj < FLAT_TIME_RATIO * ti:
                 why = f"{_ms(ti)} and {_ms(tj)} ms for {ratio:.0f}x the work: time not growing with work"
                 out.setdefault(i, why)
-                if tj >= STALL_MIN_S and ti <= SLOWER_TOLERANCE * tj:  # else the smaller is the stall
-                    out.setdefault(j, why)
+                if tj >= STALL_MIN_S and abs(tj / ti - 1) < SAME_QUANTUM:
+                    out.setdefault(j, f"{why}, both at one quantum")
             if tj >= STALL_MIN_S and tj > SUPERLINEAR_FACTOR * max(ratio, bj / bi) * ti:
                 why = f"{_ms(tj)} ms, {tj / ti:.0f}x the time of {ratio:.0f}x less work ({_ms(ti)} ms)"
                 out.setdefault(j, why)
