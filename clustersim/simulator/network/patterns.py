@@ -26,9 +26,10 @@ from clustersim.cost_models.nccl_trees import double_tree
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.topologies.cluster import GroupShape
 
-# All-to-all across N nodes has N-1 node shifts; with a symmetric fabric they differ only in which
-# leaves they cross. At most this many shifts, evenly spaced, are simulated and their mean stands for
-# all N-1 (a sampling choice for speed, not a model constant).
+# All-to-all across N nodes has N-1 node shifts, all posted at once. Beyond this many, shifts that
+# cross the same leaves are merged (one per distance mod leaves, weighted by how many it stands for),
+# or, where that is not exact, this many evenly spaced ones stand for all N-1 (a sampling choice for
+# speed, not a model constant).
 MAX_SHIFTS = 32
 
 
@@ -286,23 +287,39 @@ def doubling(net: FlowNetwork, shape: GroupShape) -> list[Phase]:
     return [_exchange(net, shape, 1 << i, (1 << i) / p) for i in range(rounds)]
 
 
+def _shifts(net: FlowNetwork, N: int) -> list[tuple[int, float]]:
+    """The node shifts an all-to-all over N nodes is simulated with, and how many shifts each stands
+    for. All N-1 up to MAX_SHIFTS. Beyond, when the leaves hold equal numbers of nodes (N a multiple
+    of the leaf count L), shift j sends every node n to leaf (n + j) mod L (and pod likewise), so the
+    shifts with one distance mod L load the same links: one of each, weighted (exact). Otherwise
+    MAX_SHIFTS evenly spaced ones, each standing for (N-1)/MAX_SHIFTS."""
+    if N - 1 <= MAX_SHIFTS:
+        return [(j, 1.0) for j in range(1, N)]
+    L = net.leaves
+    if N % L == 0 and L <= MAX_SHIFTS:
+        return [(c or L, float(len(range(c or L, N, L)))) for c in range(L)]
+    shifts = sorted({1 + round(i * (N - 2) / (MAX_SHIFTS - 1)) for i in range(MAX_SHIFTS)})
+    return [(j, (N - 1) / len(shifts)) for j in shifts]
+
+
 def alltoall(net: FlowNetwork, shape: GroupShape) -> list[list[Phase]]:
-    """Pairwise exchange. On one node, p-1 shifts of S/p. Across nodes two concurrent parts: the
-    node shifts (each GPU sends its g chunks for the peer node along its rail) and the exchange among
-    a node's own GPUs."""
+    """Pairwise exchange, every send posted at once: NCCL's all-to-all is one group of sends and
+    receives (ncclGroupStart/End), DeepSpeed's MPI 1-bit exchange posts every Isend/Irecv together. On
+    one node, p-1 shifts of S/p. Across nodes two concurrent parts: the node shifts in one phase (each
+    GPU sends its g chunks for each peer node along its rail), so on an oversubscribed spine the
+    shifts that stay inside a leaf run beside those that cross it (placement.alltoall_shares), and the
+    exchange among a node's own GPUs."""
     g, N, p = shape.gpus_per_node, shape.nodes, shape.ranks
     if N == 1:
         return [[_exchange(net, shape, j, 1.0 / p, xor=False) for j in range(1, p)]]
-    shifts = sorted({1 + round(i * (N - 2) / max(1, MAX_SHIFTS - 1)) for i in range(min(MAX_SHIFTS, N - 1))})
-    inter = []
-    for j in shifts:
-        paths, sizes = [], []
+    paths, sizes = [], []
+    for j, weight in _shifts(net, N):
         for members in _communicators(shape):
             for n in range(N):
                 for m in members:
                     paths.append(_route(net, (n, m), ((n + j) % N, m), None))
-                    sizes.append(g / p)
-        inter.append(Phase(paths, sizes, (N - 1) / len(shifts)))
+                    sizes.append(weight * g / p)
+    inter = [Phase(paths, sizes)]
     intra = []
     for j in range(1, g):
         paths, sizes = [], []
