@@ -192,32 +192,20 @@ def _ethernet(nodes: int, **fabric):
 LEAF_SPINE_CASES = [(n, k, r) for n in (8, 16, 32, 64) for k in (2, 4, 8) for r in (2.0, 4.0) if r <= k]
 
 
+@pytest.mark.parametrize("op,algo", [("all_reduce", "tree"), ("all_to_all", "ring")])
 @pytest.mark.parametrize("nodes,per_leaf,oversubscription", LEAF_SPINE_CASES)
-def test_tree_on_an_oversubscribed_leaf_spine_agrees_across_node_counts(nodes, per_leaf, oversubscription):
-    """Both backends charge the uplinks only for the tree edges that cross them (nccl_trees.spine_shares
-    on the shared placement): on two leaves half a leaf's NIC traffic, from four on all of it. The
-    analytical model used to divide the whole tree by r, twice the flow model's time on two leaves."""
+def test_oversubscribed_leaf_spine_agrees_across_node_counts(nodes, per_leaf, oversubscription, op, algo):
+    """Both backends charge the uplinks only for the traffic that crosses them, on the shared placement.
+    NCCL's tree: the tree edges that cross (nccl_trees.spine_shares): on two leaves half a leaf's NIC
+    traffic, from four on all of it; dividing the whole tree by r would be twice the flow model's time
+    on two leaves. An all-to-all: every send posted at once (NCCL's grouped send/recv, MPI's
+    Isend/Irecv), so the node shifts that stay inside a leaf run beside those that cross it, and the
+    uplinks carry r x the crossing share (placement.alltoall_shares), not the whole exchange."""
     ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=oversubscription))
     backend = FlowBackend(ctx)
     for shape in (GroupShape(nodes, 8), GroupShape(nodes, 1, sharing=8)):
         for nbytes in (64 << 20, 1 << 30):
-            ana, flow = _pair(ctx, backend, "all_reduce", nbytes, shape, "tree")
-            assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)
-
-
-@pytest.mark.parametrize("nodes,per_leaf,oversubscription", LEAF_SPINE_CASES)
-def test_all_to_all_on_an_oversubscribed_leaf_spine_agrees_across_node_counts(
-    nodes, per_leaf, oversubscription
-):
-    """Every send of an all-to-all is posted at once (NCCL's grouped send/recv, MPI's Isend/Irecv), so
-    the node shifts that stay inside a leaf run beside those that cross it: both backends charge the
-    uplinks r x the crossing share (placement.alltoall_shares). The flow model used to run the shifts
-    one after another and the analytical one to divide the whole exchange by r."""
-    ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=oversubscription))
-    backend = FlowBackend(ctx)
-    for shape in (GroupShape(nodes, 8), GroupShape(nodes, 1, sharing=8)):
-        for nbytes in (64 << 20, 1 << 30):
-            ana, flow = _pair(ctx, backend, "all_to_all", nbytes, shape, "ring")
+            ana, flow = _pair(ctx, backend, op, nbytes, shape, algo)
             assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)
 
 
