@@ -552,7 +552,7 @@ def cost_model(
     if kind == "rent":
         if own_prices is not None:  # a rented run reads no ownership figure: the file would go unused
             raise InputError(_own_prices_unused(kind_given, price, instance), key="--own-prices")
-        if network != "default":  # nor any network price: a rented network comes with the instance
+        if network not in ("default", None):  # nor a network catalog: a rented network comes with it
             raise InputError(
                 "a rented run's network comes with the instance (or inside the flat --price), so nothing "
                 "reads a network price catalog: drop --network-prices, or price the run as owned with "
