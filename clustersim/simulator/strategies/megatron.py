@@ -19,11 +19,14 @@ update on its share of the parameters.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import NamedTuple
 
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
-from clustersim.simulator.program import Program
+from clustersim.simulator.program import Program, op_budget
 from clustersim.simulator.strategies.common import (
     PricedCollective,
     add_collective,
@@ -173,9 +176,78 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
             "model parallel: gradients are all-reduced after the last backward (Megatron-LM's 2021 DDP); "
             "training.overlap does not apply"
         )
+    kept = _kept.get()
+    if kept is not None and repriceable(ctx):
+        return _kept_program(kept, ctx, update_bytes_per_param, label)
     prog, tails = _passes(ctx, pipeline_prices(ctx))
     for s in range(L.pipeline):
         _finish_stage(prog, ctx, s, tails[s], update_bytes_per_param, label)
+    return prog
+
+
+def repriceable(ctx: SimulationContext) -> bool:
+    """Whether ``simulate`` runs ``ctx`` as one Megatron program on the analytical network, unchanged
+    between building and running (no straggler classes, no offload placement search): a program a
+    PipelineRepricer may give."""
+    s = ctx.scenario
+    return (
+        ctx.megatron_program
+        and ctx.network is None
+        and s.training.offload.mode == "none"
+        and s.cluster.heterogeneity is None
+        and ctx.offload_placement is None
+    )
+
+
+# The pipeline programs model_parallel_program keeps for re-pricing where a caller asks it to
+# (reusing_pipelines); None: every program is built.
+_kept: ContextVar[dict | None] = ContextVar("kept_pipelines", default=None)
+# How many it keeps, the oldest going first, and the most ops they may hold together (a pass op is
+# about 0.5 KB: 200,000 ops about 100 MB). A plan's rows that differ only in their NIC are simulated
+# close together (the faster NIC's first, its slower twins among the last rows): on the GPT-3 175B plan
+# four programs re-price as many twins as keeping every program would.
+KEPT_PIPELINES = 4
+KEPT_PIPELINE_OPS = 200_000
+
+
+@contextmanager
+def reusing_pipelines(kept: dict) -> Iterator[None]:
+    """Within it, model_parallel_program keeps the pipeline programs it builds in ``kept`` (the last
+    KEPT_PIPELINES) and gives a scenario that differs from a kept one only in its NIC (its links'
+    prices) the kept program re-priced for it (PipelineRepricer.program_for: op for op the program a
+    build gives), at a fraction of a build's cost. A program so given is the kept one, changed in place
+    by the next re-pricing: only for callers that are done with a simulation's result (its lazily read
+    ``ops``) before the next simulation starts, as a sweep's or a plan's rows are (sweeps.run.simulate_row
+    keeps numbers, not results)."""
+    token = _kept.set(kept)
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+
+
+def _kept_program(kept: dict, ctx: SimulationContext, update_bytes: float, label: str) -> Program:
+    """model_parallel_program's program for ``ctx``, re-priced from the one kept for its scenario but
+    the NIC where there is one (and of the same shape), else built and kept (reusing_pipelines). The
+    key holds everything a program's ops and their order follow from: the scenario without its NIC,
+    the profile, the update's bytes and label and the op budget the program was built under."""
+    key = (
+        ctx.scenario.model_dump_json(exclude={"cluster": {"nic"}}),
+        repr(ctx.profile),
+        update_bytes,
+        label,
+        op_budget.get(),
+    )
+    repricer = kept.pop(key, None)  # put back last: the newest
+    prog = repricer.program_for(ctx) if repricer is not None else None
+    if prog is None:
+        repricer = PipelineRepricer(ctx, update_bytes, label)
+        prog = repricer.finish(ctx)
+    kept[key] = repricer
+    while len(kept) > 1 and (
+        len(kept) > KEPT_PIPELINES or sum(len(r.program.ops) for r in kept.values()) > KEPT_PIPELINE_OPS
+    ):
+        del kept[next(iter(kept))]
     return prog
 
 
@@ -295,9 +367,13 @@ class PipelineRepricer:
                 op.demands = dict(priced.demands)
                 op.meta = priced.meta
                 op.collective = priced.collective
+        return self.finish(ctx)
+
+    def finish(self, ctx: SimulationContext) -> Program:
+        """The program with each stage's finish (_finish_stage) for ``ctx`` after its passes."""
         for s in range(ctx.layout.pipeline):
-            _finish_stage(prog, ctx, s, self.tails[s], self.update_bytes, self.label)
-        return prog
+            _finish_stage(self.program, ctx, s, self.tails[s], self.update_bytes, self.label)
+        return self.program
 
 
 def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_bytes: float, label: str):
