@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import cached_property
 from typing import NamedTuple
 
 from clustersim.simulator.context import SimulationContext
@@ -323,7 +324,15 @@ class PipelineRepricer:
         self.update_bytes, self.label = update_bytes_per_param, label
         self.program, self.tails = _passes(ctx, self.prices)
         self.passes = len(self.program.ops)
-        where = {}  # an op's price: ("pass", chunk, forward) or (chunk, forward, i) of tp, or "send"
+
+    @cached_property
+    def groups(self) -> dict:
+        """The passes' ops grouped by what prices them, so that a draw looks each price up once, not
+        once per op (a 16-stage pipeline has thousands of passes and collectives per draw): ("pass",
+        chunk, forward), (chunk, forward, i) of tp, "send" or "send_across" -> ops. Made on first use,
+        before any re-pricing (which replaces the collectives' metadata it tells them apart by): a
+        program built and run once, never re-priced, is not grouped at all."""
+        where = {}
         for key, ops in self.prices.tp.items():
             for i, (_, priced) in enumerate(ops):
                 where[id(priced.meta)] = (*key, i)
@@ -331,17 +340,14 @@ class PipelineRepricer:
             where[id(self.prices.send.meta)] = "send"
         if self.prices.send_across is not None:
             where[id(self.prices.send_across.meta)] = "send_across"
-        keys = [
-            ("pass", op.meta["chunk"], op.category == "forward")
-            if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
-            else where[id(op.meta)]
-            for op in self.program.ops
-        ]
-        # the passes' ops grouped by what prices them, so that a draw looks each price up once, not
-        # once per op (a 16-stage pipeline has thousands of passes and collectives per draw)
-        self.groups: dict = {}
-        for op, key in zip(self.program.ops, keys):
-            self.groups.setdefault(key, []).append(op)
+        groups: dict = {}
+        for op in self.program.ops[: self.passes]:
+            if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward"):
+                key = ("pass", op.meta["chunk"], op.category == "forward")
+            else:
+                key = where[id(op.meta)]
+            groups.setdefault(key, []).append(op)
+        return groups
 
     def program_for(self, ctx: SimulationContext) -> Program | None:
         """The program model_parallel_program would build for ``ctx``; None where its shape differs
