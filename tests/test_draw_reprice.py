@@ -313,3 +313,25 @@ def test_kept_pipelines_hold_at_most_their_ops_and_none_outside_the_context(monk
         assert [r.program for r in kept.values()] == [prog]
     assert model_parallel_program(build_context(b), 12.0, "adam update") is not prog
     assert len(kept) == 1
+
+
+LIKE_CHUNKS = {
+    **CASES,
+    "block recomputation of 1 block per chunk": _scenario(
+        p=2, m=4, recompute="full", recompute_num_layers=1, recompute_method="block"
+    ),
+    "selective recomputation, interleaved": _scenario(p=2, m=4, v=2, recompute="selective"),
+}
+
+
+@pytest.mark.parametrize("name", list(LIKE_CHUNKS))
+def test_chunks_of_like_layers_priced_once_have_each_chunks_own_pass_times(name):
+    """pipeline_prices prices each set of like chunks once: every chunk's times are still the ones
+    _pass_times gives it, to the last bit, in the nominal run and in a draw."""
+    from clustersim.simulator.strategies.megatron import _pass_times, pipeline_prices
+
+    s = LIKE_CHUNKS[name]
+    for ctx in (build_context(s), build_context(s, None, perturbations(build_context(s), 2)[1])):
+        times = pipeline_prices(ctx).times
+        assert times == {c.index: tuple(map(float, _pass_times(ctx, c))) for c in ctx.layout.chunks}
+        assert len(set(times.values())) > 1  # the first and last chunks (embedding, head) differ

@@ -144,7 +144,16 @@ class PipelinePrices(NamedTuple):
 def pipeline_prices(ctx: SimulationContext) -> PipelinePrices:
     L = ctx.layout
     activation = ctx.workload.micro_batch * ctx.workload.seq_len * L.arch.hidden * ctx.element_bytes
-    times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
+    # Chunks of like layers (every chunk between the embedding's and the head's, in a model of like
+    # blocks) have the same pass times, to the last bit (the same terms summed in the same order): each
+    # is priced once, by its layers' kernels and recomputation (all _pass_times reads of a layer).
+    priced: dict[tuple, tuple[float, float]] = {}
+    times = {}
+    for c in L.chunks:
+        like = tuple((layer.forward, layer.backward, L.recomputation(layer)) for layer in c.layers)
+        if like not in priced:
+            priced[like] = tuple(map(float, _pass_times(ctx, c)))
+        times[c.index] = priced[like]
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
     # is priced once (a 1T-parameter step adds 130k of them).
     tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
