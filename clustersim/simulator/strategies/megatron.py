@@ -31,7 +31,6 @@ from clustersim.simulator.program import Program, op_budget
 from clustersim.simulator.strategies.common import (
     PricedCollective,
     add_collective,
-    add_priced,
     price_collective,
 )
 from clustersim.topologies import GroupShape
@@ -281,8 +280,11 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
     tail: list[int | None] = [None] * L.pipeline
     at = [0] * L.pipeline
     left = sum(len(o) for o in orders)
+    add_op = prog.add_op
     # Add each stage's passes in its own order, a pass only once what it receives exists (list
     # scheduling over the stages): ids stay topological and each (stage, stream) keeps its order.
+    # Collectives and sends are added as add_priced adds them (without meta), its call inlined: a
+    # pipeline's passes are most of a plan's ops.
     while left:
         moved = False
         for s, order in enumerate(orders):
@@ -291,10 +293,16 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                 need = (True, j - 1, micro) if forward and j > 0 else None
                 if not forward and j < n - 1:
                     need = (False, j + 1, micro)
-                if need is not None and need not in sent:
-                    break
-                deps = tuple(d for d in (sent.get(need) if need else None, tail[s]) if d is not None)
-                op = prog.add_op(
+                got = None
+                if need is not None:
+                    got = sent.get(need)
+                    if got is None:
+                        break
+                last = tail[s]
+                deps = (got, last) if last is not None else (got,)
+                if got is None:
+                    deps = (last,) if last is not None else ()
+                op = add_op(
                     f"{'fwd' if forward else 'bwd'} chunk{j} mb{micro}", "compute",
                     times[j][0 if forward else 1], "forward" if forward else "backward", deps,
                     0.0, 0.0, 0.0, {}, {"micro": micro, "chunk": j}, s, None,
@@ -302,16 +310,20 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                 # Every pass of a kind shares its collectives' priced metadata (add_priced without
                 # meta); the compute op each follows says the micro-batch, as a send's name does.
                 for name, priced in tp[(j, forward)]:
-                    op = add_priced(prog, name, priced, (op,), rank=s)
+                    op = add_op(
+                        name, "comm", priced.duration, "communication", (op,), priced.intra_node_bytes,
+                        priced.inter_node_bytes, priced.compute_slowdown, dict(priced.demands), priced.meta,
+                        s, priced.collective,
+                    )  # fmt: skip
                 tail[s] = op
                 if forward and j < n - 1 or not forward and j > 0:
-                    sent[(forward, j, micro)] = add_priced(
-                        prog,
-                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
-                        send_to[(forward, j)],
-                        (op,),
-                        rank=s,
-                    )
+                    priced = send_to[(forward, j)]
+                    sent[(forward, j, micro)] = add_op(
+                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}", "comm",
+                        priced.duration, "communication", (op,), priced.intra_node_bytes,
+                        priced.inter_node_bytes, priced.compute_slowdown, dict(priced.demands), priced.meta,
+                        s, priced.collective,
+                    )  # fmt: skip
                 at[s] += 1
                 left -= 1
                 moved = True
