@@ -15,9 +15,10 @@ from clustersim.commands.catalog import hardware_app, models_app, presets_app, t
 from clustersim.commands.counts import count_option, counts_by_name, parse_count
 from clustersim.commands.offload import _print_placement, offload_app
 from clustersim.commands.planning import (
+    PLAN_ANSWER,
+    CompareOwnPricesOpt,
     InstancesOpt,
     NetworkPricesOpt,
-    OwnPricesOpt,
     _network,
     plan_cmd,
     report,
@@ -94,7 +95,7 @@ def _top(
 
 app.command()(user_errors(sweep))
 app.command()(user_errors(report))
-app.command("plan")(user_errors(plan_cmd))
+app.command("plan", epilog=PLAN_ANSWER)(user_errors(plan_cmd))
 
 
 def _print_straggler(st: dict, idle: float) -> None:
@@ -307,7 +308,8 @@ def run(
         None,
         "--trace",
         help="Write a Chrome/Perfetto trace: one process per rank class (the slowest rank's too, with "
-        "stragglers) or pipeline stage, one track per stream.",
+        "stragglers) or pipeline stage, one track per stream; with several kinds of step (0/1 Adam, "
+        "DiLoCo) the most frequent, named in the trace and the output.",
     ),
     profile: Optional[str] = ProfileOpt,
     samples: int = SamplesOpt,
@@ -352,8 +354,22 @@ def run(
         _print_result(result, s)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+            shows = result.traced_step()
+            if shows is not None:
+                console.print(f"  it shows {shows}")
         if chakra_files:
             console.print(f"Chakra execution traces: {', '.join(str(p) for p in chakra_files)}")
+
+
+def _one_of(value: str, known: list[str], what: str, option: str) -> None:
+    """Refuse ``value`` unless it is one of ``known``, naming ``option`` as typed and the nearest name."""
+    if value in known:
+        return
+    import difflib
+
+    near = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    raise InputError(f"unknown {what} {value!r}{hint} (known: {', '.join(known)})", key=option)
 
 
 @app.command()
@@ -398,15 +414,11 @@ def collective(
     }
     if group not in shapes:
         raise InputError(f"unknown group {group!r} (world, intra, inter)", key="--group")
-    import difflib
-
     from clustersim.cost_models.collectives import OPS
 
-    known = [str(o) for o in OPS]
-    if op not in known:  # the option's own name, as every other option's refusal says it
-        near = difflib.get_close_matches(op, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]}?" if near else ""
-        raise InputError(f"unknown collective {op!r}{hint} (known: {', '.join(known)})", key="--op")
+    # the options' own names, as every other option's refusal says them (the cost model says "algo")
+    _one_of(op, [str(o) for o in OPS], "collective", "--op")
+    _one_of(algo, ALGO_NAMES, "algorithm", "--algo")
     if nbytes > ctx.gpu.memory_bytes:  # a collective's buffer lives in one GPU's memory
         raise InputError(
             f"{nbytes:,.4g} bytes is more than a {ctx.gpu.name}'s memory ({ctx.gpu.memory_gib:g} GiB) "
@@ -422,7 +434,12 @@ def collective(
             "a collective needs at least 2 ranks",
             key="--group",
         )
-    cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
+    try:
+        cost = ctx.collectives.cost(op, nbytes, shapes[group], algo)
+    except InputError as exc:  # an algorithm that does not apply here: the option as typed, not "algo"
+        if exc.key != "algo":
+            raise
+        raise InputError(exc.message, source=exc.source, key="--algo") from None
     data = {
         "op": op,
         "bytes": nbytes,
@@ -572,7 +589,7 @@ def compare(
     instance: Optional[str] = InstanceOpt,
     network_prices: Optional[str] = NetworkPricesOpt,
     instances: Optional[str] = InstancesOpt,
-    own_prices: Optional[str] = OwnPricesOpt,
+    own_prices: Optional[str] = CompareOwnPricesOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -696,20 +713,47 @@ def _print_costs(s, rows, costs, asked: bool = True) -> None:
         return
     if not priced:
         return
+    # what grows with the cluster (an owned cluster's capital, the instances rented) is a column; the
+    # rest of how it was priced is the same at every size and said once below the table
+    owned = any(c["cost_model"] == "own" for c in priced)
+    rented = any(c["instances"] for c in priced)
+    cols = ["GPUs", "optimizer", "train", "cost"] + ["capital"] * owned + ["rented"] * rented
     body = [
         [c["gpus"], c["optimizer"], f"{c['hours']:,.1f} h",
          f"${c['cost_usd']:,.0f} ({c['cost_p10_usd']:,.0f}–{c['cost_p90_usd']:,.0f})"]
+        + ([f"${c['capital_usd']:,.0f}"] if owned else [])
+        + ([_instances(c)] if rented else [])
         for c in priced
     ]  # fmt: skip
     timed = priced[-1]["band"] == "price and time"
     what = "P10–P90" if timed else "P10–P90 of the prices alone: --samples 0 draws no time band"
-    console.print(table(f"Cost to train ({what})", ["GPUs", "optimizer", "train", "cost"], body, left=2))
-    basis = {}
+    console.print(table(f"Cost to train ({what})", cols, body, left=2))
+    for line in _said_once(priced, "common_basis") + _said_once(priced, "warning"):
+        console.print(f"[dim]{line}[/]", highlight=False)
+
+
+def _instances(cell: dict) -> str:
+    """``2 x p4d.24xlarge``: the instances a compare cell is rented as (— where none: a flat rate)."""
+    return f"{cell['instances']} x {cell['instance']}" if cell["instances"] else "—"
+
+
+def _said_once(priced: list[dict], key: str) -> list[str]:
+    """Each distinct ``key`` of compare's priced cells once: ``cost: ...`` where every GPU count shares
+    it, else prefixed by the counts it holds for."""
+    by_text: dict[str, list[int]] = {}
     for c in priced:
-        basis.setdefault(c["gpus"], c)
-    for gpus, c in basis.items():
-        warn = f"; {c['warning']}" if c["warning"] else ""
-        console.print(f"[dim]{gpus} GPUs: {c['basis']}{warn}[/]", highlight=False)
+        if c[key]:
+            counts = by_text.setdefault(c[key], [])
+            if c["gpus"] not in counts:
+                counts.append(c["gpus"])
+    everyone = len({c["gpus"] for c in priced})
+    head = "cost" if key == "common_basis" else "note"
+    return [
+        f"{head}: {text}"
+        if len(counts) == everyone
+        else f"{head} ({', '.join(map(str, counts))} GPUs): {text}"
+        for text, counts in by_text.items()
+    ]
 
 
 def _some_simulated(rows, s):
@@ -873,7 +917,7 @@ def validate(
                 "dataset": d.name,
                 "source": d.source,
                 "metric": d.metric,
-                "rows": [r.as_dict() for r in report.rows],
+                "rows": [r.as_dict(d.metric) for r in report.rows],
                 "median_abs_error": report.median_abs_error,
                 "max_abs_error": report.max_abs_error,
                 "p10_p90_coverage": report.coverage,
@@ -915,7 +959,7 @@ def validate(
         shown = "0.0%" if err == 0 else f"{100 * err:+.1f}%"  # a prediction inside a published range
         rows.append([*label, gpus, _published(r, fmt), fmt.format(r.predicted), band, shown])
     header += ["GPUs", "published", "predicted", "P10–P90", "error"]
-    title = "predicted vs published" if mixed else f"{_metric_label(d.metric)}: predicted vs published"
+    title = "published vs predicted" if mixed else f"{_metric_label(d.metric)}: published vs predicted"
     console.print(table(title, header, rows, left=len(header) - 4))
     some_speedup = any((r.metric or d.metric) == "speedup" for r in report.rows)
     sign = (
@@ -926,6 +970,8 @@ def validate(
         console.print(_BAND_MARKS, style="dim", markup=False, highlight=False)
     if any(r.published_below is not None for r in report.rows):
         console.print(_THRESHOLD_ROWS, style="dim", markup=False, highlight=False)
+    if any(r.p10 is not None and r.p10 == r.p90 for r in report.rows):
+        console.print(_ZERO_WIDTH_BANDS, style="dim", markup=False, highlight=False)
     for r in report.rows:
         if r.band_note:
             console.print(f"note: {r.gpus} GPUs: {r.band_note}", style="dim", markup=False, highlight=False)
@@ -1015,12 +1061,19 @@ _THRESHOLD_ROWS = (
 )
 
 
-def _slowness(error: float, metric: str) -> float:
-    """A row's error (predicted - published) / published with the sign of 'predicted too slow': turned
-    for rates (RATE_METRICS), kept for times; a speedup's is kept (a ratio of two runs, said apart)."""
-    from clustersim.validation.published import RATE_METRICS
+_ZERO_WIDTH_BANDS = (
+    "a band of zero width (P10 = P90): no uncertain input enters the row, whose every input the source "
+    "states (e.g. a simulation's own link rate and compute-only step): it is the model's answer to the "
+    "source's settings, and its error is the model's alone"
+)
 
-    return -error if metric in RATE_METRICS else error
+
+def _slowness(error: float, metric: str) -> float:
+    """A row's error with the sign of 'predicted too slow' (validation.published.slowness, which --json
+    gives as slowness_error)."""
+    from clustersim.validation.published import slowness
+
+    return slowness(error, metric)
 
 
 def _metric_label(metric: str) -> str:
@@ -1056,7 +1109,7 @@ def _print_speedups_by_scale(scale) -> None:
         for p in t.points
     ]
     header = ["speedup", "GPUs", "published", "predicted", "error"]
-    console.print(table("speedup per GPU count: predicted vs published", header, rows, left=1))
+    console.print(table("speedup per GPU count: published vs predicted", header, rows, left=1))
     worst_trend, worst = scale.worst
     console.print(
         f"speedup error: median [bold]{100 * scale.median_abs_error:.1f}%[/], worst "

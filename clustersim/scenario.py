@@ -304,9 +304,10 @@ class WorkloadSpec(_Strict):
         "FP8 copies; attention, norms, element-wise work, embedding, LM head, weights, gradients and "
         "optimizer stay bf16 (a convolution network runs in bf16)",
     )
-    fp8_recipe: Literal["delayed", "current", "torchao_tensorwise"] = Field(
-        "delayed",
-        description="precision fp8: how each tensor's scale is found. delayed: Transformer Engine's default "
+    fp8_recipe: Literal["delayed", "current", "torchao_tensorwise"] | None = Field(
+        None,
+        description="precision fp8 only (refused beside another precision): how each tensor's scale is "
+        "found; default delayed. delayed: Transformer Engine's default "
         "DelayedScaling (NeMo, MLPerf), the scale from earlier steps' amax, one read per cast; current: "
         "TE's Float8CurrentScaling (Megatron-Bridge's tensorwise recipe), an amax pass over the tensor "
         "before each cast; torchao_tensorwise: torchao's Float8Linear with dynamic tensorwise scaling "
@@ -1083,6 +1084,20 @@ def _check_fragments(s: Scenario, fragments: int) -> None:
         )
 
 
+def _check_fp8_recipe(w: WorkloadSpec) -> None:
+    """workload.fp8_recipe says how FP8 scales are found, so it means something under precision fp8
+    only: set beside another precision it would change nothing, and the run would look like an FP8 one
+    to its reader. Refused, as a key the model does not use is not (that is a note: the key is right,
+    the model differs), because here the scenario contradicts itself. Unset is None (delayed under
+    fp8), so that a scenario written out whole with its defaults and read again is not refused."""
+    if w.fp8_recipe is not None and w.precision != "fp8":
+        raise InputError(
+            f"{w.fp8_recipe!r} is how FP8 scales are found and applies to precision fp8 only; this "
+            f"workload's precision is {w.precision}: set workload.precision: fp8, or drop fp8_recipe",
+            key="workload.fp8_recipe",
+        )
+
+
 def _check_semantics(s: Scenario) -> None:
     """Cross-field checks that the field types alone cannot express."""
     try:
@@ -1090,6 +1105,7 @@ def _check_semantics(s: Scenario) -> None:
     except InputError as exc:
         raise exc.located(key_prefix="cluster.gpu") from None
     _check_model(s)
+    _check_fp8_recipe(s.workload)
     try:
         gpu.peak_flops(s.workload.precision)
     except InputError as exc:

@@ -103,6 +103,24 @@ def test_a_plain_build_measurement_does_not_price_hugging_faces_code():
     assert plain.dispatch.source.startswith("measured")
 
 
+@pytest.mark.parametrize("hardware", [True, False])
+def test_the_notes_of_a_measurement_of_other_code_say_one_thing(hardware):
+    """A profile that measured BERT-Large as plain code, for Hugging Face's BERT-Large: no per-op rate
+    carries (no measurement of hf code), so no note says one does; and the device time is at the
+    profile's measured hardware rates only where it measured them (a ``calibrate model`` profile alone
+    measured none: the default rates, as 'source of matmul' says)."""
+    data = json.loads(json.dumps(load_profile("builtin:h200-pytorch-2.11").model_dump(mode="json")))
+    if not hardware:
+        data["compute_model"], data["matmul_tflops"] = {}, {}
+    ctx = build_context(_scenario(), parse_profile(data, "test"))
+    notes = " ".join(ctx.notes)
+    assert ctx.transferred_from is None and "no measurement of hf code" in notes
+    assert "carry" not in notes.replace("no measured host rate per op carries", "")
+    assert ("measured hardware rates" in notes) == hardware
+    assert ("profile measured no bf16 GEMM rate" in notes) == (not hardware)
+    assert ("measured" in simulate(_scenario(), parse_profile(data, "test")).sources["matmul"]) == hardware
+
+
 def test_a_measurement_of_the_same_code_carries_its_host_rates_per_kernel():
     """H100 profile: Hugging Face's GPT-2 XL carries to Hugging Face's BERT-Large as host time per
     launched kernel (at its smallest micro-batch) over BERT's own kernels; device time is the profile's

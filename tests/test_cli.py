@@ -67,6 +67,28 @@ def test_run_json_and_trace(runner, tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+@pytest.mark.parametrize("optimizer,shown", [("zero-one-adam", "local_sync"), ("onebit-adam", "compression")])
+def test_a_trace_names_the_kind_of_step_it_shows(runner, tmp_path, optimizer, shown):
+    """0/1 Adam's iteration time is the weighted mean of its kinds of step; its trace shows one kind
+    (the most frequent), so the trace's process and metadata name it and both it and run's output say
+    the headline is the mean. 1-bit Adam's run is its compression stage alone: labelled, no mean."""
+    trace = tmp_path / "trace.json"
+    r = invoke(
+        runner, "run", "preset:default", "--set", f"training.optimizer={optimizer}", "--trace", str(trace)
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(trace.read_text())
+    names = [e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"]
+    assert names and all(n.endswith(f", step kind {shown}") for n in names)
+    assert data["otherData"]["step_kind"] == shown
+    mean = "is the weighted mean with the other kinds"
+    if optimizer == "zero-one-adam":
+        assert mean in data["otherData"]["shows"] and f"it shows the step kind {shown}" in r.output
+        assert mean in " ".join(r.output.split())
+    else:
+        assert "shows" not in data["otherData"] and "it shows" not in r.output
+
+
 def test_collective_command(runner):
     r = invoke(runner, "collective", "preset:default", "--op", "all_reduce", "--bytes", "32MiB", "--json")
     assert r.exit_code == 0, r.output
@@ -196,10 +218,16 @@ def test_bad_scenarios_fail_with_one_line_and_exit_2(runner, tmp_path, case):
         (("hardware", "show", "Z100"), "unknown GPU"),
         (("collective", "preset:default", "--bytes", "12 parsecs"), "--bytes"),
         (("collective", "preset:default", "--op", "gossip"), "unknown collective"),
-        (("collective", "preset:default", "--algo", "magic"), "unknown algorithm"),
+        # the option named as typed ("--algo", as "--op" and "--bytes"), not the cost model's "algo"
+        (("collective", "preset:default", "--algo", "magic"), "error: --algo: unknown algorithm 'magic'"),
+        (
+            ("collective", "preset:default", "--algo", "tre"),
+            "--algo: unknown algorithm 'tre'; did you mean tree",
+        ),
         (
             ("collective", "preset:default", "--algo", "hier", "--group", "intra"),
-            "algorithm 'hier' does not apply to all_reduce on 1 node(s)",  # the name, not the enum's repr
+            # the name, not the enum's repr
+            "error: --algo: algorithm 'hier' does not apply to all_reduce on 1 node(s)",
         ),
         (("run", "preset:default", "--profile", "/no/profile.json"), "profile.json: file not found"),
     ],

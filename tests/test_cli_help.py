@@ -139,3 +139,33 @@ def test_no_help_text_is_cut_at_80_columns(runner, path, command):
     r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     assert "…" not in r.output, r.output
+
+
+def test_plan_help_says_what_the_answer_holds(runner):
+    """`plan --help` listed options only: a new user could not tell the lines of the answer apart (the
+    equivalent simpler choice, the MFU line, the counts of pruned candidates). Its epilog names each, in
+    the order printed, and --json's fields for them."""
+    r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    epilog = r.output[r.output.index("The answer, in this order") :]
+    said = [
+        "Header:",
+        "cost:",
+        "Recommended:",
+        "Sooner for about the same cost:",
+        "Risk:",
+        "the two are equivalent, so the simpler one is kept",
+        "Fastest:",
+        "One line per compressed optimizer",
+        "% MFU",
+        "Runners-up:",
+        "'*' marks",
+        "too slow for the deadline",
+        "not simulated",
+        "not searched",
+        "Exit 1",
+        "kept_simpler",
+    ]
+    where = [epilog.find(s) for s in said]
+    assert -1 not in where, [s for s, w in zip(said, where) if w == -1]
+    assert where == sorted(where)  # in the order the answer prints them

@@ -191,10 +191,11 @@ def test_compare_names_the_cluster_and_set_values_and_prices_by_one_model():
     header = r.stdout.splitlines()[0]
     assert "8 x A100-40GB per node" in header and "25 Gb/s Ethernet per node" in header
     assert "--set workload.micro_batch=8" in header and "micro-batch 8" in header
-    assert "Cost to train" in r.stdout and "16 GPUs: owned: $" in r.stdout
+    assert "Cost to train" in r.stdout and "cost: owned: each size's capital amortised" in r.stdout
     rented = CliRunner().invoke(app, [*args, "--steps", "1000", "--cost", "rent"])
     assert rented.exit_code == 0, rented.output
-    assert "16 GPUs: rented at $21.96/h x 2 p4d.24xlarge" in rented.stdout
+    assert "cost: rented as p4d.24xlarge at $21.96/h each" in rented.stdout
+    assert "2 x p4d.24xlarge" in rented.stdout  # the instances, in the table's column
     assert "is sold with 4 x 100 Gb/s EFA" in rented.stdout  # the network simulated is not the instance's
     assert "Cost to train" not in CliRunner().invoke(app, args).stdout  # no steps, no cost
 
@@ -359,3 +360,27 @@ def test_a_rented_instance_names_its_network_as_its_provider_sells_it():
         assert "EFA" in r["cluster"] and "InfiniBand" not in r["cluster"], r["cluster"]
     single = [r for r in rows if r.get("instance") == "lambda-8x-h100-sxm"]
     assert all("single machine" in r["cluster"] and "Ethernet" not in r["cluster"] for r in single)
+
+
+@pytest.mark.parametrize("cost", [[], ["--cost", "rent"], ["--cost", "rent", "--instance", "p4d.24xlarge"]])
+def test_compare_says_its_cost_model_once_not_per_gpu_count(cost):
+    """compare printed "16 GPUs: owned: $386,704 capital amortised over 3 years ..." and the same line
+    again for every GPU count: the cost model is said once, what grows with the cluster (an owned
+    cluster's capital, the instances rented) is the table's column, a warning said once."""
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    args = ["compare", "examples/team-a100-40gb-25gbe.yaml", "--gpus", "16,32,64", "--samples", "0"]
+    args += ["--break-even-at", "0", "--optimizers", "adam,binsgdm", "--steps", "1000", *cost]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    after = r.stdout.split("Cost to train")[1].splitlines()
+    said = [line for line in after if line.startswith(("cost:", "note", "16 GPUs", "32 GPUs"))]
+    assert [line.split(":")[0] for line in said] == ["cost"] + ["note"] * bool(cost), said
+    rows = {line.split()[0]: line for line in after[2:8]}
+    assert set(rows) == {"16", "32", "64"}
+    if not cost:  # owned: each size's capital in its row
+        assert "capital" in after[1] and "$386,704" in rows["16"] and "$773,408" in rows["32"]
+    else:
+        assert "2 x p4d.24xlarge" in rows["16"] and "8 x p4d.24xlarge" in rows["64"]

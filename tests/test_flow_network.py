@@ -7,13 +7,16 @@ import pytest
 
 from clustersim.cli import app
 from clustersim.cost_models.collective_algorithms import double_tree_edges
-from clustersim.scenario import load_scenario
+from clustersim.cost_models.nccl_trees import spine_shares
+from clustersim.scenario import FabricSpec, load_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
+from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.simulator.network.flow import FlowBackend
 from clustersim.simulator.network.patterns import double_tree
 from clustersim.simulator.program import CollectiveSpec
 from clustersim.topologies import GroupShape
+from clustersim.topologies.placement import place
 
 SIZES = (1 << 20, 64 << 20, 1 << 30)
 
@@ -38,6 +41,8 @@ def _nvlink_share_corrected(ctx, op, nbytes, shape, algo, ana):
     p = shape.ranks
     per_rank = {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p, "reduce_scatter": (p - 1) / p}
     if algo == "tree":  # the chains' 2S inside the node beside the NICs' S/2 per tree edge
+        # (at the NICs' rate over r x the share of the tree's traffic that crosses the spine)
+        inter = c.inter_node(shape, *spine_shares(place(c.spec.fabric, shape.nodes))).bytes_per_s
         nic = double_tree_edges(shape.nodes) / 2 * nbytes
         old = max(2 * nbytes / intra, nic / inter) / frac
         new = max(2 * nbytes / (intra * g / (g - 1)), nic / inter) / frac
@@ -82,7 +87,7 @@ def _skip(algo: str, op: str, shape: GroupShape, oversubscribed: bool) -> bool:
 
 
 @pytest.mark.parametrize("oversubscription", [1.0, 2.0])
-@pytest.mark.parametrize("nodes", [1, 2, 4, 32])
+@pytest.mark.parametrize("nodes", [1, 2, 4, 16, 32])  # 16: two leaves of 8, 32: four
 @pytest.mark.parametrize("op,algo", NVSWITCH_CASES)
 def test_flow_agrees_with_analytical_on_symmetric_nvswitch_clusters(nodes, op, algo, oversubscription):
     ctx = build_context(_dgx(nodes, nodes_per_leaf=8, oversubscription=oversubscription))
@@ -167,6 +172,129 @@ def test_double_tree_matches_nccl_each_rank_inner_in_at_most_one_tree():
         for r in range(k):
             edges = [sum(1 for c, p in enumerate(t) if p == r) + (t[r] >= 0) for t in (a, b)]
             assert sum(edges) <= 4 + (k % 2), (k, r, edges)
+
+
+def _ethernet(nodes: int, **fabric):
+    """The new-user trial's cluster: 8 x A100-80GB on NVSwitch, one 100 GbE NIC per node, on a
+    leaf-spine fabric (``fabric``: nodes_per_leaf, oversubscription, ...)."""
+    changes = {
+        "cluster.gpu": "A100-80GB",
+        "cluster.nic.kind": "ethernet_tcp",
+        "cluster.nic.count": 1,
+        "cluster.nic.line_rate_gbps": 100,
+        "cluster.fabric.kind": "leaf_spine",
+        **{f"cluster.fabric.{k}": v for k, v in fabric.items()},
+    }
+    return _dgx(nodes).with_changes(**changes)
+
+
+# a leaf of 2 nodes has one uplink at the least: 2:1 at most (scenario.py refuses 4:1 there)
+LEAF_SPINE_CASES = [(n, k, r) for n in (8, 16, 32, 64) for k in (2, 4, 8) for r in (2.0, 4.0) if r <= k]
+
+
+@pytest.mark.parametrize("nodes,per_leaf,oversubscription", LEAF_SPINE_CASES)
+def test_tree_on_an_oversubscribed_leaf_spine_agrees_across_node_counts(nodes, per_leaf, oversubscription):
+    """Both backends charge the uplinks only for the tree edges that cross them (nccl_trees.spine_shares
+    on the shared placement): on two leaves half a leaf's NIC traffic, from four on all of it. The
+    analytical model used to divide the whole tree by r, twice the flow model's time on two leaves."""
+    ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=oversubscription))
+    backend = FlowBackend(ctx)
+    for shape in (GroupShape(nodes, 8), GroupShape(nodes, 1, sharing=8)):
+        for nbytes in (64 << 20, 1 << 30):
+            ana, flow = _pair(ctx, backend, "all_reduce", nbytes, shape, "tree")
+            assert flow == pytest.approx(ana, rel=0.03), (shape, nbytes)
+
+
+@pytest.mark.parametrize("oversubscription", [2.0, 4.0])
+@pytest.mark.parametrize("nodes", [8, 16, 32])
+def test_a_tree_on_two_leaves_crosses_the_spine_on_its_tree_leaves_only(nodes, oversubscription):
+    """Closed form. Nodes sit on leaf i mod 2 (topologies/placement.py), so in NCCL's first tree every
+    odd rank (a tree leaf) hangs off an even parent on the other leaf and every inner edge joins two
+    even ranks; the mirror tree likewise: N of the 2(N-1) edges cross. Each carries S/2 each way, one
+    end on either leaf, so a leaf's uplink carries N x S/2 = kS per direction (k = N/2 nodes per leaf)
+    at kB/r: rS/B, beside the NICs' 2S/B. The tree's bandwidth time grows by max(2, r)/2: nothing at
+    2:1, twice at 4:1, where a ring's (every hop crossing) grows r times."""
+    per_leaf = nodes // 2
+    where = place(FabricSpec(kind="leaf_spine", nodes_per_leaf=per_leaf), nodes)
+    crossing = [
+        (c, q)
+        for t in double_tree(nodes)
+        for c, q in enumerate(t)
+        if q >= 0 and where.leaf_of(c) != where.leaf_of(q)
+    ]
+    assert len(crossing) == nodes and all(c % 2 != q % 2 for c, q in crossing)
+    assert spine_shares(where) == (0.5, 0.0)
+    times = {}
+    for r in (1.0, oversubscription):
+        ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=r))
+        backend = FlowBackend(ctx)
+        times[r] = {
+            algo: _pair(ctx, backend, "all_reduce", 4 << 30, GroupShape(nodes, 8), algo)
+            for algo in ("tree", "ring")
+        }
+    for model in (0, 1):  # analytical, flow
+        tree = times[oversubscription]["tree"][model] / times[1.0]["tree"][model]
+        ring = times[oversubscription]["ring"][model] / times[1.0]["ring"][model]
+        assert tree == pytest.approx(max(2.0, oversubscription) / 2, rel=0.01), model
+        # a ring's 2(p-1) latency steps: 1.3% of its time on 256 ranks at 1:1
+        assert ring == pytest.approx(oversubscription, rel=0.02), model
+
+
+@pytest.mark.parametrize("nodes,per_leaf", [(16, 4), (32, 8), (64, 2), (64, 16)])
+def test_a_tree_on_four_or_more_leaves_sends_a_whole_leaf_s_traffic_across(nodes, per_leaf):
+    """From four leaves on (node i on leaf i mod L) the busiest leaf's nodes have all their tree edges
+    on other leaves: k nodes x 2S over an uplink of kB/r, r times the NICs' time, as a ring."""
+    where = place(FabricSpec(kind="leaf_spine", nodes_per_leaf=per_leaf), nodes)
+    assert where.leaves >= 4 and spine_shares(where) == (1.0, 0.0)
+    ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=2.0))
+    flat = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=1.0))
+    shape = GroupShape(nodes, 8)
+    ratio = ctx.collectives.cost("all_reduce", 1 << 30, shape, "tree").time
+    ratio /= flat.collectives.cost("all_reduce", 1 << 30, shape, "tree").time
+    assert ratio == pytest.approx(2.0, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "nodes,per_leaf,oversubscription,slowdown",
+    [
+        # 6 nodes on two 4-node leaves, 3 each: every ring hop crosses, 3 flows on an uplink sized
+        # for 4 at r = 2: 3 x 2 / 4 = 1.5 (the full ratio, 2, assumed a full leaf)
+        (6, 4, 2.0, 1.5),
+        # 5 nodes: leaf 0 holds 0, 2, 4 and hop 4 -> 0 stays on it: 2 crossing hops per leaf,
+        # 2 x 2 / 4 = 1, the NICs bind
+        (5, 4, 2.0, 1.0),
+        (7, 4, 4.0, 3.0),  # 4 + 3 nodes, 3 crossing hops from either leaf at 4:1 on 4: 3
+        (20, 8, 2.0, 1.75),  # 3 leaves of 7, 7, 6: 7 x 2 / 8
+    ],
+)
+def test_a_ring_on_leaves_its_group_does_not_fill_is_slowed_by_its_crossing_hops(
+    nodes, per_leaf, oversubscription, slowdown
+):
+    """Closed form: a leaf's uplink is sized for nodes_per_leaf NICs over r; a ring on node i -> i+1
+    (leaf i mod L) sends one node's ring traffic across per hop that leaves the leaf, so its time on
+    the uplink is r x crossing hops / nodes_per_leaf of the NICs' (placement.ring_shares). Both
+    backends; the analytical model used to charge r whenever the group spanned leaves."""
+    shape = GroupShape(nodes, 8)
+    times = {}
+    for r in (1.0, oversubscription):
+        ctx = build_context(_ethernet(nodes, nodes_per_leaf=per_leaf, oversubscription=r))
+        times[r] = _pair(ctx, FlowBackend(ctx), "all_gather", 4 << 30, shape, "ring")
+    for model in (0, 1):  # analytical, flow
+        ratio = times[oversubscription][model] / times[1.0][model]
+        assert ratio == pytest.approx(slowdown, rel=0.01), model
+
+
+def test_a_single_switch_s_links_are_named_for_the_switch():
+    """The hottest links on one switch say "switch", not a leaf the fabric does not have."""
+    trial = _ethernet(8).with_changes(**{"cluster.fabric.kind": "single_switch"})
+    ctx = build_context(trial)
+    backend = FlowBackend(ctx)
+    flow = backend.time(CollectiveSpec("all_reduce", 1 << 30, GroupShape(8, 8), "ring", "Simple"))
+    names = [row["link"] for row in backend.utilisation(flow, top=4)]
+    assert names and not any("leaf" in n for n in names), names
+    assert any(n.endswith("<- switch") or n.endswith("-> switch") for n in names), names
+    spine = FlowNetwork(build_context(_ethernet(8, nodes_per_leaf=4)).cluster, 8)
+    assert spine.name(spine.nic_up(0, 0)) == "node0 nic0 -> leaf"
 
 
 def test_flow_backend_run_is_close_to_the_analytical_run():
@@ -344,3 +472,24 @@ def test_a_cluster_past_the_flow_backends_node_limit_is_refused_before_it_is_bui
         simulate(_dgx(8).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
     assert err.value.key == "training.network" and "at most 4 nodes" in str(err.value)
     assert simulate(_dgx(4).with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
+
+
+@pytest.mark.parametrize("oversubscription", [2.0, 4.0])
+def test_nccls_choice_on_an_oversubscribed_spine_is_the_one_it_makes_on_the_nics_alone(oversubscription):
+    """NCCL's tuner reads the NICs' speeds and nothing of the switches above them, so on two 2:1 or 4:1
+    leaves it picks for a large all-reduce what it picks on a non-blocking fabric (the ring), although
+    the tree would cross the spine less: the auto choice is the same algorithm as at 1:1, and its time
+    is that algorithm's on the real fabric."""
+    from clustersim.cost_models.collectives import CollectiveModel
+
+    nodes, shape, nbytes = 8, GroupShape(8, 8), float(1 << 30)
+    flat = CollectiveModel(build_context(_ethernet(nodes, nodes_per_leaf=4, oversubscription=1.0)).cluster)
+    tight = CollectiveModel(
+        build_context(_ethernet(nodes, nodes_per_leaf=4, oversubscription=oversubscription)).cluster
+    )
+    chosen = flat.cost("all_reduce", nbytes, shape)
+    auto = tight.cost("all_reduce", nbytes, shape)
+    assert auto.algorithm == chosen.algorithm
+    assert auto.time == tight.cost("all_reduce", nbytes, shape, chosen.algorithm).time
+    tree = tight.cost("all_reduce", nbytes, shape, "tree").time
+    assert tree < auto.time  # the tree would have been faster here: NCCL cannot know it

@@ -14,6 +14,7 @@ import pytest
 from clustersim import catalog
 from clustersim.catalog import storage_precision
 from clustersim.cost_models.compute import DeviceCosts
+from clustersim.errors import InputError
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
 from clustersim.simulator.model_parallel import Layout
@@ -316,8 +317,14 @@ def test_recipes_cost_in_order_and_only_under_fp8():
     assert times == sorted(times) and times[0] < times[-1]
     bf16 = simulate(_gpt("bf16"))
     assert times[-1] < bf16.iteration_time
-    said = simulate(_gpt("bf16", **{"workload.fp8_recipe": "current"}))
-    assert said.iteration_time == pytest.approx(bf16.iteration_time)
-    assert any("workload.fp8_recipe applies to precision fp8 only" in n for n in said.notes)
+    # a recipe on a bf16 workload is refused (scenario validation), never simulated as if it were FP8
+    with pytest.raises(InputError, match="applies to precision fp8 only") as refused:
+        _gpt("bf16", **{"workload.fp8_recipe": "current"})
+    assert refused.value.key == "workload.fp8_recipe"
+    # a scenario written out whole, defaults included (as sweeps and plans do), is read again as it was
+    from clustersim.scenario import validate_scenario
+
+    whole = _gpt("bf16").model_dump(mode="json")
+    assert whole["workload"]["fp8_recipe"] is None and validate_scenario(whole).workload.precision == "bf16"
     with pytest.raises(ValueError, match="unknown FP8 recipe"):
         fp8.linear_gemms(1.0, 1.0, 1.0, 1.0, 1, "rowwise")

@@ -179,6 +179,19 @@ BAD = [
         "cluster.heterogeneity.node_gpus.0.gpu",
         "node 1's L4 has 24.00 GiB",
     ),
+    # an FP8 scaling recipe beside another precision would change nothing: the file contradicts itself
+    (
+        "fp8_recipe on fp16",
+        {"workload.fp8_recipe": "current"},
+        "workload.fp8_recipe",
+        "applies to precision fp8 only; this workload's precision is fp16",
+    ),
+    (
+        "fp8_recipe delayed on bf16",
+        {"workload.precision": "bf16", "workload.fp8_recipe": "delayed"},
+        "workload.fp8_recipe",
+        "set workload.precision: fp8, or drop fp8_recipe",
+    ),
     (
         "0/1 Adam's own buffers on A100-40GB",
         {

@@ -307,3 +307,89 @@ def test_offload_plan_says_when_a_mode_fits_with_little_to_spare(monkeypatch):
     assert r.exit_code == 0, r.output
     note = next(x for x in r.output.splitlines() if x.startswith("note (interleaved): GPU memory:"))
     assert "to spare" in note and "workload.activation_checkpointing" in note
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgdm", "onebit-adam", "zero-one-adam", "binsgdm"])
+def test_the_offload_summary_counts_the_parameters_every_step_kind_updates_on_the_cpu(optimizer):
+    """The summary's subgroups on the CPU are the parameters each kind of step prices a CPU update for
+    (0/1 Adam's variance steps once placed a ZeRO partition that its whole-replica local steps then
+    priced at the full model: the line said 1/64 of the model, the step took the whole model's time)."""
+    from clustersim.simulator.offload import PlacementKind
+    from clustersim.simulator.strategies import registry
+
+    overrides = {"cluster.nodes": 2, "training.optimizer": optimizer, "training.offload.mode": "zero"}
+    s = make_scenario(**overrides)
+    ctx = build_context(s)
+    steps = registry.create(ctx).steps()
+    placement = ctx.offload_placement
+    on_cpu = sum(n for n, k in zip(placement.subgroup_sizes(), placement.kinds) if k == PlacementKind.CPU)
+    for step in steps:
+        priced = sum(o.meta["params"] for o in step.program.ops if o.name.startswith("CPU update"))
+        assert priced == pytest.approx(on_cpu, rel=1e-9), step.label
+    summary = simulate(s).extra["offload"]
+    assert summary["placement"][PlacementKind.CPU] == summary["subgroups"]
+    assert (summary["subgroups"] - 1) * summary["subgroup_params"] < on_cpu
+    assert on_cpu <= summary["subgroups"] * summary["subgroup_params"] * (1 + 1e-12)
+
+
+def _a100_llama7b(optimizer: str, **kw):
+    """The trial's LLaMA-7B on 8 nodes of 8 x A100-80GB, 100 GbE, micro-batch 1 at 2048 tokens."""
+    return make_scenario(
+        **{
+            "cluster.nodes": 8,
+            "cluster.gpus_per_node": 8,
+            "cluster.gpu": "A100-80GB",
+            "cluster.nic.kind": "ethernet_tcp",
+            "cluster.nic.line_rate_gbps": 100,
+            "workload.model": "LLaMA-7B",
+            "workload.micro_batch": 1,
+            "workload.seq_len": 2048,
+            "workload.precision": "bf16",
+            "training.optimizer": optimizer,
+            "training.offload.mode": "zero",
+            **kw,
+        }
+    )
+
+
+@pytest.mark.parametrize("optimizer", ["onebit-adam", "zero-one-adam", "binsgdm"])
+def test_a_compressed_optimizer_that_does_not_fit_offloaded_says_so(optimizer):
+    """The three whole-replica optimizers refuse LLaMA-7B on an A100-80GB the same way: with the state
+    on the host what stays does not fit (0/1 Adam's placement was planned for a 1/64 ZeRO partition,
+    so it slipped past the offload check and listed its GPU state as if nothing were offloaded)."""
+    with pytest.raises(InputError, match="even with the optimizer offloaded"):
+        simulate(_a100_llama7b(optimizer))
+
+
+def test_zero_one_adams_offloaded_state_is_the_whole_replica_on_every_hosts_memory():
+    """0/1 Adam offloaded keeps the whole replica's master weights and variance on each rank's host:
+    BERT-Large's 336M x (8 bytes of state + 4 of synced momentum) x 4 GPUs = 16 GB a node does not fit
+    8 GiB (the 1/8 partition it was planned for, 2.0 GB, did)."""
+    s = make_scenario(
+        **{"cluster.nodes": 2, "training.optimizer": "zero-one-adam", "training.offload.mode": "zero"}
+    )
+    simulate(s.with_changes(**{"cluster.host.memory_gib": 32}))
+    with pytest.raises(InputError, match="cluster.host.memory_gib"):
+        simulate(s.with_changes(**{"cluster.host.memory_gib": 8}))
+
+
+@pytest.mark.parametrize(
+    "optimizer,overrides,key,why",
+    [
+        # the weights, gradients and the state kept on the GPU (0/1 Adam: momentum and accumulator,
+        # 12 bytes a parameter with the error buffers) alone exceed 80 GB: the model
+        ("zero-one-adam", {}, "workload.model", "optimizer state alone need 100.80 GiB"),
+        # one sample at the model's own 2048 tokens does not fit beside BinSGDM's states: the GPU
+        ("binsgdm", {}, "cluster.gpu", "not even a micro_batch of 1 fits"),
+        # a sequence longer than the model's own: the sequence
+        ("binsgdm", {"workload.seq_len": 4096}, "workload.seq_len", "not even a micro_batch of 1 fits"),
+        # 1-bit Adam's error buffers take the room one sample of 1024 tokens needs: the optimizer
+        ("onebit-adam", {"workload.seq_len": 1024}, "training.optimizer", "own buffers (onebit worker error"),
+    ],
+)
+def test_an_offloaded_rank_that_does_not_fit_names_the_key_by_check_fits_rule(optimizer, overrides, key, why):
+    """The offload planner's refusal names its key by memory.check_fits' rule (it said cluster.gpu
+    whenever a smaller micro-batch would not do, and never said why)."""
+    with pytest.raises(InputError, match="even with the optimizer offloaded") as err:
+        simulate(_a100_llama7b(optimizer, **overrides))
+    assert err.value.key == key and why in err.value.message

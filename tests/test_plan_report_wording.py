@@ -206,3 +206,28 @@ def test_runners_up_equivalent_under_the_simpler_rule_say_so():
     assert analysis.kept_simpler_note(_owned("8 x B200", 650.5, 13_962.0, 5e5, "ZeRO-1"), zero) == (
         "equivalent (within 3%), more complex: tensor/pipeline parallel"
     )
+
+
+def test_plan_json_flags_the_runners_up_the_table_marks_equivalent():
+    """`plan --json` gave the runners-up without the table's "*": a script saw four cheaper, faster
+    options and no word that each is equivalent to the choice and more complex. Each runner-up now says
+    so (kept_simpler, and the footnote's sentence as kept_simpler_reason) and the JSON still dumps."""
+    from clustersim.commands.planning import _versus
+    from clustersim.planner.planning import plan_as_json
+
+    chosen = _owned("64 x B200", 737.8, 127_369.0, 4e6, "TP1·PP16·DP4", band=(540.2, 996.5))
+    inter = _owned("64 x B200", 717.2, 123_821.0, 4e6, "TP1·PP16·DP4, interleaved v3", band=(521.7, 969.1))
+    dearer = dict(inter, cost=130_000.0)
+    result = {"chosen": chosen, "runners_up": [inter, dearer], "fastest": inter, "fastest_within": inter}
+    d = json.loads(json.dumps(plan_as_json(result)))
+    first, second = d["runners_up"]
+    _, footnotes = _versus([inter, dearer], chosen)
+    assert first["kept_simpler"] is True
+    assert footnotes == [f"* {first['kept_simpler_reason']}"]  # the console's words, without the mark
+    assert first["kept_simpler_reason"] == (
+        "equivalent (within 3%), more complex: interleaved; the simpler choice is kept"
+    )
+    assert second["kept_simpler"] is False and second["kept_simpler_reason"] is None
+    assert "kept_simpler" not in d["chosen"] and "kept_simpler" not in d["fastest"]
+    nothing = plan_as_json({"chosen": None, "runners_up": [], "fastest": None, "fastest_within": None})
+    assert nothing["runners_up"] == []

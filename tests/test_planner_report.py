@@ -231,6 +231,22 @@ def test_links_under_five_percent_are_counted_not_listed():
     assert hot["links"] == [busy] and hot["quiet"] == 1
 
 
+def test_a_network_under_five_percent_everywhere_still_shows_its_busiest_links():
+    """Every link under 5%: the section was a heading and '10 more link(s) under 5% utilisation are
+    not listed', no table; it now says every link is under 5% and lists the busiest three."""
+    from clustersim.report.build import _links_html
+
+    links = [
+        {"link": f"node{i} -> switch", "gbs": 12.5, "bytes": 1e6 * (i + 1), "utilisation": 0.001 * (i + 1)}
+        for i in range(10)
+    ]
+    hot = hottest_links(None, SimpleNamespace(iteration_time=0.5, extra={"hottest_links": links}))
+    assert hot["links"] == [] and hot["quiet"] == 10
+    page = _links_html(hot, "links")
+    assert "Every link is under 5% utilised; the busiest 3:" in page and "not listed" not in page
+    assert page.count("<tr><td>") == 3 and "node9 -&gt; switch" in page and "1.0%" in page
+
+
 def test_legends_in_numeric_order_and_decade_ticks(built):
     """Legends listed networks as strings (100, 25, 50); log axes read "2 3 ... 10 2 3"."""
     sec = built[2][0]

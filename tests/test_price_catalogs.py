@@ -172,3 +172,27 @@ def test_a_price_file_that_is_not_yaml_is_one_line_naming_it(runner, tmp_path, o
     )
     assert r.exit_code == 2, r.output
     assert f"{bad}: invalid YAML at line 2" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("command", "rented", "words"),
+    [
+        (["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d"], ["--cost", "rent"], []),
+        (["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d"], ["--price", "3"], []),
+        (["compare", "preset:default", "--steps", "1000"], ["--cost", "rent"], []),
+        (
+            ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d"],
+            ["--instance", "p4d.24xlarge"],
+            ["--cost own without --instance"],
+        ),
+    ],
+)
+def test_own_prices_with_a_rented_run_is_refused_not_ignored(tmp_path, command, rented, words):
+    """`--cost rent --own-prices FILE` (or a flat --price, or --instance) priced the run as rented and
+    never read FILE, without a word: the user's ownership figures looked applied. Refused in one line
+    naming --own-prices and what made the run rented, exit 2."""
+    path = tmp_path / "own.yaml"
+    path.write_text(_shipped("ownership.yaml"))
+    r = CliRunner().invoke(app, [*command, *rented, "--own-prices", str(path), "--samples", "0"])
+    what = " ".join(rented) if rented[0] == "--cost" else rented[0]
+    _one_line_error(r, "--own-prices:", f"{what} prices the run as rented", "drop --own-prices", *words)

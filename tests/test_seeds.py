@@ -409,3 +409,20 @@ def test_the_seeds_table_says_what_its_numbers_are(runner):
     assert all(x.startswith('undisclosed, row "') and "that row uses" in x for x in notes)
     inside = next(x for x in diloco if "50% compute utilization" in x)
     assert inside.rstrip().endswith(" 0.0%")
+
+
+def test_a_zero_width_band_says_why_it_has_no_width(runner):
+    """Streaming DiLoCo's rows take every input from the paper (a stated link rate, a compute-only step),
+    so their P10-P90 has no width; the table says why under it, and only when such a band is shown."""
+    from clustersim.cli import app
+
+    r = runner.invoke(app, ["validate", "--dataset", "seeds", "--samples", "4"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    zero = [x for x in lines if x.startswith("Streaming DiLoCo") and "53.5%–53.5%" in x]
+    assert zero, r.output
+    assert any(x.startswith("a band of zero width (P10 = P90): no uncertain input") for x in lines)
+    assert "published vs predicted" in r.output and "predicted vs published" not in r.output
+    plain = runner.invoke(app, ["validate", "--dataset", "binsgdm_speedups", "--samples", "4"])
+    assert plain.exit_code == 0, plain.output
+    assert "a band of zero width" not in plain.output

@@ -127,3 +127,35 @@ def test_multinode_dataset_prints_errors_with_scale():
     names = {s["series"] for s in got["scaling_by_series"]}
     assert "MLPerf v3.1 GPT-3, NVIDIA Eos-DFW" in names and got["median_abs_relative_error"] >= 0
     assert "speedups_by_scale" not in got  # one optimizer
+
+
+def test_json_carries_the_tables_signed_error_beside_the_raw_one():
+    """`validate --json` gave each row's error as (predicted - published) / published while the tables
+    sign a rate's the other way (+ predicted too slow): a throughput predicted 6.3% high read +6.3% in
+    the JSON and -6.3% in the table. The JSON keeps the raw ``error`` and adds ``slowness_error``, the
+    table's sign, for rows, series points and single-GPU throughput rows."""
+    from clustersim.validation.speedups import scaling_by_series
+
+    rows = [Row(optimizer="adam", gpus=g, published=1.0) for g in (8, 16, 8, 8)]
+    data = Dataset(name="t", description="t", source="t", scenario="preset:default", rows=rows)
+    results = [
+        RowResult("adam", 8, 1.0, 1.063, 0.063, metric="tokens_per_s_per_gpu", series="rate"),
+        RowResult("adam", 16, 1.0, 1.10, 0.10, metric="tokens_per_s_per_gpu", series="rate"),
+        RowResult("adam", 8, 1.0, 1.05, 0.05),  # the dataset's metric: a time
+        RowResult("adam", 8, 1.0, 1.2, 0.2, metric="speedup", baseline="adam"),
+    ]
+    said = [r.as_dict("iteration_time") for r in results]
+    assert [d["error"] for d in said] == [0.063, 0.10, 0.05, 0.2]  # raw, as before
+    assert [d["slowness_error"] for d in said] == [-0.063, -0.10, 0.05, 0.2]  # a rate's turned
+    (series,) = scaling_by_series(ValidationReport(data, results))
+    second = series.as_dict()["points"][1]
+    assert second["slowness_error"] == -second["error"] and second["slowness_relative"] == -second["relative"]
+    # the command: each throughput row's JSON slowness_error is the error its table prints
+    args = ["validate", "--dataset", "gpu_steps", "--samples", "0"]
+    table = CliRunner().invoke(app, args)
+    got = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)["rows"]
+    import re
+
+    printed = [m.group(1) for line in table.output.splitlines() if (m := re.search(r"([+-]\d+\.\d)%", line))]
+    assert printed == [f"{100 * r['slowness_error']:+.1f}" for r in got], (printed, table.output)
+    assert any(r["error"] > 0 > r["slowness_error"] or r["error"] < 0 < r["slowness_error"] for r in got)

@@ -162,9 +162,21 @@ NetworkPricesOpt = typer.Option(
 InstancesOpt = typer.Option(
     None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."
 )
-OwnPricesOpt = typer.Option(
-    None, "--own-prices", help="Ownership catalog: a copy of catalogs/ownership.yaml with your figures."
-)
+
+
+def _own_prices_option(rented_by: str) -> typer.models.OptionInfo:
+    """--own-prices, its help naming the options that make a run rented in the command at hand
+    (``rented_by``: compare has no --price), with which it is refused (costing.cost_model)."""
+    return typer.Option(
+        None,
+        "--own-prices",
+        help="Ownership catalog: a copy of catalogs/ownership.yaml with your figures, for owned clusters; "
+        f"refused with {rented_by} (a rented run reads none of it).",
+    )
+
+
+OwnPricesOpt = _own_prices_option("--cost rent, --price or --instance")
+CompareOwnPricesOpt = _own_prices_option("--cost rent or --instance")  # compare has no --price
 
 
 def _costs(cost, price, network_prices, instance, instances, own_prices):
@@ -437,16 +449,16 @@ def _versus(runners_up: list[dict], chosen: dict) -> tuple[list[str], list[str]]
     (one mark per reason), so that a cheaper and faster runner-up does not read as a better choice
     missed."""
     from clustersim.planner.planning import why_not
-    from clustersim.report.analysis import kept_simpler_note
+    from clustersim.report.analysis import kept_simpler_reason
 
     marks: dict[str, str] = {}
     cells = []
     for r in runners_up:
-        note = kept_simpler_note(chosen, r)
+        note = kept_simpler_reason(chosen, r)
         if note is not None:
             marks.setdefault(note, "*" * (len(marks) + 1))
         cells.append(why_not(r, chosen) + (f" {marks[note]}" if note else ""))
-    notes = [f"{mark} {note}; the simpler choice is kept" for note, mark in marks.items()]
+    notes = [f"{mark} {note}" for note, mark in marks.items()]
     return cells, notes
 
 
@@ -461,6 +473,39 @@ def _say_choice(result: dict) -> None:
         console.print(f"[dim]the choice runs at {chosen_flops(result['chosen'])}[/]", highlight=False)
     for note in result.get("memory_notes", []):
         console.print(f"note: {note}", markup=False, highlight=False)
+
+
+# `plan --help`'s epilog: the lines of the answer, in the order printed, and how to read them (one line
+# each; rich markup, so no square brackets).
+PLAN_ANSWER = "\n".join(
+    [
+        "[bold]The answer[/], in this order (--have prints its keep / upgrade / add / rent table instead):",
+        "• Header: model, steps, samples per step, deadline (and budget); candidates simulated and those "
+        "that could not run the model (e.g. out of GPU memory); notes on the recipe.",
+        "• cost: the cost model that priced every number (owned: servers, network and power amortised; "
+        "rented: instance-hours).",
+        "• Recommended: the cheapest option that meets the deadline (and budget): optimizer, cluster, "
+        "layout, hours to train and cost, each with its P10–P90 band.",
+        "• Sooner for about the same cost: an option within 3% of its cost that trains at least 25% sooner.",
+        "• Over adam (the baseline) on the same cluster: where a compressed optimizer is chosen, its "
+        "speedup and saving, and the steps assumed for its convergence.",
+        "• Risk: the choice's P90 is past the deadline; which option keeps its P90 within it.",
+        "• '... would cost N% less ...; the two are equivalent, so the simpler one is kept': the cheapest "
+        "option saves under 3%, is not over 3% faster and its band overlaps, but asks more (a compressed "
+        "optimizer, offload, sharding or model parallelism, interleaving).",
+        "• Fastest: the fastest option that meets the constraints, where it is over 3% sooner than the "
+        "choice (and a faster one over budget, with what it would spend).",
+        "• One line per compressed optimizer: its speedup over the baseline and where it stops paying "
+        "(break-even NIC line rate), or why no candidate could run it.",
+        "• the choice runs at N% MFU, M tokens/s per GPU.",
+        "• Runners-up: other options that meet the constraints, with MFU, hours, cost and 'vs the "
+        "choice'; '*' marks one cheaper but equivalent and more complex (its footnote says why).",
+        "• Counts: candidates too slow for the deadline; not simulated, their lower bounds could win "
+        "nothing; interleaved layouts not simulated; clusters not searched (too slow at peak FLOP rate).",
+        "Exit 1 when nothing meets the deadline (and budget). --json gives the same as data: chosen, "
+        "runners_up (each with kept_simpler), fastest, fastest_within, text and the counts.",
+    ]
+)
 
 
 @with_catalogs

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 
 from clustersim.catalog import hardware_defaults
 from clustersim.cost_models.closed_forms import lg
+from clustersim.cost_models.nccl_trees import double_tree_edges, spine_shares
 from clustersim.topologies.cluster import Bandwidth, Cluster, GroupShape
+from clustersim.topologies.placement import place
 
 
 @dataclass(frozen=True)
@@ -169,21 +171,14 @@ def _two_node_tree_belief(x: Inputs, S: float) -> Decomposition:
     return Decomposition(((2 * lg(x.p), "network"),), legs, True, 0.0, 0.0, nic.bottleneck)
 
 
-def double_tree_edges(nodes: int) -> int:
-    """The most tree edges one node has in NCCL's two complementary binary trees over ``nodes`` nodes
-    (src/graph/trees.cc ncclGetDtree; simulator/network/patterns.double_tree builds them). Each tree
-    carries half the array up (reduce) and down (broadcast), so a node sends S/2 per edge. From 4 nodes
-    on some node is interior in one tree (a parent and two children) and a leaf in the other: 4 edges,
-    2S. Two nodes: each is the root of one tree with the other as its only child: 2 edges, S. Three:
-    3 edges, 1.5S (tests/test_collectives.py checks this against the trees themselves)."""
-    return min(max(nodes, 0), 4)
-
-
 @register("all_reduce", "tree")
 def _allreduce_tree(x: Inputs) -> Decomposition:
     """NCCL's double binary tree: 2·lg p steps. Inside a node the trees are chains of its GPUs, each
     GPU sending and receiving the whole array twice over the intra-node links; across nodes a node's
     NICs send S/2 per tree edge it has (double_tree_edges: 2S from 4 nodes on, S on 2, 1.5S on 3).
+    On an oversubscribed leaf-spine fabric only the tree edges between leaves share the uplinks
+    (nccl_trees.spine_shares: half of a leaf's NIC traffic on two leaves, all of it from four on), so
+    the NICs' rate is divided by r x that share where it exceeds 1, not by r as a ring's.
     The chains and the NICs are pipelined: the two legs run concurrently. NCCL's tuner (``tuner``)
     costs it at 2S from 3 nodes on, and on 2 nodes by what it moves (_two_node_tree_belief), so a
     bandwidth-bound all-reduce on 2 nodes whose GPUs talk faster than twice the NIC is a tree."""
@@ -192,15 +187,16 @@ def _allreduce_tree(x: Inputs) -> Decomposition:
     if x.n == 1:
         return believed
     inter = double_tree_edges(x.n) / 2 * S
-    legs = (Leg(inter, x.inter()),) + ((Leg(2 * S, x.intra()),) if x.g > 1 else ())
-    intra_bound = x.g > 1 and inter / x.inter().bytes_per_s < 2 * S / x.intra().bytes_per_s
+    link = x.cluster.inter_node(x.shape, *spine_shares(place(x.cluster.spec.fabric, x.n)))
+    legs = (Leg(inter, link),) + ((Leg(2 * S, x.intra()),) if x.g > 1 else ())
+    intra_bound = x.g > 1 and inter / link.bytes_per_s < 2 * S / x.intra().bytes_per_s
     return Decomposition(
         ((2 * lg(x.p), "network"),),
         legs,
         True,
         max(x.g * 2 * S - inter, 0.0),
         inter,
-        x.intra().bottleneck if intra_bound else x.inter().bottleneck,
+        x.intra().bottleneck if intra_bound else link.bottleneck,
         # NCCL's tuner (src/graph/tuning.cc) gives a tree half its bus bandwidth as algorithm bandwidth,
         # i.e. 2S over the inter-node bandwidth from 3 nodes on (3 nodes: as if it sent 2S); on 2
         # nodes over the intra-node one, up to twice the NIC's.

@@ -66,6 +66,7 @@ class CollectiveModel:
 
     def __init__(self, cluster: Cluster, measured=None, params: NetworkParams | None = None):
         self.cluster = cluster
+        self._blind_cluster: Cluster | None = None  # the same NICs on a non-blocking fabric: the tuner
         self.measured = measured  # MeasuredCollectives or None
         self.params = params or DEFAULT
         nccl = hardware_defaults()["nccl"]
@@ -111,16 +112,39 @@ class CollectiveModel:
                 key="algo",
             )
         inputs = algos.Inputs(self.cluster, shape, nbytes)
+        blind = self._spine_blind_inputs(shape, nbytes)
         best, best_rank = None, 0.0
         for name, fn in candidates.items():
             plan = fn(inputs)
+            seen = plan if blind is None else fn(blind)
             for proto in self._protocols(shape):
                 c = self.price(op, name, proto, plan, inputs)
-                # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs)
-                rank = c.time if plan.tuner is None else self.price(op, name, proto, plan.tuner, inputs).time
+                # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs; on an
+                # oversubscribed fabric, what it believes on the NICs alone: it never sees the spine)
+                if seen.tuner is None and seen is plan:
+                    rank = c.time
+                else:
+                    belief = seen.tuner or seen
+                    rank = self.price(op, name, proto, belief, inputs if blind is None else blind).time
                 if best is None or rank < best_rank:
                     best, best_rank = c, rank
         return best
+
+    def _spine_blind_inputs(self, shape: GroupShape, nbytes: float) -> algos.Inputs | None:
+        """The group as NCCL's tuner sees it where the fabric's spine would bind: the same NICs on a
+        non-blocking fabric. NCCL's topology search reads the NICs' speeds (net plugins) and nothing of
+        the switches above them (src/graph/topo.cc, search.cc), so on an oversubscribed leaf-spine it
+        chooses between ring and tree as if the uplinks were full; the time is still what the
+        algorithm moves over the real fabric. None where no spine is crossed or none is narrower."""
+        fabric = self.cluster.spec.fabric
+        oversubscribed = fabric.oversubscription > 1 or fabric.core_oversubscription > 1
+        if fabric.kind != "leaf_spine" or not oversubscribed or shape.nodes <= fabric.nodes_per_leaf:
+            return None
+        if self._blind_cluster is None:
+            flat = fabric.model_copy(update={"oversubscription": 1.0, "core_oversubscription": 1.0})
+            spec = self.cluster.spec.model_copy(update={"fabric": flat})
+            self._blind_cluster = Cluster(spec, self.cluster.gpu)
+        return algos.Inputs(self._blind_cluster, shape, nbytes)
 
     def _candidates(self, op: str, algorithm: str, shape: GroupShape) -> dict:
         natural = algos.applicable(op, shape)

@@ -1493,15 +1493,21 @@ CANDIDATE_KEYS = (
 
 def plan_as_json(result: dict) -> dict:
     """``plan``'s answer as plain data (``clustersim plan --json``): the chosen candidate, the
-    runners-up and the fastest by their own numbers, beside the plan's settings and text."""
+    runners-up and the fastest by their own numbers, beside the plan's settings and text. A runner-up
+    says, as the console table's "*" does, whether it is cheaper than the choice but equivalent to it
+    and more complex (``kept_simpler``, with ``kept_simpler_reason``: analysis.kept_simpler_reason)."""
 
     def one(row):
         return row and {k: row.get(k) for k in CANDIDATE_KEYS}
 
+    def runner_up(row):
+        reason = analysis.kept_simpler_reason(result["chosen"], row) if result["chosen"] else None
+        return {**one(row), "kept_simpler": reason is not None, "kept_simpler_reason": reason}
+
     return {
         **{k: v for k, v in result.items() if k not in ("chosen", "runners_up", "fastest", "fastest_within")},
         "chosen": one(result["chosen"]),
-        "runners_up": [one(r) for r in result["runners_up"]],
+        "runners_up": [runner_up(r) for r in result["runners_up"]],
         "fastest": one(result["fastest"]),
         "fastest_within": one(result["fastest_within"]),
     }

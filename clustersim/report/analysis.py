@@ -315,6 +315,13 @@ def kept_simpler_note(chosen: dict[str, Any], other: dict[str, Any]) -> str | No
     return f"equivalent (within {100 * EQUIVALENT_GAIN:.0f}%), more complex: {', '.join(what)}"
 
 
+def kept_simpler_reason(chosen: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """kept_simpler_note as a sentence, as plan's runners-up footnote and its JSON both say it:
+    ``equivalent (within 3%), more complex: interleaved; the simpler choice is kept``. None otherwise."""
+    note = kept_simpler_note(chosen, other)
+    return None if note is None else f"{note}; the simpler choice is kept"
+
+
 def pareto(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows no other row beats on both time-to-train and cost, by increasing time."""
     front, best_cost = [], float("inf")

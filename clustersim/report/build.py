@@ -21,6 +21,7 @@ from clustersim.sweeps.store import read_results
 from clustersim.units import format_bytes
 
 MIN_LINK_UTILISATION = 0.05  # links busier than this are worth a planner's look; the rest is noise
+QUIET_LINKS_SHOWN = 3  # where every link is under MIN_LINK_UTILISATION, the busiest few still listed
 
 
 @dataclass
@@ -151,28 +152,35 @@ def hottest_links(scenario, run) -> dict:
     """The recommended (or fastest) configuration's busiest links and their utilisation (bytes over
     capacity x iteration time), from the flow backend: the run itself when it used it, else one more
     simulation of the same scenario with ``training.network: flow`` (no band). Links under
-    MIN_LINK_UTILISATION are counted, not listed."""
+    MIN_LINK_UTILISATION are counted, not listed; where every link is, the busiest QUIET_LINKS_SHOWN
+    are (``busiest``), so the section still says where the traffic goes."""
     from clustersim.simulator import simulate
 
     if not run.extra.get("hottest_links"):
         run = simulate(scenario.with_changes(**{"training.network": "flow"}), uncertainty_samples=0)
     links = run.extra.get("hottest_links") or []
     busy = [x for x in links if x["utilisation"] >= MIN_LINK_UTILISATION]
-    return {"iteration_time_s": run.iteration_time, "links": busy, "quiet": len(links) - len(busy)}
+    out = {"iteration_time_s": run.iteration_time, "links": busy, "quiet": len(links) - len(busy)}
+    if links and not busy:
+        out["busiest"] = sorted(links, key=lambda x: -x["utilisation"])[:QUIET_LINKS_SHOWN]
+    return out
 
 
 def _links_html(hot: dict | None, anchor: str) -> str:
     if not hot or not (hot["links"] or hot.get("quiet")):
         return ""
-    quiet = (
-        f" {hot['quiet']} more link(s) under {100 * MIN_LINK_UTILISATION:.0f}% utilisation are not listed."
-        if hot.get("quiet")
-        else ""
-    )
+    under = f"{100 * MIN_LINK_UTILISATION:.0f}%"
+    shown = hot["links"] or hot.get("busiest", [])
+    if not hot["links"] and shown:
+        quiet = f" Every link is under {under} utilised; the busiest {len(shown)}:"
+    elif hot.get("quiet"):
+        quiet = f" {hot['quiet']} more link(s) under {under} utilisation are not listed."
+    else:
+        quiet = ""
     rows = "".join(
         f"<tr><td>{html.escape(x['link'])}</td><td>{x['gbs']:.3g}</td><td>{format_bytes(x['bytes'])}</td>"
         f"<td>{100 * x['utilisation']:.1f}%</td></tr>"
-        for x in hot["links"]
+        for x in shown
     )
     table = (
         f"<table><tr><th>link</th><th>GB/s</th><th>bytes per iteration</th><th>utilisation</th></tr>{rows}</table>"

@@ -74,6 +74,9 @@ class Price:
     capital: float = 0.0  # own: USD bought (servers + network); rent: 0
     warning: str | None = None  # rent: the simulated network is not the instance's
     extra: dict[str, Any] = field(default_factory=dict)
+    # the basis without what grows with the cluster (capital, the instances' count), the same for every
+    # size of one cluster: compare says it once, the figures per size in its table; None: the basis
+    common: str | None = None
 
     def describe(self, hours: float) -> str:
         """What a run of ``hours`` costs and why, in one phrase: "rented at $55.04/h x 16 p5.48xlarge ..."
@@ -342,10 +345,11 @@ class Rent:
                 f"simulated on {nic_label(cluster.get('nic') or {})} per node; {inst['name']} is sold with "
                 f"{inst['network_as_sold']}"
             )
-        basis = (
-            f"rented at ${inst['price_per_hour']:,.2f}/h x {n} {inst['name']} ({inst['provider']} on-demand, "
-            f"{inst['region']}, price of {_month(inst['date'])}; network {inst['network_as_sold']}, included)"
+        sold = (
+            f"{inst['provider']} on-demand, {inst['region']}, price of {_month(inst['date'])}; network "
+            f"{inst['network_as_sold']}, included"
         )
+        basis = f"rented at ${inst['price_per_hour']:,.2f}/h x {n} {inst['name']} ({sold})"
         return Price(
             "rent",
             per_hour,
@@ -353,6 +357,7 @@ class Rent:
             sigma_of(inst["uncertainty"]),
             basis,
             warning=warning,
+            common=f"rented as {inst['name']} at ${inst['price_per_hour']:,.2f}/h each ({sold})",
             # simulated on the instance's own network: its rows name that network in the provider's words
             extra={
                 "instance": inst["name"],
@@ -467,10 +472,11 @@ class Own:
         }
         sigma = math.sqrt(sum((parts[k] / total * spread[k]) ** 2 for k in parts)) if total > 0 else 0.0
         note = f"{per_node_kw:g} kW per node x PUE {o['pue']:g} x ${o['usd_per_kwh']:g}/kWh"
-        basis = (
-            f"owned: ${servers + network:,.0f} capital amortised over {o['amortisation_years']:g} years at "
-            f"{100 * o['utilisation']:.0f}% utilisation + power ({note})"
+        amortised = (
+            f"amortised over {o['amortisation_years']:g} years at {100 * o['utilisation']:.0f}% utilisation "
+            f"+ power ({note})"
         )
+        basis = f"owned: ${servers + network:,.0f} capital {amortised}"
         return Price(
             "own",
             total,
@@ -479,6 +485,7 @@ class Own:
             basis,
             capital=servers + network,
             extra={"years": o["amortisation_years"], "utilisation": o["utilisation"], "power_note": note},
+            common=f"owned: each size's capital {amortised}",
         )
 
 
@@ -505,6 +512,23 @@ def auto_model(
     return model
 
 
+def _own_prices_unused(kind_given: bool, price: float | None, instance: str | None) -> str:
+    """Why --own-prices is refused: the options that made the run rented, which reads no ownership
+    figure (servers, power, amortisation), so the file would be silently unused."""
+    why = ["--cost rent"] if kind_given else []
+    why += [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
+    verb = "prices" if len(why) == 1 else "price"
+    rented = [w for w in why if w != "--cost rent"]
+    return (
+        f"{_listed(why)} {verb} the run as rented, which reads no ownership figure; drop --own-prices, "
+        "or price the run as owned with --cost own" + (f" without {_listed(rented)}" if rented else "")
+    )
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def cost_model(
     kind: str | None = None,
     price: float | None = None,
@@ -520,14 +544,17 @@ def cost_model(
     ("default", a path, or None for servers and power only). ``price_option``: whether the command has
     --price (compare has not), and ``have_cost_option`` whether it has --cost (plan --have has not), so
     that a message names only options the user can give and that could work."""
+    kind_given = kind is not None
     if kind is None:
         kind = "rent" if price is not None or instance is not None else "own"
     if kind not in MODELS:
         raise InputError(f"must be own or rent, got {kind!r}", key="--cost")
     if kind == "rent":
+        if own_prices is not None:  # a rented run reads no ownership figure: the file would go unused
+            raise InputError(_own_prices_unused(kind_given, price, instance), key="--own-prices")
         rent = Rent(load_instances(instances), instance, price, price_option=price_option)
         if have_cost_option:
-            rent.owned_prices = load_ownership(own_prices)
+            rent.owned_prices = load_ownership(None)
         return rent
     given = [name for name, value in (("--price", price), ("--instance", instance)) if value is not None]
     if given:
@@ -571,6 +598,9 @@ def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
                 "per_hour_usd": priced.per_hour,
                 "capital_usd": priced.capital,
                 "basis": priced.basis,
+                "common_basis": priced.common or priced.basis,
+                "instance": priced.extra.get("instance"),  # rented as an instance type (None: flat rate)
+                "instances": priced.extra.get("instances"),
                 "warning": priced.warning,
             }
         )

@@ -44,6 +44,9 @@ class SimulationContext:
     notes: list[str] = field(default_factory=list)
     offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
     offload_spec: object = None
+    #: the strategy's extra_gpu_memory (its own buffers: error feedback), set by registry.create, for
+    #: the offload planner's refusal (offload.py), which is called from inside the strategy's programs
+    optimizer_buffers: object = None
     _host: object = None
     _layout: object = None
     network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path
@@ -441,8 +444,6 @@ def _ignored_workload_keys(scenario) -> list[str]:
         for k in sorted(spec.model_fields_set)
         if (said := key_not_applying(k, [spec.model])) is not None
     ]
-    if not convolutional and "fp8_recipe" in spec.model_fields_set and spec.precision != "fp8":
-        notes.append(f"workload.fp8_recipe applies to precision fp8 only; this is {spec.precision}: not used")
     if not convolutional and spec.attention == "eager" and spec.execution == "compiled":
         notes.append(
             "workload.attention eager under execution compiled: torch.compile fuses the scale, mask, "

@@ -173,28 +173,28 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
     """Carry the per-op rates of a measured model of this code and mode to this one (module docstring)."""
     implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
     other = _same_model(profile, ctx.workload)
+    ref = _reference(ctx, profile)
+    hardware = _measured_hardware(profile, ctx.precision)
     if other is not None:
         fp = other.fingerprint
         ctx.notes.append(
             f"the profile measured {other.model} as {fp.implementation or 'unrecorded'} code, "
             f"{fp.execution}; the scenario runs {implementation or 'unrecorded'} code, {execution} "
             "(workload.implementation, workload.execution): that measurement prices only the same code "
-            "and mode, its per-op rates carry"
+            "and mode" + ("" if ref is None else f", and the per-op rates of {ref[0].model}'s carry")
         )
     _carry_update(ctx, profile)
-    ref = _reference(ctx, profile)
     if ref is None:
         codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
         ctx.notes.append(
             f"no measurement of {implementation or 'this'} code in {execution} mode in the profile "
-            f"(it measured {', '.join(codes)}): host dispatch at {ctx.dispatch.source}, device time "
-            "at the profile's measured hardware rates"
+            f"(it measured {', '.join(codes)}), so no measured host rate per op carries: host dispatch "
+            f"at {ctx.dispatch.source}, {_device_rates(hardware, ctx.precision)}"
         )
         return
     mc, workload = ref
     ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
     ratios["device_opt"] = ctx._update_scale  # _carry_update's
-    hardware = _measured_hardware(profile, ctx.precision)
     if workload is not None:
         b = mc.micro_batches[len(mc.micro_batches) // 2]
         measured = _ratios(mc, b, _phase_totals(ctx, workload))
@@ -214,10 +214,10 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
     ctx.transferred_from = mc
     ctx.carry_sigma = carry_sigma(profile, mc)
     device = (
-        "device time at the profile's measured hardware rates"
-        if hardware or workload is None
-        else f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
+        f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
         "hardware rates)"
+        if workload is not None and not hardware
+        else _device_rates(hardware, ctx.precision)
     )
     ctx.notes.append(
         f"compute rates carried over from {mc.model}'s measurement on {mc.fingerprint.device} "
@@ -250,6 +250,18 @@ def _carry_update(ctx, profile: Profile) -> None:
                 f"for {workload.params / 1e6:,.0f}M parameters on {mc.fingerprint.device})"
             )
             return
+
+
+def _device_rates(hardware: bool, precision: str) -> str:
+    """What prices the device time of a scenario no measured model prices directly: the profile's
+    hardware rates where it measured them, else the catalog's defaults (the sources of matmul and
+    memory say which)."""
+    if hardware:
+        return "device time at the profile's measured hardware rates"
+    return (
+        f"device time at the default rates (the profile measured no {precision} GEMM rate; the sources "
+        "of matmul and memory say which)"
+    )
 
 
 def _measured_hardware(profile: Profile, precision: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.simulator import headroom
+from clustersim.simulator.oom import oom_culprit
 from clustersim.units import format_bytes
 from clustersim.workloads.fp8 import weight_copy_bytes
 
@@ -153,21 +154,6 @@ _COMMON_PARTS = {
 
 def _optimizer_buffers(mem: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in mem.items() if k not in _COMMON_PARTS and v > 0}
-
-
-def _one_sample_culprit(ctx, mem: dict[str, float], per_sample: float) -> str:
-    """Not even one sample's activations fit beside the model states: the sequence when the user set
-    one longer than the model's own; the optimizer when its own buffers (error feedback) take the room
-    a sample needs; else the GPU (its memory holds the model states, not a sample beside them)."""
-    w = ctx.scenario.workload
-    arch = catalog.model(w.model) if w.model is not None else None
-    if w.seq_len is not None and (arch is None or w.seq_len > arch.default_seq_len):
-        return "workload.seq_len"
-    without_activations = mem["peak_forward_backward"] - mem["activations"]
-    extra = sum(_optimizer_buffers(mem).values())
-    if extra and without_activations - extra + per_sample <= mem["capacity"]:
-        return "training.optimizer"
-    return "cluster.gpu"
 
 
 def _distributed_optimizer_hint(ctx, mem: dict[str, float]) -> str:
@@ -314,25 +300,17 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         twice = " (two with prefetch)" if w.input.prefetch else ""
         why = f"; the input batches of micro_batch {w.micro_batch}{twice} need {format_bytes(batches)}"
         hint = ""
-    elif mem["peak_update"] > mem["capacity"]:
-        key = "workload.model" if w.model is not None else "workload.layers"
-        alone = format_bytes(mem["peak_update"])
-        why = f"; the model's weights, gradients and optimizer state alone need {alone}"
-    elif mem["activations"] > 0 and without_activations <= mem["capacity"]:
-        per_sample = mem["activations"] / w.micro_batch
-        fits = int((mem["capacity"] - without_activations) // per_sample) if per_sample > 0 else 0
-        key = "workload.micro_batch" if fits >= 1 else _one_sample_culprit(ctx, mem, per_sample)
-        why = f"; the activations of micro_batch {w.micro_batch} need {format_bytes(mem['activations'])}" + (
-            f" (a micro_batch of at most {fits} fits)" if fits >= 1 else " (not even a micro_batch of 1 fits)"
+    else:
+        key, why = oom_culprit(
+            ctx,
+            mem["peak_update"],
+            without_activations,
+            mem["activations"],
+            mem["capacity"],
+            _optimizer_buffers(mem),
         )
-        if key == "training.optimizer":
-            extras = _optimizer_buffers(mem)
-            shown = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in extras.items())
-            why = (
-                f"; {ctx.scenario.training.optimizer}'s own buffers ({shown}) leave no room for one "
-                f"sample's activations ({format_bytes(per_sample)})"
-            )
-        hint = ""
+        if key != "workload.model" and why:  # the activations tip it over: the hint is about states
+            hint = ""
     raise InputError(
         f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed but {ctx.gpu.name} has "
         f"{format_bytes(mem['capacity'])}{why}{'' if offload else hint}; per rank: {parts}",

@@ -141,21 +141,21 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
     }
 
 
-def _micro_batch_that_fits(ctx, budget: dict) -> str:
-    """When the micro-batch's activations are what tip an offloaded rank over, the largest micro-batch
-    that fits (as memory.check_fits says without offload); '' when not even one sample does."""
-    w = ctx.scenario.workload
+def _refusal_key(ctx, budget: dict) -> tuple[str, str]:
+    """The key an offloaded rank that does not fit names, and why: memory.check_fits' rule (the model,
+    the micro-batch, or when not even one sample fits the sequence, the optimizer's own buffers or the
+    GPU), on what stays on the GPU with the optimizer state on the host."""
+    from clustersim.simulator.oom import oom_culprit
+
     activations = ctx.workload.activation_bytes
-    if activations <= 0:
-        return ""
-    per_sample = activations / w.micro_batch
-    left = budget["capacity"] - (budget["peak_without_state"] - activations)
-    fits = int(left // per_sample) if left > 0 else 0
-    if fits < 1:
-        return ""
-    return (
-        f"; the activations of micro_batch {w.micro_batch} need {format_bytes(activations)} "
-        f"(a micro_batch of at most {fits} fits)"
+    own = ctx.optimizer_buffers() if ctx.optimizer_buffers is not None else {}
+    return oom_culprit(
+        ctx,
+        budget["update_without_state"],
+        budget["peak_without_state"] - activations,
+        activations,
+        budget["capacity"],
+        {k: v for k, v in own.items() if v > 0},
     )
 
 
@@ -173,12 +173,12 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     free_peak = budget["capacity"] - budget["peak_without_state"]
     free_update = budget["capacity"] - budget["update_without_state"]
     if free_peak < 0:
-        smaller = _micro_batch_that_fits(ctx, budget)
+        key, why = _refusal_key(ctx, budget)
         raise InputError(
             f"does not fit in GPU memory even with the optimizer offloaded: parameters, gradients and "
             f"activations need {format_bytes(budget['peak_without_state'])} of "
-            f"{format_bytes(budget['capacity'])}" + smaller,
-            key="workload.micro_batch" if smaller else "cluster.gpu",
+            f"{format_bytes(budget['capacity'])}" + why,
+            key=key,
         )
     if off.mode == "zero" and (off.gpu_update_gap or 1) > 1:
         sizes = deepspeed_subgroups(ctx.workload.layers, partition_params, off.subgroup_size)

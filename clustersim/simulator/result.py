@@ -14,6 +14,7 @@ from pathlib import Path
 
 from clustersim.identifiers import COMPUTE_CATEGORIES, Category, Stream
 from clustersim.simulator.program import Program
+from clustersim.units import format_seconds
 
 BREAKDOWN_KEYS = (
     "forward",
@@ -108,6 +109,8 @@ class SimulationResult:
     #: what priced the compute: "measured" (the profile's own measurement of this model), "carried"
     #: (another model's measurement carried over) or "defaults" (rates: the profile's or the catalog's)
     compute_from: str = "defaults"
+    #: the kind of step whose ops ``ops`` holds (the most frequent, where the optimizer has several)
+    ops_step: str = ""
 
     @property
     def samples_per_s(self) -> float:
@@ -153,12 +156,38 @@ class SimulationResult:
             return f"stage {rank % p}{' of the slowest replica' if rank >= p else ''} ({self.scenario})"
         return f"rank 0 ({self.scenario})" if rank == 0 else f"slowest rank ({self.scenario})"
 
+    def traced_step(self) -> str | None:
+        """Which kind of step ``ops`` (and so the trace) shows, where the optimizer has several (0/1
+        Adam's variance, compressed and local steps; DiLoCo's inner steps and sync window), and that
+        the iteration time is their weighted mean; None where every step is the one simulated."""
+        kinds = self.extra.get("steps") or []
+        shown = next((k for k in kinds if k["label"] == self.ops_step), None)
+        if shown is None:
+            return None
+        others = ", ".join(
+            f"{k['label']} {100 * k['weight']:.1f}% at {format_seconds(k['iteration_time_s'])}"
+            for k in kinds
+            if k is not shown
+        )
+        return (
+            f"the step kind {shown['label']} ({100 * shown['weight']:.1f}% of steps, "
+            f"{format_seconds(shown['iteration_time_s'])}), the most frequent kind; the iteration time "
+            f"{format_seconds(self.iteration_time)} is the weighted mean with the other kinds ({others})"
+        )
+
     def chrome_trace(self) -> dict:
         """Chrome / Perfetto trace: one process per rank class (the representative rank; the slowest
         rank where there are stragglers; each pipeline stage), one track (thread) per stream, times in
-        microseconds."""
+        microseconds. Its processes are named by the kind of step they show and its metadata
+        (``otherData``) says which and, where the optimizer has several kinds, that the iteration time
+        is their weighted mean."""
         tids: dict[tuple[int, str], int] = {}
-        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": self._rank_name(0)}}]
+        kind = f", step kind {self.ops_step}" if self.ops_step and self.ops_step != "step" else ""
+
+        def process(rank: int) -> str:
+            return self._rank_name(rank) + kind
+
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": process(0)}}]
         for op in self.ops:
             lane = (op.rank, op.stream)
             if lane not in tids:
@@ -168,7 +197,7 @@ class SimulationResult:
                             "name": "process_name",
                             "ph": "M",
                             "pid": op.rank,
-                            "args": {"name": self._rank_name(op.rank)},
+                            "args": {"name": process(op.rank)},
                         }
                     )
                 tids[lane] = len(tids)
@@ -193,7 +222,16 @@ class SimulationResult:
                     "args": {k: v for k, v in op.meta.items() if isinstance(v, (int, float, str))},
                 }
             )
-        return {"traceEvents": events, "displayTimeUnit": "ms"}
+        meta = {
+            "scenario": self.scenario,
+            "optimizer": self.optimizer,
+            "step_kind": self.ops_step,
+            "iteration_time_s": self.iteration_time,
+        }
+        shows = self.traced_step()
+        if shows is not None:
+            meta["shows"] = shows
+        return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta}
 
     def write_trace(self, path: Path) -> None:
         from clustersim.io import write_json_atomically

@@ -953,6 +953,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         },
         buckets=buckets,
         ops=out.main_records,
+        ops_step=main.label,
         notes=[*ctx.notes, *own_notes],
         sources=sources,
         memory=memory,

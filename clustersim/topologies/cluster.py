@@ -9,8 +9,10 @@ one step. Bandwidths are derived from the graph:
   over disjoint links, so the bound is each GPU's total NVLink capacity to the other members.
 * between nodes, a node's injection bandwidth is the max-flow from its GPUs to the fabric through
   the NICs: GPUDirect RDMA flows GPU->switch->NIC; without it data is staged in host memory, so the
-  flow must pass a CPU. A leaf-spine fabric divides it by the oversubscription once a group spans
-  more than one leaf, and a three-tier one (leaves_per_pod) by the core's once it spans pods.
+  flow must pass a CPU. Once a group spans leaves, a leaf-spine fabric divides it by the
+  oversubscription times the share of a full leaf's NIC traffic that the pattern sends across
+  (topologies/placement.py: a ring on full leaves sends all of it), and a three-tier one
+  (leaves_per_pod) likewise at the core once it spans pods.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from clustersim.catalog import GpuSpec, hardware_defaults
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.links import LinkKind
 from clustersim.topologies.node import build_node_graph, nic_bandwidth
+from clustersim.topologies.placement import place, ring_shares
 
 
 @dataclass(frozen=True)
@@ -196,28 +199,41 @@ class Cluster:
         who = "GPUs" if members == self.spec.gpus_per_node else f"{members} GPU(s) per node"
         return Bandwidth(value, f"PCIe path from {who} to the NICs", "pcie")
 
-    def inter_node(self, shape: GroupShape) -> Bandwidth:
-        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes."""
+    def inter_node(
+        self, shape: GroupShape, leaf_share: float | None = None, pod_share: float | None = None
+    ) -> Bandwidth:
+        """Per-node bandwidth available to one group spanning ``shape.nodes`` nodes. A pattern that
+        sends ``leaf_share`` of what a full leaf's NICs could push across the spine (default: a ring's,
+        placement.ring_shares: 1 on full leaves, the oversubscription r in full) is slowed by r x
+        leaf_share when that exceeds 1 (the uplinks, not the NICs, bind), and likewise at the core
+        with ``pod_share``."""
+        if leaf_share is None or pod_share is None:
+            ring = ring_shares(place(self.spec.fabric, shape.nodes))
+            leaf_share = ring[0] if leaf_share is None else leaf_share
+            pod_share = ring[1] if pod_share is None else pod_share
         inj = self.injection(shape.gpus_per_node * shape.sharing)
         bw = inj.bytes_per_s / shape.sharing
         note = inj.bottleneck
         fabric = self.spec.fabric
-        if (
-            fabric.kind == "leaf_spine"
-            and shape.nodes > fabric.nodes_per_leaf
-            and fabric.oversubscription > 1
-        ):
-            bw /= fabric.oversubscription
-            note += f", leaf uplinks oversubscribed {fabric.oversubscription:g}:1"
-        if (
-            fabric.kind == "leaf_spine"
+        r, c = fabric.oversubscription, fabric.core_oversubscription
+        spans_leaves = fabric.kind == "leaf_spine" and shape.nodes > fabric.nodes_per_leaf
+        spans_pods = (
+            spans_leaves
             and fabric.leaves_per_pod is not None
             and shape.nodes > fabric.nodes_per_leaf * fabric.leaves_per_pod
-            and fabric.core_oversubscription > 1
-        ):
-            bw /= fabric.core_oversubscription
-            note += f", pod core uplinks oversubscribed {fabric.core_oversubscription:g}:1"
-        return Bandwidth(bw, note, "network", inj.measured)
+        )
+        at_leaf = r * leaf_share if spans_leaves else 1.0
+        at_core = r * c * pod_share if spans_pods else 1.0
+        slowdown = max(1.0, at_leaf, at_core)
+        if spans_leaves and r > 1 and at_leaf > 1:
+            note += f", leaf uplinks oversubscribed {r:g}:1"
+            if leaf_share != 1:
+                note += f" ({leaf_share:.2g} of a full leaf's NIC traffic crosses)"
+        if spans_pods and c > 1 and at_core > 1:
+            note += f", pod core uplinks oversubscribed {c:g}:1"
+            if pod_share != 1:
+                note += f" ({pod_share:.2g} of a full pod's NIC traffic crosses)"
+        return Bandwidth(bw / slowdown, note, "network", inj.measured)
 
     # ---- a group as a whole ------------------------------------------------------------------
     def ring(self, shape: GroupShape) -> Bandwidth:

@@ -28,6 +28,7 @@ from clustersim import catalog
 from clustersim.errors import InputError
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
+from clustersim.validation.published import slowness
 from clustersim.validation.throughput_data import ThroughputRow, load_gpu_throughput
 
 OPTIMIZER = {"lamb": "adam", "adam": "adam", "sgd_momentum": "sgdm", "sgdm": "sgdm", "lars": "sgdm"}
@@ -57,7 +58,10 @@ class ThroughputResult:
         return None if self.p10 is None else self.p10 <= self.published <= self.p90
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "inside": self.inside}
+        """``error`` raw, (predicted - published) / published of samples/s; ``slowness_error`` as the
+        table signs it, + predicted too slow (a rate: the raw error turned)."""
+        slow = slowness(self.error, "samples_per_s")
+        return {**asdict(self), "inside": self.inside, "slowness_error": slow}
 
 
 @dataclass

@@ -31,6 +31,14 @@ RATIO_METRICS = ("speedup", "slowdown")
 RATE_METRICS = ("samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "compute_utilization")
 
 
+def slowness(error: float, metric: str) -> float:
+    """A row's error (predicted - published) / published with the sign of 'predicted too slow', as
+    validate's tables print it: turned for rates (RATE_METRICS), kept for times; a speedup's is kept
+    (a ratio of two runs, said apart). ``--json`` gives it as ``slowness_error`` beside the raw
+    ``error``."""
+    return -error if metric in RATE_METRICS else error
+
+
 class Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     optimizer: str
@@ -153,8 +161,15 @@ class RowResult:
             return self.p90 >= self.published and self.p10 <= self.published_below
         return self.p10 <= self.published <= self.p90
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self, dataset_metric: str | None = None) -> dict:
+        """The row as plain data: ``error`` raw, (predicted - published) / published, and, given the
+        dataset's metric (a row's own ``metric`` wins), ``slowness_error``, the error as the tables sign
+        it (+ predicted too slow, - too fast: a rate's is turned; slowness)."""
+        out = asdict(self)
+        metric = self.metric or dataset_metric
+        if metric is not None:
+            out["slowness_error"] = slowness(self.error, metric)
+        return out
 
 
 @dataclass

@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from clustersim.validation.published import RATE_METRICS
+
 # metrics where more is faster; iteration_time is the one where less is
 _RATES = {"samples_per_s", "tflops_per_gpu", "tokens_per_s_per_gpu"}
 
@@ -192,9 +194,17 @@ class ScaleSeries:
 
     name: str
     points: list[SeriesPoint]
+    rate: bool = False  # the series measures a rate (RATE_METRICS): its errors' sign is turned as printed
 
     def as_dict(self) -> dict:
-        return {"series": self.name, "points": [asdict(p) for p in self.points]}
+        """Each point's ``error`` and ``relative`` raw (on the series' metric), and as validate's table
+        signs them, + predicted too slow (``slowness_error``, ``slowness_relative``: turned on a rate)."""
+        sign = -1.0 if self.rate else 1.0
+        points = [
+            {**asdict(p), "slowness_error": sign * p.error, "slowness_relative": sign * p.relative}
+            for p in self.points
+        ]
+        return {"series": self.name, "points": points}
 
 
 def scaling_by_series(report) -> list[ScaleSeries]:
@@ -210,9 +220,10 @@ def scaling_by_series(report) -> list[ScaleSeries]:
         if len({r.gpus for r in rows}) < 2:
             continue
         first = 1 + rows[0].error
+        rate = (rows[0].metric or report.dataset.metric) in RATE_METRICS
         out.append(
             ScaleSeries(
-                name, [SeriesPoint(r.gpus, r.label, r.error, (1 + r.error) / first - 1) for r in rows]
+                name, [SeriesPoint(r.gpus, r.label, r.error, (1 + r.error) / first - 1) for r in rows], rate
             )
         )
     return out

@@ -74,7 +74,7 @@ def build_workload(
         unfused_pointwise,
         vocab_multiple,
         vocab_shards,
-        spec.fp8_recipe if spec.precision == "fp8" else "delayed",
+        (spec.fp8_recipe or "delayed") if spec.precision == "fp8" else "delayed",  # None: TE's default
     )
     return recomputed(workload) if spec.activation_checkpointing else workload
 

@@ -3,16 +3,16 @@ leaves and the spine (and, for a three-tier fabric, the pods' core uplinks).
 
 Link indices: node n's graph edge e is ``n * E + e``; after the nodes come each NIC's uplink and
 downlink, then each leaf's uplink and downlink to the spine, then each pod's to the core. A leaf's
-uplink capacity is what its nodes' NICs can send divided by the oversubscription (FabricSpec), which
-the analytical model applies as a factor once a group spans more than one leaf.
+uplink capacity is what its nodes_per_leaf nodes' NICs can send divided by the oversubscription
+(FabricSpec); the analytical model applies it times the share of that traffic a pattern sends across
+(Cluster.inter_node).
 
-Placement (documented assumption, the analytical model's): a group of N nodes sits on the fewest
-leaves that hold it, ceil(N / nodes_per_leaf), and consecutive nodes are on different leaves (node i
-on leaf i mod leaves), so every inter-node hop of a ring crosses the spine, as the analytical model's
-"oversubscription applies once the group spans leaves" assumes. A group within one leaf never
-touches the spine. A three-tier fabric (leaves_per_pod) groups leaves into pods the same way (leaf
-l in pod l mod pods); a pod's core uplinks carry what its leaves' uplinks can send divided by the
-core oversubscription.
+Placement (topologies/placement.py, shared with the analytical model): a group of N nodes sits on
+the fewest leaves that hold it, ceil(N / nodes_per_leaf), node i on leaf i mod leaves, so every
+inter-node hop of a ring crosses the spine. A group within one leaf never touches the spine. A
+three-tier fabric (leaves_per_pod) groups leaves into pods the same way (leaf l in pod l mod pods);
+a pod's core uplinks carry what its leaves' uplinks can send divided by the core oversubscription.
+A single switch has no uplinks: a NIC's links are named to and from the "switch".
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 from clustersim.topologies.cluster import Cluster
 from clustersim.topologies.node import nic_bandwidth
+from clustersim.topologies.placement import place
 
 _INF = float("inf")
 
@@ -39,10 +40,10 @@ class FlowNetwork:
         self.E = len(self.edges)
         self.nics = spec.nic.count
         fabric = spec.fabric
-        per_leaf = fabric.nodes_per_leaf if fabric.kind != "single_switch" else max(nodes, 1)
-        self.leaves = max(1, -(-nodes // per_leaf))
-        per_pod = fabric.leaves_per_pod if fabric.kind != "single_switch" and fabric.leaves_per_pod else None
-        self.pods = max(1, -(-self.leaves // per_pod)) if per_pod else 1
+        self.placement = place(fabric, nodes)
+        per_leaf, per_pod = self.placement.nodes_per_leaf, self.placement.leaves_per_pod
+        self.leaves, self.pods = self.placement.leaves, self.placement.pods
+        self.single_switch = fabric.kind == "single_switch"
         self.nic_bw = nic_bandwidth(spec) if self.nics else 0.0
         self.rdma = (
             spec.nic.gpudirect_rdma if spec.nic.gpudirect_rdma is not None else spec.nic.kind == "infiniband"
@@ -84,10 +85,10 @@ class FlowNetwork:
         return self.nic_up(node, nic) + 1
 
     def leaf_of(self, node: int) -> int:
-        return node % self.leaves
+        return self.placement.leaf_of(node)
 
     def pod_of(self, leaf: int) -> int:
-        return leaf % self.pods
+        return self.placement.pod_of(leaf)
 
     def pod_up(self, pod: int) -> int:
         return self.pod_base + 2 * pod
@@ -110,7 +111,8 @@ class FlowNetwork:
         if link < self.leaf_base:
             k, up = divmod(link - self.nic_base, 2)
             node, nic = divmod(k, self.nics)
-            return f"node{node} nic{nic} {'-> leaf' if up == 0 else '<- leaf'}"
+            switch = "switch" if self.single_switch else "leaf"
+            return f"node{node} nic{nic} {'-> ' if up == 0 else '<- '}{switch}"
         if link < self.pod_base:
             leaf, up = divmod(link - self.leaf_base, 2)
             return f"leaf{leaf} {'-> spine' if up == 0 else '<- spine'}"

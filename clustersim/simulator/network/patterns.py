@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from clustersim.cost_models.nccl_trees import double_tree
 from clustersim.simulator.network.fabric import FlowNetwork
 from clustersim.topologies.cluster import GroupShape
 
@@ -216,27 +217,6 @@ def ring_step(net: FlowNetwork, shape: GroupShape, closed: bool = True) -> Phase
                     paths.append(net.inter((n, order[-1]), ((n + 1) % N, order[0]), nic))
                     sizes.append(1.0 / len(nics))
     return Phase(paths, sizes)
-
-
-def _btree_parent(k: int, r: int) -> int:
-    """Parent of rank r in NCCL's binary tree over k ranks (src/graph/trees.cc ncclGetBtree): odd
-    ranks are leaves, rank 0 the root."""
-    if r == 0:
-        return -1
-    bit = r & -r
-    up = (r ^ bit) | (bit << 1)
-    return up if up < k else r ^ bit
-
-
-def double_tree(k: int) -> list[list[int]]:
-    """NCCL's two complementary trees (ncclGetDtree): the second mirrors the first (k even) or
-    shifts it by one (k odd), so the first's leaves are the second's inner ranks."""
-    a = [_btree_parent(k, r) for r in range(k)]
-    if k % 2:
-        b = [-1 if (u := _btree_parent(k, (r - 1) % k)) < 0 else (u + 1) % k for r in range(k)]
-    else:
-        b = [-1 if (u := _btree_parent(k, k - 1 - r)) < 0 else k - 1 - u for r in range(k)]
-    return [a, b]
 
 
 def tree_allreduce(net: FlowNetwork, shape: GroupShape) -> Phase:
