@@ -23,6 +23,8 @@ from clustersim.simulator.result import SimulationResult
 DEFAULT_OPTIMIZERS = ("adam", "onebit-adam", "zero-one-adam", "binsgdm")
 # Draws of the uncertain parameters per band: every command's default (simulator.uncertainty).
 DEFAULT_SAMPLES = 32
+# The most draws a band takes: every command's --samples limit (commands/support.SamplesOpt).
+MAX_SAMPLES = 1000
 
 
 def _dataframe(records: list[dict[str, Any]]):
@@ -95,7 +97,8 @@ def simulate(
 ) -> Simulation:
     """One training iteration of ``scenario`` (anything :func:`load_scenario` takes); ``profile`` a
     calibration profile (path or ``builtin:NAME``); ``samples`` > 0 adds the P10-P90 band from that many
-    draws of the uncertain parameters (the CLI's ``run`` uses 16)."""
+    draws of the uncertain parameters (the CLI's ``run`` uses 32)."""
+    _samples(samples)
     s = load_scenario(scenario)
     return Simulation(s, _simulate(s, profile, uncertainty_samples=samples))
 
@@ -169,6 +172,15 @@ def _count(value: Any, argument: str, least: int = 1) -> int:
     return value
 
 
+def _samples(value: Any) -> int:
+    """``samples`` as every function takes it: a whole number of draws from 0 (no band) to MAX_SAMPLES,
+    as the commands' --samples; 2.5, "8" or -1 is an InputError naming it, before any work is done."""
+    _count(value, "samples", least=0)
+    if value > MAX_SAMPLES:
+        raise InputError(f"at most {MAX_SAMPLES} draws, got {value}", key="samples")
+    return value
+
+
 def _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup):
     """What typer checks for the command, checked for a Python caller: each wrong type or range is an
     InputError naming the keyword argument, never a TypeError from deep inside."""
@@ -181,9 +193,7 @@ def _check_compare_types(optimizers, gpus, samples, baseline, global_batch, brea
             raise InputError("expected a list of GPU counts", key="gpus")
         for g in gpus:
             _count(g, "gpus")
-    _count(samples, "samples", least=0)
-    if samples > 1000:
-        raise InputError(f"at most 1000 draws, got {samples}", key="samples")
+    _samples(samples)
     if baseline is not None and not isinstance(baseline, str):
         raise InputError("expected an optimizer name", key="baseline")
     if global_batch is not None:
@@ -272,7 +282,16 @@ class SweepResults:
         }
 
     def to_dataframe(self):
-        return _dataframe(self.rows)
+        """One row per sweep row; a column of counts stays whole numbers (pandas' nullable Int64 where
+        invalid rows leave it empty), not floats."""
+        frame = _dataframe(self.rows)
+        for column in frame.columns:
+            if frame[column].dtype.kind != "f":  # int64 already, or text
+                continue
+            values = [r[column] for r in self.rows if r.get(column) is not None]
+            if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                frame[column] = frame[column].astype("Int64")  # counts with gaps, not 1.0 and NaN
+        return frame
 
 
 def sweep(
@@ -291,6 +310,8 @@ def sweep(
     from clustersim.sweeps.spec import load_sweep
     from clustersim.sweeps.store import read_results
 
+    if samples is not None:  # None: the sweep file's own `samples`, checked with the file
+        _samples(samples)
     sw = load_sweep(sweep_file, profile=profile, samples=samples)
     with sw.catalogs_in_use():
         notes = sw.unused_axes()
@@ -364,6 +385,7 @@ def plan(
     from clustersim.planner.planning import plan as _plan
     from clustersim.report.build import parse_duration
 
+    _samples(samples)
     if isinstance(deadline, bool) or not isinstance(deadline, (str, int, float)):
         # True is an int to Python: read as 1 h, a flag passed by mistake would plan a one-hour deadline
         raise InputError(f'must be a duration ("5d", "72h") or hours, got {deadline!r}', key="deadline")

@@ -56,6 +56,15 @@ class OneBitAdamOptions(BaseModel):
     )
 
 
+class KeyedValueError(ValueError):
+    """A check across two options, raised with the option it names: the one the user set (pydantic puts a
+    model check at no key; parse_options reads this one's from the error)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
 class ZeroOneAdamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     total_steps: StrictInt = Field(100_000, gt=0)
@@ -68,11 +77,21 @@ class ZeroOneAdamOptions(BaseModel):
 
     @model_validator(mode="after")
     def _freeze_within_run(self):
-        if self.var_freeze_step > self.total_steps:
-            raise ValueError(
-                f"var_freeze_step {self.var_freeze_step} is beyond total_steps {self.total_steps}"
+        """The variance freezes within the run. Named by the option the user set, the other said to be
+        its default when it is one (total_steps: 1000 alone is below var_freeze_step's default 23000)."""
+        freeze, total = self.var_freeze_step, self.total_steps
+        if freeze <= total:
+            return self
+        if "var_freeze_step" not in self.model_fields_set:
+            raise KeyedValueError(
+                "total_steps",
+                f"{total} is below var_freeze_step's default {freeze} (set var_freeze_step too)",
             )
-        return self
+        if "total_steps" not in self.model_fields_set:
+            raise KeyedValueError(
+                "var_freeze_step", f"{freeze} is beyond total_steps' default {total} (set total_steps too)"
+            )
+        raise KeyedValueError("var_freeze_step", f"{freeze} is beyond total_steps {total}")
 
 
 class Phase(BaseModel):
@@ -160,4 +179,8 @@ def parse_options(optimizer: str, options: dict) -> BaseModel:
         key, msg = first_error(exc, _SCHEME_TAGS)
         if msg == "unknown key":
             msg += " for optimizer " + optimizer
-        raise InputError(msg, key="training.optimizer_options." + key) from None
+        cause = (exc.errors()[0].get("ctx") or {}).get("error")
+        if isinstance(cause, KeyedValueError):  # a check across options, named by the one the user set
+            key = cause.key
+        where = "training.optimizer_options"
+        raise InputError(msg, key=where if key == "(top level)" else f"{where}.{key}") from None

@@ -91,7 +91,14 @@ class IntraNodeSpec(_Strict):
 class NicSpec(_Strict):
     """The node's network interfaces (all identical)."""
 
-    kind: Literal["ethernet_tcp", "infiniband"] = "infiniband"
+    kind: Literal["ethernet_tcp", "infiniband"] = Field(
+        "infiniband",
+        description="how NCCL moves bytes between nodes: ethernet_tcp, its socket transport (kernel TCP, "
+        "staged through host memory unless gpudirect_rdma); infiniband, its IB verbs transport (RDMA, "
+        "GPUDirect by default), which is also RoCE's: RoCE (RDMA over Converged Ethernet) is infiniband "
+        "at the Ethernet rate (line_rate_gbps: 100 for 100 GbE); 25 or 50 GbE RoCE, rates no InfiniBand "
+        "port has: ethernet_tcp with gpudirect_rdma: true and a measured latency_us (docs/network.md)",
+    )
     count: Count = Field(1, ge=0)
     line_rate_gbps: Number = Field(200.0, gt=0, description="line rate per NIC, Gb/s")
     effective_gbps: Number | None = Field(
@@ -678,6 +685,12 @@ class Scenario(_Strict):
         p = self.training.parallelism
         return self.workload.vocab_multiple(p.tensor, p.tensor > 1 or p.pipeline > 1)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario in the file's schema, every key with its value (defaults included), as
+        plain JSON data: what a sweep records for each row; ``load_scenario`` reads it back to an equal
+        scenario."""
+        return self.model_dump(mode="json")
+
     def with_changes(self, **dotted: Any) -> "Scenario":
         """A copy with dotted keys replaced, validated again (``{"cluster.nodes": 4}``); a value of None
         resets its key to the default. Only what the scenario set is carried over, so a key left to its
@@ -827,7 +840,8 @@ def _check_nic_product(nic: NicSpec) -> None:
         raise InputError(
             f"no InfiniBand port runs at {nic.line_rate_gbps:g} Gb/s: a 4x port runs at "
             f"{', '.join(f'{r:g}' for r in rates)} Gb/s (SDR to XDR; HDR100 and NDR200 split ports at 100 "
-            f"and 200); for Ethernet set cluster.nic.kind: ethernet_tcp ({catalog.LIMITS_SOURCE})",
+            f"and 200); for Ethernet set cluster.nic.kind: ethernet_tcp, with gpudirect_rdma: true for RoCE "
+            f"({catalog.LIMITS_SOURCE})",
             key="cluster.nic.line_rate_gbps",
         )
 
@@ -1505,7 +1519,15 @@ def with_one_pointwise_code(base: Scenario, degrees: Any) -> Scenario:
 def validate_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate already-parsed data; every failure is an InputError naming ``source`` and the key."""
     if not isinstance(data, dict):
-        raise InputError("a scenario must be a mapping with keys cluster, workload, training", source=source)
+        fields = Scenario.model_fields  # the keys as the schema has them: required, then optional
+        required = " and ".join(n for n, f in fields.items() if f.is_required())
+        optional = ", ".join(n for n, f in fields.items() if not f.is_required())
+        got = "the file is empty; " if data is None else ""
+        raise InputError(
+            f"{got}a scenario must be a mapping with the keys {required} (required) "
+            f"and optionally {optional}",
+            source=source,
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

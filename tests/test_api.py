@@ -144,6 +144,57 @@ def test_compare_refuses_what_the_command_refuses(arguments, argument):
     assert err.value.key == argument, str(err.value)
 
 
+SWEEP_FILE = "name: s\nbase: preset:default\nvary:\n  gpus: [8, 16]\nsamples: 0\n"
+CALLS_WITH_SAMPLES = {
+    "simulate": lambda tmp, n: simulate("preset:default", samples=n),
+    "compare": lambda tmp, n: compare("preset:default", ["adam"], [8], samples=n, break_even_at=0),
+    "sweep": lambda tmp, n: sweep(tmp / "s.yaml", tmp / "out", workers=1, samples=n),
+    "plan": lambda tmp, n: plan("BERT-Large", 1000, 72.0, samples=n),
+}
+
+
+@pytest.mark.parametrize("function", CALLS_WITH_SAMPLES)
+@pytest.mark.parametrize("samples", [2.5, "8", -1, 1001, True, None])
+def test_every_function_taking_samples_refuses_a_bad_count(tmp_path, function, samples):
+    """`samples` of 2.5 or "8" was a TypeError from deep inside, -1 silently turned the band off, and a
+    sweep wrote its folder before failing: each function refuses what --samples refuses (a whole number
+    0..1000) with an InputError naming the argument, before any work or any file. (None is the sweep
+    file's own count for `sweep` only.)"""
+    (tmp_path / "s.yaml").write_text(SWEEP_FILE, encoding="utf-8")
+    if samples is None and function == "sweep":
+        assert CALLS_WITH_SAMPLES[function](tmp_path, samples).counts["written"] == 2
+        return
+    with pytest.raises(InputError) as err:
+        CALLS_WITH_SAMPLES[function](tmp_path, samples)
+    assert err.value.key == "samples", str(err.value)
+    assert "draws" in err.value.message or "whole number" in err.value.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_counts_are_whole_numbers_in_rows_dicts_and_frames(tmp_path):
+    """gpus and nic_count came back as 16.0 and 1.0 beside an int world_size: every count a sweep wrote
+    as one (an axis of GPU counts, nic_count, micro_batch) is an int in its rows, to_dict() and, as a
+    nullable Int64 where an invalid row leaves it empty, to_dataframe(); measured values stay floats."""
+    pytest.importorskip("pandas")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nbase: preset:default\nvary:\n  gpus: [8, 6]\n  micro_batch: [4]\nsamples: 0\n",
+        encoding="utf-8",
+    )
+    result = sweep(tmp_path / "s.yaml", tmp_path / "out", workers=1)
+    ok = next(r for r in result.rows if r["status"] == "ok")
+    bad = next(r for r in result.rows if r["status"] == "invalid")
+    for row in (ok, json.loads(json.dumps(result.to_dict()))["rows"][result.rows.index(ok)]):
+        for key in ("gpus", "nic_count", "world_size", "micro_batch"):
+            assert type(row[key]) is int, (key, row[key])
+        assert type(row["iteration_time_s"]) is float and type(row["nic_gbps"]) is float
+    assert bad["gpus"] == 6 and type(bad["gpus"]) is int and bad["nic_count"] is None
+    frame = result.to_dataframe()
+    for key in ("gpus", "nic_count", "world_size", "micro_batch"):
+        assert frame[key].dtype.kind in "iu" or str(frame[key].dtype) == "Int64", (key, frame[key].dtype)
+    assert frame["iteration_time_s"].dtype.kind == "f"
+    assert sorted(frame["gpus"].tolist()) == [6, 8]
+
+
 def test_a_repeated_gpu_count_is_one_set_of_cells():
     table = compare("preset:default", ["adam"], [8] * 300, samples=0, break_even_at=0)
     assert table.gpu_counts == [8] and len(table.rows) == 1

@@ -5,7 +5,25 @@ import json
 
 import pytest
 
-from clustersim.api import compare, plan, simulate, sweep
+from clustersim.api import compare, load_scenario, plan, simulate, sweep
+
+
+@pytest.mark.parametrize(
+    "source", ["preset:default", "examples/diloco-two-datacenters.yaml", "examples/h100-gpt3.yaml"]
+)
+def test_a_scenario_is_plain_data_that_loads_back_equal(source):
+    """docs/api.md says each function's result has to_dict(); the Scenario had none. Its dict is JSON and
+    load_scenario reads it (or its JSON text) back to the same scenario, changes included."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    scenario = load_scenario(source if source.startswith("preset:") else root / source)
+    scenario = scenario.with_changes(**{"cluster.nodes": 2})
+    data = scenario.to_dict()
+    again = load_scenario(json.loads(json.dumps(data)))
+    assert again.to_dict() == data
+    assert again.cluster.world_size == scenario.cluster.world_size
+    assert again.model_dump() == scenario.model_dump()
 
 
 def test_a_simulation_is_plain_data():

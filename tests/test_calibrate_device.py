@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from clustersim.calibration import collectives, run  # noqa: E402
 from clustersim.calibration.fit import build_profile  # noqa: E402
-from clustersim.calibration.profile import load_profile, parse_profile  # noqa: E402
+from clustersim.calibration.profile import parse_profile  # noqa: E402
 from clustersim.errors import InputError  # noqa: E402
 
 RAW_H200 = Path(__file__).resolve().parents[1] / ".." / "shared" / "gpu" / "h200-calibrate-raw.json"
@@ -188,6 +188,14 @@ def test_a_failed_sweep_keeps_the_local_measurements(tmp_path, monkeypatch):
     out, raw_out = tmp_path / "p.json", tmp_path / "raw.json"
     with pytest.raises(InputError) as err:
         run.calibrate("cpu", out, True, 2, raw_out)
-    assert "RuntimeError: boom" in str(err.value) and str(out) in str(err.value)
-    assert load_profile(str(out)).matmul_tflops["fp32"] == pytest.approx(2 * 256**3 / 1e-3 / 1e12)
+    assert "RuntimeError: boom" in str(err.value) and str(raw_out) in str(err.value)
+    # no profile without its collectives (it would be priced as whole); the raw file keeps the rest,
+    # and `calibrate fit` on it gives the local-only profile
+    assert not out.exists()
     assert json.loads(raw_out.read_text())["gemm"] == local["gemm"]
+    assert run.fit_file(raw_out, out).matmul_tflops["fp32"] == pytest.approx(2 * 256**3 / 1e-3 / 1e12)
+    # without --raw-out the measurements go beside the profile, named after it
+    with pytest.raises(InputError) as err:
+        run.calibrate("cpu", out, True, 2, None)
+    kept = tmp_path / "p.raw.json"
+    assert str(kept) in str(err.value) and json.loads(kept.read_text())["gemm"] == local["gemm"]

@@ -541,7 +541,7 @@ def test_a_second_sweep_into_a_locked_folder_is_refused(runner, tmp_path):
     r = invoke(runner, "sweep", sweep_file, "--out", out)  # released on exit: the folder works again
     assert r.exit_code == 0, r.output
     r = invoke(runner, "sweep", sweep_file, "--out", out)  # and a finished sweep can be resumed
-    assert r.exit_code == 0 and "0 rows simulated, 2 already done" in r.output
+    assert r.exit_code == 0 and "nothing to simulate: all 2 rows were already done" in r.output
 
 
 def test_duplicate_rows_are_read_once(runner, results, tmp_path):

@@ -269,6 +269,23 @@ def test_a_boolean_is_not_a_bandwidth(tmp_path):
     )
 
 
+@pytest.mark.parametrize(("text", "empty"), [("", True), ("# nothing yet\n", True), ("- 1\n", False)])
+def test_a_scenario_that_is_not_a_mapping_names_the_required_and_optional_keys(tmp_path, text, empty):
+    """It said "a mapping with keys cluster, workload, training", but a file without training runs: the
+    line says which keys the schema requires and which are optional, and that an empty file is empty."""
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    out = refused(invoke("run", path, "--samples", "0"), str(path))
+    assert out.endswith(
+        "a scenario must be a mapping with the keys cluster and workload (required) "
+        "and optionally name, description, profile, training"
+    )
+    assert ("the file is empty" in out) == empty
+    without_training = {k: v for k, v in SCENARIO.items() if k != "training"}
+    r = invoke("run", write_yaml(tmp_path / "t.yaml", without_training), "--samples", "0")
+    assert r.exit_code == 0, r.output
+
+
 # (sweep key, bad value, words)
 BAD_SWEEP = [
     ("steps", True, "true"),
@@ -357,3 +374,34 @@ def test_a_sweep_summary_is_cut_at_a_clause_never_inside_a_number():
     assert len(short) <= 200 and short.endswith(" ...")
     assert "zero-one-adam's own buffers (...)" in short
     assert not short.removesuffix(" ...")[-1].isdigit() and "17." not in short
+
+
+def test_roce_is_infiniband_at_its_ethernet_rate_and_said_where_a_user_looks():
+    """RoCE runs NCCL's IB verbs transport over Ethernet: the reference's nic.kind says to model it as
+    infiniband at the Ethernet rate, which 100/200/400 GbE pass; 25 and 50 GbE (no InfiniBand port) are
+    refused with the RoCE way out (ethernet_tcp with gpudirect_rdma), which is accepted; and the price
+    catalog prices infiniband as Ethernet of the same rate, as docs/network.md says."""
+    from importlib import resources
+
+    import yaml
+
+    from clustersim.errors import InputError
+    from clustersim.scenario import load_scenario
+    from clustersim.scenario_reference import scenario_schema
+
+    kind = scenario_schema()["$defs"]["NicSpec"]["properties"]["kind"]["description"]
+    assert "RoCE" in kind and "infiniband at the Ethernet rate" in kind
+    base = load_scenario("preset:default")
+    for rate in (100, 200, 400):
+        nic = base.with_changes(**{"cluster.nic.kind": "infiniband", "cluster.nic.line_rate_gbps": rate})
+        assert nic.cluster.nic.line_rate_gbps == rate
+    for rate in (25, 50):
+        with pytest.raises(InputError, match="with gpudirect_rdma: true for RoCE"):
+            base.with_changes(**{"cluster.nic.kind": "infiniband", "cluster.nic.line_rate_gbps": rate})
+        roce = {"kind": "ethernet_tcp", "line_rate_gbps": rate, "gpudirect_rdma": True, "latency_us": 2}
+        assert base.with_changes(**{"cluster.nic": roce}).cluster.nic.gpudirect_rdma is True
+    prices = yaml.safe_load(
+        resources.files("clustersim.catalogs").joinpath("network_prices.yaml").read_text()
+    )
+    for rate in (100, 200, 400):
+        assert prices["infiniband"][rate] == prices["ethernet_tcp"][rate]

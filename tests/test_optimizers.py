@@ -291,6 +291,47 @@ def test_freeze_step_beyond_total_steps_is_an_error():
         ethernet(8, "zero-one-adam", total_steps=100, var_freeze_step=500)
 
 
+@pytest.mark.parametrize(
+    ("options", "key", "message"),
+    [
+        (
+            {"total_steps": 1000},
+            "total_steps",
+            "1000 is below var_freeze_step's default 23000 (set var_freeze_step too)",
+        ),
+        (
+            {"var_freeze_step": 200_000},
+            "var_freeze_step",
+            "200000 is beyond total_steps' default 100000 (set total_steps too)",
+        ),
+        (
+            {"total_steps": 1000, "var_freeze_step": 2000},
+            "var_freeze_step",
+            "2000 is beyond total_steps 1000",
+        ),
+    ],
+)
+def test_a_freeze_beyond_the_run_names_the_option_the_user_set(options, key, message):
+    """total_steps: 1000 alone was "optimizer_options.(top level): var_freeze_step 23000 is beyond
+    total_steps 1000", a key nobody set: the error names the option given and calls the other its
+    default, in the scenario and through --set."""
+    from typer.testing import CliRunner
+
+    from clustersim.cli import app
+
+    with pytest.raises(InputError) as err:
+        ethernet(8, "zero-one-adam", **options)
+    assert err.value.key == f"training.optimizer_options.{key}" and err.value.message == message
+    given = "{" + ", ".join(f"{k}: {v}" for k, v in options.items()) + "}"
+    r = CliRunner().invoke(
+        app,
+        ["run", "preset:default", "--samples", "0", "--set", "training.optimizer=zero-one-adam"]
+        + ["--set", f"training.optimizer_options={given}"],
+    )
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: --set: training.optimizer_options.{key}: {message}"
+
+
 def test_validation_targets():
     """The shipped 1-bit Adam table: every prediction from cluster properties and the paper's profile."""
     from clustersim.validation.published import validate

@@ -196,3 +196,20 @@ def test_own_prices_with_a_rented_run_is_refused_not_ignored(tmp_path, command, 
     r = CliRunner().invoke(app, [*command, *rented, "--own-prices", str(path), "--samples", "0"])
     what = " ".join(rented) if rented[0] == "--cost" else rented[0]
     _one_line_error(r, "--own-prices:", f"{what} prices the run as rented", "drop --own-prices", *words)
+
+
+@pytest.mark.parametrize(
+    ("command", "rented"),
+    [
+        (["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d"], ["--cost", "rent"]),
+        (["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d"], ["--price", "3"]),
+        (["compare", "preset:default", "--steps", "1000"], ["--cost", "rent"]),
+    ],
+)
+def test_network_prices_with_a_rented_run_is_refused_not_ignored(tmp_path, command, rented):
+    """A rented cluster's network is the instance's as sold (or inside a flat price): the network price
+    catalog would go unread without a word, as --own-prices would. Refused in one line, exit 2."""
+    path = tmp_path / "net.yaml"
+    path.write_text(_shipped("network_prices.yaml"))
+    r = CliRunner().invoke(app, [*command, *rented, "--network-prices", str(path), "--samples", "0"])
+    _one_line_error(r, "--network-prices:", "comes with the instance", "drop --network-prices")

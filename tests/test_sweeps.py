@@ -113,6 +113,24 @@ def test_invalid_combinations_are_recorded_not_fatal(tmp_path):
     assert sorted(r["status"] for r in rows.values()) == ["invalid", "ok"]
 
 
+@pytest.mark.parametrize("gpus", [[8, 16], [8, 6]])
+def test_a_resumed_sweep_with_nothing_left_says_so(tmp_path, runner, gpus):
+    """Re-running a finished sweep said "0 rows simulated, N already done" and then "every row was
+    simulated": it says there was nothing to simulate, how many rows were done, and still counts the
+    invalid rows of the folder."""
+    spec = write(tmp_path, dict(SWEEP, vary={"gpus": gpus, "optimizer": ["adam"]}))
+    out = tmp_path / "out"
+    args = ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"]
+    assert runner.invoke(app, args).exit_code == 0
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert f"nothing to simulate: all 2 rows were already done in {out}/" in text
+    assert "0 rows" not in text and "every row was simulated" not in text
+    assert ("(none invalid)" in text) == (6 not in gpus)
+    assert ("1 row(s) could not be simulated" in text) == (6 in gpus)
+
+
 @pytest.mark.parametrize(
     "data,match",
     [
@@ -521,18 +539,64 @@ def test_a_model_axis_keeps_the_bases_sequence_length_for_the_bases_model_and_sa
     assert api.sweep(write(tmp_path, varied, "v.yaml"), tmp_path / "v", workers=1).notes == []
 
 
-def test_the_results_folder_is_made_with_its_parents_but_not_under_a_file(tmp_path):
-    """`--out results/bert-gpt` in a fresh checkout (no results/ yet) runs, as the planning guide does
-    it; a path under a file is one line before any row runs."""
+def test_the_results_folder_is_made_but_not_its_parents_nor_under_a_file(tmp_path):
+    """`--out` creates the results folder itself, in a folder that exists: a missing parent is one line
+    naming it (as run, report and calibrate say it), exit 2, and nothing is created; so is a path under a
+    file, before any row runs."""
     runner = CliRunner()
     spec = write(tmp_path)
+    out = tmp_path / "nodir" / "deeper" / "res"
+    r = runner.invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
+    assert r.exit_code == 2, r.output
+    assert "nodir" in r.output and "does not exist" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "nodir").exists()
+    (tmp_path / "results").mkdir()
     out = tmp_path / "results" / "bert-gpt"
     r = runner.invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
     assert r.exit_code == 0, r.output
     assert len(rows_of(out)) == 12
     (tmp_path / "afile").write_text("x")
     r = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "afile" / "x"), "--workers", "1"])
-    assert r.exit_code == 2 and "is a file" in r.output
+    assert r.exit_code == 2 and "afile is not a folder" in r.output
+
+
+@pytest.mark.parametrize("where", ["parent", "folder"])
+def test_a_results_folder_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch, where):
+    """A read-only parent (`--out rodir/res`) or a read-only results folder (`--out rodir`, its .lock) was
+    a PermissionError traceback, exit 1; it is one line naming the folder, exit 2, and nothing written.
+    The refusals are the system's own (mkdir and open raising EACCES), as a non-root user gets them."""
+    import errno
+    from pathlib import Path
+
+    spec = write(tmp_path)
+    rodir = tmp_path / "rodir"
+    rodir.mkdir()
+    out = rodir / "res" if where == "parent" else rodir
+    real_mkdir, real_open = Path.mkdir, Path.open
+
+    def denied(path):
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    def mkdir(self, *args, **kwargs):
+        if self.parent == rodir:
+            raise denied(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    def open_(self, mode="r", *args, **kwargs):
+        if self.parent == rodir and any(m in mode for m in "wax+"):
+            raise denied(self)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "open", open_)
+    r = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--samples", "0"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (
+        f"error: {out}: cannot create the results folder (Permission denied); nothing written"
+        if where == "parent"
+        else f"error: {out}: cannot write in this folder (Permission denied: .lock); nothing written"
+    )
+    assert list(rodir.iterdir()) == []
 
 
 def test_true_on_a_number_axis_keeps_the_whole_reason(tmp_path):

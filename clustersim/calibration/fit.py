@@ -17,7 +17,9 @@ from scipy.optimize import least_squares
 
 from clustersim.calibration.compute_fit import fit_gemm_model
 from clustersim.calibration.network_fit import fit_network, measured_cluster
+from clustersim.calibration.plausible import drop_precision, refuse_implausible
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
+from clustersim.calibration.screen import FitNotes, screen
 from clustersim.cost_models.closed_forms import busbw_factor
 from clustersim.cost_models.measured_collectives import segmented_time
 
@@ -190,11 +192,41 @@ def _largest(records: list[dict], key: str) -> dict:
     return max(records, key=lambda r: r[key])
 
 
+def _fit_compute(profile: dict, raw: dict, notes: FitNotes) -> None:
+    """The GEMM rates by size, the largest, and the GEMM shape model, per precision; a precision the
+    shape model cannot fit (compute_fit.py) keeps none of them."""
+    gemm = raw.get("gemm") or []
+    if not gemm:
+        return
+    by_prec: dict[str, list] = {}
+    for r in gemm:
+        by_prec.setdefault(r["precision"], []).append((int(r["m"]), r["flops"] / r["median_s"] / 1e12))
+    profile["gemm_tflops_by_size"] = {k: sorted(v) for k, v in by_prec.items()}
+    profile["matmul_tflops"] = {k: max(v)[1] for k, v in profile["gemm_tflops_by_size"].items()}
+    memory = raw.get("memory")
+    memory_gbs = (
+        _largest(memory, "bytes")["traffic_bytes"] / _largest(memory, "bytes")["median_s"] / 1e9
+        if memory
+        else None
+    )
+    profile["compute_model"] = fit_gemm_model(gemm, memory_gbs, notes)
+    for prec in list(profile["matmul_tflops"]):
+        if f"GEMM {prec}" in notes.left:  # refused: none of its rates either
+            drop_precision(profile, prec)
+
+
 def build_profile(raw: dict, cluster=None) -> dict:
     """A profile (as a dict, validated by the caller) from a raw measurement file.
 
     ``cluster`` (a ClusterSpec) names the hardware the collectives ran on; with it, or when the raw
-    file records its network, the collective model's parameters are fitted too (network_fit.py)."""
+    file records its network, the collective model's parameters are fitted too (network_fit.py).
+
+    Stalled measurements (screen.py) and outlying GEMM shapes (compute_fit.py) are not fitted; a block
+    no fit explains, or whose rate no such device runs at (plausible.py), is left out so the simulator
+    keeps its defaults for it. The profile's provenance lists both (``dropped``, ``defaults``); the
+    profile's ``raw`` keeps every measurement as taken."""
+    taken = raw
+    raw, notes = screen(raw)
     prov = dict(raw.get("provenance") or {"source": "unknown"})
     device = prov.pop("catalog_device", None) or raw.get("device_name") or "cpu"
     profile: dict = {
@@ -220,20 +252,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
             }
         },
     }
-    gemm = raw.get("gemm") or []
-    if gemm:
-        by_prec: dict[str, list] = {}
-        for r in gemm:
-            by_prec.setdefault(r["precision"], []).append((int(r["m"]), r["flops"] / r["median_s"] / 1e12))
-        profile["gemm_tflops_by_size"] = {k: sorted(v) for k, v in by_prec.items()}
-        profile["matmul_tflops"] = {k: max(v)[1] for k, v in profile["gemm_tflops_by_size"].items()}
-        memory = raw.get("memory")
-        memory_gbs = (
-            _largest(memory, "bytes")["traffic_bytes"] / _largest(memory, "bytes")["median_s"] / 1e9
-            if memory
-            else None
-        )
-        profile["compute_model"] = fit_gemm_model(gemm, memory_gbs)
+    _fit_compute(profile, raw, notes)
     if raw.get("memory"):
         big = _largest(raw["memory"], "bytes")
         profile["memory_gbs"] = big["traffic_bytes"] / big["median_s"] / 1e9
@@ -253,6 +272,11 @@ def build_profile(raw: dict, cluster=None) -> dict:
                 copies[key] = r
         host["copy_gbs"] = {k: r["bytes"] / r["median_s"] / 1e9 for k, r in copies.items()}
     profile["host"] = host
+    refuse_implausible(profile, notes, copies_timed=bool(taken.get("memory")))
+    if notes.dropped:
+        profile["provenance"]["dropped"] = notes.dropped
+    if notes.defaults:
+        profile["provenance"]["defaults"] = notes.defaults
     # A single rank moves no data between devices: its "collective" times are launch latency, not
     # bandwidth, so one-rank records are never fitted (launch_latency_s carries them).
     shared = [r for r in raw.get("collectives") or [] if int(r["nodes"]) * int(r["gpus_per_node"]) > 1]
@@ -268,7 +292,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
     if raw.get("launch_latency_s") is not None:
         profile["launch_latency_s"] = raw["launch_latency_s"]
     profile["raw"] = {
-        k: raw[k]
+        k: taken[k]
         for k in (
             "gemm",
             "memory",
@@ -279,6 +303,6 @@ def build_profile(raw: dict, cluster=None) -> dict:
             "collectives_skipped",
             "topology",
         )
-        if raw.get(k)
+        if taken.get(k)
     }
     return profile

@@ -104,6 +104,13 @@ class Provenance(_Strict):
     gloo: str | None = None
     cpu: str | None = None
     host: str | None = None
+    dropped: list[str] = Field(
+        default_factory=list, description="measurements not fitted (stalls, outliers), each with why"
+    )
+    defaults: list[str] = Field(
+        default_factory=list,
+        description="blocks left out, so the simulator keeps its defaults for them, each with why",
+    )
 
 
 class ComputePhases(_Strict):

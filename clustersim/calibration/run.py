@@ -112,27 +112,40 @@ def calibrate(
     raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
     raw.update(run_local(torch, device, quick, progress))
     n = ranks if ranks is not None else (torch.cuda.device_count() if device == "cuda" else 2)
-    if not (n >= 1 and (n > 1 or device == "cuda")):
-        return _write(raw, torch, device, command, n, out, raw_out, cluster)
-    # The local measurements are written before the collective sweep starts: a sweep that fails
-    # (a backend, a port, a driver) loses none of them, and a later run can redo only the sweep.
-    _write(raw, torch, device, command, n, out, raw_out, cluster)
-    try:
-        sweep = run_collective_sweep(n, device, quick, progress)
-    except InputError as exc:
-        kept = f"{out}" + (f" and {raw_out}" if raw_out is not None else "")
-        raise InputError(f"{exc.message}; the local measurements are in {kept}", key=exc.key) from None
-    for key in ("collectives", "collectives_skipped", "topology", "launch_latency_s", "backend"):
-        if key in sweep:
-            raw[key] = sweep[key]
-    return _write(raw, torch, device, command, n, out, raw_out, cluster)
-
-
-def _write(raw: dict, torch, device: str, command: str, ranks: int, out: Path, raw_out, cluster) -> Profile:
-    raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=ranks)
+    if n >= 1 and (n > 1 or device == "cuda"):
+        try:
+            sweep = run_collective_sweep(n, device, quick, progress)
+        except InputError as exc:
+            # Nothing is written to ``out`` (a profile without its collectives would be priced as if
+            # it were whole); the local measurements are kept as a raw file that `calibrate fit` reads.
+            kept = raw_out if raw_out is not None else failed_raw_path(out)
+            _stamp(raw, torch, device, command, n)
+            write_json_atomically(kept, raw)
+            raise InputError(
+                f"{exc.message}; no profile written, the local measurements are in {kept} "
+                f"(clustersim calibrate fit {kept} --out {out} fits them without collectives)",
+                key=exc.key,
+            ) from None
+        for key in ("collectives", "collectives_skipped", "topology", "launch_latency_s", "backend"):
+            if key in sweep:
+                raw[key] = sweep[key]
+    # The one write, at the end: an interrupted run (Ctrl-C in the sweep) leaves ``out`` as it was.
+    # The raw file first: a fit that refuses the measurements still leaves them for `calibrate fit`.
+    _stamp(raw, torch, device, command, n)
     if raw_out is not None:
         write_json_atomically(raw_out, raw)
     return save_profile(raw, out, cluster)
+
+
+def failed_raw_path(out: Path) -> Path:
+    """Where a run whose collective sweep failed keeps its local measurements when no --raw-out was
+    given: beside ``out``, named after it (``profile.json`` -> ``profile.raw.json``)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.raw.json")
+
+
+def _stamp(raw: dict, torch, device: str, command: str, ranks: int) -> None:
+    raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=ranks)
 
 
 def save_profile(raw: dict, out: Path, cluster=None) -> Profile:

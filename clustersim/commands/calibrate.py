@@ -549,6 +549,22 @@ def _written_profile(profile, out: Path, json_out: bool, note: str = "") -> None
         return
     console.print(f"profile written to [bold]{out}[/]{note}")
     _print_profile(profile)
+    _print_left_out(profile)
+
+
+def _print_left_out(profile) -> None:
+    """One warning line on stderr per block the fit left to the simulator's defaults, and one saying
+    how many measurements it dropped (the profile's provenance lists each with its reason)."""
+    from clustersim.commands.support import err_console
+
+    prov = profile.provenance
+    if prov.dropped:
+        err_console.print(
+            f"[yellow]warning: {len(prov.dropped)} stalled or outlying measurement(s) not fitted "
+            "(listed with their reasons under provenance.dropped)[/]"
+        )
+    for line in prov.defaults:
+        err_console.print(f"[yellow]warning: left at the simulator's defaults: {line}[/]")
 
 
 def _print_network(net) -> None:
@@ -588,11 +604,19 @@ def _print_network(net) -> None:
         )
 
 
-def _print_profile(p) -> None:
-    prov = p.provenance.model_dump(exclude_none=True)
+def _print_provenance(p) -> None:
+    prov = p.provenance.model_dump(exclude_none=True, exclude={"dropped", "defaults"})
     console.print(f"[bold]profile[/] format v{p.format_version}, device [bold]{p.device}[/]")
     for k, v in prov.items():
         console.print(f"  {k}: {v}")
+    if p.provenance.dropped:
+        console.print(f"  measurements not fitted: {len(p.provenance.dropped)} (provenance.dropped)")
+    for line in p.provenance.defaults:
+        console.print(f"  left at defaults: {line}")
+
+
+def _print_profile(p) -> None:
+    _print_provenance(p)
     if p.matmul_tflops:
         console.print(
             table(

@@ -27,7 +27,11 @@ from clustersim.errors import InputError, shortened
 
 def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep file: base scenario + lists of values to vary."),
-    out: Path = typer.Option(Path("results"), "--out", help="Results folder (created; a re-run resumes it)."),
+    out: Path = typer.Option(
+        Path("results"),
+        "--out",
+        help="Results folder (created in a folder that exists; a re-run resumes it).",
+    ),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", help="tcp://HOST:8786 of an existing Dask cluster; default: this process."
     ),
@@ -95,13 +99,22 @@ def sweep(
             )
             raise typer.Exit(130) from None
     failed = sum(_invalid_reasons(out).values())
-    ran = (
-        f"{counts['written']} rows run ({counts['written'] - min(failed, counts['written'])} simulated)"
-        if failed
-        else f"{counts['written']} rows simulated"
-    )
-    console.print(f"{ran}, {counts['skipped']} already done; results in {out}/results.csv")
-    _say_invalid(out, invalid)
+    if counts["written"] == 0:  # a resumed sweep whose rows were all done: say so, not "0 rows simulated"
+        none_invalid = "" if failed else " (none invalid)"
+        console.print(
+            f"nothing to simulate: all {counts['skipped']} rows were already done in {out}/{none_invalid}; "
+            f"results in {out}/results.csv"
+        )
+        if failed:
+            _say_invalid(out, invalid)
+    else:
+        ran = (
+            f"{counts['written']} rows run ({counts['written'] - min(failed, counts['written'])} simulated)"
+            if failed
+            else f"{counts['written']} rows simulated"
+        )
+        console.print(f"{ran}, {counts['skipped']} already done; results in {out}/results.csv")
+        _say_invalid(out, invalid)
     if failed and failed >= total:  # every row failed (e.g. none fits in memory): not a success
         console.print(
             f"[red]error: none of the {total} rows could be simulated[/] (the reasons above, and in the CSV)"
@@ -157,7 +170,8 @@ NetworkPricesOpt = typer.Option(
     None,
     "--network-prices",
     help="Network price catalog (a copy of network_prices.yaml in the catalogs, with your quotes), or 'none' "
-    "for GPU-hours only; default: the shipped one.",
+    "for GPU-hours only; default: the shipped one. Owned clusters only: refused with a rented run (its "
+    "network comes with the instance).",
 )
 InstancesOpt = typer.Option(
     None, "--instances", help="Instance catalog: a copy of catalogs/instances.yaml with your prices."

@@ -582,9 +582,12 @@ class PlainProgress:
             if first:
                 self._print()
 
-    def close(self) -> None:
+    def close(self, finished: bool = True) -> None:
+        """Stop the ticker; the last line says "done" only when the work ended (``finished``)."""
         self._stop.set()
         self._ticker.join()
+        if not finished:
+            return
         with self._lock:
             if self.message is None and self.total and self.done >= self.total:
                 self._print()
@@ -678,8 +681,10 @@ def spinner(description: str, disabled: bool = False):
         plain = PlainProgress(description)
         try:
             yield plain.say
-        finally:
-            plain.close()
+        except BaseException:  # an error or Ctrl-C: the work did not finish, so no "done" line
+            plain.close(finished=False)
+            raise
+        plain.close()
         return
     with Progress(
         SpinnerColumn(),

@@ -19,7 +19,7 @@ from clustersim.catalog import hardware_defaults
 from clustersim.cost_models.closed_forms import lg
 from clustersim.cost_models.nccl_trees import double_tree_edges, spine_shares
 from clustersim.topologies.cluster import Bandwidth, Cluster, GroupShape
-from clustersim.topologies.placement import place
+from clustersim.topologies.placement import alltoall_shares, place
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,10 @@ def _reduce_scatter_via_all_reduce(x: Inputs) -> Decomposition:
 # ---- all_to_all (S = bytes each rank sends in total) -----------------------------------------------
 @register("all_to_all", "ring")
 def _alltoall_pairwise(x: Inputs) -> Decomposition:
-    """Pairwise exchange, p-1 steps; across nodes the intra- and inter-node parts run concurrently."""
+    """Pairwise exchange, p-1 steps; across nodes the intra- and inter-node parts run concurrently.
+    On an oversubscribed leaf-spine fabric only the bytes for nodes on other leaves share the uplinks
+    (placement.alltoall_shares: 4/7 of them on two leaves of 4), so the NICs' rate is divided by
+    r x that share where it exceeds 1, not by r as a ring's."""
     S, p, g, N = x.nbytes, x.p, x.g, x.n
     inter = g * (p - g) / p * S
     intra = g * (g - 1) / p * S
@@ -287,7 +290,8 @@ def _alltoall_pairwise(x: Inputs) -> Decomposition:
             inter,
             x.ring().bottleneck,
         )
-    inter_link, intra_link = x.inter(), x.intra()
+    inter_link = x.cluster.inter_node(x.shape, *alltoall_shares(place(x.cluster.spec.fabric, N)))
+    intra_link = x.intra()
     legs = (Leg(inter, inter_link),) + ((Leg((g - 1) / p * S, intra_link),) if g > 1 else ())
     intra_bound = g > 1 and inter / inter_link.bytes_per_s < (g - 1) / p * S / intra_link.bytes_per_s
     # NCCL posts every send and receive of an all-to-all in one group, MPI as Isend/Irecv all at once

@@ -552,6 +552,13 @@ def cost_model(
     if kind == "rent":
         if own_prices is not None:  # a rented run reads no ownership figure: the file would go unused
             raise InputError(_own_prices_unused(kind_given, price, instance), key="--own-prices")
+        if network != "default":  # nor any network price: a rented network comes with the instance
+            raise InputError(
+                "a rented run's network comes with the instance (or inside the flat --price), so nothing "
+                "reads a network price catalog: drop --network-prices, or price the run as owned with "
+                "--cost own",
+                key="--network-prices",
+            )
         rent = Rent(load_instances(instances), instance, price, price_option=price_option)
         if have_cost_option:
             rent.owned_prices = load_ownership(None)

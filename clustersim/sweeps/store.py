@@ -17,6 +17,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
 import stat
 from contextlib import contextmanager
@@ -70,14 +71,15 @@ METRICS = [
 
 
 def check_results_path(path: Path) -> None:
-    """``--out`` can be a results folder: a folder or nothing yet, created with its missing parents
-    (``results/bert-gpt`` in a fresh checkout), under a folder that exists."""
+    """``--out`` can be a results folder: a folder or nothing yet, created in a folder that exists (as
+    ``--out`` of every command, no parent folder is created silently: ``mkdir -p results`` first)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("is a file; --out names the results folder", source=str(path))
-    ancestor = next(p for p in path.absolute().parents if p.exists())
-    if not ancestor.is_dir():
-        raise InputError(f"cannot create the results folder: {ancestor} is a file", source=str(path))
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise InputError(f"cannot create the results folder: {path.parent} {what}", source=str(path))
 
 
 LOCK_NAME = ".lock"
@@ -135,12 +137,12 @@ class ResultsFolder:
             old = _read_meta(meta_path)
             if old.get("fingerprint") != meta["fingerprint"]:
                 raise InputError(_other_sweep(old, meta), source=str(self.path))
-        elif self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir()):
+        elif self.path.exists() and any(p.name != LOCK_NAME for p in _listing(self.path)):
             raise InputError(
                 "folder is not empty and is not a clustersim sweep's results; use another --out",
                 source=str(self.path),
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(exist_ok=True)
         if not meta_path.exists():
             write_json_atomically(meta_path, meta)
         return {r["row_id"] for r in self.read_rows()}
@@ -151,9 +153,20 @@ class ResultsFolder:
         shared file system that honours flock) is refused instead of writing every row twice. The lock
         goes with the process, so a crashed sweep never leaves the folder locked."""
         check_results_path(self.path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(exist_ok=True)
+        except OSError as exc:  # a parent that is read-only (or not ours): one line, nothing written
+            raise InputError(
+                f"cannot create the results folder ({_why(exc)}); nothing written", source=str(self.path)
+            ) from None
         check_regular_files(self.path)
-        fh = (self.path / LOCK_NAME).open("a+")
+        try:
+            fh = (self.path / LOCK_NAME).open("a+")
+        except OSError as exc:  # a folder that is read-only (or not ours)
+            raise InputError(
+                f"cannot write in this folder ({_why(exc)}: {LOCK_NAME}); nothing written",
+                source=str(self.path),
+            ) from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -218,6 +231,21 @@ class ResultsFolder:
                 "and a re-run resumes from them",
                 source=str(self.csv_path),
             ) from None
+
+
+def _why(exc: OSError) -> str:
+    """What the system said about a failed file operation ("Permission denied", "Read-only file system")."""
+    return exc.strerror or exc.__class__.__name__
+
+
+def _listing(folder: Path) -> list[Path]:
+    """The folder's entries; a folder this process may not read is one line naming it."""
+    try:
+        return list(folder.iterdir())
+    except OSError as exc:
+        raise InputError(
+            f"cannot read this folder ({_why(exc)}); nothing written", source=str(folder)
+        ) from None
 
 
 def _whole_lines_end(path: Path) -> int:
@@ -294,7 +322,9 @@ def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str
 
 
 _TEXT = {"row_id", "status", "error", "gpu", "model", "optimizer", "nic_kind", "hottest_link"}
-_INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used")
+_INTS = ("world_size", "nodes", "gpus_per_node", "steps", "global_batch", "micro_batch_used", "nic_count")
+# A cell the writer wrote from a Python int ("16"; a float is written "16.0"): a count, read back as one
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def _read_meta(meta_path: Path) -> dict:
@@ -334,7 +364,10 @@ def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
             raise InputError(f"line {line}: {k} is {v}, not a finite number", source=str(csv_path))
         if x < 0 and k in METRICS:  # times, rates, bytes and counts: a sweep never writes a negative
             raise InputError(f"line {line}: {k} is {v}, a negative number", source=str(csv_path))
-        typed[k] = int(x) if k in _INTS and x.is_integer() else x
+        if _INT_TEXT.fullmatch(v):  # gpus, nic_count, a micro_batch axis: 16, not 16.0
+            typed[k] = int(v)
+        else:
+            typed[k] = int(x) if k in _INTS and x.is_integer() else x
     return typed
 
 

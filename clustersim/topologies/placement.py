@@ -4,9 +4,9 @@ counts the bytes a pattern sends over a leaf's uplinks) and the flow backend (wh
 A group of N nodes sits on the fewest leaves that hold it, ceil(N / nodes_per_leaf), and consecutive
 nodes are on different leaves (node i on leaf i mod leaves): every inter-node hop of a ring crosses
 the spine, the worst case for a ring (a scheduler that fills leaves in rank order crosses once per
-leaf). ring_shares and cost_models/nccl_trees.spine_shares count what crosses. A three-tier fabric
-(leaves_per_pod) groups leaves into pods the same way (leaf l in pod l mod pods). A single switch is
-one leaf.
+leaf). ring_shares, alltoall_shares and cost_models/nccl_trees.spine_shares count what crosses. A
+three-tier fabric (leaves_per_pod) groups leaves into pods the same way (leaf l in pod l mod pods). A
+single switch is one leaf.
 """
 
 from __future__ import annotations
@@ -62,4 +62,28 @@ def ring_shares(placement: Placement) -> tuple[float, float]:
                 pod_up[p.pod_of(a)] += 1
     leaf = max(leaf_up) / p.nodes_per_leaf
     pod = max(pod_up) / ((p.leaves_per_pod or 1) * p.nodes_per_leaf) if p.pods > 1 else 0.0
+    return leaf, pod
+
+
+@lru_cache(maxsize=512)
+def alltoall_shares(placement: Placement) -> tuple[float, float]:
+    """(leaf, pod) shares of an all-to-all over the nodes: a node sends 1/(N-1) of its NIC traffic to
+    each other node (its GPUs' bytes for their own node stay on NVLink), so a leaf of k nodes sends
+    k x (N-k)/(N-1) of a node's traffic across its uplink per direction, over the nodes_per_leaf its
+    uplink is sized for (a pod likewise over leaves_per_pod x nodes_per_leaf). Every send is posted at
+    once (NCCL's grouped send/recv, MPI's Isend/Irecv), so the uplink's time is share x r times the
+    NICs'. Two full leaves of 4: 4/7 of the traffic crosses, 2.3x the NICs' time at 4:1, not 4x."""
+    p = placement
+    if p.leaves < 2:
+        return 0.0, 0.0
+    on_leaf = [0] * p.leaves
+    for n in range(p.nodes):
+        on_leaf[p.leaf_of(n)] += 1
+    on_pod = [0] * p.pods
+    for leaf, k in enumerate(on_leaf):
+        on_pod[p.pod_of(leaf)] += k
+    others = p.nodes - 1
+    leaf = max(k * (p.nodes - k) for k in on_leaf) / (others * p.nodes_per_leaf)
+    pod_size = (p.leaves_per_pod or 1) * p.nodes_per_leaf
+    pod = max(k * (p.nodes - k) for k in on_pod) / (others * pod_size) if p.pods > 1 else 0.0
     return leaf, pod
