@@ -8,7 +8,12 @@ from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
 from clustersim.simulator.runner import draw_times
-from clustersim.simulator.strategies.megatron import PipelineRepricer, model_parallel_program
+from clustersim.simulator.strategies.megatron import (
+    KEPT_PIPELINES,
+    PipelineRepricer,
+    model_parallel_program,
+    reusing_pipelines,
+)
 from clustersim.simulator.uncertainty import perturbations
 
 FIELDS = (
@@ -229,3 +234,104 @@ def test_an_interleaved_pipelines_draws_all_run_in_the_batched_pass(monkeypatch)
     monkeypatch.setattr(runner, "draw_times", lambda *a, **k: alone.append(a) or expected)
     ((times, ops),) = runner.draw_times_many([(s, draws)])
     assert not alone and times == expected and ops > 0
+
+
+def _on_nic(s, kind="ethernet_tcp", gbps=400):
+    """``s`` on another NIC: what a plan's rows that differ only in their network differ in."""
+    return s.with_changes(**{"cluster.nic.kind": kind, "cluster.nic.line_rate_gbps": gbps})
+
+
+def _numbers(r):
+    """What a simulation gives a sweep's or a plan's row (sweeps.run.simulate_row)."""
+    return (r.iteration_time, r.breakdown, r.bytes_per_link_kind, r.memory, r.extra.get("model_flops"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_kept_pipeline_on_another_nic_is_re_priced_to_the_rebuilt_program_op_for_op(name):
+    """Within reusing_pipelines, a scenario that differs from a kept one only in its NIC gets the kept
+    program re-priced (the same object, not a build), op for op the program a build gives it."""
+    s = CASES[name]
+    kept: dict = {}
+    with reusing_pipelines(kept):
+        first = model_parallel_program(build_context(s), 12.0, "adam update")
+        first_ops = [[getattr(op, f) for f in FIELDS] for op in first.ops]
+        twin = model_parallel_program(build_context(_on_nic(s)), 12.0, "adam update")
+    assert twin is first and len(kept) == 1
+    rebuilt = model_parallel_program(build_context(_on_nic(s)), 12.0, "adam update")
+    assert [[getattr(op, f) for f in FIELDS] for op in twin.ops] == [
+        [getattr(op, f) for f in FIELDS] for op in rebuilt.ops
+    ]
+    # the NIC moves the prices: the re-pricing changed the program it was given
+    assert [[getattr(op, f) for f in FIELDS] for op in twin.ops] != first_ops
+
+
+def test_every_scenario_simulated_with_kept_pipelines_gets_its_own_result():
+    """A kept program is re-priced only for the scenario it was built for on another NIC: another GPU,
+    layout, precision, schedule or optimizer is built (kept as another entry), and every result is the
+    one simulating that scenario alone gives, to the last bit."""
+    base = CASES["1f1b"]
+    scenarios = [
+        base,
+        _on_nic(base),  # re-priced
+        base.with_changes(**{"cluster.gpu": "H100-SXM"}),
+        base.with_changes(**{"training.parallelism.tensor": 4, "training.parallelism.pipeline": 2}),
+        base.with_changes(**{"workload.precision": "bf16"}),  # fp16 by default
+        base.with_changes(**{"training.optimizer": "sgdm"}),
+        CASES["interleaved"],
+        _on_nic(base, "infiniband", 200),  # its program evicted by the four built since: built again
+        _on_nic(CASES["interleaved"], "infiniband", 400),  # re-priced
+    ]
+    alone = [_numbers(simulate(s)) for s in scenarios]
+    built = []
+    real_init = PipelineRepricer.__init__
+
+    def counting_init(self, ctx, *args):
+        built.append(ctx.scenario)
+        real_init(self, ctx, *args)
+
+    kept: dict = {}
+    with pytest.MonkeyPatch.context() as mp, reusing_pipelines(kept):
+        mp.setattr(PipelineRepricer, "__init__", counting_init)
+        together = [_numbers(simulate(s)) for s in scenarios]
+        assert len(kept) <= KEPT_PIPELINES
+    assert together == alone
+    assert len({repr(t) for t in alone}) == len(alone)  # each differs: none could pass for another
+    assert built == [scenarios[i] for i in (0, 2, 3, 4, 5, 6, 7)]
+
+
+def test_kept_pipelines_hold_at_most_their_ops_and_none_outside_the_context(monkeypatch):
+    """Past KEPT_PIPELINE_OPS the oldest program goes (the newest is kept whatever its size); without
+    reusing_pipelines every call builds its own program."""
+    import clustersim.simulator.strategies.megatron as megatron
+
+    a, b = CASES["1f1b"], CASES["interleaved"]
+    monkeypatch.setattr(megatron, "KEPT_PIPELINE_OPS", 1)
+    kept: dict = {}
+    with reusing_pipelines(kept):
+        model_parallel_program(build_context(a), 12.0, "adam update")
+        prog = model_parallel_program(build_context(b), 12.0, "adam update")
+        assert [r.program for r in kept.values()] == [prog]
+    assert model_parallel_program(build_context(b), 12.0, "adam update") is not prog
+    assert len(kept) == 1
+
+
+LIKE_CHUNKS = {
+    **CASES,
+    "block recomputation of 1 block per chunk": _scenario(
+        p=2, m=4, recompute="full", recompute_num_layers=1, recompute_method="block"
+    ),
+    "selective recomputation, interleaved": _scenario(p=2, m=4, v=2, recompute="selective"),
+}
+
+
+@pytest.mark.parametrize("name", list(LIKE_CHUNKS))
+def test_chunks_of_like_layers_priced_once_have_each_chunks_own_pass_times(name):
+    """pipeline_prices prices each set of like chunks once: every chunk's times are still the ones
+    _pass_times gives it, to the last bit, in the nominal run and in a draw."""
+    from clustersim.simulator.strategies.megatron import _pass_times, pipeline_prices
+
+    s = LIKE_CHUNKS[name]
+    for ctx in (build_context(s), build_context(s, None, perturbations(build_context(s), 2)[1])):
+        times = pipeline_prices(ctx).times
+        assert times == {c.index: tuple(map(float, _pass_times(ctx, c))) for c in ctx.layout.chunks}
+        assert len(set(times.values())) > 1  # the first and last chunks (embedding, head) differ

@@ -686,3 +686,42 @@ def test_when_nothing_meets_the_budget_the_cheapest_quoted_is_the_exhaustive_pla
     full = plan(*args, samples=0, workers=1, prune=False)
     assert pruned["chosen"] is None and "the cheapest needs" in pruned["text"][0]
     assert pruned["text"][0] == full["text"][0]
+
+
+def test_a_plans_kept_pipelines_change_nothing_and_are_let_go(tmp_path, monkeypatch):
+    """The plan re-prices the pipeline program of a row for its rows on other NICs (planning._KEPT):
+    every simulated row's record, and so the answer, is the one building every program gives; programs
+    were re-priced, and none is kept once the plan is done."""
+    from contextlib import nullcontext
+
+    import clustersim.planner.planning as planning
+    from clustersim.planner.planning import plan_as_json
+    from clustersim.simulator.strategies.megatron import PipelineRepricer
+
+    grid = tmp_path / "small.yaml"
+    grid.write_text(SMALL_GRID)
+    args = ("GPT-3-13B", 20_000, 400.0, None, grid, None, None)
+    repriced, records = [], []
+    real_program_for, real_simulate_row = PipelineRepricer.program_for, planning._simulate_row
+
+    def counting(self, ctx):
+        prog = real_program_for(self, ctx)
+        repriced.append(prog is not None)
+        return prog
+
+    def recording(*a, **k):
+        records.append(real_simulate_row(*a, **k))
+        return records[-1]
+
+    monkeypatch.setattr(PipelineRepricer, "program_for", counting)
+    monkeypatch.setattr(planning, "_simulate_row", recording)
+    kept = plan_as_json(plan(*args, samples=0, workers=1))
+    kept_records = list(records)
+    assert sum(repriced) >= 5 and not planning._KEPT
+    monkeypatch.setattr(planning, "reusing_pipelines", lambda kept: nullcontext())
+    repriced.clear()
+    records.clear()
+    built = plan_as_json(plan(*args, samples=0, workers=1))
+    assert not repriced
+    assert kept_records == records and len(records) > 20
+    assert kept == built

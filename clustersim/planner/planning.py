@@ -8,6 +8,8 @@ time-to-train and cost follow, and the cheapest row meeting the deadline (and bu
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,6 +22,7 @@ from clustersim.planner.layout_search import candidate_layouts, layout_label, ru
 from clustersim.report import analysis, costing
 from clustersim.report.analysis import EQUIVALENT_GAIN
 from clustersim.scenario import MEGATRON_KEYS, validate_scenario, with_one_pointwise_code
+from clustersim.simulator.strategies.megatron import reusing_pipelines
 from clustersim.sweeps.run import simulate_row
 from clustersim.sweeps.spec import Sweep, SweepFile, load_sweep, resolve_profile_ref, resolve_row, row_id
 
@@ -441,7 +444,8 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
                 met.append(dollars)
                 met.sort()
 
-    with _pool(prune.workers) as pool:
+    _KEPT.clear()  # only this plan's programs (its catalogs): in this process with one worker
+    with _pool(prune.workers) as pool, _emptied(_KEPT):
         bounds = _bounds(base_json, first + later, steps, global_batch, pool)
         priced = {rid: prune.cost_of(rec) for rid, rec in bounds.items()}
         # the rows with a faster-NIC twin go after the rest, when their twins' steps are known
@@ -507,6 +511,15 @@ def _simulate_pruned(base_json, first, later, steps, global_batch, progress, pru
     position = {row_id(v): i for i, v in enumerate(first + later)}
     records.sort(key=lambda r: position.get(r["row_id"], len(position)))
     return records, skipped, pruned
+
+
+@contextmanager
+def _emptied(kept: dict) -> Iterator[dict]:
+    """``kept``, emptied on the way out (the programs' memory back before the bands' workers fork)."""
+    try:
+        yield kept
+    finally:
+        kept.clear()
 
 
 class _Background:
@@ -643,17 +656,15 @@ class _pool:
 
     def map(self, base_json, rows, steps, global_batch, samples: int = 0) -> list[dict[str, Any]]:
         if self.executor is None or len(rows) < 2:
-            return [simulate_row(base_json, v, steps, None, global_batch, samples) for v in rows]
-        jobs = [
-            self.executor.submit(simulate_row, base_json, v, steps, None, global_batch, samples) for v in rows
-        ]
+            return [_simulate_row(base_json, v, steps, global_batch, samples) for v in rows]
+        jobs = [self.executor.submit(_simulate_row, base_json, v, steps, global_batch, samples) for v in rows]
         return [f.result() for f in jobs]
 
     def submit(self, base_json, values, steps, global_batch):
         """simulate_row of one row on a worker: a future (with one worker, one already done here)."""
         if self.executor is None:
-            return _finished(simulate_row(base_json, values, steps, None, global_batch))
-        return self.executor.submit(simulate_row, base_json, values, steps, None, global_batch)
+            return _finished(_simulate_row(base_json, values, steps, global_batch))
+        return self.executor.submit(_simulate_row, base_json, values, steps, global_batch)
 
     def starmap(self, fn, args_list: list[tuple], one_too: bool = False) -> list:
         """``fn(*args)`` for each, on the workers (in this process with one worker, or for one job
@@ -661,6 +672,23 @@ class _pool:
         if self.executor is None or len(args_list) < (1 if one_too else 2):
             return [fn(*args) for args in args_list]
         return [f.result() for f in [self.executor.submit(fn, *args) for args in args_list]]
+
+
+def _simulate_row(base_json: dict, values: dict[str, Any], steps: int, global_batch: int, samples: int = 0):
+    """simulate_row of a plan's row, re-pricing the pipeline program this process built for a row that
+    differs from it only in its NIC (megatron.reusing_pipelines, _KEPT): the plan's rows are every
+    candidate layout on each NIC. A banded row (``samples``) is simulated as it is: its draws run in the
+    same process, and a draw must not re-price the program its nominal run's result holds."""
+    if samples:
+        return simulate_row(base_json, values, steps, None, global_batch, samples)
+    with reusing_pipelines(_KEPT):
+        return simulate_row(base_json, values, steps, None, global_batch)
+
+
+# The pipeline programs this process's simulations keep for rows on another NIC (_simulate_row): in a
+# worker, those of its rows; in the plan's own process (one worker), emptied when the simulation ends, so
+# that a later plan (another catalog) starts from none.
+_KEPT: dict = {}
 
 
 SCHEDULE = "training.parallelism.schedule"

@@ -451,6 +451,11 @@ class Layout:
 
     def kept_block_bytes(self) -> float:
         """A block's activations kept for backward without full recomputation (block_activation_bytes)."""
+        return self._kept_block_bytes
+
+    @cached_property
+    def _kept_block_bytes(self) -> float:
+        """kept_block_bytes, worked out once per layout: activation_bytes asks it of every block."""
         if self.op_selective:
             return self.op_kept_bytes()
         w, a = self.workload, self.arch

@@ -34,6 +34,7 @@ from clustersim.simulator.stragglers import (
 )
 from clustersim.simulator.strategies import registry
 from clustersim.simulator.strategies.common import MERGE_MICRO_STEPS_ABOVE
+from clustersim.simulator.strategies.megatron import repriceable
 from clustersim.simulator.uncertainty import (
     DEFAULT_SAMPLES,
     Interval,
@@ -212,7 +213,7 @@ def draw_times(scenario: Scenario, profile, draws, checked: bool = False) -> lis
         prog = None
         ctx = build_context(scenario, profile, p) if (i > 0 or checked) and repricer is not False else None
         if ctx is not None and repricer is None:
-            strategy = registry.create(ctx) if _repriceable(ctx) else None
+            strategy = registry.create(ctx) if repriceable(ctx) else None
             if (
                 strategy is not None
                 and type(strategy).steps is AdamDDP.steps
@@ -261,7 +262,7 @@ def draw_times_many(
     with _collector_paused():
         for j, (scenario, draws) in enumerate(jobs):
             ctx = build_context(scenario, profile, draws[0]) if draws else None
-            strategy = registry.create(ctx) if ctx is not None and _repriceable(ctx) else None
+            strategy = registry.create(ctx) if ctx is not None and repriceable(ctx) else None
             if (
                 strategy is None
                 or type(strategy).steps is not AdamDDP.steps
@@ -373,19 +374,6 @@ def _repriced_column(repricer, index: dict, ctx: SimulationContext):
         np.concatenate([durations, [op.duration for op in tail]]),
         np.concatenate([slowdowns, [op.compute_slowdown for op in tail]]),
         tail,
-    )
-
-
-def _repriceable(ctx: SimulationContext) -> bool:
-    """Whether ``simulate`` runs ``ctx`` as one Megatron program on the analytical network, unchanged
-    between building and running (no straggler classes, no offload placement search)."""
-    s = ctx.scenario
-    return (
-        ctx.megatron_program
-        and ctx.network is None
-        and s.training.offload.mode == "none"
-        and s.cluster.heterogeneity is None
-        and ctx.offload_placement is None
     )
 
 

@@ -19,15 +19,18 @@ update on its share of the parameters.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import cached_property
 from typing import NamedTuple
 
 from clustersim.simulator.context import SimulationContext
 from clustersim.simulator.model_parallel import Chunk, schedule
-from clustersim.simulator.program import Program
+from clustersim.simulator.program import Program, op_budget
 from clustersim.simulator.strategies.common import (
     PricedCollective,
     add_collective,
-    add_priced,
     price_collective,
 )
 from clustersim.topologies import GroupShape
@@ -140,7 +143,16 @@ class PipelinePrices(NamedTuple):
 def pipeline_prices(ctx: SimulationContext) -> PipelinePrices:
     L = ctx.layout
     activation = ctx.workload.micro_batch * ctx.workload.seq_len * L.arch.hidden * ctx.element_bytes
-    times = {c.index: tuple(map(float, _pass_times(ctx, c))) for c in L.chunks}
+    # Chunks of like layers (every chunk between the embedding's and the head's, in a model of like
+    # blocks) have the same pass times, to the last bit (the same terms summed in the same order): each
+    # is priced once, by its layers' kernels and recomputation (all _pass_times reads of a layer).
+    priced: dict[tuple, tuple[float, float]] = {}
+    times = {}
+    for c in L.chunks:
+        like = tuple((layer.forward, layer.backward, L.recomputation(layer)) for layer in c.layers)
+        if like not in priced:
+            priced[like] = tuple(map(float, _pass_times(ctx, c)))
+        times[c.index] = priced[like]
     # Every pass of a chunk in a direction runs the same collectives, and every send is alike: each
     # is priced once (a 1T-parameter step adds 130k of them).
     tp = {(c.index, f): _priced_tp_ops(ctx, c, f, activation) for c in L.chunks for f in (True, False)}
@@ -173,9 +185,78 @@ def model_parallel_program(ctx: SimulationContext, update_bytes_per_param: float
             "model parallel: gradients are all-reduced after the last backward (Megatron-LM's 2021 DDP); "
             "training.overlap does not apply"
         )
+    kept = _kept.get()
+    if kept is not None and repriceable(ctx):
+        return _kept_program(kept, ctx, update_bytes_per_param, label)
     prog, tails = _passes(ctx, pipeline_prices(ctx))
     for s in range(L.pipeline):
         _finish_stage(prog, ctx, s, tails[s], update_bytes_per_param, label)
+    return prog
+
+
+def repriceable(ctx: SimulationContext) -> bool:
+    """Whether ``simulate`` runs ``ctx`` as one Megatron program on the analytical network, unchanged
+    between building and running (no straggler classes, no offload placement search): a program a
+    PipelineRepricer may give."""
+    s = ctx.scenario
+    return (
+        ctx.megatron_program
+        and ctx.network is None
+        and s.training.offload.mode == "none"
+        and s.cluster.heterogeneity is None
+        and ctx.offload_placement is None
+    )
+
+
+# The pipeline programs model_parallel_program keeps for re-pricing where a caller asks it to
+# (reusing_pipelines); None: every program is built.
+_kept: ContextVar[dict | None] = ContextVar("kept_pipelines", default=None)
+# How many it keeps, the oldest going first, and the most ops they may hold together (a pass op is
+# about 0.5 KB: 200,000 ops about 100 MB). A plan's rows that differ only in their NIC are simulated
+# close together (the faster NIC's first, its slower twins among the last rows): on the GPT-3 175B plan
+# four programs re-price as many twins as keeping every program would.
+KEPT_PIPELINES = 4
+KEPT_PIPELINE_OPS = 200_000
+
+
+@contextmanager
+def reusing_pipelines(kept: dict) -> Iterator[None]:
+    """Within it, model_parallel_program keeps the pipeline programs it builds in ``kept`` (the last
+    KEPT_PIPELINES) and gives a scenario that differs from a kept one only in its NIC (its links'
+    prices) the kept program re-priced for it (PipelineRepricer.program_for: op for op the program a
+    build gives), at a fraction of a build's cost. A program so given is the kept one, changed in place
+    by the next re-pricing: only for callers that are done with a simulation's result (its lazily read
+    ``ops``) before the next simulation starts, as a sweep's or a plan's rows are (sweeps.run.simulate_row
+    keeps numbers, not results)."""
+    token = _kept.set(kept)
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+
+
+def _kept_program(kept: dict, ctx: SimulationContext, update_bytes: float, label: str) -> Program:
+    """model_parallel_program's program for ``ctx``, re-priced from the one kept for its scenario but
+    the NIC where there is one (and of the same shape), else built and kept (reusing_pipelines). The
+    key holds everything a program's ops and their order follow from: the scenario without its NIC,
+    the profile, the update's bytes and label and the op budget the program was built under."""
+    key = (
+        ctx.scenario.model_dump_json(exclude={"cluster": {"nic"}}),
+        repr(ctx.profile),
+        update_bytes,
+        label,
+        op_budget.get(),
+    )
+    repricer = kept.pop(key, None)  # put back last: the newest
+    prog = repricer.program_for(ctx) if repricer is not None else None
+    if prog is None:
+        repricer = PipelineRepricer(ctx, update_bytes, label)
+        prog = repricer.finish(ctx)
+    kept[key] = repricer
+    while len(kept) > 1 and (
+        len(kept) > KEPT_PIPELINES or sum(len(r.program.ops) for r in kept.values()) > KEPT_PIPELINE_OPS
+    ):
+        del kept[next(iter(kept))]
     return prog
 
 
@@ -199,8 +280,11 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
     tail: list[int | None] = [None] * L.pipeline
     at = [0] * L.pipeline
     left = sum(len(o) for o in orders)
+    add_op = prog.add_op
     # Add each stage's passes in its own order, a pass only once what it receives exists (list
     # scheduling over the stages): ids stay topological and each (stage, stream) keeps its order.
+    # Collectives and sends are added as add_priced adds them (without meta), its call inlined: a
+    # pipeline's passes are most of a plan's ops.
     while left:
         moved = False
         for s, order in enumerate(orders):
@@ -209,10 +293,16 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                 need = (True, j - 1, micro) if forward and j > 0 else None
                 if not forward and j < n - 1:
                     need = (False, j + 1, micro)
-                if need is not None and need not in sent:
-                    break
-                deps = tuple(d for d in (sent.get(need) if need else None, tail[s]) if d is not None)
-                op = prog.add_op(
+                got = None
+                if need is not None:
+                    got = sent.get(need)
+                    if got is None:
+                        break
+                last = tail[s]
+                deps = (got, last) if last is not None else (got,)
+                if got is None:
+                    deps = (last,) if last is not None else ()
+                op = add_op(
                     f"{'fwd' if forward else 'bwd'} chunk{j} mb{micro}", "compute",
                     times[j][0 if forward else 1], "forward" if forward else "backward", deps,
                     0.0, 0.0, 0.0, {}, {"micro": micro, "chunk": j}, s, None,
@@ -220,16 +310,20 @@ def _passes(ctx: SimulationContext, prices: PipelinePrices) -> tuple[Program, li
                 # Every pass of a kind shares its collectives' priced metadata (add_priced without
                 # meta); the compute op each follows says the micro-batch, as a send's name does.
                 for name, priced in tp[(j, forward)]:
-                    op = add_priced(prog, name, priced, (op,), rank=s)
+                    op = add_op(
+                        name, "comm", priced.duration, "communication", (op,), priced.intra_node_bytes,
+                        priced.inter_node_bytes, priced.compute_slowdown, dict(priced.demands), priced.meta,
+                        s, priced.collective,
+                    )  # fmt: skip
                 tail[s] = op
                 if forward and j < n - 1 or not forward and j > 0:
-                    sent[(forward, j, micro)] = add_priced(
-                        prog,
-                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}",
-                        send_to[(forward, j)],
-                        (op,),
-                        rank=s,
-                    )
+                    priced = send_to[(forward, j)]
+                    sent[(forward, j, micro)] = add_op(
+                        f"send {'activation' if forward else 'gradient'} chunk{j} mb{micro}", "comm",
+                        priced.duration, "communication", (op,), priced.intra_node_bytes,
+                        priced.inter_node_bytes, priced.compute_slowdown, dict(priced.demands), priced.meta,
+                        s, priced.collective,
+                    )  # fmt: skip
                 at[s] += 1
                 left -= 1
                 moved = True
@@ -251,7 +345,15 @@ class PipelineRepricer:
         self.update_bytes, self.label = update_bytes_per_param, label
         self.program, self.tails = _passes(ctx, self.prices)
         self.passes = len(self.program.ops)
-        where = {}  # an op's price: ("pass", chunk, forward) or (chunk, forward, i) of tp, or "send"
+
+    @cached_property
+    def groups(self) -> dict:
+        """The passes' ops grouped by what prices them, so that a draw looks each price up once, not
+        once per op (a 16-stage pipeline has thousands of passes and collectives per draw): ("pass",
+        chunk, forward), (chunk, forward, i) of tp, "send" or "send_across" -> ops. Made on first use,
+        before any re-pricing (which replaces the collectives' metadata it tells them apart by): a
+        program built and run once, never re-priced, is not grouped at all."""
+        where = {}
         for key, ops in self.prices.tp.items():
             for i, (_, priced) in enumerate(ops):
                 where[id(priced.meta)] = (*key, i)
@@ -259,17 +361,14 @@ class PipelineRepricer:
             where[id(self.prices.send.meta)] = "send"
         if self.prices.send_across is not None:
             where[id(self.prices.send_across.meta)] = "send_across"
-        keys = [
-            ("pass", op.meta["chunk"], op.category == "forward")
-            if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward")
-            else where[id(op.meta)]
-            for op in self.program.ops
-        ]
-        # the passes' ops grouped by what prices them, so that a draw looks each price up once, not
-        # once per op (a 16-stage pipeline has thousands of passes and collectives per draw)
-        self.groups: dict = {}
-        for op, key in zip(self.program.ops, keys):
-            self.groups.setdefault(key, []).append(op)
+        groups: dict = {}
+        for op in self.program.ops[: self.passes]:
+            if op.collective is None and op.stream == "compute" and op.category in ("forward", "backward"):
+                key = ("pass", op.meta["chunk"], op.category == "forward")
+            else:
+                key = where[id(op.meta)]
+            groups.setdefault(key, []).append(op)
+        return groups
 
     def program_for(self, ctx: SimulationContext) -> Program | None:
         """The program model_parallel_program would build for ``ctx``; None where its shape differs
@@ -295,9 +394,13 @@ class PipelineRepricer:
                 op.demands = dict(priced.demands)
                 op.meta = priced.meta
                 op.collective = priced.collective
+        return self.finish(ctx)
+
+    def finish(self, ctx: SimulationContext) -> Program:
+        """The program with each stage's finish (_finish_stage) for ``ctx`` after its passes."""
         for s in range(ctx.layout.pipeline):
-            _finish_stage(prog, ctx, s, self.tails[s], self.update_bytes, self.label)
-        return prog
+            _finish_stage(self.program, ctx, s, self.tails[s], self.update_bytes, self.label)
+        return self.program
 
 
 def _finish_stage(prog: Program, ctx: SimulationContext, s: int, last, update_bytes: float, label: str):
