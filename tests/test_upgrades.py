@@ -232,3 +232,31 @@ def test_an_owned_options_budget_spend_counts_the_runs_power():
     }
     rent = {"option": "rent", "capital": 0.0, "ttt_h": 5.0, "power_per_h": 0.0, "run_cost": 3_000.0}
     assert spend(keep) == 1_000.0 and spend(nics) == 20_800.0 and spend(rent) == 3_000.0
+
+
+def test_have_times_each_optimizer_at_its_own_steps():
+    """`plan --have --steps adam=100000,binsgdm=300000` timed every option at 300,000 steps (a rented Adam
+    run three times as long as it is) and kept BinSGDM where Adam at its own count wins. Each option's
+    hours are now its optimizer's own count x its mean step: what that optimizer alone gives on that
+    option at that count, as `plan` and `compare` time it, and the option keeps the faster of the two."""
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.planner.upgrades import evaluate, plan_have
+
+    own, rent = cost_model("own"), cost_model("rent")
+    base = candidate_sweep(None).base.with_changes(
+        **{"workload.model": "BERT-Large", "workload.seq_len": None}
+    )
+    alone = {
+        name: {o["what"]: o for o in evaluate(Path(TEAM), base, [name], n, 4096, own, rent)["options"]}
+        for name, n in (("adam", 100_000), ("binsgdm", 300_000))
+    }
+    both = evaluate(Path(TEAM), base, ["adam", "binsgdm"], "adam=100000,binsgdm=300000", 4096, own, rent)
+    for o in both["options"]:
+        mine = {name: alone[name][o["what"]]["ttt_h"] for name in alone}
+        assert o["ttt_h"] == mine[o["optimizer"]] == min(mine.values()), o["what"]
+        assert o["steps"] == {"adam": 100_000, "binsgdm": 300_000}[o["optimizer"]]
+    assert {o["optimizer"] for o in both["options"]} == {"adam", "binsgdm"}  # each wins somewhere
+    out = plan_have("BERT-Large", "adam=100000,binsgdm=300000", Path(TEAM), None, 4096, own, rent, 0)
+    assert out["steps_per_optimizer"] == {"adam": 100_000, "binsgdm": 300_000} and out["baseline"] == "adam"
+    p4d = next(o for o in out["options"] if o.get("instance") == "p4d.24xlarge")
+    assert p4d["optimizer"] == "adam" and p4d["steps"] == 100_000

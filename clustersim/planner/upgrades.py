@@ -128,17 +128,19 @@ def evaluate(
     have_path: Path,
     base,
     optimizers: list[str],
-    steps: int,
+    steps,
     global_batch: int,
     own: Own,
     rent: Rent,
     samples: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """Every option with its fastest optimizer and layout: time to train (with its band), capital, what a
     run costs (owned options: the owned model; rented ones: the instance-hours), hours saved per run and
-    payback in days of training saved."""
-    from clustersim.planner.compare import mean_step_time
+    payback in days of training saved. ``steps``: a count, or a ``compare.StepsPlan`` whose optimizers
+    each train their own count (one not named: ``baseline``'s, as `plan` and `compare` count them)."""
+    from clustersim.planner.compare import StepsPlan, mean_step_time
     from clustersim.planner.planning import _add_bands, say_stage, simulate_rows, with_layouts
     from clustersim.report.analysis import cluster_label
 
@@ -146,6 +148,12 @@ def evaluate(
     own.server(have.cluster.gpu)  # a GPU the ownership catalog cannot price: said before any work
     base_json = have.model_dump(mode="json")
     opts = options(have, rent, own.network)
+    plan = StepsPlan.parse(steps)
+    steps = simulated_steps(plan, baseline)  # the rows run with one count; each is timed at its own
+
+    def steps_of(optimizer: str) -> int:
+        return plan.of(optimizer, baseline) or steps
+
     rows = [{**opt["values"], "optimizer": name} for opt in opts for name in optimizers]
     laid = with_layouts(have, rows, steps, global_batch)
     option_of = {row_id(r): _option_index(r, opts) for r in laid}
@@ -168,7 +176,8 @@ def evaluate(
             per_step = mean_step_time(
                 r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), None
             )
-            r["ttt_h"] = steps * per_step / 3600
+            r["steps"] = steps_of(r["optimizer"])
+            r["ttt_h"] = r["steps"] * per_step / 3600
         best = min(mine, key=lambda r: r["ttt_h"])
         if samples > 0:
             _add_bands([best], base_json, laid, steps, global_batch, samples, workers=1)
@@ -181,6 +190,7 @@ def evaluate(
             {
                 **{k: v for k, v in opt.items() if k != "values"},
                 "optimizer": best["optimizer"],
+                "steps": best["steps"],
                 "layout": best.get("layout"),
                 "cluster": cluster_label({**best, "layout": best.get("layout")}),
                 "ttt_h": best["ttt_h"],
@@ -198,6 +208,13 @@ def evaluate(
     life_days = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"] / HOURS_PER_DAY
     _payback(results, own.price({**have.cluster.model_dump(mode="json")}), life_days)
     return {"have": str(have_path), "cluster": cluster_label_of(have), "options": results}
+
+
+def simulated_steps(plan, baseline: str | None) -> int:
+    """The one step count the rows are simulated with, as `plan` picks it: the baseline's, else the
+    count for every optimizer, else the largest given (each row is then timed at its own count)."""
+    own = plan.of(baseline, baseline) if baseline else None
+    return own or plan.default or max(n for _, n in plan.per)
 
 
 def cluster_label_of(have) -> str:
@@ -265,10 +282,13 @@ def plan_have(
     deadline_h: float | None = None,
     budget: float | None = None,
     tokens: int | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (the
-    baseline's, when per optimizer) at the candidates' global batch, with every candidate optimizer.
-    ``tokens`` instead of ``steps``: the steps that train that many tokens, as `plan` counts them."""
+    """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (per optimizer
+    where given so, each optimizer timed at its own count, as `plan` times it; one not named takes
+    ``baseline``'s, by default the candidates' optimizer) at the candidates' global batch, with every
+    candidate optimizer. ``tokens`` instead of ``steps``: the steps that train that many tokens, as
+    `plan` counts them."""
     from clustersim import catalog
     from clustersim.planner.planning import _recipe, _steps_for_tokens, candidate_sweep
     from clustersim.planner.planning import tokens_note as note_for_tokens
@@ -288,9 +308,16 @@ def plan_have(
     optimizers = list(dict.fromkeys(r["optimizer"] for r in sweep.rows() if r.get("optimizer")))
     optimizers = optimizers or [base.training.optimizer]
     plan = recipe["steps"]
-    n = plan.default or max(k for _, k in plan.per)
+    if baseline is not None:
+        from clustersim.planner.compare import choose_baseline
+
+        choose_baseline(baseline, baseline)  # a clear error for an unknown one, as `plan` gives
+    baseline = baseline or base.training.optimizer
+    n = simulated_steps(plan, baseline)
     with sweep.catalogs_in_use():
-        out = evaluate(have_path, base, optimizers, n, recipe["global_batch"], own, rent, samples, progress)
+        out = evaluate(
+            have_path, base, optimizers, plan, recipe["global_batch"], own, rent, samples, progress, baseline
+        )
     for r in out["options"]:
         r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
             budget is None or spend(r) <= budget
@@ -302,6 +329,8 @@ def plan_have(
         "recommendation": recommendation_text(chosen, out["options"], budget is not None),
         "model": model,
         "steps": n,
+        "steps_per_optimizer": dict(plan.per),
+        "baseline": baseline,
         "global_batch": recipe["global_batch"],
         "optimizers": optimizers,
         "recipe_notes": recipe["notes"],
