@@ -260,3 +260,29 @@ def test_have_times_each_optimizer_at_its_own_steps():
     assert out["steps_per_optimizer"] == {"adam": 100_000, "binsgdm": 300_000} and out["baseline"] == "adam"
     p4d = next(o for o in out["options"] if o.get("instance") == "p4d.24xlarge")
     assert p4d["optimizer"] == "adam" and p4d["steps"] == 100_000
+
+
+def test_an_options_capital_is_counted_once_in_what_it_spends_on_the_run():
+    """The ranking added an option's whole capital to a run cost that already held that capital's
+    amortised share. Closed form (life L = years x hours per year x utilisation, t the option's hours,
+    P its power per hour): an upgrade spends C + t (kept servers / L + P), the old network's share being
+    replaced by the new one, bought whole; added nodes spend C + t (kept servers and network / L + P)."""
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.planner.upgrades import evaluate, recommended, spent_on_run
+
+    own, rent = cost_model("own"), cost_model("rent")
+    base = candidate_sweep(None).base.with_changes(
+        **{"workload.model": "BERT-Large", "workload.seq_len": None}
+    )
+    rows = evaluate(Path(TEAM), base, ["adam"], 100_000, 4096, own, rent)["options"]
+    o = own.o
+    life = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"]
+    servers, network = own.capital(load_scenario(TEAM).cluster.model_dump(mode="json"))
+    for r in rows:
+        kept = {"keep": servers + network, "upgrade NICs": servers, "add nodes": servers + network}
+        if r["option"] in kept:
+            want = r["capital"] + r["ttt_h"] * (kept[r["option"]] / life + r["power_per_h"])
+            assert spent_on_run(r) == pytest.approx(want, rel=1e-12), r["what"]
+        else:  # renting buys nothing: the instance-hours
+            assert spent_on_run(r) == r["run_cost"] and r["capital"] == 0.0
+    assert recommended(rows) is min(rows, key=spent_on_run)

@@ -167,6 +167,8 @@ def evaluate(
         )
     if samples > 0:
         say_stage(progress, f"banding the fastest of each of {len(opts)} options ({samples} draws each)")
+    o = own.o
+    life_h = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"]  # as Own.price amortises
     results = []
     for i, opt in enumerate(opts):
         mine = [r for r in ok if option_of.get(r["row_id"]) == i]
@@ -198,14 +200,16 @@ def evaluate(
                 "ttt_p90_h": best.get("ttt_p90_h"),
                 "capital": capital(own, have, opt),
                 "run_cost": best["ttt_h"] * priced.per_hour,
+                # the run's cost holds the amortised share of what the option buys: spent_on_run counts
+                # that capital once, whole
+                "capital_share": best["ttt_h"] * capital(own, have, opt) / life_h,
                 "run_cost_p10": band[0],
                 "run_cost_p90": band[1],
                 "power_per_h": priced.parts.get("power", 0.0),
                 "cost_basis": priced.describe(best["ttt_h"]),
             }
         )
-    o = own.o
-    life_days = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"] / HOURS_PER_DAY
+    life_days = life_h / HOURS_PER_DAY
     _payback(results, own.price({**have.cluster.model_dump(mode="json")}), life_days)
     return {"have": str(have_path), "cluster": cluster_label_of(have), "options": results}
 
@@ -339,13 +343,19 @@ def plan_have(
     }
 
 
+def spent_on_run(r: dict[str, Any]) -> float:
+    """What an option spends on this run: its capital (what it buys now) plus the run (owned: amortised
+    capital and power; rented: the instance-hours) less the run's amortised share of that same capital
+    (``capital_share``), which the capital already counts whole."""
+    return r["capital"] + r["run_cost"] - r.get("capital_share", 0.0)
+
+
 def recommended(options: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The option for this run: of those that meet the deadline and budget, the one that spends least
-    on it, its capital (what it buys now) plus the run (owned: amortised capital and power; rented: the
-    instance-hours); on a tie the earlier, keeping before buying before renting. What an upgrade saves
-    over many runs is its payback, beside it in the table."""
+    on it (spent_on_run); on a tie the earlier, keeping before buying before renting. What an upgrade
+    saves over many runs is its payback, beside it in the table."""
     meets = [r for r in options if r.get("meets", True)]
-    return min(meets, key=lambda r: r["capital"] + r["run_cost"]) if meets else None
+    return min(meets, key=spent_on_run) if meets else None
 
 
 def recommendation_text(
@@ -367,7 +377,9 @@ def recommendation_text(
             return "No option could train the model."
         fastest = min(options, key=lambda r: r["ttt_h"])
         return f"No option meets {limits}; the fastest is {said(fastest)}."
+    run = chosen["run_cost"] - chosen.get("capital_share", 0.0)
+    beyond = " beyond that capital's amortised share" if chosen.get("capital_share") else ""
     return (
-        f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${chosen['run_cost']:,.0f}: "
+        f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${run:,.0f}{beyond}: "
         f"the least spent on this run of the options that meet {limits}."
     )
