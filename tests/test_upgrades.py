@@ -286,3 +286,41 @@ def test_an_options_capital_is_counted_once_in_what_it_spends_on_the_run():
         else:  # renting buys nothing: the instance-hours
             assert spent_on_run(r) == r["run_cost"] and r["capital"] == 0.0
     assert recommended(rows) is min(rows, key=spent_on_run)
+
+
+def test_the_have_recommendation_carries_plans_warnings(runner):
+    """`plan --have` recommended adding nodes and switching to BinSGDM with a P90 past the deadline and a
+    payback past the hardware's life, and said none of it. It says what `plan` says under its choice
+    (the gain over Adam on the same cluster, that convergence is not modelled, the risk), and plainly
+    that the capital is written off before it pays back."""
+    args = ["plan", "--model", "BERT-Large", "--steps", "100000", "--global-batch", "4096", "--samples", "0"]
+    d = json.loads(runner.invoke(app, [*args, "--deadline", "3h", "--have", TEAM, "--json"]).stdout)
+    chosen, notes = d["recommended"], d["recommendation_notes"]
+    assert (
+        chosen["option"] == "add nodes" and chosen["optimizer"] == "binsgdm" and chosen["payback_beyond_life"]
+    )
+    b = chosen["baseline"]
+    assert b["optimizer"] == "adam" and chosen["speedup"] == pytest.approx(b["ttt_h"] / chosen["ttt_h"])
+    assert notes[0].startswith(f"Over adam on the same cluster: {chosen['speedup']:.2f}x faster")
+    assert notes[1].startswith("Convergence is not modelled: binsgdm is assumed to reach adam's loss")
+    assert notes[-1].startswith(f"Its ${chosen['capital']:,.0f} pays back only after") and "past" in notes[-1]
+    r = runner.invoke(app, [*args, "--deadline", "3h", "--have", TEAM])
+    for line in notes:
+        assert f"  • {line}" in r.stdout
+    # the risk line: the choice's P90 past the deadline names the cheapest option whose P90 is within it
+    from clustersim.planner.upgrades import recommendation_notes
+
+    def option(name, h, p90, spent):
+        return {"option": name, "what": name, "optimizer": "adam", "ttt_h": h, "ttt_p90_h": p90,
+                "spent_on_run": spent, "baseline": None, "meets": True}  # fmt: skip
+
+    risky, safe, dear = (
+        option("keep", 2.5, 3.4, 100.0),
+        option("rent", 2.0, 2.8, 500.0),
+        option("x", 1, 2, 900),
+    )
+    (line,) = recommendation_notes(risky, [risky, safe, dear], 3.0)
+    assert line.startswith(
+        "Risk: its P90 (3.4 h) is past the 3.0 h deadline; rent, rent keeps its P90 within"
+    )
+    assert recommendation_notes(safe, [risky, safe, dear], 3.0) == []

@@ -414,6 +414,8 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         highlight=False,
     )
     console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
+    for line in result["recommendation_notes"]:
+        console.print(f"  • {line}", markup=False, highlight=False)
     if result["recommended"] is None:  # no option meets the deadline (and budget): exit 1, as plan
         raise typer.Exit(1)
 

@@ -188,6 +188,17 @@ def evaluate(
         priced = (rent if opt["option"] == "rent" else own).price(cluster)
         ratio = [best[k] / best["ttt_h"] if best.get(k) else None for k in ("ttt_p10_h", "ttt_p90_h")]
         band = cost_band(best["ttt_h"] * priced.per_hour, priced.sigma, *ratio)
+        # the baseline optimizer on the same option, as `plan` sets each row's: its speedup and the lines
+        # that say what changing the optimizer gains and assumes (report/analysis.over_baseline_line)
+        theirs = [r for r in mine if r["optimizer"] == baseline and best["optimizer"] != baseline]
+        b = min(theirs, key=lambda r: r["ttt_h"]) if theirs else None
+        if b is not None:
+            b = {
+                "optimizer": b["optimizer"],
+                "steps": b["steps"],
+                "ttt_h": b["ttt_h"],
+                "run_cost": b["ttt_h"] * priced.per_hour,
+            }
         results.append(
             {
                 **{k: v for k, v in opt.items() if k != "values"},
@@ -206,6 +217,8 @@ def evaluate(
                 "run_cost_p10": band[0],
                 "run_cost_p90": band[1],
                 "power_per_h": priced.parts.get("power", 0.0),
+                "baseline": b,
+                "speedup": b["ttt_h"] / best["ttt_h"] if b else None,
                 "cost_basis": priced.describe(best["ttt_h"]),
             }
         )
@@ -326,11 +339,14 @@ def plan_have(
         r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
             budget is None or spend(r) <= budget
         )
+    for r in out["options"]:
+        r["spent_on_run"] = spent_on_run(r)
     chosen = recommended(out["options"])
     return {
         **out,
         "recommended": chosen,
         "recommendation": recommendation_text(chosen, out["options"], budget is not None),
+        "recommendation_notes": recommendation_notes(chosen, out["options"], deadline_h),
         "model": model,
         "steps": n,
         "steps_per_optimizer": dict(plan.per),
@@ -356,6 +372,39 @@ def recommended(options: list[dict[str, Any]]) -> dict[str, Any] | None:
     saves over many runs is its payback, beside it in the table."""
     meets = [r for r in options if r.get("meets", True)]
     return min(meets, key=spent_on_run) if meets else None
+
+
+def recommendation_notes(
+    chosen: dict[str, Any] | None, options: list[dict[str, Any]], deadline_h: float | None
+) -> list[str]:
+    """The lines `plan` says under its choice, said of the recommended option (report/analysis's
+    builders, the same words): what its optimizer gains over the baseline on the same cluster, that
+    convergence is not modelled where it changes the optimizer, the risk where its P90 misses the
+    deadline; and, plainly, where what it buys never pays back or pays back past its life."""
+    from clustersim.report.analysis import convergence_caveat, over_baseline_line, risk_line
+
+    if chosen is None:
+        return []
+    meets = [r for r in options if r.get("meets", True)]
+    lines = [
+        over_baseline_line(chosen, cost="run_cost"),
+        convergence_caveat(options, chosen),
+        risk_line(
+            chosen, meets, deadline_h, named=lambda r: f"{r['option']}, {r['what']}", cost="spent_on_run"
+        ),
+    ]
+    if chosen.get("never_pays_back"):
+        lines.append(
+            f"Its ${chosen['capital']:,.0f} never pays back: it saves no money per run (what an owned "
+            "cluster-hour costs, less the power it adds); it buys this run's speed, not savings."
+        )
+    elif chosen.get("payback_beyond_life"):
+        lines.append(
+            f"Its ${chosen['capital']:,.0f} pays back only after {chosen['payback_days']:,.1f} days of "
+            f"training ({chosen['payback_runs']:,.1f} runs like this one), past the hardware's amortisation "
+            "life: it is written off before it pays for itself; it buys this run's speed, not savings."
+        )
+    return [line for line in lines if line]
 
 
 def recommendation_text(
