@@ -256,6 +256,14 @@ def test_have_times_each_optimizer_at_its_own_steps():
         assert o["ttt_h"] == mine[o["optimizer"]] == min(mine.values()), o["what"]
         assert o["steps"] == {"adam": 100_000, "binsgdm": 300_000}[o["optimizer"]]
     assert {o["optimizer"] for o in both["options"]} == {"adam", "binsgdm"}  # each wins somewhere
+    # the kept cluster as `compare` times it (the file as it is: BERT-Large on its 128 GPUs)
+    from clustersim.api import compare
+
+    cells = compare(TEAM, ["adam", "binsgdm"], [128], samples=0, global_batch=4096, break_even_at=0,
+                    steps="adam=100000,binsgdm=300000")  # fmt: skip
+    for name in alone:
+        keep = next(o for o in alone[name].values() if o["option"] == "keep")
+        assert keep["ttt_h"] == pytest.approx(cells.row(name, 128).time_to_train_s / 3600, rel=1e-9), name
     out = plan_have("BERT-Large", "adam=100000,binsgdm=300000", Path(TEAM), None, 4096, own, rent, 0)
     assert out["steps_per_optimizer"] == {"adam": 100_000, "binsgdm": 300_000} and out["baseline"] == "adam"
     p4d = next(o for o in out["options"] if o.get("instance") == "p4d.24xlarge")
