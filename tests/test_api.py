@@ -305,6 +305,9 @@ def test_a_fixed_global_batch_runs_in_smaller_micro_batches_when_memory_is_short
     fixed = compare(scenario, ["adam"], [16], samples=0, global_batch=1024, break_even_at=0)
     cell = fixed.row("adam", 16)
     assert cell.error is None and cell.samples_per_s > 0
-    assert "micro-batch 8 does not fit in GPU memory: it runs as 4 x 16 accumulated" in cell.notes[-1]
+    assert (
+        "micro-batch 8 does not fit in GPU memory: it runs as micro-batch 4 x 16 accumulation steps"
+        in cell.notes[-1]
+    )
     grown = compare(scenario, ["adam"], [16], samples=0, break_even_at=0)
     assert "does not fit in GPU memory" in grown.row("adam", 16).error

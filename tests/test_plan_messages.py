@@ -250,3 +250,29 @@ def test_a_plan_that_nothing_meets_exits_1_in_text_and_json(runner, json_out):
 
             answer = json.loads(r.stdout)
             assert answer.get("chosen", answer.get("recommended")) is None
+
+
+def test_a_plans_choice_rebuilds_from_its_json(runner, tmp_path):
+    """`plan --json`'s choice had no scenario: its micro-batch, accumulation and layout could not be
+    rebuilt from the answer. The choice and each runner-up carry the resolved scenario as it ran
+    (Scenario.to_dict); `clustersim run` on the choice's gives the plan's step time exactly."""
+    import json
+
+    import yaml
+
+    cand = tmp_path / "cand.yaml"
+    vary = {"gpus": [8, 16], "optimizer": ["adam", "binsgdm"]}
+    cand.write_text(yaml.safe_dump({"base": "preset:default", "vary": vary}))
+    args = ["plan", "--model", "GPT-2-1.5B", "--steps", "1000", "--deadline", "30d", "--samples", "0"]
+    args += ["--global-batch", "512", "--candidates", str(cand), "--price", "2", "--json"]
+    d = json.loads(runner.invoke(app, args).stdout)
+    chosen = d["chosen"]
+    w = chosen["scenario"]["workload"]
+    assert w["micro_batch"] * w["gradient_accumulation"] * chosen["world_size"] == 512
+    assert all(r["scenario"]["workload"]["model"] == "GPT-2-1.5B" for r in d["runners_up"])
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps(chosen["scenario"]))
+    r = runner.invoke(app, ["run", str(path), "--samples", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["iteration_time_s"] == chosen["iteration_time_s"]
+    assert chosen["ttt_h"] == pytest.approx(chosen["steps"] * chosen["iteration_time_s"] / 3600, rel=1e-12)

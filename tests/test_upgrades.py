@@ -232,3 +232,103 @@ def test_an_owned_options_budget_spend_counts_the_runs_power():
     }
     rent = {"option": "rent", "capital": 0.0, "ttt_h": 5.0, "power_per_h": 0.0, "run_cost": 3_000.0}
     assert spend(keep) == 1_000.0 and spend(nics) == 20_800.0 and spend(rent) == 3_000.0
+
+
+def test_have_times_each_optimizer_at_its_own_steps():
+    """`plan --have --steps adam=100000,binsgdm=300000` timed every option at 300,000 steps (a rented Adam
+    run three times as long as it is) and kept BinSGDM where Adam at its own count wins. Each option's
+    hours are now its optimizer's own count x its mean step: what that optimizer alone gives on that
+    option at that count, as `plan` and `compare` time it, and the option keeps the faster of the two."""
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.planner.upgrades import evaluate, plan_have
+
+    own, rent = cost_model("own"), cost_model("rent")
+    base = candidate_sweep(None).base.with_changes(
+        **{"workload.model": "BERT-Large", "workload.seq_len": None}
+    )
+    alone = {
+        name: {o["what"]: o for o in evaluate(Path(TEAM), base, [name], n, 4096, own, rent)["options"]}
+        for name, n in (("adam", 100_000), ("binsgdm", 300_000))
+    }
+    both = evaluate(Path(TEAM), base, ["adam", "binsgdm"], "adam=100000,binsgdm=300000", 4096, own, rent)
+    for o in both["options"]:
+        mine = {name: alone[name][o["what"]]["ttt_h"] for name in alone}
+        assert o["ttt_h"] == mine[o["optimizer"]] == min(mine.values()), o["what"]
+        assert o["steps"] == {"adam": 100_000, "binsgdm": 300_000}[o["optimizer"]]
+    assert {o["optimizer"] for o in both["options"]} == {"adam", "binsgdm"}  # each wins somewhere
+    # the kept cluster as `compare` times it (the file as it is: BERT-Large on its 128 GPUs)
+    from clustersim.api import compare
+
+    cells = compare(TEAM, ["adam", "binsgdm"], [128], samples=0, global_batch=4096, break_even_at=0,
+                    steps="adam=100000,binsgdm=300000")  # fmt: skip
+    for name in alone:
+        keep = next(o for o in alone[name].values() if o["option"] == "keep")
+        assert keep["ttt_h"] == pytest.approx(cells.row(name, 128).time_to_train_s / 3600, rel=1e-9), name
+    out = plan_have("BERT-Large", "adam=100000,binsgdm=300000", Path(TEAM), None, 4096, own, rent, 0)
+    assert out["steps_per_optimizer"] == {"adam": 100_000, "binsgdm": 300_000} and out["baseline"] == "adam"
+    p4d = next(o for o in out["options"] if o.get("instance") == "p4d.24xlarge")
+    assert p4d["optimizer"] == "adam" and p4d["steps"] == 100_000
+
+
+def test_an_options_capital_is_counted_once_in_what_it_spends_on_the_run():
+    """The ranking added an option's whole capital to a run cost that already held that capital's
+    amortised share. Closed form (life L = years x hours per year x utilisation, t the option's hours,
+    P its power per hour): an upgrade spends C + t (kept servers / L + P), the old network's share being
+    replaced by the new one, bought whole; added nodes spend C + t (kept servers and network / L + P)."""
+    from clustersim.planner.planning import candidate_sweep
+    from clustersim.planner.upgrades import evaluate, recommended, spent_on_run
+
+    own, rent = cost_model("own"), cost_model("rent")
+    base = candidate_sweep(None).base.with_changes(
+        **{"workload.model": "BERT-Large", "workload.seq_len": None}
+    )
+    rows = evaluate(Path(TEAM), base, ["adam"], 100_000, 4096, own, rent)["options"]
+    o = own.o
+    life = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"]
+    servers, network = own.capital(load_scenario(TEAM).cluster.model_dump(mode="json"))
+    for r in rows:
+        kept = {"keep": servers + network, "upgrade NICs": servers, "add nodes": servers + network}
+        if r["option"] in kept:
+            want = r["capital"] + r["ttt_h"] * (kept[r["option"]] / life + r["power_per_h"])
+            assert spent_on_run(r) == pytest.approx(want, rel=1e-12), r["what"]
+        else:  # renting buys nothing: the instance-hours
+            assert spent_on_run(r) == r["run_cost"] and r["capital"] == 0.0
+    assert recommended(rows) is min(rows, key=spent_on_run)
+
+
+def test_the_have_recommendation_carries_plans_warnings(runner):
+    """`plan --have` recommended adding nodes and switching to BinSGDM with a P90 past the deadline and a
+    payback past the hardware's life, and said none of it. It says what `plan` says under its choice
+    (the gain over Adam on the same cluster, that convergence is not modelled, the risk), and plainly
+    that the capital is written off before it pays back."""
+    args = ["plan", "--model", "BERT-Large", "--steps", "100000", "--global-batch", "4096", "--samples", "0"]
+    d = json.loads(runner.invoke(app, [*args, "--deadline", "3h", "--have", TEAM, "--json"]).stdout)
+    chosen, notes = d["recommended"], d["recommendation_notes"]
+    assert (
+        chosen["option"] == "add nodes" and chosen["optimizer"] == "binsgdm" and chosen["payback_beyond_life"]
+    )
+    b = chosen["baseline"]
+    assert b["optimizer"] == "adam" and chosen["speedup"] == pytest.approx(b["ttt_h"] / chosen["ttt_h"])
+    assert notes[0].startswith(f"Over adam on the same cluster: {chosen['speedup']:.2f}x faster")
+    assert notes[1].startswith("Convergence is not modelled: binsgdm is assumed to reach adam's loss")
+    assert notes[-1].startswith(f"Its ${chosen['capital']:,.0f} pays back only after") and "past" in notes[-1]
+    r = runner.invoke(app, [*args, "--deadline", "3h", "--have", TEAM])
+    for line in notes:
+        assert f"  • {line}" in r.stdout
+    # the risk line: the choice's P90 past the deadline names the cheapest option whose P90 is within it
+    from clustersim.planner.upgrades import recommendation_notes
+
+    def option(name, h, p90, spent):
+        return {"option": name, "what": name, "optimizer": "adam", "ttt_h": h, "ttt_p90_h": p90,
+                "spent_on_run": spent, "baseline": None, "meets": True}  # fmt: skip
+
+    risky, safe, dear = (
+        option("keep", 2.5, 3.4, 100.0),
+        option("rent", 2.0, 2.8, 500.0),
+        option("x", 1, 2, 900),
+    )
+    (line,) = recommendation_notes(risky, [risky, safe, dear], 3.0)
+    assert line.startswith(
+        "Risk: its P90 (3.4 h) is past the 3.0 h deadline; rent, rent keeps its P90 within"
+    )
+    assert recommendation_notes(safe, [risky, safe, dear], 3.0) == []

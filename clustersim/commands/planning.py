@@ -372,7 +372,7 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     own = cost_model("own", None, extra["network"], own_prices=own_prices, have_cost_option=False)
     rent = cost_model("rent", instances=instances, have_cost_option=False)
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
-    kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"]}
+    kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"], "baseline": extra["baseline"]}
     if extra.get("json_out"):
         answer = plan_have(*args, **kw)
         emit_json(answer)
@@ -381,8 +381,10 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         return
     with progress_bar("plan", "options") as update:
         result = plan_have(*args, progress=update, **kw)
+    per = result["steps_per_optimizer"]
+    steps_text = ", ".join(f"{o} {n:,}" for o, n in per.items()) if per else f"{result['steps']:,}"
     console.print(
-        f"[bold]{model}[/], {result['steps']:,} steps of {result['global_batch']:,} samples on "
+        f"[bold]{model}[/], {steps_text} steps of {result['global_batch']:,} samples on "
         f"{result['cluster']} ({have}), deadline {hours:,.1f} h: the fastest of "
         f"{', '.join(result['optimizers'])} per option",
         highlight=False,
@@ -412,6 +414,8 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         highlight=False,
     )
     console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
+    for line in result["recommendation_notes"]:
+        console.print(f"  • {line}", markup=False, highlight=False)
     if result["recommended"] is None:  # no option meets the deadline (and budget): exit 1, as plan
         raise typer.Exit(1)
 

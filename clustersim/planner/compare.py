@@ -428,8 +428,9 @@ def _fitting_row(
     row, s = fit_micro_batch(s, lambda t: _row(t, gpus, name, steps, w, profile), fixed_batch)
     if s.workload.micro_batch != asked:
         row.notes.append(
-            f"micro-batch {asked} does not fit in GPU memory: it runs as {s.workload.micro_batch} x "
-            f"{s.workload.gradient_accumulation} accumulated (the global batch is kept)"
+            f"micro-batch {asked} does not fit in GPU memory: it runs as micro-batch "
+            f"{s.workload.micro_batch} x {s.workload.gradient_accumulation} accumulation steps "
+            "(the global batch is kept)"
         )
     return row, s
 

@@ -1488,6 +1488,11 @@ CANDIDATE_KEYS = (
     "speedup",
     "speedup_p10",
     "speedup_p90",
+    "steps",
+    "iteration_time_s",
+    # the resolved scenario as it ran (layout, micro-batch, accumulation, sharding: Scenario.to_dict), which
+    # `clustersim run` and api.load_scenario read back: the choice rebuilt from the answer alone
+    "scenario",
 )
 
 

@@ -128,17 +128,19 @@ def evaluate(
     have_path: Path,
     base,
     optimizers: list[str],
-    steps: int,
+    steps,
     global_batch: int,
     own: Own,
     rent: Rent,
     samples: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """Every option with its fastest optimizer and layout: time to train (with its band), capital, what a
     run costs (owned options: the owned model; rented ones: the instance-hours), hours saved per run and
-    payback in days of training saved."""
-    from clustersim.planner.compare import mean_step_time
+    payback in days of training saved. ``steps``: a count, or a ``compare.StepsPlan`` whose optimizers
+    each train their own count (one not named: ``baseline``'s, as `plan` and `compare` count them)."""
+    from clustersim.planner.compare import StepsPlan, mean_step_time
     from clustersim.planner.planning import _add_bands, say_stage, simulate_rows, with_layouts
     from clustersim.report.analysis import cluster_label
 
@@ -146,6 +148,12 @@ def evaluate(
     own.server(have.cluster.gpu)  # a GPU the ownership catalog cannot price: said before any work
     base_json = have.model_dump(mode="json")
     opts = options(have, rent, own.network)
+    plan = StepsPlan.parse(steps)
+    steps = simulated_steps(plan, baseline)  # the rows run with one count; each is timed at its own
+
+    def steps_of(optimizer: str) -> int:
+        return plan.of(optimizer, baseline) or steps
+
     rows = [{**opt["values"], "optimizer": name} for opt in opts for name in optimizers]
     laid = with_layouts(have, rows, steps, global_batch)
     option_of = {row_id(r): _option_index(r, opts) for r in laid}
@@ -159,6 +167,8 @@ def evaluate(
         )
     if samples > 0:
         say_stage(progress, f"banding the fastest of each of {len(opts)} options ({samples} draws each)")
+    o = own.o
+    life_h = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"]  # as Own.price amortises
     results = []
     for i, opt in enumerate(opts):
         mine = [r for r in ok if option_of.get(r["row_id"]) == i]
@@ -168,7 +178,8 @@ def evaluate(
             per_step = mean_step_time(
                 r["optimizer"], r["iteration_time_s"], r.get("warmup_iteration_time_s"), None
             )
-            r["ttt_h"] = steps * per_step / 3600
+            r["steps"] = steps_of(r["optimizer"])
+            r["ttt_h"] = r["steps"] * per_step / 3600
         best = min(mine, key=lambda r: r["ttt_h"])
         if samples > 0:
             _add_bands([best], base_json, laid, steps, global_batch, samples, workers=1)
@@ -177,10 +188,22 @@ def evaluate(
         priced = (rent if opt["option"] == "rent" else own).price(cluster)
         ratio = [best[k] / best["ttt_h"] if best.get(k) else None for k in ("ttt_p10_h", "ttt_p90_h")]
         band = cost_band(best["ttt_h"] * priced.per_hour, priced.sigma, *ratio)
+        # the baseline optimizer on the same option, as `plan` sets each row's: its speedup and the lines
+        # that say what changing the optimizer gains and assumes (report/analysis.over_baseline_line)
+        theirs = [r for r in mine if r["optimizer"] == baseline and best["optimizer"] != baseline]
+        b = min(theirs, key=lambda r: r["ttt_h"]) if theirs else None
+        if b is not None:
+            b = {
+                "optimizer": b["optimizer"],
+                "steps": b["steps"],
+                "ttt_h": b["ttt_h"],
+                "run_cost": b["ttt_h"] * priced.per_hour,
+            }
         results.append(
             {
                 **{k: v for k, v in opt.items() if k != "values"},
                 "optimizer": best["optimizer"],
+                "steps": best["steps"],
                 "layout": best.get("layout"),
                 "cluster": cluster_label({**best, "layout": best.get("layout")}),
                 "ttt_h": best["ttt_h"],
@@ -188,16 +211,27 @@ def evaluate(
                 "ttt_p90_h": best.get("ttt_p90_h"),
                 "capital": capital(own, have, opt),
                 "run_cost": best["ttt_h"] * priced.per_hour,
+                # the run's cost holds the amortised share of what the option buys: spent_on_run counts
+                # that capital once, whole
+                "capital_share": best["ttt_h"] * capital(own, have, opt) / life_h,
                 "run_cost_p10": band[0],
                 "run_cost_p90": band[1],
                 "power_per_h": priced.parts.get("power", 0.0),
+                "baseline": b,
+                "speedup": b["ttt_h"] / best["ttt_h"] if b else None,
                 "cost_basis": priced.describe(best["ttt_h"]),
             }
         )
-    o = own.o
-    life_days = o["amortisation_years"] * o["hours_per_year"] * o["utilisation"] / HOURS_PER_DAY
+    life_days = life_h / HOURS_PER_DAY
     _payback(results, own.price({**have.cluster.model_dump(mode="json")}), life_days)
     return {"have": str(have_path), "cluster": cluster_label_of(have), "options": results}
+
+
+def simulated_steps(plan, baseline: str | None) -> int:
+    """The one step count the rows are simulated with, as `plan` picks it: the baseline's, else the
+    count for every optimizer, else the largest given (each row is then timed at its own count)."""
+    own = plan.of(baseline, baseline) if baseline else None
+    return own or plan.default or max(n for _, n in plan.per)
 
 
 def cluster_label_of(have) -> str:
@@ -265,10 +299,13 @@ def plan_have(
     deadline_h: float | None = None,
     budget: float | None = None,
     tokens: int | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (the
-    baseline's, when per optimizer) at the candidates' global batch, with every candidate optimizer.
-    ``tokens`` instead of ``steps``: the steps that train that many tokens, as `plan` counts them."""
+    """`plan --have`: the options for the owned cluster training ``model`` for ``steps`` (per optimizer
+    where given so, each optimizer timed at its own count, as `plan` times it; one not named takes
+    ``baseline``'s, by default the candidates' optimizer) at the candidates' global batch, with every
+    candidate optimizer. ``tokens`` instead of ``steps``: the steps that train that many tokens, as
+    `plan` counts them."""
     from clustersim import catalog
     from clustersim.planner.planning import _recipe, _steps_for_tokens, candidate_sweep
     from clustersim.planner.planning import tokens_note as note_for_tokens
@@ -288,20 +325,32 @@ def plan_have(
     optimizers = list(dict.fromkeys(r["optimizer"] for r in sweep.rows() if r.get("optimizer")))
     optimizers = optimizers or [base.training.optimizer]
     plan = recipe["steps"]
-    n = plan.default or max(k for _, k in plan.per)
+    if baseline is not None:
+        from clustersim.planner.compare import choose_baseline
+
+        choose_baseline(baseline, baseline)  # a clear error for an unknown one, as `plan` gives
+    baseline = baseline or base.training.optimizer
+    n = simulated_steps(plan, baseline)
     with sweep.catalogs_in_use():
-        out = evaluate(have_path, base, optimizers, n, recipe["global_batch"], own, rent, samples, progress)
+        out = evaluate(
+            have_path, base, optimizers, plan, recipe["global_batch"], own, rent, samples, progress, baseline
+        )
     for r in out["options"]:
         r["meets"] = (deadline_h is None or r["ttt_h"] <= deadline_h) and (
             budget is None or spend(r) <= budget
         )
+    for r in out["options"]:
+        r["spent_on_run"] = spent_on_run(r)
     chosen = recommended(out["options"])
     return {
         **out,
         "recommended": chosen,
         "recommendation": recommendation_text(chosen, out["options"], budget is not None),
+        "recommendation_notes": recommendation_notes(chosen, out["options"], deadline_h),
         "model": model,
         "steps": n,
+        "steps_per_optimizer": dict(plan.per),
+        "baseline": baseline,
         "global_batch": recipe["global_batch"],
         "optimizers": optimizers,
         "recipe_notes": recipe["notes"],
@@ -310,13 +359,52 @@ def plan_have(
     }
 
 
+def spent_on_run(r: dict[str, Any]) -> float:
+    """What an option spends on this run: its capital (what it buys now) plus the run (owned: amortised
+    capital and power; rented: the instance-hours) less the run's amortised share of that same capital
+    (``capital_share``), which the capital already counts whole."""
+    return r["capital"] + r["run_cost"] - r.get("capital_share", 0.0)
+
+
 def recommended(options: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The option for this run: of those that meet the deadline and budget, the one that spends least
-    on it, its capital (what it buys now) plus the run (owned: amortised capital and power; rented: the
-    instance-hours); on a tie the earlier, keeping before buying before renting. What an upgrade saves
-    over many runs is its payback, beside it in the table."""
+    on it (spent_on_run); on a tie the earlier, keeping before buying before renting. What an upgrade
+    saves over many runs is its payback, beside it in the table."""
     meets = [r for r in options if r.get("meets", True)]
-    return min(meets, key=lambda r: r["capital"] + r["run_cost"]) if meets else None
+    return min(meets, key=spent_on_run) if meets else None
+
+
+def recommendation_notes(
+    chosen: dict[str, Any] | None, options: list[dict[str, Any]], deadline_h: float | None
+) -> list[str]:
+    """The lines `plan` says under its choice, said of the recommended option (report/analysis's
+    builders, the same words): what its optimizer gains over the baseline on the same cluster, that
+    convergence is not modelled where it changes the optimizer, the risk where its P90 misses the
+    deadline; and, plainly, where what it buys never pays back or pays back past its life."""
+    from clustersim.report.analysis import convergence_caveat, over_baseline_line, risk_line
+
+    if chosen is None:
+        return []
+    meets = [r for r in options if r.get("meets", True)]
+    lines = [
+        over_baseline_line(chosen, cost="run_cost"),
+        convergence_caveat(options, chosen),
+        risk_line(
+            chosen, meets, deadline_h, named=lambda r: f"{r['option']}, {r['what']}", cost="spent_on_run"
+        ),
+    ]
+    if chosen.get("never_pays_back"):
+        lines.append(
+            f"Its ${chosen['capital']:,.0f} never pays back: it saves no money per run (what an owned "
+            "cluster-hour costs, less the power it adds); it buys this run's speed, not savings."
+        )
+    elif chosen.get("payback_beyond_life"):
+        lines.append(
+            f"Its ${chosen['capital']:,.0f} pays back only after {chosen['payback_days']:,.1f} days of "
+            f"training ({chosen['payback_runs']:,.1f} runs like this one), past the hardware's amortisation "
+            "life: it is written off before it pays for itself; it buys this run's speed, not savings."
+        )
+    return [line for line in lines if line]
 
 
 def recommendation_text(
@@ -338,7 +426,9 @@ def recommendation_text(
             return "No option could train the model."
         fastest = min(options, key=lambda r: r["ttt_h"])
         return f"No option meets {limits}; the fastest is {said(fastest)}."
+    run = chosen["run_cost"] - chosen.get("capital_share", 0.0)
+    beyond = " beyond that capital's amortised share" if chosen.get("capital_share") else ""
     return (
-        f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${chosen['run_cost']:,.0f}: "
+        f"Recommended: {said(chosen)}, capital ${chosen['capital']:,.0f} + run ${run:,.0f}{beyond}: "
         f"the least spent on this run of the options that meet {limits}."
     )

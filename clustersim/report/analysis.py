@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from clustersim.errors import InputError
 from clustersim.report import costing
@@ -551,6 +551,58 @@ def cost_text(r: dict[str, Any]) -> str:
     return f"${r['cost']:,.0f} ({band}{r.get('cost_basis', '')}{warn})"
 
 
+def over_baseline_line(chosen: dict[str, Any], cost: str = "cost") -> str | None:
+    """``Over adam on the same cluster: 1.18x faster, $X (Y%) cheaper (...)``: what the choice gains
+    over its baseline optimizer on its cluster (``chosen["baseline"]``, a row with ``optimizer``,
+    ``ttt_h`` and the key ``cost``); None where the choice is its baseline or has none."""
+    b = chosen.get("baseline")
+    if b is None or b is chosen:
+        return None
+    same = (
+        "; within the model's uncertainty the two are indistinguishable"
+        if indistinguishable(chosen, b)
+        else ""
+    )
+    return (
+        f"Over {b['optimizer']} on the same cluster: {speedup_text(chosen)} faster, "
+        f"${b[cost] - chosen[cost]:,.0f} ({100 * (1 - chosen[cost] / b[cost]):.0f}%) cheaper "
+        f"({b['optimizer']}: {_hours(b['ttt_h'])}, ${b[cost]:,.0f}){same}."
+    )
+
+
+def risk_line(
+    chosen: dict[str, Any],
+    feasible: list[dict[str, Any]],
+    deadline_h: float | None,
+    named: Callable[[dict[str, Any]], str] = lambda r: f"{r['optimizer']} on {r['cluster']}",
+    cost: str = "cost",
+) -> str | None:
+    """``Risk: its P90 (...) is past the ... deadline; ...``: said where the choice's P90 misses the
+    deadline, naming the cheapest (by the key ``cost``) of the rows that meet the constraints whose P90
+    is within it (``named``: how a row is named), or why none can be named."""
+    if deadline_h is None or chosen.get("ttt_p90_h") is None or chosen["ttt_p90_h"] <= deadline_h:
+        return None  # no band (none drawn) says no risk
+    # among the options that meet the constraints (one over budget is no way out of the risk)
+    safe = [r for r in feasible if r.get("ttt_p90_h") is not None and r["ttt_p90_h"] <= deadline_h]
+    if safe:
+        alt = min(safe, key=lambda r: (r[cost], r["ttt_h"]))
+        avoid = f"{named(alt)} keeps its P90 within it ({_hours(alt['ttt_p90_h'])}, ${alt[cost]:,.0f})"
+    else:  # only the rows given a band can say: the plan bands the cheapest few
+        banded = sum(r.get("ttt_p90_h") is not None for r in feasible)
+        given = f"none of the {banded} options given a band keeps"
+        if banded < 2:
+            given = "no other has a band that keeps"
+        avoid = (
+            f"{given} its P90 within it (a band is drawn for the cheapest few; the runners-up show theirs)"
+            if banded < len(feasible)
+            else "no configuration swept keeps its P90 within it"
+        )
+    return (
+        f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
+        f"{avoid}; a calibration of this cluster may narrow the band."
+    )
+
+
 def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
     band = (
         f" (P10–P90 {_hours(chosen['ttt_p10_h'])}–{_hours(chosen['ttt_p90_h'])})"
@@ -561,45 +613,15 @@ def _chosen_lines(rows, chosen, cheapest, deadline_h, feasible) -> list[str]:
         f"Recommended: {chosen['optimizer']} on {chosen['cluster']}: {_hours(chosen['ttt_h'])} to train"
         f"{band}, {cost_text(chosen)}."
     ] + _sooner_line(chosen, feasible)
-    b = chosen.get("baseline")
-    if b is not None and b is not chosen:
-        same = (
-            "; within the model's uncertainty the two are indistinguishable"
-            if indistinguishable(chosen, b)
-            else ""
-        )
-        lines.append(
-            f"Over {b['optimizer']} on the same cluster: {speedup_text(chosen)} faster, "
-            f"${b['cost'] - chosen['cost']:,.0f} ({100 * (1 - chosen['cost'] / b['cost']):.0f}%) cheaper "
-            f"({b['optimizer']}: {_hours(b['ttt_h'])}, ${b['cost']:,.0f}){same}."
-        )
+    over = over_baseline_line(chosen)
+    if over:
+        lines.append(over)
     caveat = convergence_caveat(rows, chosen)
     if caveat:
         lines.append(caveat)
-    if deadline_h is not None and chosen.get("ttt_p90_h", 0.0) > deadline_h:
-        # among the options that meet the constraints (one over budget is no way out of the risk)
-        safe = [r for r in feasible if r.get("ttt_p90_h") is not None and r["ttt_p90_h"] <= deadline_h]
-        if safe:
-            alt = min(safe, key=lambda r: (r["cost"], r["ttt_h"]))
-            avoid = (
-                f"{alt['optimizer']} on {alt['cluster']} keeps its P90 within it "
-                f"({_hours(alt['ttt_p90_h'])}, ${alt['cost']:,.0f})"
-            )
-        else:  # only the rows given a band can say: the plan bands the cheapest few
-            banded = sum(r.get("ttt_p90_h") is not None for r in feasible)
-            given = f"none of the {banded} options given a band keeps"
-            if banded < 2:
-                given = "no other has a band that keeps"
-            avoid = (
-                f"{given} its P90 within it (a band is drawn for the cheapest few; the runners-up show "
-                "theirs)"
-                if banded < len(feasible)
-                else "no configuration swept keeps its P90 within it"
-            )
-        lines.append(
-            f"Risk: its P90 ({_hours(chosen['ttt_p90_h'])}) is past the {deadline_h:,.1f} h deadline; "
-            f"{avoid}; a calibration of this cluster may narrow the band."
-        )
+    risk = risk_line(chosen, feasible, deadline_h)
+    if risk:
+        lines.append(risk)
     if chosen is not cheapest:
         saving = 1 - cheapest["cost"] / chosen["cost"]
         lines.append(
