@@ -194,12 +194,10 @@ CompareOwnPricesOpt = _own_prices_option("--cost rent or --instance")  # compare
 
 
 def _costs(cost, price, network_prices, instance, instances, own_prices):
-    """The cost model the options ask for (report/costing.py), every file checked before any work."""
-    from clustersim.report.costing import cost_model
+    """The cost model the options ask for (report/costing.model_from_options, which the API calls too)."""
+    from clustersim.report.costing import model_from_options
 
-    if cost is None and price is None and instance is None and instances is None and own_prices is None:
-        return None  # the command picks (costing.auto_model): owned where every GPU has a server price
-    return cost_model(cost, price, _network(network_prices), instance, instances, own_prices)
+    return model_from_options(cost, price, network_prices, instance, instances, own_prices)
 
 
 # what a budget is compared with depends on the cost model: one declaration for plan and report
@@ -217,7 +215,9 @@ BaselineOpt = typer.Option(
 
 
 def _network(value: Optional[str]):
-    return "default" if value is None else None if value.strip().lower() == "none" else value
+    from clustersim.report.costing import network_option
+
+    return network_option(value)
 
 
 def report(
@@ -330,17 +330,10 @@ def _by_network_table(model: str, cells: list[dict]):
 
 
 def _have_takes_no_cost_option(**given) -> None:
-    """`plan --have` prices each option by its own model (keeping, upgrading or growing the cluster as
-    owned, renting as rented): --cost, --price and --instance choose one model for every row, so they
-    would be ignored there; they are refused instead, naming the option."""
-    for name, value in given.items():
-        if value is not None:
-            raise InputError(
-                "--have prices keeping, upgrading and growing the cluster as owned and renting as rented, "
-                f"each option by its own model; --{name} does not apply (--own-prices and --instances give "
-                "your prices)",
-                key=f"--{name}",
-            )
+    """--cost, --price and --instance refused with --have (report/costing, shared with the API)."""
+    from clustersim.report.costing import refuse_cost_options_with_have
+
+    refuse_cost_options_with_have(**given)
 
 
 def _run_plan(args, extra, candidates, json_out):
