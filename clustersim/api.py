@@ -174,11 +174,15 @@ def _count(value: Any, argument: str, least: int = 1) -> int:
 
 
 def _samples(value: Any) -> int:
-    """``samples`` as every function takes it: a whole number of draws from 0 (no band) to MAX_SAMPLES,
-    as the commands' --samples; 2.5, "8" or -1 is an InputError naming it, before any work is done."""
+    """``samples`` as every function takes it: a whole number of draws, 0 (no band) or 2 to MAX_SAMPLES,
+    as the commands' --samples; 1, 2.5, "8" or -1 is an InputError naming it, before any work is done."""
+    from clustersim.simulator.uncertainty import draws_refusal
+
     _count(value, "samples", least=0)
     if value > MAX_SAMPLES:
         raise InputError(f"at most {MAX_SAMPLES} draws, got {value}", key="samples")
+    if why := draws_refusal(value):
+        raise InputError(why, key="samples")
     return value
 
 

@@ -19,6 +19,7 @@ from clustersim.commands.support import (
     finite_option,
     price_option,
     progress_bar,
+    samples_option,
     table,
     with_catalogs,
 )
@@ -44,12 +45,9 @@ def sweep(
         "Ignored with --scheduler.",
     ),
     profile: Optional[str] = ProfileOpt,
-    samples: Optional[int] = typer.Option(
+    samples: Optional[int] = samples_option(
         None,
-        "--samples",
-        min=0,
-        max=1000,
-        help=(
+        (
             "Draws of the uncertain parameters per row for the P10–P90 columns (default: the sweep file's "
             "`samples`, 32); 0 turns them off and runs about 33x faster."
         ),
@@ -246,12 +244,9 @@ def report(
     instance: Optional[str] = InstanceOpt,
     instances: Optional[str] = InstancesOpt,
     own_prices: Optional[str] = OwnPricesOpt,
-    samples: Optional[int] = typer.Option(
+    samples: Optional[int] = samples_option(
         None,
-        "--samples",
-        min=0,
-        max=1000,
-        help="Parameter draws for the paired speedup bands (default: the sweep's `samples`; 0: none).",
+        "Parameter draws for the paired speedup bands (default: the sweep's `samples`; 0: none).",
     ),
     png: Optional[Path] = typer.Option(
         None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."
@@ -572,14 +567,9 @@ def plan_cmd(
         "keep / upgrade NICs / add nodes / rent, each with its capital, time to train and payback.",
     ),
     profile: Optional[str] = ProfileOpt,
-    samples: int = typer.Option(
+    samples: int = samples_option(
         32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
-        "--samples",
-        min=0,
-        max=1000,
-        help=(
-            "Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up."
-        ),
+        ("Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up."),
     ),
     json_out: bool = JsonOpt,
 ):
