@@ -534,6 +534,7 @@ def _lookup(kind: str, name: str, table: dict):
     folded = {k.lower(): k for k in table}
     if name.lower() in folded:
         return table[folded[name.lower()]]
+
     # a near spelling with the same digits (H100-SMX: H100-SXM; GPT-2-15B, its point dropped: GPT-2-1.5B);
     # never another size (LLaMA-2-7B is not 70B)
     def digits(text: str) -> list[str]:
