@@ -410,6 +410,8 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         return f"{r['ttt_h']:,.1f}{band}"
 
     def payback(r):
+        if r.get("saves_no_time"):
+            return "never (saves no time)"
         if r.get("never_pays_back"):
             return "never"
         if r["payback_days"] is None:
