@@ -86,7 +86,7 @@ def options(have, rent: Rent, network: dict[str, Any] | None) -> list[dict[str, 
                 {
                     "option": "rent",
                     "what": f"{c.gpus_per_node * nodes // inst['gpus']} x {inst['name']} "
-                    f"at ${inst['price_per_hour']:,.2f}/h",
+                    f"at ${inst['price_per_hour']:,.2f}/h each",
                     "values": {
                         "gpus_per_node": inst["gpus"],
                         "nodes": c.gpus_per_node * nodes // inst["gpus"],
