@@ -60,3 +60,14 @@ def test_an_upgrade_that_saves_no_time_never_pays_back():
         r.update(what="", optimizer="adam", ttt_p10_h=None, run_cost=0.0, run_cost_p10=0.0, run_cost_p90=0.0)
     _, body = _have_table(rows)
     assert body[1][-1] == "never (saves no time)" and body[2][-1].endswith("runs)")
+
+
+@pytest.mark.parametrize("have", [[], ["--have", "examples/team-a100-40gb-25gbe.yaml"]])
+def test_a_bad_budget_is_said_before_the_missing_steps(have):
+    """`plan --budget -5` without --steps said only "--steps: give the training steps"; fixed, the next
+    run said the budget: the option's value is checked first."""
+    r = CliRunner().invoke(
+        app, ["plan", "--model", "BERT-Large", "--deadline", "3d", "--budget", "-5", *have]
+    )
+    assert r.exit_code == 2, r.output
+    assert "--budget" in r.output and "--steps" not in r.output

@@ -582,7 +582,9 @@ def plan_cmd(
     recomputation too; interleaved where that can pay)."""
     from clustersim.report.build import parse_duration
 
+    # every option's value before what is missing (--steps from the candidates file): one run, one fix
     hours = parse_duration(deadline)
+    finite_option(budget, "--budget")
     price_option(price, "--price")
     if have is not None:
         _have_takes_no_cost_option(cost=cost, price=price, instance=instance)
