@@ -312,7 +312,9 @@ def _fitted(scenario: Scenario, profile, global_batch: int | None) -> Scenario:
     so that the break-even is the crossing of the runs the table shows, and report's sweep rows (which
     fit the same way) agree with it. Memory does not depend on the line rate: one fit holds for every
     rate the bisection tries."""
-    return fit_micro_batch(scenario, lambda s: simulate(s, profile), bool(global_batch))[1]
+    if not global_batch:  # the micro-batch as given, as the cells run it: nothing to fit, nothing simulated
+        return scenario
+    return fit_micro_batch(scenario, lambda s: simulate(s, profile), True)[1]
 
 
 def break_evens_or_reason(
