@@ -9,6 +9,7 @@ naming the file and key) and numbers are the same as the CLI's, which calls the 
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -173,11 +174,15 @@ def _count(value: Any, argument: str, least: int = 1) -> int:
 
 
 def _samples(value: Any) -> int:
-    """``samples`` as every function takes it: a whole number of draws from 0 (no band) to MAX_SAMPLES,
-    as the commands' --samples; 2.5, "8" or -1 is an InputError naming it, before any work is done."""
+    """``samples`` as every function takes it: a whole number of draws, 0 (no band) or 2 to MAX_SAMPLES,
+    as the commands' --samples; 1, 2.5, "8" or -1 is an InputError naming it, before any work is done."""
+    from clustersim.simulator.uncertainty import draws_refusal
+
     _count(value, "samples", least=0)
     if value > MAX_SAMPLES:
         raise InputError(f"at most {MAX_SAMPLES} draws, got {value}", key="samples")
+    if why := draws_refusal(value):
+        raise InputError(why, key="samples")
     return value
 
 
@@ -365,44 +370,137 @@ class Plan:
         return _dataframe(rows)
 
 
+@dataclass
+class HavePlan:
+    """``clustersim plan --have``'s answer: what to do with the cluster you own (keep it, upgrade its NICs,
+    add nodes, rent), each option with its capital, time to train and payback; ``recommended`` the one
+    to take (None when no option meets the deadline and budget)."""
+
+    summary: dict[str, Any]
+
+    @property
+    def recommended(self) -> Any:
+        return self.summary["recommended"]
+
+    @property
+    def options(self) -> list[dict[str, Any]]:
+        return self.summary["options"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``clustersim plan --have FILE --json`` prints."""
+        return self.summary
+
+    def to_dataframe(self):
+        return _dataframe(self.options)
+
+
+def _deadline_hours(deadline: Any) -> float:
+    """``deadline`` as the CLI's --deadline takes it: a duration with its unit ("30d", "720h", "90m",
+    "2w") or a ``datetime.timedelta``. A bare number is refused, as the command refuses one: 30 read as
+    hours was a 30-day deadline typed without its unit, silently 24 times shorter."""
+    from clustersim.report.build import check_duration_hours, parse_duration
+
+    if isinstance(deadline, datetime.timedelta):
+        return check_duration_hours(deadline.total_seconds() / 3600, repr(deadline), key="deadline")
+    if isinstance(deadline, str):
+        return parse_duration(deadline, key="deadline")
+    raise InputError(
+        f'must be a duration with its unit ("30d", "720h") or a datetime.timedelta, got {deadline!r} '
+        "(a bare number is ambiguous: hours or days?)",
+        key="deadline",
+    )
+
+
+def _whole(value: Any, argument: str) -> Any:
+    """A count given to the API as the CLI takes it: an int, a float with no fraction (300e9) or the
+    command's text ("300e9"); anything else is passed on for the command's own check to refuse."""
+    from clustersim.units import parse_count
+
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return parse_count(repr(value), argument)
+    if isinstance(value, str):
+        return parse_count(value, argument)
+    return value
+
+
+def _budget(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise InputError(f"budget must be positive and finite, got {value!r}", key="budget")
+    return float(value)
+
+
 def plan(
     model: str,
-    steps: "int | None",
-    deadline: str | float,
+    steps: "int | str | dict[str, int] | None",
+    deadline: "str | datetime.timedelta",
     *,
-    tokens: int | None = None,
+    tokens: "int | float | str | None" = None,
     budget: float | None = None,
     candidates: str | Path | None = None,
-    global_batch: int = 1024,
+    global_batch: int | None = None,
     price: float | None = None,
+    baseline: str | None = None,
+    network_prices: str | None = None,
+    cost: str | None = None,
+    instance: str | None = None,
+    instances: str | None = None,
+    own_prices: str | None = None,
+    have: str | Path | None = None,
+    catalog: "str | Path | list[str | Path] | None" = None,
     profile: str | None = None,
     samples: int = DEFAULT_SAMPLES,
-) -> Plan:
+) -> "Plan | HavePlan":
     """``clustersim plan``: the cheapest candidate cluster, optimizer and layout that trains ``model``
-    for ``steps`` steps of ``global_batch`` samples within ``deadline`` (``"5d"``, ``"72h"``, or hours
-    as a number) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid).
-    ``tokens`` instead of ``steps`` (give None): tokens / (global batch x sequence length) steps."""
+    for ``steps`` steps (a count, a mapping per optimizer or the command's text) of ``global_batch``
+    samples within ``deadline`` (``"5d"``, ``"72h"`` or a ``datetime.timedelta``; a bare number is
+    refused) and ``budget`` (USD). ``candidates`` is a sweep file (default: the built-in grid).
+    ``tokens`` instead of ``steps`` (give None): tokens / (global batch x sequence length) steps.
+    The other keyword arguments are the command's options of the same names (``network_prices`` is
+    --network-prices, ``catalog`` one or more --catalog files); ``have`` (the cluster you own) answers
+    with a :class:`HavePlan`, as ``plan --have`` does. Errors name the argument, not the option."""
+    from clustersim.catalog import user_catalogs
     from clustersim.planner.planning import plan as _plan
-    from clustersim.report.build import parse_duration
+    from clustersim.planner.upgrades import plan_have
+    from clustersim.report.costing import have_models, model_from_options, network_option
 
     _samples(samples)
-    if isinstance(deadline, bool) or not isinstance(deadline, (str, int, float)):
-        # True is an int to Python: read as 1 h, a flag passed by mistake would plan a one-hour deadline
-        raise InputError(f'must be a duration ("5d", "72h") or hours, got {deadline!r}', key="deadline")
-    hours = parse_duration(deadline, key="deadline") if isinstance(deadline, str) else float(deadline)
-    if not 0 < hours < float("inf"):
-        raise InputError(f"deadline must be a finite positive time, got {deadline!r}", key="deadline")
+    if global_batch is not None:
+        _count(global_batch, "global_batch")
+    hours = _deadline_hours(deadline)
+    budget = _budget(budget)
+    if catalog is not None and isinstance(catalog, str | Path):
+        catalog = [catalog]
+    catalogs = None if catalog is None else [Path(c) for c in catalog]
     path = None if candidates is None else Path(candidates)
-    summary = _plan(
-        model,
-        steps,
-        hours,
-        budget,
-        path,
-        global_batch,
-        price,
-        profile=profile,
-        samples=samples,
-        tokens=tokens,
-    )
+    try:
+        tokens = _whole(tokens, "tokens")
+        if price is not None:
+            from clustersim.catalog import beyond
+
+            if isinstance(price, bool) or not isinstance(price, int | float) or not 0 < price < float("inf"):
+                raise InputError(f"expected a finite positive number, got {price!r}", key="price")
+            if why := beyond(price, "price_per_gpu_hour", "USD per GPU-hour", "any real price"):
+                raise InputError(why, key="price")
+        with user_catalogs(catalogs):
+            if have is not None:
+                own, rent = have_models(
+                    network_prices, instances, own_prices, cost=cost, price=price, instance=instance
+                )
+                summary = plan_have(
+                    model, steps, Path(have), path, global_batch, own, rent, samples,
+                    deadline_h=hours, budget=budget, tokens=tokens,
+                )  # fmt: skip
+                return HavePlan(summary)
+            summary = _plan(
+                model, steps, hours, budget, path, global_batch, price,
+                profile=profile, samples=samples, tokens=tokens, baseline=baseline,
+                network=network_option(network_prices),
+                costs=model_from_options(cost, price, network_prices, instance, instances, own_prices),
+            )  # fmt: skip
+    except InputError as exc:
+        raise _as_argument(exc) from None
     return Plan(summary)

@@ -534,12 +534,16 @@ def _lookup(kind: str, name: str, table: dict):
     folded = {k.lower(): k for k in table}
     if name.lower() in folded:
         return table[folded[name.lower()]]
-    # a near spelling with the same numbers (H100-SMX: H100-SXM); never another size (LLaMA-2-7B is not 70B)
-    numbers = re.findall(r"\d+", name)
+
+    # a near spelling with the same digits (H100-SMX: H100-SXM; GPT-2-15B, its point dropped: GPT-2-1.5B);
+    # never another size (LLaMA-2-7B is not 70B)
+    def digits(text: str) -> list[str]:
+        return re.findall(r"\d+", text.replace(".", ""))
+
     close = [
         c
         for c in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.8)
-        if re.findall(r"\d+", c) == numbers
+        if digits(c) == digits(name)
     ]
     hint = f"did you mean {folded[close[0]]}? " if close else ""
     raise InputError(f"unknown {kind} {name!r} ({hint}known: {', '.join(sorted(table))})")

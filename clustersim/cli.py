@@ -39,6 +39,7 @@ from clustersim.commands.support import (
     one_line_usage_errors,
     plain_help_when_piped,
     progress_bar,
+    samples_option,
     spinner,
     table,
     user_errors,
@@ -563,12 +564,9 @@ def compare(
         "--warmup",
         help="1-bit Adam warmup fraction of the steps, in [0, 1) (default 0.15, or freeze_step/steps).",
     ),
-    samples: int = typer.Option(
+    samples: int = samples_option(
         32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
-        "--samples",
-        min=0,
-        max=1000,
-        help=(
+        (
             "Parameter draws per GPU count for the P10–P90 of each step and speedup (paired: every optimizer "
             "under the same draws); 0 turns the bands off."
         ),

@@ -71,9 +71,11 @@ def test_bad_input_is_an_input_error_naming_the_key(tmp_path):
         simulate(bad)
     with pytest.raises(InputError, match="deadline"):
         plan("BERT-Large", steps=10, deadline="soon")
-    # a string without its unit is refused as the CLI refuses it; a number is hours (the docstring)
+    # a string without its unit is refused as the CLI refuses it, and so is a bare number
     with pytest.raises(InputError, match="deadline: 60 has no unit"):
         plan("BERT-Large", steps=10, deadline="60")
+    with pytest.raises(InputError, match="deadline: .*bare number"):
+        plan("BERT-Large", steps=10, deadline=30.0)
     # True is an int to Python: it is not a deadline of one hour
     with pytest.raises(InputError, match="deadline: must be a duration"):
         plan("BERT-Large", steps=10, deadline=True)
@@ -149,7 +151,7 @@ CALLS_WITH_SAMPLES = {
     "simulate": lambda tmp, n: simulate("preset:default", samples=n),
     "compare": lambda tmp, n: compare("preset:default", ["adam"], [8], samples=n, break_even_at=0),
     "sweep": lambda tmp, n: sweep(tmp / "s.yaml", tmp / "out", workers=1, samples=n),
-    "plan": lambda tmp, n: plan("BERT-Large", 1000, 72.0, samples=n),
+    "plan": lambda tmp, n: plan("BERT-Large", 1000, "72h", samples=n),
 }
 
 
@@ -222,7 +224,7 @@ def test_sweep_runs_resumes_and_reads_back(tmp_path):
 
 
 def test_plan_chooses_within_the_deadline():
-    answer = plan("BERT-Large", steps=100_000, deadline=72.0, global_batch=4096, samples=0)
+    answer = plan("BERT-Large", steps=100_000, deadline="72h", global_batch=4096, samples=0)
     assert answer.chosen["ttt_h"] <= 72 and answer.text[0].startswith("Recommended")
     # to_dict is plain data, what `plan --json` prints: a candidate's baseline links back to itself in
     # the summary, so it is given by its own numbers (json.dumps used to fail on the cycle)

@@ -40,7 +40,7 @@ def test_a_comparison_and_its_rows_and_break_evens_are_plain_data():
 
 
 def test_a_plan_and_its_chosen_candidate_are_plain_data():
-    result = plan("BERT-Large", 1000, 72.0, samples=0)
+    result = plan("BERT-Large", 1000, "72h", samples=0)
     json.dumps(result.to_dict())
     json.dumps(result.chosen)  # it used to hold its baseline, whose baseline was itself
     json.dumps(result.runners_up)

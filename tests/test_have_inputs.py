@@ -59,7 +59,7 @@ def test_rent_rows_show_their_instance_price_and_the_verdict_names_no_unasked_bu
     assert r.exit_code == 1, r.output  # nothing meets the deadline: exit 1, as plan
     rent = [line for line in r.stdout.splitlines() if line.startswith("rent")]
     assert rent and all("/h" in line for line in rent)
-    assert any("16 x p4d.24xlarge at $21.96/h" in line for line in rent)
+    assert any("16 x p4d.24xlarge at $21.96/h each" in line for line in rent)  # per instance
     assert "No option meets the deadline; the fastest is" in r.stdout and "budget" not in r.stdout
     d = json.loads(runner.invoke(app, [*PLAN, "--deadline", "1m", "--have", TEAM, "--json"]).stdout)
     assert d["recommendation"].startswith("No option meets the deadline;")

@@ -243,7 +243,7 @@ def test_plan_finds_the_cheapest_in_time(runner, tmp_path):
         (["--model", "BERT-Large", "--steps", "10", "--deadline", "60"], "--deadline: 60 has no unit"),
         (
             ["--model", "BERT-Large", "--steps", "10", "--deadline", "1d", "--budget", "-5"],
-            "budget must be positive",
+            "--budget: expected a finite positive number, got -5",  # as report's --budget says it
         ),
     ],
 )

@@ -19,6 +19,7 @@ from clustersim.commands.support import (
     finite_option,
     price_option,
     progress_bar,
+    samples_option,
     table,
     with_catalogs,
 )
@@ -44,12 +45,9 @@ def sweep(
         "Ignored with --scheduler.",
     ),
     profile: Optional[str] = ProfileOpt,
-    samples: Optional[int] = typer.Option(
+    samples: Optional[int] = samples_option(
         None,
-        "--samples",
-        min=0,
-        max=1000,
-        help=(
+        (
             "Draws of the uncertain parameters per row for the P10–P90 columns (default: the sweep file's "
             "`samples`, 32); 0 turns them off and runs about 33x faster."
         ),
@@ -194,12 +192,10 @@ CompareOwnPricesOpt = _own_prices_option("--cost rent or --instance")  # compare
 
 
 def _costs(cost, price, network_prices, instance, instances, own_prices):
-    """The cost model the options ask for (report/costing.py), every file checked before any work."""
-    from clustersim.report.costing import cost_model
+    """The cost model the options ask for (report/costing.model_from_options, which the API calls too)."""
+    from clustersim.report.costing import model_from_options
 
-    if cost is None and price is None and instance is None and instances is None and own_prices is None:
-        return None  # the command picks (costing.auto_model): owned where every GPU has a server price
-    return cost_model(cost, price, _network(network_prices), instance, instances, own_prices)
+    return model_from_options(cost, price, network_prices, instance, instances, own_prices)
 
 
 # what a budget is compared with depends on the cost model: one declaration for plan and report
@@ -217,7 +213,9 @@ BaselineOpt = typer.Option(
 
 
 def _network(value: Optional[str]):
-    return "default" if value is None else None if value.strip().lower() == "none" else value
+    from clustersim.report.costing import network_option
+
+    return network_option(value)
 
 
 def report(
@@ -246,12 +244,9 @@ def report(
     instance: Optional[str] = InstanceOpt,
     instances: Optional[str] = InstancesOpt,
     own_prices: Optional[str] = OwnPricesOpt,
-    samples: Optional[int] = typer.Option(
+    samples: Optional[int] = samples_option(
         None,
-        "--samples",
-        min=0,
-        max=1000,
-        help="Parameter draws for the paired speedup bands (default: the sweep's `samples`; 0: none).",
+        "Parameter draws for the paired speedup bands (default: the sweep's `samples`; 0: none).",
     ),
     png: Optional[Path] = typer.Option(
         None, "--png", help="Also export each figure as PNG into this folder (kaleido + Chromium)."
@@ -330,17 +325,10 @@ def _by_network_table(model: str, cells: list[dict]):
 
 
 def _have_takes_no_cost_option(**given) -> None:
-    """`plan --have` prices each option by its own model (keeping, upgrading or growing the cluster as
-    owned, renting as rented): --cost, --price and --instance choose one model for every row, so they
-    would be ignored there; they are refused instead, naming the option."""
-    for name, value in given.items():
-        if value is not None:
-            raise InputError(
-                "--have prices keeping, upgrading and growing the cluster as owned and renting as rented, "
-                f"each option by its own model; --{name} does not apply (--own-prices and --instances give "
-                "your prices)",
-                key=f"--{name}",
-            )
+    """--cost, --price and --instance refused with --have (report/costing, shared with the API)."""
+    from clustersim.report.costing import refuse_cost_options_with_have
+
+    refuse_cost_options_with_have(**given)
 
 
 def _run_plan(args, extra, candidates, json_out):
@@ -426,6 +414,8 @@ def _have_table(rows: list[dict]) -> tuple[list[str], list[list]]:
         return f"{r['ttt_h']:,.1f}{band}"
 
     def payback(r):
+        if r.get("saves_no_time"):
+            return "never (saves no time)"
         if r.get("never_pays_back"):
             return "never"
         if r["payback_days"] is None:
@@ -583,14 +573,9 @@ def plan_cmd(
         "keep / upgrade NICs / add nodes / rent, each with its capital, time to train and payback.",
     ),
     profile: Optional[str] = ProfileOpt,
-    samples: int = typer.Option(
+    samples: int = samples_option(
         32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
-        "--samples",
-        min=0,
-        max=1000,
-        help=(
-            "Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up."
-        ),
+        ("Draws of the uncertain parameters for the P10–P90 time-to-train of the choice and runners-up."),
     ),
     json_out: bool = JsonOpt,
 ):
@@ -601,7 +586,9 @@ def plan_cmd(
     recomputation too; interleaved where that can pay)."""
     from clustersim.report.build import parse_duration
 
+    # every option's value before what is missing (--steps from the candidates file): one run, one fix
     hours = parse_duration(deadline)
+    finite_option(budget, "--budget")
     price_option(price, "--price")
     if have is not None:
         _have_takes_no_cost_option(cost=cost, price=price, instance=instance)

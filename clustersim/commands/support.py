@@ -315,12 +315,26 @@ InstanceOpt = typer.Option(
     None, "--instance", help="Rent this instance type (catalogs/instances.yaml), e.g. p5.48xlarge."
 )
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-SamplesOpt = typer.Option(
+
+
+def _band_draws(value: int | None) -> int | None:
+    """--samples' check beyond its range (simulator.uncertainty.draws_refusal): 1 draw is no band."""
+    from clustersim.simulator.uncertainty import draws_refusal
+
+    if value is not None and (why := draws_refusal(value)):
+        raise typer.BadParameter(why)
+    return value
+
+
+def samples_option(default: int | None, help: str) -> typer.models.OptionInfo:
+    """Every command's --samples: 0 (no band) or 2 to 1,000 draws (simulator.uncertainty.MAX_SAMPLES),
+    one declaration so that each command refuses the same counts in the same words."""
+    return typer.Option(default, "--samples", min=0, max=1000, callback=_band_draws, help=help)
+
+
+SamplesOpt = samples_option(
     32,  # simulator.uncertainty.DEFAULT_SAMPLES, as every command
-    "--samples",
-    min=0,
-    max=1000,
-    help="Draws of the uncertain parameters (calibration covariance or documented default widths) for the "
+    "Draws of the uncertain parameters (calibration covariance or documented default widths) for the "
     "P10–P90 band; each re-runs the simulation. 0 turns the band off.",
 )
 ProfileOpt = typer.Option(

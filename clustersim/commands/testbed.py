@@ -8,7 +8,15 @@ from typing import Optional
 
 import typer
 
-from clustersim.commands.support import JsonOpt, console, emit_json, spinner, table, user_errors
+from clustersim.commands.support import (
+    JsonOpt,
+    console,
+    emit_json,
+    samples_option,
+    spinner,
+    table,
+    user_errors,
+)
 
 CpusOpt = typer.Option(
     None,
@@ -150,7 +158,10 @@ def testbed_validate(
     interval: int = typer.Option(
         4, "--interval", min=1, help="0/1 Adam: steps between two syncs (its local_step_clipper)."
     ),
-    samples: int = typer.Option(32, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    samples: int = samples_option(
+        32,
+        "Parameter draws for the P10–P90.",
+    ),
     out: Optional[Path] = typer.Option(
         None,
         "--out",
@@ -240,7 +251,10 @@ def testbed_validate(
 @user_errors
 def testbed_repredict(
     file: Path = typer.Argument(..., help="A `clustersim testbed validate --out` file."),
-    samples: int = typer.Option(32, "--samples", min=0, max=1000, help="Parameter draws for the P10–P90."),
+    samples: int = samples_option(
+        32,
+        "Parameter draws for the P10–P90.",
+    ),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Also write the file back out with the new predictions to this JSON file."
     ),

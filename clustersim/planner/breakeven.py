@@ -26,6 +26,7 @@ from clustersim.errors import InputError
 from clustersim.planner.compare import (
     StepsPlan,
     choose_baseline,
+    fit_micro_batch,
     is_uncompressed,
     mean_step_time,
     scenario_for_optimizer,
@@ -305,6 +306,17 @@ def break_even(
     return BreakEven(**found, gbps=nominal, verdict="crossing", interval=interval, effective_gbps=eff)
 
 
+def _fitted(scenario: Scenario, profile, global_batch: int | None) -> Scenario:
+    """``scenario`` with the micro-batch compare's table cell of the same optimizer ran (compare.
+    fit_micro_batch: with a fixed global batch, halved until it fits in GPU memory, accumulating more),
+    so that the break-even is the crossing of the runs the table shows, and report's sweep rows (which
+    fit the same way) agree with it. Memory does not depend on the line rate: one fit holds for every
+    rate the bisection tries."""
+    if not global_batch:  # the micro-batch as given, as the cells run it: nothing to fit, nothing simulated
+        return scenario
+    return fit_micro_batch(scenario, lambda s: simulate(s, profile), True)[1]
+
+
 def break_evens_or_reason(
     scenario: Scenario,
     optimizers: list[str],
@@ -332,7 +344,7 @@ def break_evens_or_reason(
         if global_batch:
             sized = split_global_batch(sized, global_batch, key="--global-batch")
         base_steps = plan and plan.of(base, base)
-        baseline_scenario = scenario_for_optimizer(sized, base, base_steps)
+        baseline_scenario = _fitted(scenario_for_optimizer(sized, base, base_steps), profile, global_batch)
     except InputError as exc:
         return [], exc.message
     out, missing = [], []
@@ -341,7 +353,7 @@ def break_evens_or_reason(
             continue
         try:
             n = plan and plan.of(name, base)
-            comp = scenario_for_optimizer(sized, name, n)
+            comp = _fitted(scenario_for_optimizer(sized, name, n), profile, global_batch)
             found = break_even(
                 comp, baseline_scenario, profile, samples, steps=n, baseline_steps=base_steps, warmup=w
             )

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from clustersim.errors import InputError
 from clustersim.io import read_structured_file
+from clustersim.planner.breakeven import LEVEL
 from clustersim.report.costing import Own, Rent, cost_band, nic_label
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.spec import row_id
@@ -85,7 +86,7 @@ def options(have, rent: Rent, network: dict[str, Any] | None) -> list[dict[str, 
                 {
                     "option": "rent",
                     "what": f"{c.gpus_per_node * nodes // inst['gpus']} x {inst['name']} "
-                    f"at ${inst['price_per_hour']:,.2f}/h",
+                    f"at ${inst['price_per_hour']:,.2f}/h each",
                     "values": {
                         "gpus_per_node": inst["gpus"],
                         "nodes": c.gpus_per_node * nodes // inst["gpus"],
@@ -265,16 +266,23 @@ def _payback(results: list[dict[str, Any]], kept, life_days: float = math.inf) -
     and network amortised, and power: kept.per_hour); the option's added running cost is the power it
     draws beyond the kept cluster's, for every hour it runs. The days are days of training at the new
     speed, so days and runs are one number in two units. An option that saves no money per run never
-    pays back; one whose payback takes more days of training than the hardware's amortisation life holds
-    (``life_days``: years x hours per year x utilisation) is marked ``payback_beyond_life``: the
-    hardware is written off before it has paid for itself."""
+    pays back, nor does one whose run is level with keeping's (within breakeven.LEVEL, 0.5%: inside the
+    model's resolution, where a "payback" of thousands of days would only divide by noise:
+    ``saves_no_time``); one whose payback takes more days of training than the hardware's amortisation
+    life holds (``life_days``: years x hours per year x utilisation) is marked ``payback_beyond_life``:
+    the hardware is written off before it has paid for itself."""
     keep = next((r for r in results if r["option"] == "keep"), None)
     for r in results:
         r["saved_h"] = None if keep is None else keep["ttt_h"] - r["ttt_h"]
         r["payback_days"] = r["payback_runs"] = None
         r["never_pays_back"] = False
         r["payback_beyond_life"] = False
+        r["saves_no_time"] = False
         if keep is None or r["option"] in ("keep", "rent") or r["capital"] <= 0:
+            continue
+        r["saves_no_time"] = r["saved_h"] <= LEVEL * keep["ttt_h"]
+        if r["saves_no_time"]:  # a payback of a saving inside the model's resolution is no payback
+            r["never_pays_back"] = True
             continue
         added_per_h = r["power_per_h"] - keep["power_per_h"]  # per hour of the option running
         saving_per_run = r["saved_h"] * kept.per_hour - r["ttt_h"] * added_per_h

@@ -456,6 +456,23 @@ def parse_duration(text: str, key: str = "--deadline") -> float:
         raise InputError(f"cannot read duration {text!r} (use {forms})", key=key) from None
     if value is None:
         raise InputError(f"{text.strip()} has no unit: give days, hours, minutes or weeks, {forms}", key=key)
+    return check_duration_hours(value, repr(text), key)
+
+
+# The longest deadline a plan takes: 10 years, past any training run's or its hardware's life (a 1e9d
+# deadline is a typo, and "24,000,000,000.0 h" in the answer only hides it).
+MAX_DEADLINE_H = 10 * 365 * 24.0
+
+
+def check_duration_hours(value: float, shown: str, key: str = "--deadline") -> float:
+    """``value`` hours as a deadline: finite, positive and at most MAX_DEADLINE_H, else an InputError
+    naming ``key`` (``shown``: the value as the user gave it)."""
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"duration must be a finite positive time, got {text!r}", key=key)
+        raise InputError(f"duration must be a finite positive time, got {shown}", key=key)
+    if value > MAX_DEADLINE_H:
+        raise InputError(
+            f"duration {shown} is {value / (365 * 24):,.0f} years, more than the 10 years any training run or "
+            "its hardware lasts; check its unit",
+            key=key,
+        )
     return value

@@ -575,6 +575,46 @@ def cost_model(
     return Own(load_ownership(own_prices), net, rent)
 
 
+def network_option(value: str | None):
+    """``--network-prices`` (or the API's ``network_prices``) as the cost model reads it: None (not given)
+    is the shipped catalog ("default"), "none" no network at all (servers and power only), else a path."""
+    return "default" if value is None else None if value.strip().lower() == "none" else value
+
+
+def model_from_options(cost, price, network_prices, instance, instances, own_prices):
+    """The cost model plan's and report's options ask for, every file checked before any work; None when
+    no option chooses one, so that the command picks (auto_model: owned where every GPU has a server
+    price). The CLI and the Python API both call it, so both read the same options the same way."""
+    if cost is None and price is None and instance is None and instances is None and own_prices is None:
+        return None
+    return cost_model(cost, price, network_option(network_prices), instance, instances, own_prices)
+
+
+def refuse_cost_options_with_have(**given) -> None:
+    """`plan --have` prices each option by its own model (keeping, upgrading or growing the cluster as
+    owned, renting as rented): --cost, --price and --instance (``given``, by name) choose one model for
+    every row, so they would be ignored there; given, they are refused instead, naming the option."""
+    for name, value in given.items():
+        if value is not None:
+            raise InputError(
+                "--have prices keeping, upgrading and growing the cluster as owned and renting as rented, "
+                f"each option by its own model; --{name} does not apply (--own-prices and --instances give "
+                "your prices)",
+                key=f"--{name}",
+            )
+
+
+def have_models(network_prices, instances, own_prices, **refused):
+    """`plan --have`'s two cost models, (own, rent), from the options as typed; ``refused`` as
+    refuse_cost_options_with_have."""
+    refuse_cost_options_with_have(**refused)
+    # --have has no --cost: its messages send the user only to --own-prices and --instances
+    own = cost_model(
+        "own", None, network_option(network_prices), own_prices=own_prices, have_cost_option=False
+    )
+    return own, cost_model("rent", instances=instances, have_cost_option=False)
+
+
 def price_compare_rows(scenario, rows, costs) -> list[dict[str, Any]]:
     """What each simulated compare cell costs to train: its hours, the cost under ``costs`` (one model
     for every cell) with a P10-P90 from the price's spread and the cell's time band, and how it was

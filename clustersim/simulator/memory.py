@@ -219,7 +219,8 @@ def thin_headroom_remedy(ctx) -> str:
 
 def _note_thin_headroom(ctx, mem: dict[str, float]) -> None:
     note = thin_headroom_note(mem["total"], mem["capacity"], thin_headroom_remedy(ctx))
-    if note is not None:
+    # once: a run checks its memory before building its program and again after (runner._run)
+    if note is not None and note not in ctx.notes:
         ctx.notes.append(note)
 
 

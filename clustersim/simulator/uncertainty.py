@@ -89,6 +89,20 @@ HOST_SIGMA = 0.25
 # moved up to 6%, and independent draws' sorted 2nd and 15th of 16 up to 6% (8 draws: 13%).
 DEFAULT_SAMPLES = 32
 QUANTILES = (0.1, 0.5, 0.9)
+# The most draws a band takes: every command's --samples limit and the API's.
+MAX_SAMPLES = 1000
+
+
+def draws_refusal(samples: int) -> str | None:
+    """Why ``samples`` draws make no band (None when they do): a P10-P90 of one draw is that draw, a
+    band of zero width beside an estimate it need not contain (the draw moves every uncertain parameter;
+    the estimate takes their nominal values), so 1 is refused by every command, the API and a sweep
+    file's `samples`, in these words."""
+    if samples == 1:
+        return "a P10–P90 needs at least 2 draws; 0 turns the band off"
+    return None
+
+
 _Z90 = 1.2815515655446004  # the standard normal's P90: a lognormal's P10-P90 is exp(mu -+ _Z90 sigma)
 
 

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
@@ -90,6 +90,15 @@ class SweepFile(BaseModel):
         description="draws of the uncertain parameters per row for the "
         "P10-P90 band (simulator/uncertainty.py); 0: none",
     )
+
+    @field_validator("samples")
+    @classmethod
+    def _a_band_needs_two_draws(cls, value: int) -> int:
+        from clustersim.simulator.uncertainty import draws_refusal
+
+        if why := draws_refusal(value):
+            raise ValueError(why)
+        return value
 
 
 def _field(dotted: str):
