@@ -725,3 +725,31 @@ def test_a_plans_kept_pipelines_change_nothing_and_are_let_go(tmp_path, monkeypa
     assert not repriced
     assert kept_records == records and len(records) > 20
     assert kept == built
+
+
+def test_a_plan_collects_garbage_less_often_and_gives_the_callers_thresholds_back(monkeypatch):
+    """While a plan runs the young generation is collected every PLAN_GC_THRESHOLD0 allocations (its
+    millions of op records are no cycles); the caller's own thresholds come back afterwards, also when
+    the plan fails."""
+    import gc
+
+    from clustersim.planner import planning
+
+    seen = []
+    monkeypatch.setattr(planning, "_plan", lambda *a, **k: seen.append(gc.get_threshold()) or {})
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        planning.plan("BERT-Large", 100, 72.0, None, None, None, None, samples=0)
+        assert seen == [(planning.PLAN_GC_THRESHOLD0, 10, 10)]
+        assert gc.get_threshold() == (700, 10, 10)
+
+        def fails(*a, **k):
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(planning, "_plan", fails)
+        with pytest.raises(RuntimeError):
+            planning.plan("BERT-Large", 100, 72.0, None, None, None, None, samples=0)
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
