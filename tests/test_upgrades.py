@@ -42,20 +42,22 @@ def test_options_and_their_capital_by_hand():
     assert not any("25 Gb/s" in o["what"] for o in opts if o["option"] == "upgrade NICs")  # only faster
 
 
+class _Kept:
+    """The kept cluster as _payback reads it: worth $100 an hour."""
+
+    per_hour = 100.0
+
+
 def test_payback_by_hand():
     """An upgrade of $24,000 saving 2 h of a 20 h run on a cluster worth $100/h: $200 saved per run, 120
     runs, each 18 h at the new speed: 90 days of training. Power the option adds comes off the saving."""
-
-    class Kept:
-        per_hour = 100.0
-
     rows = [
         {"option": "keep", "ttt_h": 20.0, "capital": 0.0, "power_per_h": 10.0},
         {"option": "upgrade NICs", "ttt_h": 18.0, "capital": 24_000.0, "power_per_h": 10.0},
         {"option": "add nodes", "ttt_h": 19.0, "capital": 1_000.0, "power_per_h": 30.0},
         {"option": "rent", "ttt_h": 10.0, "capital": 0.0, "power_per_h": 0.0},
     ]
-    _payback(rows, Kept())
+    _payback(rows, _Kept())
     up, more, rented = rows[1], rows[2], rows[3]
     assert up["saved_h"] == 2.0 and up["payback_runs"] == pytest.approx(120.0)
     assert up["payback_days"] == pytest.approx(120 * 18 / 24)
@@ -198,16 +200,13 @@ def test_a_payback_longer_than_the_hardwares_life_is_marked():
     before it pays for itself: marked, and the table says so."""
     from clustersim.commands.planning import _have_table
 
-    class Kept:
-        per_hour = 100.0
-
     rows = [
         {"option": "keep", "ttt_h": 20.0, "capital": 0.0, "power_per_h": 10.0},
         {"option": "upgrade NICs", "ttt_h": 18.0, "capital": 24_000.0, "power_per_h": 10.0},
     ]
-    _payback(rows, Kept(), life_days=100.0)
+    _payback(rows, _Kept(), life_days=100.0)
     assert rows[1]["payback_days"] == pytest.approx(90.0) and not rows[1]["payback_beyond_life"]
-    _payback(rows, Kept(), life_days=80.0)
+    _payback(rows, _Kept(), life_days=80.0)
     assert rows[1]["payback_beyond_life"]
     for r in rows:
         r.update(
@@ -332,3 +331,35 @@ def test_the_have_recommendation_carries_plans_warnings(runner):
         "Risk: its P90 (3.4 h) is past the 3.0 h deadline; rent, rent keeps its P90 within"
     )
     assert recommendation_notes(safe, [risky, safe, dear], 3.0) == []
+
+
+def test_an_upgrade_that_saves_no_time_never_pays_back():
+    """An upgrade shown as 0.0 h saved got a finite payback ("8,872.9 d"): a saving inside the model's
+    resolution (breakeven.LEVEL, 0.5% of keeping's run) divided into the capital. It never pays back, and
+    the table says why; 1% saved still has its payback."""
+    from clustersim.commands.planning import _have_table
+
+    rows = [
+        {"option": "keep", "ttt_h": 100.0, "capital": 0.0, "power_per_h": 10.0},
+        {"option": "upgrade NICs", "ttt_h": 99.99, "capital": 20_000.0, "power_per_h": 10.0},
+        {"option": "upgrade NICs", "ttt_h": 99.0, "capital": 20_000.0, "power_per_h": 10.0},
+    ]
+    _payback(rows, _Kept())
+    level, faster = rows[1], rows[2]
+    assert level["never_pays_back"] and level["saves_no_time"] and level["payback_days"] is None
+    assert not faster["saves_no_time"] and faster["payback_runs"] == pytest.approx(200.0)
+    for r in rows:
+        r.update(what="", optimizer="adam", ttt_p10_h=None, run_cost=0.0, run_cost_p10=0.0, run_cost_p90=0.0)
+    _, body = _have_table(rows)
+    assert body[1][-1] == "never (saves no time)" and body[2][-1].endswith("runs)")
+
+
+@pytest.mark.parametrize("have", [[], ["--have", "examples/team-a100-40gb-25gbe.yaml"]])
+def test_a_bad_budget_is_said_before_the_missing_steps(have):
+    """`plan --budget -5` without --steps said only "--steps: give the training steps"; fixed, the next
+    run said the budget: the option's value is checked first."""
+    r = CliRunner().invoke(
+        app, ["plan", "--model", "BERT-Large", "--deadline", "3d", "--budget", "-5", *have]
+    )
+    assert r.exit_code == 2, r.output
+    assert "--budget" in r.output and "--steps" not in r.output
