@@ -862,7 +862,10 @@ def _steps_for_tokens(sweep: Sweep, model: str, tokens, steps, global_batch: int
     from clustersim.workloads import build_workload
 
     if steps is not None:
-        raise InputError("give --steps or --tokens, not both", key="--tokens")
+        # worded for both the command and the API (api._as_argument renames the key, not the message)
+        raise InputError(
+            "give the steps or the tokens, not both: the steps follow from the tokens", key="--tokens"
+        )
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise InputError(f"tokens must be a positive whole number, got {tokens!r}", key="--tokens")
     try:
