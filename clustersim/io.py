@@ -406,6 +406,8 @@ def check_writable_file(path: Path) -> Path:
     if not path.parent.is_dir():
         what = "is not a folder" if path.parent.exists() else "does not exist"
         raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only folder or file system, said up front
+        raise InputError(f"cannot write: {path.parent} is not writable; nothing written", source=str(path))
     return path
 
 

@@ -346,6 +346,25 @@ def test_calibrate_out_into_a_folder(runner, tmp_path):
     one_line_error(invoke(runner, "calibrate", "import-nccl-tests", nccl, "--out", tmp_path), "folder")
 
 
+def test_calibrate_model_out_into_a_read_only_folder_fails_before_measuring(runner, tmp_path, monkeypatch):
+    """`calibrate model --out` into a folder it may not write measured for seconds before it refused: the
+    folder's permission (a read-only folder or file system) is checked with the rest of --out, up front.
+    os.access stands in for the read-only folder (the tests may run as root, whom chmod does not stop)."""
+    import os
+
+    from clustersim.calibration import model_calibration
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if str(p) == str(ro) else real(p, mode))
+    measured = []
+    monkeypatch.setattr(model_calibration, "calibrate_model", lambda *a, **k: measured.append(1))
+    result = invoke(runner, "calibrate", "model", "--model", "BERT-Base", "--out", ro / "p.json")
+    one_line_error(result, "not writable")
+    assert not measured and not (ro / "p.json").exists()
+
+
 class _FullDisk:
     """A file that writes ten bytes and then fails as a full disk does."""
 
