@@ -498,3 +498,25 @@ def test_plan_header_counts_the_refused_candidates_beside_the_simulated_ones(run
     assert r.exit_code == 0, r.output
     header = r.stdout.splitlines()[0]
     assert f"{d['simulated']} candidates simulated, {d['invalid']} more could not run it" in header
+
+
+def test_a_rented_row_off_its_instances_network_is_not_recommended_where_a_rentable_one_meets_them():
+    """A rented row simulated on a network its instance is not sold with (costing.Rent's warning: a
+    p4d's price beside a 25 GbE cluster) cannot be rented as simulated: where a row on the instance's
+    own network meets the constraints, that one is recommended, and the text says why the other was
+    set aside. Where every rented row is off its network, they are all kept (each cost says so)."""
+    from clustersim.report.analysis import recommendation
+
+    def row(name, ttt, cost, warning=None):
+        return {
+            "cluster": name, "optimizer": "adam", "ttt_h": ttt, "cost": cost, "cost_model": "rent",
+            "cost_warning": warning, "global_batch": 1024, "status": "ok", "world_size": 64,
+        }  # fmt: skip
+
+    off = row("64 x A100-40GB, Ethernet 25 Gb/s", 5.0, 900.0, "simulated on 25 Gb/s Ethernet per node")
+    sold = row("64 x A100-40GB, EFA 4 x 100 Gb/s", 4.0, 1000.0)
+    rec = recommendation([off, sold], deadline_h=10.0)
+    assert rec["chosen"] is sold
+    assert any("not sold with and are not recommended" in line for line in rec["text"])
+    alone = recommendation([off], deadline_h=10.0)
+    assert alone["chosen"] is off and not any("not recommended" in line for line in alone["text"])

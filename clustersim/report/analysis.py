@@ -382,6 +382,9 @@ def recommendation(
         for r in rows
         if (deadline_h is None or r["ttt_h"] <= deadline_h) and (budget is None or outlay(r) <= budget)
     ]
+    rentable = rentable_as_simulated(feasible)
+    set_aside = len(feasible) - len(rentable)
+    feasible = rentable
     cheapest = min(feasible, key=lambda r: (r["cost"], r["ttt_h"])) if feasible else None
     chosen = cheapest
     if cheapest is not None:
@@ -390,7 +393,24 @@ def recommendation(
             chosen = min(simpler, key=lambda r: (complexity(r), r["cost"], r["ttt_h"]))
     fastest = min(rows, key=lambda r: r["ttt_h"])
     rec = {"chosen": chosen, "cheapest": cheapest, "fastest": fastest, "feasible": feasible}
-    return retold(rec, rows, deadline_h, budget, scenarios, warmup)
+    rec = retold(rec, rows, deadline_h, budget, scenarios, warmup)
+    if set_aside:
+        rec["text"].insert(
+            1,
+            f"{set_aside} rented option(s) that meet the constraints were simulated on a network their "
+            "instance is not sold with and are not recommended: no one can rent them as simulated",
+        )
+    return rec
+
+
+def rentable_as_simulated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of rented rows, those simulated on the network their instance is sold with, where any is: a row
+    simulated on another network (a p4d's price beside a 25 GbE cluster, costing.Rent's
+    ``cost_warning``) is a cluster nobody can rent, so it is not recommended while a rentable row meets
+    the constraints. Owned rows, and a set whose every rented row is off its instance's network (a
+    what-if of the network alone; each row's cost says so), are kept whole."""
+    sold = [r for r in rows if not (r.get("cost_model") == "rent" and r.get("cost_warning"))]
+    return sold if sold else rows
 
 
 def retold(
