@@ -117,3 +117,10 @@ def test_a_deadline_past_ten_years_is_refused_in_one_line():
     r = CliRunner().invoke(app, ["plan", "--model", "BERT-Large", "--steps", "1000", "--deadline", "1e9d"])
     assert r.exit_code == 2, r.output
     assert "--deadline" in r.output and "10 years" in r.output and "Traceback" not in r.output
+
+
+def test_a_deadline_of_astronomical_years_says_them_in_few_characters():
+    """1e300d was refused with its 298-digit count of years: the line must stay readable."""
+    r = CliRunner().invoke(app, ["plan", "--model", "BERT-Large", "--steps", "1000", "--deadline", "1e300d"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "2.7e+297 years" in r.output and len(r.output) < 200, r.output

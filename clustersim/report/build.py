@@ -471,8 +471,14 @@ def check_duration_hours(value: float, shown: str, key: str = "--deadline") -> f
         raise InputError(f"duration must be a finite positive time, got {shown}", key=key)
     if value > MAX_DEADLINE_H:
         raise InputError(
-            f"duration {shown} is {value / (365 * 24):,.0f} years, more than the 10 years any training run or "
+            f"duration {shown} is {_years(value)} years, more than the 10 years any training run or "
             "its hardware lasts; check its unit",
             key=key,
         )
     return value
+
+
+def _years(hours: float) -> str:
+    """Hours as years, readable however large (1e300d is a typo, not 300 digits to read)."""
+    years = hours / (365 * 24)
+    return f"{years:,.0f}" if years < 1e6 else f"{years:.1e}"
