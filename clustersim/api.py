@@ -492,7 +492,7 @@ def plan(
                 )
                 summary = plan_have(
                     model, steps, Path(have), path, global_batch, own, rent, samples,
-                    deadline_h=hours, budget=budget, tokens=tokens,
+                    deadline_h=hours, budget=budget, tokens=tokens, baseline=baseline,
                 )  # fmt: skip
                 return HavePlan(summary)
             summary = _plan(

@@ -102,12 +102,15 @@ def test_a_bad_option_is_an_input_error_naming_the_argument(candidates, argument
         assert "no-such-" in str(err.value)
 
 
-def test_have_answers_as_plan_have_does(candidates):
-    answer = plan("BERT-Large", 1000, "30d", have=TEAM, candidates=candidates, samples=0)
+@pytest.mark.parametrize("baseline", [None, "sgdm"])
+def test_have_answers_as_plan_have_does(candidates, baseline):
+    """The same answer as the command, --baseline included (the API's have= once dropped it)."""
+    answer = plan("BERT-Large", 1000, "30d", have=TEAM, candidates=candidates, samples=0, baseline=baseline)
     assert isinstance(answer, HavePlan) and answer.options
     cli = _cli_json(
         ["--model", "BERT-Large", "--steps", "1000", "--deadline", "30d", "--have", TEAM]
         + ["--candidates", candidates]
+        + (["--baseline", baseline] if baseline else [])
     )
     assert json.loads(json.dumps(answer.to_dict(), default=str)) == cli
 
