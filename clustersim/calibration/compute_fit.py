@@ -122,7 +122,8 @@ def fit_gemm_model(records: list[dict], memory_gbs: float | None, notes=None) ->
     return out
 
 
-def _label(r: dict) -> str:
+def gemm_label(r: dict) -> str:
+    """A GEMM record's name in messages and provenance: ``GEMM bf16 4096x4096x4096``."""
     return f"GEMM {r['precision']} {r['m']}x{r.get('n') or r['m']}x{r.get('k') or r['m']}"
 
 
@@ -152,7 +153,7 @@ def _fit_robust(rows: list[dict], mem_bw: float, prec: str, notes):
         for i in out:
             if notes is not None:
                 off = f"{100 * (math.exp(resid[i] - med) - 1):+.0f}% off the fit of the other shapes"
-                notes.drop(block, _label(rows[i]), off)
+                notes.drop(block, gemm_label(rows[i]), off)
         rows = [r for i, r in enumerate(rows) if i not in out]
     why = _not_a_model(x, cov, sigma)
     if why:

@@ -36,7 +36,8 @@ def reference(device: str) -> GpuSpec | None:
     gpus = catalog.gpus()
     if device in gpus:
         return gpus[device]
-    same = [g for g in gpus.values() if g.chip == catalog.chip_of(device)]
+    chip = catalog.chip_of(device)
+    same = [g for g in gpus.values() if g.chip == chip]
     return same[0] if len(same) == 1 else None
 
 

@@ -86,21 +86,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g}"
 
 
-def _gemm_label(r: dict) -> str:
-    return f"GEMM {r['precision']} {r['m']}x{r.get('n') or r['m']}x{r.get('k') or r['m']}"
-
-
 def sweeps(raw: dict) -> list[tuple[str, list[dict], list[tuple[float, float, float]], list[str]]]:
     """The size sweeps of a raw file: (block, records, (work, bytes, seconds) per record, labels).
     GEMMs per precision (FLOPs and bytes), copies (bytes), each kernel over its sizes (bytes)."""
-    from clustersim.calibration.compute_fit import _bytes
+    from clustersim.calibration.compute_fit import _bytes, gemm_label
 
     out = []
     gemm = raw.get("gemm") or []
     for prec in sorted({r["precision"] for r in gemm}):
         rows = [r for r in gemm if r["precision"] == prec]
         points = [(float(r["flops"]), _bytes(r), float(r["median_s"])) for r in rows]
-        out.append((f"compute_model.{prec}", rows, points, [_gemm_label(r) for r in rows]))
+        out.append((f"compute_model.{prec}", rows, points, [gemm_label(r) for r in rows]))
     memory = raw.get("memory") or []
     if memory:
         points = [(float(r["traffic_bytes"]),) * 2 + (float(r["median_s"]),) for r in memory]

@@ -354,11 +354,9 @@ def _run_plan(args, extra, candidates, json_out):
 def _plan_have(model, steps, have, candidates, global_batch, extra, instances, own_prices, hours, budget):
     """`plan --have`: the owned cluster's options, each with capital, time to train and payback."""
     from clustersim.planner.upgrades import plan_have
-    from clustersim.report.costing import cost_model
+    from clustersim.report.costing import owned_and_rented
 
-    # --have has no --cost: its messages send the user only to --own-prices and --instances
-    own = cost_model("own", None, extra["network"], own_prices=own_prices, have_cost_option=False)
-    rent = cost_model("rent", instances=instances, have_cost_option=False)
+    own, rent = owned_and_rented(extra["network"], instances, own_prices)
     args = (model, steps, have, candidates, global_batch, own, rent, extra["samples"])
     kw = {"deadline_h": hours, "budget": budget, "tokens": extra["tokens"], "baseline": extra["baseline"]}
     if extra.get("json_out"):

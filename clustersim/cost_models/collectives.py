@@ -121,11 +121,8 @@ class CollectiveModel:
                 c = self.price(op, name, proto, plan, inputs)
                 # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs; on an
                 # oversubscribed fabric, what it believes on the NICs alone: it never sees the spine)
-                if seen.tuner is None and seen is plan:
-                    rank = c.time
-                else:
-                    belief = seen.tuner or seen
-                    rank = self.price(op, name, proto, belief, inputs if blind is None else blind).time
+                belief = seen.tuner or seen
+                rank = c.time if belief is plan else self.price(op, name, proto, belief, blind or inputs).time
                 if best is None or rank < best_rank:
                     best, best_rank = c, rank
         return best

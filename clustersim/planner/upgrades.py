@@ -187,6 +187,7 @@ def evaluate(
         cluster = _cluster(have, opt["values"])
         cluster["gpu"] = have.cluster.gpu
         priced = (rent if opt["option"] == "rent" else own).price(cluster)
+        spent = capital(own, have, opt)
         ratio = [best[k] / best["ttt_h"] if best.get(k) else None for k in ("ttt_p10_h", "ttt_p90_h")]
         band = cost_band(best["ttt_h"] * priced.per_hour, priced.sigma, *ratio)
         # the baseline optimizer on the same option, as `plan` sets each row's: its speedup and the lines
@@ -210,11 +211,11 @@ def evaluate(
                 "ttt_h": best["ttt_h"],
                 "ttt_p10_h": best.get("ttt_p10_h"),
                 "ttt_p90_h": best.get("ttt_p90_h"),
-                "capital": capital(own, have, opt),
+                "capital": spent,
                 "run_cost": best["ttt_h"] * priced.per_hour,
                 # the run's cost holds the amortised share of what the option buys: spent_on_run counts
                 # that capital once, whole
-                "capital_share": best["ttt_h"] * capital(own, have, opt) / life_h,
+                "capital_share": best["ttt_h"] * spent / life_h,
                 "run_cost_p10": band[0],
                 "run_cost_p90": band[1],
                 "power_per_h": priced.parts.get("power", 0.0),

@@ -608,10 +608,14 @@ def have_models(network_prices, instances, own_prices, **refused):
     """`plan --have`'s two cost models, (own, rent), from the options as typed; ``refused`` as
     refuse_cost_options_with_have."""
     refuse_cost_options_with_have(**refused)
+    return owned_and_rented(network_option(network_prices), instances, own_prices)
+
+
+def owned_and_rented(network, instances, own_prices):
+    """`plan --have`'s (own, rent) models from the network catalog as cost_model reads it ("default",
+    None or a path; network_option)."""
     # --have has no --cost: its messages send the user only to --own-prices and --instances
-    own = cost_model(
-        "own", None, network_option(network_prices), own_prices=own_prices, have_cost_option=False
-    )
+    own = cost_model("own", None, network, own_prices=own_prices, have_cost_option=False)
     return own, cost_model("rent", instances=instances, have_cost_option=False)
 
 
