@@ -25,15 +25,17 @@ def btree_parent(k: int, r: int) -> int:
     return up if up < k else r ^ bit
 
 
-def double_tree(k: int) -> list[list[int]]:
+@lru_cache(maxsize=256)
+def double_tree(k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """NCCL's two complementary trees (ncclGetDtree) as parent lists: the second mirrors the first
-    (k even) or shifts it by one (k odd), so the first's leaves are the second's inner ranks."""
-    a = [btree_parent(k, r) for r in range(k)]
+    (k even) or shifts it by one (k odd), so the first's leaves are the second's inner ranks. Memoized
+    (the flow backend asks for it per NIC of every communicator)."""
+    a = tuple(btree_parent(k, r) for r in range(k))
     if k % 2:
-        b = [-1 if (u := btree_parent(k, (r - 1) % k)) < 0 else (u + 1) % k for r in range(k)]
+        b = tuple(-1 if (u := btree_parent(k, (r - 1) % k)) < 0 else (u + 1) % k for r in range(k))
     else:
-        b = [-1 if (u := btree_parent(k, k - 1 - r)) < 0 else k - 1 - u for r in range(k)]
-    return [a, b]
+        b = tuple(-1 if (u := btree_parent(k, k - 1 - r)) < 0 else k - 1 - u for r in range(k))
+    return a, b
 
 
 def double_tree_edges(nodes: int) -> int:
