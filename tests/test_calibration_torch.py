@@ -24,19 +24,21 @@ def test_local_microbenchmarks_measure_every_modelled_kernel():
     assert {"binsgdm_update", "binsgdm_quantize", "optimizer"} <= names
     assert all(r["median_s"] > 0 and r["p10_s"] <= r["median_s"] <= r["p90_s"] for r in raw["kernels"])
     assert raw["host_adam"][0]["params_per_s"] > 0
-    profile = parse_profile(
-        build_profile(
-            {
-                "format": "clustersim-raw",
-                "format_version": 1,
-                "provenance": {"source": "test", "catalog_device": "cpu"},
-                **raw,
-            }
-        ),
-        "t",
+    built = build_profile(
+        {
+            "format": "clustersim-raw",
+            "format_version": 1,
+            "provenance": {"source": "test", "catalog_device": "cpu"},
+            **raw,
+        }
     )
+    profile = parse_profile(built, "t")
     assert profile.memory_gbs > 0 and profile.matmul_tflops["fp32"] > 0
-    assert set(profile.kernels_gbs) == names
+    # every kernel measured is priced, or named where the fit set it aside (a sweep that read as a stall
+    # on a loaded host: calibration/screen.py), never silently missing
+    said = " ".join(built["provenance"].get("dropped", []) + built["provenance"].get("defaults", []))
+    assert set(profile.kernels_gbs) <= names
+    assert all(n in profile.kernels_gbs or n in said for n in names), (names, said)
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
