@@ -4,7 +4,9 @@ The same method as the project's H200 development steps (``shared/gpu/h200-dev-s
 process, one device, bf16 autocast (fp32 on a CPU), random inputs, ``--warmup`` untimed steps, then
 the median of ``--steps`` steps, each phase timed with a device synchronise after it (forward incl.
 the loss, backward, optimizer step + zero_grad), and ``step_nosync_s``: the same step without the
-phase synchronises. The models are the frameworks' own, not clustersim's builders:
+phase synchronises. ``--compile`` wraps each model in ``torch.compile`` (Inductor, default mode)
+before timing, so the rows are the same code compiled (the warm-up steps pay the compilation; the
+row's ``execution`` says which). The models are the frameworks' own, not clustersim's builders:
 
 - ``bert-large`` / ``bert-base``: Hugging Face ``BertForPreTraining`` (sdpa attention), seq 128, MLM
   labels on every token and an NSP label; ``AdamW(fused=True)`` on a GPU;
@@ -152,11 +154,22 @@ def _trace(torch, step, device: str, path: Path) -> None:
 
 
 def _measure(
-    torch, case: str, micro_batch: int, device: str, warmup: int, steps: int, trace: Path | None
+    torch,
+    case: str,
+    micro_batch: int,
+    device: str,
+    warmup: int,
+    steps: int,
+    trace: Path | None,
+    compiled: bool = False,
 ) -> dict:
     model, make_batch, forward, source = BUILDERS[case](torch, case, device)
     model.train()
     opt, opt_name = _optimizer(torch, case, model, device)
+    if compiled:
+        # the compiled module shares the parameters the optimizer holds; the first (warm-up) forward
+        # and backward compile the graphs, which is why --warmup must be at least 1
+        model = torch.compile(model)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x = make_batch(micro_batch)
 
@@ -201,6 +214,7 @@ def _measure(
         "model": CATALOG_NAME[case],
         "seq_len": None if case == "resnet50" else SEQ_LEN[case],
         "micro_batch": micro_batch,
+        "execution": "compiled" if compiled else "eager",
         "params": sum(p.numel() for p in model.parameters()),
         "model_source": source,
         "optimizer": opt_name,
@@ -254,12 +268,19 @@ def main() -> None:
     cases = ", ".join(BUILDERS)
     ap.add_argument("--cases", nargs="+", help=f"CASE:MB,MB,... (cases: {cases})")
     ap.add_argument("--trace", nargs="*", default=[], help="CASE:MB also traced (2 steps), beside --out")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="time each model under torch.compile (Inductor, default mode); the rows say execution: compiled",
+    )
     args = ap.parse_args()
     if args.write_hf_configs is not None:
         write_hf_configs(args.write_hf_configs, args.layers)
         return
     if args.out is None or not args.cases:
         ap.error("--out and --cases are required (or --write-hf-configs DIR)")
+    if args.compile and args.warmup < 1:
+        ap.error("--compile needs --warmup 1 or more: the first step compiles and is not timed")
     import torch
 
     result = {
@@ -288,13 +309,14 @@ def main() -> None:
                 torch.cuda.empty_cache()  # the previous case's model is gone
             trace = None
             if f"{case}:{mb}" in args.trace:
-                trace = args.out.parent / f"{case}-mb{mb}.kineto.json.gz"
+                mode = "-compiled" if args.compile else ""
+                trace = args.out.parent / f"{case}-mb{mb}{mode}.kineto.json.gz"
             try:
-                row = _measure(torch, case, mb, args.device, args.warmup, args.steps, trace)
+                row = _measure(torch, case, mb, args.device, args.warmup, args.steps, trace, args.compile)
                 result["steps"].append(row)
                 took = time.perf_counter() - started
                 print(
-                    f"{row['case']} mb {mb}: step {row['step_s'] * 1e3:.2f} ms "
+                    f"{row['case']} mb {mb} ({row['execution']}): step {row['step_s'] * 1e3:.2f} ms "
                     f"(nosync {row['step_nosync_s'] * 1e3:.2f}) [{took:.0f} s]",
                     flush=True,
                 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session, end to end, in one call: what the machine is, the calibration suite
-# (`calibrate run`), real training steps of common models (benchmarks/gpu_real_steps.py) and
-# `calibrate model` of the catalog's versions of them. Every step writes under $OUT as it goes and
+# (`calibrate run`), real training steps of common models (benchmarks/gpu_real_steps.py),
+# `calibrate model` of the catalog's versions of them, and some of the same steps under torch.compile. Every step writes under $OUT as it goes and
 # has its own time limit, so a step that fails or overruns loses nothing measured before it.
 #
 #   OUT=gpu-out bash benchmarks/gpu_session.sh               # on a machine with a GPU
@@ -36,12 +36,15 @@ CFG=$(mktemp -d)
 if [ -n "$QUICK" ]; then
     $PY benchmarks/gpu_real_steps.py --write-hf-configs "$CFG" --layers 2
     RUN_ARGS="--quick"; STEPS="bert-base:1,2 resnet50:2"; TIMED="--steps 2 --warmup 1"; TRACE="bert-base:1"
+    COMPILED="bert-base:1"
     BERT="--hf-config $CFG/bert-base/config.json --name BERT-Base-2L --seq-len 128 --micro-batches 1,2,4 --holdout 3 --steps 2 --warmup 1"
     RESNET=""; GPT=""
 else
     $PY benchmarks/gpu_real_steps.py --write-hf-configs "$CFG"
     RUN_ARGS=""; STEPS="bert-large:8,16,32 bert-base:32 resnet50:64,128,256 gpt2-xl:1,4"; TIMED=""
     TRACE="bert-base:32 gpt2-xl:4"  # models outside the H200 dev traces, for calibrate import-trace
+    # the same code under torch.compile: one host-bound, one device-bound transformer and the CNN
+    COMPILED="bert-large:16 gpt2-xl:4 resnet50:128"
     BERT="--hf-config $CFG/bert-large/config.json --name BERT-Large --seq-len 128 --micro-batches 8,16,32 --holdout 24"
     RESNET="--model ResNet-50 --optimizer sgd --micro-batches 32,64,128 --holdout 96"
     GPT="--hf-config $CFG/gpt2-xl/config.json --name GPT-2-1.5B --seq-len 1024 --micro-batches 1,2,4 --holdout 3"
@@ -62,5 +65,9 @@ for args in "$BERT" "$RESNET" "$GPT"; do
     timeout 120 $CS calibrate model $args --device "$DEVICE" --out "$OUT/profile.json" \
         || echo "calibrate model FAILED ($?)"
 done
+# last: compiling takes minutes of host time, and the eager measurements above matter more
+step "real steps, torch.compile"
+timeout 240 $PY benchmarks/gpu_real_steps.py --device "$DEVICE" $TIMED --compile --out "$OUT/steps-compiled.json" \
+    --cases $COMPILED || echo "compiled steps FAILED ($?)"
 step "done"
 ls -la "$OUT"
