@@ -362,3 +362,67 @@ def test_paired_draws_move_each_scenarios_network_by_its_own_spread():
     alone = paired_times([tcp], None, 8)
     assert list(paired[1]) == list(alone[0])
     assert list(paired[0]) == list(paired[2])
+
+
+def test_a_break_even_band_puts_draws_that_never_cross_at_no_line_rate():
+    """A draw whose compressed run is faster at every line rate (a NIC's PCIe link caps what any faster
+    NIC delivers) has no break-even: it is not clamped to a made-up rate and fitted through, the band's
+    quantiles that fall among such draws have none, and the text and JSON say in how many draws."""
+    import math
+
+    from clustersim.planner.breakeven import BreakEven, _censored_interval
+
+    crossing = [10.0, 20.0, 30.0, 40.0]
+    iv, uncrossed = _censored_interval(crossing)
+    assert uncrossed == (0, 0) and iv.p10 < 20.0 and iv.p90 > 30.0  # the lognormal fit, as before
+    # 10 draws, 3 faster at every rate: Hazen's P90 sits at 8.5 of 10 sorted, among them
+    iv, uncrossed = _censored_interval([float(x) for x in range(1, 8)] + [math.inf] * 3)
+    assert uncrossed == (0, 3) and iv.p10 == pytest.approx(1.5) and math.isinf(iv.p90)
+    assert iv.p50 == pytest.approx(5.5)  # between the 5th and 6th draws, both crossing
+    # 10 draws, 1 slower at every rate: the P10 (position 0.5) sits next to it
+    iv, uncrossed = _censored_interval([0.0] + [float(x) for x in range(1, 10)])
+    assert uncrossed == (1, 0) and iv.p10 == 0.0 and iv.p90 == pytest.approx(8.5)
+    be = BreakEven("binsgdm", "adam", 190.0, "crossing", interval=iv, uncrossed_draws=(1, 0))
+    assert "P10 none, P90 8.50: slower at every line rate in 1 of 10 draws" in be.describe()
+    assert be.to_dict()["interval_gbps"]["p10"] is None and be.to_dict()["draws_slower_at_every_rate"] == 1
+    json.dumps(be.to_dict())
+
+
+def test_break_even_draws_past_the_pcie_cap_are_counted_not_clamped():
+    """BinSGDM over Adam on A100 nodes with 2 x 100 Gb/s NICs crosses near the rate where the NICs' PCIe
+    Gen4 link caps delivery: draws whose crossing would lie past it never cross. Each such draw is faster
+    at every rate, checked at the search's top, and the band says so instead of quoting 16x the nominal."""
+    import math
+
+    from clustersim.planner.breakeven import SEARCH_GBPS, _draw
+    from clustersim.scenario import validate_scenario
+
+    s = validate_scenario(
+        {
+            "name": "a100-2x100",
+            "cluster": {
+                "nodes": 8,
+                "gpus_per_node": 8,
+                "gpu": "A100-80GB",
+                "intra_node": {"fabric": "nvswitch"},
+                "nic": {"kind": "infiniband", "count": 2, "line_rate_gbps": 100},
+            },
+            "workload": {"model": "BERT-Large", "micro_batch": 16, "gradient_accumulation": 4},
+            "training": {"optimizer": "adam"},
+        },
+        "test",
+    )
+    comp, base = scenario_for_optimizer(s, "binsgdm", None), scenario_for_optimizer(s, "adam", None)
+    be = break_even(comp, base, samples=8)
+    assert be.verdict == "crossing"
+    slower, faster = be.uncrossed_draws
+    finite = [x for x in (be.interval.p10, be.interval.p50, be.interval.p90) if not math.isinf(x)]
+    assert all(x < 16 * be.gbps for x in finite)
+    assert faster > 0 and slower == 0  # the seeded draws: half of them past the cap
+    assert math.isinf(be.interval.p90) and f"faster at every line rate in {faster} of 8" in be.describe()
+    assert be.host_link is not None and "PCIe Gen4" in be.describe()
+    said = be.to_dict()
+    assert said["interval_gbps"]["p90"] is None and said["draws_faster_at_every_rate"] == faster
+    # a draw of no perturbation is the nominal crossing; a rate past the search's top is never returned
+    d = _draw(Run(comp), Run(base), None, None, be.gbps)
+    assert d == pytest.approx(be.gbps, rel=1e-2) and d < SEARCH_GBPS[1]

@@ -74,6 +74,9 @@ class BreakEven:
     # rate, limits what it delivers (topologies.cluster's injection is a max-flow through the PCIe tree):
     # past it a faster NIC changes nothing, which is why no line rate lets the baseline catch up
     host_link: tuple[float, int] | None = None
+    # of the interval's draws, (those slower at every line rate, those faster at every line rate in
+    # SEARCH_GBPS): no crossing to put in the band, so its quantiles there are 0 or infinity (_draw)
+    uncrossed_draws: tuple[int, int] = (0, 0)
 
     def to_dict(self) -> dict:
         return {
@@ -83,7 +86,9 @@ class BreakEven:
             "gbps": self.gbps,
             "rate": "line rate per NIC, whole run",
             "verdict": self.verdict,
-            "interval_gbps": self.interval.as_dict() if self.interval else None,
+            "interval_gbps": _finite(self.interval.as_dict()) if self.interval else None,
+            "draws_slower_at_every_rate": self.uncrossed_draws[0],
+            "draws_faster_at_every_rate": self.uncrossed_draws[1],
             "effective_gbps": self.effective_gbps,
             "steps": self.steps,
             "baseline_steps": self.baseline_steps,
@@ -139,11 +144,34 @@ class BreakEven:
             return f"{who}: {said} {run} at any line rate per NIC down to {lo} Gb/s{self._margins()}"
         band = ""
         if self.interval:
-            band = f" (P10–P90 {gbps_text(self.interval.p10)}–{gbps_text(self.interval.p90)})"
+            band = f" ({self._band_text()})"
         eff = ""
         if self.effective_gbps:  # the labelled extra: what iperf would measure on such a NIC
             eff = f"; each NIC then delivers {gbps_text(self.effective_gbps)} Gb/s effective"
         return f"{who}: faster {run} below {gbps_text(self.gbps)} Gb/s line rate per NIC{band}{eff}"
+
+    def _band_text(self) -> str:
+        """ "P10–P90 75.2–213", or where some draws never cross, what the band can say: "P10 75.2, P90
+        none: faster at every line rate in 9 of 32 draws"."""
+        iv, (slower, faster) = self.interval, self.uncrossed_draws
+        if not slower and not faster:
+            return f"P10–P90 {gbps_text(iv.p10)}–{gbps_text(iv.p90)}"
+        ends = []
+        for name, x in (("P10", iv.p10), ("P90", iv.p90)):
+            ends.append(f"{name} none" if x == 0.0 or math.isinf(x) else f"{name} {gbps_text(x)}")
+        why = []
+        if faster:
+            capped = ""
+            if self.host_link is not None:
+                line, gen = self.host_link
+                capped = (
+                    f", its NICs' PCIe Gen{gen} link capping what any NIC past {gbps_text(line)} Gb/s "
+                    "delivers"
+                )
+            why.append(f"faster at every line rate in {faster} of {iv.samples} draws{capped}")
+        if slower:
+            why.append(f"slower at every line rate in {slower} of {iv.samples} draws")
+        return f"{', '.join(ends)}: {'; '.join(why)}"
 
     def _margins(self) -> str:
         """The speedups at the search's two ends, " (1.21x at 0.1 Gb/s, level at 10,000 Gb/s)"."""
@@ -154,6 +182,12 @@ class BreakEven:
             rate = f"{g:,.0f}" if g >= 1 else f"{g}"
             said.append(f"{'level' if _level(x) else f'{x:.2f}x'} at {rate} Gb/s")
         return f" ({', '.join(said)})"
+
+
+def _finite(band: dict) -> dict:
+    """An interval's dict for JSON: a quantile with no line rate (0 or infinity, BreakEven.uncrossed_draws)
+    as null."""
+    return {k: (None if isinstance(v, float) and (v == 0.0 or math.isinf(v)) else v) for k, v in band.items()}
 
 
 def _level(speedup: float) -> bool:
@@ -289,21 +323,74 @@ def break_even(
                 host_link = (line, gen) if line < hi else None
             return BreakEven(**found, gbps=None, verdict=verdict, speedups=speedups, host_link=host_link)
         nominal = _bisect(comp, ref, profile, None, lo, hi, TOLERANCE)
-    interval = None
+    interval, uncrossed = None, (0, 0)
     if samples > 0:
         ctx = build_context(compressed, profile)
-        draws = []
-        for p in perturbations(ctx, samples, seed):
-            a, b = max(lo, nominal / 16), min(hi, nominal * 16)
-            if _ratio(comp, ref, a, profile, p) >= 1.0:
-                draws.append(a)
-            elif _ratio(comp, ref, b, profile, p) < 1.0:
-                draws.append(b)
-            else:
-                draws.append(_bisect(comp, ref, profile, p, a, b, SAMPLE_TOLERANCE))
-        interval = Interval.of(draws)
+        draws = [_draw(comp, ref, profile, p, nominal) for p in perturbations(ctx, samples, seed)]
+        interval, uncrossed = _censored_interval(draws)
+    host_link = None
+    if uncrossed[1]:  # some draws never cross: say what caps the faster NICs, where something does
+        line, gen = pcie_limited_line_rate(compressed)
+        host_link = (line, gen) if line < hi else None
     eff = effective_at(compressed, nominal)
-    return BreakEven(**found, gbps=nominal, verdict="crossing", interval=interval, effective_gbps=eff)
+    return BreakEven(
+        **found,
+        gbps=nominal,
+        verdict="crossing",
+        interval=interval,
+        effective_gbps=eff,
+        uncrossed_draws=uncrossed,
+        host_link=host_link,
+    )
+
+
+def _draw(comp: Run, ref: Run, profile, perturbation, nominal: float) -> float:
+    """One parameter draw's break-even: bisected within 16x of the nominal one, searched out to the
+    ends of SEARCH_GBPS when it lies beyond; 0.0 where the compressed run is slower at every line rate
+    down to the lowest, ``math.inf`` where it is faster at every rate up to the highest (a NIC's PCIe
+    link can cap what any faster NIC delivers, so a draw may never cross: pcie_limited_line_rate)."""
+    lo, hi = SEARCH_GBPS
+    a, b = max(lo, nominal / 16), min(hi, nominal * 16)
+    if _ratio(comp, ref, a, profile, perturbation) >= 1.0:
+        if a <= lo or _ratio(comp, ref, lo, profile, perturbation) >= 1.0:
+            return 0.0
+        return _bisect(comp, ref, profile, perturbation, lo, a, SAMPLE_TOLERANCE)
+    if _ratio(comp, ref, b, profile, perturbation) < 1.0:
+        if b >= hi or _ratio(comp, ref, hi, profile, perturbation) < 1.0:
+            return math.inf
+        return _bisect(comp, ref, profile, perturbation, b, hi, SAMPLE_TOLERANCE)
+    return _bisect(comp, ref, profile, perturbation, a, b, SAMPLE_TOLERANCE)
+
+
+def _censored_interval(draws: list[float]) -> tuple[Interval, tuple[int, int]]:
+    """The draws' P10-P90 and (draws slower at every line rate, draws faster at every line rate). With
+    every draw crossing, the lognormal fit of Interval.of; with some that never cross, no distribution
+    is fitted through them: Hazen's empirical quantiles of all the draws, those that never cross at
+    their end (0 or infinity), so a quantile that falls among them is 0.0 or ``math.inf`` (no line rate)."""
+    slower = sum(1 for d in draws if d == 0.0)
+    faster = sum(1 for d in draws if math.isinf(d))
+    if not slower and not faster:
+        return Interval.of(draws), (0, 0)
+    ordered = sorted(draws)
+    n = len(ordered)
+
+    def quantile(q: float) -> float:
+        # Hazen: the k-th of n sorted values sits at (k - 0.5) / n, interpolated between two; a quantile
+        # next to a draw without a crossing has no line rate either (the nearer such draw's end)
+        x = min(max(q * n - 0.5, 0.0), n - 1.0)
+        i = math.floor(x)
+        f = x - i
+        below, above = ordered[i], ordered[min(i + 1, n - 1)]
+        if f == 0.0:
+            return below
+        ends = [v for v in (below, above) if v == 0.0 or math.isinf(v)]
+        if len(ends) == 2:
+            return below if f < 0.5 else above
+        if ends:
+            return ends[0]
+        return below + (above - below) * f
+
+    return Interval(quantile(0.1), quantile(0.5), quantile(0.9), n), (slower, faster)
 
 
 def _fitted(scenario: Scenario, profile, global_batch: int | None) -> Scenario:
