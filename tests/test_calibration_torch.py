@@ -41,6 +41,33 @@ def test_local_microbenchmarks_measure_every_modelled_kernel():
     assert all(n in profile.kernels_gbs or n in said for n in names), (names, said)
 
 
+def test_every_size_of_a_kernel_sweep_times_its_own_tensors(monkeypatch):
+    """The sweep builds every size before timing any (so a kernel's sizes are timed in turn): each
+    size's kernel must work on that size's tensors, not on the last (largest) size's. Here each kernel
+    runs once per size and its result's length is checked against the size it is recorded at."""
+    from clustersim.calibration.microbench import Bench
+
+    bench = Bench(torch, "cpu", quick=True)
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    def run_once(entries):
+        for record, fn in entries:
+            result = fn()
+            result = result[0] if isinstance(result, tuple) else result
+            if isinstance(result, torch.Tensor):
+                seen.setdefault(record["name"], []).append((record["elements"], result.numel()))
+        return [record for record, _ in entries]
+
+    monkeypatch.setattr(bench, "time_sweep", run_once)
+    bench.compression_kernels(p=4)
+    sizes = bench.sizes["elements"]
+    assert len(set(sizes)) > 1
+    for name in ("onebit_error_compensate", "onebit_momentum", "binsgdm_apply", "binsgdm_update"):
+        assert seen[name] == [(n, n) for n in sizes], name  # one result element per element
+    assert seen["onebit_pack"] == [(n, n // 8) for n in sizes]  # 8 signs to a byte
+    assert seen["binsgdm_vote"] == [(n, n // 4) for n in sizes]  # one count per element of a shard
+
+
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_gloo_sweep_under_torchrun(ranks):
     raw = run_collective_sweep(ranks, "cpu", quick=True, ops="all_reduce,all_gather")

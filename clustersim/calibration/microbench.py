@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Callable
 
 from clustersim.calibration.screen import stall_suspects, sweeps
@@ -41,6 +42,42 @@ REMEASURE_PAUSE_S = 0.2
 REMEASURE_REPEATS = 3
 
 
+# The largest CPU buffer of a sweep: at least twice the last-level cache, so that every streaming kernel
+# (two to five such buffers) runs from DRAM, as a model's buffers (hundreds of MB) do. On a 2-vCPU EPYC
+# VM with a 32 MiB L3 the 1-bit Adam passes ran 5-21x faster at 256 KiB-1 MiB (from cache: "copies"
+# at 268 GB/s) than at 64 MiB.
+LLC_MULTIPLE = 2
+CPU_ELEMENTS_MIN, CPU_ELEMENTS_MAX = 1 << 24, 1 << 26  # fp32: 64 MiB .. 256 MiB
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache Linux reports for cpu0 (sysfs), or None where it reports none."""
+    caches = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes = []
+    for index in caches.glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text[:-1] if text[-1:].isalpha() else text
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
+def _cpu_elements(quick: bool) -> list[int]:
+    """fp32 element counts of a CPU sweep: the largest past LLC_MULTIPLE times the last-level cache
+    (within CPU_ELEMENTS_MIN..MAX), then halves of it (two sizes in quick mode, three else), every
+    one past the cache for the kernels' two or more buffers."""
+    llc = last_level_cache_bytes() or 0
+    largest = CPU_ELEMENTS_MIN
+    while largest * 4 < LLC_MULTIPLE * llc and largest < CPU_ELEMENTS_MAX:
+        largest *= 2
+    count = 2 if quick else 3
+    return [largest >> i for i in reversed(range(count))]
+
+
 def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
     if device == "cuda":
         return {
@@ -49,7 +86,7 @@ def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
         }
     return {
         "gemm": [256, 512, 1024] if not quick else [128, 256, 512],
-        "elements": [1 << 18, 1 << 20, 1 << 22] if not quick else [1 << 16, 1 << 18],
+        "elements": _cpu_elements(quick),
     }
 
 
@@ -198,82 +235,87 @@ class Bench:
     def compression_kernels(self, p: int = SERVER_P) -> list[dict]:
         """Each kernel at every size; the server side and BinSGDM's vote at ``p`` ranks (the shape of a
         job of p ranks: the testbed calibrates at the host count it runs)."""
-        t, dev = self.torch, self.device
         out: list[dict] = []
         by_name: dict[str, list[tuple[dict, Callable]]] = {}
         for n in self.sizes["elements"]:
-            buf = t.randn(n, device=dev)
-            err = t.zeros(n, device=dev)
-            scale = t.norm(buf) / n**0.5
-            bits = buf.sign().add_(1).bool().to(t.uint8)
-            packed = self._pack(bits)
-            scales = t.rand(p, 1, device=dev)
-            chunk = t.randn(n // p, device=dev)
-            chunk_err = t.zeros(n // p, device=dev)
-            m, b_state, grad = t.randn(n, device=dev), t.rand(n, device=dev) + 0.1, t.randn(n, device=dev)
-            votes = t.randint(0, p + 1, (n // p,), device=dev, dtype=t.int32)
-            kernels = {
-                "onebit_error_compensate": lambda: buf.add_(err),
-                "onebit_norm": lambda: t.norm(buf),
-                "onebit_sign_error": lambda: err.copy_(
-                    buf - scale * buf.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
-                ),
-                "onebit_pack": lambda: self._pack(buf.sign().add_(1).bool().to(t.uint8)),
-                "onebit_unpack_sum": lambda: (
-                    self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).sum(0)
-                ),
-                "onebit_server_compress": lambda: (
-                    chunk.add_(chunk_err),
-                    chunk_err.copy_(
-                        chunk
-                        - (t.norm(chunk) / (n // p) ** 0.5)
-                        * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
-                    ),
-                    self._pack(chunk.sign().add_(1).bool().to(t.uint8)),
-                ),
-                "onebit_unpack_copy": lambda: buf.copy_(
-                    self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).view(-1)
-                ),
-                "binsgdm_update": lambda: (
-                    m.mul_(0.9).add_(grad, alpha=0.1),
-                    b_state.mul_(0.9).add_(grad.abs(), alpha=0.1),
-                ),
-                # stochastic 1-bit quantization of m/b to the packed bits the all-reduce sends, as the
-                # testbed's BinSGDM runs it (a +1 with probability (1 + m/b) / 2); not t.where(.., 1, -1),
-                # which materialises 8 bytes of int64 per element that no implementation writes
-                "binsgdm_quantize": lambda: self._pack((t.rand_like(m) < (1 + m / b_state) / 2).to(t.uint8)),
-                # the 1-bit reduce-scatter's local vote: unpack p shards of n/p bits, count the +1s
-                "binsgdm_vote": lambda: self._unpack(packed).view(p, -1).sum(0, dtype=t.int32),
-                # re-binarize the vote (majority) and pack it for the next phase
-                "binsgdm_requantize": lambda: self._pack((votes * 2 > p).to(t.uint8)),
-                # unpack the 1-bit result to ±1 and apply it to the fp32 weights
-                "binsgdm_apply": lambda: buf.add_(
-                    self._unpack(packed).float().mul_(2.0).add_(-1.0), alpha=-1e-4
-                ),
-                # 1-bit Adam's own update passes, torch expressions over flat fp32 buffers as DeepSpeed
-                # writes them (onebit/adam.py): not fused Adam, whose rate 'optimizer' measures
-                "onebit_momentum": lambda: m.mul_(0.9).add_(grad, alpha=0.1),
-                "onebit_update": lambda: _onebit_update(t, m, b_state, buf),
-            }
-            modelled = {
-                **{k: v[0] * n + v[1] * n / p for k, v in _PASS_BYTES.items()},
-                "binsgdm_update": (bsg.UPDATE_STATE_BYTES + 4.0) * n,
-                "binsgdm_quantize": bsg.QUANTIZE_BYTES * n,
-                # as strategies/binsgdm.py counts them: read the 1-bit shards, write n/p sums; then
-                # read n/p sums (int8 in the model) and write n/p bits
-                "binsgdm_vote": n / 8 + n / p,
-                "binsgdm_requantize": (n / p) * (1 + 1 / 8),
-                "binsgdm_apply": bsg.APPLY_BYTES * n,
-                "onebit_momentum": bsg.MOMENTUM_UPDATE * n,
-                "onebit_update": (bsg.ADAM_DIRECTION + bsg.APPLY_UPDATE) * n,
-            }
-            for name, fn in kernels.items():
-                record = {"name": name, "elements": n, "bytes": modelled[name]}
+            for name, record, fn in self._compression_kernels_at(n, p):
                 by_name.setdefault(name, []).append((record, fn))
         for name, entries in by_name.items():  # each kernel's sizes timed in turn
             self.progress(f"{name}, {len(entries)} sizes")
             out += self.time_sweep(entries)
         return out
+
+    def _compression_kernels_at(self, n: int, p: int) -> list[tuple[str, dict, Callable]]:
+        """(name, record, kernel) of every compression kernel on tensors of ``n`` elements, each kernel a
+        closure over this call's own tensors: the sweep times them after every size is built, so closures
+        over a shared loop's variables would all time the last (largest) size's tensors."""
+        t, dev = self.torch, self.device
+        buf = t.randn(n, device=dev)
+        err = t.zeros(n, device=dev)
+        scale = t.norm(buf) / n**0.5
+        bits = buf.sign().add_(1).bool().to(t.uint8)
+        packed = self._pack(bits)
+        scales = t.rand(p, 1, device=dev)
+        chunk = t.randn(n // p, device=dev)
+        chunk_err = t.zeros(n // p, device=dev)
+        m, b_state, grad = t.randn(n, device=dev), t.rand(n, device=dev) + 0.1, t.randn(n, device=dev)
+        votes = t.randint(0, p + 1, (n // p,), device=dev, dtype=t.int32)
+        kernels = {
+            "onebit_error_compensate": lambda: buf.add_(err),
+            "onebit_norm": lambda: t.norm(buf),
+            "onebit_sign_error": lambda: err.copy_(
+                buf - scale * buf.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+            ),
+            "onebit_pack": lambda: self._pack(buf.sign().add_(1).bool().to(t.uint8)),
+            "onebit_unpack_sum": lambda: (
+                self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).sum(0)
+            ),
+            "onebit_server_compress": lambda: (
+                chunk.add_(chunk_err),
+                chunk_err.copy_(
+                    chunk
+                    - (t.norm(chunk) / (n // p) ** 0.5)
+                    * chunk.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+                ),
+                self._pack(chunk.sign().add_(1).bool().to(t.uint8)),
+            ),
+            "onebit_unpack_copy": lambda: buf.copy_(
+                self._unpack(packed).view(p, -1).float().add_(-0.5).mul_(2.0).mul_(scales).view(-1)
+            ),
+            "binsgdm_update": lambda: (
+                m.mul_(0.9).add_(grad, alpha=0.1),
+                b_state.mul_(0.9).add_(grad.abs(), alpha=0.1),
+            ),
+            # stochastic 1-bit quantization of m/b to the packed bits the all-reduce sends, as the
+            # testbed's BinSGDM runs it (a +1 with probability (1 + m/b) / 2); not t.where(.., 1, -1),
+            # which materialises 8 bytes of int64 per element that no implementation writes
+            "binsgdm_quantize": lambda: self._pack((t.rand_like(m) < (1 + m / b_state) / 2).to(t.uint8)),
+            # the 1-bit reduce-scatter's local vote: unpack p shards of n/p bits, count the +1s
+            "binsgdm_vote": lambda: self._unpack(packed).view(p, -1).sum(0, dtype=t.int32),
+            # re-binarize the vote (majority) and pack it for the next phase
+            "binsgdm_requantize": lambda: self._pack((votes * 2 > p).to(t.uint8)),
+            # unpack the 1-bit result to ±1 and apply it to the fp32 weights
+            "binsgdm_apply": lambda: buf.add_(self._unpack(packed).float().mul_(2.0).add_(-1.0), alpha=-1e-4),
+            # 1-bit Adam's own update passes, torch expressions over flat fp32 buffers as DeepSpeed
+            # writes them (onebit/adam.py): not fused Adam, whose rate 'optimizer' measures
+            "onebit_momentum": lambda: m.mul_(0.9).add_(grad, alpha=0.1),
+            "onebit_update": lambda: _onebit_update(t, m, b_state, buf),
+        }
+        modelled = {
+            **{k: v[0] * n + v[1] * n / p for k, v in _PASS_BYTES.items()},
+            "binsgdm_update": (bsg.UPDATE_STATE_BYTES + 4.0) * n,
+            "binsgdm_quantize": bsg.QUANTIZE_BYTES * n,
+            # as strategies/binsgdm.py counts them: read the 1-bit shards, write n/p sums; then
+            # read n/p sums (int8 in the model) and write n/p bits
+            "binsgdm_vote": n / 8 + n / p,
+            "binsgdm_requantize": (n / p) * (1 + 1 / 8),
+            "binsgdm_apply": bsg.APPLY_BYTES * n,
+            "onebit_momentum": bsg.MOMENTUM_UPDATE * n,
+            "onebit_update": (bsg.ADAM_DIRECTION + bsg.APPLY_UPDATE) * n,
+        }
+        return [
+            (name, {"name": name, "elements": n, "bytes": modelled[name]}, fn) for name, fn in kernels.items()
+        ]
 
     def adam(self) -> list[dict]:
         """Adam on the device (fused on CUDA, foreach on the CPU), recorded as the 'optimizer' kernel,
