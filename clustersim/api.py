@@ -125,6 +125,9 @@ class Comparison:
     costs: list[dict[str, Any]] = field(default_factory=list)
     #: why ``costs`` is empty although steps were given (the default model cannot price the GPU)
     cost_error: str | None = None
+    #: per compressed optimizer, how far its speedups are checked against published ones and whether
+    #: these GPU counts and this network lie inside that (validation.speedup_checks.notes)
+    speedups_checked: list[dict[str, Any]] = field(default_factory=list)
 
     def row(self, optimizer: str, gpus: int):
         """The cell of one optimizer at one GPU count."""
@@ -154,6 +157,7 @@ class Comparison:
             self.break_even_gpus,
             self.costs,
             self.cost_error,
+            self.speedups_checked,
         )
 
     def to_dataframe(self):
@@ -261,8 +265,11 @@ def compare(
         priced, cost_error = compare_costs(s, rows, cost, instance) if request.plan else ([], None)
     except InputError as exc:
         raise _as_argument(exc) from None
+    from clustersim.validation.speedup_checks import notes as checked_notes
+
+    checked = checked_notes(s, names, counts)
     return Comparison(
-        rows, names, counts, base, global_batch, evens, at or None, why_none, priced, cost_error
+        rows, names, counts, base, global_batch, evens, at or None, why_none, priced, cost_error, checked
     )
 
 

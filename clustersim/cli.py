@@ -595,6 +595,7 @@ def compare(
     from clustersim.planner.breakeven import break_evens_or_reason
     from clustersim.planner.compare import check_request, comparison_as_json, notes_by_cells
     from clustersim.planner.compare import compare as run_compare
+    from clustersim.validation.speedup_checks import notes as checked_notes
 
     finite_option(warmup, "--warmup", positive=False)
     s = _load(scenario, settings)
@@ -622,7 +623,10 @@ def compare(
         from clustersim.report.costing import compare_costs
 
         priced, cost_error = compare_costs(s, rows, cost, instance, **catalogs) if plan else ([], None)
-        emit_json(comparison_as_json(rows, base, global_batch, evens, why_none, at, priced, cost_error))
+        checked = checked_notes(s, opts, counts)
+        emit_json(
+            comparison_as_json(rows, base, global_batch, evens, why_none, at, priced, cost_error, checked)
+        )
         return
     done = [0]
 
@@ -653,11 +657,25 @@ def compare(
     for b in evens:
         console.print(f"break-even at {at:,} GPUs: {b.describe()}", markup=False, highlight=False)
     _print_break_even_missing(rows, at, why_none)
+    _print_checked(checked_notes(s, opts, counts), samples)
     if plan:
         _time_to_train_notes(s, rows, base, plan, warmup, global_batch)
         _print_costs(s, rows, costs, asked=asked)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def _print_checked(checked: list[dict], samples: int) -> None:
+    """How far each compressed optimizer's speedups are checked against published ones: the paired band
+    holds the hardware's uncertainty, which mostly cancels in a ratio, not the model's own error on it."""
+    if not checked:
+        return
+    band = ""
+    if samples:
+        band = "The bands above hold the hardware's uncertainty, not the model's error on a speedup; "
+    console.print(f"[dim]{band}published speedups measure that (clustersim validate):[/]", highlight=False)
+    for c in checked:
+        console.print(f"  {c['text']}", markup=False, highlight=False)
 
 
 def _print_break_even_missing(rows, at: int, why_none: str | None) -> None:

@@ -520,3 +520,25 @@ def test_a_rented_row_off_its_instances_network_is_not_recommended_where_a_renta
     assert any("not sold with and are not recommended" in line for line in rec["text"])
     alone = recommendation([off], deadline_h=10.0)
     assert alone["chosen"] is off and not any("not recommended" in line for line in alone["text"])
+
+
+def test_each_section_says_how_far_its_speedups_are_checked(built):
+    """A report's speedups come with the model's checked range: 1-bit Adam was checked at 8-32 GPUs on
+    40 GbE (TCP), BinSGDM at 64 GPUs on 10 GbE, so this sweep's 16 and 64 GPUs on 25 and 100 GbE lie
+    inside (a checked NIC kind, within one doubling of the largest count); 128 GPUs, or InfiniBand,
+    would not."""
+    from clustersim.validation.speedup_checks import sweep_lines
+
+    meta, _rows, sections, _failed = built
+    for sec in sections:
+        lines = {line.split(":")[0]: line for line in sec.checked}
+        assert set(lines) == {"onebit-adam", "binsgdm"}  # adam and sgdm are uncompressed
+        assert all("median error" in line and "outside" not in line for line in lines.values())
+    row = next(r for r in sections[0].rows if r["optimizer"] == "onebit-adam" and r["world_size"] == 64)
+    ib = json.loads(json.dumps(meta["scenarios"][row["row_id"]]))
+    ib["cluster"]["nic"] = {"kind": "infiniband", "count": 1, "line_rate_gbps": 100}
+    far = [{**row, "world_size": 128}, {**row, "row_id": "ib", "network": "100 Gb/s InfiniBand"}]
+    (line,) = sweep_lines(far, {row["row_id"]: meta["scenarios"][row["row_id"]], "ib": ib})
+    assert f"outside what was checked: {row['network']} at 128 GPUs; 100 Gb/s InfiniBand at 64 GPUs" in line
+    page = render_html(*built, None)
+    assert page.count("How far these speedups are checked") == len(sections)

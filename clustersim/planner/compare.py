@@ -520,10 +520,12 @@ def comparison_as_json(
     break_even_gpus: int | None,
     costs: list[dict] | None = None,
     cost_error: str | None = None,
+    checked: list[dict] | None = None,
 ) -> dict:
     """``clustersim compare --json``'s document, which the API's ``Comparison.to_dict()`` returns too.
     ``costs``: each cell's cost to train (report.costing.price_compare_rows), given steps; empty without
-    them, and ``cost_error`` says why where the default cost model cannot price the cluster's GPU."""
+    them, and ``cost_error`` says why where the default cost model cannot price the cluster's GPU.
+    ``checked``: how far each compressed optimizer's speedups are checked (validation.speedup_checks)."""
     return {
         "baseline": baseline,
         "global_batch": global_batch,
@@ -532,5 +534,6 @@ def comparison_as_json(
         "break_even_error": why_no_break_even,
         "costs": costs or [],
         "cost_error": cost_error,
+        "speedups_checked": checked or [],
         "notes": notes_by_cells(rows),
     }
