@@ -166,6 +166,36 @@ def _link_rows(r, scenario=None) -> list[list[str]]:
     return rows
 
 
+def _print_flops(flops: dict | None) -> None:
+    if not flops:
+        return
+    tokens = flops.get("tokens_per_s_per_gpu")
+    console.print(
+        f"  model FLOPs {flops['per_gpu_per_s'] / 1e12:,.1f} TFLOP/s per GPU, "
+        f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
+        + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
+    )
+
+
+def _print_stage(optimizer: str, options: dict) -> None:
+    """Which stage's step an optimizer with a warm-up stage (1-bit Adam) was simulated in: its two
+    stages' steps differ (Adam's all-reduce, then compressed), and a run's mean step weighs both."""
+    from clustersim.simulator.strategies import registry
+
+    if registry.get(optimizer).warmup_options(options) is None:
+        return
+    if options.get("stage", "compression") == "warmup":
+        said, other = "the warm-up stage's step (Adam's uncompressed all-reduce)", "compression"
+    else:
+        said, other = "the compression stage's step", "warmup"
+    console.print(
+        f"  {said}; --set training.optimizer_options.stage={other} simulates the other stage, and "
+        "`compare --steps N` weighs the two over a run (warm-up: the first freeze_step steps)",
+        markup=False,
+        highlight=False,
+    )
+
+
 def _print_result(r, scenario=None) -> None:
     """``scenario``: the scenario simulated, for what the result does not carry (DiLoCo's own links)."""
     from rich.markup import escape  # the scenario's name is text: 'my[test]run' printed as 'myrun'
@@ -179,14 +209,9 @@ def _print_result(r, scenario=None) -> None:
         f"[bold]{r.samples_per_s:,.1f}[/] samples/s "
         f"({count_of(r.samples_per_iteration, 'sample')} per iteration)"
     )
-    flops = r.extra.get("model_flops")
-    if flops:
-        tokens = flops.get("tokens_per_s_per_gpu")
-        console.print(
-            f"  model FLOPs {flops['per_gpu_per_s'] / 1e12:,.1f} TFLOP/s per GPU, "
-            f"{100 * flops['mfu']:.1f}% of the GPU's dense {flops['precision']} peak (MFU)"
-            + (f"; {tokens:,.0f} tokens/s per GPU" if tokens else "")
-        )
+    _print_flops(r.extra.get("model_flops"))
+    if scenario is not None:
+        _print_stage(r.optimizer, dict(scenario.training.optimizer_options or {}))
     from clustersim.validation.published import compute_utilization
 
     console.print(

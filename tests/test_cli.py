@@ -315,3 +315,16 @@ def test_an_unknown_gpu_or_model_suggests_a_near_name_with_the_same_numbers(runn
     number (LLaMA-2-7B is 0.95 similar to LLaMA-2-70B, another model)."""
     r = runner.invoke(app, ["run", "preset:default", "--samples", "0", *args])
     assert r.exit_code == 2 and hint in r.output and "Traceback" not in r.output
+
+
+def test_run_of_1bit_adam_says_which_stage_it_simulated(runner):
+    """1-bit Adam's two stages step at different speeds; run simulates one, and says which and how to
+    get the other (a trial read the compression stage's step as 1-bit Adam's step)."""
+    args = ["run", "preset:onebit-adam-ethernet", "--samples", "0"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0 and "the compression stage's step" in res.output
+    assert "stage=warmup simulates the other stage" in res.output
+    res = runner.invoke(app, [*args, "--set", "training.optimizer_options.stage=warmup"])
+    assert res.exit_code == 0 and "the warm-up stage's step" in res.output
+    res = runner.invoke(app, ["run", "preset:default", "--samples", "0"])
+    assert "stage" not in res.output.split("Where the iteration goes")[0]  # Adam has one kind of step
