@@ -324,6 +324,33 @@ def _print_result(r, scenario=None) -> None:
         console.print(f"[dim]note: {n}[/]")
 
 
+def _rate_text(bytes_per_s: float) -> str:
+    """A collective's bandwidth: GB/s with two decimals from 1 GB/s up, else in MB/s or KB/s to three
+    significant figures (a 1-byte all-reduce's algbw is 20.1 KB/s, not 0.00 GB/s)."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
+        if bytes_per_s >= scale:
+            x = bytes_per_s / scale
+            return f"{x:.2f} {unit}" if unit == "GB/s" else f"{x:#.3g} {unit}"
+    return f"{bytes_per_s:#.3g} B/s" if bytes_per_s > 0 else "0 B/s"
+
+
+NetworkBackendOpt = typer.Option(
+    None,
+    "--network",
+    help="analytical (closed-form, fast; the default) | flow (collectives simulated as flows over the "
+    "topology; shows the hottest links). Overrides the scenario's training.network.",
+)
+
+
+def _with_network(s, network: str | None):
+    """The scenario on the asked network backend (--network), checked."""
+    if network is None:
+        return s
+    if network not in ("analytical", "flow"):
+        raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
+    return s.with_changes(**{"training.network": network})
+
+
 @app.command()
 @user_errors
 @with_catalogs
@@ -345,12 +372,7 @@ def run(
         help="Write the iteration as Chakra execution traces into this existing folder: one .et per rank "
         "class or pipeline stage (NAME.0.et, NAME.1.et, ...).",
     ),
-    network: Optional[str] = typer.Option(
-        None,
-        "--network",
-        help="analytical (closed-form, fast; the default) | flow (collectives simulated as flows over the "
-        "topology; shows the hottest links). Overrides the scenario's training.network.",
-    ),
+    network: Optional[str] = NetworkBackendOpt,
     settings: Optional[list[str]] = SetOpt,
 ):
     """Simulate one training iteration: time with its P10–P90 band, samples/s, breakdown, per-bucket
@@ -359,11 +381,7 @@ def run(
 
     if trace is not None:
         check_writable_file(trace)  # before the work; its folder is never created silently
-    s = _load(scenario, settings)
-    if network is not None:
-        if network not in ("analytical", "flow"):
-            raise InputError(f"unknown network backend {network!r} (analytical, flow)", key="--network")
-        s = s.with_changes(**{"training.network": network})
+    s = _with_network(_load(scenario, settings), network)
     if chakra is not None and not chakra.is_dir():
         raise InputError(f"{chakra} is not an existing folder", key="--chakra")
     result = simulate(s, profile, uncertainty_samples=samples)
@@ -502,13 +520,15 @@ def collective(
     if json_out:
         emit_json(data)
         return
+    # the cost model files NCCL's all-to-all (grouped send/recv, every pair at once) under "ring"
+    algorithm = "pairwise" if op == "all_to_all" and cost.algorithm == "ring" else cost.algorithm
     console.print(
         f"{op} of {format_bytes(nbytes)} over {cost.ranks} ranks ({group}): "
-        f"[bold]{format_seconds(cost.time)}[/] with {cost.algorithm}/{cost.protocol}"
+        f"[bold]{format_seconds(cost.time)}[/] with {algorithm}/{cost.protocol}"
         + (f"  (P10–P90 {format_seconds(band.p10)} – {format_seconds(band.p90)})" if band else "")
     )
     console.print(
-        f"algbw {cost.algbw / 1e9:.2f} GB/s, busbw {cost.busbw / 1e9:.2f} GB/s; bottleneck: {cost.bottleneck}"
+        f"algbw {_rate_text(cost.algbw)}, busbw {_rate_text(cost.busbw)}; bottleneck: {cost.bottleneck}"
     )
     console.print(f"[dim]source: {cost.source}[/]")
     if network == "flow":
@@ -613,6 +633,7 @@ def compare(
     network_prices: Optional[str] = NetworkPricesOpt,
     instances: Optional[str] = InstancesOpt,
     own_prices: Optional[str] = CompareOwnPricesOpt,
+    network: Optional[str] = NetworkBackendOpt,
 ):
     """Optimizers side by side per GPU count: time split, samples/s, speedup over the baseline with its
     paired P10–P90, bytes on the wire, time-to-train, and the NIC bandwidth below which each compressed
@@ -623,7 +644,7 @@ def compare(
     from clustersim.validation.speedup_checks import notes as checked_notes
 
     finite_option(warmup, "--warmup", positive=False)
-    s = _load(scenario, settings)
+    s = _with_network(_load(scenario, settings), network)
     from clustersim.report.costing import compare_model
 
     asked = cost is not None or instance is not None
@@ -735,6 +756,9 @@ def compare_header(s, settings: list[str] | None) -> str:
         f"{s.name}: {c.gpus_per_node} x {c.gpu} per node, {nic_label(c.nic.model_dump())} per node; "
         f"{w.model or 'custom layers'}, {w.precision}, micro-batch {w.micro_batch}"
     )
+    degraded = c.heterogeneity.degraded_nics if c.heterogeneity is not None else []
+    if degraded:  # a header that names the NIC alone reads as if every node had it at full rate
+        line += f"; {count_of(len(degraded), 'degraded NIC')} (cluster.heterogeneity)"
     return line + (f"; --set {', '.join(settings)}" if settings else "")
 
 

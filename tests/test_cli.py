@@ -328,3 +328,25 @@ def test_run_of_1bit_adam_says_which_stage_it_simulated(runner):
     assert res.exit_code == 0 and "the warm-up stage's step" in res.output
     res = runner.invoke(app, ["run", "preset:default", "--samples", "0"])
     assert "stage" not in res.output.split("Where the iteration goes")[0]  # Adam has one kind of step
+
+
+def test_collective_names_all_to_all_pairwise_and_prints_small_rates(runner):
+    res = runner.invoke(
+        app, ["collective", "preset:dgx-h100-gpt3-1.3b", "--op", "all_to_all", "--bytes", "64MiB"]
+    )
+    assert res.exit_code == 0 and "with pairwise/" in res.output and "ring/" not in res.output
+    res = runner.invoke(
+        app, ["collective", "preset:dgx-h100-gpt3-1.3b", "--op", "all_reduce", "--bytes", "1"]
+    )
+    assert res.exit_code == 0 and "0.00 GB/s" not in res.output and " KB/s" in res.output
+
+
+def test_compare_takes_the_network_backend_and_names_degraded_nics(runner):
+    args = ["compare", "preset:dgx-h100-gpt3-1.3b", "--gpus", "16", "--optimizers", "adam", "--samples", "0"]
+    bad = runner.invoke(app, [*args, "--network", "fluid"])
+    assert bad.exit_code == 2 and "--network" in bad.output
+    degraded = "cluster.heterogeneity={degraded_nics: [{node: 1, nic: 0, bandwidth_factor: 0.25}]}"
+    res = runner.invoke(app, [*args, "--break-even-at", "0", "--network", "flow", "--set", degraded])
+    assert res.exit_code == 0, res.output
+    header = next(line for line in res.output.splitlines() if " per node; " in line)
+    assert "1 degraded NIC (cluster.heterogeneity)" in header
