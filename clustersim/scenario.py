@@ -97,7 +97,8 @@ class NicSpec(_Strict):
         "staged through host memory unless gpudirect_rdma); infiniband, its IB verbs transport (RDMA, "
         "GPUDirect by default), which is also RoCE's: RoCE (RDMA over Converged Ethernet) is infiniband "
         "at the Ethernet rate (line_rate_gbps: 100 for 100 GbE); 25 or 50 GbE RoCE, rates no InfiniBand "
-        "port has: ethernet_tcp with gpudirect_rdma: true and a measured latency_us (docs/network.md)",
+        "port has: ethernet_tcp with gpudirect_rdma: true (RDMA's latency; latency_us where measured) "
+        "(docs/network.md)",
     )
     count: Count = Field(1, ge=0)
     line_rate_gbps: Number = Field(200.0, gt=0, description="line rate per NIC, Gb/s")

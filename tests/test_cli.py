@@ -350,3 +350,18 @@ def test_compare_takes_the_network_backend_and_names_degraded_nics(runner):
     assert res.exit_code == 0, res.output
     header = next(line for line in res.output.splitlines() if " per node; " in line)
     assert "1 degraded NIC (cluster.heterogeneity)" in header
+
+
+def test_roce_on_ethernet_takes_rdma_latency_and_run_says_which(runner):
+    """25 GbE RoCE is modelled as ethernet_tcp with gpudirect_rdma: its transport runs in the NIC, so a
+    message costs RDMA's latency, not kernel TCP's 25 us, unless latency_us says otherwise."""
+    base = ["run", "preset:dgx-h100-gpt3-1.3b", "--samples", "0", "--set", "cluster.nic.kind=ethernet_tcp"]
+    base += ["--set", "cluster.nic.line_rate_gbps=25"]
+    tcp = runner.invoke(app, base)
+    assert "inter_node_latency: 25 us per message, one way (default for ethernet_tcp)" in tcp.output
+    roce = runner.invoke(app, [*base, "--set", "cluster.nic.gpudirect_rdma=true"])
+    assert "inter_node_latency: 1.5 us per message, one way (default for rdma_ethernet)" in roce.output
+    own = runner.invoke(
+        app, [*base, "--set", "cluster.nic.gpudirect_rdma=true", "--set", "cluster.nic.latency_us=5"]
+    )
+    assert "5 us per message, one way (cluster.nic.latency_us)" in own.output

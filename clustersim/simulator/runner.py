@@ -696,7 +696,11 @@ def _inter_node_sources(ctx: SimulationContext) -> dict[str, str]:
     c = ctx.scenario.cluster
     if c.nodes <= 1:
         return {}
-    out = {"inter_node_bandwidth": ctx.cluster.injection().bottleneck}
+    latency, origin = ctx.cluster.nic_latency()
+    out = {
+        "inter_node_bandwidth": ctx.cluster.injection().bottleneck,
+        "inter_node_latency": f"{latency * 1e6:g} us per message, one way ({origin})",
+    }
     pace = ctx.collectives.pacing(c.nodes)
     if pace > 1.0:
         cv = ctx.collectives.params.pacing_cv.get(f"net_{c.nic.kind}")

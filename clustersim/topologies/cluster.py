@@ -248,20 +248,30 @@ class Cluster:
         nccl = hardware_defaults()["nccl"]["hop_latency_us"]
         lat = nccl[latency_class][protocol] * 1e-6
         if latency_class == "network":
-            nic = self.spec.nic
-            wire = (
-                nic.latency_us * 1e-6 if nic.latency_us else hardware_defaults()["nic"]["latency_s"][nic.kind]
-            )
-            lat = max(lat, wire)
+            lat = max(lat, self.nic_latency()[0])
         return lat
+
+    def transport(self) -> str:
+        """The NICs' transport as hardware_defaults.yaml keys it: their kind, or ``rdma_ethernet`` for an
+        ethernet NIC with gpudirect_rdma (RoCE), whose transport runs in the NIC as InfiniBand's."""
+        nic = self.spec.nic
+        return "rdma_ethernet" if nic.kind == "ethernet_tcp" and nic.gpudirect_rdma else nic.kind
+
+    def nic_latency(self) -> tuple[float, str]:
+        """(one-way message latency in seconds, where it came from): cluster.nic.latency_us, else the
+        transport's default."""
+        nic = self.spec.nic
+        if nic.latency_us:
+            return nic.latency_us * 1e-6, "cluster.nic.latency_us"
+        key = self.transport()
+        return hardware_defaults()["nic"]["latency_s"][key], f"default for {key}"
 
     def pacing_cv(self) -> float:
         """Per-chunk spread of a node's network rate (cluster.nic.pacing_cv, else the NIC kind's default)."""
         nic = self.spec.nic
         if nic.pacing_cv is not None:
             return float(nic.pacing_cv)
-        key = "rdma_ethernet" if nic.kind == "ethernet_tcp" and nic.gpudirect_rdma else nic.kind
-        return float(hardware_defaults()["nic"]["pacing_cv"][key])
+        return float(hardware_defaults()["nic"]["pacing_cv"][self.transport()])
 
     def step_latency(self, shape: GroupShape, protocol: str) -> float:
         """Latency of one ring step: the slowest hop class the group crosses."""
