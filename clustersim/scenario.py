@@ -1393,16 +1393,20 @@ def _check_parallelism(s: Scenario) -> None:
             key="training.optimizer",
         )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
-        _refuse_compressed_model_parallel(s.training.optimizer, t, p)
+        backend = (s.training.optimizer_options or {}).get("backend", "nccl")
+        _refuse_compressed_model_parallel(s.training.optimizer, t, p, str(backend))
 
 
-def _refuse_compressed_model_parallel(optimizer: str, tensor: int, pipeline: int) -> None:
+def _refuse_compressed_model_parallel(
+    optimizer: str, tensor: int, pipeline: int, backend: str = "nccl"
+) -> None:
     """A compressed optimizer on a tensor- or pipeline-parallel layout: the message names the split the
-    layout actually has (tensor = 8 on a pipeline-free one) and only the reasons that hold for it."""
+    layout actually has (tensor = 8 on a pipeline-free one) and only the reasons that hold for it: the
+    DeepSpeed tutorials' pipeline incompatibility is the MPI-based backend's, not the NCCL one's."""
     split = [(name, n) for name, n in (("tensor", tensor), ("pipeline", pipeline)) if n > 1]
     why = []
     if pipeline > 1 and optimizer in _PIPELINE_WHY:
-        why.append(_PIPELINE_WHY[optimizer])
+        why.append(_PIPELINE_WHY[optimizer][backend.startswith("mpi")])
     why.append(_COMPRESSED_WHY.get(optimizer, _COMPRESSED_WHY["other"]))
     has = " and ".join(f"{name} = {n}" for name, n in split)
     keys = " and ".join(f"training.parallelism.{name}" for name, _ in split)
@@ -1423,11 +1427,22 @@ _COMPRESSED_WHY = {
     "other": "Megatron-LM offers none of the compressed optimizers",
 }
 # Said only where the layout has a pipeline: DeepSpeed's own tutorials.
+# (NCCL backend, MPI backend): the tutorials say "Currently the MPI-based implementation is not
+# compatible with pipeline parallelism", so the NCCL one runs under DeepSpeed's PipelineEngine, whose
+# schedule (not Megatron-LM's) this simulator does not model.
 _PIPELINE_WHY = {
-    "onebit-adam": "DeepSpeed's MPI-based 1-bit Adam is not compatible with pipeline parallelism "
-    "(deepspeed.ai/tutorials/onebit-adam)",
-    "zero-one-adam": "DeepSpeed's MPI-based 0/1 Adam is not compatible with pipeline parallelism "
-    "(deepspeed.ai/tutorials/zero-one-adam)",
+    "onebit-adam": (
+        "DeepSpeed's NCCL-based 1-bit Adam runs under its PipelineEngine, whose schedule is not modelled "
+        "(only the MPI-based one is incompatible with pipelines, deepspeed.ai/tutorials/onebit-adam)",
+        "DeepSpeed's MPI-based 1-bit Adam is not compatible with pipeline parallelism "
+        "(deepspeed.ai/tutorials/onebit-adam)",
+    ),
+    "zero-one-adam": (
+        "DeepSpeed's NCCL-based 0/1 Adam runs under its PipelineEngine, whose schedule is not modelled "
+        "(only the MPI-based one is incompatible with pipelines, deepspeed.ai/tutorials/zero-one-adam)",
+        "DeepSpeed's MPI-based 0/1 Adam is not compatible with pipeline parallelism "
+        "(deepspeed.ai/tutorials/zero-one-adam)",
+    ),
 }
 
 
