@@ -1051,6 +1051,7 @@ def validate(
             else f"; published value inside the P10–P90 band ({samples} draws) in {100 * cov:.0f}% of rows"
         )
     )
+    _print_few_draws(samples, cov)
     if scale.trends:
         _print_speedups_by_scale(scale)
     if series:
@@ -1278,6 +1279,23 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
             else f"; {truth} value inside the P10–P90 band ({samples} draws) in {100 * cov:.0f}% of rows"
         )
     )
+    _print_few_draws(samples, cov)
+
+
+def _print_few_draws(samples: int, coverage: float | None) -> None:
+    """A band's coverage read from fewer draws than the default is itself uncertain: a band from 8 draws
+    moves by 10% or more (docs/uncertainty.md), enough to move rows in or out."""
+    from clustersim.simulator.uncertainty import DEFAULT_SAMPLES
+
+    if coverage is not None and 0 < samples < DEFAULT_SAMPLES:
+        console.print(
+            f"note: bands from {samples} draws move more between draw counts than the default "
+            f"{DEFAULT_SAMPLES}'s (under 3%), so rows near a band's edge can move in or out: quote "
+            f"coverage at {DEFAULT_SAMPLES} draws",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
 
 
 @app.command()

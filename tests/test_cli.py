@@ -365,3 +365,10 @@ def test_roce_on_ethernet_takes_rdma_latency_and_run_says_which(runner):
         app, [*base, "--set", "cluster.nic.gpudirect_rdma=true", "--set", "cluster.nic.latency_us=5"]
     )
     assert "5 us per message, one way (cluster.nic.latency_us)" in own.output
+
+
+def test_validate_with_few_draws_says_its_coverage_is_uncertain(runner):
+    few = runner.invoke(app, ["validate", "--dataset", "binsgdm_speedups", "--samples", "8"])
+    assert few.exit_code == 0 and "bands from 8 draws move more" in few.output
+    default = runner.invoke(app, ["validate", "--dataset", "binsgdm_speedups"])
+    assert default.exit_code == 0 and "bands from" not in default.output
