@@ -387,6 +387,11 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         "those runs' days of training at the option's speed (past its life: more days than the hardware's "
         "amortisation life holds, so it is written off before it pays for itself)"
         + (
+            "; with --samples 0 the run's P10–P90 is the prices' alone (no time band)"
+            if not extra["samples"]
+            else ""
+        )
+        + (
             "; * misses the deadline"
             + (
                 " or the budget (owned: capital plus the run's power; rented: the rent)"
