@@ -40,6 +40,14 @@ def test_options_and_their_capital_by_hand():
     assert capital(own, have, opts[0]) == 0.0
     assert {o["instance"] for o in opts if o["option"] == "rent"} == {"p4d.24xlarge", "Standard_ND96asr_v4"}
     assert not any("25 Gb/s" in o["what"] for o in opts if o["option"] == "upgrade NICs")  # only faster
+    # the A100's PCIe Gen4 x16 link (25 GB/s) caps what a NIC past ~200 Gb/s delivers: said
+    # on the upgrades whose line rate is past it, and only on those
+    capped = {o["what"] for o in opts if o.get("pcie_capped")}
+    assert capped == {"to 400 Gb/s Ethernet per node", "to 400 Gb/s InfiniBand per node"}
+    assert (
+        "past 208 Gb/s line rate the NIC's PCIe Gen4 link"
+        in by_what["to 400 Gb/s InfiniBand per node"]["pcie_capped"]
+    )
 
 
 class _Kept:

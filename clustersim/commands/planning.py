@@ -404,6 +404,12 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
         + "[/]",
         highlight=False,
     )
+    capped: dict[str, list[str]] = {}
+    for r in result["options"]:  # why a faster NIC saves nothing more
+        if r.get("pcie_capped"):
+            capped.setdefault(r["pcie_capped"], []).append(r["what"].removeprefix("to "))
+    for why, whats in capped.items():
+        console.print(f"[dim]note: {', '.join(whats)}: {why}[/]", highlight=False)
     console.print(f"  • {result['recommendation']}", markup=False, highlight=False)
     for line in result["recommendation_notes"]:
         console.print(f"  • {line}", markup=False, highlight=False)

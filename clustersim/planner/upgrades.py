@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from clustersim.errors import InputError
 from clustersim.io import read_structured_file
-from clustersim.planner.breakeven import LEVEL
+from clustersim.planner.breakeven import LEVEL, gbps_text, pcie_limited_line_rate
 from clustersim.report.costing import Own, Rent, cost_band, nic_label
 from clustersim.scenario import validate_scenario
 from clustersim.sweeps.spec import row_id
@@ -72,13 +72,21 @@ def options(have, rent: Rent, network: dict[str, Any] | None) -> list[dict[str, 
         for r in sorted(float(x) for x in ((network or {}).get(kind) or {})):
             if nic.count * r > rate + 1e-9:
                 new = {"kind": kind, "count": nic.count, "line_rate_gbps": r}
-                out.append(
-                    {
-                        "option": "upgrade NICs",
-                        "what": f"to {nic_label(new)} per node",
-                        "values": {"nic_kind": kind, "nic_gbps": r},
-                    }
+                option = {
+                    "option": "upgrade NICs",
+                    "what": f"to {nic_label(new)} per node",
+                    "values": {"nic_kind": kind, "nic_gbps": r},
+                }
+                # past this line rate the GPUs' PCIe link, not the NIC, sets what each NIC delivers
+                line, gen = pcie_limited_line_rate(
+                    have.with_changes(**{"cluster.nic.kind": kind, "cluster.nic.line_rate_gbps": r})
                 )
+                if r > line:
+                    option["pcie_capped"] = (
+                        f"past {gbps_text(line)} Gb/s line rate the NIC's PCIe Gen{gen} link, not the NIC, "
+                        "sets what it delivers"
+                    )
+                out.append(option)
     out.append({"option": "add nodes", "what": f"{nodes} more nodes", "values": {"nodes": 2 * nodes}})
     for inst in rent.sold_for(c.gpu, nodes):
         if (c.gpus_per_node * nodes) % inst["gpus"] == 0:
