@@ -193,32 +193,26 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         )
         return
     mc, workload = ref
-    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
-    ratios["device_opt"] = ctx._update_scale  # _carry_update's
-    if workload is not None:
-        b = mc.micro_batches[len(mc.micro_batches) // 2]
-        measured = _ratios(mc, b, _phase_totals(ctx, workload))
-        ratios["host_opt"] = measured["host_opt"]
-        if not hardware:
-            # nothing measured this device's rates but the model's own phases: their ratio to the
-            # modelled device time (same code: the same kernels) is what says how fast the device is
-            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
-    fwd, bwd = host_rates(mc)
-    per_op = _per_op_backward(mc)
+    own = _same_model_name(mc, ctx.workload.name)
     ops_per_launch = ctx.dispatch.backward_ops_per_launch
-    if per_op is not None and ops_per_launch is not None:
-        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
-    ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
-    ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
+    ratios, fwd, bwd = _carried_ratios(
+        ctx, mc, workload, hardware and not own, ops_per_launch, ctx._update_scale
+    )
     _scale(ctx, ratios)
     ctx.transferred_from = mc
-    ctx.carry_sigma = carry_sigma(profile, mc)
-    device = (
-        f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
-        "hardware rates)"
-        if workload is not None and not hardware
-        else _device_rates(hardware, ctx.precision)
-    )
+    ctx.carry_sigma = carry_sigma(ctx, profile, mc)
+    if workload is not None and own:
+        device = (
+            f"device time scaled by its own measured-to-modelled ratio at sequence length {mc.seq_len} "
+            "(the same model's kernels: its residuals are this scenario's)"
+        )
+    elif workload is not None and not hardware:
+        device = (
+            f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
+            "hardware rates)"
+        )
+    else:
+        device = _device_rates(hardware, ctx.precision)
     ctx.notes.append(
         f"compute rates carried over from {mc.model}'s measurement on {mc.fingerprint.device} "
         f"({mc.source or profile.label}, {mc.fingerprint.implementation or 'unrecorded'} code): host "
@@ -290,28 +284,85 @@ def _per_op_backward(mc: ModelCompute) -> float | None:
     return mc.backward.host_s.at(min(mc.micro_batches)) / mc.backward.ops
 
 
-def _step(target: ModelCompute, b: float, source: ModelCompute) -> float:
-    """``target``'s step at micro-batch ``b`` with its host dispatch at ``source``'s rates (forward per
-    launch; backward per op where both recorded ops, else per launch): each phase max(host, device),
-    the measured device time and optimizer phase as they are."""
-    fwd, bwd = host_rates(source)
-    per_op = _per_op_backward(source)
-    backward = (
-        per_op * target.backward.ops
-        if per_op is not None and target.backward.ops
-        else bwd * target.backward.kernels
-    )
-    return (
-        max(fwd * target.forward.kernels, device_time(target, target.forward, b))
-        + max(backward, device_time(target, target.backward, b))
-        + max(target.optimizer.host_s.at(b), device_time(target, target.optimizer, b))
-    )
+def _same_model_name(mc: ModelCompute, name: str) -> bool:
+    return mc.model.lower() == name.lower()
 
 
-def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
-    """How far carrying host rates went between the profile's own measurements of ``like``'s code, mode
-    and precision: each measured model's step at each of its micro-batches predicted with every other
-    such model's rates (leave one model out), as log(predicted / measured with its own rates)."""
+def _carried_ratios(
+    ctx,
+    mc: ModelCompute,
+    workload: Workload | None,
+    hardware: bool,
+    ops_per_launch: float | None,
+    update_scale: float,
+) -> tuple[dict[str, float], float, float]:
+    """The scales a carried prediction puts on a model's modelled phases (``_phase_totals`` on ctx's
+    device and dispatch), from ``mc``'s measurement (``workload``: its catalog build, None where the
+    catalog has none): host per launch at ``mc``'s rates (backward per autograd op times
+    ``ops_per_launch`` where both are known), the optimizer's host loop at its measured-to-modelled
+    ratio, the update at ``update_scale`` (``_carry_update``'s), and the device at the profile's hardware
+    rates (``hardware``) or else at ``mc``'s measured-to-modelled ratio. Returns the scales and the host
+    time per forward and backward launch."""
+    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
+    ratios["device_opt"] = update_scale
+    if workload is not None:
+        b = mc.micro_batches[len(mc.micro_batches) // 2]
+        measured = _ratios(mc, b, _phase_totals(ctx, workload))
+        ratios["host_opt"] = measured["host_opt"]
+        if not hardware:
+            # nothing measured this device's rates but the model's own phases: their ratio to the
+            # modelled device time (same code: the same kernels) is what says how fast the device is
+            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
+    fwd, bwd = host_rates(mc)
+    per_op = _per_op_backward(mc)
+    if per_op is not None and ops_per_launch is not None:
+        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
+    ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
+    ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
+    return ratios, fwd, bwd
+
+
+def _step_of(phases: dict[str, float], asynchronous: bool) -> float:
+    """A single-GPU step from its phases' host and device times: max(host, device) per phase on an
+    asynchronous device (the host queues kernels while earlier ones run), their sum on a CPU (the
+    thread that dispatches an op also runs it)."""
+    join = max if asynchronous else (lambda h, d: h + d)
+    return sum(join(phases[f"host_{p}"], phases[f"device_{p}"]) for p in ("fwd", "bwd", "opt"))
+
+
+def _measured_phases(mc: ModelCompute, b: float) -> dict[str, float]:
+    return {
+        "host_fwd": mc.forward.host_s.at(b),
+        "host_bwd": mc.backward.host_s.at(b),
+        "host_opt": mc.optimizer.host_s.at(b),
+        "device_fwd": device_time(mc, mc.forward, b),
+        "device_bwd": device_time(mc, mc.backward, b),
+        "device_opt": device_time(mc, mc.optimizer, b),
+    }
+
+
+def _update_scale_from(ctx, candidates: list[ModelCompute]) -> float | None:
+    """The fused Adam update's measured-to-modelled ratio from the first of ``candidates`` that timed
+    AdamW and is in the catalog (``_carry_update``'s choice), or None."""
+    for mc in candidates:
+        workload = _measured_workload(mc)
+        if mc.fingerprint.optimizer != "adamw" or workload is None:
+            continue
+        modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
+        measured = device_time(mc, mc.optimizer, mc.micro_batches[0])
+        if modelled > 0 and measured > 0:
+            return measured / modelled
+    return None
+
+
+def carry_errors(ctx, profile: Profile, like: ModelCompute) -> list[float]:
+    """How far a carried prediction went on the profile's own measurements of ``like``'s code, mode and
+    precision: each measured model (each entry: a model at one sequence length) priced at each of its
+    micro-batches the way a scenario of it is priced when its own entry is absent (``_pick`` from the
+    others, ``_carried_ratios`` on ctx's device: host per launch at the source's rates, device at the
+    profile's hardware rates, its own other sequence length's ratio first), as log(predicted / measured).
+    A model the catalog cannot build is not predicted (its kernels are unknown); a model that did not
+    time AdamW keeps its measured optimizer phase (a scenario prices its own optimizer)."""
     fp = like.fingerprint
     peers = [
         mc
@@ -321,44 +372,73 @@ def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
         and mc.forward.kernels
         and mc.backward.kernels
     ]
+    hardware = _measured_hardware(profile, fp.precision)
+    asynchronous = ctx.dispatch.asynchronous
     errors = []
     for target in peers:
-        for source in peers:
-            if source is target:
-                continue
-            for b in target.micro_batches:
-                errors.append(math.log(_step(target, b, source) / _step(target, b, target)))
+        arch = _arch(target.model)
+        others = [mc for mc in peers if mc is not target]
+        source = _pick(others, target.model, arch)
+        if arch is None or source is None:
+            continue
+        own = _same_model_name(source, target.model)
+        update = _update_scale_from(ctx, others) if target.fingerprint.optimizer == "adamw" else None
+        ops = catalog.backward_ops_per_launch(arch) if ctx.dispatch.backward_ops_per_launch else None
+        ratios, _, _ = _carried_ratios(
+            ctx, source, _measured_workload(source), hardware and not own, ops, update or 1.0
+        )
+        for b in target.micro_batches:
+            measured = _measured_phases(target, b)
+            modelled = _phase_totals(ctx, _measured_workload(target, b))
+            predicted = {k: modelled[k] * ratios[k] for k in modelled}
+            if target.fingerprint.optimizer != "adamw":
+                predicted["host_opt"], predicted["device_opt"] = measured["host_opt"], measured["device_opt"]
+            errors.append(math.log(_step_of(predicted, asynchronous) / _step_of(measured, asynchronous)))
     return errors
 
 
-def carry_sigma(profile: Profile, like: ModelCompute) -> float | None:
-    """The log-sigma of carrying ``like``'s code's host rates to another model, from ``carry_errors``
-    (their root mean square); None where the profile measured fewer than two models of that code."""
-    errors = carry_errors(profile, like)
+def carry_sigma(ctx, profile: Profile, like: ModelCompute) -> float | None:
+    """The log-sigma of a carried prediction of ``like``'s code, from ``carry_errors`` (their root mean
+    square); None where the profile holds no pair of models of that code to carry between."""
+    errors = carry_errors(ctx, profile, like)
     if not errors:
         return None
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload | None] | None:
-    """The measured model to carry rates from: same precision, code and execution mode, same family
-    (and the same transformer style first). Its catalog build (``NAME-<N>L``: NAME with N layers),
-    where the catalog has it, prices its optimizer phase for the update's ratio."""
-    target = _arch(ctx.workload.name)
-    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+def _pick(candidates: list[ModelCompute], name: str, target) -> ModelCompute | None:
+    """Of measured models (already of the scenario's precision, code and mode), the one a scenario of
+    model ``name`` (catalog model ``target``) carries from: the same model at another sequence length
+    first, then the same family (and the same transformer style first)."""
     best = None
-    for mc in profile.model_compute:
-        if mc.fingerprint.precision != ctx.precision or not _same_code(mc, implementation, execution):
-            continue
+    for mc in candidates:
         if not (mc.forward.kernels and mc.backward.kernels):
             continue
         arch = _arch(mc.model)
         if target is not None and arch is not None and type(arch) is not type(target):
             continue
-        rank = (arch is not None, getattr(arch, "style", None) == getattr(target, "style", None))
+        rank = (
+            _same_model_name(mc, name),
+            arch is not None,
+            getattr(arch, "style", None) == getattr(target, "style", None),
+        )
         if best is None or rank > best[0]:
             best = (rank, mc)
-    return None if best is None else (best[1], _measured_workload(best[1]))
+    return None if best is None else best[1]
+
+
+def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload | None] | None:
+    """The measured model to carry rates from: same precision, code and execution mode (``_pick``).
+    Its catalog build (``NAME-<N>L``: NAME with N layers), where the catalog has it, prices its
+    optimizer phase for the update's ratio."""
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    candidates = [
+        mc
+        for mc in profile.model_compute
+        if mc.fingerprint.precision == ctx.precision and _same_code(mc, implementation, execution)
+    ]
+    mc = _pick(candidates, ctx.workload.name, _arch(ctx.workload.name))
+    return None if mc is None else (mc, _measured_workload(mc))
 
 
 def _arch(name: str):
@@ -369,12 +449,13 @@ def _arch(name: str):
         return None
 
 
-def _measured_workload(mc: ModelCompute) -> Workload | None:
-    """The measured model's layers at its middle micro-batch, as the simulator builds them."""
+def _measured_workload(mc: ModelCompute, b: int | None = None) -> Workload | None:
+    """The measured model's layers at micro-batch ``b`` (default: its middle measured one), as the
+    simulator builds them."""
     arch = _arch(mc.model)
     if arch is None:
         return None
-    b = mc.micro_batches[len(mc.micro_batches) // 2]
+    b = mc.micro_batches[len(mc.micro_batches) // 2] if b is None else b
     p = mc.fingerprint.precision
     d = BYTES_PER_ELEMENT[storage_precision(p)]
     if isinstance(arch, ResNetArch):
