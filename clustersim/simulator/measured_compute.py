@@ -127,11 +127,23 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
         f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, execution {fp.execution}{attention})"
     )
     _warn_execution(ctx, mc)
-    if not min(mc.micro_batches) <= b <= max(mc.micro_batches):
+    octaves = octaves_outside(mc, b)
+    if octaves > 0:
+        measured = sorted(set(mc.micro_batches))
+        span = str(measured[0]) if len(measured) == 1 else f"{measured[0]}-{measured[-1]}"
         ctx.notes.append(
-            f"micro-batch {b} is outside the measured {min(mc.micro_batches)}-{max(mc.micro_batches)}: "
-            "the measured lines are extrapolated"
+            f"micro-batch {b} is outside the measured {span} ({octaves:.1f} octaves): the measured lines "
+            "are extrapolated, and the compute band grows with the distance"
         )
+
+
+def octaves_outside(mc: ModelCompute, b: float) -> float:
+    """How far micro-batch ``b`` lies outside ``mc``'s measured micro-batches, in octaves (log2 of the
+    ratio to the nearest measured one; 0 within them): what a measurement's lines are extrapolated by."""
+    lo, hi = min(mc.micro_batches), max(mc.micro_batches)
+    if b < lo:
+        return math.log2(lo / b)
+    return math.log2(b / hi) if b > hi else 0.0
 
 
 # A measurement's attention kernel (Hugging Face's attn_implementation, or what a trace shows) as the
@@ -185,11 +197,9 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         )
     _carry_update(ctx, profile)
     if ref is None:
-        codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
         ctx.notes.append(
-            f"no measurement of {implementation or 'this'} code in {execution} mode in the profile "
-            f"(it measured {', '.join(codes)}), so no measured host rate per op carries: host dispatch "
-            f"at {ctx.dispatch.source}, {_device_rates(hardware, ctx.precision)}"
+            f"{_no_carry_reason(ctx, profile)}: host dispatch at {ctx.dispatch.source}, "
+            f"{_device_rates(hardware, ctx.precision)}"
         )
         return
     mc, workload = ref
@@ -200,7 +210,7 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
     )
     _scale(ctx, ratios)
     ctx.transferred_from = mc
-    ctx.carry_sigma = carry_sigma(ctx, profile, mc)
+    ctx.carry_same_model = own
     if workload is not None and own:
         device = (
             f"device time scaled by its own measured-to-modelled ratio at sequence length {mc.seq_len} "
@@ -220,6 +230,39 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         f"own launches, {device}"
     )
     _warn_execution(ctx, mc)
+
+
+def _no_carry_reason(ctx, profile: Profile) -> str:
+    """Why no measured model's per-op rates carry to the scenario: no measurement of its code and mode,
+    or measurements of it only at other precisions (a precision's kernels, casts and host work are its
+    own: the same code at bf16 autocast launches casts an fp32 step does not)."""
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    code = implementation or "this"
+    same = [m for m in profile.model_compute if _same_code(m, implementation, execution)]
+    if same:
+        models = ", ".join(sorted({f"{m.model} ({m.fingerprint.precision})" for m in same}))
+        return (
+            f"the profile measured {code} code in {execution} mode only at another precision ({models}); "
+            f"the scenario runs {ctx.precision}, whose kernels, casts and host work are its own, so no "
+            "measured model's host rate per op carries"
+        )
+    codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
+    return (
+        f"no measurement of {code} code in {execution} mode in the profile (it measured "
+        f"{', '.join(codes)}), so no measured model's host rate per op carries"
+    )
+
+
+def dispatch_precision(ctx) -> str | None:
+    """The precision the profile's dispatch rates were measured at, where the scenario's dispatch is at
+    those rates (``Dispatch.of``: same code and mode) and the scenario runs another precision; else None.
+    Such rates are used as they are (a host's cost per op is mostly the code's), but they are not a
+    measurement of this step: the compute band stays as wide as the defaults' (uncertainty)."""
+    measured = ctx.profile.dispatch if ctx.profile is not None else None
+    if measured is None or not ctx.dispatch.source.startswith("measured"):
+        return None
+    precision = measured.fingerprint.precision
+    return precision if precision and precision != ctx.precision else None
 
 
 def _carry_update(ctx, profile: Profile) -> None:
@@ -322,23 +365,30 @@ def _carried_ratios(
     return ratios, fwd, bwd
 
 
-def _step_of(phases: dict[str, float], asynchronous: bool) -> float:
-    """A single-GPU step from its phases' host and device times: max(host, device) per phase on an
-    asynchronous device (the host queues kernels while earlier ones run), their sum on a CPU (the
-    thread that dispatches an op also runs it)."""
-    join = max if asynchronous else (lambda h, d: h + d)
-    return sum(join(phases[f"host_{p}"], phases[f"device_{p}"]) for p in ("fwd", "bwd", "opt"))
+def _carried_step(phases: dict[str, float], asynchronous: bool, sync_before_update: bool) -> float:
+    """A single-GPU step from its phases' modelled host and device times, as the simulator runs them:
+    on an asynchronous device the host queues forward's and backward's kernels ahead of the device and
+    the optimizer's host loop follows (after backward's kernels where the host waits for them:
+    ``sync_before_update``), the update's kernels last; on a CPU every phase is its host time plus its
+    device time (the thread that dispatches an op also runs it)."""
+    host = phases["host_fwd"] + phases["host_bwd"]
+    device = phases["device_fwd"] + phases["device_bwd"]
+    if not asynchronous:
+        return host + device + phases["host_opt"] + phases["device_opt"]
+    if sync_before_update:
+        return max(host, device) + phases["host_opt"] + phases["device_opt"]
+    return max(host + phases["host_opt"], device) + phases["device_opt"]
 
 
-def _measured_phases(mc: ModelCompute, b: float) -> dict[str, float]:
-    return {
-        "host_fwd": mc.forward.host_s.at(b),
-        "host_bwd": mc.backward.host_s.at(b),
-        "host_opt": mc.optimizer.host_s.at(b),
-        "device_fwd": device_time(mc, mc.forward, b),
-        "device_bwd": device_time(mc, mc.backward, b),
-        "device_opt": device_time(mc, mc.optimizer, b),
-    }
+def _measured_step(mc: ModelCompute, b: float) -> float:
+    """``mc``'s measured step at micro-batch ``b``: its phases' measured wall times where it timed them,
+    else each phase's host and device time combined as ``calibrate model`` predicts its held-out step."""
+    phases = (mc.forward, mc.backward, mc.optimizer)
+    if all(p.wall_s is not None for p in phases):
+        return sum(p.wall_s.at(b) for p in phases)
+    cpu = mc.fingerprint.device == "cpu"
+    combine = (lambda h, d: h + d) if cpu else max
+    return sum(combine(p.host_s.at(b), device_time(mc, p, b)) for p in phases)
 
 
 def _update_scale_from(ctx, candidates: list[ModelCompute]) -> float | None:
@@ -355,14 +405,16 @@ def _update_scale_from(ctx, candidates: list[ModelCompute]) -> float | None:
     return None
 
 
-def carry_errors(ctx, profile: Profile, like: ModelCompute) -> list[float]:
+def carry_errors(ctx, profile: Profile, like: ModelCompute, same_model: bool | None = None) -> list[float]:
     """How far a carried prediction went on the profile's own measurements of ``like``'s code, mode and
     precision: each measured model (each entry: a model at one sequence length) priced at each of its
     micro-batches the way a scenario of it is priced when its own entry is absent (``_pick`` from the
     others, ``_carried_ratios`` on ctx's device: host per launch at the source's rates, device at the
     profile's hardware rates, its own other sequence length's ratio first), as log(predicted / measured).
     A model the catalog cannot build is not predicted (its kernels are unknown); a model that did not
-    time AdamW keeps its measured optimizer phase (a scenario prices its own optimizer)."""
+    time AdamW keeps its measured optimizer phase (a scenario prices its own optimizer). ``same_model``:
+    only the carries from the same model at another sequence length (True) or from another model
+    (False); None: both."""
     fp = like.fingerprint
     peers = [
         mc
@@ -374,6 +426,7 @@ def carry_errors(ctx, profile: Profile, like: ModelCompute) -> list[float]:
     ]
     hardware = _measured_hardware(profile, fp.precision)
     asynchronous = ctx.dispatch.asynchronous
+    sync = fp.precision == "fp16"  # the host reads fp16's loss scaler before the update (context)
     errors = []
     for target in peers:
         arch = _arch(target.model)
@@ -382,25 +435,33 @@ def carry_errors(ctx, profile: Profile, like: ModelCompute) -> list[float]:
         if arch is None or source is None:
             continue
         own = _same_model_name(source, target.model)
+        if same_model is not None and own != same_model:
+            continue
         update = _update_scale_from(ctx, others) if target.fingerprint.optimizer == "adamw" else None
         ops = catalog.backward_ops_per_launch(arch) if ctx.dispatch.backward_ops_per_launch else None
         ratios, _, _ = _carried_ratios(
             ctx, source, _measured_workload(source), hardware and not own, ops, update or 1.0
         )
         for b in target.micro_batches:
-            measured = _measured_phases(target, b)
             modelled = _phase_totals(ctx, _measured_workload(target, b))
             predicted = {k: modelled[k] * ratios[k] for k in modelled}
             if target.fingerprint.optimizer != "adamw":
-                predicted["host_opt"], predicted["device_opt"] = measured["host_opt"], measured["device_opt"]
-            errors.append(math.log(_step_of(predicted, asynchronous) / _step_of(measured, asynchronous)))
+                predicted["host_opt"] = target.optimizer.host_s.at(b)
+                predicted["device_opt"] = device_time(target, target.optimizer, b)
+            step = _carried_step(predicted, asynchronous, sync)
+            errors.append(math.log(step / _measured_step(target, b)))
     return errors
 
 
-def carry_sigma(ctx, profile: Profile, like: ModelCompute) -> float | None:
-    """The log-sigma of a carried prediction of ``like``'s code, from ``carry_errors`` (their root mean
-    square); None where the profile holds no pair of models of that code to carry between."""
-    errors = carry_errors(ctx, profile, like)
+def carry_sigma(ctx, profile: Profile, like: ModelCompute, same_model: bool = False) -> float | None:
+    """The log-sigma of a carried prediction of ``like``'s code, from ``carry_errors`` of the same kind
+    (their root mean square): from the same model at another sequence length (``same_model``) or from
+    another model. A same-model carry the profile cannot test takes the other models' carries, the wider
+    evidence (on a CPU profile tiny-bert's seq-64 entry priced its seq-128 step within 9%, the two BERTs
+    priced each other 34-67% short). None where the profile holds no such pair to carry between."""
+    errors = carry_errors(ctx, profile, like, same_model)
+    if not errors and same_model:
+        errors = carry_errors(ctx, profile, like, False)
     if not errors:
         return None
     return math.sqrt(sum(e * e for e in errors) / len(errors))
