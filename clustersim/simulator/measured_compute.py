@@ -20,8 +20,15 @@ Otherwise what carries is the measurement's per-op rates, applied to the scenari
   measured to modelled device time per phase is what says how fast the device is, and it carries;
 - the fused Adam update's rate, from any measured model's AdamW phase (``_carry_update``).
 
+The same model measured at another sequence length (same precision, code and mode) is carried from
+first, its device time scaled by its own measured-to-modelled ratio even where the profile measured
+hardware rates: its residuals are this model's (a tiny BERT's seq-64 entry priced its seq-128 step on a
+CPU within 9%, BERT-Base-2L's rates 54% short). A measurement at another precision carries nothing: a
+precision's kernels, casts and host work are its own.
+
 The band of a carried prediction is how far such carrying went on the profile's own measurements
-(``carry_errors``: each measured model predicted from the others of its code), not the fit's.
+(``carry_errors``: each measured model priced exactly as a scenario of it is when its own entry is
+absent), not the fit's.
 (``ctx`` is the run's SimulationContext, which calls in here while it is built.)
 """
 

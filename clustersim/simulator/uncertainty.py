@@ -8,8 +8,11 @@ What is uncertain, and how wide:
 * **Compute.** The device's time gets one lognormal factor per draw: forward, backward, their host
   dispatch and every other kernel pass on the device (optimizer update, casts and copies, compression
   kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
-  the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
-  were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
+  the model's own measurement's (widened by EXTRAPOLATION_SIGMA_PER_OCTAVE outside its measured
+  micro-batches), the measured error of carrying another measurement to it, the profile's
+  compute-model uncertainty (never under the defaults' where the host's rates were not measured for
+  this code and precision), MEASURED_PHASES_SIGMA when forward/backward were measured for this very
+  model, and otherwise DEFAULT_COMPUTE_SIGMA: a profile never makes a prediction surer than its evidence.
 * **Host.** The host's CPU and memory work (simulator/host.py: the CPU optimizer's rate, streaming
   passes such as a CPU upcast, the driver's pageable copies, DeepSpeed's memory reports) gets one
   lognormal factor per draw, independent of the device's, of width HOST_SIGMA; its page faults another
