@@ -444,7 +444,11 @@ def carry_errors(ctx, profile: Profile, like: ModelCompute, same_model: bool | N
         own = _same_model_name(source, target.model)
         if same_model is not None and own != same_model:
             continue
-        update = _update_scale_from(ctx, others) if target.fingerprint.optimizer == "adamw" else None
+        # the update's rate from any other model's AdamW phase at this precision, whatever its code
+        updaters = [
+            m for m in profile.model_compute if m is not target and m.fingerprint.precision == fp.precision
+        ]
+        update = _update_scale_from(ctx, updaters) if target.fingerprint.optimizer == "adamw" else None
         ops = catalog.backward_ops_per_launch(arch) if ctx.dispatch.backward_ops_per_launch else None
         ratios, _, _ = _carried_ratios(
             ctx, source, _measured_workload(source), hardware and not own, ops, update or 1.0
