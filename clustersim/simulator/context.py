@@ -19,9 +19,11 @@ from clustersim.errors import InputError
 from clustersim.scenario import Scenario, key_not_applying
 from clustersim.simulator.measured_compute import (
     apply_model_compute,
+    dispatch_precision,
     matching_model_compute,
     transfer_model_compute,
 )
+from clustersim.simulator.measured_compute import carry_sigma as measured_carry_sigma
 from clustersim.simulator.program import MAX_PROGRAM_OPS
 from clustersim.topologies.cluster import Cluster, GroupShape, build_cluster
 from clustersim.workloads import Workload, build_workload
@@ -63,10 +65,19 @@ class SimulationContext:
     #: the measured model whose measured-to-modelled ratios this one's compute carries (another model
     #: of the profile's, on this device), when this model itself was not measured
     transferred_from: ModelCompute | None = None
-    #: log-sigma of carrying transferred_from's rates, measured on the profile (None: too few models)
-    carry_sigma: float | None = None
+    #: whether transferred_from is this model's own measurement at another sequence length
+    carry_same_model: bool = False
     #: the measured model whose optimizer phase sets the update's rate (_update_scale), if any
     update_from: ModelCompute | None = None
+
+    @cached_property
+    def carry_sigma(self) -> float | None:
+        """The log-sigma of carrying transferred_from's rates, measured on the profile's own models
+        (measured_compute.carry_sigma; None: nothing to measure it on). Worked out when the band asks
+        for it, once, not in every draw's context."""
+        if self.transferred_from is None or self.profile is None:
+            return None
+        return measured_carry_sigma(self, self.profile, self.transferred_from, self.carry_same_model)
 
     @property
     def world(self) -> GroupShape:
@@ -406,6 +417,13 @@ def build_context(
     unmeasured = _unmeasured_code_note(scenario, prof)
     if unmeasured:
         ctx.notes.append(unmeasured)
+    measured_at = dispatch_precision(ctx) if ctx.model_compute is None and ctx.phases is None else None
+    if measured_at is not None:
+        ctx.notes.append(
+            f"the profile's host dispatch rates were measured at {measured_at}, the scenario runs "
+            f"{ctx.precision}: used as they are, and the compute band is as wide as the defaults' (a "
+            "precision's kernels, casts and host work are its own)"
+        )
     other = _other_cluster_note(measured, c, _profile_label(ref, prof))
     if other:
         ctx.notes.append(other)

@@ -20,8 +20,15 @@ Otherwise what carries is the measurement's per-op rates, applied to the scenari
   measured to modelled device time per phase is what says how fast the device is, and it carries;
 - the fused Adam update's rate, from any measured model's AdamW phase (``_carry_update``).
 
+The same model measured at another sequence length (same precision, code and mode) is carried from
+first, its device time scaled by its own measured-to-modelled ratio even where the profile measured
+hardware rates: its residuals are this model's (a tiny BERT's seq-64 entry priced its seq-128 step on a
+CPU within 9%, BERT-Base-2L's rates 54% short). A measurement at another precision carries nothing: a
+precision's kernels, casts and host work are its own.
+
 The band of a carried prediction is how far such carrying went on the profile's own measurements
-(``carry_errors``: each measured model predicted from the others of its code), not the fit's.
+(``carry_errors``: each measured model priced exactly as a scenario of it is when its own entry is
+absent), not the fit's.
 (``ctx`` is the run's SimulationContext, which calls in here while it is built.)
 """
 
@@ -127,11 +134,23 @@ def apply_model_compute(ctx, mc: ModelCompute) -> None:
         f"{measured_at}, {fp.device}, torch {fp.torch or '?'}, execution {fp.execution}{attention})"
     )
     _warn_execution(ctx, mc)
-    if not min(mc.micro_batches) <= b <= max(mc.micro_batches):
+    octaves = octaves_outside(mc, b)
+    if octaves > 0:
+        measured = sorted(set(mc.micro_batches))
+        span = str(measured[0]) if len(measured) == 1 else f"{measured[0]}-{measured[-1]}"
         ctx.notes.append(
-            f"micro-batch {b} is outside the measured {min(mc.micro_batches)}-{max(mc.micro_batches)}: "
-            "the measured lines are extrapolated"
+            f"micro-batch {b} is outside the measured {span} ({octaves:.1f} octaves): the measured lines "
+            "are extrapolated, and the compute band grows with the distance"
         )
+
+
+def octaves_outside(mc: ModelCompute, b: float) -> float:
+    """How far micro-batch ``b`` lies outside ``mc``'s measured micro-batches, in octaves (log2 of the
+    ratio to the nearest measured one; 0 within them): what a measurement's lines are extrapolated by."""
+    lo, hi = min(mc.micro_batches), max(mc.micro_batches)
+    if b < lo:
+        return math.log2(lo / b)
+    return math.log2(b / hi) if b > hi else 0.0
 
 
 # A measurement's attention kernel (Hugging Face's attn_implementation, or what a trace shows) as the
@@ -185,40 +204,32 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         )
     _carry_update(ctx, profile)
     if ref is None:
-        codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
         ctx.notes.append(
-            f"no measurement of {implementation or 'this'} code in {execution} mode in the profile "
-            f"(it measured {', '.join(codes)}), so no measured host rate per op carries: host dispatch "
-            f"at {ctx.dispatch.source}, {_device_rates(hardware, ctx.precision)}"
+            f"{_no_carry_reason(ctx, profile)}: host dispatch at {ctx.dispatch.source}, "
+            f"{_device_rates(hardware, ctx.precision)}"
         )
         return
     mc, workload = ref
-    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
-    ratios["device_opt"] = ctx._update_scale  # _carry_update's
-    if workload is not None:
-        b = mc.micro_batches[len(mc.micro_batches) // 2]
-        measured = _ratios(mc, b, _phase_totals(ctx, workload))
-        ratios["host_opt"] = measured["host_opt"]
-        if not hardware:
-            # nothing measured this device's rates but the model's own phases: their ratio to the
-            # modelled device time (same code: the same kernels) is what says how fast the device is
-            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
-    fwd, bwd = host_rates(mc)
-    per_op = _per_op_backward(mc)
+    own = _same_model_name(mc, ctx.workload.name)
     ops_per_launch = ctx.dispatch.backward_ops_per_launch
-    if per_op is not None and ops_per_launch is not None:
-        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
-    ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
-    ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
+    ratios, fwd, bwd = _carried_ratios(
+        ctx, mc, workload, hardware and not own, ops_per_launch, ctx._update_scale
+    )
     _scale(ctx, ratios)
     ctx.transferred_from = mc
-    ctx.carry_sigma = carry_sigma(profile, mc)
-    device = (
-        f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
-        "hardware rates)"
-        if workload is not None and not hardware
-        else _device_rates(hardware, ctx.precision)
-    )
+    ctx.carry_same_model = own
+    if workload is not None and own:
+        device = (
+            f"device time scaled by its own measured-to-modelled ratio at sequence length {mc.seq_len} "
+            "(the same model's kernels: its residuals are this scenario's)"
+        )
+    elif workload is not None and not hardware:
+        device = (
+            f"device time scaled by {mc.model}'s measured-to-modelled ratio (the profile measured no "
+            "hardware rates)"
+        )
+    else:
+        device = _device_rates(hardware, ctx.precision)
     ctx.notes.append(
         f"compute rates carried over from {mc.model}'s measurement on {mc.fingerprint.device} "
         f"({mc.source or profile.label}, {mc.fingerprint.implementation or 'unrecorded'} code): host "
@@ -226,6 +237,39 @@ def transfer_model_compute(ctx, profile: Profile) -> None:
         f"own launches, {device}"
     )
     _warn_execution(ctx, mc)
+
+
+def _no_carry_reason(ctx, profile: Profile) -> str:
+    """Why no measured model's per-op rates carry to the scenario: no measurement of its code and mode,
+    or measurements of it only at other precisions (a precision's kernels, casts and host work are its
+    own: the same code at bf16 autocast launches casts an fp32 step does not)."""
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    code = implementation or "this"
+    same = [m for m in profile.model_compute if _same_code(m, implementation, execution)]
+    if same:
+        models = ", ".join(sorted({f"{m.model} ({m.fingerprint.precision})" for m in same}))
+        return (
+            f"the profile measured {code} code in {execution} mode only at another precision ({models}); "
+            f"the scenario runs {ctx.precision}, whose kernels, casts and host work are its own, so no "
+            "measured model's host rate per op carries"
+        )
+    codes = sorted({f"{m.model} ({m.fingerprint.implementation or '?'})" for m in profile.model_compute})
+    return (
+        f"no measurement of {code} code in {execution} mode in the profile (it measured "
+        f"{', '.join(codes)}), so no measured model's host rate per op carries"
+    )
+
+
+def dispatch_precision(ctx) -> str | None:
+    """The precision the profile's dispatch rates were measured at, where the scenario's dispatch is at
+    those rates (``Dispatch.of``: same code and mode) and the scenario runs another precision; else None.
+    Such rates are used as they are (a host's cost per op is mostly the code's), but they are not a
+    measurement of this step: the compute band stays as wide as the defaults' (uncertainty)."""
+    measured = ctx.profile.dispatch if ctx.profile is not None else None
+    if measured is None or not ctx.dispatch.source.startswith("measured"):
+        return None
+    precision = measured.fingerprint.precision
+    return precision if precision and precision != ctx.precision else None
 
 
 def _carry_update(ctx, profile: Profile) -> None:
@@ -290,28 +334,94 @@ def _per_op_backward(mc: ModelCompute) -> float | None:
     return mc.backward.host_s.at(min(mc.micro_batches)) / mc.backward.ops
 
 
-def _step(target: ModelCompute, b: float, source: ModelCompute) -> float:
-    """``target``'s step at micro-batch ``b`` with its host dispatch at ``source``'s rates (forward per
-    launch; backward per op where both recorded ops, else per launch): each phase max(host, device),
-    the measured device time and optimizer phase as they are."""
-    fwd, bwd = host_rates(source)
-    per_op = _per_op_backward(source)
-    backward = (
-        per_op * target.backward.ops
-        if per_op is not None and target.backward.ops
-        else bwd * target.backward.kernels
-    )
-    return (
-        max(fwd * target.forward.kernels, device_time(target, target.forward, b))
-        + max(backward, device_time(target, target.backward, b))
-        + max(target.optimizer.host_s.at(b), device_time(target, target.optimizer, b))
-    )
+def _same_model_name(mc: ModelCompute, name: str) -> bool:
+    return mc.model.lower() == name.lower()
 
 
-def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
-    """How far carrying host rates went between the profile's own measurements of ``like``'s code, mode
-    and precision: each measured model's step at each of its micro-batches predicted with every other
-    such model's rates (leave one model out), as log(predicted / measured with its own rates)."""
+def _carried_ratios(
+    ctx,
+    mc: ModelCompute,
+    workload: Workload | None,
+    hardware: bool,
+    ops_per_launch: float | None,
+    update_scale: float,
+) -> tuple[dict[str, float], float, float]:
+    """The scales a carried prediction puts on a model's modelled phases (``_phase_totals`` on ctx's
+    device and dispatch), from ``mc``'s measurement (``workload``: its catalog build, None where the
+    catalog has none): host per launch at ``mc``'s rates (backward per autograd op times
+    ``ops_per_launch`` where both are known), the optimizer's host loop at its measured-to-modelled
+    ratio, the update at ``update_scale`` (``_carry_update``'s), and the device at the profile's hardware
+    rates (``hardware``) or else at ``mc``'s measured-to-modelled ratio. Returns the scales and the host
+    time per forward and backward launch."""
+    ratios = dict.fromkeys(("device_fwd", "device_bwd", "host_opt"), 1.0)
+    ratios["device_opt"] = update_scale
+    if workload is not None:
+        b = mc.micro_batches[len(mc.micro_batches) // 2]
+        measured = _ratios(mc, b, _phase_totals(ctx, workload))
+        ratios["host_opt"] = measured["host_opt"]
+        if not hardware:
+            # nothing measured this device's rates but the model's own phases: their ratio to the
+            # modelled device time (same code: the same kernels) is what says how fast the device is
+            ratios["device_fwd"], ratios["device_bwd"] = measured["device_fwd"], measured["device_bwd"]
+    fwd, bwd = host_rates(mc)
+    per_op = _per_op_backward(mc)
+    if per_op is not None and ops_per_launch is not None:
+        bwd = per_op * ops_per_launch  # per launch of this model: its autograd ops at the measured rate
+    ratios["host_fwd"] = fwd / ctx.dispatch.host_s_per_kernel_forward
+    ratios["host_bwd"] = bwd / ctx.dispatch.host_s_per_kernel_backward
+    return ratios, fwd, bwd
+
+
+def _carried_step(phases: dict[str, float], asynchronous: bool, sync_before_update: bool) -> float:
+    """A single-GPU step from its phases' modelled host and device times, as the simulator runs them:
+    on an asynchronous device the host queues forward's and backward's kernels ahead of the device and
+    the optimizer's host loop follows (after backward's kernels where the host waits for them:
+    ``sync_before_update``), the update's kernels last; on a CPU every phase is its host time plus its
+    device time (the thread that dispatches an op also runs it)."""
+    host = phases["host_fwd"] + phases["host_bwd"]
+    device = phases["device_fwd"] + phases["device_bwd"]
+    if not asynchronous:
+        return host + device + phases["host_opt"] + phases["device_opt"]
+    if sync_before_update:
+        return max(host, device) + phases["host_opt"] + phases["device_opt"]
+    return max(host + phases["host_opt"], device) + phases["device_opt"]
+
+
+def _measured_step(mc: ModelCompute, b: float) -> float:
+    """``mc``'s measured step at micro-batch ``b``: its phases' measured wall times where it timed them,
+    else each phase's host and device time combined as ``calibrate model`` predicts its held-out step."""
+    phases = (mc.forward, mc.backward, mc.optimizer)
+    if all(p.wall_s is not None for p in phases):
+        return sum(p.wall_s.at(b) for p in phases)
+    cpu = mc.fingerprint.device == "cpu"
+    combine = (lambda h, d: h + d) if cpu else max
+    return sum(combine(p.host_s.at(b), device_time(mc, p, b)) for p in phases)
+
+
+def _update_scale_from(ctx, candidates: list[ModelCompute]) -> float | None:
+    """The fused Adam update's measured-to-modelled ratio from the first of ``candidates`` that timed
+    AdamW and is in the catalog (``_carry_update``'s choice), or None."""
+    for mc in candidates:
+        workload = _measured_workload(mc)
+        if mc.fingerprint.optimizer != "adamw" or workload is None:
+            continue
+        modelled = ctx.device.stream_time(FUSED_ADAM * workload.params, "optimizer")
+        measured = device_time(mc, mc.optimizer, mc.micro_batches[0])
+        if modelled > 0 and measured > 0:
+            return measured / modelled
+    return None
+
+
+def carry_errors(ctx, profile: Profile, like: ModelCompute, same_model: bool | None = None) -> list[float]:
+    """How far a carried prediction went on the profile's own measurements of ``like``'s code, mode and
+    precision: each measured model (each entry: a model at one sequence length) priced at each of its
+    micro-batches the way a scenario of it is priced when its own entry is absent (``_pick`` from the
+    others, ``_carried_ratios`` on ctx's device: host per launch at the source's rates, device at the
+    profile's hardware rates, its own other sequence length's ratio first), as log(predicted / measured).
+    A model the catalog cannot build is not predicted (its kernels are unknown); a model that did not
+    time AdamW keeps its measured optimizer phase (a scenario prices its own optimizer). ``same_model``:
+    only the carries from the same model at another sequence length (True) or from another model
+    (False); None: both."""
     fp = like.fingerprint
     peers = [
         mc
@@ -321,44 +431,86 @@ def carry_errors(profile: Profile, like: ModelCompute) -> list[float]:
         and mc.forward.kernels
         and mc.backward.kernels
     ]
+    hardware = _measured_hardware(profile, fp.precision)
+    asynchronous = ctx.dispatch.asynchronous
+    sync = fp.precision == "fp16"  # the host reads fp16's loss scaler before the update (context)
     errors = []
     for target in peers:
-        for source in peers:
-            if source is target:
-                continue
-            for b in target.micro_batches:
-                errors.append(math.log(_step(target, b, source) / _step(target, b, target)))
+        arch = _arch(target.model)
+        others = [mc for mc in peers if mc is not target]
+        source = _pick(others, target.model, arch)
+        if arch is None or source is None:
+            continue
+        own = _same_model_name(source, target.model)
+        if same_model is not None and own != same_model:
+            continue
+        # the update's rate from any other model's AdamW phase at this precision, whatever its code
+        updaters = [
+            m for m in profile.model_compute if m is not target and m.fingerprint.precision == fp.precision
+        ]
+        update = _update_scale_from(ctx, updaters) if target.fingerprint.optimizer == "adamw" else None
+        ops = catalog.backward_ops_per_launch(arch) if ctx.dispatch.backward_ops_per_launch else None
+        ratios, _, _ = _carried_ratios(
+            ctx, source, _measured_workload(source), hardware and not own, ops, update or 1.0
+        )
+        for b in target.micro_batches:
+            modelled = _phase_totals(ctx, _measured_workload(target, b))
+            predicted = {k: modelled[k] * ratios[k] for k in modelled}
+            if target.fingerprint.optimizer != "adamw":
+                predicted["host_opt"] = target.optimizer.host_s.at(b)
+                predicted["device_opt"] = device_time(target, target.optimizer, b)
+            step = _carried_step(predicted, asynchronous, sync)
+            errors.append(math.log(step / _measured_step(target, b)))
     return errors
 
 
-def carry_sigma(profile: Profile, like: ModelCompute) -> float | None:
-    """The log-sigma of carrying ``like``'s code's host rates to another model, from ``carry_errors``
-    (their root mean square); None where the profile measured fewer than two models of that code."""
-    errors = carry_errors(profile, like)
+def carry_sigma(ctx, profile: Profile, like: ModelCompute, same_model: bool = False) -> float | None:
+    """The log-sigma of a carried prediction of ``like``'s code, from ``carry_errors`` of the same kind
+    (their root mean square): from the same model at another sequence length (``same_model``) or from
+    another model. A same-model carry the profile cannot test takes the other models' carries, the wider
+    evidence (on a CPU profile tiny-bert's seq-64 entry priced its seq-128 step within 9%, the two BERTs
+    priced each other 34-67% short). None where the profile holds no such pair to carry between."""
+    errors = carry_errors(ctx, profile, like, same_model)
+    if not errors and same_model:
+        errors = carry_errors(ctx, profile, like, False)
     if not errors:
         return None
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload | None] | None:
-    """The measured model to carry rates from: same precision, code and execution mode, same family
-    (and the same transformer style first). Its catalog build (``NAME-<N>L``: NAME with N layers),
-    where the catalog has it, prices its optimizer phase for the update's ratio."""
-    target = _arch(ctx.workload.name)
-    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+def _pick(candidates: list[ModelCompute], name: str, target) -> ModelCompute | None:
+    """Of measured models (already of the scenario's precision, code and mode), the one a scenario of
+    model ``name`` (catalog model ``target``) carries from: the same model at another sequence length
+    first, then the same family (and the same transformer style first)."""
     best = None
-    for mc in profile.model_compute:
-        if mc.fingerprint.precision != ctx.precision or not _same_code(mc, implementation, execution):
-            continue
+    for mc in candidates:
         if not (mc.forward.kernels and mc.backward.kernels):
             continue
         arch = _arch(mc.model)
         if target is not None and arch is not None and type(arch) is not type(target):
             continue
-        rank = (arch is not None, getattr(arch, "style", None) == getattr(target, "style", None))
+        rank = (
+            _same_model_name(mc, name),
+            arch is not None,
+            getattr(arch, "style", None) == getattr(target, "style", None),
+        )
         if best is None or rank > best[0]:
             best = (rank, mc)
-    return None if best is None else (best[1], _measured_workload(best[1]))
+    return None if best is None else best[1]
+
+
+def _reference(ctx, profile: Profile) -> tuple[ModelCompute, Workload | None] | None:
+    """The measured model to carry rates from: same precision, code and execution mode (``_pick``).
+    Its catalog build (``NAME-<N>L``: NAME with N layers), where the catalog has it, prices its
+    optimizer phase for the update's ratio."""
+    implementation, execution = ctx.scenario.implementation, ctx.scenario.workload.execution
+    candidates = [
+        mc
+        for mc in profile.model_compute
+        if mc.fingerprint.precision == ctx.precision and _same_code(mc, implementation, execution)
+    ]
+    mc = _pick(candidates, ctx.workload.name, _arch(ctx.workload.name))
+    return None if mc is None else (mc, _measured_workload(mc))
 
 
 def _arch(name: str):
@@ -369,12 +521,13 @@ def _arch(name: str):
         return None
 
 
-def _measured_workload(mc: ModelCompute) -> Workload | None:
-    """The measured model's layers at its middle micro-batch, as the simulator builds them."""
+def _measured_workload(mc: ModelCompute, b: int | None = None) -> Workload | None:
+    """The measured model's layers at micro-batch ``b`` (default: its middle measured one), as the
+    simulator builds them."""
     arch = _arch(mc.model)
     if arch is None:
         return None
-    b = mc.micro_batches[len(mc.micro_batches) // 2]
+    b = mc.micro_batches[len(mc.micro_batches) // 2] if b is None else b
     p = mc.fingerprint.precision
     d = BYTES_PER_ELEMENT[storage_precision(p)]
     if isinstance(arch, ResNetArch):

@@ -8,8 +8,11 @@ What is uncertain, and how wide:
 * **Compute.** The device's time gets one lognormal factor per draw: forward, backward, their host
   dispatch and every other kernel pass on the device (optimizer update, casts and copies, compression
   kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
-  the profile's compute-model uncertainty when it has one, MEASURED_PHASES_SIGMA when forward/backward
-  were measured for this very model, and otherwise DEFAULT_COMPUTE_SIGMA.
+  the model's own measurement's (widened by EXTRAPOLATION_SIGMA_PER_OCTAVE outside its measured
+  micro-batches), the measured error of carrying another measurement to it, the profile's
+  compute-model uncertainty (never under the defaults' where the host's rates were not measured for
+  this code and precision), MEASURED_PHASES_SIGMA when forward/backward were measured for this very
+  model, and otherwise DEFAULT_COMPUTE_SIGMA: a profile never makes a prediction surer than its evidence.
 * **Host.** The host's CPU and memory work (simulator/host.py: the CPU optimizer's rate, streaming
   passes such as a CPU upcast, the driver's pageable copies, DeepSpeed's memory reports) gets one
   lognormal factor per draw, independent of the device's, of width HOST_SIGMA; its page faults another
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.simulator.context import Perturbation, SimulationContext
+from clustersim.simulator.measured_compute import dispatch_precision, octaves_outside
 from clustersim.topologies.cluster import GroupShape
 
 # Default log-sigma of compute (device and host dispatch) without a measured compute model: the spread
@@ -74,6 +78,14 @@ RUN_TO_RUN = 0.05
 # +2% (BERT-Base, with --step-time) and +22% (GPT-2 XL, whose profiler cost per op was uneven between
 # forward and backward); exp(+-1.2816 x 0.18) = -21%..+26% holds all four.
 IMPORTED_TRACE_SIGMA = 0.18
+# Added log-sigma per octave a measured model's micro-batch lies outside its measured ones (its lines
+# extrapolated; every other micro-batch of a one-trace import): the shipped H200 traces imported with
+# --step-time (ResNet-50 at 128, BERT-Large at 16, GPT-2 XL at 4) predicted the gpu_steps rows of their
+# models at other micro-batches with log errors beyond their own micro-batch's of +0.27 and +0.03
+# (ResNet-50 at 64 and 256), +0.14 and +0.16 (BERT-Large at 8 and 32) and +0.34 two octaves out (GPT-2 XL
+# at 1): 0.17 per octave, root mean square (sqrt(sum d^2 / sum octaves^2)). Added to the measurement's own
+# band in quadrature; a line fitted on several micro-batches is priced the same way beyond them.
+EXTRAPOLATION_SIGMA_PER_OCTAVE = 0.17
 # Default log-sigma of the host's CPU and memory rates (CPU Adam, pageable copies, page faults, memory
 # reports), which the hosts of published runs seldom name: the published single-thread demand-zero
 # page fault costs 1.0 and 1.9 us (hardware_defaults.yaml host.first_touch_s_per_page) are the
@@ -145,7 +157,8 @@ class Interval:
 
 def compute_sigma(ctx: SimulationContext) -> float:
     if ctx.model_compute is not None:
-        return _model_compute_sigma(ctx.model_compute)
+        octaves = octaves_outside(ctx.model_compute, ctx.workload.micro_batch)
+        return math.hypot(_model_compute_sigma(ctx.model_compute), EXTRAPOLATION_SIGMA_PER_OCTAVE * octaves)
     if ctx.phases is not None:
         # stated phases (a simulation's assumed step) are exact; the draws then move only the kernels the
         # device prices at its default rates (update, outer kernels), as uncertain as those rates
@@ -170,9 +183,11 @@ def compute_sigma(ctx: SimulationContext) -> float:
 
 
 def _code_unmeasured(ctx: SimulationContext) -> bool:
-    """Whether no measurement of the scenario's code prices it: neither a model's phases nor per-op
-    rates of that code (the profile's dispatch rates apply only to the code they were measured on)."""
-    return not ctx.dispatch.source.startswith("measured")
+    """Whether no measurement of the scenario's code at its precision prices it: neither a model's
+    phases nor per-op rates of that code (the profile's dispatch rates apply only to the code they were
+    measured on, and say nothing of another precision's casts and kernels: a tiny BERT's bf16 step on a
+    CPU came out 24% faster than measured from its code's fp32 rates, with a GEMM model at bf16)."""
+    return not ctx.dispatch.source.startswith("measured") or dispatch_precision(ctx) is not None
 
 
 def _model_compute_sigma(mc) -> float:
@@ -197,6 +212,13 @@ def compute_band_source(ctx: SimulationContext) -> str:
                 f"held-out micro-batch {h.micro_batch} predicted within {abs(h.rel_error):.1%}, and a "
                 "session's steps move about their median by 10% (root mean square)"
             )
+        octaves = octaves_outside(ctx.model_compute, ctx.workload.micro_batch)
+        if octaves > 0:
+            why += (
+                f"; micro-batch {ctx.workload.micro_batch} is {octaves:.1f} octaves outside the measured "
+                f"ones, and imported traces' log errors grew by {EXTRAPOLATION_SIGMA_PER_OCTAVE:.2f} per "
+                "octave outside theirs"
+            )
         return f"{width} (P10-P90): {why}"
     if ctx.phases is not None and ctx.phases.compute_only:
         return (
@@ -212,17 +234,28 @@ def compute_band_source(ctx: SimulationContext) -> str:
         return f"{width} (P10-P90): measured phases, two measurements of one step differ ~10%"
     source = ctx.transferred_from
     if source is not None:
+        own = source.model.lower() == ctx.workload.name.lower()
+        what = f"its own measurement at sequence length {source.seq_len}" if own else f"{source.model}'s"
         if ctx.carry_sigma is None:
             return (
-                f"{width} (P10-P90): rates carried over from {source.model}'s measurement, the only one "
-                "of its code in the profile; such carried predictions came within 2-26% of measured steps"
+                f"{width} (P10-P90): rates carried over from {what}; the profile holds no other measured "
+                "model of that code to test such a carry on, and such carried predictions came within "
+                "2-26% of measured steps"
             )
         return (
-            f"{width} (P10-P90): rates carried over from {source.model}'s measurement; carrying them "
-            f"between the profile's measured models of that code erred by {ctx.carry_sigma:.1%} (root "
-            "mean square), and a session's steps move about their median by 10%"
+            f"{width} (P10-P90): rates carried over from {what}; carried predictions of the profile's "
+            f"measured models of that code erred by {ctx.carry_sigma:.2f} in log (root mean square, a "
+            f"factor of {math.exp(ctx.carry_sigma):.2f}), and a session's steps move about their median "
+            "by 10%"
         )
     if ctx.profile is not None and ctx.profile.compute_model:
+        measured_at = dispatch_precision(ctx)
+        if measured_at is not None:
+            return (
+                f"{width} (P10-P90): GEMMs from the profile's GEMM model; the host's dispatch at rates "
+                f"measured at {measured_at}, not the scenario's {ctx.precision}: as wide as the defaults' "
+                "band"
+            )
         if _code_unmeasured(ctx):
             return (
                 f"{width} (P10-P90): GEMMs from the profile's GEMM model; the rest at the default rates "
