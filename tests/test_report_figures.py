@@ -171,7 +171,9 @@ def test_no_figure_is_wider_than_its_container():
         ),
     }
     assert all(f.layout.width is None and f.layout.autosize is not False for f in figs.values())
-    section = SimpleNamespace(model="m", rows=rows, rec={"text": []}, figs=figs, table=[], hottest_links=None, checked=[])
+    section = SimpleNamespace(
+        model="m", rows=rows, rec={"text": []}, figs=figs, table=[], hottest_links=None, checked=[]
+    )
     page = _section_html(section, 1, False)
     # each figure's box: a height in px and the container's width, never a px width
     assert re.findall(r'style="height:\d+px; width:([^;"]*);"', page) == ["100%"] * 4
