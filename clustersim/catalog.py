@@ -561,13 +561,21 @@ def model(name: str) -> ModelArch:
     name `calibrate model --layers N` stores its measurement under."""
     try:
         return _lookup("model", name, models())
-    except InputError:
+    except InputError as exc:
         shortened = _fewer_layers(name)
         if shortened is None:
-            raise
+            raise InputError(exc.message + OWN_MODEL_HINT.format(name=name)) from None
         if isinstance(shortened, str):  # the cut form of a model that cannot be cut so
             raise InputError(shortened) from None
         return shortened
+
+
+# How a model that is not in the catalog gets there (a name `calibrate model --hf-config --name` measured
+# is only a profile entry until the catalog describes its shape).
+OWN_MODEL_HINT = (
+    "; a model of your own: clustersim models import config.json --name {name} --out models.yaml, "
+    "then pass --catalog models.yaml"
+)
 
 
 # NAME-<N>L: transformer NAME with N layers (ASCII digits, no leading zero), the name under which

@@ -215,7 +215,7 @@ def test_profile_v3_migrates_to_v4_without_model_compute():
     data["format_version"] = 3
     del data["model_compute"]
     profile = parse_profile(data, "old")
-    assert profile.format_version == FORMAT_VERSION == 4 and profile.model_compute == []
+    assert profile.format_version == FORMAT_VERSION == 5 and profile.model_compute == []
 
 
 @pytest.mark.parametrize(

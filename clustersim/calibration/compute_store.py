@@ -19,6 +19,7 @@ from clustersim.calibration.profile import (
     load_profile,
     parse_profile,
 )
+from clustersim.calibration.provenance import command_record
 from clustersim.errors import InputError
 from clustersim.io import write_json_atomically
 
@@ -53,7 +54,9 @@ def store(
     dispatch: DispatchRates | None,
     base: Path | None = None,
 ) -> Profile:
-    """Merge into ``base`` (default: ``out`` when it exists) and write ``out`` atomically."""
+    """Merge into ``base`` (default: ``out`` when it exists) and write ``out`` atomically. The command
+    (``provenance``: its source, date and machine) is added to the profile's list of the commands that
+    wrote it, with what it wrote and what it replaced; a new profile also takes it as its header."""
     existing = check_target(out, device, base)
     if existing is not None:
         data = existing.model_dump()
@@ -63,13 +66,40 @@ def store(
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "device": device,
-            "provenance": provenance,
+            "provenance": {**provenance, "commands": []},
         }
+    commands = [c.get("source") for c in data["provenance"].get("commands") or []]
+    wrote = []
     if model_compute is not None:
-        kept = [m for m in data.get("model_compute", []) if not same_entry(ModelCompute(**m), model_compute)]
-        data["model_compute"] = kept + [model_compute.model_dump()]
+        entries = [ModelCompute(**m) for m in data.get("model_compute", [])]
+        replaced = [m for m in entries if same_entry(m, model_compute)]
+        data["model_compute"] = [m.model_dump() for m in entries if m not in replaced] + [
+            model_compute.model_dump()
+        ]
+        wrote.append(
+            f"model {model_compute.model} seq {model_compute.seq_len} {model_compute.fingerprint.precision}"
+            + "".join(f" (replaced {_written_by(m.source, commands, 'the entry')})" for m in replaced)
+        )
     if dispatch is not None:
+        before = data.get("dispatch")
         data["dispatch"] = dispatch.model_dump()
+        wrote.append(
+            "dispatch rates"
+            + (f" (replaced {_written_by(before.get('source', ''), commands, 'those')})" if before else "")
+        )
+    data["provenance"]["commands"] = list(data["provenance"].get("commands") or []) + [
+        command_record(provenance, "; ".join(wrote))
+    ]
     profile = parse_profile(data, str(out))
     write_json_atomically(out, profile.model_dump(mode="json"))
     return profile
+
+
+def _written_by(source: str, commands: list, what: str) -> str:
+    """Which earlier command wrote a replaced measurement: its number in the profile's list of commands
+    (a measurement's source is its command line, then how it measured), else its command line."""
+    command = (source or "").split(": ", 1)[0]
+    numbers = [i for i, c in enumerate(commands, 1) if c == command]
+    if numbers:
+        return f"{what} written by command {numbers[-1]}"
+    return f"{what} from {command[:200] or 'an unrecorded command'}"

@@ -19,6 +19,7 @@ from clustersim.calibration.compute_fit import fit_gemm_model
 from clustersim.calibration.network_fit import fit_network, measured_cluster
 from clustersim.calibration.plausible import drop_precision, refuse_implausible
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
+from clustersim.calibration.provenance import command_record
 from clustersim.calibration.screen import FitNotes, screen
 from clustersim.cost_models.closed_forms import busbw_factor
 from clustersim.cost_models.measured_collectives import segmented_time
@@ -249,6 +250,8 @@ def build_profile(raw: dict, cluster=None) -> dict:
                 "gloo",
                 "cpu",
                 "host",
+                "threads",
+                "quick",
             }
         },
     }
@@ -273,6 +276,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
         host["copy_gbs"] = {k: r["bytes"] / r["median_s"] / 1e9 for k, r in copies.items()}
     profile["host"] = host
     refuse_implausible(profile, notes, copies_timed=bool(taken.get("memory")))
+    profile["provenance"]["commands"] = [command_record(profile["provenance"], _what_run_wrote(profile, raw))]
     if notes.dropped:
         profile["provenance"]["dropped"] = notes.dropped
     if notes.defaults:
@@ -306,3 +310,13 @@ def build_profile(raw: dict, cluster=None) -> dict:
         if taken.get(k)
     }
     return profile
+
+
+def _what_run_wrote(profile: dict, raw: dict) -> str:
+    """What a fitted raw file put in the profile, in words (its command record's ``wrote``)."""
+    parts = []
+    if profile.get("matmul_tflops") or profile.get("memory_gbs") or profile.get("kernels_gbs"):
+        parts.append("hardware rates (GEMMs, copies, kernels)")
+    if any(int(r["nodes"]) * int(r["gpus_per_node"]) > 1 for r in raw.get("collectives") or []):
+        parts.append("collective fits")
+    return " and ".join(parts) or "no measurements"

@@ -78,6 +78,8 @@ class Resolved:
     implementation: str | None = None
     #: why the code is not the catalog model's default (its package is not installed), for the report
     note: str | None = None
+    #: a CNN: seq_len is its image side
+    image: bool = False
 
 
 def resolve(torch, choice: ModelChoice, seq_len: int | None, device: str, attention: str) -> Resolved:
@@ -160,6 +162,7 @@ def _catalog(torch, name, choice, seq_len, device, attention, precision) -> Reso
         lambda: len(list(cache["model"].parameters())),
         code,
         note,
+        image=arch.family == "resnet",
     )
 
 
@@ -247,6 +250,13 @@ def _torchvision(torch, arch, device: str):
     return model.to(memory_format=torch.channels_last) if device == "cuda" else model
 
 
+def _culprit(choice: ModelChoice, exc: Exception) -> str:
+    """The option to blame for a model that failed while timed: the user's own code (--module) whose
+    step raised, else the micro-batch sizes (a catalog or Hugging Face model fails on memory or size)."""
+    out_of_memory = "out of memory" in str(exc).lower()
+    return "--module" if choice.module is not None and not out_of_memory else "--micro-batches"
+
+
 def _call(model, batch):
     if isinstance(batch, dict):
         return model(**batch)
@@ -313,7 +323,7 @@ def _hf_config(transformers, path: Path):
         raise InputError("a Hugging Face config.json is a JSON object with a 'model_type'", source=str(file))
     fields = dict(raw)
     try:
-        return transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+        config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     except Exception as exc:  # transformers' own checks raise several kinds (and its hub's dataclasses)
         message = str(exc).splitlines()[0][:160]
         field = re.search(r"field '(\w+)'", message)  # huggingface_hub names the field it refused
@@ -322,6 +332,31 @@ def _hf_config(transformers, path: Path):
             source=str(file),
             key=field.group(1) if field else "model_type",
         ) from None
+    _check_shape_given(raw, config, file)
+    return config
+
+
+# The shape a transformer's config must state (the keys `clustersim models import` requires, in their
+# Hugging Face spellings): transformers' config classes default each one (BertConfig: hidden_size 768,
+# 12 layers, 12 heads), so a config.json that leaves one out would time a model nobody described.
+_REQUIRED_SHAPE = (
+    ("hidden_size", "n_embd", "d_model"),
+    ("num_hidden_layers", "n_layer", "num_layers"),
+    ("num_attention_heads", "n_head"),
+    ("vocab_size",),
+)
+
+
+def _check_shape_given(raw: dict, config, file: Path) -> None:
+    """Refuse a config.json that leaves out a shape key its config class has (and would default)."""
+    for names in _REQUIRED_SHAPE:
+        default = next((v for v in (getattr(config, n, None) for n in names) if v is not None), None)
+        if default is not None and all(raw.get(n) is None for n in names):
+            raise InputError(
+                f"no {' or '.join(names)} in the config (transformers would build its default, {default!r})",
+                source=str(file),
+                key=names[0],
+            )
 
 
 def _check_hf_size(torch, config, device: str, path: Path) -> None:
@@ -438,7 +473,7 @@ def calibrate_model(
     """Measure, fit, store; returns (profile, report)."""
     from clustersim.calibration import model_timing
     from clustersim.calibration.compute_store import check_target, store
-    from clustersim.calibration.profile import Fingerprint
+    from clustersim.calibration.profile import Fingerprint, thread_mismatch
     from clustersim.calibration.provenance import provenance
     from clustersim.calibration.torch_support import catalog_name_for, require_torch, resolve_device
 
@@ -480,7 +515,7 @@ def calibrate_model(
         )
     except (RuntimeError, ValueError) as exc:  # out of memory, a shape the model refuses
         raise InputError(
-            f"the model failed on {device}: {str(exc).splitlines()[0][:200]}", key="--micro-batches"
+            f"the model failed on {device}: {str(exc).splitlines()[0][:200]}", key=_culprit(choice, exc)
         ) from None
     for m in measured:
         p = m.phases
@@ -490,6 +525,7 @@ def calibrate_model(
             f"{p['optimizer'].wall_s * 1e3:.2f})"
         )
     held = measured.pop() if holdout is not None else None
+    machine = provenance(torch, device, command)
     fp = Fingerprint(
         device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         torch=torch.__version__,
@@ -500,6 +536,9 @@ def calibrate_model(
         execution="eager",
         implementation=resolved.implementation,
         optimizer=optimizer,
+        threads=machine["threads"],
+        cpu=machine["cpu"],
+        host=machine["host"],
     )
     overhead = model_timing.profiler_overhead_s(measured)
     source = (
@@ -509,15 +548,29 @@ def calibrate_model(
     mc, rates = model_timing.fit(
         measured, held, device, resolved.name, resolved.seq_len, fp, resolved.param_tensors(), source
     )
-    prov = provenance(torch, device, command)
-    prov_fields = ("source", "date", "device_name", "device_count", "driver", "cuda", "torch", "cpu", "host")
-    prov = {k: v for k, v in prov.items() if k in prov_fields}
+    prov_fields = (
+        "source",
+        "date",
+        "device_name",
+        "device_count",
+        "driver",
+        "cuda",
+        "torch",
+        "cpu",
+        "host",
+        "threads",
+    )
+    prov = {k: v for k, v in machine.items() if k in prov_fields}
     prov.setdefault("date", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     profile = store(out, catalog_name_for(torch, device), prov, mc, rates, base)
+    mismatch = thread_mismatch(profile, mc)
     report = {
         "model": resolved.name,
         "implementation": resolved.implementation,
         "note": resolved.note,
+        "warnings": [mismatch] if mismatch else [],
+        "threads": fp.threads,
+        "image": resolved.image,
         "seq_len": resolved.seq_len,
         "device": fp.device,
         "precision": precision,

@@ -37,7 +37,7 @@ from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
 from clustersim.io import first_error, parse_json, read_input_text
 
 FORMAT = "clustersim-profile"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -92,7 +92,26 @@ MeasuredSeconds = Annotated[Number, Field(gt=0), AfterValidator(_measured_time)]
 Seconds = Annotated[float, Field(ge=0), AfterValidator(_time_at_most_a_day)]
 
 
+class CommandRecord(_Strict):
+    """One command that wrote into a profile, and the machine and settings it measured on: a profile
+    merges several (``calibrate run``'s hardware rates, then ``calibrate model`` or ``import-trace``
+    entries, each possibly from another machine)."""
+
+    source: str = Field(description="the command line")
+    date: str | None = None
+    wrote: str = Field("", description="what it wrote, e.g. 'model tiny-bert seq 128 fp32 (replaced ...)'")
+    device_name: str | None = None
+    cpu: str | None = Field(None, description="the measuring machine's CPU model (None: not known)")
+    host: str | None = None
+    torch: str | None = None
+    threads: Count | None = Field(None, gt=0, description="torch's intra-op threads (None: not known)")
+    quick: StrictBool | None = Field(None, description="calibrate run --quick (fewer sizes, no held-out)")
+
+
 class Provenance(_Strict):
+    """Where the profile's hardware rates came from (the first command that wrote it, usually
+    ``calibrate run``), and in ``commands`` every command that wrote into it since, in order."""
+
     source: str = Field(description="what produced it: a command line, or a publication")
     date: str | None = None
     device_name: str | None = None
@@ -104,6 +123,13 @@ class Provenance(_Strict):
     gloo: str | None = None
     cpu: str | None = None
     host: str | None = None
+    threads: Count | None = Field(
+        None, gt=0, description="torch's intra-op threads the hardware rates were measured with"
+    )
+    quick: StrictBool | None = Field(None, description="measured with calibrate run --quick")
+    commands: list[CommandRecord] = Field(
+        default_factory=list, description="every command that wrote into the profile, oldest first"
+    )
     dropped: list[str] = Field(
         default_factory=list, description="measurements not fitted (stalls, outliers), each with why"
     )
@@ -373,6 +399,14 @@ class Fingerprint(_Strict):
         description="the optimizer the optimizer phase timed, as torch names it in lower case: adamw "
         "(fused on a GPU), sgd, ...; None: not recorded",
     )
+    threads: int | None = Field(
+        None,
+        gt=0,
+        description="torch's intra-op threads the step ran with (torch.get_num_threads()): on a CPU the "
+        "step's time depends on it; None: not recorded (an imported trace, an older profile)",
+    )
+    cpu: str | None = Field(None, description="the measuring machine's CPU model (None: not recorded)")
+    host: str | None = Field(None, description="the measuring machine's host name (None: not recorded)")
 
 
 def implementation_from_source(source: str, model: str = "") -> str | None:
@@ -529,6 +563,27 @@ class Profile(_Strict):
         return copy_stream_gbs(self.raw.get("memory"))
 
 
+def has_hardware_rates(profile: Profile) -> bool:
+    """Whether the profile measured the device's compute rates (calibrate run's GEMMs and copies)."""
+    return bool(profile.matmul_tflops or profile.compute_model or profile.memory_gbs or profile.kernels_gbs)
+
+
+def thread_mismatch(profile: Profile, entry: ModelCompute) -> str | None:
+    """Why a CPU profile's model entry and its hardware rates do not describe the same machine setting:
+    torch's intra-op threads set how many cores run each GEMM (on a 2-vCPU VM, 2 threads timed GEMMs at
+    0.19-0.21 TFLOP/s; a model timed on 1 thread and carried at those rates came out 2x too fast). None
+    where they agree, either is not recorded, or the device is a GPU (whose kernels do not use them)."""
+    hw, own = profile.provenance.threads, entry.fingerprint.threads
+    if profile.device != "cpu" or hw is None or own is None or hw == own or not has_hardware_rates(profile):
+        return None
+    return (
+        f"{entry.model} was measured on {own} torch thread(s), the profile's hardware rates (GEMMs, copies) "
+        f"on {hw}: a CPU's rates depend on its threads, so predictions mixing them are off by up to "
+        f"{max(hw, own) / min(hw, own):g}x (measure both with the same --threads, or `calibrate run` "
+        f"with OMP_NUM_THREADS={own})"
+    )
+
+
 def copy_stream_gbs(records: object) -> float | None:
     """The streaming rate of timed copies, GB/s: the traffic between the two largest copies over the
     time between them. Each timing brackets the copy with the host's timer and a synchronise
@@ -556,7 +611,9 @@ def copy_stream_gbs(records: object) -> float | None:
 
 def migrate(data: dict) -> dict:
     """Bring an older profile up to FORMAT_VERSION. v1 -> v2: v1 had no fit quality, host section,
-    GEMM-by-size table or raw medians; v2 -> v3: v2 had no fitted network model. Fields carry over."""
+    GEMM-by-size table or raw medians; v2 -> v3: v2 had no fitted network model; v3 -> v4: no model
+    compute or dispatch rates; v4 -> v5: no thread counts, machines per entry or list of the commands
+    that wrote the profile (its first command is listed from the provenance). Fields carry over."""
     data = dict(data)
     if data.get("format_version") == 1:
         data["format_version"] = 2
@@ -564,12 +621,29 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 3
     if data.get("format_version") == 3:  # v3 -> v4 adds the optional model compute and dispatch rates
         data["format_version"] = 4
+    if data.get("format_version") == 4:  # v4 -> v5: thread counts, machines, the list of commands
+        data["format_version"] = 5
+    if isinstance(data.get("provenance"), dict) and not data["provenance"].get("commands"):
+        data["provenance"] = _with_commands(data["provenance"])
     # v4 profiles written before fingerprints recorded the model's code: read it off each source
     if isinstance(data.get("model_compute"), list):
         data["model_compute"] = [_with_implementation(mc) for mc in data["model_compute"]]
     if isinstance(data.get("dispatch"), dict):
         data["dispatch"] = _with_implementation(data["dispatch"], _dispatch_model(data))
     return data
+
+
+def _with_commands(provenance: dict) -> dict:
+    """A provenance written before profiles listed their commands: its one command, the first that wrote
+    the profile, read off its own fields (later merges into it were not recorded)."""
+    if not isinstance(provenance.get("source"), str):
+        return provenance  # the schema says what is wrong
+    from clustersim.calibration.provenance import command_record
+
+    first = command_record(provenance, "the profile (before profiles listed each command that wrote them)")
+    if "calibrate run" in provenance["source"] and provenance.get("quick") is None:
+        first["quick"] = "--quick" in provenance["source"]
+    return {**provenance, "commands": [first]}
 
 
 def _dispatch_model(data: dict) -> str:

@@ -30,6 +30,8 @@ def provenance(
         "cpu": cpu_model(),
         "host": socket.gethostname(),
         "device_count": ranks,
+        # torch's intra-op threads: on a CPU they set how many cores run each GEMM (part of the rate)
+        "threads": torch.get_num_threads(),
     }
     if device == "cuda":
         info["device_name"] = torch.cuda.get_device_name(0)
@@ -60,3 +62,13 @@ def _driver_version() -> str | None:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+# The fields of a provenance (calibration/provenance.py) a profile's command record keeps (CommandRecord).
+RECORD_FIELDS = ("source", "date", "device_name", "cpu", "host", "torch", "threads", "quick")
+
+
+def command_record(info: dict, wrote: str) -> dict:
+    """One command's record in a profile's ``provenance.commands``: where and how it measured, and what it
+    wrote (``wrote``)."""
+    return {**{k: info[k] for k in RECORD_FIELDS if info.get(k) is not None}, "wrote": wrote}

@@ -106,9 +106,15 @@ def calibrate(
     progress=None,
     command: str = "clustersim calibrate run",
     cluster=None,
+    threads: int | None = None,
 ) -> Profile:
+    """Measure, fit and write ``out``. ``threads``: torch's intra-op threads for the local measurements
+    (default: torch's own, from OMP_NUM_THREADS or the cores); recorded in the provenance, since a CPU's
+    GEMM and copy rates depend on them and a model measured on other threads does not match them."""
     torch = require_torch()
     device = resolve_device(torch, device)
+    if threads is not None:
+        torch.set_num_threads(threads)
     raw: dict = {"format": RAW_FORMAT, "format_version": 1, "device": device}
     raw.update(run_local(torch, device, quick, progress))
     n = ranks if ranks is not None else (torch.cuda.device_count() if device == "cuda" else 2)
@@ -119,7 +125,7 @@ def calibrate(
             # Nothing is written to ``out`` (a profile without its collectives would be priced as if
             # it were whole); the local measurements are kept as a raw file that `calibrate fit` reads.
             kept = raw_out if raw_out is not None else failed_raw_path(out)
-            _stamp(raw, torch, device, command, n)
+            _stamp(raw, torch, device, command, n, quick)
             write_json_atomically(kept, raw)
             raise InputError(
                 f"{exc.message}; no profile written, the local measurements are in {kept} "
@@ -131,7 +137,7 @@ def calibrate(
                 raw[key] = sweep[key]
     # The one write, at the end: an interrupted run (Ctrl-C in the sweep) leaves ``out`` as it was.
     # The raw file first: a fit that refuses the measurements still leaves them for `calibrate fit`.
-    _stamp(raw, torch, device, command, n)
+    _stamp(raw, torch, device, command, n, quick)
     if raw_out is not None:
         write_json_atomically(raw_out, raw)
     return save_profile(raw, out, cluster)
@@ -144,8 +150,9 @@ def failed_raw_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.raw.json")
 
 
-def _stamp(raw: dict, torch, device: str, command: str, ranks: int) -> None:
+def _stamp(raw: dict, torch, device: str, command: str, ranks: int, quick: bool) -> None:
     raw["provenance"] = provenance(torch, device, command, backend=raw.get("backend"), ranks=ranks)
+    raw["provenance"]["quick"] = quick
 
 
 def save_profile(raw: dict, out: Path, cluster=None) -> Profile:

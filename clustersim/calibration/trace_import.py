@@ -555,6 +555,7 @@ def model_compute(
     seq_len: int,
     source: str,
     implementation: str | None = None,
+    torch_version: str | None = None,
 ) -> ModelCompute:
     """One measured micro-batch: host time as the intercept (dispatch does not grow with the batch in
     eager mode), forward and backward device time as per-sample (the simplest scaling one point
@@ -580,7 +581,7 @@ def model_compute(
         forward=phase("forward"),
         backward=phase("backward"),
         optimizer=phase("optimizer"),
-        fingerprint=fingerprint(analysis, implementation=implementation),
+        fingerprint=fingerprint(analysis, torch_version, implementation),
         source=source,
     )
 
@@ -659,10 +660,13 @@ def import_trace(
     base: Path | None = None,
     command: str = "clustersim calibrate import-trace",
     implementation: str | None = None,
+    torch_version: str | None = None,
 ):
     """Analyse a trace, write its ModelCompute (when the model, micro-batch and sequence length are
     named) and DispatchRates into ``out``; returns (profile, report). ``implementation``: the job's
-    model code (default: the code the named catalog model runs by default, else not recorded)."""
+    model code (default: the code the named catalog model runs by default, else not recorded);
+    ``torch_version``: the job's torch (a Kineto trace does not record it; None: not recorded). The
+    trace holds no CPU model, host name or thread count either: the entry records the GPU it names."""
     from datetime import datetime, timezone
 
     from clustersim import catalog
@@ -714,18 +718,21 @@ def import_trace(
     )
     with _malformed(trace_path, "trace"):  # values the analysis kept that no measurement can hold
         mc = (
-            model_compute(analysis, overhead, model, micro_batch, seq_len, source, implementation)
+            model_compute(
+                analysis, overhead, model, micro_batch, seq_len, source, implementation, torch_version
+            )
             if all(named)
             else None
         )
         rates = dispatch_rates(analysis, overhead, et.get("param_tensors"), source)
-        rates = rates.model_copy(update={"fingerprint": fingerprint(analysis, implementation=implementation)})
+        rates = rates.model_copy(update={"fingerprint": fingerprint(analysis, torch_version, implementation)})
     device = catalog_name_from_string(analysis.device_name, analysis.device_memory_gb)
     provenance = {
         "source": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device_name": analysis.device_name,
         "cuda": analysis.cuda,
+        "torch": torch_version,
     }
     profile = store(out, device, provenance, mc, rates, base)
     report = {
@@ -733,7 +740,7 @@ def import_trace(
         "steps_in_trace": len(analysis.steps),
         "steps_used": steps,
         "device": analysis.device_name,
-        "fingerprint": fingerprint(analysis, implementation=implementation).model_dump(),
+        "fingerprint": fingerprint(analysis, torch_version, implementation).model_dump(),
         "profiler_overhead_s_per_op": overhead,
         "profiler_overhead_source": overhead_source,
         "phases": {

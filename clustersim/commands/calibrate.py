@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -39,6 +40,29 @@ ClusterOpt = typer.Option(
     "(nodes and GPUs per node are taken from each measurement). With it the collective "
     "model's parameters are fitted, so predictions at any scale use them.",
 )
+
+
+ThreadsOpt = typer.Option(
+    None,
+    "--threads",
+    min=1,
+    max=1024,
+    help="torch intra-op threads (default: torch's, from OMP_NUM_THREADS or the cores). Recorded in the "
+    "profile: a CPU's rates depend on them, so measure hardware rates and models with the same count.",
+)
+
+
+@contextmanager
+def interrupted_writes_nothing():
+    """Ctrl-C during a measurement: one line saying nothing was written (every output of the calibrate
+    commands is written once, at the end, atomically) and exit 130, as a shell reports an interrupt."""
+    from clustersim.commands.support import err_console
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print("interrupted: nothing written")
+        raise typer.Exit(130) from None
 
 
 def _cluster(ref: Optional[str]):
@@ -87,6 +111,7 @@ def calibrate_run(
         "machine's cores divided among the hosts; 0: none).",
     ),
     cluster: Optional[str] = ClusterOpt,
+    threads: Optional[int] = ThreadsOpt,
     json_out: bool = JsonOpt,
 ):
     """Microbenchmark this machine with torch and write a fitted profile.
@@ -121,25 +146,19 @@ def calibrate_run(
             )
         _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
         return
-    if json_out:
-        _written_profile(
-            calibrate(device, out, quick, ranks, raw_out, command=command, cluster=_cluster(cluster)),
-            out,
-            True,
-        )
-        return
-    with spinner("calibrate", json_out) as progress:
+    with interrupted_writes_nothing(), spinner("calibrate", json_out) as progress:
         profile = calibrate(
             device,
             out,
             quick,
             ranks,
             raw_out,
-            progress=progress,
+            progress=None if json_out else progress,
             command=command,
             cluster=_cluster(cluster),
+            threads=threads,
         )
-    _written_profile(profile, out, False, f" (device {profile.device})")
+    _written_profile(profile, out, json_out, f" (device {profile.device})")
 
 
 @calibrate_app.command("fit")
@@ -220,11 +239,15 @@ def calibrate_model(
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw (fused on cuda) | sgd (momentum 0.9)."),
     steps: int = typer.Option(10, "--steps", min=2, help="Timed steps per micro-batch (median)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first."),
-    threads: Optional[int] = typer.Option(
-        None, "--threads", min=1, max=1024, help="torch intra-op threads (cpu)."
-    ),
+    threads: Optional[int] = ThreadsOpt,
     out: Path = MergedOutOpt,
     base: Optional[Path] = AddToProfileOpt,
+    catalog_out: Optional[Path] = typer.Option(
+        None,
+        "--catalog-out",
+        help="--hf-config: also add the model's catalog entry (as `clustersim models import` makes it) "
+        "under --name to this models file, so `clustersim run --catalog FILE` knows the model.",
+    ),
     json_out: bool = JsonOpt,
 ):
     """Time your model on this machine: per phase (forward, backward, optimizer) host dispatch time,
@@ -235,6 +258,7 @@ def calibrate_model(
     from clustersim.calibration.model_calibration import ModelChoice, calibrate_model
 
     check_writable_file(out)
+    entry = _catalog_entry(hf_config, name, catalog_out)  # refused before minutes of measuring
     if attention not in ("sdpa", "eager"):
         raise InputError(f"unknown attention {attention!r} (sdpa or eager)", key="--attention")
     if optimizer not in ("adamw", "sgd"):
@@ -242,7 +266,7 @@ def calibrate_model(
     sizes = _int_list(micro_batches, "--micro-batches")
     choice = ModelChoice(model, scenario, hf_config, module, layers, name, implementation)
     command = "clustersim " + " ".join(sys.argv[1:])
-    with spinner("calibrate model", json_out) as progress:
+    with interrupted_writes_nothing(), spinner("calibrate model", json_out) as progress:
         profile, report = calibrate_model(
             choice,
             device,
@@ -260,9 +284,18 @@ def calibrate_model(
             progress=progress,
             command=command,
         )
+    if entry is not None:
+        from clustersim.model_import import append_entry
+
+        append_entry(catalog_out, entry[0], entry[1])
+        report["catalog_out"] = str(catalog_out)
     if json_out:
         emit_json(report)
         return
+    from clustersim.commands.support import err_console
+
+    for warning in report["warnings"]:
+        err_console.print(f"[yellow]warning: {warning}[/]")
     if report["note"]:
         console.print(f"note: {report['note']}")
     rows = []
@@ -282,8 +315,8 @@ def calibrate_model(
             )
     console.print(
         table(
-            f"{report['model']} seq {report['seq_len']} on {report['device']} "
-            f"({report['precision']}), times in ms",
+            f"{report['model']} {_shape(report['image'], report['seq_len'])} on {report['device']} "
+            f"({report['precision']}{_threads(report['threads'])}), times in ms",
             ["micro-batch", "phase", "wall", "host", "device", "kernels", "ops", "profiled"],
             rows,
         )
@@ -295,6 +328,55 @@ def calibrate_model(
         )
     _print_compute(profile)
     console.print(f"profile written to [bold]{out}[/]")
+    if entry is not None:
+        console.print(
+            f"catalog entry {entry[0]!r} added to [bold]{catalog_out}[/]: run scenarios of it with "
+            f"--catalog {catalog_out} --profile {out}"
+        )
+    elif hf_config is not None:
+        console.print(
+            f"to run scenarios of it, add its catalog entry: clustersim models import {hf_config} "
+            f"--name {report['model']} --out models.yaml, then --catalog models.yaml "
+            "(or measure with --catalog-out models.yaml)"
+        )
+
+
+def _catalog_entry(hf_config: Optional[Path], name: Optional[str], catalog_out: Optional[Path]):
+    """(name, entry) that --catalog-out adds for --hf-config: `clustersim models import`'s entry of the
+    same config, made and checked before anything is measured (an importer that refuses the config, a
+    name the file already has, an unwritable file cost nothing)."""
+    if catalog_out is None:
+        return None
+    if hf_config is None:
+        raise InputError("--catalog-out writes the entry of an --hf-config model", key="--catalog-out")
+    from clustersim import catalog
+    from clustersim.io import parse_yaml, read_input_text, shown_key
+    from clustersim.model_import import arch_from_hf_config, read_hf_config
+
+    file = hf_config / "config.json" if hf_config.is_dir() else hf_config
+    entry = arch_from_hf_config(read_hf_config(file), str(file))
+    name = name or (hf_config.parent.name if hf_config.is_file() else hf_config.name)  # as it is stored
+    if shown_key(name) != name:  # a catalog refuses such a name when it is read back
+        raise InputError(
+            "not a name a catalog accepts (letters, digits and _ . + - / ( ) or spaces, at most 64)",
+            key="--name",
+        )
+    catalog.check_model_name(name, key="--name")
+    check_writable_file(catalog_out)
+    if catalog_out.exists():
+        existing = parse_yaml(read_input_text(catalog_out), str(catalog_out)) or {}
+        if isinstance(existing, dict) and name in existing:
+            raise InputError(f"already has a model named {name!r}", source=str(catalog_out), key=name)
+    return name, entry
+
+
+def _shape(image: bool, seq_len: int) -> str:
+    """How a measurement's input size reads: a CNN's image side, a transformer's sequence length."""
+    return f"image {seq_len}x{seq_len}" if image else f"seq {seq_len}"
+
+
+def _threads(threads: Optional[int]) -> str:
+    return f", {threads} thread{'s' if threads != 1 else ''}" if threads else ""
 
 
 def _int_list(text: str, key: str) -> list[int]:
@@ -333,6 +415,12 @@ def calibrate_import_trace(
         "--step-time",
         help="The same step timed without the profiler, in seconds (measures its overhead).",
     ),
+    torch_version: Optional[str] = typer.Option(
+        None,
+        "--torch",
+        help="The job's torch version, e.g. 2.11.0 (a Kineto trace does not record it; stored in the "
+        "entry's fingerprint).",
+    ),
     out: Path = MergedOutOpt,
     base: Optional[Path] = AddToProfileOpt,
     json_out: bool = JsonOpt,
@@ -350,6 +438,8 @@ def calibrate_import_trace(
     code_name = r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,199}"  # as workload.implementation takes it
     if implementation is not None and not re.fullmatch(code_name, implementation):
         raise InputError(f"{implementation[:80]!r} is not a code's name", key="--implementation")
+    if torch_version is not None and not re.fullmatch(r"[0-9][A-Za-z0-9.+_-]{0,63}", torch_version):
+        raise InputError(f"{torch_version[:80]!r} is not a torch version (e.g. 2.11.0)", key="--torch")
     profile, report = import_trace(
         trace,
         out,
@@ -361,6 +451,7 @@ def calibrate_import_trace(
         base,
         "clustersim " + " ".join(sys.argv[1:]),
         implementation,
+        torch_version,
     )
     if json_out:
         emit_json(report)
@@ -425,12 +516,14 @@ def _fit_warnings(m) -> list[str]:
 
 def _print_compute(p) -> None:
     """A profile's measured model compute and dispatch rates."""
+    from clustersim.calibration.profile import thread_mismatch
+
     for m in p.model_compute:
         fp = m.fingerprint
         console.print(
             table(
-                f"{m.model} seq {m.seq_len}, micro-batches {m.micro_batches} on {fp.device} "
-                f"({fp.precision}, {fp.execution}{', ' + fp.attention if fp.attention else ''}): "
+                f"{m.model} {_shape(_is_cnn(m.model), m.seq_len)}, micro-batches {m.micro_batches} on "
+                f"{fp.device} ({fp.precision}, {fp.execution}{', ' + fp.attention if fp.attention else ''}): "
                 "time = intercept + per-sample x micro-batch",
                 ["phase", "host ms", "host ms/sample", "device ms", "device ms/sample", "kernels"],
                 [
@@ -450,6 +543,12 @@ def _print_compute(p) -> None:
                 ],
             )
         )
+        console.print(f"  {_measured_how(fp)}")
+        if m.source:
+            console.print(f"  source: {m.source}")
+        mismatch = thread_mismatch(p, m)
+        if mismatch:
+            console.print(f"[yellow]warning: {mismatch}[/]")
         if m.holdout is not None:
             h = m.holdout
             console.print(
@@ -567,6 +666,14 @@ def _print_left_out(profile) -> None:
         err_console.print(f"[yellow]warning: left at the simulator's defaults: {line}[/]")
 
 
+def _alpha(alpha_s: float) -> str:
+    """A segment's fixed cost: below 0.05 µs the fit found none it could tell from zero (a segment of
+    large messages is all bandwidth), said so rather than '0.0 µs'."""
+    if alpha_s < 0.05e-6:
+        return "α ≈ 0 (none resolved)"
+    return f"α {alpha_s * 1e6:,.1f} µs"
+
+
 def _print_network(net) -> None:
     """The fitted collective model: what it found per link class and op, and how well it extrapolates."""
     import math
@@ -604,11 +711,52 @@ def _print_network(net) -> None:
         )
 
 
+def _is_cnn(model: str) -> bool:
+    """Whether a measured model is a catalog CNN (its seq_len is an image side)."""
+    from clustersim import catalog
+
+    try:
+        return catalog.model(model).family == "resnet"
+    except InputError:  # the user's own label (--module, an imported trace): not a catalog model
+        return False
+
+
+def _measured_how(fp) -> str:
+    """A measurement's code, optimizer, threads and machine, in one line ('not recorded' where a trace or
+    an older profile does not say)."""
+    unknown = "not recorded"
+    return (
+        f"code {fp.implementation or unknown}, optimizer {fp.optimizer or unknown}, torch "
+        f"{fp.torch or unknown}, threads {fp.threads or unknown}, "
+        f"machine {fp.cpu or fp.device}{' (' + fp.host + ')' if fp.host else ''}"
+    )
+
+
 def _print_provenance(p) -> None:
-    prov = p.provenance.model_dump(exclude_none=True, exclude={"dropped", "defaults"})
+    prov = p.provenance.model_dump(exclude_none=True, exclude={"dropped", "defaults", "commands"})
     console.print(f"[bold]profile[/] format v{p.format_version}, device [bold]{p.device}[/]")
     for k, v in prov.items():
         console.print(f"  {k}: {v}")
+    commands = p.provenance.commands
+    if len(commands) > 1 or (commands and commands[0].source != p.provenance.source):
+        console.print(
+            f"  commands that wrote into it ({len(commands)}, oldest first), each with the machine it ran on:"
+        )
+        for i, c in enumerate(commands, 1):
+            how = ", ".join(
+                x
+                for x in (
+                    c.date,
+                    c.cpu or c.device_name,
+                    c.host,
+                    f"torch {c.torch}" if c.torch else None,
+                    _threads(c.threads).lstrip(", ") or None,
+                    "quick" if c.quick else None,
+                )
+                if x
+            )
+            console.print(f"    {i}. {c.source}")
+            console.print(f"       {how or 'machine not recorded'}; wrote {c.wrote or 'not recorded'}")
     if p.provenance.dropped:
         console.print(f"  measurements not fitted: {len(p.provenance.dropped)} (provenance.dropped)")
     for line in p.provenance.defaults:
@@ -667,17 +815,22 @@ def _print_profile(p) -> None:
     if p.model_compute or p.dispatch is not None:
         _print_compute(p)
     if p.collectives:
+        from clustersim.calibration.fit import MIN_POINTS_PER_SEGMENT
+
+        need = 2 * MIN_POINTS_PER_SEGMENT  # fit_collective holds out every other size of at least these
         rows = []
         for f in p.collectives:
             q = f.quality
             seg = "; ".join(
-                f"≥{format_bytes(s[0]) if s[0] else '0 B'}: α {s[1] * 1e6:,.1f} µs, "
+                f"≥{format_bytes(s[0]) if s[0] else '0 B'}: {_alpha(s[1])}, "
                 + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
                 for s in f.segments
             )
             held = (
                 "-"
-                if q is None or q.holdout_max_rel_error is None
+                if q is None
+                else f"none ({q.points} sizes)"
+                if q.holdout_max_rel_error is None
                 else f"{100 * q.holdout_max_rel_error:.1f}%"
             )
             ok = (
@@ -702,7 +855,9 @@ def _print_profile(p) -> None:
             )
         )
         console.print(
-            "[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓)[/]"
+            "[dim]held-out: fit to every other size, error on the sizes left out; target ≤ 10% (✓); "
+            f"none: fewer than {need} sizes were measured (--quick measures fewer), too few to leave "
+            "any out[/]"
         )
         if p.network is not None:
             _print_network(p.network)

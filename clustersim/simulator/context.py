@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from clustersim import catalog
-from clustersim.calibration.profile import ComputePhases, ModelCompute, Profile, load_profile
+from clustersim.calibration.profile import (
+    ComputePhases,
+    ModelCompute,
+    Profile,
+    has_hardware_rates,
+    load_profile,
+    thread_mismatch,
+)
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, storage_precision
 from clustersim.cost_models.collectives import CollectiveCost, CollectiveModel
 from clustersim.cost_models.compute import DeviceCosts
@@ -413,6 +420,10 @@ def build_context(
             )
     if device_note:
         ctx.notes.append(device_note)
+    used = ctx.model_compute or ctx.transferred_from
+    threads = thread_mismatch(prof, used) if prof is not None and used is not None else None
+    if threads:
+        ctx.notes.append(f"profile {_profile_label(ref, prof)}: {threads}")
     ctx.notes.extend(_ignored_workload_keys(scenario))
     unmeasured = _unmeasured_code_note(scenario, prof)
     if unmeasured:
@@ -517,9 +528,17 @@ def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | No
     if profile.device == gpu.name:
         return None
     if catalog.chip_of(profile.device) == gpu.chip:
+        kept = [
+            part
+            for part, present in (
+                ("compute rates keep their efficiency", has_hardware_rates(profile)),
+                ("interconnect fits their link classes", bool(profile.collectives or profile.network)),
+            )
+            if present
+        ]
         return (
-            f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip): "
-            "compute rates keep their efficiency, interconnect fits their link classes"
+            f"profile {label} was measured on {profile.device}, used for {gpu.name} (same {gpu.chip} chip)"
+            + (f": {', '.join(kept)}" if kept else "")
         )
     raise InputError(
         f"profile measured on {profile.device!r} does not apply to {gpu.name} (another chip); "
