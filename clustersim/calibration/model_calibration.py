@@ -314,9 +314,10 @@ _TRAINING_BYTES_PER_PARAM = 16
 
 
 def _hf_config(transformers, path: Path):
-    """The config a config.json (or a folder holding one) describes, read by the project's reader (one
-    line naming the file for anything unreadable: missing, not UTF-8, not JSON, nested too deep) and
-    built with transformers.AutoConfig.for_model, never looked up on the Hub."""
+    """(config, the file's own keys, the file): the config a config.json (or a folder holding one)
+    describes, read by the project's reader (one line naming the file for anything unreadable: missing,
+    not UTF-8, not JSON, nested too deep) and built with transformers.AutoConfig.for_model, never looked
+    up on the Hub."""
     file = path / "config.json" if path.is_dir() else path
     raw = read_structured_file(file, "json")
     if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
@@ -332,8 +333,7 @@ def _hf_config(transformers, path: Path):
             source=str(file),
             key=field.group(1) if field else "model_type",
         ) from None
-    _check_shape_given(raw, config, file)
-    return config
+    return config, raw, file
 
 
 # The shape a transformer's config must state (the keys `clustersim models import` requires, in their
@@ -405,7 +405,7 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
             key="--hf-config",
         ) from None
     path = Path(choice.hf_config)
-    config = _hf_config(transformers, path)
+    config, raw, file = _hf_config(transformers, path)
     architecture = (getattr(config, "architectures", None) or [None])[0]
     if architecture is None:  # no class named: a causal language model of the config's type
         build = transformers.AutoModelForCausalLM.from_config
@@ -414,6 +414,7 @@ def _hugging_face(torch, choice: ModelChoice, seq_len: int | None, device: str) 
     else:
         raise InputError(f"no transformers class {architecture!r}", source=str(path), key="architectures")
     _check_hf_size(torch, config, device, path)
+    _check_shape_given(raw, config, file)
     seq = seq_len or min(getattr(config, "max_position_embeddings", 512) or 512, 512)
     runner, param_tensors = _hf_runner(torch, config, build, seq, device, str(path), architecture)
     name = choice.name or (path.parent.name if path.is_file() else path.name)
