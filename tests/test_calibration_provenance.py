@@ -344,3 +344,37 @@ def test_a_v4_profile_keeps_its_entries_through_a_merge(tmp_path):
     assert json.loads(out.read_text())["format_version"] == 5
     assert len(profile.provenance.commands) == 2
     assert copy.deepcopy(old)["provenance"]["source"] == profile.provenance.source
+
+
+def test_an_interrupt_while_the_cli_is_imported_is_one_line(monkeypatch, capsys):
+    """The console script's start-up imports (about half a second) end as an interrupt later does."""
+    import sys
+    import types
+
+    from clustersim.__main__ import main
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "clustersim.cli", Interrupted("clustersim.cli"))
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 130 and capsys.readouterr().err == "interrupted: nothing written\n"
+
+
+def test_a_stage_said_again_reads_as_still_running(capsys):
+    """Off a terminal the ticker repeats the latest stage every few seconds: the repeats say so, rather
+    than reading as the same stage started again ('round 2 of 4' twice)."""
+    import time
+
+    from clustersim.commands.support import PlainProgress
+
+    p = PlainProgress("calibrate model", every_s=0.05)
+    p.say("round 2 of 4: micro-batch 8 (3 of 4 sizes)")
+    time.sleep(0.3)
+    p.close(finished=False)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2 and "(still running)" not in lines[0]
+    again = "calibrate model: round 2 of 4: micro-batch 8 (3 of 4 sizes) (still running), "
+    assert all(line.startswith(again) for line in lines[1:])

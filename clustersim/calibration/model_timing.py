@@ -225,8 +225,9 @@ def measure(
             step(b, False)
     plain: dict[int, list] = {b: [] for b in micro_batches}
     for i in range(steps):
-        say(f"round {i + 1} of {steps}: one step at each of {len(micro_batches)} micro-batch sizes")
-        for b in micro_batches:
+        for j, b in enumerate(micro_batches, 1):
+            # each step said: a round of large micro-batches outlasts the progress interval
+            say(f"round {i + 1} of {steps}: micro-batch {b} ({j} of {len(micro_batches)} sizes)")
             plain[b].append(step(b, False))
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -52,17 +52,22 @@ ThreadsOpt = typer.Option(
 )
 
 
-@contextmanager
-def interrupted_writes_nothing():
-    """Ctrl-C during a measurement: one line saying nothing was written (every output of the calibrate
-    commands is written once, at the end, atomically) and exit 130, as a shell reports an interrupt."""
-    from clustersim.commands.support import err_console
+def interruptible(fn):
+    """Ctrl-C during a measurement (or the imports before it): one line saying nothing was written
+    (every output of the measuring commands is written once, at the end, atomically) and exit 130, as a
+    shell reports an interrupt."""
 
-    try:
-        yield
-    except KeyboardInterrupt:
-        err_console.print("interrupted: nothing written")
-        raise typer.Exit(130) from None
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from clustersim.commands.support import err_console
+
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            err_console.print("interrupted: nothing written")
+            raise typer.Exit(130) from None
+
+    return wrapper
 
 
 def _cluster(ref: Optional[str]):
@@ -75,6 +80,7 @@ def _cluster(ref: Optional[str]):
 
 @calibrate_app.command("run")
 @user_errors
+@interruptible
 def calibrate_run(
     device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
@@ -146,7 +152,7 @@ def calibrate_run(
             )
         _written_profile(profile, out, json_out, f" ({testbed} emulated hosts at {rate})")
         return
-    with interrupted_writes_nothing(), spinner("calibrate", json_out) as progress:
+    with spinner("calibrate", json_out) as progress:
         profile = calibrate(
             device,
             out,
@@ -204,6 +210,7 @@ def calibrate_import(
 
 @calibrate_app.command("model")
 @user_errors
+@interruptible
 @with_catalogs
 def calibrate_model(
     model: Optional[str] = typer.Option(None, "--model", help="Catalog model (shipped or --catalog)."),
@@ -266,7 +273,7 @@ def calibrate_model(
     sizes = _int_list(micro_batches, "--micro-batches")
     choice = ModelChoice(model, scenario, hf_config, module, layers, name, implementation)
     command = "clustersim " + " ".join(sys.argv[1:])
-    with interrupted_writes_nothing(), spinner("calibrate model", json_out) as progress:
+    with spinner("calibrate model", json_out) as progress:
         profile, report = calibrate_model(
             choice,
             device,

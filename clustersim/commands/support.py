@@ -541,6 +541,7 @@ class PlainProgress:
         _progress_shown.set()
         self.done = 0
         self.message: str | None = None
+        self._said: str | None = None  # the stage the last line printed
         self.phase_start = self.last_print = time.monotonic()
         self.start = command_elapsed_origin()  # elapsed: the command's; the estimate left: this phase's
         self._step = 0  # the last 10% mark printed
@@ -552,7 +553,9 @@ class PlainProgress:
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         if self.message is not None:
-            return f"{self.label}: {self.message}, {elapsed:,.1f} s elapsed"
+            # the same stage again: said to be still running, not repeated as if it had started anew
+            still = " (still running)" if self.message == self._said else ""
+            return f"{self.label}: {self.message}{still}, {elapsed:,.1f} s elapsed"
         unit = f" {self.unit}" if self.unit else ""
         if not self.total:
             count = f"{self.done:,}{unit}, " if self.done else ""
@@ -567,6 +570,7 @@ class PlainProgress:
         self.last_print = time.monotonic()
         sys.stderr.write(self.line() + "\n")
         sys.stderr.flush()
+        self._said = self.message
 
     def _tick(self) -> None:
         while not self._stop.wait(min(1.0, self.every_s)):
