@@ -182,6 +182,17 @@ def test_show_lists_each_command_and_each_models_code_optimizer_threads_and_sour
     assert "code hf, optimizer adamw, torch 2.13.0, threads 1, machine AMD EPYC (vm)" in text
     assert "source: clustersim calibrate model --model BERT-Base" in text
     assert "measured on 1 torch thread(s)" in text  # the mismatch, where the entry is shown
+    assert "BERT-Base seq 32, micro-batches" in text
+
+
+def test_show_gives_a_cnn_its_image_side_not_a_sequence(runner, tmp_path):
+    data = _profile(2, 2)
+    data["model_compute"] = [{**_entry(2, model="ResNet-50"), "seq_len": 224}]
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(data))
+    result = runner.invoke(app, ["calibrate", "show", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "ResNet-50 image 224x224, micro-batches" in result.output and "seq 224" not in result.output
 
 
 def test_show_says_why_a_quick_fit_has_no_held_out_error_and_never_prints_a_zero_alpha(runner, tmp_path):

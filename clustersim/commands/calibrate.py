@@ -567,7 +567,8 @@ def _print_compute(p) -> None:
     d = p.dispatch
     if d is not None:
         console.print(
-            f"dispatch rates ({d.fingerprint.device}): host {d.host_s_per_kernel_forward * 1e6:.1f} µs per "
+            f"dispatch rates ({d.fingerprint.device}{_threads(d.fingerprint.threads)}): host "
+            f"{d.host_s_per_kernel_forward * 1e6:.1f} µs per "
             f"forward kernel, {d.host_s_per_kernel_backward * 1e6:.1f} µs per backward kernel, "
             f"{d.host_s_per_param_tensor * 1e6:.1f} µs per parameter tensor in the optimizer; device "
             f"{d.device_s_per_kernel * 1e6:.2f} µs fixed per kernel"
