@@ -389,3 +389,28 @@ def test_a_stage_said_again_reads_as_still_running(capsys):
     assert len(lines) >= 2 and "(still running)" not in lines[0]
     again = "calibrate model: round 2 of 4: micro-batch 8 (3 of 4 sizes) (still running), "
     assert all(line.startswith(again) for line in lines[1:])
+
+
+def test_a_refit_lists_the_measuring_command_then_calibrate_fit(runner, tmp_path, monkeypatch):
+    sizes = [2**k for k in range(12, 24)]
+    raw = {
+        "format": "clustersim-raw",
+        "format_version": 1,
+        "device_name": "cpu",
+        "provenance": {"source": "clustersim calibrate run --quick", "threads": 2, "quick": True},
+        "memory": [{"bytes": 4e8, "traffic_bytes": 8e8, "median_s": 8e-4}],
+        "collectives": [
+            {"op": "all_reduce", "nodes": 1, "gpus_per_node": 2, "bytes": s, "median_s": 1e-5 + s / 1e11}
+            for s in sizes
+        ],
+    }
+    path, out = tmp_path / "raw.json", tmp_path / "p.json"
+    path.write_text(json.dumps(raw))
+    args = ["calibrate", "fit", str(path), "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["clustersim", *args])  # the command line the record keeps
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    measured, fitted = load_profile(str(out)).provenance.commands
+    assert measured.source == "clustersim calibrate run --quick" and measured.threads == 2 and measured.quick
+    assert "hardware rates" in measured.wrote and "collective fits" in measured.wrote
+    assert fitted.source.startswith("clustersim calibrate fit") and fitted.date

@@ -155,9 +155,18 @@ def _stamp(raw: dict, torch, device: str, command: str, ranks: int, quick: bool)
     raw["provenance"]["quick"] = quick
 
 
-def save_profile(raw: dict, out: Path, cluster=None) -> Profile:
-    """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file)."""
+def save_profile(raw: dict, out: Path, cluster=None, refit_by: str | None = None) -> Profile:
+    """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file).
+    ``refit_by``: the command that fitted measurements another command took (`calibrate fit`), listed
+    after it among the commands that wrote the profile."""
     data = build_profile(raw, cluster)
+    if refit_by is not None:
+        from datetime import datetime, timezone
+
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        data["provenance"]["commands"].append(
+            {"source": refit_by, "date": when, "wrote": "the fits, from the measurements listed before it"}
+        )
     profile = parse_profile(data, str(out))
     write_json_atomically(out, data)
     return profile
@@ -181,5 +190,5 @@ def read_raw(path: Path) -> dict:
     return data
 
 
-def fit_file(raw_path: Path, out: Path, cluster=None) -> Profile:
-    return save_profile(read_raw(raw_path), out, cluster)
+def fit_file(raw_path: Path, out: Path, cluster=None, command: str | None = None) -> Profile:
+    return save_profile(read_raw(raw_path), out, cluster, refit_by=command)

@@ -179,10 +179,13 @@ def calibrate_fit(
 ):
     """Fit the collective model's parameters (per link class bandwidth and latency, per-op efficiency,
     with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
+    import sys
+
     from clustersim.calibration.run import fit_file
 
     check_writable_file(out)
-    _written_profile(fit_file(raw, out, _cluster(cluster)), out, json_out)
+    command = "clustersim " + " ".join(sys.argv[1:])
+    _written_profile(fit_file(raw, out, _cluster(cluster), command), out, json_out)
 
 
 @calibrate_app.command("import-nccl-tests")
