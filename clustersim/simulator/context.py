@@ -420,10 +420,7 @@ def build_context(
             )
     if device_note:
         ctx.notes.append(device_note)
-    used = ctx.model_compute or ctx.transferred_from
-    threads = thread_mismatch(prof, used) if prof is not None and used is not None else None
-    if threads:
-        ctx.notes.append(f"profile {_profile_label(ref, prof)}: {threads}")
+    ctx.notes.extend(_thread_notes(ctx, _profile_label(ref, prof)))
     ctx.notes.extend(_ignored_workload_keys(scenario))
     unmeasured = _unmeasured_code_note(scenario, prof)
     if unmeasured:
@@ -546,6 +543,14 @@ def check_profile_device(profile: Profile, gpu: GpuSpec, label: str) -> str | No
         source=label,
         key="device",
     )
+
+
+def _thread_notes(ctx: "SimulationContext", label: str) -> list[str]:
+    """A CPU profile's model measurement used at hardware rates measured on another thread count (the
+    model's own entry scaled by them, or another model's carried at them): one note naming both."""
+    used = ctx.model_compute or ctx.transferred_from
+    why = thread_mismatch(ctx.profile, used) if ctx.profile is not None and used is not None else None
+    return [f"profile {label}: {why}"] if why else []
 
 
 def _profile_label(ref, prof: Profile | None) -> str:
