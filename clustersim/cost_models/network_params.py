@@ -11,13 +11,15 @@ collective does beyond moving its bytes over the ring bottleneck (all-to-all's m
 flows, per-message overheads of a software stack such as gloo's TCP transport).
 
 Uncertainty: the parameters come with a covariance of their logarithms (from the fit, or the
-documented default widths below), and ``time_scale`` carries the scatter of measured medians around
-the fitted model. ``sample`` draws parameter sets from that distribution; propagating each through
+documented default widths below), and ``scatter`` carries the scatter of measured medians around
+the fitted model, the run-to-run spread measured at each size and a growth past the largest measured
+size. ``sample`` draws parameter sets from that distribution; propagating each through
 the simulator gives the prediction's P10/P50/P90 (simulator/uncertainty.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 
@@ -33,6 +35,15 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 #   A100 240 vs 228-235 (docs/uncertainty.md): 3-5% off; 0.10 is a conservative width.
 # * Per-hop latency: NCCL's own tuning constants are coarse (tuning.cc); a factor of ~1.6 (0.5).
 DEFAULT_SIGMA = {"bw_eff.net": 0.20, "bw_eff.intra": 0.10, "hop_s": 0.5}
+# How a calibrated collective's band widens past the largest size its fit measured: this log-sigma per
+# e-fold of the ratio (ln(bytes / largest measured)), added in quadrature to the fit's scatter and the
+# run-to-run spread. Measured by fitting the shipped testbed sweeps (17 files: 1-32 MiB at 8 hosts,
+# 4 KiB-8 MiB in the `testbed validate` runs) on their small sizes only (up to 1/8 and 1/64 of the
+# largest, on 2 hosts and on 2+4 hosts) and predicting the larger measured ones (1,530 predictions,
+# ratios 1.1-64x): without it 72% of the measured medians fell inside the predicted P10-P90 (60% from
+# 1/64 of the range, whose small messages do not show the bandwidth), with 0.125 80%; the clean
+# 1-32 MiB files alone needed 0.095 (benchmarks/network_band_evidence.py reproduces both).
+SIZE_EXTRAPOLATION_SIGMA = 0.125
 
 
 def class_key(latency_class: str, nic_kind: str) -> str:
@@ -70,6 +81,12 @@ class NetworkParams:
     log_cov: tuple[tuple[float, ...], ...] = ()
     residual_sigma: float = 0.0
     calibrated_classes: tuple[str, ...] = ()
+    # op -> ((bytes, log-sigma of one repetition), ...) ascending: the sizes the fit measured and the
+    # run-to-run spread there (calibration/network_fit.measured_spread); empty: not recorded
+    spread: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # this draw's standard normal for the scatter (nominal: 0): every collective of a draw is slower or
+    # faster together, by its own width (scatter)
+    scatter_z: float = 0.0
 
     @classmethod
     def from_calibration(cls, cal, label: str) -> "NetworkParams":
@@ -85,8 +102,35 @@ class NetworkParams:
             log_cov=tuple(tuple(row) for row in cal.log_covariance),
             residual_sigma=cal.residual_sigma,
             calibrated_classes=tuple(cal.calibrated_classes),
+            spread={op: tuple((float(b), float(v)) for b, v in table) for op, table in cal.spread.items()},
         )
         return base.with_values(names, cal.parameters.values())
+
+    def measured_range(self, op: str) -> tuple[float, float] | None:
+        """The smallest and largest size the fit measured ``op`` at; None where not recorded."""
+        table = self.spread.get(op)
+        return (table[0][0], table[-1][0]) if table else None
+
+    def scatter_sigma(self, op: str, nbytes: float, largest: float | None = None) -> float:
+        """Log-sigma of a calibrated collective's time about the fitted model, beyond the parameters'
+        covariance: the scatter of measured medians about the model (``residual_sigma``), the
+        run-to-run spread measured at the nearest measured size, and past the largest measured size
+        (``largest``, else the fit's own for this op) SIZE_EXTRAPOLATION_SIGMA per e-fold."""
+        table = self.spread.get(op, ())
+        run = 0.0
+        if table:
+            i = bisect.bisect_left(table, (nbytes,))
+            near = [table[j] for j in (i - 1, i) if 0 <= j < len(table)]
+            run = min(near, key=lambda e: abs(math.log(e[0] / nbytes)))[1]
+        top = largest if largest is not None else (table[-1][0] if table else None)
+        beyond = SIZE_EXTRAPOLATION_SIGMA * math.log(nbytes / top) if top and nbytes > top else 0.0
+        return math.sqrt(self.residual_sigma**2 + run**2 + beyond**2)
+
+    def scatter(self, op: str, nbytes: float, largest: float | None = None) -> float:
+        """This draw's factor on a calibrated collective's time (1 at the nominal parameters)."""
+        if self.scatter_z == 0.0:
+            return 1.0
+        return math.exp(self.scatter_z * self.scatter_sigma(op, nbytes, largest))
 
     def bandwidth_factor(self, cls: str, op: str) -> float:
         return self.bw_eff.get(cls, 1.0) * self.op_bw_eff.get(op, 1.0)
@@ -130,11 +174,10 @@ class NetworkParams:
             w, v = np.linalg.eigh(np.asarray(self.log_cov, dtype=float))
             root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root @ root.T
             draws = np.asarray(self.log_mean) + z[:, :k] @ root.T
-            scales = np.exp(self.residual_sigma * z[:, k])
             col = k + 1
             calibrated = [
-                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
-                for row, s in zip(draws, scales)
+                replace(self.with_values(self.names, np.exp(row)), scatter_z=float(s))
+                for row, s in zip(draws, z[:, k])
             ]
         else:
             calibrated = [self] * len(z)
@@ -154,20 +197,20 @@ class NetworkParams:
     ) -> list["NetworkParams"]:
         """``n`` parameter sets drawn from this set's uncertainty.
 
-        Calibrated parameters: multivariate normal in log space (the fit's covariance) times a
-        lognormal ``time_scale`` of the residual scatter. Every class in ``classes`` that the
-        calibration did not measure gets independent lognormal factors of the documented default
-        widths (DEFAULT_SIGMA) on its bandwidth and hop latency.
+        Calibrated parameters: multivariate normal in log space (the fit's covariance) and one
+        standard normal ``scatter_z`` per draw for the scatter about the model (scatter_sigma). Every
+        class in ``classes`` that the calibration did not measure gets independent lognormal factors of
+        the documented default widths (DEFAULT_SIGMA) on its bandwidth and hop latency.
         """
         out = []
         if self.names:
             mean = np.asarray(self.log_mean)
             cov = np.asarray(self.log_cov)
             draws = rng.multivariate_normal(mean, cov, size=n, method="eigh")
-            scales = np.exp(rng.normal(0.0, self.residual_sigma, size=n))
+            scatter = rng.normal(0.0, 1.0, size=n)
             calibrated = [
-                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
-                for row, s in zip(draws, scales)
+                replace(self.with_values(self.names, np.exp(row)), scatter_z=float(s))
+                for row, s in zip(draws, scatter)
             ]
         else:
             calibrated = [self] * n
