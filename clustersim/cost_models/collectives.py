@@ -111,7 +111,7 @@ class CollectiveModel:
             if hit is not None:
                 sizes = self.measured.size_range(op, shape)
                 self._note_range(op, nbytes, sizes)
-                if self.params.scatter_z == 0.0:
+                if self.params.scatter_z == 0.0 and not self.params.op_z:
                     return hit
                 return replace(hit, time=hit.time * self.params.scatter(op, nbytes, sizes and sizes[1]))
         if self.params.calibrated:
