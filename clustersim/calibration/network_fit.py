@@ -13,7 +13,9 @@ positive, weak log-normal priors centred on the documented defaults so a paramet
 see (e.g. NVLink latency from a CPU cluster) stays at its default with a wide interval instead of
 wandering. The covariance is the inverse Gauss-Newton Hessian, inflated by the reduced chi-square
 when the model misfits; ``residual_sigma`` is the scatter of measured medians about the fitted model
-(run-to-run spread plus misfit), added to every prediction's interval. Which algorithm a backend
+(misfit plus the medians' own noise) and ``spread`` the run-to-run spread of one repetition at each
+measured size (measured_spread), both added to every prediction's interval, which also widens with how
+far a size lies past the largest measured (network_params.SIZE_EXTRAPOLATION_SIGMA). Which algorithm a backend
 runs (gloo: ring or halving-doubling? binomial or ring broadcast?) is chosen per op by the fit
 residual; NCCL keeps its own choice between ring and tree.
 
@@ -77,15 +79,23 @@ class Point:
     plans: dict  # algorithm -> Decomposition
     model: CollectiveModel
     inputs: algos.Inputs  # built once: the fit prices every point hundreds of times
+    sample_sigma: float | None = None  # one repetition's log-sigma about the median (_sample_sigma)
+
+
+def _sample_sigma(r: dict) -> float | None:
+    """Log-sigma of one timed repetition about its median, from the record's P10-P90 (a lognormal's
+    P10-P90 is exp(mu -+ Z90 sigma)); None where the record has no spread."""
+    p10, p90 = r.get("p10_s"), r.get("p90_s")
+    if not (p10 and p90 and p10 > 0 and p90 >= p10):
+        return None
+    return (math.log(p90) - math.log(p10)) / (2 * Z90)
 
 
 def _point_sigma(r: dict) -> float:
-    p10, p90, med = r.get("p10_s"), r.get("p90_s"), r["median_s"]
-    spread = 0.0
-    if p10 and p90 and p10 > 0 and p90 >= p10:
-        # sigma of one sample from its P10-P90, then of the median of `repeats` samples
-        spread = (math.log(p90) - math.log(p10)) / (2 * Z90) / math.sqrt(max(int(r.get("repeats") or 1), 1))
-    return math.hypot(spread, MIN_POINT_SIGMA) if med > 0 else MIN_POINT_SIGMA
+    one = _sample_sigma(r)
+    # sigma of one sample from its P10-P90, then of the median of `repeats` samples
+    spread = 0.0 if one is None else one / math.sqrt(max(int(r.get("repeats") or 1), 1))
+    return math.hypot(spread, MIN_POINT_SIGMA) if r["median_s"] > 0 else MIN_POINT_SIGMA
 
 
 def points_from(records: list[dict], spec: ClusterSpec, source: str) -> list[Point]:
@@ -114,8 +124,36 @@ def points_from(records: list[dict], spec: ClusterSpec, source: str) -> list[Poi
             models[key] = CollectiveModel(cluster)
         inputs = algos.Inputs(models[key].cluster, shape, float(nbytes))
         plans = {name: fn(inputs) for name, fn in algos.applicable(op, shape).items()}
-        points.append(Point(op, shape, float(nbytes), float(t), _point_sigma(r), plans, models[key], inputs))
+        points.append(
+            Point(
+                op,
+                shape,
+                float(nbytes),
+                float(t),
+                _point_sigma(r),
+                plans,
+                models[key],
+                inputs,
+                _sample_sigma(r),
+            )
+        )
     return points
+
+
+def measured_spread(points: list[Point]) -> dict[str, list[tuple[float, float]]]:
+    """Per op, the measured sizes (ascending) with the run-to-run spread measured there: the median
+    over the group shapes measured at that size of one repetition's log-sigma (0 where no record had a
+    P10-P90). A prediction is one more run: its band holds this spread, not only the fit's parameter
+    covariance, which shrinks with the number of points however much each run scatters. On the
+    emulated testbed the medians of nine sweeps of one machine scattered between sessions by about
+    this much (log-sd of medians / one repetition's log-sigma: 1.16 below 64 KiB, 0.87 at 64 KiB-1 MiB,
+    0.94 at 1-8 MiB; benchmarks/network_band_evidence.py)."""
+    by: dict[str, dict[float, list[float]]] = {}
+    for p in points:
+        by.setdefault(p.op, {}).setdefault(p.nbytes, []).append(p.sample_sigma or 0.0)
+    return {
+        op: [(size, float(np.median(sig))) for size, sig in sorted(sizes.items())] for op, sizes in by.items()
+    }
 
 
 def _classes(points: list[Point], nic_kind: str) -> list[str]:
@@ -270,6 +308,7 @@ def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParam
         "classes": classes,
         "algorithms": algorithms,
         "protocols": protocols,
+        "spread": measured_spread(points),
     }
     return params, stats
 
@@ -359,6 +398,7 @@ def _as_params(stats: dict, source: str) -> NetworkParams:
         log_cov=tuple(tuple(float(v) for v in row) for row in stats["cov"]),
         residual_sigma=stats["residual_sigma"],
         calibrated_classes=tuple(stats["classes"]),
+        spread={op: tuple(table) for op, table in stats["spread"].items()},
     )
     return base.with_values(stats["names"], np.exp(stats["x"]))
 
@@ -421,4 +461,5 @@ def fit_network(records: list[dict], spec: ClusterSpec, backend: str, source: st
         "points": len(points),
         "shapes": sorted({(p.shape.nodes, p.shape.gpus_per_node) for p in points}),
         "extrapolation": check,
+        "spread": {op: [[size, sigma] for size, sigma in table] for op, table in stats["spread"].items()},
     }

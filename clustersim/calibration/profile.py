@@ -295,6 +295,25 @@ class NetworkCalibration(_Strict):
     points: Count = Field(ge=0)
     shapes: list[tuple[Count, Count]] = Field(default_factory=list)
     extrapolation: ExtrapolationCheck | None = None
+    spread: dict[CollectiveOp, list[tuple[Number, Number]]] = Field(
+        default_factory=dict,
+        description="op -> (bytes, log-sigma of one timed collective about its median: the median over "
+        "the measured group shapes of that size's P10-P90), ascending: the measured sizes and their "
+        "run-to-run spread, which every band priced from this fit holds",
+    )
+
+    @field_validator("spread")
+    @classmethod
+    def _spread(cls, spread: dict) -> dict:
+        for op, table in spread.items():
+            sizes = [b for b, _ in table]
+            if any(b <= 0 for b in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:])):
+                raise ValueError(f"spread of {op}: sizes must be positive and ascending")
+            for _, sigma in table:
+                if sigma < 0:
+                    raise ValueError(f"spread of {op}: a log-sigma cannot be negative")
+                _log_sigma(sigma, f"spread of {op}")
+        return spread
 
     @field_validator("cluster")
     @classmethod

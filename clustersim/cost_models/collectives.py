@@ -22,15 +22,21 @@ Each cost also reports the bytes that cross intra-node links and NICs per node, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.catalog import hardware_defaults
 from clustersim.cost_models import closed_forms as cf
 from clustersim.cost_models import collective_algorithms as algos
-from clustersim.cost_models.network_params import DEFAULT, NetworkParams, class_key
+from clustersim.cost_models.network_params import (
+    DEFAULT,
+    SIZE_EXTRAPOLATION_SIGMA,
+    NetworkParams,
+    class_key,
+)
 from clustersim.errors import InputError
 from clustersim.identifiers import CollectiveAlgorithm, CollectiveOp, Protocol
 from clustersim.topologies.cluster import Cluster, GroupShape
+from clustersim.units import format_bytes
 
 OPS = tuple(CollectiveOp)
 assert set(OPS) == set(algos.ops()), "every collective op needs registered algorithms"
@@ -103,7 +109,13 @@ class CollectiveModel:
         if self.measured is not None:
             hit = self.measured.predict(op, nbytes, shape)
             if hit is not None:
-                return hit
+                sizes = self.measured.size_range(op, shape)
+                self._note_range(op, nbytes, sizes)
+                if self.params.scatter_z == 0.0 and not self.params.op_z:
+                    return hit
+                return replace(hit, time=hit.time * self.params.scatter(op, nbytes, sizes and sizes[1]))
+        if self.params.calibrated:
+            self._note_range(op, nbytes, self.params.measured_range(op))
         candidates = self._candidates(op, algorithm, shape)
         if not candidates:
             raise InputError(
@@ -126,6 +138,31 @@ class CollectiveModel:
                 if best is None or rank < best_rank:
                     best, best_rank = c, rank
         return best
+
+    def _note_range(self, op: str, nbytes: float, sizes: tuple[float, float] | None) -> None:
+        """Remember a size outside the range its fit measured (``extrapolated``: op -> (smallest and
+        largest such size priced, the measured range)), for the run's note."""
+        if sizes is None or sizes[0] <= nbytes <= sizes[1]:
+            return
+        lo, hi = self.extrapolated.get(op, ((nbytes, nbytes), sizes))[0]
+        self.extrapolated[op] = ((min(lo, nbytes), max(hi, nbytes)), sizes)
+
+    def extrapolation_notes(self) -> list[str]:
+        """One line per op priced outside the sizes its fit measured (calibrated model or measured fit)."""
+        out = []
+        for op, ((lo, hi), (m_lo, m_hi)) in sorted(self.extrapolated.items()):
+            size = format_bytes(hi) if hi > m_hi else format_bytes(lo)
+            if hi > m_hi and lo < m_lo:
+                size = f"{format_bytes(lo)} and {format_bytes(hi)}"
+            elif lo != hi:
+                size = f"{format_bytes(lo)}–{format_bytes(hi)}"
+            widens = f"; its band widens by log-σ {SIZE_EXTRAPOLATION_SIGMA:g} per e-fold past the largest"
+            past = widens + " measured" if hi > m_hi else ""
+            out.append(
+                f"{op} of {size} priced from a fit measured at {format_bytes(m_lo)}–{format_bytes(m_hi)}: "
+                f"extrapolated{past}"
+            )
+        return out
 
     def _spine_blind_inputs(self, shape: GroupShape, nbytes: float) -> algos.Inputs | None:
         """The group as NCCL's tuner sees it where the fabric's spine would bind: the same NICs on a
@@ -162,6 +199,7 @@ class CollectiveModel:
         self._hop_cache: dict[tuple[str, str], float] = {}
         self._cost_cache: dict[tuple, CollectiveCost] = {}
         self._pace_cache: dict[int, float] = {}
+        self.extrapolated: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
 
     def pacing(self, nodes: int) -> float:
         """The factor on a lockstep collective's network legs across ``nodes`` nodes: each step waits for
@@ -219,7 +257,7 @@ class CollectiveModel:
             for leg in plan.legs
         ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
-        time = (self.base_latency(protocol) + latency + t) * prm.time_scale
+        time = (self.base_latency(protocol) + latency + t) * prm.time_scale * prm.scatter(op, inputs.nbytes)
         return CollectiveCost(
             op,
             inputs.nbytes,

@@ -118,6 +118,13 @@ class MeasuredCollectives:
         """What differs from the measured hardware in the parts a group of this shape uses."""
         return [d for part in _parts_used(shape, self.fabric_leaf) for d in self.differences.get(part, ())]
 
+    def size_range(self, op: str, shape) -> tuple[float, float] | None:
+        """The smallest and largest size this shape's fit of ``op`` measured (its per-size table);
+        None where the fit does not record them."""
+        fit = self.fits.get((op, shape.nodes, shape.gpus_per_node))
+        sizes = [b for b, _ in getattr(fit, "busbw_by_size", None) or ()]
+        return (min(sizes), max(sizes)) if sizes else None
+
     def predict(self, op: str, nbytes: float, shape) -> CollectiveCost | None:
         fit = self.fits.get((op, shape.nodes, shape.gpus_per_node))
         if fit is None or shape.sharing != 1:

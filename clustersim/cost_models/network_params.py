@@ -11,13 +11,15 @@ collective does beyond moving its bytes over the ring bottleneck (all-to-all's m
 flows, per-message overheads of a software stack such as gloo's TCP transport).
 
 Uncertainty: the parameters come with a covariance of their logarithms (from the fit, or the
-documented default widths below), and ``time_scale`` carries the scatter of measured medians around
-the fitted model. ``sample`` draws parameter sets from that distribution; propagating each through
+documented default widths below), and ``scatter`` carries the scatter of measured medians around
+the fitted model, the run-to-run spread measured at each size and a growth past the largest measured
+size. ``sample`` draws parameter sets from that distribution; propagating each through
 the simulator gives the prediction's P10/P50/P90 (simulator/uncertainty.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 
@@ -33,6 +35,16 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 #   A100 240 vs 228-235 (docs/uncertainty.md): 3-5% off; 0.10 is a conservative width.
 # * Per-hop latency: NCCL's own tuning constants are coarse (tuning.cc); a factor of ~1.6 (0.5).
 DEFAULT_SIGMA = {"bw_eff.net": 0.20, "bw_eff.intra": 0.10, "hop_s": 0.5}
+# How a calibrated collective's band widens past the largest size its fit measured: this log-sigma per
+# e-fold of the ratio (ln(bytes / largest measured)), added in quadrature to the run-to-run spread.
+# Measured on the shipped testbed sweeps (16 files: 1-32 MiB at 2-8 hosts, and the 4 KiB-8 MiB sweeps
+# of the `testbed validate` runs), each fitted on its small sizes only (up to 1/8 and up to 1/64 of its
+# largest, on 2 hosts and on 2+4 hosts) and predicting its larger measured ones: 1,206 predictions at
+# 1.1-64x the largest fitted size. Without growth 69% of the measured medians fell inside the predicted
+# P10-P90 (87% of those fitted up to 1/8; 58% of those fitted up to 1/64, whose large sizes ran up to
+# 3x slower than the small sizes' fit said: a bottleneck the small sizes do not show); 0.175 is the
+# value that puts 80% of all of them inside (94% and 72%). benchmarks/network_band_evidence.py.
+SIZE_EXTRAPOLATION_SIGMA = 0.175
 
 
 def class_key(latency_class: str, nic_kind: str) -> str:
@@ -70,6 +82,16 @@ class NetworkParams:
     log_cov: tuple[tuple[float, ...], ...] = ()
     residual_sigma: float = 0.0
     calibrated_classes: tuple[str, ...] = ()
+    # op -> ((bytes, log-sigma of one repetition), ...) ascending: the sizes the fit measured and the
+    # run-to-run spread there (calibration/network_fit.measured_spread); empty: not recorded
+    spread: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # This draw's standard normals (nominal: 0). ``scatter_z`` moves every collective together by the
+    # scatter of medians about the model (a misfit of the model is the same in every collective);
+    # ``op_z`` each op apart by its run-to-run spread and its extrapolation (scatter): on the emulated
+    # testbed the session-to-session shifts of one op's 1-8 MiB medians and another's correlated by
+    # 0.18, of one op's small and large sizes by 0.4 (nine sweeps of one machine, docs/calibration.md)
+    scatter_z: float = 0.0
+    op_z: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_calibration(cls, cal, label: str) -> "NetworkParams":
@@ -85,8 +107,42 @@ class NetworkParams:
             log_cov=tuple(tuple(row) for row in cal.log_covariance),
             residual_sigma=cal.residual_sigma,
             calibrated_classes=tuple(cal.calibrated_classes),
+            spread={op: tuple((float(b), float(v)) for b, v in table) for op, table in cal.spread.items()},
         )
         return base.with_values(names, cal.parameters.values())
+
+    def measured_range(self, op: str) -> tuple[float, float] | None:
+        """The smallest and largest size the fit measured ``op`` at; None where not recorded."""
+        table = self.spread.get(op)
+        return (table[0][0], table[-1][0]) if table else None
+
+    def spread_sigma(self, op: str, nbytes: float, largest: float | None = None) -> float:
+        """Log-sigma of a calibrated collective's time about the fitted model that is this op's own
+        (beyond the parameters' covariance and the residual scatter): the run-to-run spread measured at
+        the nearest measured size and, past the largest measured size (``largest``, else the fit's own
+        for this op), SIZE_EXTRAPOLATION_SIGMA per e-fold of the ratio."""
+        table = self.spread.get(op, ())
+        run = 0.0
+        if table:
+            i = bisect.bisect_left(table, (nbytes,))
+            near = [table[j] for j in (i - 1, i) if 0 <= j < len(table)]
+            run = min(near, key=lambda e: abs(math.log(e[0] / nbytes)))[1]
+        top = largest if largest is not None else (table[-1][0] if table else None)
+        beyond = SIZE_EXTRAPOLATION_SIGMA * math.log(nbytes / top) if top and nbytes > top else 0.0
+        return math.hypot(run, beyond)
+
+    def scatter(self, op: str, nbytes: float, largest: float | None = None) -> float:
+        """This draw's factor on a calibrated collective's time (1 at the nominal parameters): the
+        residual scatter shared by every collective, and this op's own spread (spread_sigma)."""
+        z = self.op_z.get(op, 0.0)
+        if self.scatter_z == 0.0 and z == 0.0:
+            return 1.0
+        own = z * self.spread_sigma(op, nbytes, largest) if z else 0.0
+        return math.exp(self.scatter_z * self.residual_sigma + own)
+
+    def _spread_ops(self) -> tuple[str, ...]:
+        """The ops whose run-to-run spread a draw moves apart (one standard normal each), in order."""
+        return tuple(sorted(self.spread))
 
     def bandwidth_factor(self, cls: str, op: str) -> float:
         return self.bw_eff.get(cls, 1.0) * self.op_bw_eff.get(op, 1.0)
@@ -114,9 +170,9 @@ class NetworkParams:
 
     def dimensions(self, classes: tuple[str, ...] = ()) -> int:
         """Independent standard normals one draw of ``from_normals`` consumes: the calibrated
-        parameters and the residual scatter (when calibrated), then a bandwidth and a hop latency per
-        class the calibration did not measure."""
-        own = len(self.names) + 1 if self.names else 0
+        parameters, the residual scatter and one per op with a measured spread (when calibrated), then
+        a bandwidth and a hop latency per class the calibration did not measure."""
+        own = len(self.names) + 1 + len(self.spread) if self.names else 0
         return own + 2 * sum(1 for c in classes if c not in self.calibrated_classes)
 
     def from_normals(self, z: np.ndarray, classes: tuple[str, ...] = ()) -> list["NetworkParams"]:
@@ -130,11 +186,15 @@ class NetworkParams:
             w, v = np.linalg.eigh(np.asarray(self.log_cov, dtype=float))
             root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root @ root.T
             draws = np.asarray(self.log_mean) + z[:, :k] @ root.T
-            scales = np.exp(self.residual_sigma * z[:, k])
-            col = k + 1
+            ops = self._spread_ops()
+            col = k + 1 + len(ops)
             calibrated = [
-                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
-                for row, s in zip(draws, scales)
+                replace(
+                    self.with_values(self.names, np.exp(row)),
+                    scatter_z=float(zi[k]),
+                    op_z={op: float(v) for op, v in zip(ops, zi[k + 1 : col])},
+                )
+                for row, zi in zip(draws, z)
             ]
         else:
             calibrated = [self] * len(z)
@@ -154,20 +214,26 @@ class NetworkParams:
     ) -> list["NetworkParams"]:
         """``n`` parameter sets drawn from this set's uncertainty.
 
-        Calibrated parameters: multivariate normal in log space (the fit's covariance) times a
-        lognormal ``time_scale`` of the residual scatter. Every class in ``classes`` that the
-        calibration did not measure gets independent lognormal factors of the documented default
-        widths (DEFAULT_SIGMA) on its bandwidth and hop latency.
+        Calibrated parameters: multivariate normal in log space (the fit's covariance), one standard
+        normal ``scatter_z`` per draw for the residual scatter and one per op for its spread. Every
+        class in ``classes`` that the calibration did not measure gets independent lognormal factors of
+        the documented default widths (DEFAULT_SIGMA) on its bandwidth and hop latency.
         """
         out = []
         if self.names:
             mean = np.asarray(self.log_mean)
             cov = np.asarray(self.log_cov)
             draws = rng.multivariate_normal(mean, cov, size=n, method="eigh")
-            scales = np.exp(rng.normal(0.0, self.residual_sigma, size=n))
+            scatter = rng.normal(0.0, 1.0, size=n)
+            ops = self._spread_ops()
+            per_op = rng.normal(0.0, 1.0, size=(n, len(ops)))
             calibrated = [
-                replace(self.with_values(self.names, np.exp(row)), time_scale=self.time_scale * float(s))
-                for row, s in zip(draws, scales)
+                replace(
+                    self.with_values(self.names, np.exp(row)),
+                    scatter_z=float(s),
+                    op_z={op: float(v) for op, v in zip(ops, zs)},
+                )
+                for row, s, zs in zip(draws, scatter, per_op)
             ]
         else:
             calibrated = [self] * n

@@ -939,6 +939,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         ctx.notes.extend(n for n in ctx.network.notes if n not in ctx.notes)
         for what in sorted(ctx.network.fallbacks):
             ctx.notes.append(f"flow backend: no flow model for {what}; its analytical time is used")
+    # sizes priced outside what their fit measured (the band widens past the largest: network_params)
+    ctx.notes.extend(n for n in ctx.collectives.extrapolation_notes() if n not in ctx.notes)
     return SimulationResult(
         scenario=scenario.name,
         optimizer=strategy.name,
