@@ -293,7 +293,7 @@ def test_bad_cost_files_and_options_are_one_line_from_the_cli(tmp_path):
         (["--cost", "rent", "--instances", str(bad)], [str(bad), "instances.p5.48xlarge.price_per_hour"]),
         (["--cost", "rent", "--instance", "p9.huge"], ["--instance", "unknown instance 'p9.huge'"]),
         (["--cost", "lease"], ["--cost", "must be own or rent"]),
-        (["--own-prices", str(tmp_path / "none.yaml")], ["none.yaml", "no such file"]),
+        (["--own-prices", str(tmp_path / "none.yaml")], ["none.yaml", "file not found"]),
     ):
         r = CliRunner().invoke(app, [*args, *extra])
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output

@@ -67,6 +67,14 @@ def run_check(
     train_set = _ranks(train_ranks, "--train-ranks")
     test_set = _ranks(test_ranks, "--test-ranks")
     all_ranks = sorted({p.shape.ranks for p in test_pts})
+    if not all_ranks:
+        files = predict_files or train_files
+        raise InputError(
+            "no collective measured across 2 or more ranks, nothing to fit or predict (a single-GPU "
+            "calibration measures compute only; `calibrate run --testbed 8` measures collectives)",
+            source=", ".join(str(f) for f in files),
+            key="collectives",
+        )
     if test_set is None:
         test_set = {all_ranks[-1]}
     if train_set is None:

@@ -645,7 +645,13 @@ class _pool:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self.executor = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+            from clustersim.sweeps.run import quiet_on_sigint, sigint_held
+
+            self.executor = ProcessPoolExecutor(
+                self.size, mp_context=multiprocessing.get_context("fork"), initializer=quiet_on_sigint
+            )
+            with sigint_held():  # the first submit forks every worker: Ctrl-C is the parent's alone
+                self.executor.submit(int).result()
         self._entered += 1
         return self
 

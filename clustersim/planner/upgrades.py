@@ -36,9 +36,10 @@ def load_have(path: Path, base) -> Any:
     are the team's code and recipe (fused kernels, precision, micro-batch); one line naming the file and
     key when it is not a valid cluster."""
     source = str(path)
-    if not Path(path).is_file():
-        raise InputError("no such file", source=source, key="--have")
-    data = read_structured_file(Path(path))
+    try:
+        data = read_structured_file(Path(path))
+    except InputError as exc:
+        raise exc.located(key_prefix="--have") from None
     if not isinstance(data, dict) or not isinstance(data.get("cluster"), dict):
         raise InputError(
             "expected a scenario-style file with a `cluster:` mapping", source=source, key="cluster"

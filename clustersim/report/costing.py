@@ -16,11 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import parse_yaml
+from clustersim.io import parse_yaml, read_input_text
 from clustersim.report.prices import (
     amortisation_terms,
     catalog_number,
@@ -108,9 +107,7 @@ def _number(value, source, key, *, low: float = 0.0, strict: bool = True, most=N
 def _text(name: str, path: str | None) -> tuple[str, str]:
     if path is None:
         return resources.files("clustersim.catalogs").joinpath(name).read_text(), name
-    if not Path(path).is_file():
-        raise InputError("no such file", source=str(path))
-    return Path(path).read_text(), str(path)
+    return read_input_text(path), str(path)
 
 
 def _mapping(data, source: str, key: str | None = None) -> dict:

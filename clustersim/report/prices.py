@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from clustersim.errors import InputError
-from clustersim.io import load_yaml, parse_yaml
+from clustersim.io import load_yaml, parse_yaml, read_input_text
 
 NETWORK_CATALOG = "network_prices.yaml"
 NETWORK_PARTS = ("nic", "switch_port", "cable")
@@ -120,9 +119,10 @@ def network_catalog(path: str | None = None) -> dict[str, Any]:
             NETWORK_CATALOG,
         )
     else:
-        if not Path(path).is_file():
-            raise InputError("no such file", source=str(path), key="--network-prices")
-        text, source = Path(path).read_text(), str(path)
+        try:
+            text, source = read_input_text(path), str(path)
+        except InputError as exc:
+            raise exc.located(key_prefix="--network-prices") from None
     data = parse_yaml(text, source)
     if not isinstance(data, dict):
         raise InputError("expected a mapping like catalogs/network_prices.yaml", source=source)

@@ -152,6 +152,40 @@ def simulate_batch(
 PARENT_CHECK_S = 0.2
 
 
+class sigint_held:
+    """Holds Ctrl-C back (blocks SIGINT in this thread) while a pool starts its workers: a forked or
+    spawned worker inherits the blocked mask, so the interrupt the terminal sends to the whole process
+    group waits in the worker until its initializer (ignore_sigint) discards it, instead of raising
+    KeyboardInterrupt inside an import or a queue read and printing a traceback per worker. This
+    process gets its interrupt as soon as the block is lifted."""
+
+    def __enter__(self):
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        return self
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
+def ignore_sigint() -> None:
+    """A pool worker's first step: ignore Ctrl-C (the parent stops the work and says what was kept),
+    then let through the signals sigint_held blocked while the worker started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _exit_quietly(signum, frame) -> None:
+    os._exit(128 + signum)
+
+
+def quiet_on_sigint() -> None:
+    """A plan worker's first step: Ctrl-C ends it at once and without a word (the parent, interrupted
+    too, says the plan was stopped). Not ignored, as a sweep's workers do: a plan's job can run for
+    minutes, and the parent's exit would wait for it; a worker that ends releases the parent at once."""
+    signal.signal(signal.SIGINT, _exit_quietly)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _worker_init(parent: int) -> None:
     """Workers leave Ctrl-C to the parent, which stops the sweep and says how to resume; and they die
     with it. A pool's workers otherwise outlive a parent killed by SIGKILL or SIGTERM (no cleanup runs):
@@ -161,7 +195,7 @@ def _worker_init(parent: int) -> None:
     its last writer gone and exits too."""
     import threading
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_sigint()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -217,7 +251,8 @@ def _run_on_processes(batches: list, base_json: dict, args: tuple, workers: int,
         while queue or pending:
             while queue and not broken and len(pending) < 2 * spawned:
                 i, batch = queue.pop()
-                pending[pool.submit(simulate_batch, base_json, batch, *args)] = i
+                with sigint_held():  # a submit may spawn a worker
+                    pending[pool.submit(simulate_batch, base_json, batch, *args)] = i
             if pending and collect(0):
                 return []
             if queue:  # this process takes the next batch itself

@@ -68,6 +68,9 @@ METRICS = [
     "mfu",  # model FLOPs utilisation and, for a transformer, tokens/s per GPU (run's model_flops)
     "tokens_per_s_per_gpu",
 ]
+# Columns every results file has had since sweeps began; reports and resumes read them by name (a file
+# without one was edited by hand: a renamed column is refused, not read as a KeyError).
+REQUIRED_COLUMNS = ("row_id", "status", "world_size", "gpu", "optimizer", "iteration_time_s")
 
 
 def check_results_path(path: Path) -> None:
@@ -302,6 +305,11 @@ def _csv_lines(path: Path, tolerate_cut: bool) -> tuple[list[str], list[dict[str
     if not lines or "row_id" not in lines[0] or "status" not in lines[0]:
         raise InputError("line 1: not a clustersim results header", source=str(path))
     header = lines[0]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(
+            f"line 1: not a clustersim results header (no {', '.join(missing)} column)", source=str(path)
+        )
     rows = []
     cut = not text.endswith("\n")
     for i, fields in enumerate(lines[1:], start=2):

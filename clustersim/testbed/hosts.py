@@ -114,7 +114,7 @@ def netem_available() -> bool:
 def load_state() -> Testbed | None:
     try:
         return Testbed(**json.loads(STATE_FILE.read_text()))
-    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+    except (FileNotFoundError, ValueError, TypeError):  # ValueError: not JSON, or not UTF-8 at all
         return None
 
 
