@@ -10,6 +10,8 @@ naming the file and key) and numbers are the same as the CLI's, which calls the 
 from __future__ import annotations
 
 import datetime
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -44,8 +46,57 @@ def load_scenario(source: str | Path | dict | Scenario, changes: dict[str, Any] 
     elif isinstance(source, dict):
         scenario = validate_scenario(source, source="<dict>")
     else:
-        scenario = _load_ref(source)
-    return scenario.with_changes(**changes) if changes else scenario
+        scenario = _load_ref(_scenario_ref(source))
+    return scenario.with_changes(**_changes(changes)) if changes is not None else scenario
+
+
+def _scenario_ref(source: Any) -> str:
+    """``preset:NAME`` or a file path, as a string; anything else (None, a number, bytes, an empty
+    string) is an InputError that says what a scenario may be, not "None: file not found"."""
+    kinds = "preset:NAME, a YAML/JSON file path, a mapping or a Scenario"
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
+    if not isinstance(source, str):
+        raise InputError(f"expected {kinds}, got {_brief(source)}", key="scenario")
+    if not source.strip():
+        raise InputError(f"expected {kinds}, got an empty string", key="scenario")
+    return source
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _changes(changes: Any) -> dict[str, Any]:
+    """``changes`` as a mapping of dotted keys to values: a list of pairs or "key=value" text (the CLI's
+    --set) is refused by name, not a TypeError from inside."""
+    if not isinstance(changes, Mapping):
+        raise InputError(
+            f'expected a mapping of dotted keys to values ({{"cluster.nodes": 4}}), got {_brief(changes)}',
+            key="changes",
+        )
+    for key in changes:
+        if not isinstance(key, str):
+            raise InputError(f"expected dotted keys (strings), got {_brief(key)}", key="changes")
+    return dict(changes)
+
+
+def _path(value: Any, argument: str) -> str | None:
+    """A file or folder argument: None, a string or a pathlib.Path, as a string; anything else is an
+    InputError naming the argument."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise InputError(f"expected a path (str or pathlib.Path), got {_brief(value)}", key=argument)
+
+
+def _profile(value: Any) -> Any:
+    """``profile``: a path (str or pathlib.Path), ``builtin:NAME`` or a loaded Profile."""
+    from clustersim.calibration.profile import Profile
+
+    return value if isinstance(value, Profile) else _path(value, "profile")
 
 
 @dataclass
@@ -90,6 +141,8 @@ class Simulation:
 
     def write_trace(self, path: str | Path) -> None:
         """A Chrome/Perfetto trace of the iteration, as ``run --trace`` writes it."""
+        if _path(path, "path") is None:
+            raise InputError("expected a path (str or pathlib.Path), got None", key="path")
         self.result.write_trace(Path(path))
 
 
@@ -100,6 +153,7 @@ def simulate(
     calibration profile (path or ``builtin:NAME``); ``samples`` > 0 adds the P10-P90 band from that many
     draws of the uncertain parameters (the CLI's ``run`` uses 32)."""
     _samples(samples)
+    profile = _profile(profile)
     s = load_scenario(scenario)
     return Simulation(s, _simulate(s, profile, uncertainty_samples=samples))
 
@@ -249,6 +303,7 @@ def compare(
     if isinstance(gpus, Iterable) and not isinstance(gpus, str):
         gpus = list(gpus)
     _check_compare_types(optimizers, gpus, samples, baseline, global_batch, break_even_at, steps, warmup)
+    profile = _profile(profile)
     s = load_scenario(scenario)
     names = optimizers
     counts = [s.cluster.world_size] if gpus is None else list(dict.fromkeys(gpus))  # each count once
@@ -324,6 +379,19 @@ def sweep(
 
     if samples is not None:  # None: the sweep file's own `samples`, checked with the file
         _samples(samples)
+    if workers is not None:  # as --workers: 1 or more (None: one per core)
+        _count(workers, "workers")
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise InputError(
+            f"expected a scheduler address (tcp://HOST:PORT), got {_brief(scheduler)}", key="scheduler"
+        )
+    sweep_file = _path(sweep_file, "sweep_file")
+    out = _path(out, "out")
+    if sweep_file is None or out is None:
+        raise InputError(
+            "expected a path (str or pathlib.Path), got None", key="out" if out is None else "sweep_file"
+        )
+    profile = _profile(profile)
     sw = load_sweep(sweep_file, profile=profile, samples=samples)
     with sw.catalogs_in_use():
         notes = sw.unused_axes()
@@ -475,13 +543,23 @@ def plan(
     from clustersim.report.costing import have_models, model_from_options, network_option
 
     _samples(samples)
+    if not isinstance(model, str) or not model.strip():
+        raise InputError(f"expected a model name (a string), got {_brief(model)}", key="model")
     if global_batch is not None:
         _count(global_batch, "global_batch")
     hours = _deadline_hours(deadline)
     budget = _budget(budget)
-    if catalog is not None and isinstance(catalog, str | Path):
+    if catalog is not None and isinstance(catalog, str | os.PathLike):
         catalog = [catalog]
-    catalogs = None if catalog is None else [Path(c) for c in catalog]
+    if catalog is not None and not isinstance(catalog, list | tuple):
+        raise InputError(
+            f"expected a catalog path or a list of them, got {_brief(catalog)}",
+            key="catalog",
+        )
+    catalogs = None if catalog is None else [Path(_path(c, "catalog")) for c in catalog]
+    candidates, have, profile = _path(candidates, "candidates"), _path(have, "have"), _profile(profile)
+    network_prices, instances = _path(network_prices, "network_prices"), _path(instances, "instances")
+    own_prices = _path(own_prices, "own_prices")
     path = None if candidates is None else Path(candidates)
     try:
         tokens = _whole(tokens, "tokens")
