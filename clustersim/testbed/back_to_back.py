@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 
+from clustersim.testbed.hosts import down_on_sigterm
+
 REPEAT = 15  # timed repetitions after a barrier each (the sweep's kind), after 2 warm-up calls
 IN_A_ROW = 8  # collectives issued back to back, as ZeRO-3 issues a layer's after the previous one's
 MODULE = "clustersim.testbed.back_to_back"  # what each host runs (``__name__`` is __main__ under -m)
@@ -67,6 +69,7 @@ def job(nbytes: int, out: str) -> int:
     return 0
 
 
+@down_on_sigterm
 def probe(
     host_counts: list[int], rates: list[str], nbytes: int, progress=None, cpus_per_host: float | None = None
 ) -> dict:

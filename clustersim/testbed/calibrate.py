@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clustersim.calibration.collectives import OPS
 from clustersim.calibration.run import save_profile
+from clustersim.errors import InputError
 from clustersim.testbed import hosts, sweep
 from clustersim.testbed.shaping import parse_rate
 from clustersim.units import parse_bytes
 
 
+@hosts.down_on_sigterm
 def calibrate_on_testbed(
     n_hosts: int,
     rate: str,
@@ -24,7 +27,18 @@ def calibrate_on_testbed(
 ):
     """Bring the testbed up (unless it is), sweep, fit and write the profile; ``progress(message)``."""
     bits = parse_rate(rate)
-    lo, hi = int(parse_bytes(min_bytes)), int(parse_bytes(max_bytes))
+    lo, hi = _size(min_bytes, "--min-bytes"), _size(max_bytes, "--max-bytes")
+    if lo > hi:  # checked before the testbed comes up: a sweep of no sizes measures nothing
+        raise InputError(
+            f"{min_bytes} is more than --max-bytes {max_bytes}: no message size to measure",
+            key="--min-bytes",
+        )
+    unknown = [op for op in ops.split(",") if op.strip() not in OPS]
+    if unknown or not ops.strip():
+        raise InputError(
+            f"unknown collective {', '.join(map(repr, unknown)) or repr(ops)}; known: {', '.join(OPS)}",
+            key="--ops",
+        )
     tb, created = hosts.up(n_hosts, bits, cpus_per_host=cpus_per_host)
     try:
         command = (
@@ -46,3 +60,10 @@ def calibrate_on_testbed(
         if created:
             hosts.down(tb)
     return save_profile(raw, out)
+
+
+def _size(text: str, option: str) -> int:
+    try:
+        return int(parse_bytes(text))
+    except InputError as exc:
+        raise exc.located(key_prefix=option) from None

@@ -8,10 +8,13 @@ bridge, which has no address of its own: nothing leaves the machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,32 @@ STATE_FILE = Path(os.environ.get("CLUSTERSIM_TESTBED_STATE", "/run/clustersim-te
 # independent testbed on the same machine (the tests use one, so they never meet a testbed left up).
 _ASKED = os.environ.get("CLUSTERSIM_TESTBED_PREFIX", "cst")
 PREFIX = _ASKED if _ASKED.startswith("cst") else "cst" + _ASKED
+
+
+def down_on_sigterm(fn):
+    """``fn`` (which brings the testbed up and takes it down in a ``finally``) with SIGTERM handled as
+    Ctrl-C is: it raises SystemExit(143) where the process is, so the ``finally`` kills the hosts' jobs and
+    removes the namespaces, bridge and CPU groups (by default SIGTERM ends the process at once and leaves
+    them up). A second SIGTERM during the cleanup is ignored, so the cleanup finishes; the previous
+    handler is back when ``fn`` returns. Signal handlers belong to the main thread: elsewhere ``fn`` runs
+    as it is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return wrapper
+
+
+def _terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup this starts must not be cut short
+    raise SystemExit(128 + signum)
 
 
 def bridge_name() -> str:

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Callable
 
 from clustersim.simulator.uncertainty import Interval
+from clustersim.testbed.hosts import down_on_sigterm
 from clustersim.testbed.shaping import parse_rate
 from clustersim.testbed.validate import Job, _profile, _row, scenario_for
 
@@ -174,6 +175,7 @@ def host_count_rows(
     return rows, record
 
 
+@down_on_sigterm
 def validate_paired(
     host_counts: list[int],
     rate: str,

@@ -288,6 +288,7 @@ def _row(
     return row
 
 
+@tb_hosts.down_on_sigterm
 def validate(
     host_counts: list[int],
     rate: str,
