@@ -380,7 +380,7 @@ def run(
     from clustersim.simulator import simulate
 
     if trace is not None:
-        check_writable_file(trace)  # before the work; its folder is never created silently
+        check_writable_file(trace, inputs=(scenario, profile))  # before the work; never an input
     s = _with_network(_load(scenario, settings), network)
     if chakra is not None and not chakra.is_dir():
         raise InputError(f"{chakra} is not an existing folder", key="--chakra")

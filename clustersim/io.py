@@ -7,6 +7,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -397,10 +398,19 @@ def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
     return out
 
 
-def check_writable_file(path: Path) -> Path:
-    """``path`` can be written as a file: not a folder, and its folder exists (never created silently).
-    Call it before long work so that a bad ``--out`` fails first."""
+def check_writable_file(path: Path, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` can be written as a file: not a folder, and its folder exists (never created silently),
+    and it is none of the command's ``inputs`` (the scenario, the raw file, a results folder's files):
+    writing one would replace what the command read, so ``--out`` naming an input is refused. Call it
+    before long work so that a bad ``--out`` fails first."""
     path = Path(path)
+    for given in inputs:
+        if given is not None and same_file(path, given):
+            also = "" if str(given) == str(path) else f" ({given})"
+            raise InputError(
+                f"is also this command's input{also}; writing it would replace it: give another file",
+                source=str(path),
+            )
     if path.is_dir():
         raise InputError("is a folder; give a file name", source=str(path))
     if not path.parent.is_dir():
@@ -409,6 +419,15 @@ def check_writable_file(path: Path) -> Path:
     if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only folder or file system, said up front
         raise InputError(f"cannot write: {path.parent} is not writable; nothing written", source=str(path))
     return path
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file: the same file on disk (a hard or symbolic link, ``./x`` and
+    ``x``), or, before it exists, the same absolute path with links resolved."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet)
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def write_text_atomically(path: Path, text: str | bytes, mode: int | None = None) -> None:

@@ -186,17 +186,31 @@ def entry_yaml(name: str, entry: dict) -> str:
     return yaml.safe_dump({name: entry}, sort_keys=False, default_flow_style=False)
 
 
-def append_entry(out: Path, name: str, entry: dict) -> None:
+def append_entry(out: Path, name: str, entry: dict, config: Path | None = None) -> None:
     """Add the entry to a user models file (created if missing, never its folder); an existing name is
-    refused; written atomically."""
+    refused; written atomically. The file is YAML (.yaml or .yml: a catalog is read by its suffix), never
+    the ``config`` it was made from, and an existing file must be a catalog (GPU and model entries): the
+    entry appended to a scenario would make neither a scenario nor a catalog."""
+    from clustersim.catalog import read_user_catalog
     from clustersim.io import check_writable_file, write_text_atomically
 
-    check_writable_file(out)
+    check_writable_file(out, inputs=(config,))
+    if Path(out).suffix.lower() not in (".yaml", ".yml"):
+        raise InputError("the entry is written as YAML: give a .yaml or .yml file", source=str(out))
     text = read_input_text(out) if out.exists() else ""
     if text:
         existing = parse_yaml(text, str(out)) or {}
         if not isinstance(existing, dict):
             raise InputError("expected a mapping of names to entries", source=str(out))
+        try:
+            read_user_catalog(out)
+        except InputError as exc:
+            where = f"{exc.key}: " if exc.key else ""
+            raise InputError(
+                f"not a catalog of GPU and model entries ({where}{exc.message}); nothing added: give a new "
+                "file or a models catalog",
+                source=str(out),
+            ) from None
         if name in existing:
             raise InputError(f"{name!r} is already in this file; choose another --name", source=str(out))
     if text and not text.endswith("\n"):

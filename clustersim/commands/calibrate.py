@@ -20,7 +20,7 @@ from clustersim.commands.support import (
 )
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
-from clustersim.io import check_writable_file
+from clustersim.io import check_writable_file, same_file
 from clustersim.units import format_bytes
 
 calibrate_app = typer.Typer(
@@ -133,7 +133,9 @@ def calibrate_run(
     command = "clustersim " + " ".join(sys.argv[1:])
     for path in (out, raw_out):  # a bad output path fails before minutes of measurements
         if path is not None:
-            check_writable_file(path)
+            check_writable_file(path, inputs=(cluster,))
+    if raw_out is not None and same_file(raw_out, out):
+        raise InputError(f"{raw_out} is also --out: the profile would replace the raw file", key="--raw-out")
     if testbed is not None:
         from clustersim.testbed.calibrate import calibrate_on_testbed
 
@@ -183,7 +185,7 @@ def calibrate_fit(
 
     from clustersim.calibration.run import fit_file
 
-    check_writable_file(out)
+    check_writable_file(out, inputs=(raw, cluster))
     command = "clustersim " + " ".join(sys.argv[1:])
     _written_profile(fit_file(raw, out, _cluster(cluster), command), out, json_out)
 
@@ -205,7 +207,7 @@ def calibrate_import(
     from clustersim.calibration.nccl_tests import parse_file, to_raw
     from clustersim.calibration.run import save_profile
 
-    check_writable_file(out)
+    check_writable_file(out, inputs=(*files, cluster))
     parsed = [parse_file(f, op, ranks, nodes) for f in files]
     profile = save_profile(to_raw(parsed, "clustersim " + " ".join(sys.argv[1:])), out, _cluster(cluster))
     _written_profile(profile, out, json_out, f" from {len(files)} file(s)")

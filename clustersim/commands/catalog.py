@@ -372,7 +372,7 @@ def models_import(
     with catalog.user_entries(models={name: catalog.TransformerArch(**entry)}):
         params = build_workload(WorkloadSpec(model=name, micro_batch=1)).params
     if out is not None:
-        append_entry(out, name, entry)
+        append_entry(out, name, entry, config)
     if json_out:
         emit_json({"name": name, "entry": entry, "params": params, "out": str(out) if out else None})
         return

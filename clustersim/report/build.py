@@ -17,7 +17,7 @@ from clustersim.io import check_writable_file, write_text_atomically
 from clustersim.planner.layout_search import layout_label
 from clustersim.report import analysis, figures
 from clustersim.scenario import validate_scenario
-from clustersim.sweeps.store import read_results
+from clustersim.sweeps.store import FILES, read_results
 from clustersim.units import format_bytes
 
 MIN_LINK_UTILISATION = 0.05  # links busier than this are worth a planner's look; the rest is noise
@@ -380,7 +380,7 @@ def write_report(
     samples: int | None = None,
     costs=None,
 ) -> dict:
-    check_writable_file(out)  # before the work
+    check_writable_file(out, inputs=[Path(results) / name for name in FILES])  # before the work
     meta, rows_ok, sections, failed = build_report(
         results, steps, price, deadline_h, budget, baseline, network, samples, costs
     )
