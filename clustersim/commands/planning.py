@@ -57,7 +57,7 @@ def sweep(
 ):
     """Run a what-if sweep on this machine's cores (or a Dask cluster with --scheduler); rows are written
     to OUT/results.csv as they finish, each with its P10–P90."""
-    from clustersim.sweeps.run import default_workers, run_locked
+    from clustersim.sweeps.run import check_scheduler, default_workers, run_locked
     from clustersim.sweeps.spec import load_sweep
     from clustersim.sweeps.store import ResultsFolder
 
@@ -67,6 +67,7 @@ def sweep(
     with sw.catalogs_in_use():
         invalid = sw.invalid_rows()
     sw.refuse_without_a_valid_row(invalid)  # before the folder is made
+    check_scheduler(scheduler)  # so is an address that does not answer
     folder = ResultsFolder(out, sw)
     with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
         folder.open()  # a folder of another sweep is refused before anything is printed
@@ -280,6 +281,8 @@ def report(
         emit_json(info)
         return
     console.print(f"report written to [bold]{out}[/] ({len(info['figures'])} figures)")
+    if info["unfinished"]:
+        console.print(f"note: {info['unfinished']}", markup=False, highlight=False)
     console.print(f"[dim]cost: {info['pricing']}[/]", highlight=False)
     for model, part in info["models"].items():
         if len(info["models"]) > 1:

@@ -54,6 +54,7 @@ def build_report(
     models, a line never joins two of them). ``samples``: draws for the paired speedup bands (default:
     the sweep's, 0 for none)."""
     meta, rows = read_results(results)
+    meta["unfinished"] = unfinished_note(meta, rows)
     jsonl = f"{results}/scenarios.jsonl"
     for r in rows:  # a sweep over sharding or tensor/pipeline sizes: each row's layout, as plan's rows
         scenario = meta["scenarios"].get(r.get("row_id"))
@@ -97,6 +98,18 @@ def build_report(
         section.rec["text"] += not_run_lines([r for r in rows if str(r.get("model")) == model])
         sections.append(section)
     return meta, rows_ok, sections, failed
+
+
+def unfinished_note(meta: dict, rows: list) -> str | None:
+    """What a report of a sweep that stopped part-way (Ctrl-C, a crash) leaves out, said, or None. A
+    folder written before sweep.json kept its row count says nothing."""
+    total = meta.get("rows")
+    if not isinstance(total, int) or isinstance(total, bool) or len(rows) >= total:
+        return None
+    return (
+        f"the sweep is unfinished: {len(rows)} of its {total} rows are in results.csv (run the sweep "
+        "again to finish it); this report covers those only"
+    )
 
 
 def not_run_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -305,6 +318,8 @@ def render_html(
         if failed
         else ""
     )
+    if meta.get("unfinished"):
+        skipped = f"<p><strong>Note: {html.escape(meta['unfinished'])}.</strong></p>" + skipped
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>clustersim report: {html.escape(meta.get("name", "sweep"))}</title>
@@ -395,6 +410,7 @@ def write_report(
     png = export_png(figs, png_dir) if png_dir is not None else None
     return {
         "out": str(out),
+        "unfinished": meta.get("unfinished"),
         "figures": list(figs),
         "recommendation": [line for sec in sections for line in _labelled(sec, len(sections) > 1)],
         "models": {

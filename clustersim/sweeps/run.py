@@ -282,6 +282,15 @@ def open_client(scheduler: str | None, workers: int):
     return Client(cluster), cluster
 
 
+def check_scheduler(scheduler: str | None) -> None:
+    """Reach ``--scheduler`` once (and let go) before a results folder is made: an address that is not
+    one, or a scheduler that does not answer, is refused with nothing written (the folder, its
+    sweep.json and lock were left behind when the connection failed after they were made)."""
+    if scheduler is not None:
+        client, _ = open_client(scheduler, 1)
+        client.close()
+
+
 def run_sweep(
     sweep: Sweep,
     out,
@@ -297,6 +306,7 @@ def run_sweep(
     process, also when the first batch says the rest takes under MIN_PARALLEL_WORK_S); an in-process
     Dask cluster cost about 15% of a sweep in scheduling and, being threads, used one core (issue #15).
     ``--scheduler`` uses that Dask cluster's workers."""
+    check_scheduler(scheduler)
     folder = ResultsFolder(out, sweep)
     with folder.locked():
         return run_locked(sweep, folder, scheduler, workers, progress, batch_size, stop_after)

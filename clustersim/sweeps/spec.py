@@ -311,6 +311,7 @@ class Sweep:
                 raise InputError("empty axis: give at least one value", source=source, key=f"vary.{axis}")
         if not spec.vary:
             raise InputError("nothing to vary", source=source, key="vary")
+        _refuse_two_axes_on_one_key(spec.vary, source)
         # what vary sets, by the scenario key each axis names (nic_gbps and cluster.nic.line_rate_gbps are
         # one key; a GPU count sets the nodes)
         varied = {AXES.get(a) or a for a in spec.vary if a != "gpus"} | {"cluster.gpu"}
@@ -609,7 +610,39 @@ def _load_sweep(path: Path, spec: SweepFile, profile, samples, paths: tuple[str,
     sweep = Sweep(spec, base, str(path), paths)
     sweep.check_values()
     sweep.spec = _with_whole_values(sweep.spec)
+    _refuse_repeated_values(sweep.spec, str(path))
     return sweep
+
+
+def _refuse_two_axes_on_one_key(vary: dict[str, list[Any]], source: str) -> None:
+    """Two axes that set one scenario key (nic_gbps and cluster.nic.line_rate_gbps; gpus, which sets the
+    nodes, and nodes) make rows whose columns disagree with what was simulated (one axis's value wins):
+    refused, naming the key and both axes."""
+    setters: dict[str, list[str]] = {}
+    for axis in vary:
+        key = "cluster.nodes" if axis == "gpus" else AXES.get(axis) or axis
+        setters.setdefault(key, []).append(axis)
+    for key, axes in setters.items():
+        if len(axes) > 1:
+            how = " (gpus sets the nodes; gpus_per_node may vary beside it)" if "gpus" in axes else ""
+            raise InputError(
+                f"two axes set {key}: {' and '.join(axes)}{how}; keep one",
+                source=source,
+                key=f"vary.{axes[1]}",
+            )
+
+
+def _refuse_repeated_values(spec: SweepFile, source: str) -> None:
+    """A value given twice in one axis (8 and 8.0 are one count) would make two rows with one row id."""
+    for axis, values in spec.vary.items():
+        seen: set[str] = set()
+        for value in values:
+            shown = json.dumps(value, sort_keys=True, default=str)
+            if shown in seen:
+                raise InputError(
+                    f"{shown} is given twice: each value once", source=source, key=f"vary.{axis}"
+                )
+            seen.add(shown)
 
 
 def _with_whole_values(spec: SweepFile) -> SweepFile:

@@ -135,6 +135,7 @@ class ResultsFolder:
             "global_batch": self.sweep.spec.global_batch,
             "samples": self.sweep.spec.samples,
             "base": self.sweep.base.model_dump(mode="json"),
+            "rows": len(self.sweep.rows()),  # a report of fewer says the sweep is unfinished
         }
         if meta_path.exists():
             old = _read_meta(meta_path)
