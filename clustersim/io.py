@@ -68,6 +68,75 @@ def _keys_beside(model: Any, loc: tuple, tags: tuple[str, ...]) -> list[str]:
     return keys
 
 
+def _section_model(annotation: Any):
+    """The model a field is a section of (itself, Optional or a union with a name), not one inside a
+    list or a mapping: a key at a wrong level is pointed at a place a dotted key can reach."""
+    import typing
+
+    if typing.get_origin(annotation) in (list, dict, tuple, set, frozenset):
+        return None
+    found = _model_in(annotation)
+    if found is None:
+        return None
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(arg) in (list, dict, tuple, set, frozenset) and _model_in(arg) is found:
+            return None
+    return found
+
+
+_PLACES: dict[Any, dict[str, list[str]]] = {}
+
+
+def _places(model: Any) -> dict[str, list[str]]:
+    """Every key ``model`` accepts anywhere in its sections: leaf name -> dotted paths (cached)."""
+    if model not in _PLACES:
+        found: dict[str, list[str]] = {}
+
+        def walk(current, prefix: str, depth: int) -> None:
+            for name, field in current.model_fields.items():
+                path = prefix + (field.alias or name)
+                found.setdefault(field.alias or name, []).append(path)
+                sub = _section_model(field.annotation)
+                if sub is not None and depth < 5:
+                    walk(sub, path + ".", depth + 1)
+
+        walk(model, "", 0)
+        _PLACES[model] = found
+    return _PLACES[model]
+
+
+# Keys users write that are not settings here, with what to write instead (leaf, or parent.leaf)
+_NOT_SETTINGS = {
+    "parallelism.data": "the data-parallel degree is not set: it is derived, GPUs / (tensor x pipeline)",
+    "cluster.gpus": "the GPU count is cluster.nodes x cluster.gpus_per_node (GPUs per node); "
+    "cluster.gpu names the GPU",
+    "cluster.model": "the model is workload.model",
+    # other tools' names (DeepSpeed's zero_optimization.stage, Megatron's --tensor-model-parallel-size)
+    "zero_stage": "the ZeRO stage is training.sharding.stage",
+    "tensor_parallel": "the tensor-parallel degree is training.parallelism.tensor",
+    "pipeline_parallel": "the pipeline-parallel degree is training.parallelism.pipeline",
+    "micro_batch_size": "the micro-batch is workload.micro_batch",
+}
+
+
+def _elsewhere(loc: tuple, tags: tuple[str, ...], model: Any) -> str | None:
+    """Where an unknown key belongs when it is a key of another section (``workload.optimizer`` is
+    training.optimizer, ``cluster.line_rate_gbps`` is cluster.nic.line_rate_gbps), or what a known
+    non-setting means; None otherwise. A place in the same top-level section is preferred."""
+    parts = [str(p) for p in loc if p not in tags and p != "[key]"]
+    if not parts:
+        return None
+    leaf, here = parts[-1], ".".join(parts)
+    for tail in (leaf, ".".join(parts[-2:]), ".".join(parts)):
+        if tail in _NOT_SETTINGS:
+            return _NOT_SETTINGS[tail]
+    places = [p for p in _places(model).get(leaf, []) if p != here]
+    if not places:
+        return None
+    places.sort(key=lambda p: (p.split(".")[0] != parts[0], p.count("."), p))
+    return f"{leaf} is set at {places[0]}"
+
+
 def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = None) -> tuple[str, str]:
     """The first pydantic error as (dotted key, one-line reason). A misspelt key shows up as an unknown
     key beside a missing one (``micro_bach`` / ``micro_batch``): that pair is reported as the typo, and
@@ -80,6 +149,8 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = N
     for e in errors:
         if e["type"] != "extra_forbidden" or not e["loc"]:
             continue
+        if model is not None and (where := _elsewhere(e["loc"], tags, model)):
+            return _dotted(e["loc"], tags), f"unknown key here: {where}"
         siblings = [str(m[-1]) for m in missing if m[:-1] == e["loc"][:-1]]
         match = difflib.get_close_matches(str(e["loc"][-1]), siblings, n=1)
         if not match and model is not None:
@@ -94,8 +165,13 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = N
     if err["type"] == "missing":
         msg = "required key is missing"
     msg = msg.removeprefix("Value error, ")
-    if isinstance(err.get("input"), bool) and "true/false" not in msg:
+    if err["type"] in ("int_parsing", "int_from_float", "int_type"):
+        msg = f"not a whole number: {_given(err.get('input'))}"
+    elif isinstance(err.get("input"), bool) and "true/false" not in msg:
         msg = f"{msg}, not {str(err['input']).lower()}"
+    elif err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        # "a valid dictionary or instance of ClusterSpec" named a class the user never wrote
+        msg = f"expected a section of keys (a mapping), not {_given(err.get('input'))}"
     elif err["type"] in ("bool_parsing", "bool_type") and isinstance(
         err.get("input"), str | int | float | None
     ):
@@ -108,6 +184,14 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = N
         if synonym:
             msg = f"{msg} ({synonym})"
     return key, msg
+
+
+def _given(value: Any) -> str:
+    """A value the user gave, for an error: YAML's spelling of null and booleans, else its repr, cut."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    text = repr(value) if isinstance(value, str | int | float) else f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # Names users bring from other tools for a value this one spells otherwise: (key, value) -> hint

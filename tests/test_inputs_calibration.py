@@ -51,7 +51,7 @@ BAD_RAW = [
     ("provenance", True, "provenance", "dictionary"),
     ("collectives.3.median_s", float("nan"), "collectives.3.median_s", "finite"),
     ("collectives.3.bytes", 0, "collectives.3.bytes", "greater than or equal to 1"),
-    ("collectives.3.nodes", True, "collectives.3.nodes", "integer"),
+    ("collectives.3.nodes", True, "collectives.3.nodes", "not a whole number: true"),
     ("collectives.3.median_s", DELETE, "collectives.3.median_s", "missing"),
     ("collectives", [1, 2], "collectives.0", ""),
     ("collectives", [_raw()["collectives"][0]], "collectives.0", "two sizes"),

@@ -289,7 +289,7 @@ def test_a_scenario_that_is_not_a_mapping_names_the_required_and_optional_keys(t
 # (sweep key, bad value, words)
 BAD_SWEEP = [
     ("steps", True, "true"),
-    ("steps", 2.5, "integer"),
+    ("steps", 2.5, "not a whole number: 2.5"),
     ("samples", True, "true"),
     ("global_batch", 1e308, "2**53"),
     ("warmup", float("nan"), "finite"),
