@@ -136,6 +136,7 @@ def calibrate_run(
             check_writable_file(path, inputs=(cluster,))
     if raw_out is not None and same_file(raw_out, out):
         raise InputError(f"{raw_out} is also --out: the profile would replace the raw file", key="--raw-out")
+    _refuse_options_of_the_other_mode(testbed is not None, locals())
     if testbed is not None:
         from clustersim.testbed.calibrate import calibrate_on_testbed
 
@@ -167,6 +168,30 @@ def calibrate_run(
             threads=threads,
         )
     _written_profile(profile, out, json_out, f" (device {profile.device})")
+
+
+# calibrate run's options that only one of its two modes reads: a testbed sweep (--testbed) measures
+# collectives over gloo on emulated hosts; without it the sweep runs on this machine's devices
+_TESTBED_ONLY = ("rate", "min_bytes", "max_bytes", "ops", "repeat", "cpus_per_host")
+_DEVICE_ONLY = ("quick", "ranks", "cluster")  # --device: its default (cuda) cannot be told from a choice
+
+
+def _refuse_options_of_the_other_mode(on_testbed: bool, given: dict) -> None:
+    """An option the chosen mode would ignore, set to other than its default, is refused by name
+    (--rate without --testbed calibrated the devices without a word about the rate)."""
+    import inspect
+
+    defaults = inspect.signature(calibrate_run).parameters
+    for name in _DEVICE_ONLY if on_testbed else _TESTBED_ONLY:
+        default = defaults[name].default
+        if given[name] != getattr(default, "default", default):
+            option = "--" + name.replace("_", "-")
+            why = (
+                "does not apply to a --testbed run (it measures collectives over gloo on the emulated hosts)"
+                if on_testbed
+                else "applies to a --testbed run only (this run measures this machine's devices)"
+            )
+            raise InputError(why, key=option)
 
 
 @calibrate_app.command("fit")

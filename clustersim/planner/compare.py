@@ -339,6 +339,20 @@ def check_request(
     plan = StepsPlan.parse(steps)
     base = choose_baseline(scenario.training.optimizer, baseline)
     warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base), warmup)
+    compared = list(dict.fromkeys([base, *optimizers]))
+    # options that would change nothing are refused, not ignored: steps for an optimizer not compared,
+    # a warmup fraction where no compared optimizer has a warmup stage (1-bit Adam's full-precision one)
+    if plan is not None and (others := [name for name, _ in plan.per if name not in compared]):
+        raise InputError(
+            f"{', '.join(others)} given steps but not compared (the optimizers: {', '.join(compared)})",
+            key="--steps",
+        )
+    if warmup is not None and all(registry.get(o).warmup_options({}) is None for o in compared):
+        raise InputError(
+            f"{warmup:g}: none of {', '.join(compared)} has a warmup stage (1-bit Adam's); nothing to apply "
+            "it to",
+            key="--warmup",
+        )
     if global_batch is not None and not 0 < global_batch <= MAX_COUNT:
         raise InputError(f"{global_batch}: a positive number of samples up to 2^53", key="--global-batch")
     at = max(counts) if break_even_at is None else break_even_at

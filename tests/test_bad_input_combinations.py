@@ -1,0 +1,71 @@
+"""Options that would change nothing are refused by name, not ignored: compare's --steps for an optimizer
+it does not compare and --warmup where no compared optimizer has a warmup stage; calibrate run's testbed
+options without --testbed, and its device options with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.inputs_support import SCENARIO, invoke, refused, write_yaml
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    return write_yaml(tmp_path / "s.yaml", SCENARIO)
+
+
+def _compare(scenario, *extra):
+    args = ["compare", scenario, "--samples", "0", "--gpus", "8", "--optimizers", "adam,binsgdm"]
+    return invoke(*args, *extra)
+
+
+def test_steps_for_an_optimizer_not_compared_is_refused(scenario):
+    refused(_compare(scenario, "--steps", "100,onebit-adam=50"), "--steps", "onebit-adam", "not compared")
+
+
+def test_warmup_without_an_optimizer_that_has_one_is_refused(scenario):
+    refused(_compare(scenario, "--warmup", "0.2"), "--warmup", "no", "warmup stage")
+
+
+def test_steps_and_warmup_for_compared_optimizers_are_taken(scenario):
+    r = invoke(
+        "compare", scenario, "--samples", "0", "--gpus", "8", "--optimizers", "adam,onebit-adam",
+        "--steps", "adam=100,onebit-adam=90", "--warmup", "0.2",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def test_the_api_names_the_arguments(scenario):
+    from clustersim import api
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        api.compare(scenario, ["adam", "binsgdm"], [8], samples=0, steps={"adam": 100, "onebit-adam": 50})
+    assert info.value.key == "steps"
+    with pytest.raises(InputError) as info:
+        api.compare(scenario, ["adam", "binsgdm"], [8], samples=0, warmup=0.2)
+    assert info.value.key == "warmup"
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--device", "cpu", "--rate", "1gbit"], "--rate"),
+        (["--device", "cpu", "--ops", "all_reduce"], "--ops"),
+        (["--device", "cpu", "--repeat", "3"], "--repeat"),
+        (["--device", "cpu", "--min-bytes", "4KiB"], "--min-bytes"),
+        (["--testbed", "2", "--quick"], "--quick"),
+        (["--testbed", "2", "--ranks", "4"], "--ranks"),
+        (["--testbed", "2", "--cluster", "preset:default"], "--cluster"),
+    ],
+)
+def test_calibrate_run_refuses_an_option_its_mode_ignores(tmp_path, monkeypatch, args, option):
+    from clustersim.calibration import run
+    from clustersim.testbed import calibrate, hosts
+
+    monkeypatch.setattr(run, "calibrate", lambda *a, **k: pytest.fail("measured before refusing"))
+    monkeypatch.setattr(calibrate, "calibrate_on_testbed", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(hosts, "up", lambda *a, **k: pytest.fail("the testbed came up"))
+    r = invoke("calibrate", "run", *args, "--out", tmp_path / "p.json")
+    refused(r, option, "--testbed")
+    assert not (tmp_path / "p.json").exists()
