@@ -69,3 +69,17 @@ def test_calibrate_run_refuses_an_option_its_mode_ignores(tmp_path, monkeypatch,
     r = invoke("calibrate", "run", *args, "--out", tmp_path / "p.json")
     refused(r, option, "--testbed")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_plan_have_says_which_parts_of_candidates_it_reads(tmp_path, scenario):
+    candidates = write_yaml(
+        tmp_path / "c.yaml",
+        {"name": "c", "base": SCENARIO, "steps": 100, "vary": {"gpus": [8, 16], "optimizer": ["adam"]}},
+    )
+    args = ["plan", "--model", "BERT-Large", "--deadline", "30d", "--samples", "0", "--have", scenario]
+    r = invoke(*args, "--candidates", candidates)
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "--candidates: with --have" in said and "gpus axes are not" in said
+    r = invoke(*args, "--steps", "100")
+    assert r.exit_code == 0 and "--candidates" not in r.output, r.output

@@ -380,6 +380,8 @@ def _plan_have(model, steps, have, candidates, global_batch, extra, instances, o
     )
     if result["tokens_note"]:
         console.print(f"[dim]{result['tokens_note']}[/]", highlight=False)
+    for note in result["recipe_notes"]:
+        console.print(f"note: {note}", markup=False, highlight=False)
     console.print(f"[dim]owned options: {result['cost_basis']}[/]", highlight=False)
     console.print(table("What to do with the cluster you have", *_have_table(result["options"]), left=2))
     console.print(

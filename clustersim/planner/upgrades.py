@@ -342,6 +342,14 @@ def plan_have(
     base = sweep.base.with_changes(**{"workload.model": model, "workload.seq_len": None})
     optimizers = list(dict.fromkeys(r["optimizer"] for r in sweep.rows() if r.get("optimizer")))
     optimizers = optimizers or [base.training.optimizer]
+    unread = [a for a in sweep.axes if a != "optimizer"]
+    if candidates is not None and unread:  # a candidates file's cluster grid: said, not silently unused
+        recipe["notes"] = [
+            *recipe["notes"],
+            f"--candidates: with --have, its optimizers, steps, global batch and base recipe are read; its "
+            f"{', '.join(unread)} axes are not (the options are the cluster you have: kept, upgraded or "
+            "grown)",
+        ]
     plan = recipe["steps"]
     if baseline is not None:
         from clustersim.planner.compare import choose_baseline
