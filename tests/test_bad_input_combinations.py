@@ -83,3 +83,19 @@ def test_plan_have_says_which_parts_of_candidates_it_reads(tmp_path, scenario):
     assert "--candidates: with --have" in said and "gpus axes are not" in said
     r = invoke(*args, "--steps", "100")
     assert r.exit_code == 0 and "--candidates" not in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    "extra, option",
+    [
+        (["--instance", "p4de.24xlarge"], "--instance"),
+        (["--instances", "INSTANCES"], "--instances"),
+    ],
+)
+def test_a_flat_price_with_an_instance_is_refused(extra, option):
+    from importlib import resources
+
+    shipped = str(resources.files("clustersim.catalogs").joinpath("instances.yaml"))
+    extra = [shipped if e == "INSTANCES" else e for e in extra]
+    args = ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d", "--samples", "0"]
+    refused(invoke(*args, "--price", "2", *extra), option, "--price", "flat rate")

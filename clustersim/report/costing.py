@@ -556,6 +556,13 @@ def cost_model(
                 "--cost own",
                 key="--network-prices",
             )
+        if price is not None and (instance is not None or instances is not None):
+            # a flat --price prices every GPU-hour alike: the instance (catalog) would go unused
+            unused = "--instance" if instance is not None else "--instances"
+            raise InputError(
+                f"--price prices every GPU at one flat rate, so nothing reads {unused}: give one of them",
+                key=unused,
+            )
         rent = Rent(load_instances(instances), instance, price, price_option=price_option)
         if have_cost_option:
             rent.owned_prices = load_ownership(None)
