@@ -295,7 +295,7 @@ def compare(
     from clustersim.planner.breakeven import break_evens_or_reason
     from clustersim.planner.compare import check_request
     from clustersim.planner.compare import compare as _compare
-    from clustersim.report.costing import compare_costs
+    from clustersim.report.costing import compare_costs, refuse_costs_without_steps
 
     # read once: a generator is used up by the first pass over it
     if isinstance(optimizers, Iterable) and not isinstance(optimizers, str):
@@ -310,6 +310,7 @@ def compare(
     try:
         request = check_request(s, names, counts, steps, baseline, warmup, global_batch, break_even_at)
         base, at = request.baseline, request.break_even_at
+        refuse_costs_without_steps(request.plan, cost=cost, instance=instance)
         rows = _compare(
             s, names, counts, steps, warmup, profile, samples=samples, baseline=base,
             global_batch=global_batch,

@@ -645,7 +645,7 @@ def compare(
 
     finite_option(warmup, "--warmup", positive=False)
     s = _with_network(_load(scenario, settings), network)
-    from clustersim.report.costing import compare_model
+    from clustersim.report.costing import compare_model, refuse_costs_without_steps
 
     asked = cost is not None or instance is not None
     catalogs = {"network": _network(network_prices), "instances": instances, "own_prices": own_prices}
@@ -656,6 +656,8 @@ def compare(
     # every argument checked before any work starts
     request = check_request(s, opts, counts, steps, baseline, warmup, global_batch, break_even_at)
     opts, plan, base, at = request.optimizers, request.plan, request.baseline, request.break_even_at
+    given = {"instances": instances, "own_prices": own_prices, "network_prices": network_prices}
+    refuse_costs_without_steps(plan, cost=cost, instance=instance, **given)
     if plan and asked:  # a GPU the asked model cannot price: said before any work
         costs.price(s.cluster.model_dump(mode="json"))
     run_args = (s, opts, counts, plan, warmup, profile)

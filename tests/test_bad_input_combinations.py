@@ -99,3 +99,24 @@ def test_a_flat_price_with_an_instance_is_refused(extra, option):
     extra = [shipped if e == "INSTANCES" else e for e in extra]
     args = ["plan", "--model", "BERT-Large", "--steps", "100", "--deadline", "3d", "--samples", "0"]
     refused(invoke(*args, "--price", "2", *extra), option, "--price", "flat rate")
+
+
+@pytest.mark.parametrize(
+    "extra, option",
+    [
+        (["--cost", "rent"], "--cost"),
+        (["--cost", "rent", "--instance", "p4de.24xlarge"], "--cost"),
+        (["--network-prices", "none"], "--network-prices"),
+    ],
+)
+def test_compare_cost_options_without_steps_are_refused(scenario, extra, option):
+    refused(_compare(scenario, *extra), option, "--steps")
+
+
+def test_the_api_refuses_a_cost_without_steps(scenario):
+    from clustersim import api
+    from clustersim.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        api.compare(scenario, ["adam"], [8], samples=0, cost="rent")
+    assert info.value.key == "cost"

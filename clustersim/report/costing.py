@@ -685,6 +685,19 @@ def compare_costs(
         return [], exc.message
 
 
+def refuse_costs_without_steps(steps, **given) -> None:
+    """Compare prices each cell's run of ``steps``: without them a cost option (``given``: the option's
+    name, with its leading -- and - as _, to its value) would price nothing, and is refused by name."""
+    if steps:
+        return
+    for name, value in given.items():
+        if value is not None:
+            option = "--" + name.replace("_", "-")
+            raise InputError(
+                f"prices a run of --steps, and none is given: give --steps or drop {option}", key=option
+            )
+
+
 def compare_model(
     gpu: str,
     cost: str | None = None,
