@@ -120,3 +120,11 @@ def test_the_api_refuses_a_cost_without_steps(scenario):
     with pytest.raises(InputError) as info:
         api.compare(scenario, ["adam"], [8], samples=0, cost="rent")
     assert info.value.key == "cost"
+
+
+def test_cost_own_with_an_instance_catalog_is_refused(scenario):
+    from importlib import resources
+
+    shipped = str(resources.files("clustersim.catalogs").joinpath("instances.yaml"))
+    r = _compare(scenario, "--steps", "100", "--cost", "own", "--instances", shipped)
+    refused(r, "--instances", "--cost own")

@@ -574,6 +574,12 @@ def cost_model(
             f"{' and '.join(given)} {verb} a rented cluster; drop {them} or use --cost rent",
             key="--cost",
         )
+    if kind_given and instances is not None:  # an owned run reads no instance price
+        raise InputError(
+            "--cost own prices servers (the ownership catalog, --own-prices), so nothing reads --instances: "
+            "drop it, or price the run as rented with --cost rent",
+            key="--instances",
+        )
     net = None if network is None else network_catalog(None if network == "default" else str(network))
     rent = Rent(load_instances(instances), price_option=price_option) if have_cost_option else None
     return Own(load_ownership(own_prices), net, rent)
