@@ -128,3 +128,21 @@ def test_cost_own_with_an_instance_catalog_is_refused(scenario):
     shipped = str(resources.files("clustersim.catalogs").joinpath("instances.yaml"))
     r = _compare(scenario, "--steps", "100", "--cost", "own", "--instances", shipped)
     refused(r, "--instances", "--cost own")
+
+
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("training.parallelism.sequence_parallel", True, "tensor-parallel group"),
+        ("training.parallelism.schedule", "interleaved", "pipeline 1"),
+        ("training.offload.placement", "cpu", "offload.mode is none"),
+        ("training.sharding.prefetch_bucket_mb", 10, "stage 0"),
+    ],
+)
+def test_a_training_setting_its_layout_never_reads_is_noted(key, value, why):
+    from clustersim import api
+    from tests.inputs_support import changed
+
+    notes = api.simulate(changed(SCENARIO, key, value)).result.notes
+    assert any(n.startswith(f"{key} is not used") and why in n for n in notes), notes
+    assert not any("is not used" in n for n in api.simulate(SCENARIO).result.notes)

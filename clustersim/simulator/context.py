@@ -422,6 +422,7 @@ def build_context(
         ctx.notes.append(device_note)
     ctx.notes.extend(_thread_notes(ctx, _profile_label(ref, prof)))
     ctx.notes.extend(_ignored_workload_keys(scenario))
+    ctx.notes.extend(_ignored_training_keys(scenario))
     unmeasured = _unmeasured_code_note(scenario, prof)
     if unmeasured:
         ctx.notes.append(unmeasured)
@@ -491,6 +492,33 @@ def _ignored_workload_keys(scenario) -> list[str]:
                 "describes (NVIDIA's MLPerf ResNet code) run on 16-bit channels_last tensors; priced as given"
             )
     return notes
+
+
+def _ignored_training_keys(scenario) -> list[str]:
+    """One note per training key the scenario sets that its layout never reads (sequence parallelism
+    without a tensor-parallel group, a pipeline schedule without a pipeline, offload settings with
+    offload off, ZeRO stage-3 prefetch settings below stage 3), as _ignored_workload_keys does for the
+    workload: a setting that changes nothing says so."""
+    t = scenario.training
+    par, off, sh = t.parallelism, t.offload, t.sharding
+    unused = []
+    if par.tensor == 1 and par.sequence_parallel and "sequence_parallel" in par.model_fields_set:
+        unused.append(("parallelism.sequence_parallel", "it splits a tensor-parallel group's activations"))
+    if par.pipeline == 1:
+        unused += [
+            (f"parallelism.{k}", "pipeline 1 has no pipeline to schedule")
+            for k in ("schedule", "virtual_stages")
+            if k in par.model_fields_set and getattr(par, k) != type(par).model_fields[k].default
+        ]
+    if off.mode == "none":
+        unused += [(f"offload.{k}", "offload.mode is none") for k in sorted(off.model_fields_set - {"mode"})]
+    if sh.framework == "deepspeed" and sh.stage < 3:
+        unused += [
+            (f"sharding.{k}", f"a ZeRO stage-3 setting, at stage {sh.stage}")
+            for k in ("prefetch_bucket_mb", "max_live_parameters")
+            if k in sh.model_fields_set
+        ]
+    return [f"training.{key} is not used: {why}" for key, why in unused]
 
 
 def _other_cluster_note(measured: MeasuredCollectives | None, c, label: str) -> str | None:
