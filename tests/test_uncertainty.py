@@ -426,3 +426,22 @@ def test_break_even_draws_past_the_pcie_cap_are_counted_not_clamped():
     # a draw of no perturbation is the nominal crossing; a rate past the search's top is never returned
     d = _draw(Run(comp), Run(base), None, None, be.gbps)
     assert d == pytest.approx(be.gbps, rel=1e-2) and d < SEARCH_GBPS[1]
+
+
+def test_run_says_how_wide_the_network_band_is_and_why():
+    """The band's network part by link class, at the documented default widths (network_params.
+    DEFAULT_SIGMA: 0.20 for a network link, 0.10 inside a node, 0.5 for a hop's latency), and why a
+    measured effective rate keeps the network's width; nothing for one GPU."""
+    from clustersim.simulator.uncertainty import network_band_source
+
+    result = simulate(load_scenario("preset:default"))
+    said = result.sources["network band"]
+    assert said.startswith("pcie rate -12%/+14%, net_ethernet_tcp rate -23%/+29%, per-hop latency -47%/+90%")
+    assert "a measured effective_gbps keeps" in said
+    one_node = simulate(load_scenario("preset:dgx-h100-gpt3-1.3b").with_changes(**{"cluster.nodes": 1}))
+    assert "net_" not in one_node.sources["network band"]  # no NIC in one node's collectives
+    one_gpu = simulate(load_scenario("preset:dgx-h100-gpt3-1.3b").with_world_size(1))
+    assert "network band" not in one_gpu.sources
+    from clustersim.simulator.context import build_context
+
+    assert network_band_source(build_context(load_scenario("preset:default").with_world_size(1))) is None

@@ -40,6 +40,7 @@ from clustersim.simulator.uncertainty import (
     Interval,
     compute_band_source,
     host_band_source,
+    network_band_source,
     perturbations,
 )
 from clustersim.workloads.builder import build_workload
@@ -911,6 +912,9 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.offload_placement is not None or scenario.training.memory_breakdown:
         sources["host band"] = host_band_source()
+    network_band = network_band_source(ctx)
+    if network_band is not None:
+        sources["network band"] = network_band
     if scenario.training.offload.gradient_copy == "blocking":
         sources["page faults"] = page_fault_source(scenario.cluster.host)
     if ctx.profile is not None:

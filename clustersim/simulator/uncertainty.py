@@ -277,6 +277,49 @@ def host_band_source() -> str:
     )
 
 
+def _width(sigma: float) -> str:
+    """A lognormal's P10/P90 about its median, as "-19%/+23%"."""
+    return f"-{1 - math.exp(-_Z90 * sigma):.0%}/+{math.exp(_Z90 * sigma) - 1:.0%}"
+
+
+def network_band_source(ctx: SimulationContext) -> str | None:
+    """One line for `run`: how wide the network's part of the band is per link class, and why; None
+    without a collective (one GPU)."""
+    from clustersim.cost_models.network_params import DEFAULT_SIGMA
+
+    c = ctx.scenario.cluster
+    if c.world_size <= 1:
+        return None
+    params = ctx.collectives.params
+    classes = ctx.collectives.classes(GroupShape(max(2, c.nodes), c.gpus_per_node))
+    used = [k for k in classes if c.nodes > 1 or not k.startswith("net_")]
+    parts = []
+    for k in used:
+        if k in params.calibrated_classes:
+            continue
+        sigma = DEFAULT_SIGMA["bw_eff.net" if k.startswith("net_") else "bw_eff.intra"]
+        parts.append(f"{k} rate {_width(sigma)}")
+    if parts:
+        parts.append(f"per-hop latency {_width(DEFAULT_SIGMA['hop_s'])} (P10-P90)")
+    said = ", ".join(parts)
+    calibrated = sorted(k for k in used if k in params.calibrated_classes)
+    if calibrated:
+        spread = ", each op's measured run-to-run spread, wider past its largest measured size"
+        said += ("; " if said else "") + (
+            f"{', '.join(calibrated)}: the profile's fit (its covariance and residual scatter"
+            + (spread if params.spread else "")
+            + ")"
+        )
+    if any(k.startswith("net_") and k not in params.calibrated_classes for k in used):
+        said += (
+            "; the network's is the documented default (log-sigma 0.20, docs/uncertainty.md), which a "
+            "measured effective_gbps keeps: what a collective draws from a NIC is not what iperf's one "
+            "stream measures (NCCL's ring drew 4.8 Gb/s on the 1-bit Adam cluster whose iperf read 4.1); "
+            "`calibrate run` measures it"
+        )
+    return said
+
+
 def perturbations(ctx: SimulationContext, n: int, seed: int = 0) -> list[Perturbation]:
     """``n`` draws of the uncertain parameters of this context's models (quasi_normals: the first
     column is the compute factor, the others the collective model's parameters)."""
