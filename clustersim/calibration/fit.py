@@ -19,7 +19,7 @@ from clustersim.calibration.compute_fit import fit_gemm_model
 from clustersim.calibration.network_fit import fit_network, measured_cluster
 from clustersim.calibration.plausible import drop_precision, refuse_implausible
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
-from clustersim.calibration.provenance import command_record
+from clustersim.calibration.provenance import PROFILE_FIELDS, command_record
 from clustersim.calibration.screen import FitNotes, screen
 from clustersim.cost_models.closed_forms import busbw_factor
 from clustersim.cost_models.measured_collectives import segmented_time
@@ -234,26 +234,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "device": device,
-        "provenance": {
-            k: v
-            for k, v in prov.items()
-            if k
-            in {
-                "source",
-                "date",
-                "device_name",
-                "device_count",
-                "driver",
-                "cuda",
-                "torch",
-                "nccl",
-                "gloo",
-                "cpu",
-                "host",
-                "threads",
-                "quick",
-            }
-        },
+        "provenance": {k: v for k, v in prov.items() if k in PROFILE_FIELDS},
     }
     _fit_compute(profile, raw, notes)
     if raw.get("memory"):

@@ -549,19 +549,9 @@ def calibrate_model(
     mc, rates = model_timing.fit(
         measured, held, device, resolved.name, resolved.seq_len, fp, resolved.param_tensors(), source
     )
-    prov_fields = (
-        "source",
-        "date",
-        "device_name",
-        "device_count",
-        "driver",
-        "cuda",
-        "torch",
-        "cpu",
-        "host",
-        "threads",
-    )
-    prov = {k: v for k, v in machine.items() if k in prov_fields}
+    from clustersim.calibration.provenance import MACHINE_FIELDS
+
+    prov = {k: v for k, v in machine.items() if k in MACHINE_FIELDS}
     prov.setdefault("date", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     profile = store(out, catalog_name_for(torch, device), prov, mc, rates, base)
     mismatch = thread_mismatch(profile, mc)

@@ -64,6 +64,23 @@ def _driver_version() -> str | None:
         return None
 
 
+# The fields of a provenance that say which machine and software measured: what a profile's header keeps
+# from ``calibrate model`` (a device's own measurements, no collectives); ``calibrate run`` adds its
+# collective library and mode (PROFILE_FIELDS).
+MACHINE_FIELDS = (
+    "source",
+    "date",
+    "device_name",
+    "device_count",
+    "driver",
+    "cuda",
+    "torch",
+    "cpu",
+    "host",
+    "threads",
+)
+PROFILE_FIELDS = (*MACHINE_FIELDS, "nccl", "gloo", "quick")
+
 # The fields of a provenance (calibration/provenance.py) a profile's command record keeps (CommandRecord).
 RECORD_FIELDS = ("source", "date", "device_name", "cpu", "host", "torch", "threads", "quick")
 
