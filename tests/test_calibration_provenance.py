@@ -17,6 +17,7 @@ from clustersim.calibration.profile import (
     thread_mismatch,
 )
 from clustersim.cli import app
+from clustersim.errors import InputError
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 
@@ -414,3 +415,32 @@ def test_a_refit_lists_the_measuring_command_then_calibrate_fit(runner, tmp_path
     assert measured.source == "clustersim calibrate run --quick" and measured.threads == 2 and measured.quick
     assert "hardware rates" in measured.wrote and "collective fits" in measured.wrote
     assert fitted.source.startswith("clustersim calibrate fit") and fitted.date
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "says"),
+    [
+        ("provenance.threads", 10**9, "less than or equal to 8192"),
+        ("model_compute.0.fingerprint.threads", True, "not a whole number: true"),
+        ("model_compute.0.fingerprint.threads", 10**9, "less than or equal to 8192"),
+        ("provenance.commands", 0, "valid list"),
+        ("provenance.commands", [{"source": "s", "wrote": "w"}] * 1001, "at most 1000 items"),
+    ],
+)
+def test_a_profiles_threads_and_commands_are_checked(tmp_path, where, value, says):
+    """Thread counts are whole numbers a machine can run, and a profile's command list is one a tool
+    wrote: a thread count of a billion, true, or a million-entry list is one line naming the key."""
+    from clustersim.calibration.profile import load_profile
+
+    data = json.loads(open("clustersim/calibration/profiles/h100-pytorch-2.11.json").read())  # noqa: SIM115
+    data["format_version"] = 5
+    node = data
+    *path, last = where.split(".")
+    for key in path:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[last] = value
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(InputError) as err:
+        load_profile(str(f))
+    assert err.value.key.startswith(where) and says in err.value.message

@@ -92,6 +92,13 @@ MeasuredSeconds = Annotated[Number, Field(gt=0), AfterValidator(_measured_time)]
 Seconds = Annotated[float, Field(ge=0), AfterValidator(_time_at_most_a_day)]
 
 
+# Linux's largest CPU count (CONFIG_MAXSMP: NR_CPUS 8,192): no torch process runs more intra-op threads.
+MAX_THREADS = 8192
+# Commands listed in one profile's provenance: each `calibrate` run into it adds one; a list longer than
+# this is not a profile a tool wrote (and reading one must not cost seconds).
+MAX_COMMANDS = 1000
+
+
 class CommandRecord(_Strict):
     """One command that wrote into a profile, and the machine and settings it measured on: a profile
     merges several (``calibrate run``'s hardware rates, then ``calibrate model`` or ``import-trace``
@@ -104,7 +111,9 @@ class CommandRecord(_Strict):
     cpu: str | None = Field(None, description="the measuring machine's CPU model (None: not known)")
     host: str | None = None
     torch: str | None = None
-    threads: Count | None = Field(None, gt=0, description="torch's intra-op threads (None: not known)")
+    threads: Count | None = Field(
+        None, gt=0, le=MAX_THREADS, description="torch's intra-op threads (None: not known)"
+    )
     quick: StrictBool | None = Field(None, description="calibrate run --quick (fewer sizes, no held-out)")
 
 
@@ -124,11 +133,16 @@ class Provenance(_Strict):
     cpu: str | None = None
     host: str | None = None
     threads: Count | None = Field(
-        None, gt=0, description="torch's intra-op threads the hardware rates were measured with"
+        None,
+        gt=0,
+        le=MAX_THREADS,
+        description="torch's intra-op threads the hardware rates were measured with",
     )
     quick: StrictBool | None = Field(None, description="measured with calibrate run --quick")
     commands: list[CommandRecord] = Field(
-        default_factory=list, description="every command that wrote into the profile, oldest first"
+        default_factory=list,
+        max_length=MAX_COMMANDS,
+        description="every command that wrote into the profile, oldest first",
     )
     dropped: list[str] = Field(
         default_factory=list, description="measurements not fitted (stalls, outliers), each with why"
@@ -418,9 +432,10 @@ class Fingerprint(_Strict):
         description="the optimizer the optimizer phase timed, as torch names it in lower case: adamw "
         "(fused on a GPU), sgd, ...; None: not recorded",
     )
-    threads: int | None = Field(
+    threads: Count | None = Field(
         None,
         gt=0,
+        le=MAX_THREADS,
         description="torch's intra-op threads the step ran with (torch.get_num_threads()): on a CPU the "
         "step's time depends on it; None: not recorded (an imported trace, an older profile)",
     )
@@ -642,7 +657,7 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 4
     if data.get("format_version") == 4:  # v4 -> v5: thread counts, machines, the list of commands
         data["format_version"] = 5
-    if isinstance(data.get("provenance"), dict) and not data["provenance"].get("commands"):
+    if isinstance(data.get("provenance"), dict) and data["provenance"].get("commands") in (None, []):
         data["provenance"] = _with_commands(data["provenance"])
     # v4 profiles written before fingerprints recorded the model's code: read it off each source
     if isinstance(data.get("model_compute"), list):
