@@ -79,3 +79,13 @@ def test_sigterm_during_calibrate_run_takes_the_testbed_down(tmp_path):
     assert proc.returncode == 143 and "Traceback" not in err, err
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "cstterm-h" not in left and not (tmp_path / "state.json").exists()
+
+
+def test_ops_are_read_one_way_by_the_check_and_the_sweep():
+    """`--ops "all_reduce, broadcast"` passed the early check (stripped) and then failed in the sweep's
+    workers (not stripped), after the testbed was up; both now read it with parse_ops."""
+    from clustersim.calibration.collectives import parse_ops
+
+    assert parse_ops("all_reduce, broadcast") == ["all_reduce", "broadcast"]
+    assert parse_ops("all_reduce,,broadcast,") == ["all_reduce", "broadcast"]
+    assert parse_ops(" , ") == []

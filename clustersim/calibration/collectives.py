@@ -24,6 +24,12 @@ from clustersim.calibration.timing import summarize
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
+def parse_ops(text: str) -> list[str]:
+    """``--ops``' comma-separated names, each stripped, empty items left out: the one reading both the
+    command's early check and the sweep's workers use."""
+    return [op.strip() for op in text.split(",") if op.strip()]
+
+
 HOST_ENV = "CLUSTERSIM_HOST"  # a host name per rank where hostnames do not tell hosts apart (namespaces)
 NETWORK_ENV = "CLUSTERSIM_NETWORK"  # JSON: the network the sweep runs on, recorded for the network fit
 
@@ -245,7 +251,7 @@ def main(argv=None) -> int:
     backend = "nccl" if device == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
     try:
-        ops = [o for o in args.ops.split(",") if o]
+        ops = parse_ops(args.ops)
         unknown = set(ops) - set(OPS)
         if unknown:
             print(f"error: unknown ops {sorted(unknown)}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clustersim.calibration.collectives import OPS
+from clustersim.calibration.collectives import OPS, parse_ops
 from clustersim.calibration.run import save_profile
 from clustersim.errors import InputError
 from clustersim.testbed import hosts, sweep
@@ -33,8 +33,9 @@ def calibrate_on_testbed(
             f"{min_bytes} is more than --max-bytes {max_bytes}: no message size to measure",
             key="--min-bytes",
         )
-    unknown = [op for op in ops.split(",") if op.strip() not in OPS]
-    if unknown or not ops.strip():
+    named = parse_ops(ops)
+    unknown = [op for op in named if op not in OPS]
+    if unknown or not named:
         raise InputError(
             f"unknown collective {', '.join(map(repr, unknown)) or repr(ops)}; known: {', '.join(OPS)}",
             key="--ops",
@@ -48,7 +49,7 @@ def calibrate_on_testbed(
         raw = sweep.run(
             tb,
             raw_out or out.with_suffix(".raw.json"),
-            ops,
+            ",".join(named),
             lo,
             hi,
             repeat,
