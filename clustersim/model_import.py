@@ -188,11 +188,23 @@ def entry_yaml(name: str, entry: dict) -> str:
 
 def append_entry(out: Path, name: str, entry: dict, config: Path | None = None) -> None:
     """Add the entry to a user models file (created if missing, never its folder); an existing name is
-    refused; written atomically. The file is YAML (.yaml or .yml: a catalog is read by its suffix), never
-    the ``config`` it was made from, and an existing file must be a catalog (GPU and model entries): the
-    entry appended to a scenario would make neither a scenario nor a catalog."""
+    refused; written atomically (check_append says what is refused)."""
+    from clustersim.io import write_text_atomically
+
+    text = check_append(out, name, config)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    write_text_atomically(out, text + entry_yaml(name, entry))
+
+
+def check_append(out: Path, name: str, config: Path | None = None) -> str:
+    """Whether an entry ``name`` can be added to the user models file ``out``, before it is made (a
+    measurement that would write it takes minutes): the file is YAML (.yaml or .yml: a catalog is read by
+    its suffix), never the ``config`` the entry is made from, and an existing file must be a catalog (GPU
+    and model entries) without that name: the entry appended to a scenario would make neither a scenario
+    nor a catalog. Returns the file's text ("" for a new file)."""
     from clustersim.catalog import read_user_catalog
-    from clustersim.io import check_writable_file, write_text_atomically
+    from clustersim.io import check_writable_file
 
     check_writable_file(out, inputs=(config,))
     if Path(out).suffix.lower() not in (".yaml", ".yml"):
@@ -212,7 +224,8 @@ def append_entry(out: Path, name: str, entry: dict, config: Path | None = None) 
                 source=str(out),
             ) from None
         if name in existing:
-            raise InputError(f"{name!r} is already in this file; choose another --name", source=str(out))
-    if text and not text.endswith("\n"):
-        text += "\n"
-    write_text_atomically(out, text + entry_yaml(name, entry))
+            raise InputError(
+                f"already has a model named {name!r} (each name once in this file): choose another --name",
+                source=str(out),
+            )
+    return text

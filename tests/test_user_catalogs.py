@@ -347,7 +347,7 @@ def test_models_import_writes_a_catalog_that_runs(runner, tmp_path):
     r = _import(runner, tmp_path, GPT2, "--out", out)  # appended, named from _name_or_path
     assert r.exit_code == 0 and set(yaml.safe_load(out.read_text())) == {"Llama-2-7B", "gpt2"}
     r = _import(runner, tmp_path, GPT2, "--out", out)
-    assert r.exit_code == 2 and "already in this file" in r.output
+    assert r.exit_code == 2 and "each name once in this file" in r.output
     r = invoke(runner, "models", "show", "Llama-2-7B", "--json", "--catalog", out)
     assert r.exit_code == 0 and json.loads(r.stdout)["params"] == 6_738_415_616
     data = small_scenario("H100-SXM", nodes=1, gpus_per_node=8)

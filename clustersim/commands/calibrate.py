@@ -387,8 +387,8 @@ def _catalog_entry(hf_config: Optional[Path], name: Optional[str], catalog_out: 
     if hf_config is None:
         raise InputError("--catalog-out writes the entry of an --hf-config model", key="--catalog-out")
     from clustersim import catalog
-    from clustersim.io import parse_yaml, read_input_text, shown_key
-    from clustersim.model_import import arch_from_hf_config, read_hf_config
+    from clustersim.io import shown_key
+    from clustersim.model_import import arch_from_hf_config, check_append, read_hf_config
 
     file = hf_config / "config.json" if hf_config.is_dir() else hf_config
     entry = arch_from_hf_config(read_hf_config(file), str(file))
@@ -399,11 +399,7 @@ def _catalog_entry(hf_config: Optional[Path], name: Optional[str], catalog_out: 
             key="--name",
         )
     catalog.check_model_name(name, key="--name")
-    check_writable_file(catalog_out)
-    if catalog_out.exists():
-        existing = parse_yaml(read_input_text(catalog_out), str(catalog_out)) or {}
-        if isinstance(existing, dict) and name in existing:
-            raise InputError(f"already has a model named {name!r}", source=str(catalog_out), key=name)
+    check_append(catalog_out, name, file)  # the refusals `models import --out` gives, before measuring
     return name, entry
 
 
