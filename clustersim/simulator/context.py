@@ -65,6 +65,9 @@ class SimulationContext:
     _host_scale: float = 1.0  # the draw's compute factor, on host dispatch as on the device
     _host_rate_scale: float = 1.0  # the draw's factor on host CPU/memory time (simulator/host.py)
     _fault_scale: float = 1.0  # the draw's factor on the host's page-fault cost (simulator/host.py)
+    # one parameter draw of a band (build_context's perturbation): its result gives a time only, so what
+    # explains the reported run (band sources, notes) is not worked out for it
+    drawn: bool = False
     _host_fwd_scale: float = 1.0  # measured host phase / modelled (ModelCompute)
     _host_bwd_scale: float = 1.0
     _host_opt_scale: float = 1.0
@@ -443,6 +446,7 @@ def build_context(
 
         ctx.network = FlowBackend(ctx)
     if perturbation is not None:
+        ctx.drawn = True
         if ctx.phases is None or not ctx.phases.stated:  # a stated step time is exact: no draw moves it
             ctx._fwd_scale *= perturbation.compute_scale
             ctx._bwd_scale *= perturbation.compute_scale

@@ -720,7 +720,8 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
     sources = dict(ctx.device.sources) | {"matmul": ctx.device.matmul_source(ctx.precision)}
     sources |= _measured_compute_sources(ctx)
     measured = ctx.update_from
-    sources["compute band"] = compute_band_source(ctx)
+    if not ctx.drawn:  # a draw's result is a time; the carry errors behind this line cost a band's worth
+        sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)
         sources["attention"] = _attention_source(ctx.scenario)
@@ -912,7 +913,7 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         extra["offload"] = _offload_summary(ctx, sources)
     if ctx.offload_placement is not None or scenario.training.memory_breakdown:
         sources["host band"] = host_band_source()
-    network_band = network_band_source(ctx)
+    network_band = None if ctx.drawn else network_band_source(ctx)
     if network_band is not None:
         sources["network band"] = network_band
     if scenario.training.offload.gradient_copy == "blocking":
@@ -944,7 +945,8 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
         for what in sorted(ctx.network.fallbacks):
             ctx.notes.append(f"flow backend: no flow model for {what}; its analytical time is used")
     # sizes priced outside what their fit measured (the band widens past the largest: network_params)
-    ctx.notes.extend(n for n in ctx.collectives.extrapolation_notes() if n not in ctx.notes)
+    if not ctx.drawn:
+        ctx.notes.extend(n for n in ctx.collectives.extrapolation_notes() if n not in ctx.notes)
     return SimulationResult(
         scenario=scenario.name,
         optimizer=strategy.name,

@@ -203,7 +203,7 @@ def _model_compute_sigma(mc) -> float:
 def compute_band_source(ctx: SimulationContext) -> str:
     """One line for `run`: how wide the compute part of the band is, and why."""
     sigma = compute_sigma(ctx)
-    width = f"-{1 - math.exp(-_Z90 * sigma):.0%}/+{math.exp(_Z90 * sigma) - 1:.0%}"  # a lognormal's P10/P90
+    width = _width(sigma)
     if ctx.model_compute is not None:
         h = ctx.model_compute.holdout
         why = "one imported trace, whose steps came within 2-22% of the unprofiled ones"
@@ -234,7 +234,7 @@ def compute_band_source(ctx: SimulationContext) -> str:
         return f"{width} (P10-P90): measured phases, two measurements of one step differ ~10%"
     source = ctx.transferred_from
     if source is not None:
-        own = source.model.lower() == ctx.workload.name.lower()
+        own = ctx.carry_same_model
         what = f"its own measurement at sequence length {source.seq_len}" if own else f"{source.model}'s"
         if ctx.carry_sigma is None:
             return (
@@ -270,9 +270,8 @@ def compute_band_source(ctx: SimulationContext) -> str:
 
 def host_band_source() -> str:
     """One line for `run` where the host does CPU work: how wide the host part of the band is, and why."""
-    lo, hi = math.exp(-_Z90 * HOST_SIGMA), math.exp(_Z90 * HOST_SIGMA)
     return (
-        f"-{1 - lo:.0%}/+{hi - 1:.0%} (P10-P90) on the host's CPU and memory time (CPU optimizer, "
+        f"{_width(HOST_SIGMA)} (P10-P90) on the host's CPU and memory time (CPU optimizer, "
         "pageable copies, page faults, memory reports): the published page-fault costs span it"
     )
 
