@@ -317,10 +317,7 @@ def break_even(
                 verdict = "level"
             else:
                 verdict = "always faster" if at_hi < 1.0 else "never faster"
-            host_link = None
-            if verdict == "always faster":
-                line, gen = pcie_limited_line_rate(compressed)
-                host_link = (line, gen) if line < hi else None
+            host_link = _host_link(compressed) if verdict == "always faster" else None
             return BreakEven(**found, gbps=None, verdict=verdict, speedups=speedups, host_link=host_link)
         nominal = _bisect(comp, ref, profile, None, lo, hi, TOLERANCE)
     interval, uncrossed = None, (0, 0)
@@ -328,10 +325,8 @@ def break_even(
         ctx = build_context(compressed, profile)
         draws = [_draw(comp, ref, profile, p, nominal) for p in perturbations(ctx, samples, seed)]
         interval, uncrossed = _censored_interval(draws)
-    host_link = None
-    if uncrossed[1]:  # some draws never cross: say what caps the faster NICs, where something does
-        line, gen = pcie_limited_line_rate(compressed)
-        host_link = (line, gen) if line < hi else None
+    # some draws never cross: say what caps the faster NICs, where something does
+    host_link = _host_link(compressed) if uncrossed[1] else None
     eff = effective_at(compressed, nominal)
     return BreakEven(
         **found,
@@ -342,6 +337,13 @@ def break_even(
         uncrossed_draws=uncrossed,
         host_link=host_link,
     )
+
+
+def _host_link(scenario: Scenario) -> tuple[float, int] | None:
+    """(line rate, PCIe generation) past which the NICs' PCIe link caps what they deliver, where that lies
+    inside the search (SEARCH_GBPS): why a compressed run can stay faster at every line rate."""
+    line, gen = pcie_limited_line_rate(scenario)
+    return (line, gen) if line < SEARCH_GBPS[1] else None
 
 
 def _draw(comp: Run, ref: Run, profile, perturbation, nominal: float) -> float:

@@ -18,6 +18,8 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+# what compare and report say of an optimizer no published speedup checks
+UNCHECKED = "{name}: no published speedup checks it; its speedups are the model's alone"
 # a check's cluster is "inside" the checked range up to this factor past its largest GPU count: one
 # doubling is what the trend between the published sizes can speak for
 GPU_REACH = 2
@@ -187,7 +189,7 @@ def notes(scenario, optimizers: list[str], gpu_counts: list[int]) -> list[dict]:
                     "optimizer": name,
                     "checked": None,
                     "outside": list(gpu_counts),
-                    "text": f"{name}: no published speedup checks it; its speedups are the model's alone",
+                    "text": UNCHECKED.format(name=name),
                 }
             )
             continue
@@ -213,7 +215,7 @@ def sweep_lines(rows: list[dict], scenarios: dict) -> list[str]:
             continue
         checked = ranges.get(name)
         if checked is None:
-            lines.append(f"{name}: no published speedup checks it; its speedups are the model's alone")
+            lines.append(UNCHECKED.format(name=name))
             continue
         outside: dict[str, list[int]] = {}
         for r in rows:
