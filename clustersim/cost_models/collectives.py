@@ -257,7 +257,7 @@ class CollectiveModel:
             for leg in plan.legs
         ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
-        time = (self.base_latency(protocol) + latency + t) * prm.time_scale * prm.scatter(op, inputs.nbytes)
+        time = (self.base_latency(protocol) + latency + t) * prm.scatter(op, inputs.nbytes)
         return CollectiveCost(
             op,
             inputs.nbytes,

@@ -71,7 +71,6 @@ class NetworkParams:
     # class (net_<nic kind>) -> per-chunk spread of a node's rate, pacing lockstep collectives
     # (closed_forms.paced_factor); absent: the cluster's (cluster.nic.pacing_cv or its kind's default)
     pacing_cv: dict[str, float] = field(default_factory=dict)
-    time_scale: float = 1.0
     source: str = "topology model, default constants"
     calibrated: bool = False
     # Uncertainty: names of log-parameters, their mean and covariance, plus the log-sigma of the

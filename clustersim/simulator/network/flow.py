@@ -134,12 +134,7 @@ class FlowBackend:
                 acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
             acc += unit_bytes * (spec.nbytes * spec.count)
         prm = self.model.params
-        return (
-            (self._latency(spec) + per_byte * spec.nbytes)
-            * prm.time_scale
-            * prm.scatter(spec.op, spec.nbytes)
-            * spec.count
-        )
+        return (self._latency(spec) + per_byte * spec.nbytes) * prm.scatter(spec.op, spec.nbytes) * spec.count
 
     def _latency(self, spec: CollectiveSpec) -> float:
         """The analytical model's α terms for this algorithm and protocol (collectives.price)."""
