@@ -6,8 +6,12 @@ combination, so a plan that cannot run is never simulated as if it could:
 * DeepSpeed's 1-bit Adam and 0/1 Adam refuse every ZeRO stage: ``assert not self.zero_optimization(),
   "1bit-Adam is not compatible with ZeRO"`` and ``"0/1 Adam is not compatible with ZeRO"``
   (deepspeed/runtime/engine.py, _configure_basic_optimizer; zero_optimization() is stage > 0).
+* DeepSpeed offloads an optimizer to the CPU only through ZeRO (``zero_optimization.offload_optimizer``,
+  "Valid for ZeRO stage 1, 2, 3", runtime/zero/config.py), so the same assert refuses 1-bit Adam and
+  0/1 Adam with ``training.offload`` too: their compression runs on the GPU's momentum inside the
+  optimizer step, which an offloaded update moves to the host.
 * BinSGDM (Birder) exists only as a data-parallel optimizer: its hierarchical 1-bit exchange replaces the
-  gradient all-reduce over full-size momentum buffers, and no sharded variant is published.
+  gradient all-reduce over full-size momentum buffers, and no sharded or offloaded variant is published.
 * ZeRO++ (qwZ, hpZ, qgZ) is implemented in DeepSpeed's stage 3 only (runtime/zero/stage3.py and
   partition_parameters.py read zero_quantized_weights / zero_hpz_partition_size /
   zero_quantized_gradients; stage_1_and_2.py never does).
@@ -34,6 +38,19 @@ _NOT_WITH_ZERO = {
     "binsgdm": "BinSGDM's 1-bit exchange works on full momentum buffers; no sharded variant is published",
     "diloco": "clustersim models DiLoCo's workers as data-parallel replicas (DDP inside each); sharded "
     "workers are not modelled",
+}
+
+
+# Why each of those cannot run with its update offloaded to the host (training.offload; see above).
+_NOT_OFFLOADED = {
+    "onebit-adam": "DeepSpeed offloads the optimizer only under ZeRO (zero_optimization.offload_optimizer, "
+    'stages 1-3) and asserts "1bit-Adam is not compatible with ZeRO" (runtime/engine.py)',
+    "zero-one-adam": "DeepSpeed offloads the optimizer only under ZeRO (zero_optimization.offload_optimizer, "
+    'stages 1-3) and asserts "0/1 Adam is not compatible with ZeRO" (runtime/engine.py)',
+    "binsgdm": "BinSGDM compresses its momentum on the GPU inside each step; no offloaded variant is "
+    "published",
+    "diloco": "clustersim models DiLoCo's workers as data-parallel replicas updating on their GPUs; an "
+    "offloaded inner optimizer is not modelled",
 }
 
 
@@ -67,6 +84,13 @@ def check_sharding(training) -> None:
         raise InputError(
             f"{training.optimizer} cannot run sharded: {_NOT_WITH_ZERO[training.optimizer]}",
             key="training.sharding.stage",
+        )
+    if training.offload.mode != "none" and training.optimizer in _NOT_OFFLOADED:
+        raise InputError(
+            f"{training.optimizer} cannot run with its optimizer offloaded "
+            f"(offload.mode {training.offload.mode}): {_NOT_OFFLOADED[training.optimizer]}; set "
+            "training.offload.mode: none",
+            key="training.offload.mode",
         )
     if sh.zeropp.enabled and not (sh.framework == "deepspeed" and sh.stage == 3):
         raise InputError(

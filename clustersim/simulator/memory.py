@@ -254,21 +254,13 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         if megatron_zero:  # first: it keeps the layout; then the layout's own ways
             hint = megatron_zero + hint.replace("; try ", ", or ", 1)
     elif (lay is None or not lay.parameters) and not runs_sharded(ctx.scenario.training.optimizer):
-        # neither ZeRO nor tensor/pipeline parallelism runs it: only what shrinks a replica helps
+        # neither ZeRO, offload nor tensor/pipeline parallelism runs it (sharding_rules): only more
+        # memory per GPU helps the whole replica
         hint = (
-            f"; {ctx.scenario.training.optimizer} runs only as whole replicas (no sharding or model "
-            "parallelism): try training.offload (mode: zero) or GPUs with more memory (activation "
+            f"; {ctx.scenario.training.optimizer} runs only as whole replicas on the GPUs (no sharding, "
+            "offload or model parallelism): GPUs with more memory, or another optimizer (activation "
             "checkpointing or a smaller micro_batch shrink the activations only)"
         )
-        # offload moves the optimizer state to the host, at best all of it: when what stays (weights,
-        # gradients, buffers) does not fit either, offload is no way out and is not suggested
-        stays = mem["total"] - mem.get("optimizer_state", 0.0) - mem.get("optimizer_state_resident", 0.0)
-        if not offload and stays > mem["capacity"]:
-            hint = (
-                f"; {ctx.scenario.training.optimizer} runs only as whole replicas (no sharding or model "
-                f"parallelism), and even with its optimizer state on the host (training.offload) a rank "
-                f"needs {format_bytes(stays)}: GPUs with more memory, or another optimizer"
-            )
     elif lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "

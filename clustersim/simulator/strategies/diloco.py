@@ -43,7 +43,6 @@ from clustersim.cost_models.kernel_bytes import (
 )
 from clustersim.errors import InputError
 from clustersim.optimizer_options import DiLoCoOptions
-from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_ddp_gradient_sync, add_update_and_other
@@ -66,11 +65,6 @@ class DiLoCo(Strategy):
     def __init__(self, ctx, options: DiLoCoOptions):
         super().__init__(ctx, options)
         c = ctx.scenario.cluster
-        if offload.mode(ctx) != "none":
-            raise InputError(
-                "diloco with CPU offload is not modelled (neither paper offloads)",
-                key="training.offload.mode",
-            )
         if c.nodes % options.workers:
             raise InputError(
                 f"{options.workers} workers need a multiple of {options.workers} nodes (a worker is a group "

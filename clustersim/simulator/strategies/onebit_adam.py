@@ -24,7 +24,6 @@ from clustersim.simulator.strategies.compressed_allreduce import (
     add_compressed_allreduce,
     error_buffers_for_groups,
 )
-from clustersim.simulator.strategies.ddp import adam_spec, zero_offload_program
 
 
 def group_sizes(params: int, groups: int) -> list[tuple[int, int]]:
@@ -126,8 +125,6 @@ class OneBitAdam(Strategy):
     def warmup_program(self) -> tuple[Program, list[dict]]:
         ctx = self.ctx
         update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-        if offload.mode(ctx) != "none":  # the warmup stage is Adam: ZeRO-Offload
-            return zero_offload_program(ctx, adam_spec(ctx, update, 12.0), update, "Adam update (warmup)")
         prog = Program()
         comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
         add_update_and_other(prog, ctx, [*comm, prog.last_on("compute")], update, "Adam update (warmup)")

@@ -14,7 +14,6 @@ tutorial values for BERT-Large pretraining (var_freeze_step 23000, scalers 16 / 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from functools import lru_cache
 
 from clustersim.cost_models import kernel_bytes as ok
@@ -125,45 +124,8 @@ class ZeroOneAdam(Strategy):
             kernel=own_kernel(ctx, "onebit_update"),
         )
 
-    def _offloaded_variance_update(self, prog: Program) -> tuple[Program, list[dict]]:
-        """A variance step, offloaded: zoadam.py all-reduces the gradient in full precision and every
-        rank updates its whole replica (0/1 Adam has no ZeRO partition), so the host updates all the
-        parameters, as on the local steps: the same placement prices every kind of step. The momentum
-        stays on the GPU (gpu_state_with_offload) and is updated there; the synced gradient (fp32)
-        goes to the host with it, which updates the variance before the frozen-variance step."""
-        ctx, P = self.ctx, self.ctx.params
-        comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
-        dep = prog.add(
-            "momentum update",
-            "compute",
-            ctx.device.stream_time(ok.MOMENTUM_UPDATE * P, own_kernel(ctx, "onebit_momentum")),
-            "optimizer",
-            tuple(d for d in (*comm, prog.last_on("compute")) if d is not None),
-        )
-        frozen = self.offload_spec()
-        if ctx.offload_placement is None:  # placed for the local steps, most of the run's steps
-            ctx.offload_placement = offload.plan(ctx, frozen, P, ctx.host, inputs_on_host=False)
-        spec = replace(
-            frozen,
-            to_host=frozen.to_host + 4.0,  # the synced gradient, for v = b2 v + (1 - b2) g^2
-            cpu_dram=frozen.cpu_dram + ok.VARIANCE_UPDATE,
-            gpu_update=frozen.gpu_update + ok.VARIANCE_UPDATE,
-        )
-        add_update_and_other(
-            prog,
-            ctx,
-            [dep],
-            ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
-            "0/1 Adam update (variance)",
-            offload=spec,
-            kernel=own_kernel(ctx, "onebit_update"),
-        )
-        return prog, buckets
-
     def program(self, kind: str) -> tuple[Program, list[dict]]:
         ctx, P, prog = self.ctx, self.ctx.params, Program()
-        if kind == "variance_update" and offload.mode(ctx) != "none":
-            return self._offloaded_variance_update(prog)
         if kind == "variance_update":
             comm, buckets = add_ddp_gradient_sync(prog, ctx, ctx.grad_bytes, ctx.scenario.training.overlap)
             update = ok.MOMENTUM_UPDATE + ok.VARIANCE_UPDATE + ok.ADAM_DIRECTION + ok.APPLY_UPDATE
