@@ -57,6 +57,7 @@ def test_the_api_names_the_arguments(scenario):
         (["--testbed", "2", "--quick"], "--quick"),
         (["--testbed", "2", "--ranks", "4"], "--ranks"),
         (["--testbed", "2", "--cluster", "preset:default"], "--cluster"),
+        (["--testbed", "2", "--device", "cuda"], "--device"),  # its default, given: still refused
     ],
 )
 def test_calibrate_run_refuses_an_option_its_mode_ignores(tmp_path, monkeypatch, args, option):

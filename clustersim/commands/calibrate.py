@@ -82,7 +82,9 @@ def _cluster(ref: Optional[str]):
 @user_errors
 @interruptible
 def calibrate_run(
-    device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="cuda | cpu (default cuda; a --testbed run measures gloo on CPUs)"
+    ),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repetitions (a minute or less)."),
     ranks: Optional[int] = typer.Option(
@@ -157,7 +159,7 @@ def calibrate_run(
         return
     with spinner("calibrate", json_out) as progress:
         profile = calibrate(
-            device,
+            device or "cuda",
             out,
             quick,
             ranks,
@@ -173,7 +175,7 @@ def calibrate_run(
 # calibrate run's options that only one of its two modes reads: a testbed sweep (--testbed) measures
 # collectives over gloo on emulated hosts; without it the sweep runs on this machine's devices
 _TESTBED_ONLY = ("rate", "min_bytes", "max_bytes", "ops", "repeat", "cpus_per_host")
-_DEVICE_ONLY = ("quick", "ranks", "cluster")  # --device: its default (cuda) cannot be told from a choice
+_DEVICE_ONLY = ("device", "quick", "ranks", "cluster")
 
 
 def _refuse_options_of_the_other_mode(on_testbed: bool, given: dict) -> None:
