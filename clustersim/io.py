@@ -180,7 +180,10 @@ def first_error(exc: ValidationError, tags: tuple[str, ...] = (), model: Any = N
     elif err["type"] == "literal_error" and isinstance(err.get("input"), str | int | float):
         given = err["input"]
         msg = f"{msg}, not {given!r}"
-        synonym = _SYNONYMS.get((key.rsplit(".", 1)[-1], str(given).lower()))
+        value = str(given).lower()  # a hint keyed by the key's last name, or its last two (nic.kind)
+        synonym = _SYNONYMS.get((key.rsplit(".", 1)[-1], value)) or _SYNONYMS.get(
+            (".".join(key.rsplit(".", 2)[-2:]), value)
+        )
         if synonym:
             msg = f"{msg} ({synonym})"
     return key, msg
@@ -194,7 +197,8 @@ def _given(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-# Names users bring from other tools for a value this one spells otherwise: (key, value) -> hint
+# Names users bring from other tools for a value this one spells otherwise: (key's last name, or its
+# last two, value) -> hint
 _SYNONYMS = {
     ("attention", "sdpa"): "PyTorch's scaled_dot_product_attention is 'fused'",
     ("attention", "flash_attention_2"): "FlashAttention is 'fused'",
@@ -202,6 +206,14 @@ _SYNONYMS = {
     ("execution", "torch.compile"): "torch.compile is 'compiled'",
     ("memory_format", "nhwc"): "NHWC is 'channels_last'",
     ("memory_format", "nchw"): "NCHW is 'contiguous'",
+    # RoCE runs InfiniBand's transport in the NIC over Ethernet: an Ethernet link rate and efficiency
+    # with RDMA's latency (hardware_defaults.yaml nic.latency_s rdma_ethernet)
+    ("nic.kind", "roce"): "RoCE is 'ethernet_tcp' with cluster.nic.gpudirect_rdma: true",
+    ("nic.kind", "rocev2"): "RoCE is 'ethernet_tcp' with cluster.nic.gpudirect_rdma: true",
+    ("nic.kind", "ethernet"): "TCP over Ethernet is 'ethernet_tcp'; RoCE adds "
+    "cluster.nic.gpudirect_rdma: true",
+    ("nic.kind", "tcp"): "TCP over Ethernet is 'ethernet_tcp'",
+    ("nic.kind", "ib"): "InfiniBand is 'infiniband'",
 }
 
 

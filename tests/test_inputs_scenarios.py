@@ -204,6 +204,15 @@ BAD = [
         "training.optimizer",
         "zero-one-adam's own buffers",
     ),
+    # names brought from other tools get the spelling here (io._SYNONYMS), keyed by nic.kind
+    ("nic kind roce", {"cluster.nic.kind": "roce"}, "cluster.nic.kind", "gpudirect_rdma: true"),
+    ("nic kind IB", {"cluster.nic.kind": "IB"}, "cluster.nic.kind", "InfiniBand is 'infiniband'"),
+    (
+        "compressed offloaded",
+        {**BINSGDM, "training.offload": {"mode": "zero"}},
+        "training.offload.mode",
+        "GPU",
+    ),
 ]
 
 
