@@ -29,15 +29,15 @@ KNOWN = {
     "so its streaming kernels run at 0.82 of HBM, not the catalog's 0.80, and the same sessions' torch "
     "elementwise kernels move between the two GPUs by the same 2% (test_copy_stream_rate.py): a "
     "measured rate, not a carry-over error. The band holds all three",
-    ("gpu_steps", "h100-pytorch-2.11"): "median 2.8% without the profile, 3.2% with it over the 10 H100 "
+    ("gpu_steps", "h100-pytorch-2.11"): "median 2.2% without the profile, 3.2% with it over the 10 H100 "
     "rows (the 5th and 6th: GPT-3 XL). GPT-2 XL is priced by its own measurement: its device-bound "
     "steps within 1.5% (+1.5%, +1.1% against the defaults' +1.7%, +0.3%), its host-bound micro-batch-1 "
     "step 8% slow (-8.1% against +1.1%), measured in another session of that VM whose host ran it "
     "slower (the dataset's own runs of that step took 115.6-133.2 ms, the profile's 126.6 ms: a "
     "session's spread, which the band holds, SESSION_SIGMA). GPT-3 XL, carried at the profile's GEMM "
     "model, is 3% slow (-3.3%, -3.1% against +0.4%, -2.7%); the H100's measured streaming rate (0.82 "
-    "of HBM, see gpu_throughput) prices ResNet-50 1% faster (-3.0%, +12.4%, +9.9% against -2.9%, "
-    "+11.8%, +9.1%); BERT-Large, carried, comes closer (+12.9%, +3.0% against +22.4%, +13.4%). The "
+    "of HBM, see gpu_throughput) prices ResNet-50 1% faster (-1.5%, +12.3%, +9.7% against -1.5%, "
+    "+11.6%, +9.0%); BERT-Large, carried, comes closer (+12.9%, +3.0% against +22.4%, +13.4%). The "
     "band holds all ten",
     ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 9 of 12 rows at 16 draws with "
     "or without the profile (the preset uses it; the same median, 10.0%). Outside: 1-bit Adam on 1 GPU "

@@ -6,8 +6,9 @@ time(kernel group) = launches x device cost per kernel
 The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-up, tail: ~3 us on a
 recent GPU, catalogs/execution.yaml); eager PyTorch launches tens of kernels per transformer block, so
 at small micro-batches it is a large part of the device time. Convolutions and batch-norm have their
-own rates (cuDNN at ResNet shapes, each convolution its own roofline; batch-norm bound by the SMs,
-min(SMs x clock x bytes per SM-cycle, streaming HBM rate); ReLU and residual adds by HBM); GEMMs the
+own rates (cuDNN at ResNet shapes, each convolution its own roofline; batch-norm bound by the SMs:
+its statistics pass at SMs x clock x elements per SM-cycle, its streaming passes at SMs x clock x
+bytes per SM-cycle, neither above HBM's streaming rate; ReLU and residual adds by HBM); GEMMs the
 matmul efficiency, and tensor-core GEMMs over an unpadded vocabulary (rows not a multiple of 16
 bytes) the lower rate of cuBLAS's unaligned kernels.
 
@@ -26,7 +27,9 @@ from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults
 from clustersim.workloads.layers import Kernel
 
 # Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
-_POINTWISE = frozenset({"elementwise", "batch_norm", "activation", "loss", "gather", "scatter_add"})
+_POINTWISE = frozenset(
+    {"elementwise", "batch_norm", "batch_norm_stats", "activation", "loss", "gather", "scatter_add"}
+)
 
 
 def _streaming_gbs(profile: Profile) -> float:
@@ -73,10 +76,13 @@ class DeviceCosts:
         )
         self._unaligned_peak_per_element = unaligned["peak_fraction_per_element"]
         self.elementwise_factor = classes["pointwise_unfused"] if unfused_pointwise else 1.0
-        # batch-norm: bound by the SMs where the catalog gives them (and by the streaming rate of HBM),
-        # else a fraction of HBM (catalogs/execution.yaml); ReLU and residual adds stream at HBM's rate
-        self._bn_sm_rate = None if sm_rate is None else sm_rate * classes["batch_norm_bytes_per_sm_cycle"]
-        self._bn_hbm_rate = gpu.hbm_bytes_per_s * classes["batch_norm_memory"]
+        # batch-norm: bound by the SMs (and by the streaming rate of HBM), the statistics pass per
+        # element, the streaming passes per byte; a GPU without SM figures gets the H200's SM-cycles per
+        # HBM byte (catalogs/execution.yaml); ReLU and residual adds stream at HBM's rate
+        bn = classes["batch_norm"]
+        bn_cycles = sm_rate if sm_rate is not None else gpu.hbm_bytes_per_s * bn["sm_cycles_per_hbm_byte"]
+        self._bn_stats_elements_per_s = bn_cycles * bn["statistics_elements_per_sm_cycle"]
+        self._bn_stream_bytes_per_s = bn_cycles * bn["streaming_bytes_per_sm_cycle"]
         self.kernel_overhead_s = mode.device_s_per_kernel
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
@@ -201,9 +207,10 @@ class DeviceCosts:
         elif kernel.name == "conv" and precision != "fp32":
             # tensor-core convolutions; fp32 ones run on the SIMT cores at the GEMM's efficiency
             flop_rate = self.gpu.peak_flops(precision) * self.conv_eff
-        elif kernel.name == "batch_norm":
-            sm = self._bn_sm_rate
-            byte_rate = self._bn_hbm_rate if sm is None else min(byte_rate, sm)
+        elif kernel.name == "batch_norm":  # normalise, backward reduction and input gradient
+            byte_rate = min(byte_rate, self._bn_stream_bytes_per_s)
+        elif kernel.name == "batch_norm_stats":  # the Welford pass: its bytes are one read per element
+            byte_rate = min(byte_rate, self._bn_stats_elements_per_s * BYTES_PER_ELEMENT[precision])
         elif kernel.name == "elementwise" and BYTES_PER_ELEMENT[precision] < 4:
             byte_rate *= self.elementwise_factor  # autocast's mixed 16-bit/fp32 operands (as transformer.py)
         fixed = self.launches(kernel) * self.kernel_overhead_s

@@ -587,9 +587,8 @@ def _conv_source(ctx: SimulationContext) -> str:
         batch_norm = "batch-norm bound by the multiprocessors, ReLU and residual adds by HBM"
     else:
         batch_norm = (
-            f"batch-norm at {catalog.execution()['efficiency']['batch_norm_memory']:.2f} of HBM (the H200's "
-            "fraction: the GPU entry gives no multiprocessors or boost_clock_mhz), ReLU and residual "
-            "adds by HBM"
+            "batch-norm at the H200's rates per HBM byte (the GPU entry gives no multiprocessors or "
+            "boost_clock_mhz), ReLU and residual adds by HBM"
         )
     return (
         f"each convolution its own roofline, at {rate} or HBM's streaming rate; {batch_norm}; "

@@ -3,7 +3,8 @@
 One simulator layer per bottleneck block, plus the stem and the classifier. A k x k convolution
 from Cin to Cout channels on an Hout x Wout output costs 2*Cin*Cout*k^2*Hout*Wout FLOPs per sample,
 and is its own kernel group (its own roofline). Batch-norm makes 3 passes over each convolution's
-output forward and 5 backward (priced as bound by the SMs, cost_models/compute.py); ReLU, the
+output forward and 5 backward: a statistics pass (one read, bound by its Welford update on the SMs)
+and streaming passes (bound by the SMs' loads), cost_models/compute.py; ReLU, the
 residual add and their backward are "activation" passes at HBM's streaming rate.
 Code with fused batch-norm kernels (``workload.batch_norm``: NVIDIA's MLPerf ResNet-50) computes each
 convolution's statistics in the convolution's epilogue and applies the normalisation, the ReLU and
@@ -105,15 +106,18 @@ def _norm_kernels(
     n_conv = len(convs)
     act = d * b * sum(cout * hw * hw for _, cout, _, hw, _ in convs)
     act_fwd, act_bwd = _activation_elements(convs, stem)
-    # batch-norm in training: a statistics pass (read), then normalise (read + write); backward a
-    # reduction (reads dY and X) and the input gradient (reads dY and X, writes dX)
-    bn_forward, bn_backward = (
-        Kernel("batch_norm", 0.0, 3 * act, 3 * n_conv),
-        Kernel("batch_norm", 0.0, 5 * act, 2 * n_conv),
-    )
+    # batch-norm in training: a statistics pass (read; with the running statistics' update, a kernel
+    # of its own over the channels), then normalise (read + write); backward a reduction (reads dY and
+    # X) and the input gradient (reads dY and X, writes dX). The statistics pass has its own rate
+    # (catalogs/execution.yaml batch_norm).
+    bn_forward = [
+        Kernel("batch_norm_stats", 0.0, act, 2 * n_conv),
+        Kernel("batch_norm", 0.0, 2 * act, n_conv),
+    ]
+    bn_backward = Kernel("batch_norm", 0.0, 5 * act, 2 * n_conv)
     if batch_norm == "separate":
         n_fwd, n_bwd = eager_kernels("resnet", kind)
-        forward = [bn_forward, Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - 4 * n_conv))]
+        forward = [*bn_forward, Kernel("activation", 0.0, d * b * act_fwd, max(1, n_fwd - 4 * n_conv))]
         backward = [bn_backward, Kernel("activation", 0.0, d * b * act_bwd, max(1, n_bwd - 4 * n_conv))]
         return forward, backward, 3 * act  # convolution, batch-norm and ReLU outputs
     if stem:
@@ -121,7 +125,7 @@ def _norm_kernels(
         # relu in the symbol files): the statistics kernel stays, the ReLU's passes go; the max-pool
         # reads the activation and writes a quarter of it (backward the reverse)
         pooled = 1.25 * act
-        forward = [bn_forward, Kernel("activation", 0.0, pooled, 1)]
+        forward = [*bn_forward, Kernel("activation", 0.0, pooled, 1)]
         backward = [bn_backward, Kernel("activation", 0.0, pooled, 1)]
         return forward, backward, 2 * act
     into_conv = batch_norm == "fused_into_conv"
