@@ -21,24 +21,16 @@ DATASETS = sorted(published.datasets()) + list(GPU_DATASETS)
 # Errors quoted here are raw, (predicted - published) / published of the row's metric, as --json gives
 # them (validate's tables sign rates the other way: + predicted too slow).
 KNOWN = {
-    ("gpu_throughput", "h100-pytorch-2.11"): "median 0.60% without the profile, 1.70% with it over the 3 "
-    "MLPerf ResNet-50 rows on H100 (MXNet, CUDA graphs, three releases 8% apart: +8.8%, +1.7%, +0.6% "
-    "against +7.5%, +0.5%, -0.6%). The defaults' 56,326 img/s falls between v3.0 and v3.1, so the "
-    "median holds only for a prediction 0 to 0.12% faster than theirs (56,326-56,393); the profile's "
-    "is 1.2% faster (57,008): its copies stream at 0.91 of the H100's HBM where the H200's reach 0.89, "
-    "so its streaming kernels run at 0.82 of HBM, not the catalog's 0.80, and the same sessions' torch "
-    "elementwise kernels move between the two GPUs by the same 2% (test_copy_stream_rate.py): a "
-    "measured rate, not a carry-over error. The band holds all three",
-    ("gpu_steps", "h100-pytorch-2.11"): "median 2.2% without the profile, 3.2% with it over the 10 H100 "
-    "rows (the 5th and 6th: GPT-3 XL). GPT-2 XL is priced by its own measurement: its device-bound "
-    "steps within 1.5% (+1.5%, +1.1% against the defaults' +1.7%, +0.3%), its host-bound micro-batch-1 "
-    "step 8% slow (-8.1% against +1.1%), measured in another session of that VM whose host ran it "
-    "slower (the dataset's own runs of that step took 115.6-133.2 ms, the profile's 126.6 ms: a "
-    "session's spread, which the band holds, SESSION_SIGMA). GPT-3 XL, carried at the profile's GEMM "
-    "model, is 3% slow (-3.3%, -3.1% against +0.4%, -2.7%); the H100's measured streaming rate (0.82 "
-    "of HBM, see gpu_throughput) prices ResNet-50 1% faster (-1.5%, +12.3%, +9.7% against -1.5%, "
-    "+11.6%, +9.0%); BERT-Large, carried, comes closer (+12.9%, +3.0% against +22.4%, +13.4%). The "
-    "band holds all ten",
+    ("gpu_steps", "h100-pytorch-2.11"): "median 3.2% without the profile, 5.2% with it over the 10 H100 "
+    "rows (the 5th and 6th: GPT-3 XL carried, and ResNet-50 at 256). GPT-2 XL is priced by its own "
+    "measurement: its device-bound steps within 1.6% (+1.6%, +1.1% against the defaults' -1.5%, -1.9%), "
+    "its host-bound micro-batch-1 step 8% slow (-8.0% against +1.1%), measured in another session of "
+    "that VM whose host ran it slower (the dataset's own runs of that step took 115.6-133.2 ms, the "
+    "profile's 126.6 ms: a session's spread, which the band holds, SESSION_SIGMA). GPT-3 XL, carried at "
+    "the profile's GEMM model, is 5-6% slow (-5.7%, -4.6% against -2.2%, -4.2%); the H100's measured "
+    "streaming rate (0.82 of HBM, see gpu_throughput) prices ResNet-50 1% faster (-2.3%, +8.7%, +7.8% "
+    "against -2.3%, +8.0%, +7.1%); BERT-Large, carried, comes closer (+12.9%, +0.7% against +22.4%, "
+    "+9.5%). The band holds all ten",
     ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 9 of 12 rows at 16 draws with "
     "or without the profile (the preset uses it; the same median, 10.0%). Outside: 1-bit Adam on 1 GPU "
     "(published 97 samples/s, predicted 84.2, band 75.1-94.3: the paper's figure has it 8% faster than "

@@ -1,6 +1,6 @@
 """Compute costs on one GPU: a roofline per kernel, with measured rates where a profile has them.
 
-time(kernel group) = launches x device cost per kernel
+time(kernel group) = launches x (device cost per kernel + gap between queued kernels)
                      + max(FLOPs / (peak x class efficiency), bytes / (HBM bandwidth x class efficiency))
 
 The per-kernel term is what a small kernel costs beyond its bytes (launch, ramp-up, tail: ~3 us on a
@@ -84,6 +84,10 @@ class DeviceCosts:
         self._bn_stats_elements_per_s = bn_cycles * bn["statistics_elements_per_sm_cycle"]
         self._bn_stream_bytes_per_s = bn_cycles * bn["streaming_bytes_per_sm_cycle"]
         self.kernel_overhead_s = mode.device_s_per_kernel
+        # the device's idle gap between two kernels of one stream when the next is already queued
+        # (catalogs/execution.yaml device_s_between_kernels): kernel durations, which every rate above
+        # was fitted on, leave it out; a CPU runs each op on the calling thread, with no queue
+        self.kernel_gap_s = catalog.device_s_between_kernels() if gpu.asynchronous_launch else 0.0
         self.pointwise_factor = mode.elementwise_kernel_factor
         dispatch = profile.dispatch if profile is not None else None
         if dispatch is not None and dispatch.fingerprint.execution == execution:
@@ -228,13 +232,16 @@ class DeviceCosts:
         return per_element * elements
 
     def kernels_time(self, kernels: Iterable[Kernel], precision: str) -> float:
-        """The time of a layer's kernel groups, once per (groups, precision): a program prices the same
-        layer in every micro-step and step kind (the cache holds the groups, so their id stays theirs)."""
+        """The time of a layer's kernel groups run back to back (their durations and the device's gap
+        between each two), once per (groups, precision): a program prices the same layer in every
+        micro-step and step kind (the cache holds the groups, so their id stays theirs)."""
         key = (id(kernels), precision)
         hit = self._priced.get(key)
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        t = sum(self.kernel_time(k, precision) for k in kernels)
+        # every kernel on the stream leaves the gap, a library's own (cuDNN's transposes) included
+        gaps = self.kernel_gap_s * sum(self.launches(k) for k in kernels)
+        t = sum(self.kernel_time(k, precision) for k in kernels) + gaps
         self._priced[key] = (kernels, t)
         return t
 
