@@ -122,7 +122,7 @@ def compute(progress=None) -> list[SpeedupCheck]:
     what the question is about; inside one node compute and NVLink/PCIe set them). The same published
     speedup in two datasets counts once."""
     from clustersim.planner.compare import is_uncompressed
-    from clustersim.validation.published import datasets, load_dataset, validate
+    from clustersim.validation.published import datasets, load_dataset, predict_rows
     from clustersim.validation.speedups import speedups_by_scale
 
     checks: dict[tuple, SpeedupCheck] = {}
@@ -132,7 +132,7 @@ def compute(progress=None) -> list[SpeedupCheck]:
             continue
         if progress:
             progress(name)
-        report = validate(name, None, samples=0)
+        report = predict_rows(data, None, samples=0, over_undisclosed=False)  # the rows' own predictions
         bases: dict = {}
         for row, result in zip(data.rows, report.rows):
             base = row.baseline
