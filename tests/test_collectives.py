@@ -182,3 +182,64 @@ def test_two_node_tree_follows_nccls_view_of_the_nodes():
     eth = load_scenario("preset:onebit-adam-ethernet").cluster
     cl = build_cluster(eth.model_copy(update={"nodes": 2}))
     assert CollectiveModel(cl).cost("all_reduce", grads, GroupShape(2, 4)).algorithm == "ring"
+
+
+def _drawn(params):
+    """A band draw of a calibrated network: residual scatter, one op's own spread moved apart."""
+    from dataclasses import replace
+
+    spread = {"all_reduce": ((1e6, 0.05), (1e8, 0.03)), "all_gather": ((1e6, 0.08),)}
+    return replace(params, residual_sigma=0.2, spread=spread, scatter_z=1.3, op_z={"all_reduce": -0.7})
+
+
+def _per_candidate_scatter(m, op, nbytes, shape):
+    """The chosen (algorithm, protocol, time) with the draw's scatter put on every candidate before
+    choosing, as the model used to: the reference the once-per-collective factor must equal."""
+    from clustersim.cost_models import collective_algorithms as algos
+
+    f = m.params.scatter(op, nbytes)
+    inputs = algos.Inputs(m.cluster, shape, nbytes)
+    blind = m._spine_blind_inputs(shape, nbytes)
+    best = None
+    for name, fn in m._candidates(op, "auto", shape).items():
+        plan = fn(inputs)
+        seen = plan if blind is None else fn(blind)
+        for proto in m._protocols(shape):
+            time = m.price(op, name, proto, plan, inputs).time * f
+            belief = seen.tuner or seen
+            rank = time if belief is plan else m.price(op, name, proto, belief, blind or inputs).time * f
+            if best is None or rank < best[0]:
+                best = (rank, name, proto, time)
+    return best[1:]
+
+
+def test_a_draws_scatter_is_put_once_on_the_chosen_collective_and_chooses_as_before(monkeypatch):
+    """The residual scatter and an op's spread scale every algorithm and protocol of one collective
+    alike, so the choice is the nominal one and the time is the nominal time times the factor, exactly
+    as when each candidate was scaled before choosing (an oversubscribed leaf-spine too, where the
+    tuner chooses on the spine-blind view); the factor is worked out once per collective priced."""
+    from clustersim.cost_models.network_params import NetworkParams
+    from tests.test_flow_network import _dgx
+
+    clusters = [build_cluster(make_scenario(**{"cluster.nodes": n}).cluster) for n in (1, 2, 3, 8)] + [
+        build_cluster(_dgx(32, nodes_per_leaf=8, oversubscription=2.0).cluster)
+    ]
+    calls = []
+    scatter = NetworkParams.scatter
+    monkeypatch.setattr(NetworkParams, "scatter", lambda self, *a: calls.append(a) or scatter(self, *a))
+    priced = 0
+    for cl in clusters:
+        nominal = CollectiveModel(cl)
+        drawn = CollectiveModel(cl, params=_drawn(nominal.params))
+        shape = GroupShape(cl.spec.nodes, cl.spec.gpus_per_node)
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
+            for nbytes in (4e3, 3e6, 5e8):
+                calls.clear()
+                c, n = drawn.cost(op, nbytes, shape), nominal.cost(op, nbytes, shape)
+                assert len(calls) == 1  # once for the drawn collective (none at the nominal parameters)
+                f = drawn.params.scatter(op, nbytes)
+                assert f != 1.0
+                assert (c.algorithm, c.protocol, c.time) == _per_candidate_scatter(drawn, op, nbytes, shape)
+                assert (c.algorithm, c.protocol, c.time) == (n.algorithm, n.protocol, n.time * f)
+                priced += 1
+    assert priced == 75

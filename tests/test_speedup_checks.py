@@ -63,3 +63,47 @@ def test_compare_prints_and_returns_how_far_its_speedups_are_checked(runner):
     (said,) = data["speedups_checked"]
     assert said["optimizer"] == "onebit-adam" and said["outside"] == []
     assert said["checked"]["gpus"] == [8, 32] and len(said["checked"]["checks"]) == 5
+
+
+def test_the_checks_are_what_validate_predicts_for_their_rows():
+    """compute reads each dataset once and leaves out the predictions across the rows' undisclosed
+    settings: each check's prediction is still, exactly, the one `validate` (every prediction) gives its
+    row or its trend point across nodes, and the checks are the same seven."""
+    from clustersim.validation.published import datasets
+    from clustersim.validation.speedups import speedups_by_scale
+
+    reference = {}
+    for name in datasets():
+        report = validate(name, None, samples=0)
+        for r in report.rows:
+            if (r.metric or report.dataset.metric) == "speedup" and r.baseline:
+                reference[name, r.optimizer, r.baseline, r.gpus, r.published] = r.predicted
+        for trend in speedups_by_scale(report).trends:
+            for p in trend.trend_points:
+                reference[name, trend.optimizer, trend.baseline, p.gpus, p.published] = p.predicted
+    checks = compute()
+    assert {(c.dataset, c.optimizer, c.baseline, c.gpus, round(c.published, 3)) for c in checks} == {
+        ("binsgdm_speedups", "binsgdm", "sgdm", 64, 2.47),
+        ("binsgdm_speedups", "binsgdm", "adam", 64, 6.26),
+        ("onebit_adam_ethernet", "onebit-adam", "adam", 8, 5.444),
+        ("onebit_adam_ethernet", "onebit-adam", "adam", 16, 5.114),
+        ("onebit_adam_ethernet", "onebit-adam", "adam", 32, 6.692),
+        ("seeds", "onebit-adam", "adam", 32, 3.3),
+        ("seeds", "onebit-adam", "adam", 32, 2.9),
+    }
+    for c in checks:
+        assert c.predicted == reference[c.dataset, c.optimizer, c.baseline, c.gpus, c.published], c
+
+
+def test_predict_rows_without_the_undisclosed_range_changes_no_row_else():
+    """The seeds' rows with an undisclosed setting (hugepages, micro-batch, the GPU count of 'up to'):
+    predict_rows(over_undisclosed=False) gives each row what validate does, less the range."""
+    from dataclasses import replace
+
+    from clustersim.validation.published import load_dataset, predict_rows
+
+    full = validate("seeds", None, samples=0).rows
+    lean = predict_rows(load_dataset("seeds"), None, samples=0, over_undisclosed=False).rows
+    assert sum(r.undisclosed_range is not None for r in full) == 5
+    assert all(r.undisclosed_range is None for r in lean)
+    assert lean == [replace(r, undisclosed_range=None) for r in full]

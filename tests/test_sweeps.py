@@ -178,6 +178,33 @@ def test_unreachable_scheduler(tmp_path, runner, monkeypatch):
     assert r.exit_code == 2 and "cannot reach the Dask scheduler" in r.output and "Traceback" not in r.output
 
 
+def test_a_sweep_on_a_scheduler_connects_once_and_closes_its_client(tmp_path, runner, monkeypatch):
+    """The CLI and run_sweep reach --scheduler once (the connection that refuses an address that does
+    not answer is the one the rows run on) and close that client when the sweep ends."""
+    from dask.distributed import LocalCluster
+
+    from clustersim.sweeps import run as sweep_run
+
+    opened = []
+
+    def counted(scheduler, workers):
+        opened.append(sweep_run_open_client(scheduler, workers))
+        return opened[-1]
+
+    sweep_run_open_client = sweep_run.open_client
+    monkeypatch.setattr(sweep_run, "open_client", counted)
+    small = {**SWEEP, "vary": {"gpus": [8, 16], "optimizer": ["adam"]}, "samples": 0}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        args = ["sweep", str(write(tmp_path, small)), "--scheduler", cluster.scheduler_address]
+        r = runner.invoke(app, [*args, "--out", str(tmp_path / "cli")])
+        assert r.exit_code == 0, r.output
+        assert "2 rows simulated" in r.output and len(opened) == 1
+        counts = run_sweep(load_sweep(write(tmp_path, small)), tmp_path / "api", cluster.scheduler_address)
+        assert counts["written"] == 2 and len(opened) == 2
+    assert all(client.status == "closed" and own is None for client, own in opened)
+    assert rows_of(tmp_path / "cli") == rows_of(tmp_path / "api")
+
+
 def test_sweep_cli_progress_and_json(tmp_path, runner):
     r = runner.invoke(app, ["sweep", str(write(tmp_path)), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output

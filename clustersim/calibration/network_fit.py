@@ -216,11 +216,13 @@ class _Problem:
                 else {k: v for k, v in pt.plans.items() if k in algos.NCCL_AUTO[pt.op]}
             )
             protocols = params.protocols or pt.model._protocols(pt.shape)
-            out[i] = min(
+            fastest = min(
                 pt.model.price(pt.op, a, proto, plan, pt.inputs).time
                 for a, plan in plans.items()
                 for proto in protocols
             )
+            # a draw's scatter, the same for every algorithm and protocol (price leaves it out)
+            out[i] = fastest * params.scatter(pt.op, pt.inputs.nbytes)
         return out
 
     def residuals(self, x) -> np.ndarray:

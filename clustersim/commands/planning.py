@@ -57,7 +57,7 @@ def sweep(
 ):
     """Run a what-if sweep on this machine's cores (or a Dask cluster with --scheduler); rows are written
     to OUT/results.csv as they finish, each with its P10–P90."""
-    from clustersim.sweeps.run import check_scheduler, default_workers, run_locked
+    from clustersim.sweeps.run import dask_client, default_workers, run_locked
     from clustersim.sweeps.spec import load_sweep
     from clustersim.sweeps.store import ResultsFolder
 
@@ -67,36 +67,37 @@ def sweep(
     with sw.catalogs_in_use():
         invalid = sw.invalid_rows()
     sw.refuse_without_a_valid_row(invalid)  # before the folder is made
-    check_scheduler(scheduler)  # so is an address that does not answer
-    folder = ResultsFolder(out, sw)
-    with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
-        folder.open()  # a folder of another sweep is refused before anything is printed
-        total = len(sw.rows())
-        notes = sw.unused_axes()
-        if json_out:
-            counts = run_locked(sw, folder, scheduler, workers)
-            emit_json({"out": str(out), **counts, "invalid": _invalid_reasons(out), "notes": notes})
-            return
-        console.print(f"sweep [bold]{sw.spec.name}[/]: {total} rows over {', '.join(sw.axes)} -> {out}/")
-        for note in notes:
-            console.print(f"note: {note}", markup=False, highlight=False)
-        if invalid:
-            console.print(
-                f"[yellow]{sum(invalid.values())} of {total} rows are not a valid cluster as given[/] "
-                "(recorded as invalid, the others run):"
-            )
-            invalid = dict(sorted(invalid.items(), key=lambda kv: -kv[1])[:5])  # those printed
-            for reason, n in invalid.items():
-                console.print(f"  {n} x {shortened(reason, 200)}")
-        try:
-            with progress_bar("sweep", "rows", total) as update:
-                counts = run_locked(sw, folder, scheduler, workers, progress=update)
-        except KeyboardInterrupt:
-            console.print(
-                f"interrupted: {len(folder.read_rows())} of {total} rows are saved in {out}/results.csv; "
-                "run the same command again to resume"
-            )
-            raise typer.Exit(130) from None
+    # connected once, before the folder is made: an address that does not answer is refused too
+    with dask_client(scheduler, workers) as client:
+        folder = ResultsFolder(out, sw)
+        with sw.catalogs_in_use(), folder.locked():  # a second sweep into the same folder is refused
+            folder.open()  # a folder of another sweep is refused before anything is printed
+            total = len(sw.rows())
+            notes = sw.unused_axes()
+            if json_out:
+                counts = run_locked(sw, folder, client, workers)
+                emit_json({"out": str(out), **counts, "invalid": _invalid_reasons(out), "notes": notes})
+                return
+            console.print(f"sweep [bold]{sw.spec.name}[/]: {total} rows over {', '.join(sw.axes)} -> {out}/")
+            for note in notes:
+                console.print(f"note: {note}", markup=False, highlight=False)
+            if invalid:
+                console.print(
+                    f"[yellow]{sum(invalid.values())} of {total} rows are not a valid cluster as given[/] "
+                    "(recorded as invalid, the others run):"
+                )
+                invalid = dict(sorted(invalid.items(), key=lambda kv: -kv[1])[:5])  # those printed
+                for reason, n in invalid.items():
+                    console.print(f"  {n} x {shortened(reason, 200)}")
+            try:
+                with progress_bar("sweep", "rows", total) as update:
+                    counts = run_locked(sw, folder, client, workers, progress=update)
+            except KeyboardInterrupt:
+                console.print(
+                    f"interrupted: {len(folder.read_rows())} of {total} rows are saved in {out}/results.csv; "
+                    "run the same command again to resume"
+                )
+                raise typer.Exit(130) from None
     failed = sum(_invalid_reasons(out).values())
     if counts["written"] == 0:  # a resumed sweep whose rows were all done: say so, not "0 rows simulated"
         none_invalid = "" if failed else " (none invalid)"

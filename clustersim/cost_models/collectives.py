@@ -111,9 +111,8 @@ class CollectiveModel:
             if hit is not None:
                 sizes = self.measured.size_range(op, shape)
                 self._note_range(op, nbytes, sizes)
-                if self.params.scatter_z == 0.0 and not self.params.op_z:
-                    return hit
-                return replace(hit, time=hit.time * self.params.scatter(op, nbytes, sizes and sizes[1]))
+                factor = self._scatter(op, nbytes, sizes and sizes[1])
+                return hit if factor == 1.0 else replace(hit, time=hit.time * factor)
         if self.params.calibrated:
             self._note_range(op, nbytes, self.params.measured_range(op))
         candidates = self._candidates(op, algorithm, shape)
@@ -129,15 +128,24 @@ class CollectiveModel:
         for name, fn in candidates.items():
             plan = fn(inputs)
             seen = plan if blind is None else fn(blind)
+            # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs; on an
+            # oversubscribed fabric, what it believes on the NICs alone: it never sees the spine)
+            belief = seen.tuner or seen
             for proto in self._protocols(shape):
-                c = self.price(op, name, proto, plan, inputs)
-                # chosen as NCCL's tuner would (plan.tuner: what it believes the algorithm costs; on an
-                # oversubscribed fabric, what it believes on the NICs alone: it never sees the spine)
-                belief = seen.tuner or seen
-                rank = c.time if belief is plan else self.price(op, name, proto, belief, blind or inputs).time
+                time = self._time(op, proto, plan, inputs)
+                rank = time if belief is plan else self._time(op, proto, belief, blind or inputs)
                 if best is None or rank < best_rank:
-                    best, best_rank = c, rank
-        return best
+                    best, best_rank = (name, proto, plan, time), rank
+        name, proto, plan, time = best
+        return self._priced(op, name, proto, plan, inputs, time * self._scatter(op, nbytes))
+
+    def _scatter(self, op: str, nbytes: float, largest: float | None = None) -> float:
+        """This draw's factor on a collective's time (NetworkParams.scatter; 1 at the nominal
+        parameters). Put once on the chosen algorithm's time: it is the same for every algorithm and
+        protocol of one collective, so it cannot change which is cheapest."""
+        if self.params.scatter_z == 0.0 and not self.params.op_z:
+            return 1.0
+        return self.params.scatter(op, nbytes, largest)
 
     def _note_range(self, op: str, nbytes: float, sizes: tuple[float, float] | None) -> None:
         """Remember a size outside the range its fit measured (``extrapolated``: op -> (smallest and
@@ -241,7 +249,12 @@ class CollectiveModel:
     def price(
         self, op: str, algorithm: str, protocol: str, plan: algos.Decomposition, inputs: algos.Inputs
     ) -> CollectiveCost:
-        """Time of one decomposition under one protocol, with this model's parameters."""
+        """One decomposition under one protocol, with this model's parameters, less the draw's scatter
+        (common to every decomposition of a collective; cost puts it on the one chosen)."""
+        return self._priced(op, algorithm, protocol, plan, inputs, self._time(op, protocol, plan, inputs))
+
+    def _time(self, op: str, protocol: str, plan: algos.Decomposition, inputs: algos.Inputs) -> float:
+        """price's time alone: cost compares candidates by it and builds one CollectiveCost, the chosen."""
         prm = self.params
         nic = self.cluster.spec.nic.kind
         frac = self._proto_bw[protocol]
@@ -257,7 +270,17 @@ class CollectiveModel:
             for leg in plan.legs
         ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
-        time = (self.base_latency(protocol) + latency + t) * prm.scatter(op, inputs.nbytes)
+        return self.base_latency(protocol) + latency + t
+
+    def _priced(
+        self,
+        op: str,
+        algorithm: str,
+        protocol: str,
+        plan: algos.Decomposition,
+        inputs: algos.Inputs,
+        time: float,
+    ) -> CollectiveCost:
         return CollectiveCost(
             op,
             inputs.nbytes,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from clustersim.errors import InputError
 from clustersim.planner.compare import fit_micro_batch
@@ -265,7 +266,9 @@ def _run_on_processes(batches: list, base_json: dict, args: tuple, workers: int,
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def open_client(scheduler: str | None, workers: int):
+def open_client(scheduler: str, workers: int):
+    """(client, in-process cluster or None): ``scheduler``'s Dask cluster, or, for an empty address, one
+    started in this process with ``workers`` threads."""
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
@@ -282,13 +285,22 @@ def open_client(scheduler: str | None, workers: int):
     return Client(cluster), cluster
 
 
-def check_scheduler(scheduler: str | None) -> None:
-    """Reach ``--scheduler`` once (and let go) before a results folder is made: an address that is not
-    one, or a scheduler that does not answer, is refused with nothing written (the folder, its
-    sweep.json and lock were left behind when the connection failed after they were made)."""
-    if scheduler is not None:
-        client, _ = open_client(scheduler, 1)
+@contextmanager
+def dask_client(scheduler: str | None, workers: int = 1) -> Iterator[Any]:
+    """The Dask client a sweep runs on, connected once and closed on leaving (None without a
+    scheduler: the sweep runs on local processes). Entered before a results folder is made, so that an
+    address that is not one, or a scheduler that does not answer, is refused with nothing written (the
+    folder, its sweep.json and lock were left behind when the connection failed after they were made)."""
+    if scheduler is None:
+        yield None
+        return
+    client, cluster = open_client(scheduler, workers)
+    try:
+        yield client
+    finally:
         client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def run_sweep(
@@ -306,22 +318,23 @@ def run_sweep(
     process, also when the first batch says the rest takes under MIN_PARALLEL_WORK_S); an in-process
     Dask cluster cost about 15% of a sweep in scheduling and, being threads, used one core (issue #15).
     ``--scheduler`` uses that Dask cluster's workers."""
-    check_scheduler(scheduler)
-    folder = ResultsFolder(out, sweep)
-    with folder.locked():
-        return run_locked(sweep, folder, scheduler, workers, progress, batch_size, stop_after)
+    with dask_client(scheduler, workers) as client:
+        folder = ResultsFolder(out, sweep)
+        with folder.locked():
+            return run_locked(sweep, folder, client, workers, progress, batch_size, stop_after)
 
 
 def run_locked(
     sweep: Sweep,
     folder: ResultsFolder,
-    scheduler: str | None = None,
+    client=None,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
     batch_size: int | None = None,
     stop_after: int | None = None,
 ) -> dict[str, int]:
-    """run_sweep on a folder the caller holds (``ResultsFolder.locked()``)."""
+    """run_sweep on a folder the caller holds (``ResultsFolder.locked()``), on ``client`` (dask_client;
+    None: local processes)."""
     done = folder.open()
     rows = [r for r in sweep.rows() if row_id(r) not in done]
     total = len(sweep.rows())
@@ -342,7 +355,7 @@ def run_locked(
             progress(counts["skipped"] + counts["written"], total)
         return stop_after is not None and counts["written"] >= stop_after
 
-    if scheduler is None:
+    if client is None:
         size = batch_size or max(1, min(25, len(rows) // (4 * workers) or 1))
         batches = [rows[i : i + size] for i in range(0, len(rows), size)]
         t0 = time.perf_counter()
@@ -358,19 +371,13 @@ def run_locked(
         return counts
     from dask.distributed import as_completed
 
-    client, cluster = open_client(scheduler, workers)
-    try:
-        n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-        size = batch_size or max(1, min(25, len(rows) // (4 * n_workers) or 1))
-        batches = [rows[i : i + size] for i in range(0, len(rows), size)]
-        futures = [client.submit(simulate_batch, base_json, b, *args, pure=False) for b in batches]
-        for fut in as_completed(futures):
-            if written(fut.result()):
-                for f in futures:
-                    f.cancel()
-                break
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    size = batch_size or max(1, min(25, len(rows) // (4 * n_workers) or 1))
+    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+    futures = [client.submit(simulate_batch, base_json, b, *args, pure=False) for b in batches]
+    for fut in as_completed(futures):
+        if written(fut.result()):
+            for f in futures:
+                f.cancel()
+            break
     return counts

@@ -410,7 +410,16 @@ def _workers(base) -> int | None:
 
 def validate(name: str, profile=None, samples: int = 32, progress=None) -> ValidationReport:
     """Predict every row of dataset ``name``; ``progress(done, total)`` after each row."""
-    data = load_dataset(name)
+    return predict_rows(load_dataset(name), profile, samples, progress)
+
+
+def predict_rows(
+    data: Dataset, profile=None, samples: int = 32, progress=None, over_undisclosed: bool = True
+) -> ValidationReport:
+    """Predict every row of a loaded dataset (validate, for a caller that has read it already).
+    ``over_undisclosed=False`` leaves out each row's predictions across its undisclosed setting's
+    plausible values (``undisclosed_range`` None; one more prediction per value), for a caller that
+    reads only the rows' own predictions."""
     bases = {data.scenario: load_scenario(data.scenario)}
     results = []
     for row in data.rows:
@@ -437,7 +446,7 @@ def validate(name: str, profile=None, samples: int = 32, progress=None) -> Valid
                 spec.why if spec else None,
                 spec.unit if spec else None,
                 _used_value(row, scenario) if spec else None,
-                _over_undisclosed(data, row, profile, bases) if spec else None,
+                _over_undisclosed(data, row, profile, bases) if spec and over_undisclosed else None,
                 _workers(bases[row.scenario or data.scenario]),
             )  # fmt: skip
         )

@@ -17,6 +17,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Iterator
 
 # what compare and report say of an optimizer no published speedup checks
 UNCHECKED = "{name}: no published speedup checks it; its speedups are the model's alone"
@@ -122,7 +123,7 @@ def compute(progress=None) -> list[SpeedupCheck]:
     what the question is about; inside one node compute and NVLink/PCIe set them). The same published
     speedup in two datasets counts once."""
     from clustersim.planner.compare import is_uncompressed
-    from clustersim.validation.published import datasets, load_dataset, validate
+    from clustersim.validation.published import datasets, load_dataset, predict_rows
     from clustersim.validation.speedups import speedups_by_scale
 
     checks: dict[tuple, SpeedupCheck] = {}
@@ -132,7 +133,7 @@ def compute(progress=None) -> list[SpeedupCheck]:
             continue
         if progress:
             progress(name)
-        report = validate(name, None, samples=0)
+        report = predict_rows(data, None, samples=0, over_undisclosed=False)  # the rows' own predictions
         bases: dict = {}
         for row, result in zip(data.rows, report.rows):
             base = row.baseline
@@ -170,19 +171,32 @@ def checked_ranges() -> dict[str, CheckedRange]:
     return {name: CheckedRange(name, checks) for name, checks in by_optimizer.items()}
 
 
+def _judged(names, points_of) -> Iterator[tuple[str, CheckedRange | None, dict[str, list[int]]]]:
+    """The judgement notes and sweep_lines each word their own way: per compressed optimizer of
+    ``names``, its checked range (None: no published speedup checks it) and the GPU counts of its
+    points that lie outside that range, by network, in the points' order. ``points_of(name)``: the
+    (network as said, NIC kind, GPU count) it ran at (asked only of a checked optimizer)."""
+    from clustersim.planner.compare import is_uncompressed
+
+    ranges = checked_ranges()
+    for name in names:
+        if is_uncompressed(name):
+            continue
+        checked = ranges.get(name)
+        outside: dict[str, list[int]] = {}
+        for network, nic_kind, gpus in points_of(name) if checked is not None else ():
+            if not checked.covers(gpus, nic_kind):
+                outside.setdefault(network, []).append(gpus)
+        yield name, checked, outside
+
+
 def notes(scenario, optimizers: list[str], gpu_counts: list[int]) -> list[dict]:
     """For each compressed optimizer of a comparison of ``scenario`` at ``gpu_counts``: how far its
     speedups are checked and whether the comparison's GPU counts and network lie inside that
     ({"optimizer", "checked", "outside", "text"})."""
-    from clustersim.planner.compare import is_uncompressed
-
     nic_kind, network = _network(scenario)
-    ranges = checked_ranges()
     out = []
-    for name in optimizers:
-        if is_uncompressed(name):
-            continue
-        checked = ranges.get(name)
+    for name, checked, outside in _judged(optimizers, lambda _: [(network, nic_kind, g) for g in gpu_counts]):
         if checked is None:
             out.append(
                 {
@@ -193,38 +207,32 @@ def notes(scenario, optimizers: list[str], gpu_counts: list[int]) -> list[dict]:
                 }
             )
             continue
-        outside = [g for g in gpu_counts if not checked.covers(g, nic_kind)]
+        counts = outside.get(network, [])
         text = f"{name}: {checked.describe()}"
-        if outside:
-            counts = ", ".join(f"{g:,}" for g in outside)
-            text += f"; {counts} GPUs on {network} lie outside what was checked"
-        out.append({"optimizer": name, "checked": checked.as_dict(), "outside": outside, "text": text})
+        if counts:
+            text += f"; {', '.join(f'{g:,}' for g in counts)} GPUs on {network} lie outside what was checked"
+        out.append({"optimizer": name, "checked": checked.as_dict(), "outside": counts, "text": text})
     return out
 
 
 def sweep_lines(rows: list[dict], scenarios: dict) -> list[str]:
-    """``notes`` for a sweep's rows (a report's section): per compressed optimizer that ran, how far its
-    speedups are checked, and which of its networks and GPU counts lie outside that."""
-    from clustersim.planner.compare import is_uncompressed
+    """``notes`` for a sweep's rows (a report's section), whose networks differ row by row: per
+    compressed optimizer that ran, how far its speedups are checked, and which of its networks and GPU
+    counts lie outside that."""
+    ran = [r for r in rows if not r.get("error") and r.get("optimizer")]
 
-    ranges = checked_ranges()
+    def points(name: str) -> list[tuple[str, str, int]]:
+        return [
+            (str(r["network"]), scenarios[r["row_id"]]["cluster"]["nic"]["kind"], int(r["world_size"]))
+            for r in ran
+            if r["optimizer"] == name and r.get("row_id") in scenarios
+        ]
+
     lines = []
-    names = dict.fromkeys(r["optimizer"] for r in rows if not r.get("error") and r.get("optimizer"))
-    for name in names:
-        if is_uncompressed(name):
-            continue
-        checked = ranges.get(name)
+    for name, checked, outside in _judged(dict.fromkeys(r["optimizer"] for r in ran), points):
         if checked is None:
             lines.append(UNCHECKED.format(name=name))
             continue
-        outside: dict[str, list[int]] = {}
-        for r in rows:
-            if r.get("optimizer") != name or r.get("error") or r.get("row_id") not in scenarios:
-                continue
-            kind = scenarios[r["row_id"]]["cluster"]["nic"]["kind"]
-            if not checked.covers(int(r["world_size"]), kind):
-                counts = outside.setdefault(str(r["network"]), [])
-                counts.append(int(r["world_size"]))
         text = f"{name}: {checked.describe()}"
         if outside:
             said = "; ".join(
