@@ -19,7 +19,8 @@ offload-1.3b-2nodes/onebit-adam +0.4% and host-dispatch op times elsewhere; pres
 is new and, past MAX_RECORDED_OPS, recorded by its op count and sums; page faults of the blocking
 gradient copy and DeepSpeed's memory reports, preset:offload-dos-7b-h100 5.66 s -> 10.57 s; the
 offload-1.3b-2nodes cases removed: 1-bit and 0/1 Adam are refused with offload, as DeepSpeed refuses
-them).
+them; batch-norm priced per pass, preset:binsgdm-resnet50 +1.7%; the device's gap between queued
+kernels added to analytically priced kernels, 0 to +2% wherever a GPU is device-bound).
 """
 
 from __future__ import annotations
