@@ -76,7 +76,7 @@ def test_validate_prints_the_undisclosed_range():
     assert out.exit_code == 0, out.output
     assert 'undisclosed, row "Deep Optimizer States' in out.output
     assert "cluster.host.transparent_hugepages is not published" in out.output
-    assert "that row uses always; predicted at always → 8.504 s (-10.0%), madvise → 11.475 s" in (out.output)
+    assert "that row uses always; predicted at always → 8.511 s (-9.9%), madvise → 11.481 s" in (out.output)
     assert "the GPU count is not published" in out.output
 
 
