@@ -153,10 +153,11 @@ def extrapolation() -> None:
         )
 
 
-# Draws per fit: quasi-random (simulator/uncertainty.quasi_normals, as a run's band takes them), so the
-# P10-P90 edges have converged: the g found moves by less than 0.01 from 256 to 1,024 draws, where 64
-# independent draws (check_holdout's) read every band narrow and asked for 0.265, 200 for 0.18 and 2,000
-# for 0.175. tests/test_node_band.py recomputes NODE_EXTRAPOLATION_SIGMA with these draws.
+# Draws per fit: quasi-random (simulator/uncertainty.quasi_normals, as a run's band takes them), enough
+# for the P10-P90 edges to have converged: the g found was 0.205 at 64 and 128 such draws, 0.18 at 256
+# and 0.185 at 1,024. Independent draws (check_holdout's) converge more slowly: 0.265 at 64 (the bands
+# read narrow), 0.24 at 128, 0.16-0.18 at 200-2,000. tests/test_node_band.py recomputes
+# NODE_EXTRAPOLATION_SIGMA with these draws.
 NODE_SAMPLES = 256
 
 
