@@ -15,12 +15,20 @@ files and the 4 KiB-8 MiB sweeps stored in every `testbed validate` run):
    growth (SIZE_EXTRAPOLATION_SIGMA = 0) is widened by g per e-fold of the ratio, and the g at which 80%
    of the measured medians fall inside the P10-P90 is reported (network_params.SIZE_EXTRAPOLATION_SIGMA).
 
-    PYTHONPATH=. python benchmarks/network_band_evidence.py        # about a minute on 2 cores
+3. **Past the largest measured node count.** Each sweep (2, 4 and 8 hosts) fitted on every set of its
+   smaller host counts (2, 4, 2+4) predicts every larger one held out (2 -> 4, 2 -> 8, 4 -> 8, 2+4 -> 8);
+   the band without any node growth (NODE_EXTRAPOLATION_SIGMA = 0) is widened by g per e-fold of
+   nodes predicted / largest measured, and the g at which 80% of the measured medians fall inside the
+   P10-P90 is reported (network_params.NODE_EXTRAPOLATION_SIGMA), with the same fits' coverage inside
+   the measured node counts (2+4 -> nothing held out; 2+8 -> 4 held out) as the control.
+
+    PYTHONPATH=. python benchmarks/network_band_evidence.py        # about two minutes on 2 cores
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import math
 from pathlib import Path
@@ -29,6 +37,7 @@ import numpy as np
 
 from clustersim.calibration import network_fit as nf
 from clustersim.cost_models import network_params
+from clustersim.simulator.uncertainty import quasi_normals
 
 TESTBED = Path(__file__).resolve().parent.parent / "clustersim" / "validation" / "testbed"
 SHARED = [
@@ -144,6 +153,135 @@ def extrapolation() -> None:
         )
 
 
+# Draws per fit: quasi-random (simulator/uncertainty.quasi_normals, as a run's band takes them), enough
+# for the P10-P90 edges to have converged: the g found was 0.205 at 64 and 128 such draws, 0.18 at 256
+# and 0.185 at 1,024. Independent draws (check_holdout's) converge more slowly: 0.265 at 64 (the bands
+# read narrow), 0.24 at 128, 0.16-0.18 at 200-2,000. tests/test_node_band.py recomputes
+# NODE_EXTRAPOLATION_SIGMA with these draws.
+NODE_SAMPLES = 256
+
+
+def _holdout(train: list, test: list, nic_kind: str, samples: int) -> list[dict]:
+    """check_holdout's rows (fit on ``train``, predict ``test``), the band from quasi-random draws."""
+    _, stats = nf._fit(train, "gloo", nic_kind)
+    calibrated = nf._as_params(stats, "node-count holdout")
+    draws = calibrated.from_normals(quasi_normals(samples, calibrated.dimensions()))
+    rows = []
+    for pt in test:
+        p10, _, p90 = nf.predict_interval(calibrated, pt, draws)
+        pred = nf._Problem([pt], [], calibrated.algorithms, calibrated.protocols).predict(calibrated)[0]
+        rows.append(
+            {
+                "op": pt.op,
+                "bytes": pt.nbytes,
+                "measured_s": pt.time,
+                "predicted_s": pred,
+                "p10_s": p10,
+                "p90_s": p90,
+            }
+        )
+    return rows
+
+
+def node_combinations(counts: list[int]) -> list[tuple[tuple[int, ...], int]]:
+    """Every (fitted node counts, held-out node count) a sweep measured at ``counts`` allows: each set
+    of counts below a larger measured one predicts it (2, 4 and 8 hosts: 2 -> 4, 2 -> 8, 4 -> 8 and
+    2+4 -> 8)."""
+    out = []
+    for target in counts:
+        below = [n for n in counts if n < target]
+        for k in range(1, len(below) + 1):
+            out += [(fit, target) for fit in itertools.combinations(below, k)]
+    return out
+
+
+def node_rows(samples: int = NODE_SAMPLES, controls: bool = False) -> list[dict]:
+    """One row per held-out measured median: fitted on some host counts of a sweep (every size), the
+    prediction at a larger one, its log error and the band's log-sigma without any node growth
+    (``ratio``: nodes predicted / largest fitted). ``controls``: also the fits whose held-out count lies
+    inside the fitted ones (2+8 -> 4) and below them (4+8 -> 2), ``ratio`` < 1 there."""
+    saved = network_params.NODE_EXTRAPOLATION_SIGMA
+    network_params.NODE_EXTRAPOLATION_SIGMA = 0.0  # the band without growth; g is added by the caller
+    rows = []
+    try:
+        for name in SWEEPS:
+            raw = _raw(name)
+            spec = nf.measured_cluster(raw)
+            points = [p for p in nf.points_from(raw["collectives"], spec, name) if p.shape.gpus_per_node == 1]
+            counts = sorted({p.shape.nodes for p in points})
+            combos = node_combinations(counts)
+            if controls:
+                combos += [
+                    (tuple(n for n in counts if n != held), held)
+                    for held in counts
+                    if held < max(counts) and len(counts) > 2
+                ]
+            for fit, target in combos:
+                train = [p for p in points if p.shape.nodes in fit]
+                test = [p for p in points if p.shape.nodes == target]
+                for r in _holdout(train, test, spec.nic.kind, samples):
+                    rows.append(
+                        {
+                            "sweep": name,
+                            "clean": name.startswith("gloo-8hosts"),
+                            "fit": fit,
+                            "nodes": target,
+                            "op": r["op"],
+                            "bytes": r["bytes"],
+                            "error": math.log(r["predicted_s"] / r["measured_s"]),
+                            "sigma": math.log(r["p90_s"] / r["p10_s"]) / (2 * nf.Z90),
+                            "ratio": target / max(fit),
+                        }
+                    )
+    finally:
+        network_params.NODE_EXTRAPOLATION_SIGMA = saved
+    return rows
+
+
+def node_coverage(rows: list[dict], g: float) -> float:
+    """The share of measured medians inside a P10-P90 widened by ``g`` per e-fold past the fitted nodes."""
+    grow = [g * math.log(r["ratio"]) if r["ratio"] > 1 else 0.0 for r in rows]
+    return float(np.mean([abs(r["error"]) <= nf.Z90 * math.hypot(r["sigma"], w) for r, w in zip(rows, grow)]))
+
+
+def node_growth_needed(rows: list[dict], target: float = 0.8) -> float:
+    """The smallest g (a 0.005 grid, as the size growth's) that puts ``target`` of ``rows`` inside."""
+    return next((float(g) for g in np.arange(0, 2, 0.005) if node_coverage(rows, g) >= target), float("nan"))
+
+
+def nodes() -> None:
+    print("3. fitted on some host counts, predicting a larger one held out")
+    rows = node_rows(controls=True)
+    past = [r for r in rows if r["ratio"] > 1]
+    g = network_params.NODE_EXTRAPOLATION_SIGMA
+
+    def line(label: str, sel: list[dict]) -> str:
+        err = np.asarray([r["error"] for r in sel])
+        return (
+            f"  {label}: {len(sel)} predictions, log error rms {math.sqrt(np.mean(err**2)):.3f} "
+            f"(MAD-sd {1.4826 * np.median(np.abs(err)):.3f}), median band log-sigma "
+            f"{np.median([r['sigma'] for r in sel]):.3f}; inside P10-P90 without growth "
+            f"{node_coverage(sel, 0):.0%}, with {g:g}/e-fold {node_coverage(sel, g):.0%}"
+            + (f"; 80% needs {node_growth_needed(sel):.3f}" if sel[0]["ratio"] > 1 else "")
+        )
+
+    combos = sorted({(r["fit"], r["nodes"]) for r in rows}, key=lambda c: (c[1] / max(c[0]) > 1, c[1], c[0]))
+    for fit, target in combos:
+        sel = [r for r in rows if (r["fit"], r["nodes"]) == (fit, target)]
+        where = "past" if target > max(fit) else "inside" if target > min(fit) else "below"
+        label = f"{'+'.join(map(str, fit))} -> {target} hosts ({where} the fitted, ln ratio "
+        label += f"{math.log(target / max(fit)):+.2f})"
+        print(line(label, sel))
+        print(line("    of which the 1-32 MiB files", [r for r in sel if r["clean"]]))
+    print(line("all past the fitted node counts", past))
+    for op in sorted({r["op"] for r in past}):
+        print(line(f"    {op}", [r for r in past if r["op"] == op]))
+    for op in sorted({r["op"] for r in past}):
+        sel = [r for r in past if r["op"] == op and r["fit"] == (2, 4)]
+        print(line(f"    2+4 -> 8, {op}", sel))
+
+
 if __name__ == "__main__":
     sessions()
     extrapolation()
+    nodes()

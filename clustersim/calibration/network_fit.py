@@ -15,7 +15,8 @@ wandering. The covariance is the inverse Gauss-Newton Hessian, inflated by the r
 when the model misfits; ``residual_sigma`` is the scatter of measured medians about the fitted model
 (misfit plus the medians' own noise) and ``spread`` the run-to-run spread of one repetition at each
 measured size (measured_spread), both added to every prediction's interval, which also widens with how
-far a size lies past the largest measured (network_params.SIZE_EXTRAPOLATION_SIGMA). Which algorithm a backend
+far a size lies past the largest measured (network_params.SIZE_EXTRAPOLATION_SIGMA) and a group's node
+count past the largest measured (network_params.NODE_EXTRAPOLATION_SIGMA). Which algorithm a backend
 runs (gloo: ring or halving-doubling? binomial or ring broadcast?) is chosen per op by the fit
 residual; NCCL keeps its own choice between ring and tree.
 
@@ -222,7 +223,7 @@ class _Problem:
                 for proto in protocols
             )
             # a draw's scatter, the same for every algorithm and protocol (price leaves it out)
-            out[i] = fastest * params.scatter(pt.op, pt.inputs.nbytes)
+            out[i] = fastest * params.scatter(pt.op, pt.inputs.nbytes, nodes=pt.shape.nodes)
         return out
 
     def residuals(self, x) -> np.ndarray:
@@ -311,6 +312,7 @@ def _fit(points: list[Point], backend: str, nic_kind: str) -> tuple[NetworkParam
         "algorithms": algorithms,
         "protocols": protocols,
         "spread": measured_spread(points),
+        "nodes": sorted({p.shape.nodes for p in points}),
     }
     return params, stats
 
@@ -401,6 +403,7 @@ def _as_params(stats: dict, source: str) -> NetworkParams:
         residual_sigma=stats["residual_sigma"],
         calibrated_classes=tuple(stats["classes"]),
         spread={op: tuple(table) for op, table in stats["spread"].items()},
+        measured_nodes=tuple(stats["nodes"]),
     )
     return base.with_values(stats["names"], np.exp(stats["x"]))
 

@@ -29,6 +29,7 @@ from clustersim.cost_models import closed_forms as cf
 from clustersim.cost_models import collective_algorithms as algos
 from clustersim.cost_models.network_params import (
     DEFAULT,
+    NODE_EXTRAPOLATION_SIGMA,
     SIZE_EXTRAPOLATION_SIGMA,
     NetworkParams,
     class_key,
@@ -111,10 +112,11 @@ class CollectiveModel:
             if hit is not None:
                 sizes = self.measured.size_range(op, shape)
                 self._note_range(op, nbytes, sizes)
-                factor = self._scatter(op, nbytes, sizes and sizes[1])
+                factor = self._scatter(op, nbytes, sizes and sizes[1], shape.nodes)
                 return hit if factor == 1.0 else replace(hit, time=hit.time * factor)
         if self.params.calibrated:
             self._note_range(op, nbytes, self.params.measured_range(op))
+            self._note_nodes(op, shape.nodes)
         candidates = self._candidates(op, algorithm, shape)
         if not candidates:
             raise InputError(
@@ -137,15 +139,17 @@ class CollectiveModel:
                 if best is None or rank < best_rank:
                     best, best_rank = (name, proto, plan, time), rank
         name, proto, plan, time = best
-        return self._priced(op, name, proto, plan, inputs, time * self._scatter(op, nbytes))
+        return self._priced(
+            op, name, proto, plan, inputs, time * self._scatter(op, nbytes, None, shape.nodes)
+        )
 
-    def _scatter(self, op: str, nbytes: float, largest: float | None = None) -> float:
-        """This draw's factor on a collective's time (NetworkParams.scatter; 1 at the nominal
-        parameters). Put once on the chosen algorithm's time: it is the same for every algorithm and
-        protocol of one collective, so it cannot change which is cheapest."""
+    def _scatter(self, op: str, nbytes: float, largest: float | None = None, nodes: int = 1) -> float:
+        """This draw's factor on a collective's time across ``nodes`` nodes (NetworkParams.scatter; 1 at
+        the nominal parameters). Put once on the chosen algorithm's time: it is the same for every
+        algorithm and protocol of one collective, so it cannot change which is cheapest."""
         if self.params.scatter_z == 0.0 and not self.params.op_z:
             return 1.0
-        return self.params.scatter(op, nbytes, largest)
+        return self.params.scatter(op, nbytes, largest, nodes)
 
     def _note_range(self, op: str, nbytes: float, sizes: tuple[float, float] | None) -> None:
         """Remember a size outside the range its fit measured (``extrapolated``: op -> (smallest and
@@ -155,8 +159,15 @@ class CollectiveModel:
         lo, hi = self.extrapolated.get(op, ((nbytes, nbytes), sizes))[0]
         self.extrapolated[op] = ((min(lo, nbytes), max(hi, nbytes)), sizes)
 
+    def _note_nodes(self, op: str, nodes: int) -> None:
+        """Remember a group across more nodes than the calibrated model's fit measured
+        (``extrapolated_nodes``: op -> the most nodes priced), for the run's note."""
+        if self.params.nodes_past(nodes) is not None:
+            self.extrapolated_nodes[op] = max(nodes, self.extrapolated_nodes.get(op, 0))
+
     def extrapolation_notes(self) -> list[str]:
-        """One line per op priced outside the sizes its fit measured (calibrated model or measured fit)."""
+        """One line per op priced outside the sizes its fit measured (calibrated model or measured fit),
+        and one per op priced across more nodes than the calibrated model's fit measured."""
         out = []
         for op, ((lo, hi), (m_lo, m_hi)) in sorted(self.extrapolated.items()):
             size = format_bytes(hi) if hi > m_hi else format_bytes(lo)
@@ -169,6 +180,14 @@ class CollectiveModel:
             out.append(
                 f"{op} of {size} priced from a fit measured at {format_bytes(m_lo)}–{format_bytes(m_hi)}: "
                 f"extrapolated{past}"
+            )
+        for op, nodes in sorted(self.extrapolated_nodes.items()):
+            *lower, top = self.params.measured_nodes
+            measured = f"{', '.join(map(str, lower))} and {top}" if lower else str(top)
+            out.append(
+                f"{op} across {nodes:,} nodes priced from a fit measured on {measured} nodes: extrapolated; "
+                f"its band widens by log-σ {NODE_EXTRAPOLATION_SIGMA:g} per e-fold past the largest measured "
+                "node count"
             )
         return out
 
@@ -208,6 +227,7 @@ class CollectiveModel:
         self._cost_cache: dict[tuple, CollectiveCost] = {}
         self._pace_cache: dict[int, float] = {}
         self.extrapolated: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+        self.extrapolated_nodes: dict[str, int] = {}
 
     def pacing(self, nodes: int) -> float:
         """The factor on a lockstep collective's network legs across ``nodes`` nodes: each step waits for

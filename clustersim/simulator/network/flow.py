@@ -134,7 +134,8 @@ class FlowBackend:
                 acc = self.link_bytes[spec.shape.nodes] = np.zeros_like(unit_bytes)
             acc += unit_bytes * (spec.nbytes * spec.count)
         prm = self.model.params
-        return (self._latency(spec) + per_byte * spec.nbytes) * prm.scatter(spec.op, spec.nbytes) * spec.count
+        scale = prm.scatter(spec.op, spec.nbytes, nodes=spec.shape.nodes)
+        return (self._latency(spec) + per_byte * spec.nbytes) * scale * spec.count
 
     def _latency(self, spec: CollectiveSpec) -> float:
         """The analytical model's α terms for this algorithm and protocol (collectives.price)."""
