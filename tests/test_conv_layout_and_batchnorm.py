@@ -133,7 +133,9 @@ def test_nchw_transposes_cost_a_read_and_write_of_every_conv_tensor_and_no_host_
     assert (fwd.launches, bwd.launches) == (2, 4)
     extra = costs.kernels_time(stem_nchw.forward, "fp16") - costs.kernels_time(stem_plain.forward, "fp16")
     # two kernels on the stream: each its fixed cost and the device's gap before the next
-    assert extra == pytest.approx(2 * (costs.kernel_overhead_s + costs.kernel_gap_s) + moved / costs.memory_rate)
+    assert extra == pytest.approx(
+        2 * (costs.kernel_overhead_s + costs.kernel_gap_s) + moved / costs.memory_rate
+    )
     for a, b in zip(plain, nchw):  # cuDNN launches them inside the convolution: no host op of their own
         assert costs.kernels_launched(a.forward) == costs.kernels_launched(b.forward)
         assert costs.kernels_launched(a.backward) == costs.kernels_launched(b.backward)
