@@ -1394,25 +1394,37 @@ def _check_parallelism(s: Scenario) -> None:
         )
     if s.training.optimizer not in _MODEL_PARALLEL_OPTIMIZERS:
         backend = (s.training.optimizer_options or {}).get("backend", "nccl")
-        _refuse_compressed_model_parallel(s.training.optimizer, t, p, str(backend))
+        _refuse_compressed_model_parallel(s.training.optimizer, par, str(backend))
 
 
-def _refuse_compressed_model_parallel(
-    optimizer: str, tensor: int, pipeline: int, backend: str = "nccl"
-) -> None:
-    """A compressed optimizer on a tensor- or pipeline-parallel layout: the message names the split the
-    layout actually has (tensor = 8 on a pipeline-free one) and only the reasons that hold for it: the
-    DeepSpeed tutorials' pipeline incompatibility is the MPI-based backend's, not the NCCL one's."""
-    split = [(name, n) for name, n in (("tensor", tensor), ("pipeline", pipeline)) if n > 1]
+def _refuse_compressed_model_parallel(optimizer: str, par: ParallelismSpec, backend: str = "nccl") -> None:
+    """A compressed optimizer on a layout that runs Megatron-LM's program: the message names what the
+    layout has that only that program models (tensor = 8 on a pipeline-free one; Megatron's
+    recomputation, sequence parallelism or distributed optimizer on one of neither), how to undo each,
+    and only the reasons that hold: the DeepSpeed tutorials' pipeline incompatibility is the MPI-based
+    backend's, not the NCCL one's."""
+    has, undo = [], []
+    for name in ("tensor", "pipeline"):
+        if getattr(par, name) > 1:
+            has.append(f"{name} = {getattr(par, name)}")
+            undo.append(f"training.parallelism.{name} to 1")
+    if par.recompute != "none":
+        has.append(f"recompute = {par.recompute} (Megatron's)")
+        undo.append(
+            "training.parallelism.recompute to none (workload.activation_checkpointing: true recomputes "
+            "whole blocks under data parallelism)"
+        )
+    for name in ("sequence_parallel", "distributed_optimizer"):
+        if getattr(par, name):
+            has.append(name.replace("_", " "))
+            undo.append(f"training.parallelism.{name} to false")
     why = []
-    if pipeline > 1 and optimizer in _PIPELINE_WHY:
+    if par.pipeline > 1 and optimizer in _PIPELINE_WHY:
         why.append(_PIPELINE_WHY[optimizer][backend.startswith("mpi")])
     why.append(_COMPRESSED_WHY.get(optimizer, _COMPRESSED_WHY["other"]))
-    has = " and ".join(f"{name} = {n}" for name, n in split)
-    keys = " and ".join(f"training.parallelism.{name}" for name, _ in split)
     raise InputError(
-        f"{optimizer} is modelled with data parallelism only, and this layout has {has}: "
-        f"{'; '.join(why)}; set {keys} to 1, or use adam or sgdm",
+        f"{optimizer} is modelled with data parallelism only, and this layout has {' and '.join(has)}: "
+        f"{'; '.join(why)}; set {', '.join(undo)}, or use adam or sgdm",
         key="training.optimizer",
     )
 

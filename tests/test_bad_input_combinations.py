@@ -147,3 +147,29 @@ def test_a_training_setting_its_layout_never_reads_is_noted(key, value, why):
     notes = api.simulate(changed(SCENARIO, key, value)).result.notes
     assert any(n.startswith(f"{key} is not used") and why in n for n in notes), notes
     assert not any("is not used" in n for n in api.simulate(SCENARIO).result.notes)
+
+
+@pytest.mark.parametrize(
+    "parallelism, names",
+    [
+        ({"recompute": "full"}, ["recompute = full", "training.parallelism.recompute to none"]),
+        ({"sequence_parallel": True}, ["sequence parallel", "parallelism.sequence_parallel to false"]),
+        ({"distributed_optimizer": True}, ["training.parallelism.distributed_optimizer to false"]),
+        ({"tensor": 2, "recompute": "selective"}, ["tensor = 2 and recompute", "tensor to 1, training"]),
+    ],
+)
+def test_a_compressed_optimizer_on_megatrons_program_names_what_runs_it(parallelism, names):
+    """A layout that runs Megatron-LM's program without tensor or pipeline splits (its recomputation,
+    sequence parallelism or distributed optimizer) named no key at all: 'this layout has : ...; set  to
+    1'. Each setting is named with the value that undoes it."""
+    from clustersim.errors import InputError
+    from clustersim.scenario import load_scenario
+
+    with pytest.raises(InputError) as err:
+        load_scenario("preset:default").with_changes(
+            **{"training.optimizer": "onebit-adam", "training.parallelism": parallelism}
+        )
+    assert err.value.key == "training.optimizer"
+    assert "has :" not in err.value.message and "set  " not in err.value.message
+    for name in names:
+        assert name in err.value.message
