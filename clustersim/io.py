@@ -197,6 +197,11 @@ def _given(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_ROCE = (
+    "RoCE at 100-800 Gb/s is 'infiniband' at the Ethernet link's rate; at 25 or 50 GbE, 'ethernet_tcp' "
+    "with cluster.nic.gpudirect_rdma: true"
+)
+
 # Names users bring from other tools for a value this one spells otherwise: (key's last name, or its
 # last two, value) -> hint
 _SYNONYMS = {
@@ -206,12 +211,12 @@ _SYNONYMS = {
     ("execution", "torch.compile"): "torch.compile is 'compiled'",
     ("memory_format", "nhwc"): "NHWC is 'channels_last'",
     ("memory_format", "nchw"): "NCHW is 'contiguous'",
-    # RoCE runs InfiniBand's transport in the NIC over Ethernet: an Ethernet link rate and efficiency
-    # with RDMA's latency (hardware_defaults.yaml nic.latency_s rdma_ethernet)
-    ("nic.kind", "roce"): "RoCE is 'ethernet_tcp' with cluster.nic.gpudirect_rdma: true",
-    ("nic.kind", "rocev2"): "RoCE is 'ethernet_tcp' with cluster.nic.gpudirect_rdma: true",
-    ("nic.kind", "ethernet"): "TCP over Ethernet is 'ethernet_tcp'; RoCE adds "
-    "cluster.nic.gpudirect_rdma: true",
+    # RoCE is NCCL's IB verbs transport over Ethernet (docs/network.md, "Which NIC kind"): modelled as
+    # infiniband at the link's rate; 25/50 GbE, which InfiniBand has no port for, as ethernet_tcp with
+    # gpudirect_rdma (the RDMA data path and latency at the Ethernet rate)
+    ("nic.kind", "roce"): _ROCE,
+    ("nic.kind", "rocev2"): _ROCE,
+    ("nic.kind", "ethernet"): "TCP over Ethernet is 'ethernet_tcp'; " + _ROCE,
     ("nic.kind", "tcp"): "TCP over Ethernet is 'ethernet_tcp'",
     ("nic.kind", "ib"): "InfiniBand is 'infiniband'",
 }

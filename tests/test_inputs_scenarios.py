@@ -205,7 +205,7 @@ BAD = [
         "zero-one-adam's own buffers",
     ),
     # names brought from other tools get the spelling here (io._SYNONYMS), keyed by nic.kind
-    ("nic kind roce", {"cluster.nic.kind": "roce"}, "cluster.nic.kind", "gpudirect_rdma: true"),
+    ("nic kind roce", {"cluster.nic.kind": "roce"}, "cluster.nic.kind", "100-800 Gb/s is 'infiniband'"),
     ("nic kind IB", {"cluster.nic.kind": "IB"}, "cluster.nic.kind", "InfiniBand is 'infiniband'"),
     (
         "compressed offloaded",
