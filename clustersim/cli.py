@@ -718,10 +718,12 @@ def _print_checked(checked: list[dict], samples: int) -> None:
     holds the hardware's uncertainty, which mostly cancels in a ratio, not the model's own error on it."""
     if not checked:
         return
-    band = ""
     if samples:
-        band = "The bands above hold the hardware's uncertainty, not the model's error on a speedup; "
-    console.print(f"[dim]{band}published speedups measure that (clustersim validate):[/]", highlight=False)
+        head = "The bands above hold the hardware's uncertainty, not the model's error on a speedup; "
+        head += "published speedups measure that (clustersim validate):"
+    else:
+        head = "The model's error on a speedup, as published speedups measure it (clustersim validate):"
+    console.print(f"[dim]{head}[/]", highlight=False)
     for c in checked:
         console.print(f"  {c['text']}", markup=False, highlight=False)
 

@@ -107,3 +107,23 @@ def test_predict_rows_without_the_undisclosed_range_changes_no_row_else():
     assert sum(r.undisclosed_range is not None for r in full) == 5
     assert all(r.undisclosed_range is None for r in lean)
     assert lean == [replace(r, undisclosed_range=None) for r in full]
+
+
+def test_a_range_says_where_its_predicted_trend_with_scale_has_the_wrong_sign():
+    """1-bit Adam's published speedups rise from 16 to 32 GPUs while the predicted ones fall (the
+    Ethernet figure): compare and report say so beside the median and worst error, since a speedup at
+    more GPUs than were checked leans on that trend. A series whose two ends move together is not
+    flagged."""
+    from clustersim.validation.speedup_checks import CheckedRange, SpeedupCheck, checked_ranges
+
+    onebit = checked_ranges()["onebit-adam"]
+    assert (8, 32) in onebit.wrong_trends()
+    assert "move opposite ways" in onebit.describe()
+
+    def check(gpus, published, predicted):
+        return SpeedupCheck("x", "adam", "d", "s", gpus, "V100", "ethernet_tcp", "n", published, predicted)
+
+    same_way = CheckedRange("x", [check(8, 2.0, 1.8), check(32, 3.0, 2.5)])
+    assert same_way.wrong_trends() == [] and "opposite" not in same_way.describe()
+    opposite = CheckedRange("x", [check(8, 2.0, 1.8), check(32, 3.0, 1.7)])
+    assert opposite.wrong_trends() == [(8, 32)]

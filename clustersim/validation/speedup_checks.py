@@ -72,6 +72,23 @@ class CheckedRange:
         kind checked, at no more than GPU_REACH times the largest GPU count checked."""
         return nic_kind in {c.nic_kind for c in self.checks} and gpus <= GPU_REACH * self.gpus[1]
 
+    def wrong_trends(self) -> list[tuple[int, int]]:
+        """(smallest, largest GPU count) of each series of checks (one dataset's experiment at several
+        GPU counts) whose predicted speedup moves the other way from the published one between them:
+        the model's trend with scale has the wrong sign there, which is what extrapolating to more GPUs
+        leans on."""
+        series: dict[tuple, list[SpeedupCheck]] = {}
+        for c in self.checks:
+            series.setdefault((c.dataset, c.label, c.baseline), []).append(c)
+        wrong = []
+        for checks in series.values():
+            if len({c.gpus for c in checks}) < 2:
+                continue
+            first, last = min(checks, key=lambda c: c.gpus), max(checks, key=lambda c: c.gpus)
+            if (last.published - first.published) * (last.predicted - first.predicted) < 0:
+                wrong.append((first.gpus, last.gpus))
+        return wrong
+
     def describe(self) -> str:
         lo, hi = self.gpus
         counts = f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
@@ -79,11 +96,17 @@ class CheckedRange:
         worst = self.worst
         n = len(self.checks)
         named = worst.dataset + (f": {worst.label}" if worst.label else "")
-        return (
+        text = (
             f"checked against {n} published speedup{'s' * (n > 1)} at {counts} GPUs ({where}): "
             f"median error {self.median_abs_error:.0%}, worst {worst.error:+.0%} "
             f"({named}, {worst.gpus:,} GPUs)"
         )
+        for a, b in self.wrong_trends():
+            text += (
+                f"; from {a:,} to {b:,} GPUs the published speedup and the predicted one move opposite "
+                "ways (the trend with scale has the wrong sign: least certain where it is extrapolated)"
+            )
+        return text
 
     def as_dict(self) -> dict:
         lo, hi = self.gpus
