@@ -56,3 +56,17 @@ def test_plan_says_when_its_counted_candidates_are_done_and_choosing_runs(capsys
     err = capsys.readouterr().err
     assert "plan: choosing: the bands" in err
     say_stage(lambda done, total=None: None, "ignored")  # a plain callable has no say: nothing happens
+
+
+def test_one_gpu_out_of_memory_is_pointed_at_offload_not_at_more_ranks():
+    """LLaMA-7B with Adam on one H100 does not fit: the advice was ZeRO-3 or tensor/pipeline
+    parallelism, which need more GPUs (ZeRO-3 then refused: 'divides model states by the data-parallel
+    size'); on one GPU only the host helps. On two nodes the sharding advice stays."""
+    one = load_scenario("preset:offload-llama7b-h100").with_changes(**{"training.offload.mode": "none"})
+    with pytest.raises(InputError) as err:
+        simulate(one)
+    assert "on one GPU try training.offload" in err.value.message
+    assert "sharding.stage: 3" not in err.value.message.split("GPUs with more memory")[0]
+    with pytest.raises(InputError) as err:
+        simulate(one.with_changes(**{"cluster.nodes": 2}))
+    assert "try training.sharding.stage: 3" in err.value.message

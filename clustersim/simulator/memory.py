@@ -261,6 +261,13 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
             "offload or model parallelism): GPUs with more memory, or another optimizer (activation "
             "checkpointing or a smaller micro_batch shrink the activations only)"
         )
+    elif (lay is None or not lay.parameters) and ctx.world_size == 1:
+        # ZeRO and tensor/pipeline parallelism divide by ranks there are none of: only the host helps
+        hint = (
+            "; on one GPU try training.offload (mode: zero or interleaved: the optimizer state and its "
+            "update on the host), or GPUs with more memory (ZeRO and tensor/pipeline parallelism divide "
+            "the model states by more GPUs)"
+        )
     elif lay is None or not lay.parameters:
         hint = (
             "; try training.sharding.stage: 3 (ZeRO partitions parameters, gradients and optimizer state "
