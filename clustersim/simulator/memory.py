@@ -311,6 +311,14 @@ def check_fits(ctx, mem: dict[str, float]) -> None:
         )
         if key != "workload.model" and why:  # the activations tip it over: the hint is about states
             hint = ""
+            state = mem.get("optimizer_state", 0.0)
+            frees = not offload and runs_sharded(ctx.scenario.training.optimizer) and state > 0
+            if key == "workload.micro_batch" and frees and mem["total"] - state <= mem["capacity"]:
+                # the goal is often this micro-batch: moving the optimizer state off the GPU makes room
+                hint = (
+                    f"; or keep it and move the optimizer state ({format_bytes(state)}) to the host with "
+                    "training.offload (mode: zero), which leaves room for it"
+                )
     raise InputError(
         f"does not fit in GPU memory: {format_bytes(mem['total'])} per rank needed but {ctx.gpu.name} has "
         f"{format_bytes(mem['capacity'])}{why}{'' if offload else hint}; per rank: {parts}",
