@@ -264,7 +264,7 @@ def _print_result(r, scenario=None) -> None:
         shown = r.buckets if len(r.buckets) <= 12 else r.buckets[:6] + r.buckets[-6:]
         console.print(
             table(
-                f"Gradient {r.extra.get('sharding', {}).get('reduction', 'all-reduce')} per bucket "
+                f"Gradient {_reduction(r)} per bucket "
                 f"({len(r.buckets)} buckets"
                 f"{', first and last 6 shown' if len(r.buckets) > 12 else ''})",
                 ["bucket", "size", "start ms", "end ms"],
@@ -711,6 +711,14 @@ def compare(
         _print_costs(s, rows, costs, asked=asked)
     for note in notes_by_cells(rows):
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+
+
+def _reduction(r) -> str:
+    """The collective a run's gradient buckets go through: ZeRO's (reduce-scatter, or qgZ's all-to-all),
+    ZeRO-Offload's reduce-scatter (each rank's partition goes to its host), else DDP's all-reduce."""
+    if "sharding" in r.extra:
+        return r.extra["sharding"].get("reduction", "all-reduce")
+    return "reduce-scatter" if "offload" in r.extra else "all-reduce"
 
 
 def _print_checked(checked: list[dict], samples: int) -> None:

@@ -33,7 +33,7 @@ def _print_placement(off: dict) -> None:
     pl = off["placement"]
     span = off.get("subgroup_params_range")
     size = (
-        f"{off['subgroup_params'] / 1e6:,.1f}M parameters"
+        f"up to {off['subgroup_params'] / 1e6:,.1f}M parameters"  # sub_group_size: the last holds the rest
         if span is None
         else f"{span[0] / 1e6:,.1f}M to {span[1] / 1e6:,.1f}M parameters (DeepSpeed's whole tensors)"
     )
