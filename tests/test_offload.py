@@ -377,3 +377,26 @@ def test_an_offloaded_rank_that_does_not_fit_names_the_key_by_check_fits_rule(ov
     with pytest.raises(InputError, match="even with the optimizer offloaded") as err:
         simulate(_a100_llama7b("adam", **overrides))
     assert err.value.key == key and why in err.value.message
+
+
+def test_zero_offload_reduces_in_deepspeeds_buckets_not_ddps():
+    """ZeRO-Offload is DeepSpeed's ZeRO-2 with the optimizer on the host (stage_1_and_2.py): backward
+    fills reduce_bucket_size elements (5e8 by default, training.sharding.reduce_bucket_mb) before each
+    reduce-scatter, with no 1 MiB first bucket; it reduced in DDP's 25 MiB buckets, 73 of them on GPT-2
+    XL where DeepSpeed runs 3, as the same model's ZeRO-2 does here."""
+    s = make_scenario(
+        **{
+            "cluster.nodes": 2,
+            "workload.model": "GPT-2-1.5B",
+            "workload.seq_len": 1024,
+            "workload.micro_batch": 1,
+            "training.offload.mode": "zero",
+        }
+    )
+    offloaded = simulate(s, uncertainty_samples=0)
+    stage2 = simulate(s.with_changes(**{"training.offload.mode": "none", "training.sharding.stage": 2}))
+    sizes = [b["bytes"] for b in offloaded.buckets]
+    assert sizes == [b["bytes"] for b in stage2.buckets]
+    assert len(sizes) == 3 and max(sizes) >= 5e8 * 2  # 16-bit gradients
+    smaller = simulate(s.with_changes(**{"training.sharding.reduce_bucket_mb": 100}), uncertainty_samples=0)
+    assert len(smaller.buckets) > 20

@@ -142,6 +142,18 @@ def bucket_elements(mb: float | None, bytes_per_element: float, default: float) 
     return default if mb is None else mb * MIB / bytes_per_element
 
 
+def deepspeed_reduce_buckets(ctx):
+    """DeepSpeed ZeRO's gradient buckets: backward fills ``reduce_bucket_size`` elements (the ipg
+    buffer, training.sharding.reduce_bucket_mb) before each is reduced; no small first bucket, unlike
+    DDP's. ZeRO-1/2 and ZeRO-Offload (stage_1_and_2.py: an offloaded rank copies each reduced bucket's
+    partition to the host) and ZeRO-3 alike."""
+    from clustersim.simulator.strategies.buckets import assign_buckets
+
+    sh = ctx.scenario.training.sharding
+    cap = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS) * ctx.grad_bytes
+    return assign_buckets(ctx.workload.layers, ctx.grad_bytes, cap / MIB, cap / MIB)
+
+
 def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]) -> dict[str, float]:
     """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas;
     ``offloaded_parts``: the offload's resident state and staging buffers (memory.py)."""

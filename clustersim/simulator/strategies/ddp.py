@@ -17,8 +17,8 @@ from clustersim.cost_models.kernel_bytes import UPDATE_BYTES
 from clustersim.optimizer_options import UpdateOptions
 from clustersim.simulator import offload
 from clustersim.simulator.program import Program
+from clustersim.simulator.sharding import deepspeed_reduce_buckets
 from clustersim.simulator.strategies.base import StepProgram, Strategy
-from clustersim.simulator.strategies.buckets import assign_buckets
 from clustersim.simulator.strategies.common import (
     add_collective,
     add_ddp_gradient_sync,
@@ -33,7 +33,8 @@ from clustersim.simulator.strategies.megatron import model_parallel_program
 def zero_offload_program(
     ctx, spec: offload.UpdateSpec, gpu_bytes: float, label: str
 ) -> tuple[Program, list[dict]]:
-    """ZeRO-Offload: reduce-scatter per bucket, shard D2H during backward, offloaded update, all-gather."""
+    """ZeRO-Offload (DeepSpeed's ZeRO-2 with offload_optimizer): reduce-scatter per DeepSpeed gradient
+    bucket (reduce_bucket_size, not DDP's), shard D2H during backward, offloaded update, all-gather."""
     prog = Program()
     dp = ctx.data_parallel  # ZeRO-Offload partitions over the data-parallel ranks
     p = dp.ranks
@@ -42,8 +43,7 @@ def zero_offload_program(
     placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
     ctx.offload_placement, ctx.offload_spec = placement, spec
     on_cpu = 1.0 - offload.gpu_fraction(placement)
-    t = ctx.scenario.training
-    buckets = assign_buckets(ctx.workload.layers, ctx.grad_bytes, t.ddp_bucket_cap_mb, t.first_bucket_cap_mb)
+    buckets = deepspeed_reduce_buckets(ctx)
     by_layer: dict[int, list] = {}
     for b in buckets:
         by_layer.setdefault(b.ready_layer, []).append(b)

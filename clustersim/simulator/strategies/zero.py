@@ -57,6 +57,7 @@ from clustersim.simulator.sharding import (
     Layout,
     across,
     bucket_elements,
+    deepspeed_reduce_buckets,
     gather_schedule,
     layout,
     level_group,
@@ -65,7 +66,7 @@ from clustersim.simulator.sharding import (
 )
 from clustersim.simulator.strategies import zeropp
 from clustersim.simulator.strategies.base import StepProgram, Strategy
-from clustersim.simulator.strategies.buckets import Bucket, assign_buckets
+from clustersim.simulator.strategies.buckets import Bucket
 from clustersim.simulator.strategies.common import (
     add_collective,
     add_micro_steps,
@@ -236,9 +237,7 @@ def _reduce_buckets(ctx, lay: Layout):
     (no small first bucket, unlike DDP)."""
     if lay.per_unit:
         return _unit_buckets(ctx.workload.layers)
-    sh = ctx.scenario.training.sharding
-    cap = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS) * ctx.grad_bytes
-    return assign_buckets(ctx.workload.layers, ctx.grad_bytes, cap / 2**20, cap / 2**20)
+    return deepspeed_reduce_buckets(ctx)
 
 
 def _unit_buckets(layers) -> list[Bucket]:
