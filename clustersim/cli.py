@@ -496,6 +496,7 @@ def collective(
         "busbw_gbs": cost.busbw / 1e9,
         "bottleneck": cost.bottleneck,
         "source": cost.source,
+        "measured_by_calibration": _measured_by_calibration(ctx, op),
         "intra_node_bytes_per_node": cost.intra_node_bytes,
         "inter_node_bytes_per_node": cost.inter_node_bytes,
     }
@@ -520,6 +521,12 @@ def collective(
     if json_out:
         emit_json(data)
         return
+    _print_collective(ctx, op, nbytes, group, cost, band, network, flow, data)
+
+
+def _print_collective(ctx, op, nbytes, group, cost, band, network, flow, data) -> None:
+    """`collective`'s text output: the time with its band, the rates, where they came from, whether the
+    calibration measured this op, and the flow backend's time where asked."""
     # the cost model files NCCL's all-to-all (grouped send/recv, every pair at once) under "ring"
     algorithm = "pairwise" if op == "all_to_all" and cost.algorithm == "ring" else cost.algorithm
     console.print(
@@ -531,12 +538,21 @@ def collective(
         f"algbw {_rate_text(cost.algbw)}, busbw {_rate_text(cost.busbw)}; bottleneck: {cost.bottleneck}"
     )
     console.print(f"[dim]source: {cost.source}[/]")
+    if _measured_by_calibration(ctx, op) is False:
+        note = ctx.collectives.unmeasured_note(op)
+        console.print(f"note: {note}", style="dim", markup=False, highlight=False)
     if network == "flow":
         if flow is None:
             console.print("flow backend: no flow model for this case; the analytical time stands")
         else:
             hot = ", ".join(f"{x['link']} {100 * x['utilisation']:.0f}%" for x in data["flow_hottest_links"])
             console.print(f"flow backend: [bold]{format_seconds(flow)}[/]; busiest links: {hot}")
+
+
+def _measured_by_calibration(ctx, op: str) -> bool | None:
+    """Whether the profile's network calibration measured ``op`` (None: no calibrated network)."""
+    params = ctx.collectives.params
+    return None if not params.calibrated else not params.unmeasured(op)
 
 
 def _int_list(text: str, key: str) -> list[int]:

@@ -172,3 +172,31 @@ def test_the_constant_is_what_the_evidence_gives():
     assert len(rows) == 2208
     assert ev.node_coverage(rows, 0.0) < 0.8
     assert ev.node_growth_needed(rows) == pytest.approx(NODE_EXTRAPOLATION_SIGMA)
+
+
+def test_an_op_the_calibration_never_measured_is_said_so_and_a_shape_of_no_node_is_refused():
+    """A 2+4-host fit of all-reduce and all-gather priced an 8-host broadcast 5x fast under the label
+    'calibrated', with the fit's narrow band and no word that broadcast was never measured; a ZeRO-3 run
+    said reduce_scatter was 'priced from a fit measured on 2 nodes'. Now each such op is named as
+    unmeasured in the notes, and gets no node note of a fit it was not part of. A profile whose
+    recorded shapes hold a group of 0 nodes is one line naming network.shapes."""
+    from clustersim.errors import InputError
+
+    raw = _raw_without_8_hosts()
+    raw["collectives"] = [r for r in raw["collectives"] if r["op"] != "broadcast"]
+    data = build_profile(raw)
+    data["collectives"] = []
+    params = params_of(parse_profile(data, "p.json"), "p.json")
+    assert params.unmeasured("broadcast") and not params.unmeasured("all_reduce")
+    spec = measured_cluster(json.loads(SWEEPS_8_HOSTS[0].read_text()))
+    model = CollectiveModel(build_cluster(spec.model_copy(update={"nodes": 8})), None, params)
+    model.cost("broadcast", 8 * MiB, GroupShape(8, 1))
+    model.cost("all_reduce", 8 * MiB, GroupShape(8, 1))
+    notes = model.extrapolation_notes()
+    assert any(n.startswith("broadcast was not measured by the calibration") for n in notes)
+    assert not any(n.startswith("broadcast across") for n in notes)
+    assert any(n.startswith("all_reduce across 8 nodes priced from a fit") for n in notes)
+    data["network"]["shapes"] = [[0, 1], *data["network"]["shapes"][1:]]
+    with pytest.raises(InputError) as err:
+        parse_profile(data, "p.json")
+    assert "network.shapes" in str(err.value)

@@ -316,6 +316,16 @@ class NetworkCalibration(_Strict):
         "run-to-run spread, which every band priced from this fit holds",
     )
 
+    @field_validator("shapes")
+    @classmethod
+    def _shapes(cls, shapes: list) -> list:
+        """The group shapes the fit measured, (nodes, ranks per node): each at least one of each (a band
+        past the measured node counts widens from the largest of them)."""
+        for nodes, ranks in shapes:
+            if nodes < 1 or ranks < 1:
+                raise ValueError(f"a measured group shape needs a node and a rank, got {nodes}x{ranks}")
+        return shapes
+
     @field_validator("spread")
     @classmethod
     def _spread(cls, spread: dict) -> dict:

@@ -130,6 +130,11 @@ class NetworkParams:
         table = self.spread.get(op)
         return (table[0][0], table[-1][0]) if table else None
 
+    def unmeasured(self, op: str) -> bool:
+        """Whether a calibrated fit that records its ops' spreads never measured ``op`` (a fit without
+        that record, an older profile's, says nothing either way)."""
+        return self.calibrated and bool(self.spread) and op not in self.spread
+
     def nodes_past(self, nodes: int) -> int | None:
         """The largest node count the fit measured, where a group of ``nodes`` nodes lies past it; None
         within the measured counts, or where the fit measured no inter-node group (its network links are
