@@ -256,6 +256,11 @@ def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, ru
     assert data["summary"]["p10_p90_coverage"] >= 0.7
     bad = runner.invoke(app, ["calibrate", "check", str(tmp_path / "raw.json"), "--train-ranks", "2"])
     assert bad.exit_code == 2 and "two or more group sizes" in bad.output
+    assert "the file measured group sizes [2, 4, 8]" in " ".join(bad.output.split())
+    (tmp_path / "again.json").write_text((tmp_path / "raw.json").read_text())
+    two = [str(tmp_path / "raw.json"), str(tmp_path / "again.json")]  # it said "the file" of two files
+    bad = runner.invoke(app, ["calibrate", "check", *two, "--train-ranks", "2"])
+    assert bad.exit_code == 2 and "the files measured group sizes" in " ".join(bad.output.split())
 
 
 def test_calibrate_check_carries_pacing_from_2_and_4_hosts_to_8(tmp_path, runner):

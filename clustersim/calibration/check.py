@@ -85,7 +85,8 @@ def run_check(
         measured = sorted({p.shape.ranks for p in train_pts})
         raise InputError(
             f"fitting needs measurements at two or more group sizes besides the predicted "
-            f"{sorted(test_set)}; the file has group sizes {measured} (measure more: "
+            f"{sorted(test_set)}; {'the files measured' if len(train_files) > 1 else 'the file measured'} "
+            f"group sizes {measured} (measure more: "
             "`calibrate run --testbed 8` also measures its first 2 and 4 hosts; or try "
             "clustersim/validation/testbed/gloo-8hosts-200mbit.json)",
             key="--train-ranks",

@@ -743,7 +743,8 @@ def _print_network(net) -> None:
         console.print(
             f"extrapolation check: fitted on {x.fitted_on_ranks} ranks, predicted {x.predicted_ranks}: "
             f"median |error| {100 * x.median_abs_rel_error:.1f}%, max {100 * x.max_abs_rel_error:.1f}%, "
-            f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90 {ok}"
+            f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90; {ok} "
+            "(✓: median |error| at most 5% and max at most 15%)"
         )
 
 
