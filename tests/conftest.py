@@ -43,6 +43,27 @@ def make_scenario(**overrides):
     return validate_scenario(base, source="test")
 
 
+def cpu_bert_scenario(micro_batch: int = 2, **workload):
+    """BERT-Base (seq 32, fp32, SGD with momentum) on one CPU-2vCPU device: the scenario the tests of a
+    CPU profile's measured models price; ``workload`` adds keys (execution, implementation)."""
+    return validate_scenario(
+        {
+            "name": "cpu",
+            "cluster": {
+                "nodes": 1,
+                "gpus_per_node": 1,
+                "gpu": "CPU-2vCPU",
+                "intra_node": {"fabric": "pcie"},
+                "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
+            },
+            "workload": {"model": "BERT-Base", "micro_batch": micro_batch, "seq_len": 32, "precision": "fp32"}
+            | workload,
+            "training": {"optimizer": "sgdm"},
+        },
+        "test",
+    )
+
+
 def swept_results(tmp_path_factory, name: str, spec: dict):
     """Run the sweep ``spec`` once into a fresh folder; its results folder (reports read it)."""
     import yaml

@@ -18,8 +18,8 @@ from clustersim.calibration.profile import (
 )
 from clustersim.cli import app
 from clustersim.errors import InputError
-from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
+from tests.conftest import cpu_bert_scenario
 
 
 def _phase(h0, h1, d0, d1, kernels):
@@ -64,27 +64,8 @@ def _profile(hardware_threads=2, entry_threads=1, version=FORMAT_VERSION) -> dic
 
 
 def _cpu_scenario():
-    return validate_scenario(
-        {
-            "name": "cpu",
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "gpu": "CPU-2vCPU",
-                "intra_node": {"fabric": "pcie"},
-                "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
-            },
-            "workload": {
-                "model": "BERT-Base",
-                "micro_batch": 2,
-                "seq_len": 32,
-                "precision": "fp32",
-                "implementation": "plain",  # the code the entries' source (calibrate model --model) timed
-            },
-            "training": {"optimizer": "sgdm"},
-        },
-        "test",
-    )
+    # the code the entries' source (calibrate model --model) timed
+    return cpu_bert_scenario(implementation="plain")
 
 
 # --- threads ------------------------------------------------------------------------------------------

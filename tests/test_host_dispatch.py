@@ -16,6 +16,7 @@ import pytest
 from clustersim.scenario import validate_scenario
 from clustersim.simulator import simulate
 from clustersim.simulator.context import build_context
+from tests.conftest import cpu_bert_scenario
 
 DEV = json.loads((Path(__file__).parent / "data" / "h200_dev_steps.json").read_text())
 
@@ -158,27 +159,7 @@ def _model_compute_profile(device: str, fingerprint_device: str, execution: str 
 
 
 def _cpu_scenario(micro_batch: int, execution: str = "eager"):
-    return validate_scenario(
-        {
-            "name": "cpu",
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "gpu": "CPU-2vCPU",
-                "intra_node": {"fabric": "pcie"},
-                "nic": {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 10},
-            },
-            "workload": {
-                "model": "BERT-Base",
-                "micro_batch": micro_batch,
-                "seq_len": 32,
-                "precision": "fp32",
-                "execution": execution,
-            },
-            "training": {"optimizer": "sgdm"},
-        },
-        "test",
-    )
+    return cpu_bert_scenario(micro_batch, execution=execution)
 
 
 @pytest.mark.parametrize("micro_batch", [1, 3, 8])
