@@ -196,7 +196,8 @@ def test_an_op_the_calibration_never_measured_is_said_so_and_a_shape_of_no_node_
     assert any(n.startswith("broadcast was not measured by the calibration") for n in notes)
     assert not any(n.startswith("broadcast across") for n in notes)
     assert any(n.startswith("all_reduce across 8 nodes priced from a fit") for n in notes)
-    data["network"]["shapes"] = [[0, 1], *data["network"]["shapes"][1:]]
-    with pytest.raises(InputError) as err:
-        parse_profile(data, "p.json")
-    assert "network.shapes" in str(err.value)
+    for shape in ([0, 1], [10**9, 1]):  # no node, and more GPUs than any cluster a scenario may describe
+        data["network"]["shapes"] = [shape, *data["network"]["shapes"][1:]]
+        with pytest.raises(InputError) as err:
+            parse_profile(data, "p.json")
+        assert "network.shapes" in str(err.value)

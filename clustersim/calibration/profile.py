@@ -321,9 +321,12 @@ class NetworkCalibration(_Strict):
     def _shapes(cls, shapes: list) -> list:
         """The group shapes the fit measured, (nodes, ranks per node): each at least one of each (a band
         past the measured node counts widens from the largest of them)."""
+        most = limit("cluster_gpus")  # the largest cluster a scenario may describe
         for nodes, ranks in shapes:
             if nodes < 1 or ranks < 1:
                 raise ValueError(f"a measured group shape needs a node and a rank, got {nodes}x{ranks}")
+            if nodes * ranks > most:
+                raise ValueError(f"a measured group of {nodes:,}x{ranks:,} GPUs is more than {most:,}")
         return shapes
 
     @field_validator("spread")
