@@ -95,7 +95,7 @@ class DeviceCosts:
             if code is None or implementation is None or code.lower() == implementation.lower():
                 self.kernel_overhead_s = dispatch.device_s_per_kernel
         self.kernel_bw: dict[str, float] = {}
-        self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, launch, mem
+        self.gemm_model: dict[str, tuple[float, float, float]] = {}  # precision -> r_max, timed call, mem
         published = "published GEMM benchmark (catalogs/gpus.yaml)"
         # where each precision's GEMM rate comes from: run names the one its scenario uses
         self._matmul_from = {
@@ -192,11 +192,19 @@ class DeviceCosts:
             return kernel.bytes / self.kernel_bw[kernel.name]
         unaligned = kernel.alignment_bytes < 16 and precision != "fp32"
         # a calibration's GEMMs are aligned shapes: an unaligned one keeps its class's own rate
-        fitted = kernel.flops > 0 and kernel.name != "conv" and not unaligned
+        # a calibration's GEMM model prices GEMMs only: a fused attention kernel is no GEMM and was not timed
+        fitted = kernel.flops > 0 and kernel.name not in ("conv", "attention") and not unaligned
         model = self.gemm_model.get(precision) if fitted else None
         if model is not None:  # calibration/compute_fit.py: launch + max(W / R_max, bytes / B) per GEMM
-            r_max, launch, mem = model
-            return kernel.launches * launch + max(kernel.flops / r_max, kernel.bytes / mem)
+            r_max, timed_call_s, mem = model
+            # The fit's fixed cost is that of a call timed between two synchronisations: on a GPU the
+            # host's launch and the round trip back, where a GEMM queued in a step pays the device's
+            # fixed cost per kernel as every other kernel does (H200 traces: BERT-Large's 441 aligned
+            # GEMMs 6.1 ms a step, 6.3 ms so priced and 14.1 ms at the fit's 21 us per call; GPT-2
+            # XL's 579 took 67.4 ms, 64.9 and 75.2). On a CPU the thread that calls an op runs it: the
+            # timed call's fixed cost is the op's in a step too.
+            fixed = self.kernel_overhead_s if self.gpu.asynchronous_launch else timed_call_s
+            return kernel.launches * fixed + max(kernel.flops / r_max, kernel.bytes / mem)
         # The roofline's two rates, once per precision: a program prices thousands of kernels and
         # the rates are fixed once the profile is applied. Same values as computed here.
         rates = self._roofline.get(precision)
