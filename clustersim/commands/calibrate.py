@@ -770,10 +770,14 @@ def _measured_how(fp) -> str:
 
 
 def _print_provenance(p) -> None:
-    prov = p.provenance.model_dump(exclude_none=True, exclude={"dropped", "defaults", "commands"})
+    prov = p.provenance.model_dump(
+        exclude_none=True, exclude={"dropped", "defaults", "commands", "testbed", "collective_sweep"}
+    )
     console.print(f"[bold]profile[/] format v{p.format_version}, device [bold]{p.device}[/]")
     for k, v in prov.items():
         console.print(f"  {k}: {v}")
+    for line in _measured_on(p.provenance):
+        console.print(f"  {line}")
     commands = p.provenance.commands
     if len(commands) > 1 or (commands and commands[0].source != p.provenance.source):
         console.print(
@@ -798,6 +802,71 @@ def _print_provenance(p) -> None:
         console.print(f"  measurements not fitted: {len(p.provenance.dropped)} (provenance.dropped)")
     for line in p.provenance.defaults:
         console.print(f"  left at defaults: {line}")
+
+
+def _measured_on(prov) -> list[str]:
+    """What the collectives were measured on, in lines: the emulated testbed (hosts, link rate, each
+    host's CPU share, the machine) and what the sweep covered; 'not recorded' where the sweep did not say,
+    nothing where the profile has no collective sweep."""
+    lines = []
+    tb = prov.testbed
+    if tb is not None:
+        unknown = "not recorded"
+        machine = ", ".join(
+            x
+            for x in (
+                tb.machine,
+                f"{tb.machine_cpus} cores" if tb.machine_cpus else None,
+                f"Linux {tb.kernel}" if tb.kernel else None,
+            )
+            if x
+        )
+        lines.append(
+            f"testbed: emulated, not real NICs: {tb.hosts or unknown} hosts ({tb.emulated}); "
+            f"machine {machine or unknown}"
+        )
+        rate = f"{tb.line_rate_gbps * 1000:,.4g} Mb/s" if tb.line_rate_gbps else unknown
+        how = f" shaped with tc {tb.shaper}" if tb.shaper else ""
+        lines.append(f"  link per host: {rate} ({tb.kind or 'kind ' + unknown}){how}")
+        lines.append(f"  CPU per host: {_cpu_share(tb)}")
+    sweep = prov.collective_sweep
+    if sweep is not None:
+        groups = ", ".join(f"{n}x{g}" for n, g in sweep.groups)
+        lines.append(
+            f"collectives swept: {', '.join(sweep.ops)}; {sweep.sizes} sizes "
+            f"{format_bytes(sweep.min_bytes)}–{format_bytes(sweep.max_bytes)}; "
+            f"groups (nodes x ranks) {groups}; "
+            + (f"{sweep.repeats} timed repeats per size" if sweep.repeats else "repeats not recorded")
+        )
+    return lines
+
+
+def _cpu_share(tb) -> str:
+    """An emulated host's CPU: its share in cores and how (CFS quota per period, slices, cores)."""
+    if tb.cpus_per_host is None:
+        return "not recorded"
+    if tb.cpus_per_host == 0:
+        return "no share (the hosts shared the machine's cores)"
+    text = f"{tb.cpus_per_host:g} core"
+    shares = tb.host_cpu_shares or []
+    quotas = {(s.cpu_quota_us, s.cpu_period_us) for s in shares}
+    if len(quotas) == 1:
+        quota, period = quotas.pop()
+        text += f" (CFS quota {quota:,} µs per {period:,} µs"
+        if tb.cfs_bandwidth_slice_us:
+            text += f", {tb.cfs_bandwidth_slice_us:,g} µs slices"
+        text += ")"
+    elif shares:
+        text += (
+            " (quota/period µs by host: "
+            + ", ".join(f"h{i} {s.cpu_quota_us}/{s.cpu_period_us}" for i, s in enumerate(shares))
+            + ")"
+        )
+    if any(s.cpus for s in shares):
+        text += "; cores by host: " + ", ".join(
+            f"h{i} {','.join(map(str, s.cpus))}" for i, s in enumerate(shares) if s.cpus
+        )
+    return text
 
 
 def _print_profile(p) -> None:
