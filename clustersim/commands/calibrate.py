@@ -615,7 +615,10 @@ def calibrate_check(
         [], "--predict", help="Raw files to predict (default: the same files); e.g. another link rate."
     ),
     train_ranks: Optional[str] = typer.Option(
-        None, "--train-ranks", help="Group sizes to fit on, e.g. 2,4 (default: all but the largest)."
+        None,
+        "--train-ranks",
+        help="Group sizes to fit on, e.g. 2,4 (default: all but the largest). One group size (or files "
+        "that measured one): message sizes above 1/8 of the largest are held out instead.",
     ),
     test_ranks: Optional[str] = typer.Option(
         None, "--test-ranks", help="Group sizes to predict, e.g. 8 (default: the largest)."
@@ -624,7 +627,11 @@ def calibrate_check(
     json_out: bool = JsonOpt,
 ):
     """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
-    groups (or another link rate) that were measured too, and report error and P10–P90 coverage."""
+    groups (or another link rate) that were measured too, and report error and P10–P90 coverage.
+
+    With one group size to fit (the files measured one, or --train-ranks names one) no node count can be
+    held out: check fits the message sizes up to 1/8 of the largest measured at that group size and
+    predicts the larger ones, and says that the node-count extrapolation was not checked."""
     from clustersim.calibration.check import run_check
 
     result = run_check(raw, predict, train_ranks, test_ranks, _cluster(cluster))
@@ -643,9 +650,16 @@ def calibrate_check(
         ]
         for r in result["rows"]
     ]
+    title = f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)"
+    if result["mode"] == "message_sizes":
+        cut = format_bytes(result["cut_bytes"])
+        title = (
+            f"held out: {result['held_out']} (fitted on the sizes up to {cut}); "
+            f"{result['not_checked']} (times in ms)"
+        )
     console.print(
         table(
-            f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)",
+            title,
             ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
             rows,
         )
