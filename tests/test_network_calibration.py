@@ -254,12 +254,15 @@ def test_calibrate_check_fits_small_groups_and_predicts_the_largest(tmp_path, ru
     assert len(data["rows"]) == len(OPS) * 6
     assert data["summary"]["median_abs_rel_error"] < 0.05 and data["summary"]["max_abs_rel_error"] < 0.15
     assert data["summary"]["p10_p90_coverage"] >= 0.7
-    bad = runner.invoke(app, ["calibrate", "check", str(tmp_path / "raw.json"), "--train-ranks", "2"])
+    # one group size to fit and another to predict: the node-count check needs two
+    bad = runner.invoke(
+        app, ["calibrate", "check", str(tmp_path / "raw.json"), "--train-ranks", "2", "--test-ranks", "8"]
+    )
     assert bad.exit_code == 2 and "two or more group sizes" in bad.output
     assert "the file measured group sizes [2, 4, 8]" in " ".join(bad.output.split())
     (tmp_path / "again.json").write_text((tmp_path / "raw.json").read_text())
     two = [str(tmp_path / "raw.json"), str(tmp_path / "again.json")]  # it said "the file" of two files
-    bad = runner.invoke(app, ["calibrate", "check", *two, "--train-ranks", "2"])
+    bad = runner.invoke(app, ["calibrate", "check", *two, "--train-ranks", "2", "--test-ranks", "8"])
     assert bad.exit_code == 2 and "the files measured group sizes" in " ".join(bad.output.split())
 
 

@@ -19,7 +19,7 @@ from clustersim.calibration.compute_fit import fit_gemm_model
 from clustersim.calibration.network_fit import fit_network, measured_cluster
 from clustersim.calibration.plausible import drop_precision, refuse_implausible
 from clustersim.calibration.profile import FORMAT, FORMAT_VERSION, CollectiveFit, FitQuality
-from clustersim.calibration.provenance import PROFILE_FIELDS, command_record
+from clustersim.calibration.provenance import PROFILE_FIELDS, collective_sweep, command_record, testbed_record
 from clustersim.calibration.screen import FitNotes, screen
 from clustersim.cost_models.closed_forms import busbw_factor
 from clustersim.cost_models.measured_collectives import segmented_time
@@ -236,6 +236,7 @@ def build_profile(raw: dict, cluster=None) -> dict:
         "device": device,
         "provenance": {k: v for k, v in prov.items() if k in PROFILE_FIELDS},
     }
+    profile["provenance"].update(_measured_on(taken))
     _fit_compute(profile, raw, notes)
     if raw.get("memory"):
         big = _largest(raw["memory"], "bytes")
@@ -291,6 +292,13 @@ def build_profile(raw: dict, cluster=None) -> dict:
         if taken.get(k)
     }
     return profile
+
+
+def _measured_on(raw: dict) -> dict:
+    """The provenance's record of the emulated testbed the sweep ran on and of what it swept (each
+    where there is one)."""
+    found = {"testbed": testbed_record(raw), "collective_sweep": collective_sweep(raw.get("collectives"))}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _what_run_wrote(profile: dict, raw: dict) -> str:

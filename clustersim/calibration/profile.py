@@ -117,6 +117,89 @@ class CommandRecord(_Strict):
     quick: StrictBool | None = Field(None, description="calibrate run --quick (fewer sizes, no held-out)")
 
 
+class HostCpuShare(_Strict):
+    """One emulated host's CPU share (testbed/cpu_share.py): a CFS quota per period, on given cores."""
+
+    cpu_quota_us: Count = Field(gt=0, description="CPU time the host may use per period, µs")
+    cpu_period_us: Count = Field(gt=0, description="the CFS period, µs")
+    cpus: list[Annotated[Count, Field(ge=0, lt=MAX_THREADS)]] = Field(
+        default_factory=list, description="the machine's cores the host was pinned to"
+    )
+
+
+class TestbedRecord(_Strict):
+    """The emulated testbed a collective sweep ran on (``calibrate run --testbed``, docs/testbed.md): N
+    hosts as network namespaces on one machine, each linked to a shared bridge through a veth shaped
+    with tc to a rate. Not real NICs: what a fit of it says about a real cluster rests on the model, not
+    on the hardware (a None field: the sweep did not record it)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    emulated: str = Field(description="how the hosts and links were emulated")
+    hosts: Count | None = Field(None, ge=2, description="emulated hosts the sweep ran on (its largest group)")
+    kind: Literal["ethernet_tcp"] | None = Field(
+        None, description="the modelled NIC kind (TCP over Ethernet)"
+    )
+    line_rate_gbps: Positive | None = Field(None, description="each host's shaped link rate, Gb/s")
+    shaper: str | None = Field(None, description="the tc qdisc that shaped each link, e.g. tbf")
+    cpus_per_host: Annotated[Number, Field(ge=0, le=MAX_THREADS)] | None = Field(
+        None,
+        description="each host's CPU share in cores (0: no share, the hosts shared the machine's cores; "
+        "None: not recorded)",
+    )
+    host_cpu_shares: list[HostCpuShare] | None = Field(
+        None,
+        description="each host's CFS quota, period and cores, host 0 first (None: no share or not recorded)",
+    )
+    cfs_bandwidth_slice_us: Annotated[Number, Field(gt=0)] | None = Field(
+        None, description="the kernel's CFS bandwidth slice the shares ran under, µs"
+    )
+    machine_cpus: Count | None = Field(None, gt=0, le=MAX_THREADS, description="the machine's cores")
+    machine: str | None = Field(None, description="the machine's host name")
+    kernel: str | None = Field(None, description="the machine's Linux kernel release")
+
+    @field_validator("line_rate_gbps")
+    @classmethod
+    def _a_nic(cls, value: float | None) -> float | None:
+        why = beyond(value, "nic_line_rate_gbps", "Gb/s", "any NIC")
+        if why:
+            raise ValueError(why)
+        return value
+
+    @model_validator(mode="after")
+    def _one_share_per_host(self) -> "TestbedRecord":
+        if (
+            self.host_cpu_shares is not None
+            and self.hosts is not None
+            and len(self.host_cpu_shares) != self.hosts
+        ):
+            raise ValueError(
+                f"host_cpu_shares lists {len(self.host_cpu_shares)} hosts, hosts says {self.hosts}: "
+                "one share per host"
+            )
+        return self
+
+
+class CollectiveSweep(_Strict):
+    """What a collective sweep measured across two or more ranks, read off its records (the fits use
+    these and only these): the ops, group shapes and message sizes, and the timed repetitions."""
+
+    ops: list[str] = Field(description="the collectives measured")
+    groups: list[tuple[Count, Count]] = Field(description="(nodes, ranks per node) of each group measured")
+    sizes: Count = Field(gt=0, description="distinct message sizes measured")
+    min_bytes: Positive = Field(description="the smallest message measured, bytes")
+    max_bytes: Positive = Field(description="the largest message measured, bytes")
+    repeats: Count | None = Field(
+        None, gt=0, description="timed repetitions per size, the fewest of any (None: not recorded)"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "CollectiveSweep":
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes {self.max_bytes:g} is below min_bytes {self.min_bytes:g}")
+        return self
+
+
 class Provenance(_Strict):
     """Where the profile's hardware rates came from (the first command that wrote it, usually
     ``calibrate run``), and in ``commands`` every command that wrote into it since, in order."""
@@ -139,6 +222,12 @@ class Provenance(_Strict):
         description="torch's intra-op threads the hardware rates were measured with",
     )
     quick: StrictBool | None = Field(None, description="measured with calibrate run --quick")
+    testbed: TestbedRecord | None = Field(
+        None, description="the emulated testbed the collectives were measured on (None: not a testbed sweep)"
+    )
+    collective_sweep: CollectiveSweep | None = Field(
+        None, description="what the collective sweep measured (None: no collectives across 2+ ranks)"
+    )
     commands: list[CommandRecord] = Field(
         default_factory=list,
         max_length=MAX_COMMANDS,
@@ -672,6 +761,8 @@ def migrate(data: dict) -> dict:
         data["format_version"] = 5
     if isinstance(data.get("provenance"), dict) and data["provenance"].get("commands") in (None, []):
         data["provenance"] = _with_commands(data["provenance"])
+    if isinstance(data.get("provenance"), dict) and isinstance(data.get("raw"), dict):
+        data["provenance"] = _with_measured_on(data["provenance"], data["raw"])
     # v4 profiles written before fingerprints recorded the model's code: read it off each source
     if isinstance(data.get("model_compute"), list):
         data["model_compute"] = [_with_implementation(mc) for mc in data["model_compute"]]
@@ -691,6 +782,31 @@ def _with_commands(provenance: dict) -> dict:
     if "calibrate run" in provenance["source"] and provenance.get("quick") is None:
         first["quick"] = "--quick" in provenance["source"]
     return {**provenance, "commands": [first]}
+
+
+def _with_measured_on(provenance: dict, raw: dict) -> dict:
+    """A provenance written before profiles recorded the emulated testbed and the collective sweep: both
+    read off the profile's kept raw medians (its topology's network, its collective records) where they
+    say, and left out (not recorded) where what they say is not a valid record. The testbed's kernel and
+    machine were not kept: they stay not recorded."""
+    from clustersim.calibration.provenance import collective_sweep, testbed_record
+
+    found = {
+        "testbed": (TestbedRecord, lambda: testbed_record({"topology": raw.get("topology")})),
+        "collective_sweep": (CollectiveSweep, lambda: collective_sweep(raw.get("collectives"))),
+    }
+    out = dict(provenance)
+    for key, (schema, derive) in found.items():
+        if key in out:
+            continue
+        record = derive()
+        try:
+            out[key] = schema.model_validate(record).model_dump() if record is not None else None
+        except ValidationError:
+            continue  # an unreadable kept record: not recorded, as before
+        if out[key] is None:
+            del out[key]
+    return out
 
 
 def _dispatch_model(data: dict) -> str:

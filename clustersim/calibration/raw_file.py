@@ -124,6 +124,30 @@ def _check_topology(topo: RawTopology | None, source: str) -> None:
         )
 
 
+def _check_testbed(data: dict, source: str) -> None:
+    """The emulated testbed the sweep recorded, as the profile will keep it (profile.TestbedRecord):
+    refused here, naming the raw file and its key, rather than in the profile written from it."""
+    from clustersim.calibration.profile import TestbedRecord
+    from clustersim.calibration.provenance import testbed_record
+
+    record = testbed_record(data)
+    if record is None:
+        return
+    try:
+        TestbedRecord.model_validate(record)
+    except ValidationError as exc:
+        key, msg = first_error(exc)
+        prov = data.get("provenance")
+        where = (
+            "provenance.testbed"
+            if isinstance(prov, dict) and isinstance(prov.get("testbed"), dict)
+            else "topology.network"
+        )
+        raise InputError(
+            msg, source=source, key=where if key == "(top level)" else f"{where}.{key}"
+        ) from None
+
+
 def check_raw(data: dict, source: str) -> None:
     """Refuse a raw file the fits cannot use, naming ``source`` and the record's key."""
     try:
@@ -132,6 +156,7 @@ def check_raw(data: dict, source: str) -> None:
         key, msg = first_error(exc)
         raise InputError(msg, source=source, key=key) from None
     _check_topology(raw.topology, source)
+    _check_testbed(data, source)
     groups: dict[tuple, dict[float, int]] = {}
     for i, r in enumerate(raw.collectives or []):
         sizes = groups.setdefault((r.op, r.nodes, r.gpus_per_node), {})

@@ -615,7 +615,10 @@ def calibrate_check(
         [], "--predict", help="Raw files to predict (default: the same files); e.g. another link rate."
     ),
     train_ranks: Optional[str] = typer.Option(
-        None, "--train-ranks", help="Group sizes to fit on, e.g. 2,4 (default: all but the largest)."
+        None,
+        "--train-ranks",
+        help="Group sizes to fit on, e.g. 2,4 (default: all but the largest). One group size (or files "
+        "that measured one): message sizes above 1/8 of the largest are held out instead.",
     ),
     test_ranks: Optional[str] = typer.Option(
         None, "--test-ranks", help="Group sizes to predict, e.g. 8 (default: the largest)."
@@ -624,7 +627,11 @@ def calibrate_check(
     json_out: bool = JsonOpt,
 ):
     """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
-    groups (or another link rate) that were measured too, and report error and P10–P90 coverage."""
+    groups (or another link rate) that were measured too, and report error and P10–P90 coverage.
+
+    With one group size to fit (the files measured one, or --train-ranks names one) no node count can be
+    held out: check fits the message sizes up to 1/8 of the largest measured at that group size and
+    predicts the larger ones, and says that the node-count extrapolation was not checked."""
     from clustersim.calibration.check import run_check
 
     result = run_check(raw, predict, train_ranks, test_ranks, _cluster(cluster))
@@ -643,9 +650,16 @@ def calibrate_check(
         ]
         for r in result["rows"]
     ]
+    title = f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)"
+    if result["mode"] == "message_sizes":
+        cut = format_bytes(result["cut_bytes"])
+        title = (
+            f"held out: {result['held_out']} (fitted on the sizes up to {cut}); "
+            f"{result['not_checked']} (times in ms)"
+        )
     console.print(
         table(
-            f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)",
+            title,
             ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
             rows,
         )
@@ -770,10 +784,14 @@ def _measured_how(fp) -> str:
 
 
 def _print_provenance(p) -> None:
-    prov = p.provenance.model_dump(exclude_none=True, exclude={"dropped", "defaults", "commands"})
+    prov = p.provenance.model_dump(
+        exclude_none=True, exclude={"dropped", "defaults", "commands", "testbed", "collective_sweep"}
+    )
     console.print(f"[bold]profile[/] format v{p.format_version}, device [bold]{p.device}[/]")
     for k, v in prov.items():
         console.print(f"  {k}: {v}")
+    for line in _measured_on(p.provenance):
+        console.print(f"  {line}")
     commands = p.provenance.commands
     if len(commands) > 1 or (commands and commands[0].source != p.provenance.source):
         console.print(
@@ -798,6 +816,71 @@ def _print_provenance(p) -> None:
         console.print(f"  measurements not fitted: {len(p.provenance.dropped)} (provenance.dropped)")
     for line in p.provenance.defaults:
         console.print(f"  left at defaults: {line}")
+
+
+def _measured_on(prov) -> list[str]:
+    """What the collectives were measured on, in lines: the emulated testbed (hosts, link rate, each
+    host's CPU share, the machine) and what the sweep covered; 'not recorded' where the sweep did not say,
+    nothing where the profile has no collective sweep."""
+    lines = []
+    tb = prov.testbed
+    if tb is not None:
+        unknown = "not recorded"
+        machine = ", ".join(
+            x
+            for x in (
+                tb.machine,
+                f"{tb.machine_cpus} cores" if tb.machine_cpus else None,
+                f"Linux {tb.kernel}" if tb.kernel else None,
+            )
+            if x
+        )
+        lines.append(
+            f"testbed: emulated, not real NICs: {tb.hosts or unknown} hosts ({tb.emulated}); "
+            f"machine {machine or unknown}"
+        )
+        rate = f"{tb.line_rate_gbps * 1000:,.4g} Mb/s" if tb.line_rate_gbps else unknown
+        how = f" shaped with tc {tb.shaper}" if tb.shaper else ""
+        lines.append(f"  link per host: {rate} ({tb.kind or 'kind ' + unknown}){how}")
+        lines.append(f"  CPU per host: {_cpu_share(tb)}")
+    sweep = prov.collective_sweep
+    if sweep is not None:
+        groups = ", ".join(f"{n}x{g}" for n, g in sweep.groups)
+        lines.append(
+            f"collectives swept: {', '.join(sweep.ops)}; {sweep.sizes} sizes "
+            f"{format_bytes(sweep.min_bytes)}–{format_bytes(sweep.max_bytes)}; "
+            f"groups (nodes x ranks) {groups}; "
+            + (f"{sweep.repeats} timed repeats per size" if sweep.repeats else "repeats not recorded")
+        )
+    return lines
+
+
+def _cpu_share(tb) -> str:
+    """An emulated host's CPU: its share in cores and how (CFS quota per period, slices, cores)."""
+    if tb.cpus_per_host is None:
+        return "not recorded"
+    if tb.cpus_per_host == 0:
+        return "no share (the hosts shared the machine's cores)"
+    text = f"{tb.cpus_per_host:g} core"
+    shares = tb.host_cpu_shares or []
+    quotas = {(s.cpu_quota_us, s.cpu_period_us) for s in shares}
+    if len(quotas) == 1:
+        quota, period = quotas.pop()
+        text += f" (CFS quota {quota:,} µs per {period:,} µs"
+        if tb.cfs_bandwidth_slice_us:
+            text += f", {tb.cfs_bandwidth_slice_us:,g} µs slices"
+        text += ")"
+    elif shares:
+        text += (
+            " (quota/period µs by host: "
+            + ", ".join(f"h{i} {s.cpu_quota_us}/{s.cpu_period_us}" for i, s in enumerate(shares))
+            + ")"
+        )
+    if any(s.cpus for s in shares):
+        text += "; cores by host: " + ", ".join(
+            f"h{i} {','.join(map(str, s.cpus))}" for i, s in enumerate(shares) if s.cpus
+        )
+    return text
 
 
 def _print_profile(p) -> None:
