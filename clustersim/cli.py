@@ -1245,6 +1245,11 @@ def _print_scaling_by_series(series, median: float | None, rates: set | frozense
         )
 
 
+def _compute_label(r) -> str:
+    """A row's compute source for the table: 'carried' names whose measurement it carried."""
+    return f"carried ({r.carried_from})" if r.compute == "carried" and r.carried_from else r.compute
+
+
 def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) -> None:
     from clustersim.validation.gpu_throughput import validate_throughput
     from clustersim.validation.throughput_data import load_gpu_throughput
@@ -1275,7 +1280,7 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
         rows.append(
             [
                 f"{r.model} {r.seq_len}", r.gpu, r.gpus, r.micro_batch, r.precision, r.execution,
-                r.source_label, *([r.compute] if profile else []), f"{r.published:,.1f}",
+                r.source_label, *([_compute_label(r)] if profile else []), f"{r.published:,.1f}",
                 f"{r.predicted:,.1f}", band,
                 f"{100 * _slowness(r.error, 'samples_per_s'):+.1f}%" + ("" if r.scored else " (not scored)"),
             ]
@@ -1291,6 +1296,11 @@ def _validate_throughput(dataset: str, json_out: bool, profile, samples: int) ->
             "model's measurement carried over; defaults = the profile's rates where it has them, else "
             "the catalog's[/]"
         )
+        from clustersim.calibration.profile import load_profile
+        from clustersim.validation.gpu_throughput import unused_measurements
+
+        for line in unused_measurements(report.rows, load_profile(profile)):
+            console.print(f"[dim]{line}[/]", highlight=False)
     cov = report.coverage
     console.print(
         f"{len(report.scored)} scored rows"

@@ -84,3 +84,20 @@ def test_a_cpu_measurement_has_no_gaps_to_add():
     on_cpu = mc.model_copy(update={"fingerprint": mc.fingerprint.model_copy(update={"device": "cpu"})})
     assert device_time(on_cpu, on_cpu.backward, 2) == on_cpu.backward.device_s.at(2)
     assert device_time(mc, mc.backward, 2) > mc.backward.device_s.at(2)
+
+
+def test_validate_says_whose_measurement_priced_each_row():
+    """A carried row names whose measurement it carried; a profile's measurement of a row's model that
+    timed another code says so, since it prices only the code it timed."""
+    from clustersim.calibration.profile import load_profile
+    from clustersim.validation.gpu_throughput import unused_measurements, validate_throughput
+
+    h100 = validate_throughput("builtin:h100-pytorch-2.11", samples=0, dataset="gpu_steps")
+    carried = {r.model: r.carried_from for r in h100.rows if r.compute == "carried"}
+    assert carried == {"BERT-Large": "GPT-2-1.5B seq 1024", "GPT-3-1.3B": "GPT-2-1.5B seq 1024"}
+    assert all(r.carried_from is None for r in h100.rows if r.compute != "carried")
+    h200 = validate_throughput("builtin:h200-pytorch-2.11", samples=0, dataset="gpu_steps")
+    lines = unused_measurements(h200.rows, load_profile("builtin:h200-pytorch-2.11"))
+    assert [line.split(":")[0] for line in lines] == ["BERT-Large", "GPT-2-1.5B", "ResNet-50"]
+    assert "measured code plain, these rows ran hf" in lines[0]
+    assert unused_measurements(h100.rows, load_profile("builtin:h100-pytorch-2.11")) == []

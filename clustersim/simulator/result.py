@@ -109,6 +109,8 @@ class SimulationResult:
     #: what priced the compute: "measured" (the profile's own measurement of this model), "carried"
     #: (another model's measurement carried over) or "defaults" (rates: the profile's or the catalog's)
     compute_from: str = "defaults"
+    #: where compute_from is "carried": whose measurement, e.g. "GPT-2-1.5B seq 1024"
+    carried_from: str | None = None
     #: the kind of step whose ops ``ops`` holds (the most frequent, where the optimizer has several)
     ops_step: str = ""
 

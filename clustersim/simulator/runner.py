@@ -976,4 +976,9 @@ def _run(ctx: SimulationContext, strategy=None, steps=None, memory=None) -> Simu
             if ctx.transferred_from is not None
             else "defaults"
         ),
+        carried_from=(
+            f"{carried.model} seq {carried.seq_len}"
+            if ctx.model_compute is None and (carried := ctx.transferred_from) is not None
+            else None
+        ),
     )

@@ -52,6 +52,8 @@ class ThroughputResult:
     source: str
     source_label: str = ""  # the source in a few words (ThroughputRow.source_label)
     compute: str = "defaults"  # what priced the compute: "measured" (this model's own), "carried", "defaults"
+    carried_from: str | None = None  # compute "carried": whose measurement ("GPT-2-1.5B seq 1024")
+    implementation: str | None = None  # the code the row's step ran (ThroughputRow.implementation)
 
     @property
     def inside(self) -> bool | None:
@@ -86,6 +88,28 @@ class ThroughputReport:
     def coverage(self) -> float | None:
         flags = [r.inside for r in self.scored if r.inside is not None]
         return sum(flags) / len(flags) if flags else None
+
+
+def unused_measurements(rows: list[ThroughputResult], profile) -> list[str]:
+    """Why a profile's own measurement of a row's model did not price it: for each model the profile
+    measured whose rows came out 'defaults', the code it measured against the code the rows ran (a
+    measurement prices only the code it timed: docs/gpu-compute.md). One line per model."""
+    out = []
+    for model in sorted({r.model for r in rows if r.compute == "defaults"}):
+        measured = sorted(
+            {
+                m.fingerprint.implementation or "not recorded"
+                for m in profile.model_compute
+                if m.model == model
+            }
+        )
+        ran = sorted({r.implementation or "the catalog's default" for r in rows if r.model == model})
+        if measured:
+            out.append(
+                f"{model}: the profile measured code {', '.join(measured)}, these rows ran {', '.join(ran)}: "
+                "only the profile's hardware rates price them"
+            )
+    return out
 
 
 def scenario_for(row: ThroughputRow, name: str = "published row"):
@@ -175,6 +199,7 @@ def validate_throughput(
                 row.model, row.gpu, row.gpus, row.micro_batch, row.seq_len or row.image_size, row.precision,
                 row.execution, row.throughput, predicted, predicted / row.throughput - 1, lo, hi,
                 not row.variable_length, row.source, row.source_label, result.compute_from,
+                result.carried_from, row.implementation,
             )
         )  # fmt: skip
         if progress is not None:
