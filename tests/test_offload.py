@@ -362,6 +362,35 @@ def test_an_optimizer_no_framework_offloads_is_refused_with_offload(optimizer, m
     assert f"{optimizer} cannot run with its optimizer offloaded" in err.value.message
 
 
+def test_onebit_adam_with_offload_is_one_line_and_exit_2_from_the_cli(runner):
+    """The refusal reaches the user as run's one line, exit code 2, no simulated step."""
+    from clustersim.cli import app
+
+    res = runner.invoke(
+        app,
+        ["run", "preset:offload-llama7b-h100", "--samples", "0", "--set", "training.optimizer=onebit-adam"],
+    )
+    assert res.exit_code == 2
+    assert len(res.output.strip().splitlines()) == 1
+    assert "onebit-adam cannot run with its optimizer offloaded" in res.output
+
+
+def test_only_the_optimizers_the_rules_let_offload_define_an_offloaded_update():
+    """The offload programs (ddp.zero_offload_program, zero.py's ZeRO-3 path) ask the strategy for its
+    offload_spec; sharding_rules refuses every other optimizer with offload before a strategy is built.
+    The rules are the scenario's layer and cannot read the strategies, so the two are held together
+    here: an optimizer the rules let through has an offloaded update, one they refuse has none (no
+    dead offload code), and the optimizers refused with offload are the ones refused under ZeRO
+    (runs_sharded, which memory.check_fits' advice reads for both)."""
+    from clustersim import sharding_rules
+    from clustersim.simulator.strategies import registry
+
+    for name in registry.names():
+        cls = registry.get(name)
+        assert hasattr(cls, "offload_spec") == (name not in sharding_rules._NOT_OFFLOADED), name
+    assert set(sharding_rules._NOT_OFFLOADED) == set(sharding_rules._NOT_WITH_ZERO)
+
+
 @pytest.mark.parametrize(
     "overrides,key,why",
     [

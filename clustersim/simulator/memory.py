@@ -6,9 +6,8 @@ weights (2 B); optimizer state is fp32. Activations are those kept for backward 
 stage's share over t and the activations of its in-flight micro-batches (model_parallel.py).
 PyTorch DDP's buckets hold a second copy of the gradients (Megatron-LM's are views). FP8 training
 keeps bf16 weights and activations (the GEMM inputs it saves are FP8) and FP8 copies of the linear
-weights (workloads/fp8.py). With CPU offload the master copy and the offloaded state live on the
-host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups
-and staging buffers remain.
+weights (workloads/fp8.py). With CPU offload the master copy and the optimizer state live on the
+host; only resident subgroups and staging buffers remain on the GPU.
 """
 
 from __future__ import annotations
@@ -59,9 +58,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         # Megatron-LM's DDP, whose buckets are slices of the one gradient buffer each param.main_grad
         # views (megatron/core/distributed/param_and_grad_buffer.py)
         "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 or ctx.model_parallel else P * ctx.grad_bytes,
-        "optimizer_state": P
-        / shards
-        * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
+        # offloaded, all of it is on the host (Adam and SGDM, the optimizers that run offloaded)
+        "optimizer_state": 0.0 if offloaded else P / shards * strategy.state_bytes_per_param,
         "activations": ctx.rank_activation_bytes,
     }
     if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share

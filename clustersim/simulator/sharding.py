@@ -158,8 +158,7 @@ def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]
     """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas;
     ``offloaded_parts``: the offload's resident state and staging buffers (memory.py)."""
     offloaded = ctx.scenario.training.offload.mode != "none"
-    state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
-    mem = _states_and_buffers(ctx, lay, state)
+    mem = _states_and_buffers(ctx, lay, 0.0 if offloaded else strategy.state_bytes_per_param)
     mem.update(offloaded_parts)
     mem.update(strategy.extra_gpu_memory())
     everything = sum(mem.values())
@@ -168,10 +167,10 @@ def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]
     return mem
 
 
-def offload_budget(ctx, lay: Layout, gpu_keep: float) -> tuple[float, float]:
+def offload_budget(ctx, lay: Layout) -> tuple[float, float]:
     """GPU bytes at the forward/backward peak and during the update with the optimizer state offloaded
-    (``gpu_keep`` bytes per parameter of it stay, partitioned): what the offload planner may fill."""
-    mem = _states_and_buffers(ctx, lay, gpu_keep)
+    (none of it on the GPU): what the offload planner may fill."""
+    mem = _states_and_buffers(ctx, lay, 0.0)
     everything = sum(mem.values())
     return everything, everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
 
