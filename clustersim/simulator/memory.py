@@ -7,7 +7,8 @@ stage's share over t and the activations of its in-flight micro-batches (model_p
 PyTorch DDP's buckets hold a second copy of the gradients (Megatron-LM's are views). FP8 training
 keeps bf16 weights and activations (the GEMM inputs it saves are FP8) and FP8 copies of the linear
 weights (workloads/fp8.py). With CPU offload the master copy and the optimizer state live on the
-host; only resident subgroups and staging buffers remain on the GPU.
+host; only resident subgroups and staging buffers remain on the GPU, and under ZeRO-Offload DeepSpeed's
+gradient buckets instead of the gradients (sharding.zero_offload_gradients).
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from clustersim.workloads.fp8 import weight_copy_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
-    from clustersim.simulator.sharding import DEEPSPEED_SUB_GROUP_ELEMENTS, layout, sharded_memory
+    from clustersim.simulator.sharding import (
+        DEEPSPEED_SUB_GROUP_ELEMENTS,
+        TRANSIENT,
+        layout,
+        sharded_memory,
+        zero_offload_gradients,
+    )
 
     lay = layout(ctx)
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
@@ -62,6 +69,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         "optimizer_state": 0.0 if offloaded else P / shards * strategy.state_bytes_per_param,
         "activations": ctx.rank_activation_bytes,
     }
+    if offloaded:  # ZeRO-Offload: DeepSpeed's stage 2 with the optimizer on the host
+        mem.update(zero_offload_gradients(ctx, P))
     if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share
         mem["fp8_weight_copies"] = (
             weight_copy_bytes(ctx.workload.layers, ctx.workload.fp8_recipe) * P / ctx.params
@@ -77,7 +86,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem["peak_forward_backward"] = (
         everything - mem.get("offload_staging", 0.0) - mem.get("update_scratch", 0.0)
     )
-    mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"]
+    transient = sum(mem.get(k, 0.0) for k in TRANSIENT)
+    mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"] - transient
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
@@ -143,6 +153,8 @@ _COMMON_PARTS = {
     "input_batches",
     "optimizer_state_resident",
     "offload_staging",
+    "reduce_bucket",
+    "offload_gradient_buffer",
     "total",
     "capacity",
     "peak_forward_backward",

@@ -117,8 +117,9 @@ def gap_kinds(n: int, gap: int) -> list[str]:
 
 def memory_budget(ctx, partition_params: float) -> dict[str, float]:
     """GPU bytes without offloaded optimizer state, at the forward/backward peak and during the update
-    (under ZeRO/FSDP the partitioned states and buffers of simulator/sharding.py)."""
-    from clustersim.simulator.sharding import layout, offload_budget
+    (under ZeRO/FSDP the partitioned states and buffers of simulator/sharding.py; ZeRO-Offload at stage
+    0 holds its parameters and stage 2's gradient buffers, sharding.zero_offload_gradients)."""
+    from clustersim.simulator.sharding import layout, offload_budget, zero_offload_gradients
 
     lay = layout(ctx)
     if lay is not None:
@@ -130,10 +131,10 @@ def memory_budget(ctx, partition_params: float) -> dict[str, float]:
             "partition_params": partition_params,
         }
     P = ctx.params
-    d = ctx.element_bytes
-    base = P * d + P * ctx.grad_bytes
+    grads = zero_offload_gradients(ctx, P)
+    base = P * ctx.element_bytes + grads["gradients"] + grads["offload_gradient_buffer"]
     return {
-        "peak_without_state": base + ctx.workload.activation_bytes,
+        "peak_without_state": base + grads["reduce_bucket"] + ctx.workload.activation_bytes,
         "update_without_state": base,
         "capacity": ctx.gpu.memory_bytes,
         "partition_params": partition_params,
