@@ -101,7 +101,10 @@ def test_memory_accounting_matches_hand_computation():
     assert m["total"] == 2 * P + 4 * P + 2 * P + 8 * P + acts
     off = simulate(s.with_changes(**{"training.offload.mode": "zero"}))
     assert off.memory["parameters"] == 2 * P and off.memory["optimizer_state"] == 0
-    assert off.memory["total"] == 2 * P + 2 * P + acts
+    # ZeRO-Offload: no gradients but DeepSpeed's two whole reduce buckets (5e8 bf16 elements each) and
+    # its GPU buffer of the largest parameter (1M elements)
+    assert off.memory["gradients"] == 0
+    assert off.memory["total"] == 2 * P + 2 * 5e8 * 2 + 2 * 1_000_000 + acts
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgdm"])
@@ -362,13 +365,42 @@ def test_an_optimizer_no_framework_offloads_is_refused_with_offload(optimizer, m
     assert f"{optimizer} cannot run with its optimizer offloaded" in err.value.message
 
 
+def test_onebit_adam_with_offload_is_one_line_and_exit_2_from_the_cli(runner):
+    """The refusal reaches the user as run's one line, exit code 2, no simulated step."""
+    from clustersim.cli import app
+
+    res = runner.invoke(
+        app,
+        ["run", "preset:offload-llama7b-h100", "--samples", "0", "--set", "training.optimizer=onebit-adam"],
+    )
+    assert res.exit_code == 2
+    assert len(res.output.strip().splitlines()) == 1
+    assert "onebit-adam cannot run with its optimizer offloaded" in res.output
+
+
+def test_only_the_optimizers_the_rules_let_offload_define_an_offloaded_update():
+    """The offload programs (ddp.zero_offload_program, zero.py's ZeRO-3 path) ask the strategy for its
+    offload_spec; sharding_rules refuses every other optimizer with offload before a strategy is built.
+    The rules are the scenario's layer and cannot read the strategies, so the two are held together
+    here: an optimizer the rules let through has an offloaded update, one they refuse has none (no
+    dead offload code), and the optimizers refused with offload are the ones refused under ZeRO
+    (runs_sharded, which memory.check_fits' advice reads for both)."""
+    from clustersim import sharding_rules
+    from clustersim.simulator.strategies import registry
+
+    for name in registry.names():
+        cls = registry.get(name)
+        assert hasattr(cls, "offload_spec") == (name not in sharding_rules._NOT_OFFLOADED), name
+    assert set(sharding_rules._NOT_OFFLOADED) == set(sharding_rules._NOT_WITH_ZERO)
+
+
 @pytest.mark.parametrize(
     "overrides,key,why",
     [
-        # the weights and gradients alone exceed 80 GB: the model
-        ({"workload.model": "GPT-3-175B"}, "workload.model", "optimizer state alone need 650.45 GiB"),
+        # the 16-bit weights alone exceed 80 GB: the model
+        ({"workload.model": "GPT-3-175B"}, "workload.model", "optimizer state alone need 326.38 GiB"),
         # the activations of 64 samples do not fit beside them: the micro-batch, with the largest that fits
-        ({"workload.micro_batch": 64}, "workload.micro_batch", "a micro_batch of at most 6 fits"),
+        ({"workload.micro_batch": 64}, "workload.micro_batch", "a micro_batch of at most 7 fits"),
     ],
 )
 def test_an_offloaded_rank_that_does_not_fit_names_the_key_by_check_fits_rule(overrides, key, why):
@@ -400,3 +432,55 @@ def test_zero_offload_reduces_in_deepspeeds_buckets_not_ddps():
     assert len(sizes) == 3 and max(sizes) >= 5e8 * 2  # 16-bit gradients
     smaller = simulate(s.with_changes(**{"training.sharding.reduce_bucket_mb": 100}), uncertainty_samples=0)
     assert len(smaller.buckets) > 20
+
+
+def _zero_offload_memory(**kw):
+    """LLaMA-7B on 2 nodes of one H100, ZeRO-Offload with every update on the CPU: the rank's memory."""
+    s = llama("zero", **{"cluster.nodes": 2, **kw})
+    return simulate(s, uncertainty_samples=0).memory, build_context(s)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_zero_offload_holds_deepspeeds_gradient_buffers_not_a_gradient_partition(stage):
+    """DeepSpeed's stage_1_and_2.py with the optimizer offloaded: no GPU gradient partition
+    (copy_grads_in_partition returns before allocating grads_in_partition; the rank's part goes to the
+    host and param.grad = None), two ipg buffers of the whole reduce_bucket_size in 16 bits (the
+    tutorial's overlap_comm: true; buf_1 only with it), and temp_grad_buffer_for_gpu_offload, the
+    largest parameter's elements in 16 bits. It counted the gradient partition (a whole replica's at
+    stages 0 and 1: 12.55 GiB) and at most one bucket."""
+    mem, ctx = _zero_offload_memory(**{"training.sharding.stage": stage})
+    largest = max(n for layer in ctx.workload.layers for n in layer.param_tensors)
+    assert largest == 32000 * 4096  # LLaMA-7B's embedding (and untied head)
+    assert mem["gradients"] == 0.0
+    assert mem["reduce_bucket"] == pytest.approx(2 * 5e8 * 2)
+    assert mem["offload_gradient_buffer"] == pytest.approx(largest * 2)
+    # the buckets are freed at the end of backward; the temp buffer is kept
+    assert mem["peak_forward_backward"] - mem["peak_update"] == pytest.approx(
+        mem["activations"] + mem["reduce_bucket"]
+    )
+
+
+def test_zero_offload_without_overlap_comm_holds_one_bucket_and_stage_1_every_gradient():
+    """overlap_comm: false allocates buf_0 only; stage 1 then has no backward hooks (created only with
+    partition_gradients or overlap_comm), so every parameter's gradient stays on the GPU until the
+    reduction after backward; stage 2 still moves each into the bucket as backward produces it."""
+    mem2, ctx = _zero_offload_memory(**{"training.sharding": {"stage": 2, "overlap_comm": False}})
+    assert mem2["reduce_bucket"] == pytest.approx(5e8 * 2) and mem2["gradients"] == 0.0
+    mem1, _ = _zero_offload_memory(**{"training.sharding": {"stage": 1, "overlap_comm": False}})
+    assert mem1["gradients"] == pytest.approx(ctx.params * 2)
+
+
+def test_the_offload_planner_fills_the_memory_zero_offload_leaves():
+    """The interleaved planner sees the same rank: what it may fill is the capacity less the same
+    parameters, buffers and activations (offload.memory_budget and memory.gpu_memory agree)."""
+    from clustersim.simulator.offload import memory_budget
+
+    s = llama()
+    mem = simulate(s, uncertainty_samples=0).memory
+    ctx = build_context(s)
+    budget = memory_budget(ctx, ctx.params)
+    placed = mem["optimizer_state_resident"] + mem["offload_staging"]
+    assert budget["peak_without_state"] == pytest.approx(
+        mem["peak_forward_backward"] - mem["optimizer_state_resident"]
+    )
+    assert budget["update_without_state"] == pytest.approx(mem["peak_update"] - placed)

@@ -47,7 +47,7 @@ def test_dos7b_subgroups_cover_the_model_and_gap_2_sends_half_to_the_gpu():
     ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
     sizes = deepspeed_subgroups(ctx.workload.layers, ctx.params, 1e7)
     assert sum(sizes) == pytest.approx(ctx.params)
-    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host, inputs_on_host=True)
+    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host)
     gpu = sum(s for s, k in zip(sizes, placement.kinds) if k != PlacementKind.CPU)
     assert gpu_fraction(placement) == pytest.approx(gpu / ctx.params)
     assert 0.45 < gpu_fraction(placement) < 0.55
@@ -73,7 +73,7 @@ def test_bytes_over_pcie_are_what_the_fork_copies():
     subgroup sends its 16-bit parameters back (2 bytes)."""
     ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
     spec = adam_spec(ctx, 16.0, 12.0)
-    placement = plan(ctx, spec, ctx.params, ctx.host, inputs_on_host=True)
+    placement = plan(ctx, spec, ctx.params, ctx.host)
     sizes, kinds = placement.subgroup_sizes(), placement.kinds
     gpu = [s for s, k in zip(sizes, kinds) if k != PlacementKind.CPU]
     cpu = [s for s, k in zip(sizes, kinds) if k == PlacementKind.CPU]
@@ -113,7 +113,7 @@ def test_gpu_subgroups_gradients_are_held_on_the_gpu():
     plain = simulate(_dos()).memory["offload_staging"]
     forked = simulate(_dos(**{"training.offload.gpu_update_gap": 2}))
     ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
-    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host, inputs_on_host=True)
+    placement = plan(ctx, adam_spec(ctx, 16.0, 12.0), ctx.params, ctx.host)
     gpu = [s for s, k in zip(placement.sizes, placement.kinds) if k != PlacementKind.CPU]
     assert ctx.grad_bytes == 2
     expected = 2 * max(placement.sizes) * 12.0 + 2.0 * gpu_fraction(placement) * ctx.params + 4.0 * max(gpu)
@@ -127,7 +127,7 @@ def test_cpu_update_after_a_gpu_subgroup_waits_for_the_earlier_16_bit_copies():
     CPU subgroup's 16-bit parameter copy, the state copies queued before the wait do not."""
     ctx = build_context(_dos(**{"training.offload.gpu_update_gap": 2}), None)
     spec = adam_spec(ctx, 16.0, 12.0)
-    placement = plan(ctx, spec, ctx.params, ctx.host, inputs_on_host=True)
+    placement = plan(ctx, spec, ctx.params, ctx.host)
     prog = Program()
     add_gap_update(prog, ctx, (), spec, placement, _CountingHost())
     ops = {op.name.split(" (")[0]: op for op in prog.ops}

@@ -91,9 +91,6 @@ PADDING_PASS = ("onebit_pad", 8.0, 0.0)  # torch.cat([buffer_m, zeros]) on every
 UPDATE_STATE_BYTES = 16.0
 QUANTIZE_BYTES = 8.125
 APPLY_BYTES = 10.125
-# BinSGDM with offload, per parameter on the host: read the packed 1-bit update (1/8), read and write
-# the fp32 master weight (8), write the fp32 weight handed back to the device (4).
-HOST_APPLY_BYTES = 12.125
 
 
 def padded_elements(n: int, p: int) -> int:

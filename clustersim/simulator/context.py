@@ -53,9 +53,6 @@ class SimulationContext:
     notes: list[str] = field(default_factory=list)
     offload_placement: object = None  # offload.Placement once planned (one plan per simulation)
     offload_spec: object = None
-    #: the strategy's extra_gpu_memory (its own buffers: error feedback), set by registry.create, for
-    #: the offload planner's refusal (offload.py), which is called from inside the strategy's programs
-    optimizer_buffers: object = None
     _host: object = None
     _layout: object = None
     network: object = None  # a NetworkBackend (simulator/network/), None for the analytical fast path

@@ -6,9 +6,9 @@ weights (2 B); optimizer state is fp32. Activations are those kept for backward 
 stage's share over t and the activations of its in-flight micro-batches (model_parallel.py).
 PyTorch DDP's buckets hold a second copy of the gradients (Megatron-LM's are views). FP8 training
 keeps bf16 weights and activations (the GEMM inputs it saves are FP8) and FP8 copies of the linear
-weights (workloads/fp8.py). With CPU offload the master copy and the offloaded state live on the
-host; only what the strategy must keep on the GPU (e.g. 1-bit Adam's momentum), resident subgroups
-and staging buffers remain.
+weights (workloads/fp8.py). With CPU offload the master copy and the optimizer state live on the
+host; only resident subgroups and staging buffers remain on the GPU, and under ZeRO-Offload DeepSpeed's
+gradient buckets instead of the gradients (sharding.zero_offload_gradients).
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ from clustersim.workloads.fp8 import weight_copy_bytes
 
 
 def gpu_memory(ctx, strategy) -> dict[str, float]:
-    from clustersim.simulator.sharding import DEEPSPEED_SUB_GROUP_ELEMENTS, layout, sharded_memory
+    from clustersim.simulator.sharding import (
+        DEEPSPEED_SUB_GROUP_ELEMENTS,
+        TRANSIENT,
+        layout,
+        sharded_memory,
+        zero_offload_gradients,
+    )
 
     lay = layout(ctx)
     if lay is not None:  # ZeRO / FSDP: the ZeRO paper's partitioned model states (sharding.py)
@@ -59,11 +65,12 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
         # Megatron-LM's DDP, whose buckets are slices of the one gradient buffer each param.main_grad
         # views (megatron/core/distributed/param_and_grad_buffer.py)
         "ddp_buckets": 0.0 if offloaded or ctx.world_size == 1 or ctx.model_parallel else P * ctx.grad_bytes,
-        "optimizer_state": P
-        / shards
-        * (strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param),
+        # offloaded, all of it is on the host (Adam and SGDM, the optimizers that run offloaded)
+        "optimizer_state": 0.0 if offloaded else P / shards * strategy.state_bytes_per_param,
         "activations": ctx.rank_activation_bytes,
     }
+    if offloaded:  # ZeRO-Offload: DeepSpeed's stage 2 with the optimizer on the host
+        mem.update(zero_offload_gradients(ctx, P))
     if ctx.precision == "fp8":  # Transformer Engine's cached FP8 weights, this rank's share
         mem["fp8_weight_copies"] = (
             weight_copy_bytes(ctx.workload.layers, ctx.workload.fp8_recipe) * P / ctx.params
@@ -79,7 +86,8 @@ def gpu_memory(ctx, strategy) -> dict[str, float]:
     mem["peak_forward_backward"] = (
         everything - mem.get("offload_staging", 0.0) - mem.get("update_scratch", 0.0)
     )
-    mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"]
+    transient = sum(mem.get(k, 0.0) for k in TRANSIENT)
+    mem["peak_update"] = everything - mem["activations"] - mem["ddp_buckets"] - transient
     mem["total"] = max(mem["peak_forward_backward"], mem["peak_update"])
     mem["capacity"] = ctx.gpu.memory_bytes
     return mem
@@ -145,6 +153,8 @@ _COMMON_PARTS = {
     "input_batches",
     "optimizer_state_resident",
     "offload_staging",
+    "reduce_bucket",
+    "offload_gradient_buffer",
     "total",
     "capacity",
     "peak_forward_backward",

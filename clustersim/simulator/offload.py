@@ -8,7 +8,7 @@ GPU, is updated there and moves back, so CPU and PCIe/GPU work in parallel. Subg
 fits in the GPU memory left free at the forward/backward peak can stay resident and need no copies.
 
 The planner is a performance model: per subgroup it compares the finish time of the CPU path
-(device->host input copy, CPU update, host->device parameter copy) and the GPU path (host->device
+(CPU update, host->device parameter copy; its gradients left during backward) and the GPU path (host->device
 state, GPU update, device->host state) on separate clocks for the CPU, the GPU and each PCIe
 direction (the link is full duplex), and takes the earlier. The simulation then runs the chosen plan
 with flow-level sharing of the PCIe links, the switch uplink and DRAM, and the plan is checked
@@ -46,7 +46,6 @@ class UpdateSpec:
     cpu_dram: float  # DRAM traffic of the CPU update
     gpu_update: float  # HBM traffic of the same update on the GPU
     state: float  # optimizer state kept on the host (fp32 master, moments), moved for GPU updates
-    gpu_keep: float = 0.0  # what the strategy must keep on the GPU anyway (momentum, error buffers)
 
 
 @dataclass
@@ -116,14 +115,15 @@ def gap_kinds(n: int, gap: int) -> list[str]:
     ]
 
 
-def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[str, float]:
+def memory_budget(ctx, partition_params: float) -> dict[str, float]:
     """GPU bytes without offloaded optimizer state, at the forward/backward peak and during the update
-    (under ZeRO/FSDP the partitioned states and buffers of simulator/sharding.py)."""
-    from clustersim.simulator.sharding import layout, offload_budget
+    (under ZeRO/FSDP the partitioned states and buffers of simulator/sharding.py; ZeRO-Offload at stage
+    0 holds its parameters and stage 2's gradient buffers, sharding.zero_offload_gradients)."""
+    from clustersim.simulator.sharding import layout, offload_budget, zero_offload_gradients
 
     lay = layout(ctx)
     if lay is not None:
-        peak, update = offload_budget(ctx, lay, gpu_keep)
+        peak, update = offload_budget(ctx, lay)
         return {
             "peak_without_state": peak,
             "update_without_state": update,
@@ -131,10 +131,10 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
             "partition_params": partition_params,
         }
     P = ctx.params
-    d = ctx.element_bytes
-    base = P * d + P * ctx.grad_bytes + P * gpu_keep
+    grads = zero_offload_gradients(ctx, P)
+    base = P * ctx.element_bytes + grads["gradients"] + grads["offload_gradient_buffer"]
     return {
-        "peak_without_state": base + ctx.workload.activation_bytes,
+        "peak_without_state": base + grads["reduce_bucket"] + ctx.workload.activation_bytes,
         "update_without_state": base,
         "capacity": ctx.gpu.memory_bytes,
         "partition_params": partition_params,
@@ -143,23 +143,25 @@ def memory_budget(ctx, partition_params: float, gpu_keep: float = 0.0) -> dict[s
 
 def _refusal_key(ctx, budget: dict) -> tuple[str, str]:
     """The key an offloaded rank that does not fit names, and why: memory.check_fits' rule (the model,
-    the micro-batch, or when not even one sample fits the sequence, the optimizer's own buffers or the
-    GPU), on what stays on the GPU with the optimizer state on the host."""
+    the micro-batch, or when not even one sample fits the sequence, the GPU), on what stays on the GPU
+    with the optimizer state on the host. Adam and SGDM, the optimizers that run offloaded
+    (sharding_rules), keep no buffers of their own on the GPU."""
     from clustersim.simulator.oom import oom_culprit
 
     activations = ctx.workload.activation_bytes
-    own = ctx.optimizer_buffers() if ctx.optimizer_buffers is not None else {}
     return oom_culprit(
         ctx,
         budget["update_without_state"],
         budget["peak_without_state"] - activations,
         activations,
         budget["capacity"],
-        {k: v for k, v in own.items() if v > 0},
+        {},
     )
 
 
-def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs_on_host: bool) -> Placement:
+def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel) -> Placement:
+    """Where each subgroup of the rank's ``partition_params`` is updated. The gradients are on the host
+    already when the step starts (copied out during backward: ddp.zero_offload_program, zero.py)."""
     off = ctx.scenario.training.offload
     size = min(off.subgroup_size, partition_params)
     n = subgroup_count(partition_params, size)
@@ -169,7 +171,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
             f"{n:,.4g} subgroups (at most {MAX_SUBGROUPS:,}; DeepSpeed's default sub_group_size is 1e9)",
             key="training.offload.subgroup_size",
         )
-    budget = memory_budget(ctx, partition_params, spec.gpu_keep)
+    budget = memory_budget(ctx, partition_params)
     free_peak = budget["capacity"] - budget["peak_without_state"]
     free_update = budget["capacity"] - budget["update_without_state"]
     if free_peak < 0:
@@ -220,7 +222,7 @@ def plan(ctx, spec: UpdateSpec, partition_params: float, host: HostModel, inputs
     fill_peak = max(0.0, free_peak - headroom)
     resident = min(n, int(fill_peak // state_bytes)) if state_bytes > 0 else n
     can_stream = free_update - headroom - resident * state_bytes >= 2 * state_bytes
-    kinds = _place_streamed_or_cpu(ctx, spec, host, size, n, resident, can_stream, inputs_on_host)
+    kinds = _place_streamed_or_cpu(ctx, spec, host, size, n, resident, can_stream)
     return Placement(size, kinds, partition_params)
 
 
@@ -243,26 +245,23 @@ def _place_streamed_or_cpu(
     n: int,
     resident: int,
     can_stream: bool,
-    inputs_on_host: bool,
 ) -> list:
     """Resident subgroups first; then, subgroup by subgroup, the path (CPU update, or state streamed to
-    the GPU and back) that finishes earlier on separate clocks for CPU, GPU, each PCIe direction, DRAM."""
+    the GPU and back) that finishes earlier on separate clocks for CPU, GPU, each PCIe direction, DRAM.
+    The CPU path's gradients are on the host already (copied during backward)."""
     bw = min(host.pcie, host.switch_share)
-    t_in = 0.0 if inputs_on_host else size * spec.to_host / bw
     t_cpu = size / host.cpu_rate(spec.cpu_dram)
     t_back = size * spec.to_device / bw
     t_state = size * spec.state / bw
     t_gpu = size * spec.gpu_update / ctx.device.memory_rate
     # Host DRAM is shared by the CPU update and every copy (they all read or write host memory).
-    dram_cpu = (
-        size * (spec.cpu_dram + spec.to_device + (0.0 if inputs_on_host else spec.to_host)) / host.dram_share
-    )
+    dram_cpu = size * (spec.cpu_dram + spec.to_device) / host.dram_share
     dram_gpu = 2 * size * spec.state / host.dram_share
     kinds = [PlacementKind.GPU_RESIDENT] * resident
     now = _Clocks(gpu=resident * t_gpu)  # resident subgroups update first, on the GPU, without copies
     for _ in range(n - resident):
-        # CPU path: input copy, CPU update, parameters back
-        via_cpu = _Clocks(gpu=now.gpu, d2h=now.d2h + t_in)
+        # CPU path: CPU update, parameters back
+        via_cpu = _Clocks(gpu=now.gpu, d2h=now.d2h)
         via_cpu.cpu = max(now.cpu, via_cpu.d2h) + t_cpu
         via_cpu.h2d = max(now.h2d, via_cpu.cpu) + t_back
         via_cpu.dram = now.dram + dram_cpu
@@ -311,15 +310,12 @@ def add_offloaded_update(
     placement: Placement,
     host: HostModel,
     partition_params: float,
-    inputs_on_host: bool,
     label: str,
 ) -> list[int]:
     """The update phase of one iteration under offload; returns the ops the next step waits for. Its
     ops are marked as the step (``meta["phase"]``, read by step_phases)."""
     first = len(prog.ops)
-    ends = _add_offloaded_update(
-        prog, ctx, deps, spec, placement, host, partition_params, inputs_on_host, label
-    )
+    ends = _add_offloaded_update(prog, ctx, deps, spec, placement, host, partition_params, label)
     for op in prog.ops[first:]:
         op.meta = {**op.meta, "phase": STEP_PHASE}
     return ends
@@ -333,7 +329,6 @@ def _add_offloaded_update(
     placement: Placement,
     host: HostModel,
     partition_params: float,
-    inputs_on_host: bool,
     label: str,
 ) -> list[int]:
     ends: list[int] = []
@@ -343,12 +338,8 @@ def _add_offloaded_update(
     for i, (kind, params) in enumerate(_chunks(placement, partition_params)):
         tag = f"{label} chunk{i} ({kind}, {params / 1e6:,.1f}M params)"
         if kind == PlacementKind.CPU:
-            dep = deps
-            if not inputs_on_host:
-                t, dem = host.copy(params * spec.to_host, to_host=True)
-                dep = (prog.add(f"D2H input {tag}", "d2h", t, "transfer", deps, demands=dem),)
             t, dem = host.cpu_update(params, spec.cpu_dram)
-            cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", dep, demands=dem, meta={"params": params})
+            cpu = prog.add(f"CPU update {tag}", "cpu", t, "host", deps, demands=dem, meta={"params": params})
             t, dem = host.copy(params * spec.to_device, to_host=False)
             ends.append(prog.add(f"H2D params {tag}", "h2d", t, "transfer", (cpu,), demands=dem))
         elif kind == PlacementKind.GPU_STREAMED:
@@ -519,35 +510,3 @@ def offload_memory(ctx, spec: UpdateSpec, placement: Placement, partition_params
         "offload_staging_buffers": streamed,
         "host_optimizer_state_per_node": host_bytes,
     }
-
-
-def add_update(
-    prog: Program,
-    ctx,
-    deps,
-    spec: UpdateSpec,
-    gpu_bytes_per_param: float,
-    label: str,
-    partition_params: float | None = None,
-    inputs_on_host: bool = False,
-    kernel: str = "optimizer",
-) -> list[int]:
-    """The optimizer update: on the GPU (at the rate of the profile's ``kernel``), or offloaded as the
-    scenario says. Returns its final ops."""
-    if mode(ctx) == "none":
-        return [
-            prog.add(
-                label,
-                "compute",
-                ctx.gpu_update_time(gpu_bytes_per_param, ctx.params, kernel),
-                "optimizer",
-                tuple(d for d in deps if d is not None),
-                meta={"phase": STEP_PHASE},
-            )
-        ]
-    host = ctx.host
-    partition = partition_params or ctx.params
-    placement = ctx.offload_placement or plan(ctx, spec, partition, host, inputs_on_host)
-    ctx.offload_placement = placement
-    ctx.offload_spec = spec
-    return add_offloaded_update(prog, ctx, deps, spec, placement, host, partition, inputs_on_host, label)

@@ -8,9 +8,10 @@ training in 16 bits) plus the strategy's own ``state_bytes_per_param`` (Adam's m
 
 Beyond the model states, the frameworks hold transient buffers (named so, and freed before the
 optimizer step): DeepSpeed's gradient reduce bucket (``reduce_bucket_size`` elements, the ipg buffer of
-stage_1_and_2.py / stage3.py), stage 3's gathered parameters (the layer being computed and the
-prefetched ones, as gather_schedule issues them), FSDP's two unsharded units (``limit_all_gathers``
-lets one all-gather run ahead) and its unsharded gradient of one unit.
+stage_1_and_2.py / stage3.py; two of them at stages 1-2 with overlap_comm), stage 3's gathered
+parameters (the layer being computed and the prefetched ones, as gather_schedule issues them), FSDP's
+two unsharded units (``limit_all_gathers`` lets one all-gather run ahead) and its unsharded gradient of
+one unit.
 ZeRO++'s hpZ keeps a secondary 16-bit copy of the weights partitioned over the node (+2Ψ/g, ZeRO++
 paper sec. 3.2); qgZ its int4 send/receive buffers of one reduce bucket (coalesced_collectives.py
 all_to_all_quant_reduce allocates both).
@@ -19,6 +20,9 @@ Hierarchical partitioning (``training.sharding.partition``, the Frontier design:
 world): parameters over s_p ranks, gradients over s_g, optimizer states (with the fp32 master copy)
 over s_o, s_p <= s_g <= s_o; per rank d·Ψ/s_p + g·Ψ/s_g + (4 + K)·Ψ/s_o, the ZeRO formulas with
 each state's own divisor (all world: ZeRO-3's 16Ψ/N_d).
+
+With the optimizer offloaded, DeepSpeed's stage 1/2 (ZeRO-Offload) keeps no gradient partition on the
+GPU (zero_offload_gradients).
 """
 
 from __future__ import annotations
@@ -154,12 +158,67 @@ def deepspeed_reduce_buckets(ctx):
     return assign_buckets(ctx.workload.layers, ctx.grad_bytes, cap / MIB, cap / MIB)
 
 
+def ipg_buffer_bytes(ctx, overlap: bool) -> float:
+    """DeepSpeed ZeRO-1/2's gradient buckets (the ipg buffer), bytes. With contiguous_gradients
+    (DeepSpeed's default, and forced with the optimizer offloaded: ``self.contiguous_gradients =
+    contiguous_gradients or self.cpu_offload``) stage_1_and_2.py ``backward`` allocates ``buf_0 =
+    torch.empty(int(self.reduce_bucket_size), dtype=self.dtype, ...)`` and, ``if self.overlap_comm``, a
+    second ``buf_1`` ("double buffers to avoid data access conflict when overlap_comm is enabled"): the
+    whole reduce_bucket_size each, however few parameters the model has. ``_release_ipg_buffers`` drops
+    them at the end of backward (independent_gradient_partition_epilogue): transient. (DeepSpeed's
+    master of February 2025: stage_1_and_2.py lines 206, 2047-2061 and 802.)"""
+    sh = ctx.scenario.training.sharding
+    bucket = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS)
+    return (2 if overlap else 1) * bucket * ctx.grad_bytes
+
+
+def zero_offload_overlap(ctx) -> bool:
+    """overlap_comm of ZeRO-Offload (stage 0-2 with the optimizer offloaded): the scenario's when it sets
+    it, else true, the ZeRO-Offload tutorial's setting, with which ddp.zero_offload_program reduces each
+    bucket beside backward."""
+    overlap = ctx.scenario.training.sharding.overlap_comm
+    return True if overlap is None else overlap
+
+
+def zero_offload_gradients(ctx, params: float) -> dict[str, float]:
+    """GPU bytes of the gradients of DeepSpeed's ZeRO-1/2 with the optimizer offloaded (stage_1_and_2.py
+    with cpu_offload; ZeRO-Offload at stage 0 runs as its stage 2), over the rank's ``params``:
+
+    * ``gradients``: none beyond the buckets. A parameter's backward hook copies its gradient into the
+      ipg buffer and points the gradient there (reduce_independent_p_g_buckets_and_remove_grads,
+      ``grad_reduc.data = new_grad_tensor.data``); after the reduction the rank's part goes to the fp32
+      host buffer and the gradient is dropped (async_inplace_copy_grad_to_fp32_buffer_from_gpu,
+      ``param.grad = None``), and copy_grads_in_partition returns before it would allocate the GPU
+      partition ``grads_in_partition`` (``if self.cpu_offload: ... return``). Stage 1 has those hooks
+      only with overlap_comm (``if self.partition_gradients or self.overlap_comm``) and reduces only at
+      the accumulation boundary (reduce_ready_partitions_and_remove_grads), so without overlap_comm or
+      with several micro-steps every parameter's gradient stays on the GPU until then.
+    * ``reduce_bucket``: the ipg buffers (ipg_buffer_bytes), transient.
+    * ``offload_gradient_buffer``: ``temp_grad_buffer_for_gpu_offload``, a GPU tensor of the largest
+      parameter's elements in the model's dtype, allocated at initialisation with cpu_offload and kept
+      (its host twin temp_grad_buffer_for_cpu_offload is on the host).
+
+    DeepSpeed's master of February 2025, stage_1_and_2.py: hooks line 527, the copy into the bucket
+    961-963, the temp buffers 472-484, copy_grads_in_partition 1329-1341, the copy to the host 1268-1284.
+
+    Temporaries of PyTorch ops (the overflow check's and the norm's casts of one parameter's gradient)
+    are not counted, as nowhere else in the memory model."""
+    t = ctx.scenario.training
+    overlap = zero_offload_overlap(ctx)
+    held = t.sharding.stage == 1 and (not overlap or ctx.scenario.workload.gradient_accumulation > 1)
+    largest = max((n for layer in ctx.workload.layers for n in layer.param_tensors), default=0)
+    return {
+        "gradients": params * ctx.grad_bytes if held else 0.0,
+        "reduce_bucket": ipg_buffer_bytes(ctx, overlap),
+        "offload_gradient_buffer": largest * ctx.element_bytes,
+    }
+
+
 def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]) -> dict[str, float]:
     """Bytes per rank, the same keys as memory.gpu_memory, model states per the ZeRO formulas;
     ``offloaded_parts``: the offload's resident state and staging buffers (memory.py)."""
     offloaded = ctx.scenario.training.offload.mode != "none"
-    state = strategy.gpu_state_with_offload if offloaded else strategy.state_bytes_per_param
-    mem = _states_and_buffers(ctx, lay, state)
+    mem = _states_and_buffers(ctx, lay, 0.0 if offloaded else strategy.state_bytes_per_param)
     mem.update(offloaded_parts)
     mem.update(strategy.extra_gpu_memory())
     everything = sum(mem.values())
@@ -168,10 +227,10 @@ def sharded_memory(ctx, strategy, lay: Layout, offloaded_parts: dict[str, float]
     return mem
 
 
-def offload_budget(ctx, lay: Layout, gpu_keep: float) -> tuple[float, float]:
+def offload_budget(ctx, lay: Layout) -> tuple[float, float]:
     """GPU bytes at the forward/backward peak and during the update with the optimizer state offloaded
-    (``gpu_keep`` bytes per parameter of it stay, partitioned): what the offload planner may fill."""
-    mem = _states_and_buffers(ctx, lay, gpu_keep)
+    (none of it on the GPU): what the offload planner may fill."""
+    mem = _states_and_buffers(ctx, lay, 0.0)
     everything = sum(mem.values())
     return everything, everything - mem["activations"] - sum(mem.get(k, 0.0) for k in TRANSIENT)
 
@@ -198,9 +257,13 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
         mem["unsharded_gradients"] = largest * ctx.grad_bytes
     else:
         bucket = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS)
-        mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
-        if lay.parameters:
+        if lay.parameters:  # stage 3
+            mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
             mem["gathered_parameters"] = gathered_peak(ctx, lay) * d
+        elif offloaded:  # stage 1/2, ZeRO-Offload
+            mem.update(zero_offload_gradients(ctx, P))
+        else:  # stage 1/2
+            mem["reduce_bucket"] = ipg_buffer_bytes(ctx, lay.overlap)
         if sh.zeropp.hierarchical_partition:
             mem["hpz_secondary_parameters"] = P * d / hpz_group(ctx).ranks
         if sh.zeropp.quantized_gradients:

@@ -34,8 +34,6 @@ class Strategy:
     update_bytes_per_param: ClassVar[float] = FUSED_ADAM
     #: bytes of optimizer state per parameter kept on the GPU (beyond params and grads)
     state_bytes_per_param: ClassVar[float] = 8.0
-    #: the part of it that must stay on the GPU when the optimizer is offloaded
-    gpu_state_with_offload: ClassVar[float] = 0.0
     #: the full-precision optimizer this one is measured against (None: it is a baseline itself)
     baseline: ClassVar[str | None] = None
 

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from clustersim.cost_models.kernel_bytes import (
     APPLY_BYTES,
-    HOST_APPLY_BYTES,
     QUANTIZE_BYTES,
     UPDATE_STATE_BYTES,
 )
 from clustersim.optimizer_options import BinSGDMOptions, Phase
-from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import add_collective, add_micro_steps, add_update_and_other
@@ -55,18 +53,6 @@ class BinSGDM(Strategy):
     Options = BinSGDMOptions
     baseline = "sgdm"
     state_bytes_per_param = 8.0
-    gpu_state_with_offload = 8.0  # m and b stay on the GPU: the quantizer reads them every step
-
-    def offload_spec(self) -> offload.UpdateSpec:
-        """The averaged 1-bit update goes to the host, which applies it to the fp32 master weights."""
-        return offload.UpdateSpec(
-            to_host=1 / 8,
-            to_device=self.ctx.element_bytes,
-            cpu_dram=HOST_APPLY_BYTES,
-            gpu_update=APPLY_BYTES,
-            state=4.0,
-            gpu_keep=self.gpu_state_with_offload,
-        )
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -183,7 +169,6 @@ class BinSGDM(Strategy):
             [dep],
             APPLY_BYTES,
             "unpack + apply ±1 update",
-            offload=self.offload_spec(),
             kernel="binsgdm_apply",
         )
         return [StepProgram("step", 1.0, prog)]

@@ -399,20 +399,17 @@ def add_update_and_other(
     deps,
     update_bytes_per_param: float,
     label: str = "optimizer step",
-    offload=None,
-    partition_params: float | None = None,
-    inputs_on_host: bool = False,
-    kernel: str = "optimizer",
+    kernel: str | None = None,
 ) -> int:
-    """The optimizer update (on the GPU, or offloaded per ``offload``, an UpdateSpec) and the per-step
-    work outside forward/backward/communication. ``kernel`` names the update's rate in a profile's
-    measured kernels (Adam's "optimizer" unless the optimizer's update has its own microbenchmark).
+    """The optimizer update on the GPU and the per-step work outside forward/backward/communication.
+    ``kernel`` is a compressed optimizer's own update: its passes at the rate of that kernel in the
+    profile's measured kernels, marked as the step (offload.STEP_PHASE); None is Adam's or SGD's update
+    as its implementation runs it. (An offloaded update is ZeRO-Offload's, ddp.zero_offload_program and
+    zero.py: the compressed optimizers are refused with offload, sharding_rules.)
 
     With measured phases, "other" is the measured remainder after removing a modelled Adam step
     (so each optimizer adds its own update cost on top of the same measured overhead).
     """
-    from clustersim.simulator.offload import add_update
-
     P = ctx.params
     # After a host synchronisation (the loss scaler's inf check, a gradient norm read on the host) the
     # host starts the optimizer step only once backward's kernels and the gradients' reduction are
@@ -422,23 +419,20 @@ def add_update_and_other(
         prog, ctx, f"{label} (host, per parameter tensor)", ctx.host_optimizer_time(), waits,
         meta={"waits_for_backward": bool(waits)},
     )  # fmt: skip
-    deps = [*deps, host]
-    if offload is not None:
-        ends = add_update(
-            prog, ctx, deps, offload, update_bytes_per_param, label, partition_params, inputs_on_host, kernel
-        )
-    else:
-        mc = ctx.model_compute
-        if kernel == "optimizer":  # Adam's or SGD's update, as its implementation runs it
-            seconds = ctx.update_device_time(update_bytes_per_param, P)
-        else:  # a compressed optimizer's own update kernel, after the same clipping
-            seconds = ctx.gpu_update_time(update_bytes_per_param, P, kernel)
-        if mc is not None and kernel == "optimizer" and ctx.update_implementation == "fused":
-            # the model's own optimizer phase was measured (calibrate model times a fused update)
-            seconds = device_time(mc, mc.optimizer, ctx.workload.micro_batch) + ctx.clip_time(P)
-        elif kernel == "optimizer":  # a measured model's update rate on this device, if any
-            seconds *= ctx._update_scale
-        ends = [prog.add(label, "compute", seconds, "optimizer", tuple(d for d in deps if d is not None))]
+    deps = tuple(d for d in (*deps, host) if d is not None)
+    if kernel is not None:  # a compressed optimizer's own update kernel, after the same clipping
+        from clustersim.simulator.offload import STEP_PHASE
+
+        seconds = ctx.gpu_update_time(update_bytes_per_param, P, kernel)
+        ends = [prog.add(label, "compute", seconds, "optimizer", deps, meta={"phase": STEP_PHASE})]
+        return add_other(prog, ctx, ends)
+    mc = ctx.model_compute
+    if mc is not None and ctx.update_implementation == "fused":
+        # the model's own optimizer phase was measured (calibrate model times a fused update)
+        seconds = device_time(mc, mc.optimizer, ctx.workload.micro_batch) + ctx.clip_time(P)
+    else:  # Adam's or SGD's update as its implementation runs it, at a measured model's update rate
+        seconds = ctx.update_device_time(update_bytes_per_param, P) * ctx._update_scale
+    ends = [prog.add(label, "compute", seconds, "optimizer", deps)]
     return add_other(prog, ctx, ends)
 
 

@@ -40,7 +40,7 @@ def zero_offload_program(
     p = dp.ranks
     partition = ctx.params / p
     host = ctx.host
-    placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
+    placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host)
     ctx.offload_placement, ctx.offload_spec = placement, spec
     on_cpu = 1.0 - offload.gpu_fraction(placement)
     buckets = deepspeed_reduce_buckets(ctx)
@@ -70,9 +70,7 @@ def zero_offload_program(
             )
 
     last = add_micro_steps(prog, ctx, on_backward)
-    ends = offload.add_offloaded_update(
-        prog, ctx, [last, *moved], spec, placement, host, partition, True, label
-    )
+    ends = offload.add_offloaded_update(prog, ctx, [last, *moved], spec, placement, host, partition, label)
     if p > 1:
         ends = [
             add_collective(
@@ -105,8 +103,7 @@ class AdamDDP(Strategy):
     summary = "Adam, full-precision gradient all-reduce in DDP buckets (baseline)"
     Options = UpdateOptions
     state_bytes_per_param = 8.0
-    offload_state_bytes = 12.0  # fp32 master + m + v on the host
-    gpu_state_with_offload = 0.0
+    offload_state_bytes = 12.0  # fp32 master + m + v on the host, none of it on the GPU
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)

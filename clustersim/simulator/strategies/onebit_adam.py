@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from clustersim.cost_models import kernel_bytes as ok
 from clustersim.optimizer_options import OneBitAdamOptions
-from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import (
@@ -47,20 +46,6 @@ def add_compressed_momentum_sync(prog: Program, ctx, options, dep, name: str = "
     return dep
 
 
-def frozen_variance_offload_spec(ctx, gpu_state: float) -> offload.UpdateSpec:
-    """1-bit and 0/1 Adam offloaded: the synced momentum goes to the host, which applies
-    m / (sqrt(v) + eps) with the frozen variance; ``gpu_state`` bytes per parameter stay on the GPU."""
-    per = ok.ADAM_DIRECTION + ok.APPLY_UPDATE
-    return offload.UpdateSpec(
-        to_host=4.0,
-        to_device=ctx.element_bytes,
-        cpu_dram=per,
-        gpu_update=per,
-        state=8.0,
-        gpu_keep=gpu_state + 4.0 + 4.0 / ctx.world_size,
-    )
-
-
 def own_kernel(ctx, name: str) -> str:
     """The rate of 1-bit Adam's own update passes: ``name`` where the profile measured those torch
     expressions, else the device's Adam rate ('optimizer'). They differ where Adam is not one fused
@@ -92,12 +77,6 @@ class OneBitAdam(Strategy):
         return options.get("freeze_step")
 
     state_bytes_per_param = 8.0
-    # Offloaded: fp32 master and the frozen variance live on the host; the momentum must stay on the
-    # GPU because it is what gets compressed every step.
-    gpu_state_with_offload = 4.0
-
-    def offload_spec(self) -> offload.UpdateSpec:
-        return frozen_variance_offload_spec(self.ctx, self.gpu_state_with_offload)
 
     def compression_program(self) -> Program:
         ctx, P = self.ctx, self.ctx.params
@@ -117,7 +96,6 @@ class OneBitAdam(Strategy):
             [dep],
             ok.ADAM_DIRECTION + ok.APPLY_UPDATE,
             "1-bit Adam update (frozen variance)",
-            offload=self.offload_spec(),
             kernel=own_kernel(ctx, "onebit_update"),
         )
         return prog

@@ -34,7 +34,6 @@ def create(ctx):
 
     cls = get(ctx.scenario.training.optimizer)
     strategy = cls(ctx, parse_options(cls.name, ctx.scenario.training.optimizer_options))
-    ctx.optimizer_buffers = strategy.extra_gpu_memory  # called only where an offloaded rank does not fit
     if ctx.scenario.training.sharding.enabled:
         return Sharded(ctx, strategy)
     return strategy

@@ -88,7 +88,6 @@ class Sharded(Strategy):
         self.summary = inner.summary
         self.update_bytes_per_param = inner.update_bytes_per_param
         self.state_bytes_per_param = inner.state_bytes_per_param
-        self.gpu_state_with_offload = inner.gpu_state_with_offload
         self.layout: Layout = layout(ctx)
 
     def extra_gpu_memory(self) -> dict[str, float]:
@@ -169,7 +168,7 @@ class Sharded(Strategy):
         spec = self.inner.offload_spec()
         partition = ctx.params / lay.degree
         host = ctx.host
-        placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host, inputs_on_host=True)
+        placement = ctx.offload_placement or offload.plan(ctx, spec, partition, host)
         ctx.offload_placement, ctx.offload_spec = placement, spec
         on_cpu = 1.0 - offload.gpu_fraction(placement)
         prog = Program()
@@ -186,7 +185,7 @@ class Sharded(Strategy):
 
         ends, buckets = _stage3_program(prog, ctx, lay, to_host)
         ends = offload.add_offloaded_update(
-            prog, ctx, [*ends, *moved], spec, placement, host, partition, True, f"{self.name} update"
+            prog, ctx, [*ends, *moved], spec, placement, host, partition, f"{self.name} update"
         )
         add_other(prog, ctx, ends, params=partition)
         share_nics(prog, ctx)

@@ -19,7 +19,6 @@ from functools import lru_cache
 from clustersim.cost_models import kernel_bytes as ok
 from clustersim.errors import InputError
 from clustersim.optimizer_options import ZeroOneAdamOptions
-from clustersim.simulator import offload
 from clustersim.simulator.program import Program
 from clustersim.simulator.strategies.base import StepProgram, Strategy
 from clustersim.simulator.strategies.common import (
@@ -30,7 +29,6 @@ from clustersim.simulator.strategies.common import (
 from clustersim.simulator.strategies.compressed_allreduce import error_buffers_for_groups
 from clustersim.simulator.strategies.onebit_adam import (
     add_compressed_momentum_sync,
-    frozen_variance_offload_spec,
     group_sizes,
     own_kernel,
 )
@@ -104,10 +102,6 @@ class ZeroOneAdam(Strategy):
         return opts
 
     state_bytes_per_param = 12.0  # m, v and the momentum accumulator
-    gpu_state_with_offload = 8.0  # momentum and accumulator stay on the GPU (they are compressed)
-
-    def offload_spec(self) -> offload.UpdateSpec:
-        return frozen_variance_offload_spec(self.ctx, self.gpu_state_with_offload)
 
     def _local_update(self, prog: Program, dep, label: str, accumulate: bool):
         """The update with the frozen variance (1-bit Adam's expressions, at their own rate where the
@@ -120,7 +114,6 @@ class ZeroOneAdam(Strategy):
             [dep],
             per_param,
             label,
-            offload=self.offload_spec(),
             kernel=own_kernel(ctx, "onebit_update"),
         )
 
