@@ -154,6 +154,7 @@ _COMMON_PARTS = {
     "optimizer_state_resident",
     "offload_staging",
     "reduce_bucket",
+    "ipg_bucket_buffer",
     "offload_gradient_buffer",
     "total",
     "capacity",

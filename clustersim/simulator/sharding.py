@@ -258,7 +258,11 @@ def _states_and_buffers(ctx, lay: Layout, state: float) -> dict[str, float]:
     else:
         bucket = bucket_elements(sh.reduce_bucket_mb, ctx.grad_bytes, DEEPSPEED_BUCKET_ELEMENTS)
         if lay.parameters:  # stage 3
-            mem["reduce_bucket"] = min(bucket, P) * ctx.grad_bytes
+            # stage3.py allocates the whole bucket once, at init (``__ipg_bucket_flat_buffer =
+            # torch.empty(self.reduce_bucket_size, ...)`` under contiguous_gradients, its default),
+            # however few parameters the model has, and frees it only in destroy(): held at the
+            # update too, unlike stage 1/2's buckets
+            mem["ipg_bucket_buffer"] = bucket * ctx.grad_bytes
             mem["gathered_parameters"] = gathered_peak(ctx, lay) * d
         elif offloaded:  # stage 1/2, ZeRO-Offload
             mem.update(zero_offload_gradients(ctx, P))
