@@ -172,21 +172,43 @@ def save_profile(raw: dict, out: Path, cluster=None, refit_by: str | None = None
     return profile
 
 
-def read_raw(path: Path) -> dict:
+def read_raw(path: Path, embedded: bool = False) -> dict:
+    """A checked raw measurement file. ``embedded``: a file that carries one under ``sweep`` (a
+    `testbed validate` run keeps the sweep its prediction was fitted on there) gives that sweep; without
+    it such a file is refused with a pointer to where its sweep is."""
     data = read_structured_file(Path(path), fmt="json")
+    sweep = data.get("sweep") if isinstance(data, dict) else None
+    inner = isinstance(sweep, dict) and sweep.get("format") == RAW_FORMAT
+    if isinstance(data, dict) and data.get("format") != RAW_FORMAT and inner:
+        if not embedded:
+            raise InputError(
+                f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}"); it carries '
+                "one under `sweep` (the sweep a `testbed validate` run fitted): `calibrate check` reads "
+                "it there, or save that key's value as its own file to fit it",
+                source=str(path),
+                key="format",
+            )
+        try:
+            return _checked(sweep, str(path))
+        except InputError as exc:
+            raise exc.located(key_prefix="sweep") from None
+    return _checked(data, str(path))
+
+
+def _checked(data: object, source: str) -> dict:
     if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
         raise InputError(
             f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}")',
-            source=str(path),
+            source=source,
             key="format",
         )
     if data.get("format_version") != 1:
         raise InputError(
             f"raw format_version {data.get('format_version')!r} is not supported (reads 1)",
-            source=str(path),
+            source=source,
             key="format_version",
         )
-    check_raw(data, str(path))
+    check_raw(data, source)
     return data
 
 
