@@ -158,8 +158,9 @@ def _stamp(raw: dict, torch, device: str, command: str, ranks: int, quick: bool)
 def save_profile(raw: dict, out: Path, cluster=None, refit_by: str | None = None) -> Profile:
     """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file).
     ``refit_by``: the command that fitted measurements another command took (`calibrate fit`), listed
-    after it among the commands that wrote the profile."""
-    data = build_profile(raw, cluster)
+    after it among the commands that wrote the profile; it also names a collective model left unfitted
+    for want of a network (build_profile)."""
+    data = build_profile(raw, cluster, name_unfitted_network=refit_by is not None)
     if refit_by is not None:
         from datetime import datetime, timezone
 
@@ -212,5 +213,20 @@ def _checked(data: object, source: str) -> dict:
     return data
 
 
+# What `calibrate fit` can fit from a raw file: the hardware rates, and the collectives across two or
+# more ranks (one rank's are launch latency, kept as launch_latency_s).
+FITTED_KEYS = ("gemm", "memory", "kernels", "host_adam", "host_copies", "launch_latency_s")
+
+
 def fit_file(raw_path: Path, out: Path, cluster=None, command: str | None = None) -> Profile:
-    return save_profile(read_raw(raw_path), out, cluster, refit_by=command)
+    """Fit a raw file into a profile at ``out``; a file with nothing to fit is refused, nothing written."""
+    raw = read_raw(raw_path)
+    shared = [r for r in raw.get("collectives") or [] if int(r["nodes"]) * int(r["gpus_per_node"]) > 1]
+    if not shared and not any(raw.get(k) not in (None, [], {}) for k in FITTED_KEYS):
+        raise InputError(
+            "nothing to fit: no collective measured across 2 or more ranks and no hardware rates "
+            f"({', '.join(FITTED_KEYS)}); `calibrate run` measures them",
+            source=str(raw_path),
+            key="collectives",
+        )
+    return save_profile(raw, out, cluster, refit_by=command)
