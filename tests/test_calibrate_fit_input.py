@@ -1,5 +1,6 @@
 """`calibrate fit` refuses a raw file with nothing to fit (one line naming the file and key, nothing
-written) and says in one warning line when it cannot fit the collective model (no network recorded)."""
+written), says in one warning line when it cannot fit the collective model (no network recorded), and
+`calibrate show` says when a network fit's node-count extrapolation is unchecked (one group size)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clustersim.cli import app
+from clustersim.cost_models.network_params import NODE_EXTRAPOLATION_SIGMA
 from tests.inputs_support import invoke, refused
 from tests.test_inputs_calibration import _raw as compute_raw
 
@@ -66,3 +68,18 @@ def test_the_shipped_sweep_fits_its_network_without_that_warning(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", "fit", str(SHIPPED), "--out", str(tmp_path / "p.json")])
     assert r.exit_code == 0, r.output
     assert "collective model" not in r.stderr
+
+
+def test_show_says_a_one_group_fit_leaves_node_counts_unchecked(tmp_path, monkeypatch, sweep):
+    monkeypatch.setenv("COLUMNS", "200")
+    sweep["collectives"] = [r for r in sweep["collectives"] if r["nodes"] == 8]
+    raw, out = tmp_path / "only8.json", tmp_path / "p8.json"
+    raw.write_text(json.dumps(sweep))
+    assert invoke("calibrate", "fit", raw, "--out", out).exit_code == 0
+    text = " ".join(invoke("calibrate", "show", out).output.split())
+    assert "the fit measured one group size (8x1), so its node-count extrapolation is unchecked" in text
+    assert f"past 8 nodes its P10–P90 widens by a log-σ of {NODE_EXTRAPOLATION_SIGMA}" in text
+    full = tmp_path / "full.json"
+    assert invoke("calibrate", "fit", SHIPPED, "--out", full).exit_code == 0
+    text = " ".join(invoke("calibrate", "show", full).output.split())
+    assert "unchecked" not in text and "extrapolation check: fitted on [2, 4] ranks" in text

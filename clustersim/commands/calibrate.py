@@ -787,6 +787,32 @@ def _print_network(net) -> None:
             f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90; {ok} "
             "(✓: median |error| at most 5% and max at most 15%)"
         )
+    else:
+        console.print(_unchecked_extrapolation(net.shapes))
+
+
+def _unchecked_extrapolation(shapes) -> str:
+    """Why a network fit has no extrapolation check (it needs three group sizes: fit on all but the
+    largest, predict it), and what that leaves to a prediction at more nodes than were measured."""
+    from clustersim.cost_models.network_params import NODE_EXTRAPOLATION_SIGMA
+
+    groups = sorted({n * g for n, g in shapes})
+    nodes = max((n for n, _ in shapes), default=0)
+    measured = (
+        f"one group size ({', '.join(f'{n}x{g}' for n, g in shapes)})"
+        if len(groups) == 1
+        else f"{len(groups)} group sizes ({groups} ranks; the check needs 3)"
+    )
+    text = (
+        f"[yellow]extrapolation check: none: the fit measured {measured}, so its node-count "
+        "extrapolation is unchecked"
+    )
+    if nodes >= 2:
+        text += (
+            f"; past {nodes} nodes its P10–P90 widens by a log-σ of {NODE_EXTRAPOLATION_SIGMA} per e-fold of "
+            "the node count (measured on other sweeps, not this one)"
+        )
+    return text + "[/]"
 
 
 def _is_cnn(model: str) -> bool:
