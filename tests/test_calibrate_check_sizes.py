@@ -90,5 +90,7 @@ def test_one_group_size_and_another_to_predict_is_refused_as_before(tmp_path, sw
     """Predicting another node count from one group size is what the node-count check refuses."""
     path = _write(tmp_path / "eight.json", sweep, lambda r: r["nodes"] == 8)
     refused(
-        invoke("calibrate", "check", path, "--test-ranks", "16"), "--train-ranks", "two or more group sizes"
+        invoke("calibrate", "check", path, "--predict", str(SHIPPED), "--test-ranks", "4"),
+        "--train-ranks",
+        "two or more group sizes",
     )

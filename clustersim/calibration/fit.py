@@ -216,11 +216,14 @@ def _fit_compute(profile: dict, raw: dict, notes: FitNotes) -> None:
             drop_precision(profile, prec)
 
 
-def build_profile(raw: dict, cluster=None) -> dict:
+def build_profile(raw: dict, cluster=None, name_unfitted_network: bool = False) -> dict:
     """A profile (as a dict, validated by the caller) from a raw measurement file.
 
     ``cluster`` (a ClusterSpec) names the hardware the collectives ran on; with it, or when the raw
     file records its network, the collective model's parameters are fitted too (network_fit.py).
+    ``name_unfitted_network``: where neither says, list the collective model among the blocks left at
+    defaults (`calibrate fit` of a file whose sweep says nothing of its network: ``calibrate check``
+    asks for --cluster there, so fit says why it fitted no model rather than passing over it).
 
     Stalled measurements (screen.py) and outlying GEMM shapes (compute_fit.py) are not fitted; a block
     no fit explains, or whose rate no such device runs at (plausible.py), is left out so the simulator
@@ -259,10 +262,6 @@ def build_profile(raw: dict, cluster=None) -> dict:
     profile["host"] = host
     refuse_implausible(profile, notes, copies_timed=bool(taken.get("memory")))
     profile["provenance"]["commands"] = [command_record(profile["provenance"], _what_run_wrote(profile, raw))]
-    if notes.dropped:
-        profile["provenance"]["dropped"] = notes.dropped
-    if notes.defaults:
-        profile["provenance"]["defaults"] = notes.defaults
     # A single rank moves no data between devices: its "collective" times are launch latency, not
     # bandwidth, so one-rank records are never fitted (launch_latency_s carries them).
     shared = [r for r in raw.get("collectives") or [] if int(r["nodes"]) * int(r["gpus_per_node"]) > 1]
@@ -275,6 +274,16 @@ def build_profile(raw: dict, cluster=None) -> dict:
             network = fit_network(shared, spec, backend, src)
             if network is not None:
                 profile["network"] = network
+        elif name_unfitted_network:
+            notes.leave(
+                "collective model",
+                "the file does not say what network it ran on (topology.network), so only the measured "
+                "shapes are fitted; pass --cluster with a scenario describing the hardware to fit it",
+            )
+    if notes.dropped:
+        profile["provenance"]["dropped"] = notes.dropped
+    if notes.defaults:
+        profile["provenance"]["defaults"] = notes.defaults
     if raw.get("launch_latency_s") is not None:
         profile["launch_latency_s"] = raw["launch_latency_s"]
     profile["raw"] = {

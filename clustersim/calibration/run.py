@@ -158,8 +158,9 @@ def _stamp(raw: dict, torch, device: str, command: str, ranks: int, quick: bool)
 def save_profile(raw: dict, out: Path, cluster=None, refit_by: str | None = None) -> Profile:
     """Fit ``raw``, validate the profile, then write it atomically (never an invalid or partial file).
     ``refit_by``: the command that fitted measurements another command took (`calibrate fit`), listed
-    after it among the commands that wrote the profile."""
-    data = build_profile(raw, cluster)
+    after it among the commands that wrote the profile; it also names a collective model left unfitted
+    for want of a network (build_profile)."""
+    data = build_profile(raw, cluster, name_unfitted_network=refit_by is not None)
     if refit_by is not None:
         from datetime import datetime, timezone
 
@@ -172,23 +173,60 @@ def save_profile(raw: dict, out: Path, cluster=None, refit_by: str | None = None
     return profile
 
 
-def read_raw(path: Path) -> dict:
+def read_raw(path: Path, embedded: bool = False) -> dict:
+    """A checked raw measurement file. ``embedded``: a file that carries one under ``sweep`` (a
+    `testbed validate` run keeps the sweep its prediction was fitted on there) gives that sweep; without
+    it such a file is refused with a pointer to where its sweep is."""
     data = read_structured_file(Path(path), fmt="json")
+    sweep = data.get("sweep") if isinstance(data, dict) else None
+    inner = isinstance(sweep, dict) and sweep.get("format") == RAW_FORMAT
+    if isinstance(data, dict) and data.get("format") != RAW_FORMAT and inner:
+        if not embedded:
+            raise InputError(
+                f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}"); it carries '
+                "one under `sweep` (the sweep a `testbed validate` run fitted): `calibrate check` reads "
+                "it there, or save that key's value as its own file to fit it",
+                source=str(path),
+                key="format",
+            )
+        try:
+            return _checked(sweep, str(path))
+        except InputError as exc:
+            raise exc.located(key_prefix="sweep") from None
+    return _checked(data, str(path))
+
+
+def _checked(data: object, source: str) -> dict:
     if not isinstance(data, dict) or data.get("format") != RAW_FORMAT:
         raise InputError(
             f'not a clustersim raw measurement file (expected "format": "{RAW_FORMAT}")',
-            source=str(path),
+            source=source,
             key="format",
         )
     if data.get("format_version") != 1:
         raise InputError(
             f"raw format_version {data.get('format_version')!r} is not supported (reads 1)",
-            source=str(path),
+            source=source,
             key="format_version",
         )
-    check_raw(data, str(path))
+    check_raw(data, source)
     return data
 
 
+# What `calibrate fit` can fit from a raw file: the hardware rates, and the collectives across two or
+# more ranks (one rank's are launch latency, kept as launch_latency_s).
+FITTED_KEYS = ("gemm", "memory", "kernels", "host_adam", "host_copies", "launch_latency_s")
+
+
 def fit_file(raw_path: Path, out: Path, cluster=None, command: str | None = None) -> Profile:
-    return save_profile(read_raw(raw_path), out, cluster, refit_by=command)
+    """Fit a raw file into a profile at ``out``; a file with nothing to fit is refused, nothing written."""
+    raw = read_raw(raw_path)
+    shared = [r for r in raw.get("collectives") or [] if int(r["nodes"]) * int(r["gpus_per_node"]) > 1]
+    if not shared and not any(raw.get(k) not in (None, [], {}) for k in FITTED_KEYS):
+        raise InputError(
+            "nothing to fit: no collective measured across 2 or more ranks and no hardware rates "
+            f"({', '.join(FITTED_KEYS)}); `calibrate run` measures them",
+            source=str(raw_path),
+            key="collectives",
+        )
+    return save_profile(raw, out, cluster, refit_by=command)

@@ -638,9 +638,11 @@ def calibrate_check(
     if json_out:
         emit_json(result)
         return
+    several = len(result["predicted"]) > 1  # rows of one op, group and size from two files
     rows = [
         [
             r["op"],
+            *([r["file"]] if several else []),
             f"{r['nodes']}x{r['gpus_per_node']}",
             format_bytes(r["bytes"]),
             _ms(r["measured_s"]),
@@ -650,17 +652,11 @@ def calibrate_check(
         ]
         for r in result["rows"]
     ]
-    title = f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)"
-    if result["mode"] == "message_sizes":
-        cut = format_bytes(result["cut_bytes"])
-        title = (
-            f"held out: {result['held_out']} (fitted on the sizes up to {cut}); "
-            f"{result['not_checked']} (times in ms)"
-        )
     console.print(
         table(
-            title,
-            ["op", "nodes x ranks", "size", "measured", "predicted", "P10–P90", "error"],
+            _check_title(result, bool(predict)),
+            ["op", *(["file"] if several else []), "nodes x ranks", "size", "measured", "predicted"]
+            + ["P10–P90", "error"],
             rows,
         )
     )
@@ -675,6 +671,37 @@ def calibrate_check(
         f"{100 * summary['max_abs_rel_error']:.1f}%, inside P10–P90 {100 * summary['p10_p90_coverage']:.0f}% "
         f"of {summary['points']}[/]"
     )
+
+
+def _check_title(result: dict, predicting: bool) -> str:
+    """What `calibrate check` fitted and predicted: group sizes, and where the files are more than one
+    or --predict names others, which files at which link rates."""
+    from clustersim.calibration.check import link_rate
+
+    def at(files: list[dict], ranks: list[int]) -> str:
+        rates = sorted({f["link_rate_gbps"] for f in files if f["link_rate_gbps"]})
+        names = ", ".join(f["file"] for f in files)
+        rate = " and ".join(link_rate(r) for r in rates)
+        return f"{rate + ' at ' if rate else ''}{ranks} ranks ({names})"
+
+    if result["mode"] == "message_sizes":
+        cut = format_bytes(result["cut_bytes"])
+        fitted = f" of {', '.join(f['file'] for f in result['fitted'])}" if predicting else ""
+        return (
+            f"held out: {result['held_out']} (fitted on the sizes up to {cut}{fitted}); "
+            f"{result['not_checked']} (times in ms)"
+        )
+    if predicting:
+        return (
+            f"fitted on {at(result['fitted'], result['train_ranks'])}, predicting "
+            f"{at(result['predicted'], result['test_ranks'])} (times in ms)"
+        )
+    if len(result["fitted"]) > 1:
+        return (
+            f"fitted on {at(result['fitted'], result['train_ranks'])}, predicting {result['test_ranks']} "
+            "(times in ms)"
+        )
+    return f"fitted on {result['train_ranks']} ranks, predicting {result['test_ranks']} (times in ms)"
 
 
 @calibrate_app.command("show")
@@ -760,6 +787,32 @@ def _print_network(net) -> None:
             f"{100 * x.p10_p90_coverage:.0f}% of {x.points} measurements inside P10–P90; {ok} "
             "(✓: median |error| at most 5% and max at most 15%)"
         )
+    else:
+        console.print(_unchecked_extrapolation(net.shapes))
+
+
+def _unchecked_extrapolation(shapes) -> str:
+    """Why a network fit has no extrapolation check (it needs three group sizes: fit on all but the
+    largest, predict it), and what that leaves to a prediction at more nodes than were measured."""
+    from clustersim.cost_models.network_params import NODE_EXTRAPOLATION_SIGMA
+
+    groups = sorted({n * g for n, g in shapes})
+    nodes = max((n for n, _ in shapes), default=0)
+    measured = (
+        f"one group size ({', '.join(f'{n}x{g}' for n, g in shapes)})"
+        if len(groups) == 1
+        else f"{len(groups)} group sizes ({groups} ranks; the check needs 3)"
+    )
+    text = (
+        f"[yellow]extrapolation check: none: the fit measured {measured}, so its node-count "
+        "extrapolation is unchecked"
+    )
+    if nodes >= 2:
+        text += (
+            f"; past {nodes} nodes its P10–P90 widens by a log-σ of {NODE_EXTRAPOLATION_SIGMA} per e-fold of "
+            "the node count (measured on other sweeps, not this one)"
+        )
+    return text + "[/]"
 
 
 def _is_cnn(model: str) -> bool:
