@@ -10,6 +10,7 @@ extrapolation.
 import importlib.util
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -87,29 +88,37 @@ def fitted_2_4():
     return data, params_of(parse_profile(data, "p.json"), "p.json")
 
 
-def _band(params: NetworkParams, nodes: int, op="all_reduce", nbytes=8 * MiB, draws=256) -> Interval:
-    """The collective's P10-P90 on the sweep's own testbed, as the simulator's band takes it."""
+def _band(
+    params: NetworkParams, nodes: int, op="all_reduce", nbytes=8 * MiB, draws=256, floored=True
+) -> Interval:
+    """The collective's P10-P90 on the sweep's own testbed, as the simulator's band takes it;
+    ``floored=False``: the draws' spread alone, none stopped at the time its bytes take at the NICs'
+    line rate (tests/test_band_line_rate.py), which cuts the low side of a wide band."""
     spec = measured_cluster(json.loads(SWEEPS_8_HOSTS[0].read_text()))
     cl = build_cluster(spec.model_copy(update={"nodes": nodes}))
     shape = GroupShape(nodes, 1)
     classes = CollectiveModel(cl).classes(shape)
     z = quasi_normals(draws, params.dimensions(classes))
-    times = [
-        CollectiveModel(cl, None, p).cost(op, nbytes, shape).time for p in params.from_normals(z, classes)
-    ]
+    sets = params.from_normals(z, classes)
+    if not floored:
+        sets = [replace(p, floors=None) for p in sets]
+    times = [CollectiveModel(cl, None, p).cost(op, nbytes, shape).time for p in sets]
     return Interval.of(times)
 
 
 def test_a_profile_records_its_node_counts_and_widens_only_past_them(fitted_2_4, monkeypatch):
     _, params = fitted_2_4
     assert params.measured_nodes == (2, 4)
-    wide = {n: _band(params, n) for n in (4, 8, 64)}
+    wide = {n: _band(params, n, floored=False) for n in (4, 8, 64)}
+    floored = {n: _band(params, n) for n in (4, 8, 64)}
     _no_growth(monkeypatch)
-    bare = {n: _band(params, n) for n in (4, 8, 64)}
+    bare = {n: _band(params, n, floored=False) for n in (4, 8, 64)}
     assert wide[4] == bare[4]  # inside the measured node counts: the very same draws and band
     for n in (8, 64):
         assert wide[n].p50 == pytest.approx(bare[n].p50, rel=0.05)  # the draws' centre, not the median
         assert wide[n].p90 / wide[n].p10 > bare[n].p90 / bare[n].p10
+        # the draws stopped at the time their bytes take at the NICs' line rate: still slower at the P90
+        assert floored[n].p90 > _band(params, n).p90
     growth = [math.log(wide[n].p90 / wide[n].p10) - math.log(bare[n].p90 / bare[n].p10) for n in (8, 64)]
     assert growth[0] < growth[1]
 

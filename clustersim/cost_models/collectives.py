@@ -113,7 +113,10 @@ class CollectiveModel:
                 sizes = self.measured.size_range(op, shape)
                 self._note_range(op, nbytes, sizes)
                 factor = self._scatter(op, nbytes, sizes and sizes[1], shape.nodes)
-                return hit if factor == 1.0 else replace(hit, time=hit.time * factor)
+                if factor == 1.0:
+                    return hit
+                floor = self.draw_floor(op, nbytes, shape, algorithm, hit.time)
+                return replace(hit, time=max(hit.time * factor, floor))
         if self.params.calibrated:
             if self.params.unmeasured(op):
                 self.unmeasured.add(op)
@@ -142,9 +145,63 @@ class CollectiveModel:
                 if best is None or rank < best_rank:
                     best, best_rank = (name, proto, plan, time), rank
         name, proto, plan, time = best
-        return self._priced(
-            op, name, proto, plan, inputs, time * self._scatter(op, nbytes, None, shape.nodes)
-        )
+        time *= self._scatter(op, nbytes, None, shape.nodes)
+        if self.params.calibrated and self.params.floors is not None:
+            time = max(time, self.draw_floor(op, nbytes, shape, algorithm))
+        return self._priced(op, name, proto, plan, inputs, time)
+
+    def draw_floor(
+        self, op: str, nbytes: float, shape: GroupShape, algorithm: str, nominal: float | None = None
+    ) -> float:
+        """The least time a draw of a calibrated collective may take (``floor`` at the nominal
+        parameters the draw came from; ``nominal``: its nominal time where that is not the nominal
+        model's own, a measured fit's). A calibrated draw is a factor on the whole time (scatter and the
+        fitted parameters' covariance), which far past the measured node counts would have the bytes
+        cross the NICs faster than their line rate. The nominal model is kept per cluster for every
+        draw of one set (DrawFloors): the floor is priced once per collective shape, not per draw."""
+        floors = self.params.floors
+        if floors is None:  # a set built by hand, not drawn: nothing to floor against
+            return 0.0
+        model = floors.models.get(self.cluster)
+        if model is None:
+            model = floors.models[self.cluster] = CollectiveModel(self.cluster, None, floors.nominal)
+        return model.floor(op, nbytes, shape, algorithm, nominal)
+
+    def floor(
+        self, op: str, nbytes: float, shape: GroupShape, algorithm: str = "auto", nominal: float | None = None
+    ) -> float:
+        """The least time a draw of this collective may take: what its bytes take over the links at their
+        peak rates (wire_time), or the nominal time (this model's, else ``nominal``) where a fit already
+        puts it under that (a fit whose byte model differs): a draw never moves the nominal itself.
+        Memoized per collective for this model's parameters."""
+        key = (op, nbytes, shape, algorithm, nominal)
+        hit = self._floor_cache.get(key)
+        if hit is None:
+            if nominal is None:
+                nominal = self.cost(op, nbytes, shape, algorithm).time
+            hit = self._floor_cache[key] = min(self.wire_time(op, nbytes, shape), nominal)
+        return hit
+
+    def wire_time(self, op: str, nbytes: float, shape: GroupShape) -> float:
+        """The least time ``op`` may physically take on this cluster: the bytes of the algorithm that moves
+        fewest (of every one the model knows for the group, not only those NCCL or a calibrated backend
+        runs) over its links at their peak rates (the NICs at their line rate, intra-node links at their
+        catalog rates: Cluster.peak_ratio), with no latency, no protocol overhead and no pacing. The
+        least of all, not the running algorithm's own: a model of one algorithm's bytes may overstate
+        what it moves (gloo's binomial broadcast on the shipped 8-host testbed sweeps ran 3-10% faster
+        than its modelled bytes take at the line rate), while the ring's and the pairwise all-to-all's
+        are what every node must send or receive (an all-reduce's 2(p-1)/p of its bytes)."""
+        if shape.ranks <= 1 or nbytes <= 0:
+            return 0.0
+        inputs = algos.Inputs(self.cluster, shape, nbytes)
+        best = float("inf")
+        for fn in algos.applicable(op, shape).values():
+            plan = fn(inputs)
+            legs = [
+                leg.nbytes / (leg.link.bytes_per_s * self.cluster.peak_ratio(leg.link)) for leg in plan.legs
+            ]
+            best = min(best, (max(legs) if plan.concurrent else sum(legs)) if legs else 0.0)
+        return 0.0 if best == float("inf") else best
 
     def _scatter(self, op: str, nbytes: float, largest: float | None = None, nodes: int = 1) -> float:
         """This draw's factor on a collective's time across ``nodes`` nodes (NetworkParams.scatter; 1 at
@@ -243,6 +300,7 @@ class CollectiveModel:
         self._hop_cache: dict[tuple[str, str], float] = {}
         self._cost_cache: dict[tuple, CollectiveCost] = {}
         self._pace_cache: dict[int, float] = {}
+        self._floor_cache: dict[tuple, float] = {}
         self.extrapolated: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
         self.extrapolated_nodes: dict[str, int] = {}
         self.unmeasured: set[str] = set()  # ops a calibrated model priced without measuring them
@@ -303,12 +361,28 @@ class CollectiveModel:
         pace = self.pacing(inputs.n) if plan.paced and inputs.n > 1 else 1.0
         transfer = [
             leg.nbytes
-            / (leg.link.bytes_per_s * frac * prm.bandwidth_factor(class_key(leg.link.latency_class, nic), op))
+            / (
+                leg.link.bytes_per_s
+                * frac
+                * self._bandwidth_factor(class_key(leg.link.latency_class, nic), op, leg)
+            )
             * (pace if leg.link.latency_class == "network" else 1.0)
             for leg in plan.legs
         ]
         t = (max(transfer) if plan.concurrent else sum(transfer)) if transfer else 0.0
         return self.base_latency(protocol) + latency + t
+
+    def _bandwidth_factor(self, cls: str, op: str, leg: algos.Leg) -> float:
+        """The parameters' factor on a leg's modelled rate. A draw's rate of a link class the calibration
+        did not measure (a default-width lognormal about the modelled rate) stops at the link's peak: a
+        NIC at its line rate, an NVLink or PCIe link at its catalog rate (Cluster.peak_ratio). The nominal
+        parameters and a fit's trial ones are never capped; a calibrated class's draws are floored on the
+        collective's time instead (floor)."""
+        prm = self.params
+        eff = prm.bw_eff.get(cls, 1.0)
+        if eff > 1.0 and prm.floors is not None and cls not in prm.calibrated_classes:
+            eff = min(eff, self.cluster.peak_ratio(leg.link))
+        return eff * prm.op_bw_eff.get(op, 1.0)
 
     def _priced(
         self,

@@ -15,6 +15,8 @@ documented default widths below), and ``scatter`` carries the scatter of measure
 the fitted model, the run-to-run spread measured at each size and a growth past the largest measured
 size and past the largest measured node count. ``sample`` draws parameter sets from that distribution;
 propagating each through the simulator gives the prediction's P10/P50/P90 (simulator/uncertainty.py).
+A draw never makes a collective faster than its bytes at the links' peak rates (DrawFloors,
+collectives.CollectiveModel.floor).
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ SIZE_EXTRAPOLATION_SIGMA = 0.175
 # 2x to 0.78 at 4x. 0.18 is the value that puts 80% of all of them inside.
 # benchmarks/network_band_evidence.py, section 3.
 NODE_EXTRAPOLATION_SIGMA = 0.18
+
+
+class DrawFloors:
+    """What the draws of one parameter set share: that nominal set and, per cluster, the collective model
+    at it (filled by collectives.CollectiveModel), which prices the least time each collective may take
+    in a draw once per collective shape for every draw, not once per draw. A copy (pickled to another
+    process) starts with no models."""
+
+    def __init__(self, nominal: "NetworkParams"):
+        self.nominal = nominal
+        self.models: dict = {}  # Cluster -> CollectiveModel at the nominal parameters
+
+    def __reduce__(self):
+        return DrawFloors, (self.nominal,)
 
 
 def class_key(latency_class: str, nic_kind: str) -> str:
@@ -105,6 +121,9 @@ class NetworkParams:
     # 0.18, of one op's small and large sizes by 0.4 (nine sweeps of one machine, docs/calibration.md)
     scatter_z: float = 0.0
     op_z: dict[str, float] = field(default_factory=dict)
+    # Set on a draw (from_normals, sample), None on the nominal set: a draw's link rates stop at their
+    # peaks and its collectives at the time their bytes take at those rates (collectives.CollectiveModel)
+    floors: DrawFloors | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_calibration(cls, cal, label: str) -> "NetworkParams":
@@ -208,7 +227,8 @@ class NetworkParams:
     def from_normals(self, z: np.ndarray, classes: tuple[str, ...] = ()) -> list["NetworkParams"]:
         """One parameter set per row of ``z`` (standard normals, ``dimensions(classes)`` columns), as
         ``sample`` draws them: the same distribution, from points the caller chose (quasi-random draws,
-        simulator/uncertainty.py) instead of a generator's."""
+        simulator/uncertainty.py) instead of a generator's. Each draw carries ``floors`` (this set, as
+        the nominal its collectives' floors are priced at)."""
         z = np.atleast_2d(np.asarray(z, dtype=float))
         col = 0
         if self.names:
@@ -229,6 +249,7 @@ class NetworkParams:
         else:
             calibrated = [self] * len(z)
         own = [c for c in classes if c not in self.calibrated_classes]
+        floors = DrawFloors(self)
         out = []
         for i, params in enumerate(calibrated):
             bw, hop = dict(params.bw_eff), dict(params.hop_scale)
@@ -236,7 +257,7 @@ class NetworkParams:
                 sigma = DEFAULT_SIGMA["bw_eff.net" if cls.startswith("net_") else "bw_eff.intra"]
                 bw[cls] = bw.get(cls, 1.0) * math.exp(sigma * z[i, col + 2 * j])
                 hop[cls] = hop.get(cls, 1.0) * math.exp(DEFAULT_SIGMA["hop_s"] * z[i, col + 2 * j + 1])
-            out.append(replace(params, bw_eff=bw, hop_scale=hop))
+            out.append(replace(params, bw_eff=bw, hop_scale=hop, floors=floors))
         return out
 
     def sample(
@@ -267,6 +288,7 @@ class NetworkParams:
             ]
         else:
             calibrated = [self] * n
+        floors = DrawFloors(self)
         for params in calibrated:
             bw, hop = dict(params.bw_eff), dict(params.hop_scale)
             for cls in classes:
@@ -275,7 +297,7 @@ class NetworkParams:
                 sigma = DEFAULT_SIGMA["bw_eff.net" if cls.startswith("net_") else "bw_eff.intra"]
                 bw[cls] = bw.get(cls, 1.0) * math.exp(rng.normal(0.0, sigma))
                 hop[cls] = hop.get(cls, 1.0) * math.exp(rng.normal(0.0, DEFAULT_SIGMA["hop_s"]))
-            out.append(replace(params, bw_eff=bw, hop_scale=hop))
+            out.append(replace(params, bw_eff=bw, hop_scale=hop, floors=floors))
         return out
 
 

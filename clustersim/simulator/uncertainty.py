@@ -4,7 +4,9 @@ What is uncertain, and how wide:
 * **Collectives.** With a calibrated network model, its fitted parameters are drawn from their
   covariance (log space) and each draw also carries the measured scatter of medians about the
   model (network_params.NetworkParams.from_normals). Link classes the profile did not measure, and every
-  class without a profile, get the documented default widths (network_params.DEFAULT_SIGMA).
+  class without a profile, get the documented default widths (network_params.DEFAULT_SIGMA). No draw
+  beats the wire: a drawn link rate stops at its peak (a NIC's line rate) and a calibrated collective's
+  drawn time at its bytes' time at those rates (collectives.CollectiveModel.floor).
 * **Compute.** The device's time gets one lognormal factor per draw: forward, backward, their host
   dispatch and every other kernel pass on the device (optimizer update, casts and copies, compression
   kernels), since a device that runs slower than calibrated runs all of its work slower. Its width is
@@ -129,12 +131,14 @@ class Interval:
         return {"p10": self.p10, "p50": self.p50, "p90": self.p90, "samples": self.samples}
 
     @classmethod
-    def of(cls, values) -> "Interval":
+    def of(cls, values, floor: float | None = None) -> "Interval":
         """P10/P50/P90 of draws of a positive quantity (a time, a speedup, a bandwidth) from the mean
         and spread of their logarithms, as a lognormal's: exp(mu -+ 1.2816 sigma). Every uncertain
         input is lognormal and a step is near a product of such factors, so the draws' moments carry
         the band, and converge far faster than the 2nd and 15th of 16 sorted draws do (DEFAULT_SAMPLES).
-        Draws that are not all positive get Hazen's empirical quantiles."""
+        Draws that are not all positive get Hazen's empirical quantiles. ``floor``: the least value
+        the quantity can take (a collective's bytes over its links at their peak rates), where draws
+        stop: the lognormal read of draws piled up there would reach below it, so no quantile does."""
         v = np.asarray(values, dtype=float)
         if len(v) and np.all(v > 0):
             logs = np.log(v)
@@ -142,6 +146,8 @@ class Interval:
             q = np.exp([mu - _Z90 * sigma, mu, mu + _Z90 * sigma])
         else:
             q = np.quantile(v, QUANTILES, method="hazen")
+        if floor is not None:
+            q = np.maximum(q, floor)
         return cls(float(q[0]), float(q[1]), float(q[2]), len(v))
 
     @classmethod
@@ -358,13 +364,21 @@ def quasi_normals(n: int, d: int, seed: int = 0) -> np.ndarray:
 def collective_interval(
     ctx: SimulationContext, op: str, nbytes: float, shape, algorithm: str, samples: int = 200, seed: int = 0
 ) -> Interval:
-    """P10/P50/P90 of one collective's time under the collective model's parameter uncertainty."""
+    """P10/P50/P90 of one collective's time under the collective model's parameter uncertainty, never
+    under the least time a draw may take (CollectiveModel.floor: its bytes at the links' peak rates).
+
+    The band is read from the draws before any is stopped there, its quantiles then raised to the floor:
+    a quantile of a time stopped at a floor is the floor or the unstopped time's quantile, whichever is
+    larger, whereas the lognormal read of draws piled up at the floor (Interval.of) would move the P50
+    up and the P90 down with no slow draw changed."""
+    from dataclasses import replace
+
     from clustersim.cost_models.collectives import CollectiveModel
 
     rng = np.random.default_rng(seed)
     classes = ctx.collectives.classes(shape)
     times = []
     for params in ctx.collectives.params.sample(rng, samples, classes):
-        model = CollectiveModel(ctx.cluster, ctx.collectives.measured, params)
+        model = CollectiveModel(ctx.cluster, ctx.collectives.measured, replace(params, floors=None))
         times.append(model.cost(op, nbytes, shape, algorithm).time)
-    return Interval.of(times)
+    return Interval.of(times, floor=ctx.collectives.floor(op, nbytes, shape, algorithm))

@@ -58,6 +58,8 @@ class Cluster:
         self.graph = build_node_graph(spec, gpu)
         self._intra_cache: dict[int, Bandwidth] = {}
         self._injection: dict[int, Bandwidth] = {}  # by GPUs per node in the communicator
+        self._nic_peak: float | None = None  # peak_ratio of the network links
+        self._intra_peak: float | None = None  # peak_ratio of a measured intra-node ring
 
     # ---- inside one node -------------------------------------------------------------------
     def intra_ring(self, members: int) -> Bandwidth:
@@ -66,8 +68,8 @@ class Cluster:
             self._intra_cache[members] = self._compute_intra_ring(members)
         return self._intra_cache[members]
 
-    def _compute_intra_ring(self, members: int) -> Bandwidth:
-        measured = self.spec.intra_node.measured_allreduce_busbw_gbs
+    def _compute_intra_ring(self, members: int, use_measured: bool = True) -> Bandwidth:
+        measured = self.spec.intra_node.measured_allreduce_busbw_gbs if use_measured else None
         if members <= 1:
             return Bandwidth(float("inf"), "none (single GPU)", "nvlink")
         fabric = self.spec.intra_node.fabric
@@ -140,6 +142,29 @@ class Cluster:
             f"{u}->{v} ({kind.value}, {flows} ring flow(s))",
             kind.latency_class,
         )
+
+    def peak_ratio(self, link: Bandwidth) -> float:
+        """How much faster than its modelled rate ``link`` can run at most: a network link at the NICs'
+        line rate (cluster.nic.line_rate_gbps) over the rate the model gives it (nic_bandwidth: the
+        measured effective rate, else the line rate times the transport's efficiency), a measured
+        intra-node ring (intra_node.measured_allreduce_busbw_gbs) at its catalog links' rate over the
+        measured one; every other link is modelled at its catalog rate already (1). Never below 1: a
+        modelled rate is not itself lowered. A draw of the uncertain rates stops here
+        (collectives.CollectiveModel)."""
+        if link.latency_class == "network":
+            return self.nic_peak_ratio()
+        if link.measured:
+            if self._intra_peak is None:
+                catalog = self._compute_intra_ring(self.spec.gpus_per_node, use_measured=False)
+                self._intra_peak = max(1.0, catalog.bytes_per_s / link.bytes_per_s)
+            return self._intra_peak
+        return 1.0
+
+    def nic_peak_ratio(self) -> float:
+        """A NIC's line rate over the rate the model gives it (nic_bandwidth), at least 1 (peak_ratio)."""
+        if self._nic_peak is None:
+            self._nic_peak = max(1.0, self.spec.nic.line_rate_gbps * 1e9 / 8 / nic_bandwidth(self.spec))
+        return self._nic_peak
 
     # ---- between nodes ---------------------------------------------------------------------
     def injection(self, members: int | None = None) -> Bandwidth:

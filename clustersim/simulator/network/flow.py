@@ -54,6 +54,7 @@ class FlowBackend:
         self.model = ctx.collectives
         self.hetero = getattr(ctx.scenario.cluster, "heterogeneity", None)
         self._nets: dict[int, FlowNetwork] = {}
+        self._intra_scale = 1.0  # a measured intra-node busbw over the catalog links' (_match_measured_intra)
         self._per_byte: dict[tuple, tuple[float, np.ndarray | None]] = {}
         self.link_bytes: dict[int, np.ndarray] = {}  # group nodes -> bytes per link since reset()
         self.fallbacks: set[str] = set()
@@ -135,7 +136,10 @@ class FlowBackend:
             acc += unit_bytes * (spec.nbytes * spec.count)
         prm = self.model.params
         scale = prm.scatter(spec.op, spec.nbytes, nodes=spec.shape.nodes)
-        return (self._latency(spec) + per_byte * spec.nbytes) * scale * spec.count
+        t = (self._latency(spec) + per_byte * spec.nbytes) * scale
+        if prm.calibrated and prm.floors is not None:  # a calibrated draw: never under the wire's time
+            t = max(t, self.model.draw_floor(spec.op, spec.nbytes, spec.shape, spec.algorithm))
+        return t * spec.count
 
     def _latency(self, spec: CollectiveSpec) -> float:
         """The analytical model's α terms for this algorithm and protocol (collectives.price)."""
@@ -165,6 +169,7 @@ class FlowBackend:
         step = ring_step(net, GroupShape(1, spec.gpus_per_node))
         t, _ = maxmin.makespan(maxmin.FlowSet(step.paths, step.sizes), net.capacity)
         net.capacity[: net.nic_base] *= measured * 1e9 * t
+        self._intra_scale = measured * 1e9 * t
 
     def capacity(self, net: FlowNetwork, op: str, protocol: str) -> np.ndarray:
         """Link capacities as the analytical model scales its bottleneck: the protocol's bandwidth
@@ -173,6 +178,15 @@ class FlowBackend:
         nic = self.cluster.spec.nic.kind
         prm = self.model.params
         factor = {k: prm.bandwidth_factor(class_key(k, nic), op) for k in set(net.kind)}
+        if prm.floors is not None:  # a draw: a class the calibration did not measure stops at its peak
+            for k in factor:
+                cls = class_key(k, nic)
+                eff = prm.bw_eff.get(cls, 1.0)
+                if eff > 1.0 and cls not in prm.calibrated_classes:
+                    peak = (
+                        self.cluster.nic_peak_ratio() if k == "network" else max(1.0, 1 / self._intra_scale)
+                    )
+                    factor[k] = min(eff, peak) * prm.op_bw_eff.get(op, 1.0)
         return net.capacity * frac * np.array([factor[k] for k in net.kind])
 
     def _simulate(self, op, algorithm, protocol, shape) -> tuple[float, np.ndarray]:
