@@ -447,6 +447,24 @@ def hardware_defaults() -> dict:
     return _load_yaml("hardware_defaults.yaml")
 
 
+@lru_cache(maxsize=None)
+def attention_kernels() -> dict:
+    """catalogs/attention_kernels.yaml: published rates of fused attention kernels by library."""
+    return _load_yaml("attention_kernels.yaml")
+
+
+def default_attention_kernel(implementation: str | None) -> str:
+    """The fused attention library a model's code runs unless the scenario says (attention_kernel)."""
+    table = attention_kernels()["default_kernel"]
+    return str(table.get((implementation or "").lower(), "cudnn"))
+
+
+def default_attention_dropout(implementation: str | None, style: str) -> float:
+    """The attention dropout a model's code applies unless the scenario says (attention_dropout)."""
+    table = attention_kernels()["default_dropout"].get((implementation or "").lower(), {})
+    return float(table.get(style, 0.0))
+
+
 class ExecutionMode(_Strict):
     """How a step's ops reach the device (catalogs/execution.yaml): host time per launched kernel,
     the device's fixed cost per kernel, and how many of eager's pointwise kernels remain."""

@@ -43,7 +43,15 @@ GradientClipping = Literal["none", "global", "per_tensor"]
 BatchNorm = Literal["separate", "fused", "fused_into_conv"]
 # Workload keys that describe one kind of network only: set for the other kind (in a scenario, or as a
 # sweep's axis) they change nothing, which run and sweep say.
-TRANSFORMER_ONLY_KEYS = ("attention", "pointwise", "pad_vocab_to_multiple_of", "seq_len", "fp8_recipe")
+TRANSFORMER_ONLY_KEYS = (
+    "attention",
+    "attention_kernel",
+    "attention_dropout",
+    "pointwise",
+    "pad_vocab_to_multiple_of",
+    "seq_len",
+    "fp8_recipe",
+)
 CONV_ONLY_KEYS = ("memory_format", "batch_norm")
 
 
@@ -334,6 +342,23 @@ class WorkloadSpec(_Strict):
         "back through a fused scale-mask-softmax kernel and dropout (pre-2022 Megatron-LM, apex); "
         "eager: the same as plain PyTorch ops, scale, mask, softmax and dropout each a kernel over the "
         "scores (Hugging Face's eager attention, BERT code before PyTorch 2.0)",
+    )
+    attention_kernel: Literal["auto", "flash2", "cudnn", "flash3"] = Field(
+        "auto",
+        description="transformers with fused attention: the library whose kernel runs it, whose "
+        "published rate prices it on the chips the rates were measured on (H100, H200; "
+        "catalogs/attention_kernels.yaml): "
+        "flash2 (FlashAttention-2, PyTorch's scaled_dot_product_attention flash backend, the default of "
+        "PyTorch 2.5.1-2.10 on Hopper), cudnn (cuDNN's fused attention: Transformer Engine, PyTorch 2.11's "
+        "default on Hopper), flash3 (FlashAttention-3). auto: the code's default (cudnn on Hopper)",
+    )
+    attention_dropout: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="transformers with fused attention: the dropout probability on the attention scores, "
+        "which the kernel draws one random number per score for (a slower kernel). Default: the code's "
+        "(Hugging Face's configs: 0.1 for BERT and GPT-2, 0 for LLaMA; other code 0)",
     )
     memory_format: Literal["channels_last", "contiguous"] = Field(
         "channels_last",
@@ -679,6 +704,24 @@ class Scenario(_Strict):
         p = self.training.parallelism
         model_parallel = p.tensor > 1 or p.pipeline > 1
         return catalog.default_implementation(catalog.model(self.workload.model), model_parallel)
+
+    @property
+    def attention_kernel(self) -> str:
+        """``workload.attention_kernel`` as given, else the scenario's code's default library
+        (catalogs/attention_kernels.yaml default_kernel)."""
+        if self.workload.attention_kernel != "auto":
+            return self.workload.attention_kernel
+        return catalog.default_attention_kernel(self.implementation)
+
+    @property
+    def attention_dropout(self) -> float:
+        """``workload.attention_dropout`` as given, else the code's default for the model's style
+        (catalogs/attention_kernels.yaml default_dropout); 0 for custom layers."""
+        if self.workload.attention_dropout is not None:
+            return self.workload.attention_dropout
+        arch = catalog.model(self.workload.model) if self.workload.model is not None else None
+        style = getattr(arch, "style", None)
+        return catalog.default_attention_dropout(self.implementation, style) if style else 0.0
 
     @property
     def vocab_multiple(self) -> int:

@@ -21,23 +21,6 @@ DATASETS = sorted(published.datasets()) + list(GPU_DATASETS)
 # Errors quoted here are raw, (predicted - published) / published of the row's metric, as --json gives
 # them (validate's tables sign rates the other way: + predicted too slow).
 KNOWN = {
-    ("gpu_steps", "h100-pytorch-2.11"): "median 3.2% without the profile, 5.0% with it over the 10 H100 "
-    "rows (the 5th and 6th: ResNet-50 at 32 and BERT-Large at 64); the profile's mean error is lower "
-    "(5.2% against 6.0%). GPT-2 XL is priced by its own measurement: its device-bound steps within 1.4% "
-    "(+1.4%, +1.1% against the defaults' -1.5%, -1.9%), its host-bound micro-batch-1 step 8% slow "
-    "(-8.2% against +1.1%), measured in another session of that VM whose host ran it slower (the "
-    "dataset's own runs of that step took 115.6-133.2 ms, the profile's 126.6 ms: a session's spread, "
-    "which the band holds, SESSION_SIGMA). GPT-3 XL, carried at the profile's GEMM model, comes within 1% "
-    "(+0.9%, -0.7% against -2.2%, -4.2%), BERT-Large closer (+12.9%, +7.7% against +22.4%, +9.5%); the "
-    "H100's measured streaming rate (0.82 of HBM, see gpu_throughput) prices ResNet-50 1% faster "
-    "(-2.3%, +8.7%, +7.8% against -2.3%, +8.0%, +7.1%). The band holds all ten",
-    ("gpu_steps", "h200-pytorch-2.11"): "median 5.5% without the profile, 6.6% with it over the 9 H200 "
-    "rows, decided by the 5th, GPT-2 XL at micro-batch 4 (+6.6% against +4.2%); every other row moves "
-    "by 1% or less. That step is device-bound, and its fused attention is priced too fast with or "
-    "without a profile (the H200 trace's sdpa kernels took 12.5 ms a step, the model's 7.1-7.8 ms: "
-    "FlashAttention-style kernels at head dimension 64 run far below the GEMMs' rate); the profile's "
-    "GEMMs are priced as the trace ran them (64.9 ms against 67.4 ms, the defaults' 70.0 ms), which "
-    "leaves the attention's shortfall exposed. The band holds all nine",
     ("onebit_adam_ethernet", "v100-bert-large-published"): "the band holds 9 of 12 rows at 16 draws with "
     "or without the profile (the preset uses it; the same median, 10.0%). Outside: 1-bit Adam on 1 GPU "
     "(published 97 samples/s, predicted 84.2, band 75.1-94.3: the paper's figure has it 8% faster than "

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from clustersim import catalog
 from clustersim.calibration.profile import Profile
 from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults
+from clustersim.cost_models import attention as attention_rates
 from clustersim.workloads.layers import Kernel
 
 # Kernel groups whose launches are the pointwise kernels a compiler fuses (execution: compiled).
@@ -51,13 +52,22 @@ class DeviceCosts:
         execution: str = "eager",
         unfused_pointwise: bool = False,
         implementation: str | None = None,
+        attention_kernel: str = "cudnn",
+        attention_dropout: bool = False,
     ):
         """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code), whose
         block pointwise kernels stream below a copy's rate under autocast (catalogs/execution.yaml).
         ``implementation``: the model's code (Scenario.implementation); a profile's fixed cost per
         kernel is the 10th percentile of its measured code's kernel durations, a statistic of that
-        code's mix of kernels, so it applies to the same code only."""
+        code's mix of kernels, so it applies to the same code only. ``attention_kernel``,
+        ``attention_dropout``: the library that runs fused attention and whether it drops scores
+        (Scenario.attention_kernel, attention_dropout), which price it where its published rates exist
+        (cost_models/attention.py)."""
         self.gpu = gpu
+        # fused attention at its library's published rate on the chips it was measured on; elsewhere
+        # (no published curves) at the GEMM rate, as a kernel of tensor-core matmuls
+        self.attention_kernel = attention_kernel if attention_rates.has_curves(gpu.chip) else None
+        self.attention_dropout = attention_dropout
         self.profile = profile
         eff = hardware_defaults()["efficiency"]
         # large GEMMs' fraction of peak: the GPU's own where a published GEMM benchmark measured it
@@ -190,6 +200,8 @@ class DeviceCosts:
             precision = kernel.precision
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
+        if kernel.attention is not None and self.attention_kernel is not None and precision != "fp32":
+            return self._fused_attention_time(kernel, precision)
         unaligned = kernel.alignment_bytes < 16 and precision != "fp32"
         # a calibration's GEMMs are aligned shapes: an unaligned one keeps its class's own rate
         # a calibration's GEMM model prices GEMMs only: a fused attention kernel is no GEMM and was not timed
@@ -227,6 +239,17 @@ class DeviceCosts:
             byte_rate *= self.elementwise_factor  # autocast's mixed 16-bit/fp32 operands (as transformer.py)
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(kernel.flops / flop_rate, kernel.bytes / byte_rate)
+
+    def _fused_attention_time(self, kernel: Kernel, precision: str) -> float:
+        """A fused attention kernel at its library's published rate for its shape (a fraction of the
+        chip's dense 16-bit peak; FlashAttention's FLOP count, half of the group's under a causal
+        mask), or HBM's if it moves more bytes than that takes; fp8 attention runs in 16 bits."""
+        shape = kernel.attention
+        fraction = attention_rates.peak_fraction(self.attention_kernel, shape, self.attention_dropout)
+        flops = kernel.flops * (0.5 if shape.causal else 1.0)
+        rate = self.gpu.peak_flops("bf16" if "bf16" in self.gpu.peak_tflops else "fp16") * fraction
+        fixed = self.launches(kernel) * self.kernel_overhead_s
+        return fixed + max(flops / rate, kernel.bytes / self.memory_rate)
 
     def unaligned_gemm_rate(self, precision: str, alignment_bytes: int) -> float:
         """FLOP/s of a tensor-core GEMM whose rows start only every ``alignment_bytes`` bytes: cuBLAS's

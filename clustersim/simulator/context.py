@@ -380,7 +380,15 @@ def build_context(
     tensor = scenario.training.parallelism.tensor
     workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple, tensor)
     execution = scenario.workload.execution
-    device = DeviceCosts(gpu, prof, execution, unfused, scenario.implementation)
+    device = DeviceCosts(
+        gpu,
+        prof,
+        execution,
+        unfused,
+        scenario.implementation,
+        scenario.attention_kernel,
+        scenario.attention_dropout > 0,
+    )
     c = scenario.cluster
     measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
     measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None

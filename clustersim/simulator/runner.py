@@ -559,10 +559,33 @@ _ATTENTION_PATHS = {
 }
 
 
-def _attention_source(scenario) -> str:
-    """How a transformer's attention was priced, and whether the scenario said so."""
+_ATTENTION_KERNELS = {
+    "flash2": "FlashAttention-2",
+    "cudnn": "cuDNN's fused attention",
+    "flash3": "FlashAttention-3",
+}
+
+
+def _attention_source(ctx: SimulationContext) -> str:
+    """How a transformer's attention was priced, and whether the scenario said so: for a fused kernel,
+    the library's published rate where the chip has one (cost_models/attention.py), else the GEMM rate."""
+    scenario = ctx.scenario
     given = "workload.attention" if "attention" in scenario.workload.model_fields_set else "default"
-    return f"{_ATTENTION_PATHS[scenario.workload.attention]} ({given})"
+    text = f"{_ATTENTION_PATHS[scenario.workload.attention]} ({given})"
+    if scenario.workload.attention != "fused":
+        return text
+    if ctx.device.attention_kernel is None:
+        return f"{text}; at the GEMM rate: no published rates of fused attention kernels on {ctx.gpu.chip}"
+    kernel = ctx.device.attention_kernel
+    said = (
+        "workload.attention_kernel" if scenario.workload.attention_kernel != "auto" else "the code's default"
+    )
+    dropout = scenario.attention_dropout
+    drop = f", dropout {dropout:g} in the kernel" if dropout > 0 else ""
+    return (
+        f"{text}; {_ATTENTION_KERNELS[kernel]} ({said}) at its published rate for the shape{drop} "
+        "(catalogs/attention_kernels.yaml)"
+    )
 
 
 def _conv_source(ctx: SimulationContext) -> str:
@@ -723,7 +746,7 @@ def _sources(ctx: SimulationContext, ops) -> dict[str, str]:
         sources["compute band"] = compute_band_source(ctx)
     if any(layer.name.startswith("block") for layer in ctx.workload.layers):
         sources["pointwise"] = _pointwise_source(ctx.scenario)
-        sources["attention"] = _attention_source(ctx.scenario)
+        sources["attention"] = _attention_source(ctx)
         head = _lm_head_source(ctx)
         if head is not None:
             sources["LM head"] = head

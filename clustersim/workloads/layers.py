@@ -13,6 +13,17 @@ from functools import cached_property
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """What a fused attention kernel's rate depends on besides its FLOPs (cost_models/attention.py):
+    the sequence it runs over, the head dimension, the causal mask and the pass."""
+
+    seq_len: int
+    head_dim: int
+    causal: bool
+    backward: bool
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     flops: float
@@ -28,6 +39,9 @@ class Kernel:
     #: the precision the group runs at where it is not the workload's (None): under FP8 training the
     #: linear layers' GEMMs run in fp8 and every other kernel in bf16 (workloads/fp8.py)
     precision: str | None = None
+    #: fused attention (FlashAttention-style kernels): the shape its library's published rate is read
+    #: at; None for every other group, and for attention that writes its scores
+    attention: AttentionShape | None = None
 
 
 @dataclass(frozen=True)

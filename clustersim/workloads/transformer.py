@@ -21,7 +21,7 @@ from __future__ import annotations
 from clustersim import catalog
 from clustersim.catalog import TransformerArch, eager_kernels
 from clustersim.workloads import fp8 as fp8_rules
-from clustersim.workloads.layers import Kernel, Layer
+from clustersim.workloads.layers import AttentionShape, Kernel, Layer
 
 # Eager attention over scores in memory, counted op by op against the unfused count (which takes 6
 # passes over the b*a*s*s scores forward: QK^T writes them, a fused scale-mask-softmax reads and
@@ -156,14 +156,19 @@ def _block(
     # GEMM launches: fused QKV, output projection and the MLP's 2 (GeLU) or 3 (gated) matrices forward;
     # backward computes the input and the weight gradient of each. Attention: QK^T and AV forward.
     n_gemm = 2 + (3 if arch.style == "llama" else 2)
+    # a fused kernel's rate is its library's at this shape (cost_models/attention.py); BERT attends both
+    # ways, GPT and LLaMA under a causal mask
+    causal = arch.style != "bert"
+    shape_fwd = AttentionShape(s, h // a, causal, backward=False) if fused else None
+    shape_bwd = AttentionShape(s, h // a, causal, backward=True) if fused else None
     forward = (
         Kernel("gemm", gemm_flops, weight_bytes + gemm_io, n_gemm),
-        Kernel("attention", attn_flops, attn_bytes, 2),
+        Kernel("attention", attn_flops, attn_bytes, 2, attention=shape_fwd),
         Kernel("elementwise", 0.0, elementwise, max(1, n_fwd - n_gemm - 2)),
     )
     backward = (
         Kernel("gemm", 2 * gemm_flops, 2 * (weight_bytes + gemm_io) + weight_bytes, 2 * n_gemm),
-        Kernel("attention", attn_bwd_flops, attn_bwd_bytes, 4),
+        Kernel("attention", attn_bwd_flops, attn_bwd_bytes, 4, attention=shape_bwd),
         Kernel("elementwise", 0.0, elementwise_bwd, max(1, n_bwd - 2 * n_gemm - 4)),
     )
     activations = s * b * h * (34 + (0 if fused else 5 * a * s / h)) * d / 2
