@@ -21,7 +21,7 @@ from clustersim.commands.support import (
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file, same_file
-from clustersim.units import format_bytes
+from clustersim.units import format_bytes, format_link_rate
 
 calibrate_app = typer.Typer(
     help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
@@ -39,6 +39,15 @@ ClusterOpt = typer.Option(
     help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
     "(nodes and GPUs per node are taken from each measurement). With it the collective "
     "model's parameters are fitted, so predictions at any scale use them.",
+)
+# calibrate fit and check read raw files, which may record the network they ran on
+RawClusterOpt = typer.Option(
+    None,
+    "--cluster",
+    help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
+    "(nodes and GPUs per node are taken from each measurement). With it the collective "
+    "model's parameters are fitted, so predictions at any scale use them. A file that records its "
+    "network (a testbed sweep) needs none; a NIC kind or line rate that contradicts it is refused.",
 )
 
 
@@ -200,14 +209,20 @@ def _refuse_options_of_the_other_mode(on_testbed: bool, given: dict) -> None:
 @user_errors
 def calibrate_fit(
     raw: Path = typer.Argument(
-        ..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."
+        ...,
+        help="Raw measurement file (calibrate run --raw-out, with or without --testbed, or the torchrun "
+        "sweep's --raw --out).",
     ),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
-    cluster: Optional[str] = ClusterOpt,
+    cluster: Optional[str] = RawClusterOpt,
     json_out: bool = JsonOpt,
 ):
-    """Fit the collective model's parameters (per link class bandwidth and latency, per-op efficiency,
-    with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
+    """Fit a profile from a raw measurement file and write it to --out.
+
+    Fits the hardware rates the file holds, a segmented α-β fit and efficiency table per measured
+    collective shape and, where the file records its network or --cluster describes it, the collective
+    model's parameters (per link class bandwidth and latency, per-op efficiency, with their uncertainty)
+    that price any scale. A refused file writes nothing."""
     import sys
 
     from clustersim.calibration.run import fit_file
@@ -623,7 +638,7 @@ def calibrate_check(
     test_ranks: Optional[str] = typer.Option(
         None, "--test-ranks", help="Group sizes to predict, e.g. 8 (default: the largest)."
     ),
-    cluster: Optional[str] = ClusterOpt,
+    cluster: Optional[str] = RawClusterOpt,
     json_out: bool = JsonOpt,
 ):
     """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
@@ -676,12 +691,11 @@ def calibrate_check(
 def _check_title(result: dict, predicting: bool) -> str:
     """What `calibrate check` fitted and predicted: group sizes, and where the files are more than one
     or --predict names others, which files at which link rates."""
-    from clustersim.calibration.check import link_rate
 
     def at(files: list[dict], ranks: list[int]) -> str:
         rates = sorted({f["link_rate_gbps"] for f in files if f["link_rate_gbps"]})
         names = ", ".join(f["file"] for f in files)
-        rate = " and ".join(link_rate(r) for r in rates)
+        rate = " and ".join(format_link_rate(r) for r in rates)
         return f"{rate + ' at ' if rate else ''}{ranks} ranks ({names})"
 
     if result["mode"] == "message_sizes":
