@@ -21,7 +21,7 @@ from clustersim.commands.support import (
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file, same_file
-from clustersim.units import format_bytes, format_link_rate
+from clustersim.units import format_bytes, format_link_rate, format_rate
 
 calibrate_app = typer.Typer(
     help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
@@ -778,7 +778,9 @@ def _print_network(net) -> None:
     rows = []
     for name, value in net.parameters.items():
         kind = name.partition(".")[0]
-        unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, "{:.3f}")
+        # a factor to three decimals, three significant figures below 0.1 (0.00150, not 0.002)
+        factor = "{:.3f}" if value * math.exp(-1.2816 * sd[name]) >= 0.1 else "{:#.3g}"
+        unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, factor)
         rows.append([name, band(name, value, unit, fmt)])
     console.print(
         table(
@@ -788,6 +790,9 @@ def _print_network(net) -> None:
             rows,
         )
     )
+    links = _fitted_links(net)
+    if links:
+        console.print(links)
     algos = ", ".join(f"{k}: {v}" for k, v in net.algorithms.items()) or "NCCL's own choice (ring/tree)"
     console.print(
         f"algorithms: {algos}; scatter of medians about the model: {100 * net.residual_sigma:.1f}% (1σ)"
@@ -803,6 +808,25 @@ def _print_network(net) -> None:
         )
     else:
         console.print(_unchecked_extrapolation(net.shapes))
+
+
+def _fitted_links(net) -> str:
+    """The NIC the fit's network factor is relative to, and the rate it found: bw_eff.net_<kind> times
+    what such a NIC delivers in the model (its line rate x the kind's protocol efficiency, or its measured
+    rate). Empty where the fit measured no network between nodes."""
+    from clustersim.scenario import ClusterSpec
+    from clustersim.topologies.node import nic_bandwidth
+
+    spec = ClusterSpec.model_validate(net.cluster)
+    factor = net.parameters.get(f"bw_eff.net_{spec.nic.kind}")
+    if factor is None:
+        return ""
+    nic, modelled = spec.nic, nic_bandwidth(spec)
+    return (
+        f"network links: {nic.count} x {nic.kind} NIC at {format_link_rate(nic.line_rate_gbps)} line rate "
+        f"per node; fitted rate per NIC {format_rate(factor * modelled, bits=True)} "
+        f"(bw_eff.net_{nic.kind} {factor:.3g} x the modelled {format_rate(modelled, bits=True)})"
+    )
 
 
 def _unchecked_extrapolation(shapes) -> str:
@@ -906,7 +930,7 @@ def _measured_on(prov) -> list[str]:
             f"testbed: emulated, not real NICs: {tb.hosts or unknown} hosts ({tb.emulated}); "
             f"machine {machine or unknown}"
         )
-        rate = f"{tb.line_rate_gbps * 1000:,.4g} Mb/s" if tb.line_rate_gbps else unknown
+        rate = format_link_rate(tb.line_rate_gbps) if tb.line_rate_gbps else unknown
         how = f" shaped with tc {tb.shaper}" if tb.shaper else ""
         lines.append(f"  link per host: {rate} ({tb.kind or 'kind ' + unknown}){how}")
         lines.append(f"  CPU per host: {_cpu_share(tb)}")
@@ -950,6 +974,16 @@ def _cpu_share(tb) -> str:
     return text
 
 
+def _gbs(gbs: float) -> str:
+    """A rate the profile stores in GB/s (memory, kernels, host copies), as format_rate prints bytes."""
+    return format_rate(gbs * 1e9, bits=False)
+
+
+def _busbw(gbs: float) -> str:
+    """A bus bandwidth the profile stores in GB/s, in bits per second as a link's rate is quoted."""
+    return format_rate(gbs * 1e9, bits=True)
+
+
 def _print_profile(p) -> None:
     _print_provenance(p)
     if p.matmul_tflops:
@@ -962,14 +996,14 @@ def _print_profile(p) -> None:
         )
     if p.memory_gbs:
         stream = p.copy_stream_gbs
-        between = f" (streaming {stream:,.1f} GB/s between the two largest copies)" if stream else ""
-        console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s{between}")
+        between = f" (streaming {_gbs(stream)} between the two largest copies)" if stream else ""
+        console.print(f"memory copy: {_gbs(p.memory_gbs)}{between}")
     if p.kernels_gbs:
         console.print(
             table(
                 "Kernels (bytes as the cost model counts them / measured time)",
-                ["kernel", "GB/s"],
-                [[k, f"{v:,.1f}"] for k, v in p.kernels_gbs.items()],
+                ["kernel", "rate"],
+                [[k, _gbs(v)] for k, v in p.kernels_gbs.items()],
             )
         )
     if p.host.cpu_adam_params_per_s:
@@ -984,8 +1018,8 @@ def _print_profile(p) -> None:
         console.print(
             table(
                 "Host<->device copies",
-                ["kind", "GB/s"],
-                [[k, f"{v:,.2f}"] for k, v in p.host.copy_gbs.items()],
+                ["kind", "rate"],
+                [[k, _gbs(v)] for k, v in p.host.copy_gbs.items()],
             )
         )
     if p.compute_phases:
@@ -1010,7 +1044,7 @@ def _print_profile(p) -> None:
             q = f.quality
             seg = "; ".join(
                 f"≥{format_bytes(s[0]) if s[0] else '0 B'}: {_alpha(s[1])}, "
-                + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
+                + (format_rate(1 / s[2], bits=True) if s[2] > 1e-13 else "latency-bound")
                 for s in f.segments
             )
             held = (
@@ -1036,7 +1070,7 @@ def _print_profile(p) -> None:
             )
         console.print(
             table(
-                "Collective fits (time = α + bytes/bandwidth per segment)",
+                "Collective fits (time = α + bytes/bandwidth per segment, bandwidth in message bits/s)",
                 ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"],
                 rows,
             )
@@ -1053,12 +1087,13 @@ def _print_profile(p) -> None:
             shown = sizes[:: -(-len(sizes) // 7)]  # at most 7 columns
             console.print(
                 table(
-                    "Measured bus bandwidth by size, GB/s (per-size efficiency table)",
-                    ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
+                    "Measured bus bandwidth by size, bits per second (per-size efficiency table)",
+                    ["op", "nodes x ranks", *[format_bytes(s).replace(".00", "") for s in shown]],
                     [
                         [
                             f.op,
-                            *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown],
+                            f"{f.nodes}x{f.gpus_per_node}",
+                            *[next((_busbw(b) for s, b in f.busbw_by_size if s == x), "-") for x in shown],
                         ]
                         for f in p.collectives
                     ],
