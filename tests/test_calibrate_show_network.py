@@ -1,7 +1,12 @@
-"""The rates `calibrate show` prints, in a unit a user reads: a profile fitted from the shipped 200 Mb/s
-testbed sweep showed its collectives as "0.02 GB/s" (and a 35 Mb/s broadcast as "0.00 GB/s"); links and
-collectives are now in bits per second to three figures (200 Mb/s), memory in bytes per second
-(3.86 TB/s), while --json keeps the profile's numbers in the units its format names."""
+"""What `calibrate show` says about the network a profile measured.
+
+* Rates are printed in a unit a user reads: a profile fitted from the shipped 200 Mb/s testbed sweep
+  showed its collectives as "0.02 GB/s" (and a 35 Mb/s broadcast as "0.00 GB/s"); links and collectives
+  are now in bits per second to three figures (200 Mb/s), memory in bytes per second (3.86 TB/s), while
+  --json keeps the profile's numbers in the units its format names.
+* A profile that measured no collective (the shipped one-GPU profiles) says so, and that the defaults
+  price every collective.
+"""
 
 from __future__ import annotations
 
@@ -63,3 +68,33 @@ def test_show_json_keeps_the_documented_units(testbed_profile):
     assert shown["collectives"] == stored["collectives"]  # busbw in GB/s, β in s per byte
     busbw = [b for f in shown["collectives"] for _, b in f["busbw_by_size"]]
     assert min(busbw) > 0.003 and max(busbw) < 0.025  # GB/s of a 200 Mb/s (0.025 GB/s) link
+
+
+def test_a_testbed_profile_says_its_network_was_measured(testbed_profile):
+    coverage = json.loads(invoke("calibrate", "show", testbed_profile, "--json").stdout)["network_coverage"]
+    assert coverage["collectives_measured"] and coverage["network_measured"] and coverage["model_fitted"]
+    assert coverage["summary"].startswith("collective model fitted on groups 2x1, 4x1, 8x1")
+
+
+@pytest.mark.parametrize("name", ["h200-pytorch-2.11", "h100-pytorch-2.11"])
+def test_a_one_gpu_profile_says_it_measured_no_network(name, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    text = " ".join(invoke("calibrate", "show", f"builtin:{name}").output.split())
+    assert "network: no collective or network was measured (one device" in text
+    assert "every collective is priced by the topology model with the default constants" in text
+    coverage = json.loads(invoke("calibrate", "show", f"builtin:{name}", "--json").stdout)["network_coverage"]
+    assert not coverage["collectives_measured"] and not coverage["network_measured"]
+    assert not coverage["model_fitted"] and "default constants" in coverage["summary"]
+
+
+def test_a_profile_of_one_host_says_no_network_between_nodes_was_measured():
+    coverage = json.loads(invoke("calibrate", "show", "builtin:cpu-2core-gloo", "--json").stdout)[
+        "network_coverage"
+    ]
+    assert coverage["collectives_measured"] and not coverage["network_measured"]
+    assert "no network between nodes was measured" in coverage["summary"]
+
+
+def test_help_says_what_show_does():
+    show = " ".join(invoke("calibrate", "show", "--help").output.split())
+    assert "whether a collective and a network between nodes were measured" in show

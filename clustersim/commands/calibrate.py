@@ -723,19 +723,34 @@ def _check_title(result: dict, predicting: bool) -> str:
 def calibrate_show(
     profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt
 ):
-    """Show a profile: provenance, measured rates, collective fits and their held-out accuracy."""
+    """Show a profile: what it measured, on what, and how well its fits hold.
+
+    Provenance, whether a collective and a network between nodes were measured (where not, collectives
+    are priced by the defaults), measured rates (memory and kernels in bytes/s, links and collectives
+    in bits/s), collective fits and their held-out accuracy. --json gives the profile's fields in the
+    units its format names (rates in GB/s, a fit's β in s per byte, line rates in Gb/s) and
+    network_coverage."""
     from clustersim.calibration.profile import load_profile
 
     p = load_profile(profile)
     if json_out:
-        emit_json(p.model_dump(exclude={"raw"}))
+        emit_json(_profile_json(p))
         return
     _print_profile(p)
 
 
+def _profile_json(profile) -> dict:
+    """A profile as --json prints it: its fields in the units the profile format documents (rates in GB/s,
+    a fit's β in seconds per byte, link rates in Gb/s), without the raw measurements, and
+    ``network_coverage``: whether a collective and a network were measured, and what the defaults price."""
+    from clustersim.calibration.coverage import network_coverage
+
+    return {**profile.model_dump(exclude={"raw"}), "network_coverage": network_coverage(profile)}
+
+
 def _written_profile(profile, out: Path, json_out: bool, note: str = "") -> None:
     if json_out:
-        emit_json(profile.model_dump(exclude={"raw"}))
+        emit_json(_profile_json(profile))
         return
     console.print(f"profile written to [bold]{out}[/]{note}")
     _print_profile(profile)
@@ -974,6 +989,16 @@ def _cpu_share(tb) -> str:
     return text
 
 
+def _print_coverage(p) -> None:
+    """One line saying what of the network the profile measured: in yellow where no network between
+    nodes was (a one-GPU profile prices every collective by the defaults)."""
+    from clustersim.calibration.coverage import network_coverage
+
+    cov = network_coverage(p)
+    line = f"network: {cov['summary']}"
+    console.print(line if cov["network_measured"] else f"[yellow]{line}[/]", soft_wrap=True)
+
+
 def _gbs(gbs: float) -> str:
     """A rate the profile stores in GB/s (memory, kernels, host copies), as format_rate prints bytes."""
     return format_rate(gbs * 1e9, bits=False)
@@ -986,6 +1011,7 @@ def _busbw(gbs: float) -> str:
 
 def _print_profile(p) -> None:
     _print_provenance(p)
+    _print_coverage(p)
     if p.matmul_tflops:
         console.print(
             table(
