@@ -58,6 +58,35 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+_BIT_RATES = (("b/s", 1.0), ("kb/s", 1e3), ("Mb/s", 1e6), ("Gb/s", 1e9), ("Tb/s", 1e12))
+_BYTE_RATES = (("B/s", 1.0), ("kB/s", 1e3), ("MB/s", 1e6), ("GB/s", 1e9), ("TB/s", 1e12))
+
+
+def format_rate(bytes_per_s: float, *, bits: bool) -> str:
+    """A bandwidth to three significant figures (trailing zeros kept) in the decimal unit that puts it
+    at 1 to 999: ``bits`` for links and collectives, whose rates are quoted in bits per second (a
+    200 Mb/s shaped link, 100 Gb/s InfiniBand), else bytes per second for memory and copies. A 200 Mb/s
+    link is ``200 Mb/s``, not ``0.02 GB/s``; 2.5e7 bytes/s with ``bits`` is ``200 Mb/s`` too."""
+    value = bytes_per_s * 8 if bits else bytes_per_s
+    units = _BIT_RATES if bits else _BYTE_RATES
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g} {units[0][0]}"
+    name, scale = units[0]
+    for unit, size in units:
+        if float(f"{value / size:.3g}") >= 1:  # rounded first: 999.7 Mb/s is 1.00 Gb/s
+            name, scale = unit, size
+    shown = float(f"{value / scale:.3g}")
+    if shown >= 1000:  # past the largest unit: whole units, thousands separated
+        return f"{value / scale:,.0f} {name}"
+    decimals = max(0, 2 - math.floor(math.log10(shown))) if shown > 0 else 2
+    return f"{shown:.{decimals}f} {name}"
+
+
+def format_link_rate(gbps: float) -> str:
+    """A link's line rate given in Gb/s (a scenario's ``line_rate_gbps``), as format_rate prints it."""
+    return format_rate(gbps * 1e9 / 8, bits=True)
+
+
 def count_of(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` things in words, the noun plural but for one: 1 GPU, 16,384 GPUs, 1 sample, 2 samples."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -46,7 +46,9 @@ def test_calibrate_check_on_a_file_without_multi_rank_collectives_is_one_line(tm
     raw["collectives"] = [one, {**one, "bytes": 2 * one["bytes"]}]
     path = tmp_path / "raw.json"
     path.write_text(json.dumps(raw))
-    cluster = write_yaml(tmp_path / "c.yaml", SCENARIO)
+    # a cluster on the links the file records (one that contradicts them is refused before this)
+    nic = {"kind": "ethernet_tcp", "count": 1, "line_rate_gbps": 0.2, "gpudirect_rdma": False}
+    cluster = write_yaml(tmp_path / "c.yaml", {**SCENARIO, "cluster": {**SCENARIO["cluster"], "nic": nic}})
     for extra in ([], ["--cluster", cluster]):
         r = invoke("calibrate", "check", path, *extra)
         refused(r, str(path), "collectives", "2 or more ranks")

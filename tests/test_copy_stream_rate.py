@@ -97,7 +97,7 @@ def test_calibrate_show_prints_the_copies_streaming_rate():
 
     res = CliRunner().invoke(app, ["calibrate", "show", "builtin:h100-pytorch-2.11"])
     assert res.exit_code == 0
-    assert "memory copy: 2,827.5 GB/s (streaming 3,040.9 GB/s between the two largest copies)" in res.output
+    assert "memory copy: 2.83 TB/s (streaming 3.04 TB/s between the two largest copies)" in res.output
 
 
 @pytest.mark.parametrize("kernel", ["onebit_error_compensate", "onebit_momentum", "onebit_update"])

@@ -25,7 +25,7 @@ from clustersim.calibration.network_fit import check_holdout, measured_cluster, 
 from clustersim.calibration.provenance import testbed_record
 from clustersim.calibration.run import read_raw
 from clustersim.errors import InputError
-from clustersim.units import format_bytes
+from clustersim.units import format_bytes, format_link_rate
 
 # The size check fits the sizes up to this fraction of the largest measured and predicts the rest: the
 # cut the evidence for SIZE_EXTRAPOLATION_SIGMA used (1/8; 87% of its held-out medians fell inside the
@@ -70,13 +70,9 @@ class _File:
     points: list
 
 
-def link_rate(gbps: float) -> str:
-    return f"{gbps:g} Gb/s" if gbps >= 1 else f"{gbps * 1000:g} Mb/s"
-
-
 def _describe(files: list[_File]) -> str:
     """Files as the title and ``held_out`` name them: each file's name, with its link rate where known."""
-    return ", ".join(f.label + (f" ({link_rate(f.rate_gbps)})" if f.rate_gbps else "") for f in files)
+    return ", ".join(f.label + (f" ({format_link_rate(f.rate_gbps)})" if f.rate_gbps else "") for f in files)
 
 
 def _identity(p) -> tuple:
@@ -89,7 +85,7 @@ def _load(paths: list[Path], cluster) -> tuple[list[_File], str, str]:
     names = [p.name for p in paths]
     for path in paths:
         raw = read_raw(path, embedded=True)
-        spec = measured_cluster(raw, cluster)
+        spec = measured_cluster(raw, cluster, str(path))
         if spec is None:
             raise InputError(
                 "the file does not say what network it ran on (topology.network); pass --cluster "

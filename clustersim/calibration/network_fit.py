@@ -40,6 +40,7 @@ from clustersim.errors import InputError
 from clustersim.io import first_error
 from clustersim.scenario import ClusterSpec
 from clustersim.topologies.cluster import GroupShape, build_cluster
+from clustersim.units import format_link_rate
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 REFERENCE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -423,11 +424,61 @@ def _as_params(stats: dict, source: str) -> NetworkParams:
 CPU_DEVICE = "CPU-2vCPU"
 
 
-def measured_cluster(raw: dict, override: ClusterSpec | None = None) -> ClusterSpec | None:
+# How far --cluster's NIC line rate may lie from the rate a raw file records before the two are taken for
+# different links: 1%. The fit takes any ratio between them for the links' efficiency (bw_eff), so it
+# moves every prediction on other links by that ratio; 1% is under a quarter of what the emulated
+# testbed's medians moved between sessions (log-sd 0.044 at 1-8 MiB, docs/calibration.md) and holds a
+# rate written to fewer figures (0.1995 against 0.2 Gb/s).
+LINK_RATE_TOLERANCE = 0.01
+
+
+def recorded_networks(raw: dict) -> list[tuple[str, dict]]:
+    """The network a raw file says its sweep ran over, as (key of its rate, {kind, line_rate_gbps}) for
+    each place that records one: the testbed's own record (``provenance.testbed``) and the sweep's
+    ``topology.network``."""
+    prov = raw.get("provenance") if isinstance(raw.get("provenance"), dict) else {}
+    topology = raw.get("topology") if isinstance(raw.get("topology"), dict) else {}
+    found = []
+    places = (("provenance.testbed", prov.get("testbed")), ("topology.network", topology.get("network")))
+    for key, net in places:
+        rate = net.get("line_rate_gbps") if isinstance(net, dict) else None
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+            kind = net.get("kind") if isinstance(net.get("kind"), str) else None
+            found.append((f"{key}.line_rate_gbps", {"kind": kind, "line_rate_gbps": float(rate)}))
+    return found
+
+
+def refuse_contradicting_cluster(raw: dict, cluster: ClusterSpec, raw_name: str = "the raw file") -> None:
+    """--cluster describes the links the sweep ran on: one whose NIC kind or line rate (beyond
+    LINK_RATE_TOLERANCE) differs from the network ``raw`` records is refused, naming both; a fit against
+    it would take the difference for the links' efficiency and misprice every cluster it is applied to."""
+    nic = cluster.nic
+    for key, net in recorded_networks(raw):
+        rate, kind = net["line_rate_gbps"], net["kind"]
+        if abs(nic.line_rate_gbps - rate) <= LINK_RATE_TOLERANCE * rate and kind in (None, nic.kind):
+            continue
+        ratio = max(rate, nic.line_rate_gbps) / min(rate, nic.line_rate_gbps)
+        theirs = f"{kind + ' at ' if kind else ''}{format_link_rate(rate)}"
+        raise InputError(
+            f"its NIC is {nic.kind} at {format_link_rate(nic.line_rate_gbps)}, but {raw_name} records that "
+            f"its sweep ran over {theirs} ({key})"
+            + (f", {ratio:,.3g}x apart" if ratio > 1 + LINK_RATE_TOLERANCE else "")
+            + ": the fit would take the difference for the links' efficiency and misprice every cluster; "
+            "leave --cluster out (the file records its network) or set its cluster.nic to "
+            f"kind {kind or nic.kind}, line_rate_gbps {rate:g}",
+            key="--cluster",
+        )
+
+
+def measured_cluster(
+    raw: dict, override: ClusterSpec | None = None, raw_name: str = "the raw file"
+) -> ClusterSpec | None:
     """The cluster a raw file was measured on: ``override`` (``--cluster``), else what the sweep
     recorded about its network (the emulated testbed records its NIC kind and shaped rate). None when
-    unknown: then only exact-shape fits are made, since efficiencies need the modelled links."""
+    unknown: then only exact-shape fits are made, since efficiencies need the modelled links. An
+    override that contradicts the recorded network is refused (refuse_contradicting_cluster)."""
     if override is not None:
+        refuse_contradicting_cluster(raw, override, raw_name)
         return override
     topo = raw.get("topology") or {}
     net = topo.get("network")

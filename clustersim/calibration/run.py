@@ -19,6 +19,7 @@ from pathlib import Path
 
 from clustersim.calibration.fit import build_profile
 from clustersim.calibration.microbench import run_local
+from clustersim.calibration.network_fit import refuse_contradicting_cluster
 from clustersim.calibration.profile import Profile, parse_profile
 from clustersim.calibration.provenance import provenance
 from clustersim.calibration.raw_file import check_raw
@@ -229,4 +230,6 @@ def fit_file(raw_path: Path, out: Path, cluster=None, command: str | None = None
             source=str(raw_path),
             key="collectives",
         )
+    if cluster is not None:  # before the fit, naming the file: the fit itself knows no file name
+        refuse_contradicting_cluster(raw, cluster, str(raw_path))
     return save_profile(raw, out, cluster, refit_by=command)

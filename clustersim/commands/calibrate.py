@@ -21,7 +21,7 @@ from clustersim.commands.support import (
 from clustersim.commands.support import ms as _ms
 from clustersim.errors import InputError
 from clustersim.io import check_writable_file, same_file
-from clustersim.units import format_bytes
+from clustersim.units import format_bytes, format_link_rate, format_rate
 
 calibrate_app = typer.Typer(
     help="Measure your own hardware (torch microbenchmarks, collectives, nccl-tests) "
@@ -39,6 +39,15 @@ ClusterOpt = typer.Option(
     help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
     "(nodes and GPUs per node are taken from each measurement). With it the collective "
     "model's parameters are fitted, so predictions at any scale use them.",
+)
+# calibrate fit and check read raw files, which may record the network they ran on
+RawClusterOpt = typer.Option(
+    None,
+    "--cluster",
+    help="Scenario file or preset whose `cluster` is the hardware the collectives ran on "
+    "(nodes and GPUs per node are taken from each measurement). With it the collective "
+    "model's parameters are fitted, so predictions at any scale use them. A file that records its "
+    "network (a testbed sweep) needs none; a NIC kind or line rate that contradicts it is refused.",
 )
 
 
@@ -200,14 +209,20 @@ def _refuse_options_of_the_other_mode(on_testbed: bool, given: dict) -> None:
 @user_errors
 def calibrate_fit(
     raw: Path = typer.Argument(
-        ..., help="Raw measurements (calibrate run --raw-out, or the torchrun sweep's --out)."
+        ...,
+        help="Raw measurement file (calibrate run --raw-out, with or without --testbed, or the torchrun "
+        "sweep's --raw --out).",
     ),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write (atomically)."),
-    cluster: Optional[str] = ClusterOpt,
+    cluster: Optional[str] = RawClusterOpt,
     json_out: bool = JsonOpt,
 ):
-    """Fit the collective model's parameters (per link class bandwidth and latency, per-op efficiency,
-    with their uncertainty), exact-shape segmented α-β fits and efficiency tables from raw measurements."""
+    """Fit a profile from a raw measurement file and write it to --out.
+
+    Fits the hardware rates the file holds, a segmented α-β fit and efficiency table per measured
+    collective shape and, where the file records its network or --cluster describes it, the collective
+    model's parameters (per link class bandwidth and latency, per-op efficiency, with their uncertainty)
+    that price any scale. A refused file writes nothing."""
     import sys
 
     from clustersim.calibration.run import fit_file
@@ -623,7 +638,7 @@ def calibrate_check(
     test_ranks: Optional[str] = typer.Option(
         None, "--test-ranks", help="Group sizes to predict, e.g. 8 (default: the largest)."
     ),
-    cluster: Optional[str] = ClusterOpt,
+    cluster: Optional[str] = RawClusterOpt,
     json_out: bool = JsonOpt,
 ):
     """How well does a calibration extrapolate? Fit the collective model on small groups, predict larger
@@ -676,12 +691,11 @@ def calibrate_check(
 def _check_title(result: dict, predicting: bool) -> str:
     """What `calibrate check` fitted and predicted: group sizes, and where the files are more than one
     or --predict names others, which files at which link rates."""
-    from clustersim.calibration.check import link_rate
 
     def at(files: list[dict], ranks: list[int]) -> str:
         rates = sorted({f["link_rate_gbps"] for f in files if f["link_rate_gbps"]})
         names = ", ".join(f["file"] for f in files)
-        rate = " and ".join(link_rate(r) for r in rates)
+        rate = " and ".join(format_link_rate(r) for r in rates)
         return f"{rate + ' at ' if rate else ''}{ranks} ranks ({names})"
 
     if result["mode"] == "message_sizes":
@@ -709,19 +723,34 @@ def _check_title(result: dict, predicting: bool) -> str:
 def calibrate_show(
     profile: str = typer.Argument(..., help="Profile file or builtin:NAME."), json_out: bool = JsonOpt
 ):
-    """Show a profile: provenance, measured rates, collective fits and their held-out accuracy."""
+    """Show a profile: what it measured, on what, and how well its fits hold.
+
+    Provenance, whether a collective and a network between nodes were measured (where not, collectives
+    are priced by the defaults), measured rates (memory and kernels in bytes/s, links and collectives
+    in bits/s), collective fits and their held-out accuracy. --json gives the profile's fields in the
+    units its format names (rates in GB/s, a fit's β in s per byte, line rates in Gb/s) and
+    network_coverage."""
     from clustersim.calibration.profile import load_profile
 
     p = load_profile(profile)
     if json_out:
-        emit_json(p.model_dump(exclude={"raw"}))
+        emit_json(_profile_json(p))
         return
     _print_profile(p)
 
 
+def _profile_json(profile) -> dict:
+    """A profile as --json prints it: its fields in the units the profile format documents (rates in GB/s,
+    a fit's β in seconds per byte, link rates in Gb/s), without the raw measurements, and
+    ``network_coverage``: whether a collective and a network were measured, and what the defaults price."""
+    from clustersim.calibration.coverage import network_coverage
+
+    return {**profile.model_dump(exclude={"raw"}), "network_coverage": network_coverage(profile)}
+
+
 def _written_profile(profile, out: Path, json_out: bool, note: str = "") -> None:
     if json_out:
-        emit_json(profile.model_dump(exclude={"raw"}))
+        emit_json(_profile_json(profile))
         return
     console.print(f"profile written to [bold]{out}[/]{note}")
     _print_profile(profile)
@@ -764,7 +793,9 @@ def _print_network(net) -> None:
     rows = []
     for name, value in net.parameters.items():
         kind = name.partition(".")[0]
-        unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, "{:.3f}")
+        # a factor to three decimals, three significant figures below 0.1 (0.00150, not 0.002)
+        factor = "{:.3f}" if value * math.exp(-1.2816 * sd[name]) >= 0.1 else "{:#.3g}"
+        unit, fmt = (1e6, "{:,.1f} µs") if kind in ("base_s", "hop_s") else (1.0, factor)
         rows.append([name, band(name, value, unit, fmt)])
     console.print(
         table(
@@ -774,6 +805,9 @@ def _print_network(net) -> None:
             rows,
         )
     )
+    links = _fitted_links(net)
+    if links:
+        console.print(links)
     algos = ", ".join(f"{k}: {v}" for k, v in net.algorithms.items()) or "NCCL's own choice (ring/tree)"
     console.print(
         f"algorithms: {algos}; scatter of medians about the model: {100 * net.residual_sigma:.1f}% (1σ)"
@@ -789,6 +823,25 @@ def _print_network(net) -> None:
         )
     else:
         console.print(_unchecked_extrapolation(net.shapes))
+
+
+def _fitted_links(net) -> str:
+    """The NIC the fit's network factor is relative to, and the rate it found: bw_eff.net_<kind> times
+    what such a NIC delivers in the model (its line rate x the kind's protocol efficiency, or its measured
+    rate). Empty where the fit measured no network between nodes."""
+    from clustersim.scenario import ClusterSpec
+    from clustersim.topologies.node import nic_bandwidth
+
+    spec = ClusterSpec.model_validate(net.cluster)
+    factor = net.parameters.get(f"bw_eff.net_{spec.nic.kind}")
+    if factor is None:
+        return ""
+    nic, modelled = spec.nic, nic_bandwidth(spec)
+    return (
+        f"network links: {nic.count} x {nic.kind} NIC at {format_link_rate(nic.line_rate_gbps)} line rate "
+        f"per node; fitted rate per NIC {format_rate(factor * modelled, bits=True)} "
+        f"(bw_eff.net_{nic.kind} {factor:.3g} x the modelled {format_rate(modelled, bits=True)})"
+    )
 
 
 def _unchecked_extrapolation(shapes) -> str:
@@ -892,7 +945,7 @@ def _measured_on(prov) -> list[str]:
             f"testbed: emulated, not real NICs: {tb.hosts or unknown} hosts ({tb.emulated}); "
             f"machine {machine or unknown}"
         )
-        rate = f"{tb.line_rate_gbps * 1000:,.4g} Mb/s" if tb.line_rate_gbps else unknown
+        rate = format_link_rate(tb.line_rate_gbps) if tb.line_rate_gbps else unknown
         how = f" shaped with tc {tb.shaper}" if tb.shaper else ""
         lines.append(f"  link per host: {rate} ({tb.kind or 'kind ' + unknown}){how}")
         lines.append(f"  CPU per host: {_cpu_share(tb)}")
@@ -936,8 +989,29 @@ def _cpu_share(tb) -> str:
     return text
 
 
+def _print_coverage(p) -> None:
+    """One line saying what of the network the profile measured: in yellow where no network between
+    nodes was (a one-GPU profile prices every collective by the defaults)."""
+    from clustersim.calibration.coverage import network_coverage
+
+    cov = network_coverage(p)
+    line = f"network: {cov['summary']}"
+    console.print(line if cov["network_measured"] else f"[yellow]{line}[/]", soft_wrap=True)
+
+
+def _gbs(gbs: float) -> str:
+    """A rate the profile stores in GB/s (memory, kernels, host copies), as format_rate prints bytes."""
+    return format_rate(gbs * 1e9, bits=False)
+
+
+def _busbw(gbs: float) -> str:
+    """A bus bandwidth the profile stores in GB/s, in bits per second as a link's rate is quoted."""
+    return format_rate(gbs * 1e9, bits=True)
+
+
 def _print_profile(p) -> None:
     _print_provenance(p)
+    _print_coverage(p)
     if p.matmul_tflops:
         console.print(
             table(
@@ -948,14 +1022,14 @@ def _print_profile(p) -> None:
         )
     if p.memory_gbs:
         stream = p.copy_stream_gbs
-        between = f" (streaming {stream:,.1f} GB/s between the two largest copies)" if stream else ""
-        console.print(f"memory copy: {p.memory_gbs:,.1f} GB/s{between}")
+        between = f" (streaming {_gbs(stream)} between the two largest copies)" if stream else ""
+        console.print(f"memory copy: {_gbs(p.memory_gbs)}{between}")
     if p.kernels_gbs:
         console.print(
             table(
                 "Kernels (bytes as the cost model counts them / measured time)",
-                ["kernel", "GB/s"],
-                [[k, f"{v:,.1f}"] for k, v in p.kernels_gbs.items()],
+                ["kernel", "rate"],
+                [[k, _gbs(v)] for k, v in p.kernels_gbs.items()],
             )
         )
     if p.host.cpu_adam_params_per_s:
@@ -970,8 +1044,8 @@ def _print_profile(p) -> None:
         console.print(
             table(
                 "Host<->device copies",
-                ["kind", "GB/s"],
-                [[k, f"{v:,.2f}"] for k, v in p.host.copy_gbs.items()],
+                ["kind", "rate"],
+                [[k, _gbs(v)] for k, v in p.host.copy_gbs.items()],
             )
         )
     if p.compute_phases:
@@ -996,7 +1070,7 @@ def _print_profile(p) -> None:
             q = f.quality
             seg = "; ".join(
                 f"≥{format_bytes(s[0]) if s[0] else '0 B'}: {_alpha(s[1])}, "
-                + (f"{1 / s[2] / 1e9:,.2f} GB/s" if s[2] > 1e-13 else "latency-bound")
+                + (format_rate(1 / s[2], bits=True) if s[2] > 1e-13 else "latency-bound")
                 for s in f.segments
             )
             held = (
@@ -1022,7 +1096,7 @@ def _print_profile(p) -> None:
             )
         console.print(
             table(
-                "Collective fits (time = α + bytes/bandwidth per segment)",
+                "Collective fits (time = α + bytes/bandwidth per segment, bandwidth in message bits/s)",
                 ["op", "nodes x ranks", "segments", "fit RMS", "held-out max"],
                 rows,
             )
@@ -1039,12 +1113,13 @@ def _print_profile(p) -> None:
             shown = sizes[:: -(-len(sizes) // 7)]  # at most 7 columns
             console.print(
                 table(
-                    "Measured bus bandwidth by size, GB/s (per-size efficiency table)",
-                    ["op", *[format_bytes(s).replace(".00", "") for s in shown]],
+                    "Measured bus bandwidth by size, bits per second (per-size efficiency table)",
+                    ["op", "nodes x ranks", *[format_bytes(s).replace(".00", "") for s in shown]],
                     [
                         [
                             f.op,
-                            *[next((f"{b:,.2f}" for s, b in f.busbw_by_size if s == x), "-") for x in shown],
+                            f"{f.nodes}x{f.gpus_per_node}",
+                            *[next((_busbw(b) for s, b in f.busbw_by_size if s == x), "-") for x in shown],
                         ]
                         for f in p.collectives
                     ],
