@@ -357,8 +357,9 @@ class WorkloadSpec(_Strict):
         ge=0,
         lt=1,
         description="transformers with fused attention: the dropout probability on the attention scores, "
-        "which the kernel draws one random number per score for (a slower kernel). Default: the code's "
-        "(Hugging Face's configs: 0.1 for BERT and GPT-2, 0 for LLaMA; other code 0)",
+        "which the kernel draws one random number per score for (a slower kernel). Default: Hugging Face's "
+        "configs' (0.1 for BERT and GPT-2, 0 for LLaMA); 0 for other code, an assumption (Megatron-LM "
+        "defaults to 0.1, recipes differ): say it when the recipe is known",
     )
     memory_format: Literal["channels_last", "contiguous"] = Field(
         "channels_last",

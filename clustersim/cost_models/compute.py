@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from clustersim import catalog
 from clustersim.calibration.profile import Profile
-from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults
+from clustersim.catalog import BYTES_PER_ELEMENT, GpuSpec, hardware_defaults, storage_precision
 from clustersim.cost_models import attention as attention_rates
 from clustersim.workloads.layers import Kernel
 
@@ -52,7 +52,7 @@ class DeviceCosts:
         execution: str = "eager",
         unfused_pointwise: bool = False,
         implementation: str | None = None,
-        attention_kernel: str = "cudnn",
+        attention_kernel: str | None = None,
         attention_dropout: bool = False,
     ):
         """``unfused_pointwise``: the model is plain PyTorch code (Scenario.pointwise_code), whose
@@ -65,7 +65,7 @@ class DeviceCosts:
         (cost_models/attention.py)."""
         self.gpu = gpu
         # fused attention at its library's published rate on the chips it was measured on; elsewhere
-        # (no published curves) at the GEMM rate, as a kernel of tensor-core matmuls
+        # (no published curves), or with no library named, at the GEMM rate
         self.attention_kernel = attention_kernel if attention_rates.has_curves(gpu.chip) else None
         self.attention_dropout = attention_dropout
         self.profile = profile
@@ -200,7 +200,11 @@ class DeviceCosts:
             precision = kernel.precision
         if kernel.name in self.kernel_bw:
             return kernel.bytes / self.kernel_bw[kernel.name]
-        if kernel.attention is not None and self.attention_kernel is not None and precision != "fp32":
+        if (
+            kernel.attention is not None
+            and self.attention_kernel is not None
+            and BYTES_PER_ELEMENT[storage_precision(precision)] <= 2
+        ):  # fused attention runs on 16-bit (or FP8 training's bf16) tensors; fp32 and tf32 do not
             return self._fused_attention_time(kernel, precision)
         unaligned = kernel.alignment_bytes < 16 and precision != "fp32"
         # a calibration's GEMMs are aligned shapes: an unaligned one keeps its class's own rate
@@ -246,7 +250,7 @@ class DeviceCosts:
         mask), or HBM's if it moves more bytes than that takes; fp8 attention runs in 16 bits."""
         shape = kernel.attention
         fraction = attention_rates.peak_fraction(self.attention_kernel, shape, self.attention_dropout)
-        flops = kernel.flops * (0.5 if shape.causal else 1.0)
+        flops = attention_rates.counted_flops(kernel.flops, shape)
         rate = self.gpu.peak_flops("bf16" if "bf16" in self.gpu.peak_tflops else "fp16") * fraction
         fixed = self.launches(kernel) * self.kernel_overhead_s
         return fixed + max(flops / rate, kernel.bytes / self.memory_rate)

@@ -360,6 +360,20 @@ def _check_layer_count(scenario: Scenario) -> None:
         )
 
 
+def device_costs(scenario: Scenario, gpu, profile: Profile | None = None) -> DeviceCosts:
+    """The device's costs for this scenario's code on ``gpu``: its execution mode, pointwise code,
+    implementation and fused-attention library, with ``profile``'s measurements where given."""
+    return DeviceCosts(
+        gpu,
+        profile,
+        scenario.workload.execution,
+        scenario.pointwise_code == "unfused",
+        scenario.implementation,
+        scenario.attention_kernel,
+        scenario.attention_dropout > 0,
+    )
+
+
 def build_context(
     scenario: Scenario, profile: Profile | str | None = None, perturbation: Perturbation | None = None
 ) -> SimulationContext:
@@ -380,15 +394,7 @@ def build_context(
     tensor = scenario.training.parallelism.tensor
     workload = build_workload(scenario.workload, unfused, scenario.vocab_multiple, tensor)
     execution = scenario.workload.execution
-    device = DeviceCosts(
-        gpu,
-        prof,
-        execution,
-        unfused,
-        scenario.implementation,
-        scenario.attention_kernel,
-        scenario.attention_dropout > 0,
-    )
+    device = device_costs(scenario, gpu, prof)
     c = scenario.cluster
     measured_on = prof.network.cluster if prof is not None and prof.network is not None else None
     measured = MeasuredCollectives.for_cluster(prof.collectives, c, measured_on) if prof else None
@@ -430,6 +436,7 @@ def build_context(
         ctx.notes.append(device_note)
     ctx.notes.extend(_thread_notes(ctx, _profile_label(ref, prof)))
     ctx.notes.extend(_ignored_workload_keys(scenario))
+    ctx.notes.extend(_unused_attention_keys(ctx))
     ctx.notes.extend(_ignored_training_keys(scenario))
     unmeasured = _unmeasured_code_note(scenario, prof)
     if unmeasured:
@@ -465,6 +472,27 @@ def build_context(
         compute_only = ctx.phases is not None and ctx.phases.compute_only
         device.stream_scale = 0.0 if compute_only else perturbation.compute_scale
     return ctx
+
+
+def _unused_attention_keys(ctx: SimulationContext) -> list[str]:
+    """A note when workload.attention_kernel or attention_dropout, set on a transformer, prices nothing:
+    attention that is not fused, a chip with no published rates of fused kernels, or measured phases
+    or a measured model that price the step's compute (a setting that changes nothing says so)."""
+    spec = ctx.scenario.workload
+    said = sorted({"attention_kernel", "attention_dropout"} & spec.model_fields_set)
+    if not said or spec.model is None or catalog.model(spec.model).family == "resnet":
+        return []
+    keys = " and ".join(f"workload.{k}" for k in said)
+    if spec.attention != "fused":
+        why = f"workload.attention is {spec.attention}: no fused kernel runs"
+    elif ctx.device.attention_kernel is None:
+        chip = ctx.gpu.chip
+        why = f"no published rates of fused attention kernels exist for the {chip}: it runs at the GEMM rate"
+    elif ctx.model_compute is not None or ctx.phases is not None:
+        why = "the profile's measured step prices the model's compute"
+    else:
+        return []
+    return [f"{keys}: not used ({why})"]
 
 
 def _ignored_workload_keys(scenario) -> list[str]:

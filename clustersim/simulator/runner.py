@@ -13,12 +13,13 @@ import numpy as np
 from clustersim import catalog
 from clustersim.calibration.profile import Profile, load_profile
 from clustersim.catalog import ResNetArch, TransformerArch
+from clustersim.cost_models.attention import kernel_name
 from clustersim.cost_models.kernel_bytes import CLIP_BYTES, CLIP_KERNELS_PER_TENSOR, UPDATE_BYTES
 from clustersim.errors import InputError
 from clustersim.identifiers import Category, PlacementKind, Stream
 from clustersim.scenario import Scenario
 from clustersim.simulator import engine_batched
-from clustersim.simulator.context import SimulationContext, build_context
+from clustersim.simulator.context import SimulationContext, build_context, device_costs
 from clustersim.simulator.culprit import culprit, culprit_source
 from clustersim.simulator.engine import Engine, RunawaySimulation
 from clustersim.simulator.host import page_fault_source
@@ -559,13 +560,6 @@ _ATTENTION_PATHS = {
 }
 
 
-_ATTENTION_KERNELS = {
-    "flash2": "FlashAttention-2",
-    "cudnn": "cuDNN's fused attention",
-    "flash3": "FlashAttention-3",
-}
-
-
 def _attention_source(ctx: SimulationContext) -> str:
     """How a transformer's attention was priced, and whether the scenario said so: for a fused kernel,
     the library's published rate where the chip has one (cost_models/attention.py), else the GEMM rate."""
@@ -583,7 +577,7 @@ def _attention_source(ctx: SimulationContext) -> str:
     dropout = scenario.attention_dropout
     drop = f", dropout {dropout:g} in the kernel" if dropout > 0 else ""
     return (
-        f"{text}; {_ATTENTION_KERNELS[kernel]} ({said}) at its published rate for the shape{drop} "
+        f"{text}; {kernel_name(kernel)} ({said}) at its published rate for the shape{drop} "
         "(catalogs/attention_kernels.yaml)"
     )
 
@@ -866,13 +860,12 @@ def _parallelism_summary(ctx: SimulationContext, program, times) -> dict:
 
 
 def _gpu_factor(ctx: SimulationContext, name: str) -> float:
-    """How much longer forward and backward take on catalog GPU ``name`` than on the cluster's GPU."""
-    from clustersim import catalog
-    from clustersim.cost_models.compute import DeviceCosts
-
-    other = DeviceCosts(catalog.gpu(name))
+    """How much longer forward and backward take on catalog GPU ``name`` than on the cluster's GPU, both
+    priced the same way (the scenario's code, no profile: a profile measured the cluster's GPU only)."""
+    mine_device = device_costs(ctx.scenario, ctx.gpu)
+    other = device_costs(ctx.scenario, catalog.gpu(name))
     layers = ctx.workload.layers
-    mine = sum(ctx.device.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
+    mine = sum(mine_device.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
     theirs = sum(other.kernels_time(x.forward + x.backward, ctx.precision) for x in layers)
     return theirs / mine if mine > 0 else 1.0
 
