@@ -4,6 +4,7 @@ and writes that never leave half a file behind."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -416,6 +417,20 @@ def check_depth(data: Any, source: str | None = None) -> Any:
     return data
 
 
+def non_finite_at(data: Any) -> str | None:
+    """The dotted key of the first NaN or infinity in parsed JSON (json reads NaN and Infinity), or None:
+    for files whose every value is kept and written back (a stored testbed run), not only those a
+    schema checks."""
+    stack: list[tuple[Any, tuple]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return ".".join(shown_key(p) for p in path) or "(top level)"
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack.extend((v, (*path, k)) for k, v in reversed(list(items)))
+    return None
+
+
 def _path_key(path: tuple) -> str | None:
     """A key path as an error names it (``training.optimizer_options``), its first two parts: the
     section a value sits under, not a list index deep inside it. None at the top level."""
@@ -512,11 +527,16 @@ def check_writable_file(path: Path, inputs: Iterable[str | Path | None] = ()) ->
                 f"is also this command's input{also}; writing it would replace it: give another file",
                 source=str(path),
             )
-    if path.is_dir():
-        raise InputError("is a folder; give a file name", source=str(path))
-    if not path.parent.is_dir():
-        what = "is not a folder" if path.parent.exists() else "does not exist"
-        raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    try:  # stat raises PermissionError (not False) under a folder this process may not search
+        if path.is_dir():
+            raise InputError("is a folder; give a file name", source=str(path))
+        if not path.parent.is_dir():
+            what = "is not a folder" if path.parent.exists() else "does not exist"
+            raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    except OSError as exc:
+        raise InputError(
+            f"cannot write ({exc.strerror or exc.__class__.__name__}); nothing written", source=str(path)
+        ) from None
     if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only folder or file system, said up front
         raise InputError(f"cannot write: {path.parent} is not writable; nothing written", source=str(path))
     return path
