@@ -644,8 +644,10 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
         plain_update.say = plain.say  # a stage after the counted work (say_stage)
         try:
             yield plain_update
-        finally:
-            plain.close()
+        except BaseException:  # as spinner: work that ended in an error did not finish, so no "done"
+            plain.close(finished=False)  # line above the error's one line
+            raise
+        plain.close()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
