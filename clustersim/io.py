@@ -358,8 +358,26 @@ def read_input_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        for magic, kind, tool in _COMPRESSED:
+            if data.startswith(magic):
+                raise InputError(
+                    f"is {kind}-compressed, not text: decompress it first ({tool}), whatever its name says",
+                    source=str(path),
+                ) from None
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"not UTF-8 text (an invalid byte on line {line})", source=str(path)) from None
+
+
+# Compressed files given as inputs (a results.csv.gz renamed results.csv, a profile.json.gz saved as
+# profile.json): their magic numbers (RFC 1952 for gzip, the bzip2, xz, Zstandard and ZIP formats'
+# own), read only once a file has failed to decode as UTF-8 (none of them decodes).
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gunzip"),
+    (b"BZh", "bzip2", "bunzip2"),
+    (b"\xfd7zXZ\x00", "xz", "unxz"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
 
 
 def check_depth(data: Any, source: str | None = None) -> Any:
