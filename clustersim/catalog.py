@@ -721,6 +721,11 @@ def user_catalogs(paths: Iterable[str | Path] | None) -> Iterator[None]:
     new_models: dict[str, ModelArch] = {}
     for p in paths or ():
         g, m = read_user_catalog(p)
+        if not g and not m:  # given to add entries, it adds none: the wrong file, or one not yet written
+            raise InputError(
+                "has no GPU or model entries (empty, or only comments?): nothing to add to the catalog",
+                source=str(p),
+            )
         new_gpus.update(g)
         new_models.update(m)
     with user_entries(new_gpus, new_models):

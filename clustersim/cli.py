@@ -706,7 +706,7 @@ def compare(
             baseline=base,
             global_batch=global_batch,
         )
-    _some_simulated(rows, s)
+        _some_simulated(rows, s)  # inside: not one cell simulated is an error, not work done
     with spinner("compare") as say:
         if at:
             say(f"break-even bandwidth at {at:,} GPUs")

@@ -4,6 +4,7 @@ and writes that never leave half a file behind."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -357,8 +358,26 @@ def read_input_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        for magic, kind, tool in _COMPRESSED:
+            if data.startswith(magic):
+                raise InputError(
+                    f"is {kind}-compressed, not text: decompress it first ({tool}), whatever its name says",
+                    source=str(path),
+                ) from None
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"not UTF-8 text (an invalid byte on line {line})", source=str(path)) from None
+
+
+# Compressed files given as inputs (a results.csv.gz renamed results.csv, a profile.json.gz saved as
+# profile.json): their magic numbers (RFC 1952 for gzip, the bzip2, xz, Zstandard and ZIP formats'
+# own), read only once a file has failed to decode as UTF-8 (none of them decodes).
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gunzip"),
+    (b"BZh", "bzip2", "bunzip2"),
+    (b"\xfd7zXZ\x00", "xz", "unxz"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
 
 
 def check_depth(data: Any, source: str | None = None) -> Any:
@@ -414,6 +433,20 @@ def check_depth(data: Any, source: str | None = None) -> Any:
         open_.discard(key)
         done[key] = (height, values)
     return data
+
+
+def non_finite_at(data: Any) -> str | None:
+    """The dotted key of the first NaN or infinity in parsed JSON (json reads NaN and Infinity), or None:
+    for files whose every value is kept and written back (a stored testbed run), not only those a
+    schema checks."""
+    stack: list[tuple[Any, tuple]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return ".".join(shown_key(p) for p in path) or "(top level)"
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack.extend((v, (*path, k)) for k, v in reversed(list(items)))
+    return None
 
 
 def _path_key(path: tuple) -> str | None:
@@ -512,11 +545,16 @@ def check_writable_file(path: Path, inputs: Iterable[str | Path | None] = ()) ->
                 f"is also this command's input{also}; writing it would replace it: give another file",
                 source=str(path),
             )
-    if path.is_dir():
-        raise InputError("is a folder; give a file name", source=str(path))
-    if not path.parent.is_dir():
-        what = "is not a folder" if path.parent.exists() else "does not exist"
-        raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    try:  # stat raises PermissionError (not False) under a folder this process may not search
+        if path.is_dir():
+            raise InputError("is a folder; give a file name", source=str(path))
+        if not path.parent.is_dir():
+            what = "is not a folder" if path.parent.exists() else "does not exist"
+            raise InputError(f"cannot write: {path.parent} {what}", source=str(path))
+    except OSError as exc:
+        raise InputError(
+            f"cannot write ({exc.strerror or exc.__class__.__name__}); nothing written", source=str(path)
+        ) from None
     if not os.access(path.parent, os.W_OK | os.X_OK):  # a read-only folder or file system, said up front
         raise InputError(f"cannot write: {path.parent} is not writable; nothing written", source=str(path))
     return path

@@ -36,7 +36,7 @@ def test_a_raw_file_with_nothing_to_fit_is_refused(tmp_path, sweep, empty):
 
 
 def test_one_rank_collectives_alone_are_nothing_to_fit(tmp_path, sweep):
-    sweep["collectives"] = [{**r, "nodes": 1} for r in sweep["collectives"] if r["nodes"] == 2]
+    sweep["collectives"] = [{**r, "nodes": 1, "ranks": 1} for r in sweep["collectives"] if r["nodes"] == 2]
     raw, out = tmp_path / "raw.json", tmp_path / "p.json"
     raw.write_text(json.dumps({**sweep, "topology": {"nodes": 1, "gpus_per_node": 1}}))
     refused(invoke("calibrate", "fit", raw, "--out", out), str(raw), "collectives", "nothing to fit")

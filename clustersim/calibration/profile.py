@@ -89,7 +89,26 @@ HostGbs = Annotated[Number, Field(gt=0), _rate("host_dram_gbs", "GB/s of host me
 #: a measured duration: 1 ns to a day
 MeasuredSeconds = Annotated[Number, Field(gt=0), AfterValidator(_measured_time)]
 #: a fitted time or a time per unit that may be 0: at most a day
-Seconds = Annotated[float, Field(ge=0), AfterValidator(_time_at_most_a_day)]
+Seconds = Annotated[Number, Field(ge=0), AfterValidator(_time_at_most_a_day)]
+
+
+# CPU Adam reads at least a parameter, its gradient and two moments per parameter (4 x fp32: 16 bytes)
+# from host memory each step, so no host updates more parameters per second than the fastest host DRAM
+# (hardware_defaults.yaml limits.host_dram_gbs) streams 16-byte records: 2.5e11 at 4,000 GB/s.
+ADAM_BYTES_PER_PARAM = 16
+
+
+def _adam_rate(value: float) -> float:
+    top = limit("host_dram_gbs") * 1e9 / ADAM_BYTES_PER_PARAM
+    if value > top:
+        raise ValueError(
+            f"{value:g} parameters/s is beyond any host (at most {top:.3g}: host_dram_gbs / "
+            f"{ADAM_BYTES_PER_PARAM} bytes read per parameter; {LIMITS_SOURCE})"
+        )
+    return value
+
+
+AdamRate = Annotated[Number, Field(gt=0), AfterValidator(_adam_rate)]
 
 
 # Linux's largest CPU count (CONFIG_MAXSMP: NR_CPUS 8,192): no torch process runs more intra-op threads.
@@ -504,7 +523,7 @@ class GemmModel(_Strict):
 class HostMeasurements(_Strict):
     """Host-side rates (CPU optimizer offload, staging copies)."""
 
-    cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], Positive] = Field(
+    cpu_adam_params_per_s: dict[Annotated[int, Field(gt=0)], AdamRate] = Field(
         default_factory=dict, description="by thread count"
     )
     copy_gbs: dict[str, HostGbs] = Field(default_factory=dict, description="h2d/d2h, pinned/pageable")
@@ -601,8 +620,8 @@ class PhaseMeasurement(_Strict):
 
     host_s: Linear = Field(description="host dispatch time of the phase (profiler overhead removed)")
     device_s: Linear = Field(description="device busy time of the phase (sum of its kernels)")
-    kernels: int = Field(ge=0, description="kernels launched by the phase")
-    ops: int | None = Field(None, ge=0, description="ops the phase's host threads ran (profiler records)")
+    kernels: Count = Field(ge=0, description="kernels launched by the phase")
+    ops: Count | None = Field(None, ge=0, description="ops the phase's host threads ran (profiler records)")
     wall_s: Linear | None = Field(None, description="the phase's measured wall time (synchronised), if timed")
 
     def device_time(self, b: float, device: str) -> float:
@@ -618,10 +637,10 @@ class PhaseMeasurement(_Strict):
 class ModelHoldout(_Strict):
     """One measured micro-batch left out of the fit and predicted from it."""
 
-    micro_batch: int = Field(gt=0)
-    measured_s: float = Field(gt=0)
-    predicted_s: float = Field(gt=0)
-    rel_error: float
+    micro_batch: Count = Field(gt=0)
+    measured_s: Number = Field(gt=0)
+    predicted_s: Number = Field(gt=0)
+    rel_error: Number
 
 
 class ModelCompute(_Strict):
@@ -629,8 +648,8 @@ class ModelCompute(_Strict):
     host dispatch and device time as functions of the micro-batch at one sequence length."""
 
     model: str = Field(description="catalog model name (or the user's label) the scenario names")
-    seq_len: int = Field(gt=0, description="sequence length measured (ResNet: image side)")
-    micro_batches: list[int] = Field(description="the micro-batch sizes measured (and fitted)")
+    seq_len: Count = Field(gt=0, description="sequence length measured (ResNet: image side)")
+    micro_batches: list[Count] = Field(description="the micro-batch sizes measured (and fitted)")
     forward: PhaseMeasurement
     backward: PhaseMeasurement
     optimizer: PhaseMeasurement
@@ -650,15 +669,16 @@ class DispatchRates(_Strict):
     launched kernel (forward runs Python; backward runs the autograd engine's C++ thread), the
     device's fixed cost per kernel, and the optimizer's host time per parameter tensor."""
 
-    host_s_per_kernel_forward: float = Field(gt=0)
-    host_s_per_kernel_backward: float = Field(gt=0)
-    host_s_per_op_backward: float | None = Field(
-        None, gt=0, description="the backward's host time per autograd op it ran (None: not measured)"
+    # measured times (1 ns to a day, as every time a profile holds), never true/false or 1e308 s
+    host_s_per_kernel_forward: MeasuredSeconds
+    host_s_per_kernel_backward: MeasuredSeconds
+    host_s_per_op_backward: MeasuredSeconds | None = Field(
+        None, description="the backward's host time per autograd op it ran (None: not measured)"
     )
-    device_s_per_kernel: float = Field(ge=0)
-    host_s_per_param_tensor: float = Field(ge=0, description="optimizer step + zero_grad, per tensor")
+    device_s_per_kernel: Seconds
+    host_s_per_param_tensor: Seconds = Field(description="optimizer step + zero_grad, per tensor")
     fingerprint: Fingerprint
-    spread_rel: float = Field(0.0, ge=0, description="p10-p90 half-width of the measurements, relative")
+    spread_rel: Number = Field(0.0, ge=0, description="p10-p90 half-width of the measurements, relative")
     source: str = ""
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from clustersim.catalog import MAX_COUNT, Count, Number, hardware_defaults
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.io import first_error, non_finite_at
 
 # A measured time: at least 1 ns (below the resolution of any timer a benchmark uses: perf_counter and
 # CUDA events resolve ~0.5 us) and at most 1e6 s (the simulator's limit on one iteration).
@@ -68,6 +68,9 @@ class CollectiveRecord(_Record):
     op: str
     nodes: Count = Field(gt=0)
     gpus_per_node: Count = Field(gt=0)
+    # the group's size as the measuring tools write it (nodes x gpus_per_node): kept in the profile, so
+    # checked as the count it is (check_raw: equal to that product)
+    ranks: Count | None = Field(None, gt=0)
     bytes: Amount
     median_s: Seconds
     # finite, of either sign: files measured before timing.summarize kept its percentiles within the
@@ -150,11 +153,22 @@ def _check_testbed(data: dict, source: str) -> None:
 
 def check_raw(data: dict, source: str) -> None:
     """Refuse a raw file the fits cannot use, naming ``source`` and the record's key."""
+    where = non_finite_at(data)  # in a key no schema reads too: the profile keeps the records whole
+    if where is not None:
+        raise InputError("not a finite number (NaN or Infinity)", source=source, key=where)
     try:
         raw = RawFile.model_validate(data)
     except ValidationError as exc:
         key, msg = first_error(exc)
         raise InputError(msg, source=source, key=key) from None
+    for i, r in enumerate(raw.collectives or []):
+        if r.ranks is not None and r.ranks != r.nodes * r.gpus_per_node:
+            raise InputError(
+                f"{r.ranks} ranks, but {r.nodes} nodes x {r.gpus_per_node} GPUs per node are "
+                f"{r.nodes * r.gpus_per_node}",
+                source=source,
+                key=f"collectives.{i}.ranks",
+            )
     _check_topology(raw.topology, source)
     _check_testbed(data, source)
     groups: dict[tuple, dict[float, int]] = {}

@@ -231,6 +231,19 @@ def user_errors(fn):
                 return fn(*args, **kwargs)
         except InputError as exc:
             fail(str(exc))
+        except OSError as exc:
+            # a file the checks did not foresee failing (a folder made unreadable, a disk gone): the
+            # file and what the system said, one line, instead of a traceback; other OSErrors (no file
+            # named) are faults of this program and keep theirs
+            if exc.filename is None or isinstance(exc, BrokenPipeError):
+                raise
+            fail(
+                str(
+                    InputError(
+                        f"cannot access ({exc.strerror or exc.__class__.__name__})", source=str(exc.filename)
+                    )
+                )
+            )
 
     return wrapper
 
@@ -631,8 +644,10 @@ def progress_bar(label: str, unit: str = "", total: int | None = None, disabled:
         plain_update.say = plain.say  # a stage after the counted work (say_stage)
         try:
             yield plain_update
-        finally:
-            plain.close()
+        except BaseException:  # as spinner: work that ended in an error did not finish, so no "done"
+            plain.close(finished=False)  # line above the error's one line
+            raise
+        plain.close()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

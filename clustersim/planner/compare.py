@@ -391,6 +391,12 @@ def compare(
     other work call it first)."""
     request = check_request(scenario, optimizers, gpu_counts, steps, baseline, warmup, global_batch, 0)
     plan, base_name, optimizers = request.plan, request.baseline, request.optimizers
+    if isinstance(profile, str):
+        # a bad profile is every cell's error: refused once, naming its file and key, not as each cell's
+        # reason without them ("no optimizer ... could be simulated: Input should be a finite number")
+        from clustersim.calibration.profile import load_profile
+
+        load_profile(profile)
     w = warmup_fraction(scenario, plan and plan.of(scenario.training.optimizer, base_name), warmup)
     rows: list[CompareRow] = []
     for gpus in gpu_counts:

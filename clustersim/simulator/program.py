@@ -156,6 +156,13 @@ class Program:
         )  # fmt: skip
         return i
 
+    def refuse_beyond(self, more: int) -> None:
+        """Raise ProgramTooLarge now if ``more`` ops (a lower bound on what the builder is about to add)
+        cannot fit the budget: the same refusal the op that crosses it would raise, without building
+        hundreds of thousands of ops first."""
+        if len(self.ops) + more > self._limit:
+            raise ProgramTooLarge(self._limit)
+
     def last_on(self, stream: str, rank: int = 0) -> int | None:
         for op in reversed(self.ops):
             if op.stream == stream and op.rank == rank:

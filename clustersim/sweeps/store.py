@@ -254,26 +254,35 @@ def _listing(folder: Path) -> list[Path]:
 
 def _whole_lines_end(path: Path) -> int:
     """The length of ``path`` up to and including its last newline: what a crash or a full disk left
-    whole (a last line without its newline was cut short)."""
-    with path.open("rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        end = fh.tell()
-        if end == 0:
-            return 0
-        fh.seek(end - 1)
-        if fh.read(1) == b"\n":
-            return end
-        # the cut line is at most one batch of rows long: look back in blocks, not at the whole file
-        block = 1 << 16
-        pos = end
-        while pos > 0:
-            start = max(0, pos - block)
-            fh.seek(start)
-            nl = fh.read(pos - start).rfind(b"\n")
-            if nl >= 0:
-                return start + nl + 1
-            pos = start
+    whole (a last line without its newline was cut short). A file this process may not read is one
+    line naming it (PermissionError ended a report in a traceback)."""
+    try:
+        with path.open("rb") as fh:
+            return _whole_lines_in(fh)
+    except OSError as exc:
+        raise InputError(f"cannot read ({_why(exc)})", source=str(path)) from None
+
+
+def _whole_lines_in(fh) -> int:
+    """_whole_lines_end of an open file."""
+    fh.seek(0, os.SEEK_END)
+    end = fh.tell()
+    if end == 0:
         return 0
+    fh.seek(end - 1)
+    if fh.read(1) == b"\n":
+        return end
+    # the cut line is at most one batch of rows long: look back in blocks, not at the whole file
+    block = 1 << 16
+    pos = end
+    while pos > 0:
+        start = max(0, pos - block)
+        fh.seek(start)
+        nl = fh.read(pos - start).rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
 
 
 def _drop_cut_line(path: Path) -> None:
@@ -365,7 +374,9 @@ def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
         try:
             x = float(v)
         except ValueError:
-            if k not in axes:
+            # an axis of names (gpu, fabric, ...) holds text; a metric column never does, even where it
+            # is also an axis (nic_gbps, nic_count: a report formats them as numbers)
+            if k not in axes or k in METRICS:
                 raise InputError(f"line {line}: {k} {v!r} is not a number", source=str(csv_path)) from None
             typed[k] = v  # an axis of names (gpu, fabric, ...)
             continue
@@ -377,7 +388,33 @@ def _typed_row(r: dict[str, str], axes: set, csv_path: Path) -> dict[str, Any]:
             typed[k] = int(v)
         else:
             typed[k] = int(x) if k in _INTS and x.is_integer() else x
+    if typed["status"] == "ok":
+        _check_ran(typed, line, csv_path)
     return typed
+
+
+# What simulate_row writes in every row that ran (status ok), which reports divide by and format: a
+# row of a hand-edited file without one, or with a count that is not a positive whole number or a time
+# or rate of zero, is refused with its line (it ended in ZeroDivisionError or a TypeError).
+_RAN_COUNTS = ("world_size", "nodes", "gpus_per_node")
+_RAN_TEXT = ("gpu", "optimizer")
+_RAN_POSITIVE = ("iteration_time_s", "samples_per_s")
+
+
+def _check_ran(row: dict[str, Any], line: int, csv_path: Path) -> None:
+    for k in (*_RAN_COUNTS, *_RAN_TEXT, *_RAN_POSITIVE):
+        if k not in row:  # a column this file has not got (an older file): REQUIRED_COLUMNS says which must
+            continue
+        v = row[k]
+        if v is None:
+            why = "is empty in a row that ran (status ok)"
+        elif k in _RAN_COUNTS and (not isinstance(v, int) or v < 1):
+            why = f"is {v}, not a positive whole number"
+        elif k in _RAN_POSITIVE and v <= 0:
+            why = f"is {v}, not a positive number"
+        else:
+            continue
+        raise InputError(f"line {line}: {k} {why}", source=str(csv_path))
 
 
 def read_results(path: Path) -> tuple[dict, list[dict[str, Any]]]:

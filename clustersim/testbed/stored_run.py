@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clustersim.calibration.raw_file import KernelRecord, Seconds, check_raw
 from clustersim.catalog import Count, Number
 from clustersim.errors import InputError
-from clustersim.io import first_error
+from clustersim.io import first_error, non_finite_at
 from clustersim.testbed.hosts import MAX_HOSTS
 from clustersim.testbed.shaping import parse_rate
 
@@ -66,6 +66,11 @@ class StoredRun(_Stored):
     rate: str
     rows: list[StoredRow] = Field(min_length=1)
     sweep: dict
+    # what the table's title prints (the model's parameter count and its name) and the job's batch
+    # beside it: a list or NaN there ended the table in a TypeError
+    params: Count = Field(ge=1)
+    label: str = "MLP"
+    batch: Count | None = Field(None, ge=1)
 
 
 def parse_stored_run(data, source: str) -> tuple[StoredRun, float]:
@@ -80,6 +85,9 @@ def parse_stored_run(data, source: str) -> tuple[StoredRun, float]:
             source=source,
             key=missing[0],
         )
+    where = non_finite_at(data)  # anywhere, checked or not: the file is written back whole (--out)
+    if where is not None:
+        raise InputError("not a finite number (NaN or Infinity)", source=source, key=where)
     try:
         run = StoredRun.model_validate(data)
     except ValidationError as exc:

@@ -215,6 +215,11 @@ def add_micro_steps(
     if merged > start:
         meta = {"micro": f"{start}-{merged - 1}", "merged_micro_steps": merged - start}
         add_merged_micro_steps(prog, ctx, layers, merged - start, meta)
+    # Each listed micro-step adds a compute op per layer and pass at the least: a count that cannot fit
+    # the op budget (10**9 micro-steps of a host-bound step) is refused before it is built, not after
+    # 400,000 ops and seconds (a plan whose --global-batch made every candidate such a step ran for
+    # half an hour).
+    prog.refuse_beyond(2 * len(layers) * (steps - max(merged, start)))
     for micro in range(max(merged, start), steps):
         one_micro_step(micro)
     return last
