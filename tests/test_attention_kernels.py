@@ -208,6 +208,16 @@ def test_the_schema_names_the_catalogs_libraries():
     assert allowed == set(catalog.attention_kernels()["kernels"])
 
 
+def _gpt2_xl(gpu: str = "H100-SXM", micro_batch: int = 1, **workload):
+    return validate_scenario(
+        {
+            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": gpu},
+            "workload": {"model": "GPT-2-1.5B", "micro_batch": micro_batch, "precision": "bf16", **workload},
+            "training": {"optimizer": "adam"},
+        }
+    )
+
+
 @pytest.mark.parametrize(
     "changes, says",
     [
@@ -216,51 +226,18 @@ def test_the_schema_names_the_catalogs_libraries():
     ],
 )
 def test_an_attention_key_that_prices_nothing_says_so(changes, says):
-    s = validate_scenario(
-        {
-            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H100-SXM"},
-            "workload": {"model": "GPT-2-1.5B", "micro_batch": 1, "precision": "bf16", **changes},
-            "training": {"optimizer": "adam"},
-        }
-    )
-    notes = [n for n in build_context(s).notes if "not used" in n and "attention" in n]
+    notes = [n for n in build_context(_gpt2_xl(**changes)).notes if "not used" in n and "attention" in n]
     assert (says is None and not notes) or (says is not None and says in notes[0])
 
 
 def test_an_attention_key_on_a_chip_without_curves_says_so():
-    s = validate_scenario(
-        {
-            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "A100-80GB"},
-            "workload": {
-                "model": "GPT-2-1.5B",
-                "micro_batch": 1,
-                "precision": "bf16",
-                "attention_kernel": "flash3",
-            },
-            "training": {"optimizer": "adam"},
-        }
-    )
-    assert any(
-        "no published rates of fused attention kernels exist for the A100" in n
-        for n in build_context(s).notes
-    )
+    notes = build_context(_gpt2_xl("A100-80GB", attention_kernel="flash3")).notes
+    assert any("no published rates of fused attention kernels exist for the A100" in n for n in notes)
 
 
 def test_a_straggler_on_the_same_gpu_runs_at_the_same_speed():
     from clustersim.simulator.runner import _gpu_factor
 
-    s = validate_scenario(
-        {
-            "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu": "H100-SXM"},
-            "workload": {
-                "model": "GPT-2-1.5B",
-                "micro_batch": 4,
-                "precision": "bf16",
-                "attention_kernel": "flash2",
-            },
-            "training": {"optimizer": "adam"},
-        }
-    )
-    ctx = build_context(s)
+    ctx = build_context(_gpt2_xl(micro_batch=4, attention_kernel="flash2"))
     assert _gpu_factor(ctx, "H100-SXM") == pytest.approx(1.0)
     assert _gpu_factor(ctx, "H200") < 1.0
