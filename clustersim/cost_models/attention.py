@@ -126,6 +126,7 @@ def counted_flops(flops: float, shape: AttentionShape) -> float:
     return flops * (0.5 if shape.causal else 1.0)
 
 
+@lru_cache(maxsize=4096)
 def peak_fraction(kernel: str, shape: AttentionShape, dropout: bool) -> float:
     """The fraction of the chip's dense 16-bit peak the kernel reaches on this shape, on FlashAttention's
     FLOP count (``counted_flops``)."""
