@@ -352,7 +352,7 @@ class WorkloadSpec(_Strict):
         "PyTorch 2.5.1-2.10 on Hopper), cudnn (cuDNN's fused attention: Transformer Engine, PyTorch 2.11's "
         "default on Hopper), flash3 (FlashAttention-3). auto: the code's default (cudnn on Hopper)",
     )
-    attention_dropout: float | None = Field(
+    attention_dropout: Number | None = Field(
         None,
         ge=0,
         lt=1,

@@ -195,8 +195,9 @@ def test_defaults_follow_the_code():
     assert (chosen.attention_kernel, chosen.attention_dropout) == ("flash2", 0.0)
     with pytest.raises(InputError):
         scenario(model="GPT-2-1.5B", attention_kernel="flash9")
-    with pytest.raises(InputError):
-        scenario(model="GPT-2-1.5B", attention_dropout=1.5)
+    for bad in (1.5, -0.1, True, "0.1", float("nan")):
+        with pytest.raises(InputError):
+            scenario(model="GPT-2-1.5B", attention_dropout=bad)
 
 
 def test_the_schema_names_the_catalogs_libraries():
